@@ -1,0 +1,19 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+)
+
+// Placeholder until the command is written; it fails loudly rather than
+// pretending to work.
+func newEvalCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "eval",
+		Short: "eval (not yet available)",
+		RunE: func(*cobra.Command, []string) error {
+			return errors.New("eval: not yet available")
+		},
+	}
+}

@@ -1,0 +1,19 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+)
+
+// Placeholder until the command is written; it fails loudly rather than
+// pretending to work.
+func newLocalizeCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "localize",
+		Short: "localize (not yet available)",
+		RunE: func(*cobra.Command, []string) error {
+			return errors.New("localize: not yet available")
+		},
+	}
+}

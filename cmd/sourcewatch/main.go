@@ -1,0 +1,23 @@
+// Command sourcewatch finds where a spread started: it simulates and
+// evaluates, trains SL-VAE bundles, localizes sources in observations, and
+// runs the streaming monitor. See the README for each command.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := newRootCmd(os.Stdout, os.Stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "sourcewatch:", err)
+		stop()
+		os.Exit(1)
+	}
+}

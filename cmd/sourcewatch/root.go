@@ -1,0 +1,121 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/term"
+)
+
+// app is what every command shares: its own viper (never the global one),
+// the logger, and where output goes.
+type app struct {
+	v        *viper.Viper
+	log      *zap.Logger
+	stdout   io.Writer
+	stderr   io.Writer
+	terminal bool // stderr is a terminal: show progress bars, console logs
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	a := &app{v: viper.New(), stdout: stdout, stderr: stderr, log: zap.NewNop()}
+	if f, ok := stderr.(*os.File); ok {
+		a.terminal = term.IsTerminal(int(f.Fd()))
+	}
+	root := &cobra.Command{
+		Use:           "sourcewatch",
+		Short:         "Find where a spread started: SL-VAE source localization on live NATS event streams",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return a.setup(cmd)
+		},
+		PersistentPostRun: func(*cobra.Command, []string) { _ = a.log.Sync() },
+	}
+	root.PersistentFlags().String("config", "", "config file (YAML); flags > SOURCEWATCH_* env > config file > defaults")
+	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().String("log-format", "auto", "log format: auto (console on a terminal, JSON otherwise), console, json")
+	root.AddCommand(
+		newSimulateCmd(a),
+		newEvalCmd(a),
+		newTrainCmd(a),
+		newLocalizeCmd(a),
+		newServeCmd(a),
+		newPluginCmd(a),
+		newAlertsCmd(a),
+	)
+	return root
+}
+
+// setup binds the command's flags into viper, reads the config file and
+// SOURCEWATCH_* environment, and builds the logger. Nested config keys use
+// dots in the file and underscores in the environment: nats.url is
+// SOURCEWATCH_NATS_URL; flag names use dashes and map to the same key with
+// underscores (--log-level is log_level, SOURCEWATCH_LOG_LEVEL).
+func (a *app) setup(cmd *cobra.Command) error {
+	v := a.v
+	v.SetEnvPrefix("SOURCEWATCH")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.AutomaticEnv()
+	var bindErr error
+	bind := func(f *pflag.Flag) {
+		if err := v.BindPFlag(strings.ReplaceAll(f.Name, "-", "_"), f); err != nil && bindErr == nil {
+			bindErr = err
+		}
+	}
+	cmd.Flags().VisitAll(bind)
+	cmd.InheritedFlags().VisitAll(bind)
+	if bindErr != nil {
+		return bindErr
+	}
+	if path := v.GetString("config"); path != "" {
+		v.SetConfigFile(path)
+		if err := v.ReadInConfig(); err != nil {
+			return fmt.Errorf("reading config %q: %w", path, err)
+		}
+	}
+	log, err := newLogger(a.stderr, v.GetString("log_level"), v.GetString("log_format"), a.terminal)
+	if err != nil {
+		return err
+	}
+	a.log = log
+	return nil
+}
+
+func newLogger(w io.Writer, level, format string, terminal bool) (*zap.Logger, error) {
+	lvl, err := zapcore.ParseLevel(level)
+	if err != nil {
+		return nil, fmt.Errorf("log_level: %w", err)
+	}
+	var enc zapcore.Encoder
+	switch format {
+	case "auto", "":
+		if terminal {
+			format = "console"
+		} else {
+			format = "json"
+		}
+	}
+	switch format {
+	case "console":
+		cfg := zap.NewDevelopmentEncoderConfig()
+		cfg.EncodeLevel = zapcore.CapitalColorLevelEncoder
+		if !terminal {
+			cfg.EncodeLevel = zapcore.CapitalLevelEncoder
+		}
+		enc = zapcore.NewConsoleEncoder(cfg)
+	case "json":
+		enc = zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
+	default:
+		return nil, errors.New(`log_format: want auto, console or json, got "` + format + `"`)
+	}
+	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
+}

@@ -1,0 +1,19 @@
+package main
+
+import (
+	"errors"
+
+	"github.com/spf13/cobra"
+)
+
+// Placeholder until the command is written; it fails loudly rather than
+// pretending to work.
+func newServeCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "serve",
+		Short: "serve (not yet available)",
+		RunE: func(*cobra.Command, []string) error {
+			return errors.New("serve: not yet available")
+		},
+	}
+}

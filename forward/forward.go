@@ -1,0 +1,102 @@
+package forward
+
+import (
+	"context"
+	"errors"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Sentinel errors of the forward-model contract. Implementations and the
+// host wrap them with %w and lowercase context.
+var (
+	// ErrNotConfigured is returned by calls that need Configure first.
+	ErrNotConfigured = errors.New("forward model not configured")
+	// ErrNotFitted is returned by Predict or VJP on a trainable model that
+	// has neither been fitted nor given a fitted state.
+	ErrNotFitted = errors.New("forward model not fitted")
+	// ErrBadState is returned by Configure when the state blob is corrupt or
+	// was made for another graph or model.
+	ErrBadState = errors.New("bad forward model state")
+	// ErrBadOutput is returned by the host when a plugin answers with the
+	// wrong shape, NaN or Inf.
+	ErrBadOutput = errors.New("bad forward model output")
+)
+
+// Param describes one model parameter, set through Configure's params.
+type Param struct {
+	Name    string
+	Default string
+	Help    string
+}
+
+// Info describes a forward model.
+type Info struct {
+	Name      string
+	Version   string
+	Trainable bool
+	Params    []Param
+}
+
+// Pair is one training example: the source set x (as node indices) and the
+// nodes observed infected y (as node indices).
+type Pair struct {
+	Sources  []int
+	Infected []int
+}
+
+// FitOptions are the model-independent training settings. Zero values mean
+// the model's own defaults.
+type FitOptions struct {
+	Epochs       int
+	LearningRate float64
+	BatchSize    int
+	// Lambda weighs the monotonicity penalty
+	// lambda * ||max(0, f(x_sub) - f(x))||^2 over subsets x_sub of x.
+	Lambda float64
+	Seed   int64
+	// Validation pairs are used for early stopping and the reported
+	// validation metrics; never for the gradient.
+	Validation []Pair
+}
+
+// Progress is one report from a running Fit.
+type Progress struct {
+	Epoch, Epochs int
+	TrainLoss     float64
+	// ValLoss is NaN when there is no validation set.
+	ValLoss float64
+}
+
+// FitResult is what Fit returns: an opaque state blob that Configure
+// accepts, and metrics such as "train_mse" and "val_mse".
+type FitResult struct {
+	State   []byte
+	Metrics map[string]float64
+}
+
+// Model is a differentiable forward model of a spread: it maps source
+// indicators x in [0,1]^n to predicted infection probabilities y in
+// [0,1]^n. One Model serves one graph. Batches are row-major matrices with
+// one row per vector and N() columns.
+//
+// A Model keeps no files of its own: everything it learns is in the state
+// blob Fit returns, so a plugin process can be restarted at any time and
+// brought back with Configure.
+type Model interface {
+	// Info describes the model. It works before Configure.
+	Info(ctx context.Context) (Info, error)
+	// Configure sets the graph, the parameters and, for a trained model,
+	// the state returned by an earlier Fit (nil if untrained).
+	Configure(ctx context.Context, g *graph.Graph, params map[string]string, state []byte) error
+	// Fit trains on pairs, reporting progress, and leaves the model in the
+	// fitted state it returns. An untrainable model returns an empty state.
+	Fit(ctx context.Context, pairs []Pair, opts FitOptions, progress func(Progress)) (FitResult, error)
+	// Predict returns f(x) for each row of x.
+	Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error)
+	// VJP returns y = f(x) and the vector-Jacobian product
+	// dx = (df/dx)^T dy for each row.
+	VJP(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dense, err error)
+}

@@ -1,0 +1,308 @@
+package graph
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ErrEmpty is returned when a graph would have no nodes.
+var ErrEmpty = errors.New("graph has no nodes")
+
+// Edge is one edge between dense node indices. W is the edge's weight
+// (infection probability); it is ignored when the graph is unweighted.
+type Edge struct {
+	From, To int
+	W        float64
+}
+
+// Stats counts what loading dropped or found.
+type Stats struct {
+	// Edges is the number of distinct edges kept (an undirected edge counts once).
+	Edges int
+	// SelfLoops is the number of u-u lines dropped.
+	SelfLoops int
+	// Duplicates is the number of repeated edges dropped (the first weight wins).
+	Duplicates int
+}
+
+// Graph is an immutable graph in CSR form. The zero value is not usable;
+// build one with Load, Read or New.
+type Graph struct {
+	ids      []string
+	index    map[string]int
+	directed bool
+	weighted bool
+
+	outOff []int
+	outTo  []int
+	outW   []float64
+	inOff  []int
+	inFrom []int
+	inW    []float64
+
+	stats       Stats
+	fingerprint string
+}
+
+// New builds a graph on n nodes from edges between dense indices. ids names
+// the nodes (len n, distinct); nil names them "0".."n-1". Self-loops and
+// duplicate edges are dropped and counted in Stats. New panics if an edge
+// index is out of range or ids has the wrong length or repeats an id, since
+// those are programming errors; file input goes through Read, which reports
+// them as errors.
+func New(n int, edges []Edge, ids []string, directed, weighted bool) *Graph {
+	if n < 0 {
+		panic("graph: negative node count")
+	}
+	if ids == nil {
+		ids = make([]string, n)
+		for i := range ids {
+			ids[i] = strconv.Itoa(i)
+		}
+	} else {
+		if len(ids) != n {
+			panic(fmt.Sprintf("graph: %d ids for %d nodes", len(ids), n))
+		}
+		ids = append([]string(nil), ids...)
+	}
+	index := make(map[string]int, n)
+	for i, id := range ids {
+		if _, dup := index[id]; dup {
+			panic(fmt.Sprintf("graph: duplicate node id %q", id))
+		}
+		index[id] = i
+	}
+	g := &Graph{ids: ids, index: index, directed: directed, weighted: weighted}
+
+	type key struct{ a, b int }
+	seen := make(map[key]struct{}, len(edges))
+	kept := make([]Edge, 0, len(edges))
+	for _, e := range edges {
+		if e.From < 0 || e.From >= n || e.To < 0 || e.To >= n {
+			panic(fmt.Sprintf("graph: edge %d-%d out of range for %d nodes", e.From, e.To, n))
+		}
+		if e.From == e.To {
+			g.stats.SelfLoops++
+			continue
+		}
+		k := key{e.From, e.To}
+		if !directed && k.a > k.b {
+			k.a, k.b = k.b, k.a
+		}
+		if _, dup := seen[k]; dup {
+			g.stats.Duplicates++
+			continue
+		}
+		seen[k] = struct{}{}
+		if !weighted {
+			e.W = 1
+		}
+		kept = append(kept, e)
+	}
+	g.stats.Edges = len(kept)
+
+	arcs := kept
+	if !directed {
+		arcs = make([]Edge, 0, 2*len(kept))
+		for _, e := range kept {
+			arcs = append(arcs, e, Edge{From: e.To, To: e.From, W: e.W})
+		}
+	}
+	g.outOff, g.outTo, g.outW = buildCSR(n, arcs, false)
+	if directed {
+		g.inOff, g.inFrom, g.inW = buildCSR(n, arcs, true)
+	} else {
+		g.inOff, g.inFrom, g.inW = g.outOff, g.outTo, g.outW
+	}
+	g.fingerprint = fingerprint(ids, kept, directed, weighted)
+	return g
+}
+
+// buildCSR groups arcs by source (or by target when reverse is set), with
+// each row's neighbours sorted by index so iteration order is deterministic.
+func buildCSR(n int, arcs []Edge, reverse bool) (off, nbr []int, w []float64) {
+	off = make([]int, n+1)
+	for _, e := range arcs {
+		row := e.From
+		if reverse {
+			row = e.To
+		}
+		off[row+1]++
+	}
+	for i := 0; i < n; i++ {
+		off[i+1] += off[i]
+	}
+	nbr = make([]int, len(arcs))
+	w = make([]float64, len(arcs))
+	next := append([]int(nil), off[:n]...)
+	for _, e := range arcs {
+		row, col := e.From, e.To
+		if reverse {
+			row, col = e.To, e.From
+		}
+		nbr[next[row]] = col
+		w[next[row]] = e.W
+		next[row]++
+	}
+	for i := 0; i < n; i++ {
+		sort.Sort(byIndex{nbr[off[i]:off[i+1]], w[off[i]:off[i+1]]})
+	}
+	return off, nbr, w
+}
+
+type byIndex struct {
+	nbr []int
+	w   []float64
+}
+
+func (b byIndex) Len() int           { return len(b.nbr) }
+func (b byIndex) Less(i, j int) bool { return b.nbr[i] < b.nbr[j] }
+func (b byIndex) Swap(i, j int) {
+	b.nbr[i], b.nbr[j] = b.nbr[j], b.nbr[i]
+	b.w[i], b.w[j] = b.w[j], b.w[i]
+}
+
+func fingerprint(ids []string, edges []Edge, directed, weighted bool) string {
+	lines := make([]string, len(edges))
+	for i, e := range edges {
+		a, b := ids[e.From], ids[e.To]
+		if !directed && a > b {
+			a, b = b, a
+		}
+		if weighted {
+			lines[i] = a + "\t" + b + "\t" + strconv.FormatFloat(e.W, 'g', -1, 64) + "\n"
+		} else {
+			lines[i] = a + "\t" + b + "\n"
+		}
+	}
+	sort.Strings(lines)
+	h := sha256.New()
+	if directed {
+		h.Write([]byte("directed\n"))
+	} else {
+		h.Write([]byte("undirected\n"))
+	}
+	for _, l := range lines {
+		h.Write([]byte(l))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// N returns the number of nodes.
+func (g *Graph) N() int { return len(g.ids) }
+
+// Directed reports whether edges have a direction.
+func (g *Graph) Directed() bool { return g.directed }
+
+// Weighted reports whether edges carry their own weights.
+func (g *Graph) Weighted() bool { return g.weighted }
+
+// Stats reports the kept edge count and what was dropped while building.
+func (g *Graph) Stats() Stats { return g.stats }
+
+// Fingerprint returns the hex SHA-256 of the canonical edge list (see the
+// package documentation).
+func (g *Graph) Fingerprint() string { return g.fingerprint }
+
+// ID returns node i's external id.
+func (g *Graph) ID(i int) string { return g.ids[i] }
+
+// IDs returns all external ids in index order. The slice must not be modified.
+func (g *Graph) IDs() []string { return g.ids }
+
+// Index returns the dense index of the node with external id, and whether
+// such a node exists.
+func (g *Graph) Index(id string) (int, bool) {
+	i, ok := g.index[id]
+	return i, ok
+}
+
+// Out returns node i's out-neighbours (sorted by index) and the weights of
+// the arcs to them. For an undirected graph these are all neighbours. The
+// slices alias the graph and must not be modified.
+func (g *Graph) Out(i int) (nbr []int, w []float64) {
+	a, b := g.outOff[i], g.outOff[i+1]
+	return g.outTo[a:b], g.outW[a:b]
+}
+
+// In returns node i's in-neighbours and the weights of the arcs from them.
+// For an undirected graph In and Out are equal.
+func (g *Graph) In(i int) (nbr []int, w []float64) {
+	a, b := g.inOff[i], g.inOff[i+1]
+	return g.inFrom[a:b], g.inW[a:b]
+}
+
+// Degree returns node i's out-degree (its degree when undirected).
+func (g *Graph) Degree(i int) int { return g.outOff[i+1] - g.outOff[i] }
+
+// InDegree returns node i's in-degree.
+func (g *Graph) InDegree(i int) int { return g.inOff[i+1] - g.inOff[i] }
+
+// Arcs returns the number of stored arcs: edges for a directed graph, twice
+// the edges for an undirected one.
+func (g *Graph) Arcs() int { return len(g.outTo) }
+
+// CSR exposes the out-adjacency arrays: row i's arcs are
+// to[off[i]:off[i+1]] with weights w[off[i]:off[i+1]]. They alias the graph
+// and must not be modified; they exist for hot loops that cannot afford a
+// call per node.
+func (g *Graph) CSR() (off, to []int, w []float64) { return g.outOff, g.outTo, g.outW }
+
+// InCSR is CSR for the in-adjacency.
+func (g *Graph) InCSR() (off, from []int, w []float64) { return g.inOff, g.inFrom, g.inW }
+
+// Edges returns the distinct edges (an undirected edge once, From < To).
+func (g *Graph) Edges() []Edge {
+	edges := make([]Edge, 0, g.stats.Edges)
+	for u := 0; u < g.N(); u++ {
+		nbr, w := g.Out(u)
+		for k, v := range nbr {
+			if !g.directed && v < u {
+				continue
+			}
+			edges = append(edges, Edge{From: u, To: v, W: w[k]})
+		}
+	}
+	return edges
+}
+
+// Lookup maps external ids to indices, failing on the first unknown id.
+func (g *Graph) Lookup(ids []string) ([]int, error) {
+	out := make([]int, len(ids))
+	for k, id := range ids {
+		i, ok := g.index[id]
+		if !ok {
+			return nil, fmt.Errorf("unknown node %q", id)
+		}
+		out[k] = i
+	}
+	return out, nil
+}
+
+// Names maps indices to external ids.
+func (g *Graph) Names(idx []int) []string {
+	out := make([]string, len(idx))
+	for k, i := range idx {
+		out[k] = g.ids[i]
+	}
+	return out
+}
+
+// String describes the graph in one line.
+func (g *Graph) String() string {
+	var b strings.Builder
+	kind := "undirected"
+	if g.directed {
+		kind = "directed"
+	}
+	fmt.Fprintf(&b, "%s graph, %d nodes, %d edges", kind, g.N(), g.stats.Edges)
+	if g.weighted {
+		b.WriteString(", weighted")
+	}
+	return b.String()
+}

@@ -1,0 +1,154 @@
+package graph
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestReadErrorsNameFileAndLine(t *testing.T) {
+	tests := []struct {
+		name, input, want string
+	}{
+		{"one field", "0 1\n# c\n2\n", "g.edges:3: want 2 or 3 fields, got 1"},
+		{"four fields", "0 1 0.5 9\n", "g.edges:1: want 2 or 3 fields, got 4"},
+		{"bad weight", "0 1 x\n", `g.edges:1: weight "x" is not a number`},
+		{"weight range", "0 1 1.5\n", "g.edges:1: weight 1.5 outside [0, 1]"},
+		{"mixed weights", "0 1 0.5\n1 2\n", "g.edges:2: 2 fields, but line 1 had 3"},
+		{"empty", "# nothing\n\n", "g.edges: graph has no nodes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Read(strings.NewReader(tt.input), "g.edges")
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+		})
+	}
+}
+
+func TestReadDropsSelfLoopsAndDuplicates(t *testing.T) {
+	g, err := Read(strings.NewReader("a b\nb a\nb b\nb c # trailing comment\n  c   a  \na b\n"), "x")
+	require.NoError(t, err)
+	require.Equal(t, 3, g.N())
+	require.Equal(t, Stats{Edges: 3, SelfLoops: 1, Duplicates: 2}, g.Stats())
+	require.Equal(t, []string{"a", "b", "c"}, g.IDs())
+	for i := 0; i < 3; i++ {
+		require.Equal(t, 2, g.Degree(i))
+	}
+	require.Equal(t, 6, g.Arcs())
+}
+
+func TestDirectedKeepsBothArcs(t *testing.T) {
+	g, err := Read(strings.NewReader("1 2\n2 1\n2 3\n"), "d", Directed(true))
+	require.NoError(t, err)
+	require.Equal(t, Stats{Edges: 3}, g.Stats())
+	i2, _ := g.Index("2")
+	i3, _ := g.Index("3")
+	require.Equal(t, 2, g.Degree(i2))
+	require.Equal(t, 1, g.InDegree(i2))
+	require.Equal(t, 0, g.Degree(i3))
+	in, _ := g.In(i3)
+	require.Equal(t, []int{i2}, in)
+	// Directed reachability follows arcs only.
+	d := g.BFS([]int{i3}, nil)
+	require.Equal(t, []int{-1, -1, 0}, d)
+}
+
+func TestNumericIDsSortNumerically(t *testing.T) {
+	g, err := Read(strings.NewReader("10 2\n2 1\n"), "n")
+	require.NoError(t, err)
+	require.Equal(t, []string{"1", "2", "10"}, g.IDs())
+	// "007" is not a canonical integer, so the ids fall back to string order.
+	g, err = Read(strings.NewReader("10 2\n2 007\n"), "n")
+	require.NoError(t, err)
+	require.Equal(t, []string{"007", "10", "2"}, g.IDs())
+}
+
+func TestWeights(t *testing.T) {
+	g, err := Read(strings.NewReader("a b 0.25\nb c 0.5\n"), "w")
+	require.NoError(t, err)
+	require.True(t, g.Weighted())
+	b, _ := g.Index("b")
+	nbr, w := g.Out(b)
+	require.Equal(t, []int{0, 2}, nbr)
+	require.Equal(t, []float64{0.25, 0.5}, w)
+
+	u, err := Read(strings.NewReader("a b\n"), "u")
+	require.NoError(t, err)
+	require.False(t, u.Weighted())
+	_, w = u.Out(0)
+	require.Equal(t, []float64{1}, w)
+}
+
+func TestFingerprintIsCanonical(t *testing.T) {
+	a, err := Read(strings.NewReader("# header\n1 2\n2 3\n3 1\n"), "a")
+	require.NoError(t, err)
+	b, err := Read(strings.NewReader("3   1\n2 1\n\n3 2 # same edges, other order and direction\n1 2\n"), "b")
+	require.NoError(t, err)
+	require.Equal(t, a.Fingerprint(), b.Fingerprint())
+	require.Len(t, a.Fingerprint(), 64)
+
+	c, err := Read(strings.NewReader("1 2\n2 3\n"), "c")
+	require.NoError(t, err)
+	require.NotEqual(t, a.Fingerprint(), c.Fingerprint())
+	d, err := Read(strings.NewReader("1 2\n2 3\n3 1\n"), "d", Directed(true))
+	require.NoError(t, err)
+	require.NotEqual(t, a.Fingerprint(), d.Fingerprint())
+	w, err := Read(strings.NewReader("1 2 1\n2 3 1\n3 1 1\n"), "w")
+	require.NoError(t, err)
+	require.NotEqual(t, a.Fingerprint(), w.Fingerprint(), "weighted and unweighted graphs must differ")
+}
+
+func TestBFSAndComponents(t *testing.T) {
+	// Path 0-1-2-3, separate edge 4-5, isolated pair 6-7.
+	g := New(8, []Edge{{0, 1, 1}, {1, 2, 1}, {2, 3, 1}, {4, 5, 1}, {6, 7, 1}}, nil, false, false)
+	require.Equal(t, []int{0, 1, 2, 3, -1, -1, -1, -1}, g.BFS([]int{0}, nil))
+	require.Equal(t, []int{1, 0, 1, 2, -1, -1, 1, 0}, g.BFS([]int{1, 7}, make([]int, 8)))
+	comp, count := g.Components()
+	require.Equal(t, 3, count)
+	require.Equal(t, []int{0, 0, 0, 0, 1, 1, 2, 2}, comp)
+}
+
+func TestNewPanicsWithPrefix(t *testing.T) {
+	require.PanicsWithValue(t, "graph: edge 0-5 out of range for 2 nodes", func() {
+		New(2, []Edge{{0, 5, 1}}, nil, false, false)
+	})
+}
+
+func TestLookupAndEdges(t *testing.T) {
+	g, err := Read(strings.NewReader("x y\ny z\n"), "l")
+	require.NoError(t, err)
+	idx, err := g.Lookup([]string{"z", "x"})
+	require.NoError(t, err)
+	require.Equal(t, []string{"z", "x"}, g.Names(idx))
+	_, err = g.Lookup([]string{"nope"})
+	require.ErrorContains(t, err, `unknown node "nope"`)
+	require.Equal(t, []Edge{{0, 1, 1}, {1, 2, 1}}, g.Edges())
+	require.Equal(t, "undirected graph, 3 nodes, 2 edges", g.String())
+}
+
+func TestSharedGraphs(t *testing.T) {
+	want := map[string][2]int{"karate": {34, 78}, "jazz": {198, 2742}, "cora_ml": {2810, 7981}, "power_grid": {4941, 6594}}
+	for name, nm := range want {
+		path := filepath.Join("..", "..", "shared", "data", name+".edges")
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("shared data missing: %v", err)
+		}
+		g, err := Load(path)
+		require.NoError(t, err, name)
+		require.Equal(t, nm[0], g.N(), name)
+		require.Equal(t, nm[1], g.Stats().Edges, name)
+	}
+}
+
+func BenchmarkLoadPowerGrid(b *testing.B) {
+	path := filepath.Join("..", "..", "shared", "data", "power_grid.edges")
+	for b.Loop() {
+		if _, err := Load(path); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

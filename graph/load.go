@@ -1,0 +1,152 @@
+package graph
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Option configures Load and Read.
+type Option func(*loadOptions)
+
+type loadOptions struct {
+	directed bool
+}
+
+// Directed makes every line u v an arc u->v instead of an undirected edge.
+func Directed(directed bool) Option {
+	return func(o *loadOptions) { o.directed = directed }
+}
+
+// Load reads an edge list file (see Read).
+func Load(path string, opts ...Option) (*Graph, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("loading graph: %w", err)
+	}
+	defer f.Close()
+	return Read(f, filepath.Base(path), opts...)
+}
+
+// Read parses a whitespace-separated edge list: one edge "u v" or "u v w"
+// per line, '#' starting a comment, blank lines ignored. Node ids are
+// arbitrary strings. w, when present, is the edge's infection probability
+// and must be in [0, 1]; either every edge has a weight or none does.
+// Errors name the source and line, as "name:17: want 2 or 3 fields, got 1".
+//
+// Nodes are numbered in id order: numerically when every id is a
+// non-negative integer, lexicographically otherwise, so the numbering does
+// not depend on the order of the file.
+func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
+	var o loadOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	type rawEdge struct {
+		a, b string
+		w    float64
+	}
+	var (
+		raw       []rawEdge
+		seen      = map[string]struct{}{}
+		order     []string
+		weighted  = -1 // unknown until the first edge
+		firstLine int
+	)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64*1024), 16*1024*1024)
+	line := 0
+	for sc.Scan() {
+		line++
+		text := sc.Text()
+		if i := strings.IndexByte(text, '#'); i >= 0 {
+			text = text[:i]
+		}
+		fields := strings.Fields(text)
+		if len(fields) == 0 {
+			continue
+		}
+		if len(fields) != 2 && len(fields) != 3 {
+			return nil, fmt.Errorf("%s:%d: want 2 or 3 fields, got %d", name, line, len(fields))
+		}
+		e := rawEdge{a: fields[0], b: fields[1], w: 1}
+		hasW := 0
+		if len(fields) == 3 {
+			hasW = 1
+			w, err := strconv.ParseFloat(fields[2], 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: weight %q is not a number", name, line, fields[2])
+			}
+			if math.IsNaN(w) || w < 0 || w > 1 {
+				return nil, fmt.Errorf("%s:%d: weight %s outside [0, 1]", name, line, fields[2])
+			}
+			e.w = w
+		}
+		if weighted == -1 {
+			weighted, firstLine = hasW, line
+		} else if weighted != hasW {
+			return nil, fmt.Errorf("%s:%d: %d fields, but line %d had %d: weight the edges all or none", name, line, len(fields), firstLine, 2+weighted)
+		}
+		for _, id := range [2]string{e.a, e.b} {
+			if _, ok := seen[id]; !ok {
+				seen[id] = struct{}{}
+				order = append(order, id)
+			}
+		}
+		raw = append(raw, e)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
+	}
+	if len(order) == 0 {
+		return nil, fmt.Errorf("%s: %w", name, ErrEmpty)
+	}
+	sortIDs(order)
+	index := make(map[string]int, len(order))
+	for i, id := range order {
+		index[id] = i
+	}
+	edges := make([]Edge, len(raw))
+	for k, e := range raw {
+		edges[k] = Edge{From: index[e.a], To: index[e.b], W: e.w}
+	}
+	return New(len(order), edges, order, o.directed, weighted == 1), nil
+}
+
+// sortIDs orders ids numerically when all are non-negative integers that
+// fit an int64, lexicographically otherwise.
+func sortIDs(ids []string) {
+	nums := make([]int64, len(ids))
+	numeric := true
+	for i, id := range ids {
+		v, err := strconv.ParseInt(id, 10, 64)
+		if err != nil || v < 0 || strconv.FormatInt(v, 10) != id {
+			numeric = false
+			break
+		}
+		nums[i] = v
+	}
+	if !numeric {
+		sort.Strings(ids)
+		return
+	}
+	sort.Sort(byNum{ids, nums})
+}
+
+type byNum struct {
+	ids  []string
+	nums []int64
+}
+
+func (b byNum) Len() int           { return len(b.ids) }
+func (b byNum) Less(i, j int) bool { return b.nums[i] < b.nums[j] }
+func (b byNum) Swap(i, j int) {
+	b.ids[i], b.ids[j] = b.ids[j], b.ids[i]
+	b.nums[i], b.nums[j] = b.nums[j], b.nums[i]
+}
