@@ -1,0 +1,221 @@
+package nn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/mat"
+)
+
+// Param is one trainable tensor, viewed as a flat row-major Rows x Cols
+// slice. Value and Grad alias the owning layer's storage, so an optimiser
+// that writes Value updates the layer in place.
+type Param struct {
+	Name        string
+	Value, Grad []float64
+	Rows, Cols  int
+}
+
+// ZeroGrad sets every gradient to zero. Backward accumulates, so call it
+// before each mini-batch.
+func ZeroGrad(ps []*Param) {
+	for _, p := range ps {
+		clear(p.Grad)
+	}
+}
+
+// Dense is a fully connected layer act(x W + b) over a batch of rows.
+type Dense struct {
+	// W is in x out.
+	W *mat.Dense
+	// B is the bias, length out.
+	B   []float64
+	Act Activation
+
+	gw *mat.Dense
+	gb []float64
+
+	params []*Param
+
+	// Caches of the last Forward, reused across calls.
+	x      *mat.Dense
+	z, y   *mat.Dense
+	dz, dx *mat.Dense
+	// noInputGrad skips dL/dx in Backward.
+	noInputGrad bool
+}
+
+// NewDense returns an in x out layer. Weights are drawn from N(0, s^2) with
+// He scaling s^2 = 2/in for ReLU and LeakyReLU and Glorot scaling
+// s^2 = 2/(in+out) otherwise; biases start at zero.
+func NewDense(in, out int, act Activation, rng *rand.Rand) *Dense {
+	if in <= 0 || out <= 0 {
+		panic(fmt.Sprintf("nn: dense layer size %dx%d", in, out))
+	}
+	if !act.valid() {
+		panic(fmt.Sprintf("nn: unknown activation %d", int(act)))
+	}
+	scale := math.Sqrt(2 / float64(in+out))
+	if act == ReLU || act == LeakyReLU {
+		scale = math.Sqrt(2 / float64(in))
+	}
+	w := make([]float64, in*out)
+	for i := range w {
+		w[i] = rng.NormFloat64() * scale
+	}
+	d := &Dense{
+		W:   mat.NewDense(in, out, w),
+		B:   make([]float64, out),
+		Act: act,
+		gw:  mat.NewDense(in, out, nil),
+		gb:  make([]float64, out),
+	}
+	d.params = []*Param{
+		{Name: "W", Value: w, Grad: d.gw.RawMatrix().Data, Rows: in, Cols: out},
+		{Name: "b", Value: d.B, Grad: d.gb, Rows: 1, Cols: out},
+	}
+	return d
+}
+
+// In returns the input width.
+func (d *Dense) In() int { r, _ := d.W.Dims(); return r }
+
+// Out returns the output width.
+func (d *Dense) Out() int { _, c := d.W.Dims(); return c }
+
+// Params returns W (in x out) and b (1 x out) with their gradients.
+func (d *Dense) Params() []*Param { return d.params }
+
+// SkipInputGrad makes Backward skip computing dL/dx (and return nil), which
+// saves a matrix product for a first layer whose input is data.
+func (d *Dense) SkipInputGrad(skip bool) { d.noInputGrad = skip }
+
+// reuse returns m resized to r x c, reusing its storage when it can.
+func reuse(m *mat.Dense, r, c int) *mat.Dense {
+	if m == nil {
+		return mat.NewDense(r, c, nil)
+	}
+	if mr, mc := m.Dims(); mr == r && mc == c {
+		return m
+	}
+	m.Reset()
+	m.ReuseAs(r, c)
+	return m
+}
+
+// Forward returns act(x W + 1 b^T) for the batch x (one example per row).
+// The result is owned by the layer and overwritten by the next Forward; x
+// is kept for Backward.
+func (d *Dense) Forward(x *mat.Dense) *mat.Dense {
+	r, c := x.Dims()
+	in, out := d.W.Dims()
+	if c != in {
+		panic(fmt.Sprintf("nn: dense input has %d columns, layer wants %d", c, in))
+	}
+	d.x = x
+	d.z = reuse(d.z, r, out)
+	d.y = reuse(d.y, r, out)
+	z := d.z.RawMatrix()
+	for i := 0; i < r; i++ {
+		copy(z.Data[i*z.Stride:i*z.Stride+out], d.B)
+	}
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, x.RawMatrix(), d.W.RawMatrix(), 1, z)
+	y := d.y.RawMatrix()
+	for i := 0; i < r; i++ {
+		d.Act.apply(y.Data[i*y.Stride:i*y.Stride+out], z.Data[i*z.Stride:i*z.Stride+out])
+	}
+	return d.y
+}
+
+// Backward takes dout = dL/dy for the batch of the last Forward, adds
+// dL/dW = x^T dZ and dL/db = dZ^T 1 to the gradients (dZ = dout ⊙ act'(z)),
+// and returns dL/dx = dZ W^T, owned by the layer until the next Backward.
+func (d *Dense) Backward(dout *mat.Dense) *mat.Dense {
+	if d.x == nil {
+		panic("nn: dense Backward before Forward")
+	}
+	r, c := dout.Dims()
+	yr, yc := d.y.Dims()
+	if r != yr || c != yc {
+		panic(fmt.Sprintf("nn: dense Backward got %dx%d, last output was %dx%d", r, c, yr, yc))
+	}
+	d.dz = reuse(d.dz, r, c)
+	dz, g, z, y := d.dz.RawMatrix(), dout.RawMatrix(), d.z.RawMatrix(), d.y.RawMatrix()
+	for i := 0; i < r; i++ {
+		d.Act.backward(dz.Data[i*dz.Stride:i*dz.Stride+c], g.Data[i*g.Stride:i*g.Stride+c],
+			z.Data[i*z.Stride:i*z.Stride+c], y.Data[i*y.Stride:i*y.Stride+c])
+		row := dz.Data[i*dz.Stride : i*dz.Stride+c]
+		for j, v := range row {
+			d.gb[j] += v
+		}
+	}
+	blas64.Gemm(blas.Trans, blas.NoTrans, 1, d.x.RawMatrix(), dz, 1, d.gw.RawMatrix())
+	if d.noInputGrad {
+		return nil
+	}
+	in, _ := d.W.Dims()
+	d.dx = reuse(d.dx, r, in)
+	blas64.Gemm(blas.NoTrans, blas.Trans, 1, dz, d.W.RawMatrix(), 0, d.dx.RawMatrix())
+	return d.dx
+}
+
+// MLP is a stack of dense layers.
+type MLP struct {
+	Layers []*Dense
+	params []*Param
+}
+
+// NewMLP returns layers sizes[0] -> sizes[1] -> ... -> sizes[len-1], with
+// the hidden activation on every layer but the last, which uses out.
+func NewMLP(sizes []int, hidden, out Activation, rng *rand.Rand) *MLP {
+	if len(sizes) < 2 {
+		panic(fmt.Sprintf("nn: MLP needs at least 2 sizes, got %v", sizes))
+	}
+	m := &MLP{}
+	for i := 0; i+1 < len(sizes); i++ {
+		act := hidden
+		if i+2 == len(sizes) {
+			act = out
+		}
+		m.Layers = append(m.Layers, NewDense(sizes[i], sizes[i+1], act, rng))
+	}
+	return m
+}
+
+// Forward runs the batch through every layer. The result is owned by the
+// last layer (see Dense.Forward).
+func (m *MLP) Forward(x *mat.Dense) *mat.Dense {
+	for _, l := range m.Layers {
+		x = l.Forward(x)
+	}
+	return x
+}
+
+// Backward back-propagates dout = dL/dy through every layer, accumulating
+// parameter gradients, and returns dL/dx (nil if the first layer skips it).
+func (m *MLP) Backward(dout *mat.Dense) *mat.Dense {
+	for i := len(m.Layers) - 1; i >= 0; i-- {
+		dout = m.Layers[i].Backward(dout)
+	}
+	return dout
+}
+
+// Params returns every layer's parameters, named "layer<i>.W" and
+// "layer<i>.b", aliasing the layers' storage.
+func (m *MLP) Params() []*Param {
+	if len(m.params) == 2*len(m.Layers) {
+		return m.params
+	}
+	m.params = m.params[:0]
+	for i, l := range m.Layers {
+		for _, p := range l.Params() {
+			q := *p
+			q.Name = fmt.Sprintf("layer%d.%s", i, p.Name)
+			m.params = append(m.params, &q)
+		}
+	}
+	return m.params
+}

@@ -1,0 +1,308 @@
+package nn
+
+import (
+	"bytes"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+)
+
+func randMat(rng *rand.Rand, r, c int) *mat.Dense {
+	m := mat.NewDense(r, c, nil)
+	d := m.RawMatrix().Data
+	for i := range d {
+		d[i] = rng.NormFloat64()
+	}
+	return m
+}
+
+// weightedSum is the test loss L = sum(C ⊙ Y); its dL/dY is C.
+func weightedSum(c, y *mat.Dense) float64 {
+	return mat.Sum(func() *mat.Dense { var p mat.Dense; p.MulElem(c, y); return &p }())
+}
+
+// layer is what the gradient tests need of Dense and MLP.
+type layer interface {
+	Forward(*mat.Dense) *mat.Dense
+	Backward(*mat.Dense) *mat.Dense
+	Params() []*Param
+}
+
+func checkLayer(t *testing.T, l layer, x, c *mat.Dense) {
+	t.Helper()
+	loss := func() float64 { return weightedSum(c, l.Forward(x)) }
+	ZeroGrad(l.Params())
+	l.Forward(x)
+	dx := mat.DenseCopyOf(l.Backward(c))
+	for _, p := range l.Params() {
+		grad := append([]float64(nil), p.Grad...)
+		e, i := CheckGradient(loss, p.Value, grad, 1e-6)
+		require.Lessf(t, e, 1e-5, "param %s: worst relative error %g at %d", p.Name, e, i)
+	}
+	e, i := CheckGradient(loss, x.RawMatrix().Data, dx.RawMatrix().Data, 1e-6)
+	require.Lessf(t, e, 1e-5, "input: worst relative error %g at %d", e, i)
+}
+
+func TestDenseGradient(t *testing.T) {
+	for _, act := range []Activation{Identity, ReLU, LeakyReLU, Sigmoid} {
+		t.Run(act.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, uint64(act)))
+			d := NewDense(5, 4, act, rng)
+			for i := range d.B {
+				d.B[i] = rng.NormFloat64()
+			}
+			checkLayer(t, d, randMat(rng, 7, 5), randMat(rng, 7, 4))
+		})
+	}
+}
+
+func TestMLPGradient(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		hidden, out Activation
+	}{
+		{"relu-sigmoid", ReLU, Sigmoid},
+		{"leaky-identity", LeakyReLU, Identity},
+		{"sigmoid-leaky", Sigmoid, LeakyReLU},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(2, 3))
+			m := NewMLP([]int{6, 8, 5, 3}, tt.hidden, tt.out, rng)
+			require.Len(t, m.Params(), 6)
+			require.Equal(t, "layer2.b", m.Params()[5].Name)
+			checkLayer(t, m, randMat(rng, 9, 6), randMat(rng, 9, 3))
+		})
+	}
+}
+
+func TestBackwardAccumulates(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	d := NewDense(3, 2, Sigmoid, rng)
+	x, c := randMat(rng, 4, 3), randMat(rng, 4, 2)
+	ZeroGrad(d.Params())
+	d.Forward(x)
+	d.Backward(c)
+	once := append([]float64(nil), d.Params()[0].Grad...)
+	d.Forward(x)
+	d.Backward(c)
+	for i, g := range d.Params()[0].Grad {
+		require.InDelta(t, 2*once[i], g, 1e-12)
+	}
+	ZeroGrad(d.Params())
+	for _, p := range d.Params() {
+		for _, g := range p.Grad {
+			require.Zero(t, g)
+		}
+	}
+}
+
+func TestBatchIsRowwise(t *testing.T) {
+	// A batch through the layer equals each row on its own, also when the
+	// batch size changes between calls (the buffers are resized).
+	rng := rand.New(rand.NewPCG(5, 5))
+	m := NewMLP([]int{4, 6, 2}, ReLU, Identity, rng)
+	x := randMat(rng, 5, 4)
+	all := mat.DenseCopyOf(m.Forward(x))
+	for i := 0; i < 5; i++ {
+		row := mat.NewDense(1, 4, append([]float64(nil), x.RawRowView(i)...))
+		got := m.Forward(row)
+		require.InDeltaSlice(t, all.RawRowView(i), got.RawRowView(0), 1e-12)
+	}
+}
+
+func TestSkipInputGrad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	d := NewDense(3, 2, ReLU, rng)
+	d.SkipInputGrad(true)
+	d.Forward(randMat(rng, 2, 3))
+	require.Nil(t, d.Backward(randMat(rng, 2, 2)))
+}
+
+func TestShapeErrorsPanic(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	d := NewDense(3, 2, ReLU, rng)
+	require.PanicsWithValue(t, "nn: dense input has 4 columns, layer wants 3", func() { d.Forward(mat.NewDense(1, 4, nil)) })
+	require.PanicsWithValue(t, "nn: dense Backward before Forward", func() { d.Backward(mat.NewDense(1, 2, nil)) })
+	d.Forward(mat.NewDense(2, 3, nil))
+	require.Panics(t, func() { d.Backward(mat.NewDense(3, 2, nil)) })
+	require.Panics(t, func() { NewMLP([]int{3}, ReLU, ReLU, rng) })
+}
+
+func TestCheckGradientCatchesWrongGradient(t *testing.T) {
+	v := []float64{1, 2, 3}
+	f := func() float64 { return v[0]*v[0] + 3*v[1] + math.Sin(v[2]) }
+	good := []float64{2, 3, math.Cos(3)}
+	e, _ := CheckGradient(f, v, good, 1e-6)
+	require.Less(t, e, 1e-7)
+	bad := []float64{2, 3.1, math.Cos(3)}
+	e, i := CheckGradient(f, v, bad, 1e-6)
+	require.Greater(t, e, 0.01)
+	require.Equal(t, 1, i)
+	require.Equal(t, []float64{1, 2, 3}, v)
+}
+
+func TestAdamConvergesOnQuadratic(t *testing.T) {
+	// L = sum_i s_i (θ_i - c_i)^2 with scales over three orders of
+	// magnitude; Adam's per-coordinate scaling handles them all.
+	target := []float64{3, -2, 0.5, 10}
+	scale := []float64{0.01, 1, 10, 0.1}
+	p := &Param{Name: "theta", Value: make([]float64, 4), Grad: make([]float64, 4), Rows: 1, Cols: 4}
+	opt := NewAdam([]*Param{p}, 0.1)
+	loss := func() float64 {
+		var l float64
+		for i, v := range p.Value {
+			l += scale[i] * (v - target[i]) * (v - target[i])
+		}
+		return l
+	}
+	start := loss()
+	for step := 0; step < 3000; step++ {
+		for i, v := range p.Value {
+			p.Grad[i] = 2 * scale[i] * (v - target[i])
+		}
+		opt.Step()
+	}
+	require.Equal(t, 3000, opt.Steps())
+	require.InDeltaSlice(t, target, p.Value, 1e-3)
+	require.Less(t, loss(), 1e-6*start)
+}
+
+func TestAdamFirstStepIsLR(t *testing.T) {
+	// With bias correction the first step moves each coordinate by LR in
+	// the direction against its gradient, whatever the gradient's scale.
+	p := &Param{Value: []float64{0, 0}, Grad: []float64{1e-3, -50}, Rows: 1, Cols: 2}
+	opt := NewAdam([]*Param{p}, 0.01)
+	opt.Step()
+	require.InDelta(t, -0.01, p.Value[0], 1e-7)
+	require.InDelta(t, 0.01, p.Value[1], 1e-7)
+}
+
+func TestParamsRoundTrip(t *testing.T) {
+	a := NewMLP([]int{4, 5, 3}, ReLU, Sigmoid, rand.New(rand.NewPCG(1, 1)))
+	b := NewMLP([]int{4, 5, 3}, ReLU, Sigmoid, rand.New(rand.NewPCG(2, 2)))
+	var buf bytes.Buffer
+	require.NoError(t, WriteParams(&buf, a.Params()))
+	buf.WriteString("tail")
+	require.NoError(t, ReadParams(&buf, b.Params()))
+	require.Equal(t, "tail", buf.String(), "ReadParams must read exactly its stream")
+	for i, p := range a.Params() {
+		require.Equal(t, p.Value, b.Params()[i].Value)
+	}
+	x := randMat(rand.New(rand.NewPCG(3, 3)), 2, 4)
+	require.Equal(t, mat.DenseCopyOf(a.Forward(x)).RawMatrix().Data, b.Forward(x).RawMatrix().Data)
+}
+
+func TestReadParamsErrors(t *testing.T) {
+	src := NewMLP([]int{3, 4, 2}, ReLU, Identity, rand.New(rand.NewPCG(1, 1)))
+	var buf bytes.Buffer
+	require.NoError(t, WriteParams(&buf, src.Params()))
+	good := buf.Bytes()
+
+	fresh := func() *MLP { return NewMLP([]int{3, 4, 2}, ReLU, Identity, rand.New(rand.NewPCG(9, 9))) }
+	snapshot := func(m *MLP) [][]float64 {
+		var out [][]float64
+		for _, p := range m.Params() {
+			out = append(out, append([]float64(nil), p.Value...))
+		}
+		return out
+	}
+
+	t.Run("every truncation", func(t *testing.T) {
+		for n := 0; n < len(good); n++ {
+			m := fresh()
+			before := snapshot(m)
+			err := ReadParams(bytes.NewReader(good[:n]), m.Params())
+			require.ErrorIsf(t, err, ErrCorruptParams, "prefix %d", n)
+			require.Contains(t, err.Error(), "truncated")
+			require.Equal(t, before, snapshot(m), "failed read must not touch the params")
+		}
+	})
+
+	corrupt := func(at int, b byte) []byte {
+		c := append([]byte(nil), good...)
+		c[at] = b
+		return c
+	}
+	nanStream := func() []byte {
+		m := fresh()
+		m.Params()[1].Value[0] = math.NaN()
+		var b bytes.Buffer
+		require.NoError(t, WriteParams(&b, m.Params()))
+		return b.Bytes()
+	}
+	streamOf := func(m *MLP) []byte {
+		var b bytes.Buffer
+		require.NoError(t, WriteParams(&b, m.Params()))
+		return b.Bytes()
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	tests := []struct {
+		name   string
+		stream []byte
+		is     error
+		msg    string
+	}{
+		{"bad magic", corrupt(0, 'X'), ErrCorruptParams, "bad magic"},
+		{"version", corrupt(8, 7), ErrCorruptParams, "unsupported version 7"},
+		{"flipped value", corrupt(len(good)-10, good[len(good)-10]^0x40), ErrCorruptParams, "checksum"},
+		{"huge name", corrupt(19, 0x7f), ErrCorruptParams, "name length"},
+		{"nan", nanStream(), ErrCorruptParams, `parameter "layer0.b" value 0 is NaN`},
+		{"count", streamOf(NewMLP([]int{3, 2}, ReLU, Identity, rng)), ErrParamMismatch, "stream has 2 parameters, model has 4"},
+		{"shape", streamOf(NewMLP([]int{3, 5, 2}, ReLU, Identity, rng)), ErrParamMismatch, `parameter "layer0.W" is 3x5, model has 3x4`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := fresh()
+			before := snapshot(m)
+			err := ReadParams(bytes.NewReader(tt.stream), m.Params())
+			require.ErrorIs(t, err, tt.is)
+			require.Contains(t, err.Error(), tt.msg)
+			require.Equal(t, before, snapshot(m))
+		})
+	}
+
+	t.Run("name", func(t *testing.T) {
+		d := NewDense(3, 4, ReLU, rng)
+		err := ReadParams(bytes.NewReader(good), []*Param{d.Params()[0], d.Params()[1], d.Params()[0], d.Params()[1]})
+		require.ErrorIs(t, err, ErrParamMismatch)
+		require.Contains(t, err.Error(), `parameter 0 is "layer0.W", model has "W"`)
+	})
+}
+
+func TestScalarFunctions(t *testing.T) {
+	require.InDelta(t, 0.5, Logistic(0), 0)
+	require.InDelta(t, 1/(1+math.Exp(-2.5)), Logistic(2.5), 1e-15)
+	require.InDelta(t, 1/(1+math.Exp(3.5)), Logistic(-3.5), 1e-15)
+	require.Equal(t, 0.0, Logistic(-1000))
+	require.Equal(t, 1.0, Logistic(1000))
+
+	require.InDelta(t, math.Log(1+math.Exp(1.5)), Softplus(1.5), 1e-14)
+	require.InDelta(t, math.Log(1+math.Exp(-2)), Softplus(-2), 1e-14)
+	require.Equal(t, 800.0, Softplus(800))
+	require.InDelta(t, math.Exp(-800), Softplus(-800), 1e-300)
+
+	require.InDelta(t, math.Log(math.Exp(1)+math.Exp(2)+math.Exp(-1)), LogSumExp([]float64{1, 2, -1}), 1e-14)
+	require.InDelta(t, 1000+math.Log(2), LogSumExp([]float64{1000, 1000}), 1e-12)
+	require.True(t, math.IsInf(LogSumExp(nil), -1))
+}
+
+func benchDense(b *testing.B, backward bool) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	d := NewDense(512, 512, ReLU, rng)
+	x, g := randMat(rng, 64, 512), randMat(rng, 64, 512)
+	d.Forward(x)
+	b.ResetTimer()
+	for b.Loop() {
+		if backward {
+			d.Backward(g)
+		} else {
+			d.Forward(x)
+		}
+	}
+}
+
+func BenchmarkDenseForward64x512x512(b *testing.B)  { benchDense(b, false) }
+func BenchmarkDenseBackward64x512x512(b *testing.B) { benchDense(b, true) }
