@@ -1,0 +1,145 @@
+package alerts
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+)
+
+// Schema is the value of every alert's "schema" field. See the package
+// documentation for the versioning rule.
+const Schema = "sourcewatch.alert.v1"
+
+// DefaultMass is the probability mass the monitor's credible set holds.
+const DefaultMass = 0.9
+
+// Status is where an incident is in its lifecycle.
+type Status string
+
+// The lifecycle: an incident fires once, is updated each time its source set
+// changes, and resolves once.
+const (
+	Firing   Status = "firing"
+	Updated  Status = "updated"
+	Resolved Status = "resolved"
+)
+
+// Source is one ranked suspect.
+type Source struct {
+	Node        string  `json:"node"`
+	Score       float64 `json:"score"`
+	Probability float64 `json:"probability"`
+}
+
+// Window is the observation window an alert was computed from.
+type Window struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+}
+
+// ModelRef names what produced an alert's sources.
+type ModelRef struct {
+	Bundle         string `json:"bundle"`
+	Forward        string `json:"forward"`
+	ForwardVersion string `json:"forward_version"`
+}
+
+// Alert is one published message on <prefix>.alerts.<graph>.
+type Alert struct {
+	Schema      string    `json:"schema"`
+	ID          string    `json:"id"`
+	Fingerprint string    `json:"fingerprint"`
+	Status      Status    `json:"status"`
+	Graph       string    `json:"graph"`
+	Window      Window    `json:"window"`
+	Infected    int       `json:"infected"`
+	Sources     []Source  `json:"sources"`
+	CredibleSet []string  `json:"credible_set"`
+	Threshold   float64   `json:"threshold"`
+	Model       ModelRef  `json:"model"`
+	InferenceMS float64   `json:"inference_ms"`
+	Seq         uint64    `json:"seq"`
+	ObservedAt  time.Time `json:"observed_at"`
+}
+
+// Observation is one inference result for a graph, as the monitor hands it
+// to the Tracker. Sources is the ranked source set: its node ids are what
+// decides whether an open incident changed.
+type Observation struct {
+	Graph       string
+	Window      Window
+	Infected    int
+	Sources     []Source
+	Threshold   float64
+	Model       ModelRef
+	InferenceMS float64
+}
+
+// utc normalizes every time in a to UTC and replaces nil slices by empty
+// ones, so that the JSON form is RFC 3339 UTC with [] rather than null.
+func (a Alert) utc() Alert {
+	a.Window.From = a.Window.From.UTC()
+	a.Window.To = a.Window.To.UTC()
+	a.ObservedAt = a.ObservedAt.UTC()
+	if a.Sources == nil {
+		a.Sources = []Source{}
+	}
+	if a.CredibleSet == nil {
+		a.CredibleSet = []string{}
+	}
+	return a
+}
+
+// CredibleSet returns the node ids of the smallest prefix of sources, ranked
+// by probability descending (ties by score descending, then node id
+// ascending), whose probabilities sum to at least mass times the total:
+//
+//	k* = min{ k : sum_{i<=k} p_(i) >= mass * sum_i p_i }
+//
+// Negative and NaN probabilities count as 0. An empty or all-zero total, or
+// mass <= 0 (or NaN), gives an empty set; mass above 1 is treated as 1.
+// The sources slice is not modified.
+func CredibleSet(sources []Source, mass float64) []string {
+	out := []string{}
+	if !(mass > 0) {
+		return out
+	}
+	mass = min(mass, 1)
+	ranked := slices.Clone(sources)
+	slices.SortStableFunc(ranked, func(a, b Source) int {
+		if c := cmp.Compare(prob(b), prob(a)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.Score, a.Score); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Node, b.Node)
+	})
+	var total float64
+	for _, s := range ranked {
+		total += prob(s)
+	}
+	if !(total > 0) || math.IsInf(total, 0) {
+		return out
+	}
+	// The tolerance keeps rounding from demanding one more (zero-probability)
+	// node when mass is 1 and the running sum lands an ulp short of total.
+	target := mass*total - 1e-12*total
+	var cum float64
+	for _, s := range ranked {
+		if cum >= target {
+			break
+		}
+		cum += prob(s)
+		out = append(out, s.Node)
+	}
+	return out
+}
+
+func prob(s Source) float64 {
+	if s.Probability > 0 {
+		return s.Probability
+	}
+	return 0
+}

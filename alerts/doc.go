@@ -1,0 +1,55 @@
+// Package alerts defines sourcewatch's alert schema and lifecycle, and
+// publishes and tails alerts on NATS JetStream.
+//
+// # Schema
+//
+// An alert is one JSON object on the subject <prefix>.alerts.<graph>
+// (prefix "sourcewatch" by default), kept in the JetStream stream
+// SOURCEWATCH_ALERTS so that a late subscriber can replay it. Times are
+// RFC 3339 in UTC.
+//
+//	{
+//	  "schema": "sourcewatch.alert.v1",
+//	  "id": "<fingerprint>-<seq>",            unique per published alert
+//	  "fingerprint": "<32 hex>",              one per incident
+//	  "status": "firing" | "updated" | "resolved",
+//	  "graph": "jazz",
+//	  "window": {"from": "...Z", "to": "...Z"},
+//	  "infected": 57,                          infected nodes in the window
+//	  "sources": [{"node": "12", "score": 3.1, "probability": 0.41}, ...],
+//	  "credible_set": ["12", "7"],             see CredibleSet, mass 0.9
+//	  "threshold": 0.5,                        score cut that chose the sources
+//	  "model": {"bundle": "...", "forward": "si", "forward_version": "1.0.0"},
+//	  "inference_ms": 12.5,
+//	  "seq": 1,                                per incident: 1 = firing
+//	  "observed_at": "...Z"
+//	}
+//
+// Sources are ranked as the model ranked them; they are the source set. The
+// credible set is the smallest prefix of the sources ranked by probability
+// holding 90% of their total probability.
+//
+// # Lifecycle
+//
+// Per graph there is at most one open incident. The first observation opens
+// it and publishes "firing" with seq 1; a later observation whose source set
+// (the node ids, order-insensitive) differs publishes "updated" with the next
+// seq; an observation with the same set publishes nothing. Resolve publishes
+// "resolved" with the next seq and closes the incident; the next observation
+// opens a new incident with a new fingerprint.
+//
+// The fingerprint hashes the graph, the time the incident first fired and the
+// graph's incident number (see Fingerprint), so it is stable across the
+// incident's updates and its resolve. The id, fingerprint + "-" + seq, is
+// also the Nats-Msg-Id, so JetStream drops a republish after a crash (within
+// the stream's duplicate window). The Tracker's state is saved with
+// MarshalJSON and restored with UnmarshalJSON across restarts.
+//
+// # Versioning
+//
+// The schema field names the version. Additive changes (a new field) keep
+// sourcewatch.alert.v1, so consumers must ignore fields they do not know. Removing, renaming or
+// changing the meaning or type of a field bumps the version
+// (sourcewatch.alert.v2). Tail rejects alerts of another version rather than
+// misreading them.
+package alerts

@@ -1,0 +1,262 @@
+package alerts
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ErrState is returned (wrapped) by Tracker.UnmarshalJSON for a snapshot it
+// cannot restore.
+var ErrState = errors.New("alerts: bad tracker state")
+
+// stateSchema versions the Tracker snapshot, independently of the alert
+// schema.
+const stateSchema = "sourcewatch.alert-tracker.v1"
+
+// Tracker turns a stream of observations per graph into the alert lifecycle.
+// Per graph it holds at most one open incident. Seq counts the alerts
+// published for one incident: 1 for firing, then +1 per update and for the
+// resolve; a new incident starts again at 1 with a new fingerprint.
+//
+// A Tracker is safe for concurrent use.
+type Tracker struct {
+	now func() time.Time
+
+	mu     sync.Mutex
+	graphs map[string]*graphState
+}
+
+type graphState struct {
+	// Incidents counts incidents ever opened for the graph; it goes into the
+	// fingerprint so that two incidents that fire at the same instant (a
+	// coarse or injected clock) still differ.
+	Incidents uint64 `json:"incidents"`
+	// Open is the open incident's latest state: the fields of its last
+	// published alert (status, seq, id) with the latest observation's data.
+	Open *Alert `json:"open,omitempty"`
+}
+
+// NewTracker returns an empty Tracker that stamps alerts with now (time.Now
+// when nil).
+func NewTracker(now func() time.Time) *Tracker {
+	if now == nil {
+		now = time.Now
+	}
+	return &Tracker{now: now, graphs: map[string]*graphState{}}
+}
+
+func (t *Tracker) init() {
+	if t.now == nil {
+		t.now = time.Now
+	}
+	if t.graphs == nil {
+		t.graphs = map[string]*graphState{}
+	}
+}
+
+// Fingerprint identifies an incident: the hex of the first 16 bytes of
+//
+//	SHA-256(graph || 0x00 || firstFired as RFC 3339 nanoseconds UTC || 0x00 || n)
+//
+// where n numbers the graph's incidents from 1. It stays the same across
+// the incident's updates and its resolve.
+func Fingerprint(graph string, firstFired time.Time, n uint64) string {
+	h := sha256.New()
+	h.Write([]byte(graph))
+	h.Write([]byte{0})
+	h.Write([]byte(firstFired.UTC().Format(time.RFC3339Nano)))
+	h.Write([]byte{0})
+	h.Write([]byte(strconv.FormatUint(n, 10)))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// ID is the identity of one published alert: fingerprint + "-" + seq. It is
+// also the Nats-Msg-Id the Publisher sends, so a republish deduplicates.
+func ID(fingerprint string, seq uint64) string {
+	return fingerprint + "-" + strconv.FormatUint(seq, 10)
+}
+
+// Observe records an inference result. It reports true, with the alert to
+// publish, when the observation opens an incident (Firing) or changes the
+// open incident's source set — the node ids of o.Sources, order and scores
+// ignored (Updated). Otherwise it returns false with the incident's current
+// state (last published status, seq and id, latest data) and publishes
+// nothing; the latest data is still remembered for a later resolve.
+func (t *Tracker) Observe(o Observation) (Alert, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.init()
+	now := t.now().UTC()
+	gs := t.graphs[o.Graph]
+	if gs == nil {
+		gs = &graphState{}
+		t.graphs[o.Graph] = gs
+	}
+	a := Alert{
+		Schema:      Schema,
+		Graph:       o.Graph,
+		Window:      o.Window,
+		Infected:    o.Infected,
+		Sources:     slices.Clone(o.Sources),
+		CredibleSet: CredibleSet(o.Sources, DefaultMass),
+		Threshold:   o.Threshold,
+		Model:       o.Model,
+		InferenceMS: o.InferenceMS,
+		ObservedAt:  now,
+	}
+	if gs.Open == nil {
+		gs.Incidents++
+		a.Fingerprint = Fingerprint(o.Graph, now, gs.Incidents)
+		a.Status = Firing
+		a.Seq = 1
+		a.ID = ID(a.Fingerprint, a.Seq)
+		a = a.utc()
+		gs.Open = &a
+		return cloneAlert(a), true
+	}
+	prev := gs.Open
+	a.Fingerprint = prev.Fingerprint
+	if sameSet(prev.Sources, o.Sources) {
+		a.Status, a.Seq, a.ID = prev.Status, prev.Seq, prev.ID
+		a = a.utc()
+		gs.Open = &a
+		return cloneAlert(a), false
+	}
+	a.Status = Updated
+	a.Seq = prev.Seq + 1
+	a.ID = ID(a.Fingerprint, a.Seq)
+	a = a.utc()
+	gs.Open = &a
+	return cloneAlert(a), true
+}
+
+// Resolve closes the graph's open incident, reporting true with the Resolved
+// alert to publish; it carries the incident's latest sources and model with
+// the given window and infected count. Without an open incident it returns
+// false and a zero Alert.
+func (t *Tracker) Resolve(graph string, w Window, infected int) (Alert, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.init()
+	gs := t.graphs[graph]
+	if gs == nil || gs.Open == nil {
+		return Alert{}, false
+	}
+	a := cloneAlert(*gs.Open)
+	a.Status = Resolved
+	a.Seq++
+	a.ID = ID(a.Fingerprint, a.Seq)
+	a.Window = w
+	a.Infected = infected
+	a.ObservedAt = t.now()
+	gs.Open = nil
+	return a.utc(), true
+}
+
+// Open returns the graph's open incident as Observe last left it, and
+// whether there is one.
+func (t *Tracker) Open(graph string) (Alert, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gs := t.graphs[graph]
+	if gs == nil || gs.Open == nil {
+		return Alert{}, false
+	}
+	return cloneAlert(*gs.Open), true
+}
+
+type trackerState struct {
+	Schema string                 `json:"schema"`
+	Graphs map[string]*graphState `json:"graphs"`
+}
+
+// MarshalJSON snapshots the tracker (open incidents and incident counters)
+// so that a restarted monitor continues the same incidents.
+func (t *Tracker) MarshalJSON() ([]byte, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.init()
+	return json.Marshal(trackerState{Schema: stateSchema, Graphs: t.graphs})
+}
+
+// UnmarshalJSON replaces the tracker's state with a MarshalJSON snapshot.
+// The clock is kept.
+func (t *Tracker) UnmarshalJSON(data []byte) error {
+	var s trackerState
+	if err := json.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("%w: %w", ErrState, err)
+	}
+	if s.Schema != stateSchema {
+		return fmt.Errorf("%w: schema %q, want %q", ErrState, s.Schema, stateSchema)
+	}
+	for name, gs := range s.Graphs {
+		if gs == nil {
+			return fmt.Errorf("%w: graph %q: null state", ErrState, name)
+		}
+		if o := gs.Open; o != nil {
+			switch {
+			case o.Graph != name:
+				return fmt.Errorf("%w: graph %q: open incident names graph %q", ErrState, name, o.Graph)
+			case o.Fingerprint == "" || o.Seq == 0:
+				return fmt.Errorf("%w: graph %q: open incident without fingerprint or seq", ErrState, name)
+			case o.Status != Firing && o.Status != Updated:
+				return fmt.Errorf("%w: graph %q: open incident has status %q", ErrState, name, o.Status)
+			}
+		}
+	}
+	if s.Graphs == nil {
+		s.Graphs = map[string]*graphState{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.init()
+	t.graphs = s.Graphs
+	return nil
+}
+
+// Graphs returns the names of graphs with an open incident, sorted.
+func (t *Tracker) Graphs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(t.graphs)) {
+		if t.graphs[name].Open != nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func sameSet(a, b []Source) bool {
+	sa := make(map[string]struct{}, len(a))
+	for _, s := range a {
+		sa[s.Node] = struct{}{}
+	}
+	sb := make(map[string]struct{}, len(b))
+	for _, s := range b {
+		sb[s.Node] = struct{}{}
+	}
+	if len(sa) != len(sb) {
+		return false
+	}
+	for n := range sa {
+		if _, ok := sb[n]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func cloneAlert(a Alert) Alert {
+	a.Sources = slices.Clone(a.Sources)
+	a.CredibleSet = slices.Clone(a.CredibleSet)
+	return a
+}

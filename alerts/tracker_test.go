@@ -1,0 +1,378 @@
+package alerts
+
+import (
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// clock is a settable injected clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func src(nodes ...string) []Source {
+	out := make([]Source, len(nodes))
+	for i, n := range nodes {
+		out[i] = Source{Node: n, Score: float64(len(nodes) - i), Probability: 1 / float64(len(nodes))}
+	}
+	return out
+}
+
+func obs(graph string, nodes ...string) Observation {
+	from := time.Date(2026, 1, 2, 3, 0, 0, 0, time.FixedZone("X", 3600))
+	return Observation{
+		Graph: graph, Window: Window{From: from, To: from.Add(time.Hour)}, Infected: 10,
+		Sources: src(nodes...), Threshold: 0.5, Model: ModelRef{Bundle: "b", Forward: "si", ForwardVersion: "1"},
+		InferenceMS: 3,
+	}
+}
+
+func TestTrackerLifecycle(t *testing.T) {
+	type step struct {
+		resolve  bool
+		graph    string
+		nodes    []string
+		publish  bool
+		status   Status
+		seq      uint64
+		incident int // which incident (0-based, in order of firing) the alert belongs to
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"fire once, same set is quiet", []step{
+			{graph: "g", nodes: []string{"a", "b"}, publish: true, status: Firing, seq: 1, incident: 0},
+			{graph: "g", nodes: []string{"a", "b"}, publish: false, status: Firing, seq: 1, incident: 0},
+		}},
+		{"reordered set is the same set", []step{
+			{graph: "g", nodes: []string{"a", "b", "c"}, publish: true, status: Firing, seq: 1},
+			{graph: "g", nodes: []string{"c", "a", "b"}, publish: false, status: Firing, seq: 1},
+		}},
+		{"changed set updates, then resolve", []step{
+			{graph: "g", nodes: []string{"a"}, publish: true, status: Firing, seq: 1},
+			{graph: "g", nodes: []string{"a", "b"}, publish: true, status: Updated, seq: 2},
+			{graph: "g", nodes: []string{"b", "a"}, publish: false, status: Updated, seq: 2},
+			{graph: "g", nodes: []string{"b"}, publish: true, status: Updated, seq: 3},
+			{resolve: true, graph: "g", publish: true, status: Resolved, seq: 4},
+		}},
+		{"resolve without incident", []step{
+			{resolve: true, graph: "g", publish: false},
+		}},
+		{"double resolve", []step{
+			{graph: "g", nodes: []string{"a"}, publish: true, status: Firing, seq: 1},
+			{resolve: true, graph: "g", publish: true, status: Resolved, seq: 2},
+			{resolve: true, graph: "g", publish: false},
+		}},
+		{"refire after resolve is a new incident", []step{
+			{graph: "g", nodes: []string{"a"}, publish: true, status: Firing, seq: 1, incident: 0},
+			{resolve: true, graph: "g", publish: true, status: Resolved, seq: 2, incident: 0},
+			{graph: "g", nodes: []string{"a"}, publish: true, status: Firing, seq: 1, incident: 1},
+		}},
+		{"graphs are independent", []step{
+			{graph: "g", nodes: []string{"a"}, publish: true, status: Firing, seq: 1, incident: 0},
+			{graph: "h", nodes: []string{"a"}, publish: true, status: Firing, seq: 1, incident: 1},
+			{resolve: true, graph: "h", publish: true, status: Resolved, seq: 2, incident: 1},
+			{graph: "g", nodes: []string{"b"}, publish: true, status: Updated, seq: 2, incident: 0},
+		}},
+		{"empty source set fires and updates", []step{
+			{graph: "g", publish: true, status: Firing, seq: 1},
+			{graph: "g", nodes: []string{"a"}, publish: true, status: Updated, seq: 2},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// A clock that never moves: fingerprints must still differ per incident.
+			c := &clock{t: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)}
+			tr := NewTracker(c.now)
+			var fingerprints []string
+			ids := map[string]bool{}
+			for i, s := range tt.steps {
+				var a Alert
+				var ok bool
+				if s.resolve {
+					a, ok = tr.Resolve(s.graph, Window{}, 2)
+				} else {
+					a, ok = tr.Observe(obs(s.graph, s.nodes...))
+				}
+				require.Equal(t, s.publish, ok, "step %d", i)
+				if s.resolve && !ok {
+					require.Equal(t, Alert{}, a, "step %d", i)
+					continue
+				}
+				require.Equal(t, s.status, a.Status, "step %d", i)
+				require.Equal(t, s.seq, a.Seq, "step %d", i)
+				require.Equal(t, Schema, a.Schema)
+				require.Equal(t, s.graph, a.Graph)
+				require.Equal(t, ID(a.Fingerprint, a.Seq), a.ID)
+				if s.incident == len(fingerprints) {
+					require.NotContains(t, fingerprints, a.Fingerprint, "step %d: new incident must get a new fingerprint", i)
+					fingerprints = append(fingerprints, a.Fingerprint)
+				}
+				require.Equal(t, fingerprints[s.incident], a.Fingerprint, "step %d", i)
+				if ok {
+					require.False(t, ids[a.ID], "step %d: id %s published twice", i, a.ID)
+					ids[a.ID] = true
+				}
+				if !s.resolve {
+					require.ElementsMatch(t, s.nodes, nodeIDs(a.Sources))
+				}
+				c.add(time.Second)
+			}
+		})
+	}
+}
+
+func nodeIDs(ss []Source) []string {
+	out := []string{}
+	for _, s := range ss {
+		out = append(out, s.Node)
+	}
+	return out
+}
+
+func TestTrackerRemembersLatest(t *testing.T) {
+	c := &clock{t: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)}
+	tr := NewTracker(c.now)
+	_, ok := tr.Observe(obs("g", "a", "b"))
+	require.True(t, ok)
+
+	// Same set, new scores and model: nothing to publish, but the resolve
+	// must carry the latest data.
+	o := obs("g", "b", "a")
+	o.Sources[0].Probability, o.Sources[1].Probability = 0.95, 0.05
+	o.Model.Bundle = "b2"
+	o.InferenceMS = 42
+	c.add(time.Minute)
+	a, ok := tr.Observe(o)
+	require.False(t, ok)
+	require.Equal(t, []string{"b"}, a.CredibleSet)
+	require.Equal(t, c.now(), a.ObservedAt)
+
+	c.add(time.Minute)
+	w := Window{From: c.now().Add(-time.Hour), To: c.now()}
+	r, ok := tr.Resolve("g", w, 1)
+	require.True(t, ok)
+	require.Equal(t, Resolved, r.Status)
+	require.Equal(t, uint64(2), r.Seq)
+	require.Equal(t, o.Sources, r.Sources)
+	require.Equal(t, []string{"b"}, r.CredibleSet)
+	require.Equal(t, "b2", r.Model.Bundle)
+	require.Equal(t, 42.0, r.InferenceMS)
+	require.Equal(t, 1, r.Infected)
+	require.Equal(t, w, r.Window)
+	require.Equal(t, c.now(), r.ObservedAt)
+	_, open := tr.Open("g")
+	require.False(t, open)
+}
+
+func TestTrackerTimesUTC(t *testing.T) {
+	zone := time.FixedZone("Y", -5*3600)
+	tr := NewTracker(func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, zone) })
+	a, ok := tr.Observe(obs("g", "a"))
+	require.True(t, ok)
+	for _, tm := range []time.Time{a.ObservedAt, a.Window.From, a.Window.To} {
+		require.Equal(t, time.UTC, tm.Location())
+	}
+	b, err := json.Marshal(a)
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	require.Equal(t, "2026-01-01T05:00:00Z", m["observed_at"])
+	require.Equal(t, map[string]any{"from": "2026-01-02T02:00:00Z", "to": "2026-01-02T03:00:00Z"}, m["window"])
+	for _, k := range []string{"schema", "id", "fingerprint", "status", "graph", "window", "infected", "sources",
+		"credible_set", "threshold", "model", "inference_ms", "seq", "observed_at"} {
+		require.Contains(t, m, k)
+	}
+	require.Len(t, m, 14)
+	require.Equal(t, map[string]any{"bundle": "b", "forward": "si", "forward_version": "1"}, m["model"])
+	require.Equal(t, map[string]any{"node": "a", "score": 1.0, "probability": 1.0}, m["sources"].([]any)[0])
+}
+
+func TestTrackerDoesNotAlias(t *testing.T) {
+	tr := NewTracker(nil)
+	o := obs("g", "a", "b")
+	a, ok := tr.Observe(o)
+	require.True(t, ok)
+	o.Sources[0].Node = "z"
+	a.Sources[1].Node = "y"
+	got, open := tr.Open("g")
+	require.True(t, open)
+	require.Equal(t, []string{"a", "b"}, nodeIDs(got.Sources))
+}
+
+func TestTrackerSnapshotRestart(t *testing.T) {
+	c := &clock{t: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)}
+	tr := NewTracker(c.now)
+	f1, _ := tr.Observe(obs("g", "a"))
+	u, _ := tr.Observe(obs("g", "a", "b"))
+	tr.Observe(obs("h", "x"))
+	tr.Resolve("h", Window{}, 0)
+
+	snap, err := json.Marshal(tr)
+	require.NoError(t, err)
+
+	// A restarted monitor: same clock instant on purpose, so only the
+	// restored incident counter keeps h's next fingerprint new.
+	tr2 := NewTracker(c.now)
+	require.NoError(t, json.Unmarshal(snap, tr2))
+	require.Equal(t, []string{"g"}, tr2.Graphs())
+
+	a, ok := tr2.Observe(obs("g", "b", "a"))
+	require.False(t, ok, "same set after restart must not republish")
+	require.Equal(t, u.ID, a.ID)
+	r, ok := tr2.Resolve("g", Window{}, 0)
+	require.True(t, ok)
+	require.Equal(t, f1.Fingerprint, r.Fingerprint)
+	require.Equal(t, uint64(3), r.Seq)
+
+	h, ok := tr2.Observe(obs("h", "x"))
+	require.True(t, ok)
+	require.Equal(t, Firing, h.Status)
+	hOld, _ := tr.Resolve("h", Window{}, 0) // closed already in tr: zero
+	require.Empty(t, hOld.Fingerprint)
+	require.NotEqual(t, Fingerprint("h", c.now(), 1), h.Fingerprint)
+	require.Equal(t, Fingerprint("h", c.now(), 2), h.Fingerprint)
+
+	// The snapshot round-trips exactly.
+	again, err := json.Marshal(tr2)
+	require.NoError(t, err)
+	tr3 := NewTracker(c.now)
+	require.NoError(t, tr3.UnmarshalJSON(again))
+	again2, err := tr3.MarshalJSON()
+	require.NoError(t, err)
+	require.JSONEq(t, string(again), string(again2))
+}
+
+func TestTrackerUnmarshalErrors(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"not json", `{`, "unexpected end"},
+		{"wrong schema", `{"schema":"other","graphs":{}}`, `schema "other"`},
+		{"null graph", `{"schema":"sourcewatch.alert-tracker.v1","graphs":{"g":null}}`, `graph "g": null state`},
+		{"graph mismatch", `{"schema":"sourcewatch.alert-tracker.v1","graphs":{"g":{"incidents":1,"open":{"graph":"h","fingerprint":"f","seq":1,"status":"firing"}}}}`, `open incident names graph "h"`},
+		{"no seq", `{"schema":"sourcewatch.alert-tracker.v1","graphs":{"g":{"incidents":1,"open":{"graph":"g","fingerprint":"f","status":"firing"}}}}`, "without fingerprint or seq"},
+		{"resolved open", `{"schema":"sourcewatch.alert-tracker.v1","graphs":{"g":{"incidents":1,"open":{"graph":"g","fingerprint":"f","seq":2,"status":"resolved"}}}}`, `status "resolved"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr := NewTracker(nil)
+			tr.Observe(obs("keep", "a"))
+			err := tr.UnmarshalJSON([]byte(tt.in))
+			require.ErrorIs(t, err, ErrState)
+			require.ErrorContains(t, err, tt.want)
+			require.Equal(t, []string{"keep"}, tr.Graphs(), "a failed restore must leave the state alone")
+		})
+	}
+}
+
+func TestTrackerConcurrent(t *testing.T) {
+	tr := NewTracker(nil)
+	var wg sync.WaitGroup
+	published := make([]int, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				g := []string{"g0", "g1"}[i%2]
+				if _, ok := tr.Observe(obs(g, []string{"a", "b", "c"}[i%3])); ok {
+					published[w]++
+				}
+				if i%50 == 49 {
+					tr.Resolve(g, Window{}, 0)
+				}
+				_, _ = tr.MarshalJSON()
+			}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range published {
+		total += n
+	}
+	require.Positive(t, total)
+}
+
+func TestCredibleSet(t *testing.T) {
+	s := func(node string, score, p float64) Source { return Source{Node: node, Score: score, Probability: p} }
+	tests := []struct {
+		name    string
+		sources []Source
+		mass    float64
+		want    []string
+	}{
+		{"nil", nil, 0.9, []string{}},
+		{"all zero", []Source{s("a", 1, 0), s("b", 2, 0)}, 0.9, []string{}},
+		{"negative counts as zero", []Source{s("a", 1, -1), s("b", 0, 0.5)}, 0.9, []string{"b"}},
+		{"single", []Source{s("a", 1, 0.3)}, 0.9, []string{"a"}},
+		{"sorted by probability not input order", []Source{s("a", 9, 0.1), s("b", 1, 0.6), s("c", 2, 0.3)}, 0.9, []string{"b", "c"}},
+		{"exactly at mass stops", []Source{s("a", 0, 0.45), s("b", 0, 0.45), s("c", 0, 0.1)}, 0.9, []string{"a", "b"}},
+		{"just below mass takes one more", []Source{s("a", 0, 0.45), s("b", 0, 0.44), s("c", 0, 0.11)}, 0.9, []string{"a", "b", "c"}},
+		{"relative to total, not 1", []Source{s("a", 0, 4), s("b", 0, 5), s("c", 0, 1)}, 0.9, []string{"b", "a"}},
+		{"tie broken by score", []Source{s("a", 1, 0.5), s("b", 2, 0.5)}, 0.5, []string{"b"}},
+		{"tie broken by node id", []Source{s("b", 1, 0.5), s("a", 1, 0.5)}, 0.5, []string{"a"}},
+		{"mass 1 skips zero tail", []Source{s("a", 0, 0.1), s("b", 0, 0.2), s("c", 0, 0.7), s("d", 0, 0)}, 1, []string{"c", "b", "a"}},
+		{"mass above 1 is 1", []Source{s("a", 0, 0.5), s("b", 0, 0.5), s("z", 0, 0)}, 7, []string{"a", "b"}},
+		{"mass 0 is empty", []Source{s("a", 0, 1)}, 0, []string{}},
+		{"mass NaN is empty", []Source{s("a", 0, 1)}, nan(), []string{}},
+		{"NaN probability counts as zero", []Source{s("a", 0, nan()), s("b", 0, 0.2)}, 0.9, []string{"b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := append([]Source(nil), tt.sources...)
+			got := CredibleSet(tt.sources, tt.mass)
+			require.Equal(t, tt.want, got)
+			require.Equal(t, nodeIDs(in), nodeIDs(tt.sources), "input must not be reordered")
+		})
+	}
+}
+
+// TestCredibleSetMinimal checks the defining property on many random
+// inputs: the set holds the mass, and dropping its last member does not.
+func TestCredibleSetMinimal(t *testing.T) {
+	for seed := range uint64(200) {
+		r := newRand(seed)
+		n := 1 + r.IntN(20)
+		ss := make([]Source, n)
+		var total float64
+		for i := range ss {
+			ss[i] = Source{Node: string(rune('a' + i)), Score: r.Float64(), Probability: r.Float64()}
+			total += ss[i].Probability
+		}
+		mass := r.Float64()
+		got := CredibleSet(ss, mass)
+		byNode := map[string]float64{}
+		for _, s := range ss {
+			byNode[s.Node] = s.Probability
+		}
+		var sum, last float64
+		for _, node := range got {
+			sum += byNode[node]
+			last = byNode[node]
+		}
+		require.GreaterOrEqual(t, sum, mass*total*(1-1e-9), "seed %d", seed)
+		require.Less(t, sum-last, mass*total, "seed %d: not minimal", seed)
+		// Every member is at least as probable as every non-member.
+		in := map[string]bool{}
+		for _, node := range got {
+			in[node] = true
+		}
+		for _, s := range ss {
+			if !in[s.Node] && len(got) > 0 {
+				require.LessOrEqual(t, s.Probability, last, "seed %d", seed)
+			}
+		}
+	}
+}
