@@ -1,0 +1,371 @@
+package monitor
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/viper"
+)
+
+// ErrConfig is wrapped by every configuration validation error.
+var ErrConfig = errors.New("invalid config")
+
+// Config is the daemon's configuration. Zero values of optional fields
+// are filled by Load and DefaultConfig; Validate checks the result.
+type Config struct {
+	NATS     NATSConfig    `mapstructure:"nats"`
+	Subjects SubjectConfig `mapstructure:"subjects"`
+	Graphs   []GraphConfig `mapstructure:"graphs"`
+	// PluginDir holds the forward plugin binaries.
+	PluginDir string `mapstructure:"plugin_dir"`
+	// Workers bounds concurrent inferences across all graphs.
+	Workers int        `mapstructure:"workers"`
+	HTTP    HTTPConfig `mapstructure:"http"`
+	// DataDir holds the embedded server's JetStream store (DataDir/nats).
+	DataDir string `mapstructure:"data_dir"`
+	// SnapshotInterval is how often windows are written to KV.
+	SnapshotInterval time.Duration `mapstructure:"snapshot_interval"`
+	// MaxEventBytes is the largest message accepted (too_large beyond).
+	MaxEventBytes int `mapstructure:"max_event_bytes"`
+	// MaxFutureSkew is how far in the future an event time may be
+	// (future_ts beyond).
+	MaxFutureSkew time.Duration `mapstructure:"max_future_skew"`
+	Events        EventsConfig  `mapstructure:"events"`
+}
+
+// NATSConfig says where NATS is. An empty URL starts an embedded server.
+type NATSConfig struct {
+	URL      string    `mapstructure:"url"`
+	Creds    string    `mapstructure:"creds"`
+	NKey     string    `mapstructure:"nkey"` // file holding an nkey seed
+	User     string    `mapstructure:"user"`
+	Password string    `mapstructure:"password"`
+	TLS      TLSConfig `mapstructure:"tls"`
+	// Listen is the embedded server's client address, host:port. "-1" or
+	// port -1 means no listener (in-process clients only); port 0 picks a
+	// free port.
+	Listen string `mapstructure:"listen"`
+}
+
+// TLSConfig holds PEM file paths for a TLS connection to NATS.
+type TLSConfig struct {
+	Cert string `mapstructure:"cert"`
+	Key  string `mapstructure:"key"`
+	CA   string `mapstructure:"ca"`
+}
+
+// SubjectConfig holds the subject prefix: events on <prefix>.events.<graph>,
+// alerts on <prefix>.alerts.<graph>, dead letters on <prefix>.deadletter.
+type SubjectConfig struct {
+	Prefix string `mapstructure:"prefix"`
+}
+
+// HTTPConfig is the health and metrics listener.
+type HTTPConfig struct {
+	// Addr is host:port; empty disables HTTP.
+	Addr string `mapstructure:"addr"`
+}
+
+// EventsConfig limits the SOURCEWATCH_EVENTS stream. Zero or negative
+// means unlimited. The stream must keep events at least as long as one
+// snapshot interval, or a restart cannot replay them.
+type EventsConfig struct {
+	MaxAge   time.Duration `mapstructure:"max_age"`
+	MaxBytes int64         `mapstructure:"max_bytes"`
+	MaxMsgs  int64         `mapstructure:"max_msgs"`
+	Replicas int           `mapstructure:"replicas"`
+}
+
+// GraphConfig is one monitored graph. The localize adapter reads the
+// bundle and forward fields; the monitor reads the rest.
+type GraphConfig struct {
+	// Name is the graph's subject token: events on <prefix>.events.<Name>.
+	Name     string `mapstructure:"name"`
+	Edges    string `mapstructure:"edges"`
+	Directed bool   `mapstructure:"directed"`
+	Bundle   string `mapstructure:"bundle"`
+	// Forward overrides the plugin name recorded in the bundle.
+	Forward         string            `mapstructure:"forward"`
+	ForwardParams   map[string]string `mapstructure:"forward_params"`
+	ForwardChecksum string            `mapstructure:"forward_checksum"` // hex SHA-256 of the plugin binary
+	AllowUnverified bool              `mapstructure:"allow_unverified"`
+	// Window is how long an infection counts.
+	Window time.Duration `mapstructure:"window"`
+	// Decay, when > 0, weighs an infection of age a by exp(-a/Decay).
+	Decay time.Duration `mapstructure:"decay"`
+	// Interval is how often the graph is considered for inference.
+	Interval time.Duration `mapstructure:"interval"`
+	// MinChanges is how many window changes since the last inference
+	// trigger a new one.
+	MinChanges int `mapstructure:"min_changes"`
+	// MinInfected is the fewest infected nodes worth localizing; below it
+	// an open incident resolves.
+	MinInfected int `mapstructure:"min_infected"`
+	// Restarts bounds how often the forward plugin is relaunched.
+	Restarts int `mapstructure:"restarts"`
+}
+
+// Defaults for keys the configuration leaves out.
+const (
+	DefaultPrefix           = "sourcewatch"
+	DefaultListen           = "127.0.0.1:4222"
+	DefaultHTTPAddr         = "127.0.0.1:7070"
+	DefaultPluginDir        = "bin"
+	DefaultDataDir          = "data"
+	DefaultWindow           = time.Hour
+	DefaultInterval         = 10 * time.Second
+	DefaultSnapshotInterval = 30 * time.Second
+	DefaultMaxEventBytes    = 1 << 20
+	DefaultMaxFutureSkew    = time.Minute
+	DefaultEventsMaxAge     = 24 * time.Hour
+	DefaultMinChanges       = 1
+	DefaultMinInfected      = 1
+	DefaultRestarts         = 3
+	DefaultWorkers          = 2
+)
+
+// DefaultConfig is a configuration with every default and no graphs.
+func DefaultConfig() Config {
+	return Config{
+		NATS:             NATSConfig{Listen: DefaultListen},
+		Subjects:         SubjectConfig{Prefix: DefaultPrefix},
+		PluginDir:        DefaultPluginDir,
+		Workers:          DefaultWorkers,
+		HTTP:             HTTPConfig{Addr: DefaultHTTPAddr},
+		DataDir:          DefaultDataDir,
+		SnapshotInterval: DefaultSnapshotInterval,
+		MaxEventBytes:    DefaultMaxEventBytes,
+		MaxFutureSkew:    DefaultMaxFutureSkew,
+		Events:           EventsConfig{MaxAge: DefaultEventsMaxAge, Replicas: 1},
+	}
+}
+
+// DefaultGraphConfig is a graph configuration with every default.
+func DefaultGraphConfig(name string) GraphConfig {
+	return GraphConfig{
+		Name:        name,
+		Window:      DefaultWindow,
+		Interval:    DefaultInterval,
+		MinChanges:  DefaultMinChanges,
+		MinInfected: DefaultMinInfected,
+		Restarts:    DefaultRestarts,
+	}
+}
+
+// scalarDefaults are registered with viper so SOURCEWATCH_* environment
+// variables reach Unmarshal for every scalar key, not only those present
+// in the file.
+func scalarDefaults() map[string]any {
+	d := DefaultConfig()
+	return map[string]any{
+		"nats.url":          "",
+		"nats.creds":        "",
+		"nats.nkey":         "",
+		"nats.user":         "",
+		"nats.password":     "",
+		"nats.tls.cert":     "",
+		"nats.tls.key":      "",
+		"nats.tls.ca":       "",
+		"nats.listen":       d.NATS.Listen,
+		"subjects.prefix":   d.Subjects.Prefix,
+		"plugin_dir":        d.PluginDir,
+		"workers":           d.Workers,
+		"http.addr":         d.HTTP.Addr,
+		"data_dir":          d.DataDir,
+		"snapshot_interval": d.SnapshotInterval,
+		"max_event_bytes":   d.MaxEventBytes,
+		"max_future_skew":   d.MaxFutureSkew,
+		"events.max_age":    d.Events.MaxAge,
+		"events.max_bytes":  d.Events.MaxBytes,
+		"events.max_msgs":   d.Events.MaxMsgs,
+		"events.replicas":   d.Events.Replicas,
+	}
+}
+
+// Load builds a validated Config from v (a file already read, plus
+// SOURCEWATCH_* environment when v has AutomaticEnv with "." and "-"
+// replaced by "_": nats.url is SOURCEWATCH_NATS_URL). Keys a graph entry
+// leaves out take DefaultGraphConfig's values; keys present with a bad
+// value are reported by Validate, naming the key.
+func Load(v *viper.Viper) (Config, error) {
+	for k, val := range scalarDefaults() {
+		v.SetDefault(k, val)
+	}
+	var cfg Config
+	// viper's default decode hooks turn "10s" into a time.Duration.
+	if err := v.Unmarshal(&cfg); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	raw, _ := v.Get("graphs").([]any)
+	for i := range cfg.Graphs {
+		var keys map[string]any
+		if i < len(raw) {
+			keys, _ = raw[i].(map[string]any)
+		}
+		cfg.Graphs[i].fillDefaults(keys)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// fillDefaults sets the keys absent from the raw map, so an explicit zero
+// stays zero and Validate can reject it by name.
+func (g *GraphConfig) fillDefaults(keys map[string]any) {
+	d := DefaultGraphConfig(g.Name)
+	has := func(k string) bool {
+		for key := range keys {
+			if strings.EqualFold(key, k) {
+				return true
+			}
+		}
+		return false
+	}
+	if !has("window") {
+		g.Window = d.Window
+	}
+	if !has("interval") {
+		g.Interval = d.Interval
+	}
+	if !has("min_changes") {
+		g.MinChanges = d.MinChanges
+	}
+	if !has("min_infected") {
+		g.MinInfected = d.MinInfected
+	}
+	if !has("restarts") {
+		g.Restarts = d.Restarts
+	}
+}
+
+var graphName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+// Validate reports the first problem found, naming its key as in
+// "graphs[1].window: must be > 0".
+func (c Config) Validate() error {
+	bad := func(key, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrConfig, key, fmt.Sprintf(format, args...))
+	}
+	if c.NATS.URL == "" {
+		if _, err := parseListen(c.NATS.Listen); err != nil {
+			return bad("nats.listen", "%v", err)
+		}
+	}
+	if (c.NATS.TLS.Cert == "") != (c.NATS.TLS.Key == "") {
+		return bad("nats.tls", "cert and key go together")
+	}
+	if c.NATS.Password != "" && c.NATS.User == "" {
+		return bad("nats.password", "set without nats.user")
+	}
+	if c.Subjects.Prefix == "" || strings.ContainsAny(c.Subjects.Prefix, " \t*>") ||
+		strings.HasPrefix(c.Subjects.Prefix, ".") || strings.HasSuffix(c.Subjects.Prefix, ".") {
+		return bad("subjects.prefix", "want a subject prefix such as %q, got %q", DefaultPrefix, c.Subjects.Prefix)
+	}
+	if c.Workers <= 0 {
+		return bad("workers", "must be > 0, got %d", c.Workers)
+	}
+	if c.HTTP.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTP.Addr); err != nil {
+			return bad("http.addr", "%v", err)
+		}
+	}
+	if c.DataDir == "" {
+		return bad("data_dir", "must be set")
+	}
+	if c.SnapshotInterval <= 0 {
+		return bad("snapshot_interval", "must be > 0, got %v", c.SnapshotInterval)
+	}
+	if c.MaxEventBytes <= 0 {
+		return bad("max_event_bytes", "must be > 0, got %d", c.MaxEventBytes)
+	}
+	if c.MaxFutureSkew < 0 {
+		return bad("max_future_skew", "must be >= 0, got %v", c.MaxFutureSkew)
+	}
+	if c.Events.MaxAge > 0 && c.Events.MaxAge < c.SnapshotInterval {
+		return bad("events.max_age", "%v is shorter than snapshot_interval %v: a restart could not replay", c.Events.MaxAge, c.SnapshotInterval)
+	}
+	if c.Events.Replicas < 0 || c.Events.Replicas > 5 {
+		return bad("events.replicas", "must be in 0..5, got %d", c.Events.Replicas)
+	}
+	if len(c.Graphs) == 0 {
+		return bad("graphs", "at least one graph is needed")
+	}
+	seen := map[string]int{}
+	for i, g := range c.Graphs {
+		key := func(k string) string { return fmt.Sprintf("graphs[%d].%s", i, k) }
+		switch {
+		case g.Name == "":
+			return bad(key("name"), "must be set")
+		case !graphName.MatchString(g.Name):
+			return bad(key("name"), "%q: want letters, digits, '_' or '-' (it is a subject token)", g.Name)
+		}
+		if j, dup := seen[g.Name]; dup {
+			return bad(key("name"), "%q already used by graphs[%d]", g.Name, j)
+		}
+		seen[g.Name] = i
+		if g.Edges == "" {
+			return bad(key("edges"), "must be set")
+		}
+		if g.Bundle == "" {
+			return bad(key("bundle"), "must be set")
+		}
+		if g.ForwardChecksum != "" {
+			if len(g.ForwardChecksum) != 64 || strings.Trim(strings.ToLower(g.ForwardChecksum), "0123456789abcdef") != "" {
+				return bad(key("forward_checksum"), "want 64 hex digits (SHA-256)")
+			}
+		}
+		if g.Window <= 0 {
+			return bad(key("window"), "must be > 0, got %v", g.Window)
+		}
+		if g.Decay < 0 {
+			return bad(key("decay"), "must be >= 0, got %v", g.Decay)
+		}
+		if g.Interval <= 0 {
+			return bad(key("interval"), "must be > 0, got %v", g.Interval)
+		}
+		if g.MinChanges < 0 {
+			return bad(key("min_changes"), "must be >= 0, got %d", g.MinChanges)
+		}
+		if g.MinInfected < 1 {
+			return bad(key("min_infected"), "must be >= 1, got %d", g.MinInfected)
+		}
+		if g.Restarts < 0 {
+			return bad(key("restarts"), "must be >= 0, got %d", g.Restarts)
+		}
+	}
+	return nil
+}
+
+// listenAddr is a parsed nats.listen: off means no listener.
+type listenAddr struct {
+	host string
+	port int
+	off  bool
+}
+
+func parseListen(s string) (listenAddr, error) {
+	if s == "" {
+		s = DefaultListen
+	}
+	if s == "-1" {
+		return listenAddr{off: true}, nil
+	}
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return listenAddr{}, fmt.Errorf("want host:port or -1, got %q", s)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < -1 || port > 65535 {
+		return listenAddr{}, fmt.Errorf("bad port in %q", s)
+	}
+	if port == -1 {
+		return listenAddr{off: true}, nil
+	}
+	return listenAddr{host: host, port: port}, nil
+}

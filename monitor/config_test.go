@@ -1,0 +1,119 @@
+package monitor
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/viper"
+	"github.com/stretchr/testify/require"
+)
+
+func loadYAML(t *testing.T, yaml string, env map[string]string) (Config, error) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(yaml), 0o600))
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	v := viper.New()
+	v.SetEnvPrefix("SOURCEWATCH")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	v.AutomaticEnv()
+	v.SetConfigFile(path)
+	require.NoError(t, v.ReadInConfig())
+	return Load(v)
+}
+
+const minimalYAML = `
+graphs:
+  - name: karate
+    edges: karate.edges
+    bundle: karate.swb
+`
+
+func TestLoadDefaultsAndEnv(t *testing.T) {
+	cfg, err := loadYAML(t, minimalYAML, map[string]string{"SOURCEWATCH_NATS_URL": "nats://x:4222", "SOURCEWATCH_WORKERS": "5"})
+	require.NoError(t, err)
+	require.Equal(t, "nats://x:4222", cfg.NATS.URL)
+	require.Equal(t, 5, cfg.Workers)
+	require.Equal(t, DefaultPrefix, cfg.Subjects.Prefix)
+	require.Equal(t, DefaultHTTPAddr, cfg.HTTP.Addr)
+	require.Equal(t, DefaultListen, cfg.NATS.Listen)
+	want := DefaultGraphConfig("karate")
+	want.Edges, want.Bundle = "karate.edges", "karate.swb"
+	require.Equal(t, want, cfg.Graphs[0])
+}
+
+func TestLoadFull(t *testing.T) {
+	cfg, err := loadYAML(t, `
+nats:
+  listen: "-1"
+  tls: {cert: c.pem, key: k.pem}
+subjects: {prefix: acme.sw}
+snapshot_interval: 5s
+graphs:
+  - name: a
+    edges: a.edges
+    bundle: a.swb
+    forward: si
+    forward_params: {beta: "0.2"}
+    window: 30m
+    decay: 10m
+    interval: 2s
+    min_changes: 3
+    min_infected: 4
+    restarts: 0
+`, nil)
+	require.NoError(t, err)
+	g := cfg.Graphs[0]
+	require.Equal(t, "acme.sw", cfg.Subjects.Prefix)
+	require.Equal(t, 5*time.Second, cfg.SnapshotInterval)
+	require.Equal(t, map[string]string{"beta": "0.2"}, g.ForwardParams)
+	require.Equal(t, 30*time.Minute, g.Window)
+	require.Equal(t, 10*time.Minute, g.Decay)
+	require.Equal(t, 2*time.Second, g.Interval)
+	require.Equal(t, 3, g.MinChanges)
+	require.Equal(t, 4, g.MinInfected)
+	require.Equal(t, 0, g.Restarts)
+	l, err := parseListen(cfg.NATS.Listen)
+	require.NoError(t, err)
+	require.True(t, l.off)
+}
+
+func TestValidateNamesTheKey(t *testing.T) {
+	two := minimalYAML + `
+  - name: jazz
+    edges: jazz.edges
+    bundle: jazz.swb
+`
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"window zero", two + "    window: 0s\n", "graphs[1].window: must be > 0"},
+		{"negative decay", two + "    decay: -1s\n", "graphs[1].decay: must be >= 0"},
+		{"interval", two + "    interval: 0s\n", "graphs[1].interval: must be > 0"},
+		{"min_infected", two + "    min_infected: 0\n", "graphs[1].min_infected: must be >= 1"},
+		{"dup name", minimalYAML + minimalYAML[len("\ngraphs:\n"):], `graphs[1].name: "karate" already used by graphs[0]`},
+		{"bad name", strings.Replace(minimalYAML, "karate\n", "a.b\n", 1), `graphs[0].name: "a.b"`},
+		{"no bundle", "graphs:\n  - {name: x, edges: e}\n", "graphs[0].bundle: must be set"},
+		{"no graphs", "workers: 1\n", "graphs: at least one graph"},
+		{"workers", minimalYAML + "workers: 0\n", "workers: must be > 0"},
+		{"listen", minimalYAML + "nats: {listen: nonsense}\n", "nats.listen: want host:port"},
+		{"prefix", minimalYAML + "subjects: {prefix: 'a.>'}\n", "subjects.prefix"},
+		{"checksum", strings.Replace(minimalYAML, "bundle: karate.swb", "bundle: k\n    forward_checksum: abc", 1), "graphs[0].forward_checksum"},
+		{"tls", minimalYAML + "nats: {tls: {cert: c}}\n", "nats.tls: cert and key go together"},
+		{"replay", minimalYAML + "events: {max_age: 1s}\n", "events.max_age"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadYAML(t, tc.yaml, nil)
+			require.Error(t, err)
+			require.True(t, errors.Is(err, ErrConfig))
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

@@ -1,0 +1,71 @@
+// Package monitor is the streaming daemon behind `sourcewatch serve`: it
+// ingests node-state events from NATS JetStream into a rolling window per
+// graph, periodically localizes the sources of what the window shows, and
+// publishes alerts.
+//
+// # Events
+//
+// Events arrive on <prefix>.events.<graph> as one JSON object or a JSON
+// array of them:
+//
+//	{"node": "user-123", "state": "infected", "ts": "2026-11-22T10:00:00Z", "id": "optional"}
+//
+// state is infected, recovered or susceptible; ts is event time (missing:
+// the JetStream arrival time, so replays see the same time). Every bad
+// message or array element is republished to <prefix>.deadletter with the
+// header Sourcewatch-Reason (bad_json, unknown_graph, unknown_node,
+// bad_state, future_ts, too_old, too_large) and Sourcewatch-Subject (the
+// original subject), and counted in sourcewatch_deadletters_total.
+//
+// # Consumers
+//
+// Each graph has a durable pull consumer sourcewatch-<graph> filtered on
+// its own subject, so a slow graph does not hold up another. Messages on a
+// subject no graph is configured for are caught by one more durable
+// consumer, sourcewatch-unrouted, on <prefix>.events.> in headers-only mode:
+// it sees every message but only its headers, acks routed ones in bulk, and
+// fetches the body by stream sequence only for the (rare) unrouted message
+// it dead-letters. Acks are AckAll: a graph consumer acks the last message
+// it has applied every 64 messages and whenever nothing more is pending, so
+// an acknowledged event has always been applied to the window.
+//
+// # Window
+//
+// A window keeps, per node, its state and the event time of its last
+// change. With window length W and decay tau, at time now
+//
+//	y_v = 1                       if v is infected and now - t_v <= W (tau = 0)
+//	y_v = exp(-(now - t_v)/tau)   if v is infected and now - t_v <= W (tau > 0)
+//	y_v = 0                       otherwise (recovered, susceptible, expired)
+//
+// An event older than the node's last change is stale and does not
+// override it, so the window is a function of the set of events, not of
+// their arrival order; applying an event twice is a no-op. Recent event ids
+// are remembered too, so a duplicate id is dropped even when its content
+// differs.
+//
+// # Durability
+//
+// Every snapshot_interval each window is written to the KV bucket
+// sourcewatch_state (key window.<graph>) together with the stream sequence
+// of the last message it covers. On start the snapshot is restored and the
+// graph's consumer is recreated to deliver from the next sequence, so the
+// events acknowledged after the snapshot are applied again (idempotently).
+// A crash at any moment therefore loses no acknowledged event's effect, as
+// long as the events stream still holds the messages after the snapshot.
+//
+// # Inference and alerts
+//
+// Every interval a graph whose window changed at least min_changes times
+// since its last inference and holds at least min_infected infected nodes
+// is queued; a bounded pool of workers runs at most one inference per graph
+// at a time through the graph's Localizer, and the alerts.Tracker decides
+// whether the result is published on <prefix>.alerts.<graph>. When the
+// window falls below min_infected an open incident is resolved.
+//
+// # Service
+//
+// The NATS micro service "sourcewatch" answers on <prefix>.svc.localize,
+// <prefix>.svc.status and <prefix>.svc.reload; HTTP serves /healthz,
+// /readyz and /metrics.
+package monitor

@@ -1,0 +1,216 @@
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Node states carried by events.
+const (
+	StateInfected    = "infected"
+	StateRecovered   = "recovered"
+	StateSusceptible = "susceptible"
+)
+
+// Event is one node-state change as published on <prefix>.events.<graph>.
+// A zero TS means arrival time; an empty ID disables id deduplication.
+type Event struct {
+	Node  string    `json:"node"`
+	State string    `json:"state"`
+	TS    time.Time `json:"ts,omitzero"`
+	ID    string    `json:"id,omitempty"`
+}
+
+// CascadeEvents turns a simulated cascade into the events a live system
+// would emit: node v infected at start + Times[v]*step and, under SIR,
+// recovered at start + Recovered[v]*step, for steps up to the snapshot
+// step. Events are in time order (node index breaking ties); ids are
+// unique per start time, so replaying the same slice twice deduplicates.
+// A cascade without Times yields its infected nodes at start.
+func CascadeEvents(g *graph.Graph, c diffusion.Cascade, start time.Time, step time.Duration) []Event {
+	type timed struct {
+		at    int
+		node  int
+		state string
+	}
+	var ts []timed
+	if c.Times == nil {
+		for _, v := range c.Infected {
+			ts = append(ts, timed{0, v, StateInfected})
+		}
+	} else {
+		for v, t := range c.Times {
+			if t >= 0 && t <= c.Step {
+				ts = append(ts, timed{t, v, StateInfected})
+			}
+		}
+		for v, t := range c.Recovered {
+			if t >= 0 && t <= c.Step {
+				ts = append(ts, timed{t, v, StateRecovered})
+			}
+		}
+	}
+	sort.SliceStable(ts, func(i, j int) bool {
+		if ts[i].at != ts[j].at {
+			return ts[i].at < ts[j].at
+		}
+		if ts[i].node != ts[j].node {
+			return ts[i].node < ts[j].node
+		}
+		return ts[i].state == StateInfected && ts[j].state != StateInfected
+	})
+	prefix := strconv.FormatInt(start.UnixNano(), 36)
+	events := make([]Event, len(ts))
+	for i, e := range ts {
+		id := g.ID(e.node)
+		events[i] = Event{
+			Node:  id,
+			State: e.state,
+			TS:    start.Add(time.Duration(e.at) * step).UTC(),
+			ID:    prefix + "-" + id + "-" + e.state,
+		}
+	}
+	return events
+}
+
+// SleepContext waits d or until ctx ends; it is PublishEvents' default
+// sleep.
+func SleepContext(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// PublishEvents publishes events one per message on subject, each with
+// Nats-Msg-Id set to its ID, waiting for JetStream's acknowledgement. With
+// speed > 0 it sleeps (ts[i] - ts[i-1]) / speed between events, so event
+// time passes speed times faster than wall time; the events' ts are sent
+// as they are, so for a live replay build them with CascadeEvents(start =
+// now, step = wall step * speed). speed <= 0 publishes without pauses.
+// sleep nil means SleepContext.
+func PublishEvents(ctx context.Context, js jetstream.JetStream, subject string, events []Event, speed float64, sleep func(context.Context, time.Duration) error) error {
+	if sleep == nil {
+		sleep = SleepContext
+	}
+	for i, e := range events {
+		if i > 0 && speed > 0 && !e.TS.IsZero() && !events[i-1].TS.IsZero() {
+			gap := time.Duration(float64(e.TS.Sub(events[i-1].TS)) / speed)
+			if gap > 0 {
+				if err := sleep(ctx, gap); err != nil {
+					return fmt.Errorf("publishing events: %w", err)
+				}
+			}
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("publishing event %d: %w", i, err)
+		}
+		msg := nats.NewMsg(subject)
+		msg.Data = data
+		if e.ID != "" {
+			msg.Header.Set(jetstream.MsgIDHeader, e.ID)
+		}
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			return fmt.Errorf("publishing event %d (node %q): %w", i, e.Node, err)
+		}
+	}
+	return nil
+}
+
+// Dead-letter reasons, the value of the Sourcewatch-Reason header.
+const (
+	ReasonBadJSON      = "bad_json"
+	ReasonUnknownGraph = "unknown_graph"
+	ReasonUnknownNode  = "unknown_node"
+	ReasonBadState     = "bad_state"
+	ReasonFutureTS     = "future_ts"
+	ReasonTooOld       = "too_old"
+	ReasonTooLarge     = "too_large"
+)
+
+var deadReasons = []string{ReasonBadJSON, ReasonUnknownGraph, ReasonUnknownNode, ReasonBadState, ReasonFutureTS, ReasonTooOld, ReasonTooLarge}
+
+// wireEvent is an event as decoded, before checks.
+type wireEvent struct {
+	Node  string `json:"node"`
+	State string `json:"state"`
+	TS    string `json:"ts"`
+	ID    string `json:"id"`
+}
+
+// decoded is one element of a message: either a checked event or the
+// reason it was rejected, with its raw bytes for the dead letter.
+type decoded struct {
+	raw    []byte
+	ev     wireEvent
+	reason string
+	detail string
+}
+
+var errNotEvent = errors.New("not an event object or array")
+
+// decodeMessage splits a message body into elements. A body that is
+// neither an object nor an array of objects is one bad_json element; an
+// array element that is not an object is a bad_json element of its own.
+func decodeMessage(data []byte) []decoded {
+	i := 0
+	for i < len(data) && (data[i] == ' ' || data[i] == '\n' || data[i] == '\t' || data[i] == '\r') {
+		i++
+	}
+	if i < len(data) && data[i] == '[' {
+		var raws []json.RawMessage
+		if err := json.Unmarshal(data, &raws); err != nil {
+			return []decoded{{raw: data, reason: ReasonBadJSON, detail: err.Error()}}
+		}
+		out := make([]decoded, len(raws))
+		for k, r := range raws {
+			out[k] = decodeOne(r)
+		}
+		return out
+	}
+	return []decoded{decodeOne(data)}
+}
+
+func decodeOne(raw []byte) decoded {
+	d := decoded{raw: raw}
+	if err := json.Unmarshal(raw, &d.ev); err != nil {
+		d.reason, d.detail = ReasonBadJSON, err.Error()
+		return d
+	}
+	if d.ev.Node == "" && d.ev.State == "" && d.ev.TS == "" && d.ev.ID == "" {
+		d.reason, d.detail = ReasonBadJSON, errNotEvent.Error()
+	}
+	return d
+}
+
+// parseState maps an event state to the window's.
+func parseState(s string) (nodeState, bool) {
+	switch s {
+	case StateInfected:
+		return infected, true
+	case StateRecovered:
+		return recovered, true
+	case StateSusceptible:
+		return susceptible, true
+	}
+	return 0, false
+}

@@ -1,0 +1,39 @@
+package monitor
+
+import (
+	"context"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Inference is what a Localizer finds in one observation y: per-node
+// scores (mean of x over restarts) and source probabilities, the indices
+// of the nodes it calls sources, the threshold delta that selected them,
+// and which model produced it.
+type Inference struct {
+	Scores, Probability []float64
+	Sources             []int
+	Threshold           float64
+	Model               ModelInfo
+}
+
+// ModelInfo names the bundle and forward plugin behind an Inference.
+type ModelInfo struct {
+	Bundle, Forward, ForwardVersion string
+}
+
+// Localizer finds sources in an observation y in [0,1]^n of one graph. The
+// daemon calls Localize for one graph at a time and Close once, after the
+// last call. A Localizer may also implement Healthy() bool; /readyz then
+// reports it.
+type Localizer interface {
+	Localize(ctx context.Context, y []float64) (Inference, error)
+	Close() error
+}
+
+// LocalizerFactory builds the Localizer of one configured graph, at start
+// and on every reload.
+type LocalizerFactory func(ctx context.Context, gc GraphConfig, g *graph.Graph) (Localizer, error)
+
+// healthChecker is the optional health report of a Localizer.
+type healthChecker interface{ Healthy() bool }

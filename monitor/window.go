@@ -1,0 +1,248 @@
+package monitor
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// nodeState is a node's state in a window; the zero value is susceptible,
+// the state of a node no event has mentioned.
+type nodeState uint8
+
+const (
+	susceptible nodeState = iota
+	infected
+	recovered
+)
+
+func (s nodeState) String() string {
+	switch s {
+	case infected:
+		return StateInfected
+	case recovered:
+		return StateRecovered
+	}
+	return StateSusceptible
+}
+
+// outcome is what applying one event did.
+type outcome string
+
+const (
+	outApplied   outcome = "applied"   // the node's state changed
+	outRefreshed outcome = "refreshed" // same state, newer time
+	outUnchanged outcome = "unchanged" // the same event again
+	outStale     outcome = "stale"     // older than the node's last change
+	outDuplicate outcome = "duplicate" // an event id seen before
+)
+
+// recentIDs is how many event ids a window remembers for deduplication.
+// JetStream's Nats-Msg-Id window catches fast duplicates; this catches the
+// ones that share an id but arrive later or with other content.
+const recentIDs = 1 << 16
+
+// entry is a node's last change.
+type entry struct {
+	state nodeState
+	ts    int64 // event time, unix ns; 0 = never seen
+}
+
+// window is one graph's rolling window. It is safe for concurrent use: the
+// graph's consumer applies events while the scheduler, snapshots and the
+// status endpoint read it.
+type window struct {
+	g      *graph.Graph
+	length time.Duration
+	decay  time.Duration
+
+	mu       sync.Mutex
+	nodes    []entry
+	changes  uint64 // state changes applied, ever (restored from snapshot)
+	lastSeq  uint64 // stream sequence of the last message applied
+	latest   int64  // newest event time applied, unix ns
+	ids      map[string]struct{}
+	idRing   []string
+	idNext   int
+	infected int // nodes whose state is infected, of any age
+}
+
+func newWindow(g *graph.Graph, length, decay time.Duration) *window {
+	return &window{
+		g:      g,
+		length: length,
+		decay:  decay,
+		nodes:  make([]entry, g.N()),
+		ids:    make(map[string]struct{}),
+		idRing: make([]string, recentIDs),
+	}
+}
+
+// apply records that node v entered state s at event time ts (unix ns).
+// It is idempotent: applying an event a second time, or an event older
+// than the node's last change, leaves the window as it was.
+func (w *window) apply(v int, s nodeState, ts int64, id string) outcome {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if id != "" {
+		if _, dup := w.ids[id]; dup {
+			return outDuplicate
+		}
+		if old := w.idRing[w.idNext]; old != "" {
+			delete(w.ids, old)
+		}
+		w.idRing[w.idNext] = id
+		w.idNext = (w.idNext + 1) % len(w.idRing)
+		w.ids[id] = struct{}{}
+	}
+	cur := w.nodes[v]
+	switch {
+	case ts < cur.ts:
+		return outStale
+	case ts == cur.ts && s == cur.state:
+		return outUnchanged
+	}
+	if ts > w.latest {
+		w.latest = ts
+	}
+	w.nodes[v] = entry{state: s, ts: ts}
+	if s == cur.state {
+		return outRefreshed
+	}
+	if cur.state == infected {
+		w.infected--
+	}
+	if s == infected {
+		w.infected++
+	}
+	w.changes++
+	return outApplied
+}
+
+// markSeq records that every message up to stream sequence seq has been
+// applied.
+func (w *window) markSeq(seq uint64) {
+	w.mu.Lock()
+	if seq > w.lastSeq {
+		w.lastSeq = seq
+	}
+	w.mu.Unlock()
+}
+
+// observation is y at one moment, with what the scheduler and alerts need.
+type observation struct {
+	y        []float64
+	infected int       // nodes with y_v > 0
+	from, to time.Time // oldest and newest infection counted
+	changes  uint64
+}
+
+// observe computes y at now into dst (reused when long enough):
+// y_v = exp(-age/decay) (1 without decay) for nodes infected within the
+// window, 0 otherwise.
+func (w *window) observe(now time.Time, dst []float64) observation {
+	n := len(w.nodes)
+	if cap(dst) < n {
+		dst = make([]float64, n)
+	}
+	dst = dst[:n]
+	nowNS := now.UnixNano()
+	horizon := nowNS - int64(w.length)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	o := observation{y: dst, changes: w.changes}
+	var from, to int64
+	for v, e := range w.nodes {
+		dst[v] = 0
+		if e.state != infected || e.ts < horizon {
+			continue
+		}
+		val := 1.0
+		if w.decay > 0 {
+			if age := nowNS - e.ts; age > 0 {
+				val = math.Exp(-float64(age) / float64(w.decay))
+			}
+		}
+		dst[v] = val
+		o.infected++
+		if from == 0 || e.ts < from {
+			from = e.ts
+		}
+		if e.ts > to {
+			to = e.ts
+		}
+	}
+	if o.infected > 0 {
+		o.from, o.to = time.Unix(0, from).UTC(), time.Unix(0, to).UTC()
+	}
+	return o
+}
+
+// counts is the cheap summary the status endpoint and gauges use.
+func (w *window) counts() (infectedAnyAge int, changes, seq uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.infected, w.changes, w.lastSeq
+}
+
+// snapshot is a window as stored in KV: the nodes any event mentioned,
+// the change counter and the stream sequence the snapshot covers.
+type snapshot struct {
+	Graph       string          `json:"graph"`
+	Fingerprint string          `json:"fingerprint"`
+	Seq         uint64          `json:"seq"`
+	Changes     uint64          `json:"changes"`
+	Latest      int64           `json:"latest"`
+	Nodes       []snapshotEntry `json:"nodes"`
+	Tracker     json.RawMessage `json:"tracker,omitempty"`
+}
+
+type snapshotEntry struct {
+	Node  string `json:"node"`
+	State string `json:"state"`
+	TS    int64  `json:"ts"`
+}
+
+func (w *window) snapshot(name string) snapshot {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := snapshot{Graph: name, Fingerprint: w.g.Fingerprint(), Seq: w.lastSeq, Changes: w.changes, Latest: w.latest}
+	for v, e := range w.nodes {
+		if e.ts != 0 {
+			s.Nodes = append(s.Nodes, snapshotEntry{Node: w.g.ID(v), State: e.state.String(), TS: e.ts})
+		}
+	}
+	return s
+}
+
+// restore replaces the window's contents by s. Nodes the graph no longer
+// has are skipped and returned, so a changed edge file does not stop the
+// daemon.
+func (w *window) restore(s snapshot) (skipped []string, err error) {
+	nodes := make([]entry, w.g.N())
+	inf := 0
+	for _, e := range s.Nodes {
+		v, ok := w.g.Index(e.Node)
+		if !ok {
+			skipped = append(skipped, e.Node)
+			continue
+		}
+		st, ok := parseState(e.State)
+		if !ok {
+			return nil, fmt.Errorf("snapshot of %q: node %q: bad state %q", s.Graph, e.Node, e.State)
+		}
+		nodes[v] = entry{state: st, ts: e.TS}
+		if st == infected {
+			inf++
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nodes, w.infected = nodes, inf
+	w.changes, w.lastSeq, w.latest = s.Changes, s.Seq, s.Latest
+	return skipped, nil
+}

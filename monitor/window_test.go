@@ -1,0 +1,136 @@
+package monitor
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+func pathGraph(t testing.TB, n int) *graph.Graph {
+	t.Helper()
+	var b strings.Builder
+	for i := 0; i+1 < n; i++ {
+		b.WriteString(itoa(i) + " " + itoa(i+1) + "\n")
+	}
+	g, err := graph.Read(strings.NewReader(b.String()), "path")
+	require.NoError(t, err)
+	return g
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// sameWindow reports whether two windows hold the same node states and
+// times.
+func sameWindow(a, b *window) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(a.nodes) != len(b.nodes) {
+		return false
+	}
+	for i := range a.nodes {
+		if a.nodes[i] != b.nodes[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestWindowApply(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	at := func(m int) int64 { return t0.Add(time.Duration(m) * time.Minute).UnixNano() }
+	type ev struct {
+		v    int
+		s    nodeState
+		ts   int64
+		id   string
+		want outcome
+	}
+	tests := []struct {
+		name    string
+		events  []ev
+		now     time.Time
+		wantY   []float64
+		changes uint64
+	}{
+		{"infect", []ev{{0, infected, at(0), "", outApplied}}, t0, []float64{1, 0, 0, 0}, 1},
+		{"recover", []ev{{0, infected, at(0), "", outApplied}, {0, recovered, at(1), "", outApplied}}, t0.Add(time.Minute), []float64{0, 0, 0, 0}, 2},
+		{"late recovery older than infection is stale",
+			[]ev{{1, infected, at(5), "", outApplied}, {1, recovered, at(2), "", outStale}}, t0.Add(5 * time.Minute), []float64{0, 1, 0, 0}, 1},
+		{"out of order ends the same as in order",
+			[]ev{{2, recovered, at(3), "", outApplied}, {2, infected, at(1), "", outStale}}, t0.Add(3 * time.Minute), []float64{0, 0, 0, 0}, 1},
+		{"same event twice", []ev{{3, infected, at(0), "", outApplied}, {3, infected, at(0), "", outUnchanged}}, t0, []float64{0, 0, 0, 1}, 1},
+		{"duplicate id with other content", []ev{{3, infected, at(0), "a", outApplied}, {3, recovered, at(1), "a", outDuplicate}}, t0.Add(time.Minute), []float64{0, 0, 0, 1}, 1},
+		{"newer infected refreshes time", []ev{{0, infected, at(0), "", outApplied}, {0, infected, at(50), "", outRefreshed}}, t0.Add(100 * time.Minute), []float64{1, 0, 0, 0}, 1},
+		{"expired infection counts 0", []ev{{0, infected, at(0), "", outApplied}, {1, infected, at(30), "", outApplied}}, t0.Add(61 * time.Minute), []float64{0, 1, 0, 0}, 2},
+		{"susceptible again", []ev{{0, infected, at(0), "", outApplied}, {0, susceptible, at(1), "", outApplied}}, t0.Add(time.Minute), []float64{0, 0, 0, 0}, 2},
+	}
+	g := pathGraph(t, 4)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWindow(g, time.Hour, 0)
+			for i, e := range tc.events {
+				require.Equal(t, e.want, w.apply(e.v, e.s, e.ts, e.id), "event %d", i)
+			}
+			o := w.observe(tc.now, nil)
+			require.Equal(t, tc.wantY, o.y)
+			require.Equal(t, tc.changes, o.changes)
+			inf := 0
+			for _, y := range tc.wantY {
+				if y > 0 {
+					inf++
+				}
+			}
+			require.Equal(t, inf, o.infected)
+		})
+	}
+}
+
+func TestWindowDecayAndBounds(t *testing.T) {
+	g := pathGraph(t, 3)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := newWindow(g, time.Hour, 10*time.Minute)
+	w.apply(0, infected, t0.UnixNano(), "")
+	w.apply(2, infected, t0.Add(10*time.Minute).UnixNano(), "")
+	o := w.observe(t0.Add(20*time.Minute), make([]float64, 1))
+	require.InDelta(t, math.Exp(-2), o.y[0], 1e-12)
+	require.Equal(t, 0.0, o.y[1])
+	require.InDelta(t, math.Exp(-1), o.y[2], 1e-12)
+	require.Equal(t, t0, o.from)
+	require.Equal(t, t0.Add(10*time.Minute), o.to)
+}
+
+func TestWindowSnapshotRoundTrip(t *testing.T) {
+	g := pathGraph(t, 5)
+	t0 := time.Now()
+	w := newWindow(g, time.Hour, 0)
+	w.apply(1, infected, t0.UnixNano(), "x")
+	w.apply(4, recovered, t0.UnixNano()+5, "")
+	w.markSeq(17)
+	s := w.snapshot("p")
+	require.Equal(t, uint64(17), s.Seq)
+	r := newWindow(g, time.Hour, 0)
+	skipped, err := r.restore(s)
+	require.NoError(t, err)
+	require.Empty(t, skipped)
+	require.True(t, sameWindow(w, r))
+	inf, ch, seq := r.counts()
+	require.Equal(t, 1, inf)
+	require.Equal(t, uint64(2), ch)
+	require.Equal(t, uint64(17), seq)
+
+	s.Nodes = append(s.Nodes, snapshotEntry{Node: "nope", State: "infected", TS: 1})
+	skipped, err = r.restore(s)
+	require.NoError(t, err)
+	require.Equal(t, []string{"nope"}, skipped)
+	s.Nodes[0].State = "zombie"
+	_, err = r.restore(s)
+	require.ErrorContains(t, err, `bad state "zombie"`)
+}
