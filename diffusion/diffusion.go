@@ -40,4 +40,7 @@ type Cascade struct {
 	Recovered []int
 	// Step is the step at which the snapshot was taken.
 	Step int
+	// N is the number of nodes of the graph the cascade lives on; X and Y
+	// return vectors of this length.
+	N int
 }

@@ -1,0 +1,223 @@
+package diffusion
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// WriteJSONL writes one JSON object per cascade, naming nodes by g's ids:
+//
+//	{"sources":["3","17"],"infected":["3","5","17"],"times":{"3":0,"17":0,"5":2}}
+//
+// times maps every node infected by the snapshot (recovered ones included)
+// to its infection step; for SIR a "recovered" object maps recovered nodes
+// to their recovery step. Nodes appear in index order.
+func WriteJSONL(w io.Writer, g *graph.Graph, cs []Cascade) error {
+	n := g.N()
+	enc := make([][]byte, n) // JSON-quoted ids, built on first use
+	quote := func(v int) ([]byte, error) {
+		if v < 0 || v >= n {
+			return nil, fmt.Errorf("node index %d out of range for %d nodes", v, n)
+		}
+		if enc[v] == nil {
+			b, err := json.Marshal(g.ID(v))
+			if err != nil {
+				return nil, err
+			}
+			enc[v] = b
+		}
+		return enc[v], nil
+	}
+	bw := bufio.NewWriter(w)
+	var line []byte
+	list := func(key string, idx []int) error {
+		line = append(line, '"')
+		line = append(line, key...)
+		line = append(line, `":[`...)
+		for k, v := range idx {
+			if k > 0 {
+				line = append(line, ',')
+			}
+			q, err := quote(v)
+			if err != nil {
+				return err
+			}
+			line = append(line, q...)
+		}
+		line = append(line, ']')
+		return nil
+	}
+	steps := func(key string, at []int) error {
+		if len(at) != n {
+			return fmt.Errorf("%s has %d entries for %d nodes", key, len(at), n)
+		}
+		line = append(line, `,"`...)
+		line = append(line, key...)
+		line = append(line, `":{`...)
+		first := true
+		for v, t := range at {
+			if t < 0 {
+				continue
+			}
+			if !first {
+				line = append(line, ',')
+			}
+			first = false
+			q, _ := quote(v)
+			line = append(line, q...)
+			line = append(line, ':')
+			line = strconv.AppendInt(line, int64(t), 10)
+		}
+		line = append(line, '}')
+		return nil
+	}
+	for i, c := range cs {
+		line = append(line[:0], '{')
+		err := list("sources", c.Sources)
+		if err == nil {
+			line = append(line, ',')
+			err = list("infected", c.Infected)
+		}
+		if err == nil && c.Times != nil {
+			err = steps("times", c.Times)
+		}
+		if err == nil && c.Recovered != nil {
+			err = steps("recovered", c.Recovered)
+		}
+		if err != nil {
+			return fmt.Errorf("writing cascade %d: %w", i, err)
+		}
+		line = append(line, '}', '\n')
+		if _, err := bw.Write(line); err != nil {
+			return fmt.Errorf("writing cascades: %w", err)
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("writing cascades: %w", err)
+	}
+	return nil
+}
+
+type jsonCascade struct {
+	Sources   *[]string      `json:"sources"`
+	Infected  *[]string      `json:"infected"`
+	Times     map[string]int `json:"times"`
+	Recovered map[string]int `json:"recovered"`
+}
+
+// ReadJSONL reads cascades written by WriteJSONL (blank lines skipped).
+// Errors name the input and line: `name:3: unknown node "x"`. A cascade
+// without "times" has nil Times; Step is the largest step it records.
+func ReadJSONL(r io.Reader, g *graph.Graph, name string) ([]Cascade, error) {
+	n := g.N()
+	br := bufio.NewReader(r)
+	var out []Cascade
+	for lineNo := 1; ; lineNo++ {
+		text, readErr := br.ReadBytes('\n')
+		if readErr != nil && !errors.Is(readErr, io.EOF) {
+			return nil, fmt.Errorf("%s:%d: %w", name, lineNo, readErr)
+		}
+		if text = bytes.TrimSpace(text); len(text) > 0 {
+			c, err := parseCascade(text, g, n)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", name, lineNo, err)
+			}
+			out = append(out, c)
+		}
+		if readErr != nil {
+			return out, nil
+		}
+	}
+}
+
+func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
+	var jc jsonCascade
+	if err := json.Unmarshal(text, &jc); err != nil {
+		return Cascade{}, fmt.Errorf("bad JSON: %w", err)
+	}
+	if jc.Sources == nil {
+		return Cascade{}, errors.New(`missing "sources"`)
+	}
+	if jc.Infected == nil {
+		return Cascade{}, errors.New(`missing "infected"`)
+	}
+	c := Cascade{N: n}
+	var err error
+	if c.Sources, err = indices(g, "sources", *jc.Sources); err != nil {
+		return Cascade{}, err
+	}
+	if c.Infected, err = indices(g, "infected", *jc.Infected); err != nil {
+		return Cascade{}, err
+	}
+	if c.Times, c.Step, err = stepMap(g, "times", jc.Times, c.Step); err != nil {
+		return Cascade{}, err
+	}
+	if c.Recovered, c.Step, err = stepMap(g, "recovered", jc.Recovered, c.Step); err != nil {
+		return Cascade{}, err
+	}
+	if c.Times != nil {
+		for _, v := range c.Infected {
+			if c.Times[v] < 0 {
+				return Cascade{}, fmt.Errorf("infected node %q has no time", g.ID(v))
+			}
+		}
+		for _, v := range c.Sources {
+			if c.Times[v] != 0 {
+				return Cascade{}, fmt.Errorf("source %q has time %d, want 0", g.ID(v), c.Times[v])
+			}
+		}
+	}
+	return c, nil
+}
+
+func indices(g *graph.Graph, key string, ids []string) ([]int, error) {
+	idx := make([]int, len(ids))
+	for k, id := range ids {
+		v, ok := g.Index(id)
+		if !ok {
+			return nil, fmt.Errorf("unknown node %q in %s", id, key)
+		}
+		idx[k] = v
+	}
+	slices.Sort(idx)
+	for k := 1; k < len(idx); k++ {
+		if idx[k] == idx[k-1] {
+			return nil, fmt.Errorf("node %q listed twice in %s", g.ID(idx[k]), key)
+		}
+	}
+	return idx, nil
+}
+
+func stepMap(g *graph.Graph, key string, m map[string]int, step int) ([]int, int, error) {
+	if m == nil {
+		return nil, step, nil
+	}
+	at := make([]int, g.N())
+	for i := range at {
+		at[i] = -1
+	}
+	// Sorted, so a file with several bad entries always reports the same one.
+	ids := slices.Sorted(maps.Keys(m))
+	for _, id := range ids {
+		t := m[id]
+		v, ok := g.Index(id)
+		if !ok {
+			return nil, 0, fmt.Errorf("unknown node %q in %s", id, key)
+		}
+		if t < 0 {
+			return nil, 0, fmt.Errorf("node %q has negative step %d in %s", id, t, key)
+		}
+		at[v] = t
+		step = max(step, t)
+	}
+	return at, step, nil
+}

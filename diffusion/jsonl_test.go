@@ -1,0 +1,75 @@
+package diffusion
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+func TestJSONLRoundTrip(t *testing.T) {
+	g := loadKarate(t)
+	for name, cfg := range modelConfigs() {
+		t.Run(name, func(t *testing.T) {
+			cs, _, err := Simulate(context.Background(), g, cfg, 20, 4)
+			require.NoError(t, err)
+			var buf bytes.Buffer
+			require.NoError(t, WriteJSONL(&buf, g, cs))
+			require.Equal(t, 20, strings.Count(buf.String(), "\n"))
+			back, err := ReadJSONL(&buf, g, "cascades.jsonl")
+			require.NoError(t, err)
+			require.Equal(t, cs, back)
+		})
+	}
+}
+
+func TestJSONLUsesTheGraphsIDs(t *testing.T) {
+	g := graph.New(3, []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}}, []string{"alice", `b"ob`, "carol"}, false, false)
+	c := Cascade{Sources: []int{1}, Infected: []int{0, 1}, Times: []int{2, 0, -1}, Step: 2, N: 3}
+	var buf bytes.Buffer
+	require.NoError(t, WriteJSONL(&buf, g, []Cascade{c}))
+	require.Equal(t, `{"sources":["b\"ob"],"infected":["alice","b\"ob"],"times":{"alice":2,"b\"ob":0}}`+"\n", buf.String())
+	back, err := ReadJSONL(&buf, g, "x")
+	require.NoError(t, err)
+	require.Equal(t, []Cascade{c}, back)
+
+	require.ErrorContains(t, WriteJSONL(&buf, g, []Cascade{{Sources: []int{5}}}), "cascade 0: node index 5 out of range")
+}
+
+func TestReadJSONLWithoutTimes(t *testing.T) {
+	g := graph.New(3, nil, nil, false, false)
+	cs, err := ReadJSONL(strings.NewReader("\n{\"sources\":[\"2\"],\"infected\":[\"2\",\"0\"]}\n\n"), g, "obs")
+	require.NoError(t, err)
+	require.Equal(t, []Cascade{{Sources: []int{2}, Infected: []int{0, 2}, N: 3}}, cs)
+	require.Equal(t, []float64{1, 0, 1}, cs[0].Y(nil))
+}
+
+func TestReadJSONLErrorsNameTheLine(t *testing.T) {
+	g := graph.New(3, nil, []string{"a", "b", "c"}, false, false)
+	good := `{"sources":["a"],"infected":["a","b"],"times":{"a":0,"b":1}}`
+	for _, tc := range []struct {
+		name, line, want string
+	}{
+		{"unknown source", `{"sources":["x"],"infected":[]}`, `c.jsonl:2: unknown node "x" in sources`},
+		{"unknown infected", `{"sources":["a"],"infected":["zz"]}`, `c.jsonl:2: unknown node "zz" in infected`},
+		{"unknown in times", `{"sources":["a"],"infected":["a"],"times":{"a":0,"q":3}}`, `c.jsonl:2: unknown node "q" in times`},
+		{"bad JSON", `{"sources":["a"],`, `c.jsonl:2: bad JSON`},
+		{"wrong type", `{"sources":"a","infected":[]}`, `c.jsonl:2: bad JSON`},
+		{"missing sources", `{"infected":["a"]}`, `c.jsonl:2: missing "sources"`},
+		{"missing infected", `{"sources":["a"]}`, `c.jsonl:2: missing "infected"`},
+		{"duplicate", `{"sources":["a","a"],"infected":["a"]}`, `c.jsonl:2: node "a" listed twice in sources`},
+		{"negative step", `{"sources":["a"],"infected":["a"],"times":{"a":-2}}`, `c.jsonl:2: node "a" has negative step -2 in times`},
+		{"infected without time", `{"sources":["a"],"infected":["a","c"],"times":{"a":0}}`, `c.jsonl:2: infected node "c" has no time`},
+		{"source not at zero", `{"sources":["a"],"infected":["a"],"times":{"a":3}}`, `c.jsonl:2: source "a" has time 3, want 0`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadJSONL(strings.NewReader(good+"\n"+tc.line+"\n"+good+"\n"), g, "c.jsonl")
+			require.Error(t, err)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}

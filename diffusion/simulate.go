@@ -1,0 +1,165 @@
+package diffusion
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Report summarises a Simulate call.
+type Report struct {
+	// Cascades is the number of cascades returned.
+	Cascades int
+	// Redrawn counts draws discarded because they died out (or hit
+	// MaxSteps) below their observation target.
+	Redrawn int
+}
+
+// Option configures Simulate.
+type Option func(*options)
+
+type options struct {
+	workers  int
+	progress func(done, total int)
+}
+
+// Workers sets how many cascades run in parallel; n < 1 means GOMAXPROCS.
+// The result does not depend on it.
+func Workers(n int) Option { return func(o *options) { o.workers = n } }
+
+// OnProgress is called after each finished cascade with the number done so
+// far. Calls come from one goroutine, in order, never concurrently.
+func OnProgress(f func(done, total int)) Option { return func(o *options) { o.progress = f } }
+
+// cascadeRNG derives cascade i's private stream from the seed, so cascade
+// i is the same whichever worker runs it and however many there are.
+func cascadeRNG(seed int64, i int) *rand.Rand {
+	// splitmix64 finaliser: neighbouring indices get unrelated streams.
+	z := uint64(i) + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return rand.New(rand.NewPCG(uint64(seed), z))
+}
+
+// Simulate draws count cascades of cfg on g, each observed once: cascade i
+// draws a target fraction f ~ U[ObserveMin, ObserveMax] and then source
+// sets and runs until one run has at least ceil(f n) nodes infected at
+// once; the snapshot is that step. Runs that stop below the target are
+// redrawn (with the same target) and counted in Report.Redrawn; MaxRedraws
+// failures in a row end Simulate with an error wrapping ErrUnreachable.
+//
+// The output depends only on (g, cfg, count, seed): cascade i uses its own
+// random stream derived from (seed, i). Cancelling ctx stops the workers and
+// returns ctx's error.
+func Simulate(ctx context.Context, g *graph.Graph, cfg Config, count int, seed int64, opts ...Option) ([]Cascade, Report, error) {
+	if err := cfg.Validate(g); err != nil {
+		return nil, Report{}, err
+	}
+	if count < 0 {
+		return nil, Report{}, fmt.Errorf("%w: cascade count %d is negative", ErrConfig, count)
+	}
+	o := options{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	workers := o.workers
+	if workers < 1 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	workers = max(1, min(workers, count))
+
+	parent := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out := make([]Cascade, count)
+	redrawn := make([]int, count)
+	errs := make([]error, count)
+	jobs := make(chan int)
+	done := make(chan int, workers)
+
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := newSim(g, cfg)
+			stop := func() bool { return ctx.Err() != nil }
+			for i := range jobs {
+				out[i], redrawn[i], errs[i] = s.observe(i, seed, stop)
+				if errs[i] != nil {
+					cancel()
+				}
+				done <- i
+			}
+		}()
+	}
+	// The feeder owns jobs; it stops handing out work once ctx is done.
+	go func() {
+		defer close(jobs)
+		for i := range count {
+			select {
+			case jobs <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	finished := 0
+	for range done {
+		finished++
+		if o.progress != nil && ctx.Err() == nil {
+			o.progress(finished, count)
+		}
+	}
+
+	rep := Report{}
+	for i := range count {
+		// Workers stopped by our own cancel report context.Canceled; the
+		// error that caused the cancel is the one to return.
+		if errs[i] != nil && !errors.Is(errs[i], context.Canceled) {
+			return nil, rep, errs[i]
+		}
+		rep.Redrawn += redrawn[i]
+	}
+	if err := parent.Err(); err != nil {
+		return nil, rep, fmt.Errorf("simulating cascades: %w", err)
+	}
+	rep.Cascades = count
+	return out, rep, nil
+}
+
+// observe produces cascade i: it draws the target, then sources and runs
+// until a run reaches the target. It returns the number of failed draws.
+func (s *sim) observe(i int, seed int64, stop func() bool) (Cascade, int, error) {
+	rng := cascadeRNG(seed, i)
+	target := s.cfg.ObserveMin + rng.Float64()*(s.cfg.ObserveMax-s.cfg.ObserveMin)
+	// The tiny slack keeps f n that is an integer up to rounding (0.2 * 35)
+	// from demanding one node more.
+	need := int(math.Ceil(target*float64(s.n) - 1e-9))
+	need = max(1, min(need, s.n))
+	peak := 0
+	for attempt := 0; attempt < s.cfg.MaxRedraws; attempt++ {
+		if stop() {
+			return Cascade{}, attempt, context.Canceled
+		}
+		sources := s.sample(rng)
+		step, ok := s.run(sources, rng, need, s.cfg.MaxSteps, stop)
+		if ok {
+			return s.cascade(sources, step), attempt, nil
+		}
+		peak = max(peak, s.peak)
+	}
+	return Cascade{}, s.cfg.MaxRedraws, fmt.Errorf("cascade %d: %d draws in a row stayed below the observation target of %d infected nodes (%.0f%%); the most infected at once was %d: %s, or the graph's components too small: %w",
+		i, s.cfg.MaxRedraws, need, 100*target, peak, s.cfg.hint(), ErrUnreachable)
+}
