@@ -1,0 +1,78 @@
+package alerts
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Format writes a readable multi-line rendering of a: a headline with
+// status, graph, time and seq; the id, window, infected count, credible set,
+// model, threshold and inference time; then the ranked sources as a table
+// with the credible set's members marked "*".
+func Format(w io.Writer, a Alert) error {
+	var buf bytes.Buffer
+	ts := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return t.UTC().Format(time.RFC3339)
+	}
+	orDash := func(s string) string {
+		if s == "" {
+			return "-"
+		}
+		return s
+	}
+	credible := "-"
+	if len(a.CredibleSet) > 0 {
+		credible = strings.Join(a.CredibleSet, ", ")
+	}
+	fmt.Fprintf(&buf, "%s %s at %s (seq %d)\n", strings.ToUpper(string(a.Status)), orDash(a.Graph), ts(a.ObservedAt), a.Seq)
+	// Writes into a bytes.Buffer cannot fail, so tabwriter's errors are moot.
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  id\t%s\n", orDash(a.ID))
+	fmt.Fprintf(tw, "  window\t%s .. %s\n", ts(a.Window.From), ts(a.Window.To))
+	fmt.Fprintf(tw, "  infected\t%d\n", a.Infected)
+	fmt.Fprintf(tw, "  credible set\t%s (%d of %d sources, marked *)\n", credible, len(a.CredibleSet), len(a.Sources))
+	fmt.Fprintf(tw, "  model\tbundle %s, forward %s %s\n", orDash(a.Model.Bundle), orDash(a.Model.Forward), orDash(a.Model.ForwardVersion))
+	fmt.Fprintf(tw, "  threshold\t%s, inference %s ms\n", num(a.Threshold), strconv.FormatFloat(a.InferenceMS, 'f', 1, 64))
+	_ = tw.Flush()
+	if len(a.Sources) == 0 {
+		buf.WriteString("  no sources\n")
+	} else {
+		inSet := make(map[string]bool, len(a.CredibleSet))
+		for _, n := range a.CredibleSet {
+			inSet[n] = true
+		}
+		tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "  \trank\tnode\tscore\tprobability\t\t\n")
+		for i, s := range a.Sources {
+			mark := ""
+			if inSet[s.Node] {
+				mark = "*"
+			}
+			fmt.Fprintf(tw, "  \t%d\t%s\t%s\t%.3f\t%s\t\n", i+1, s.Node, num(s.Score), s.Probability, mark)
+		}
+		_ = tw.Flush()
+	}
+	// Right-aligned columns leave trailing blanks; drop them.
+	var out strings.Builder
+	for line := range strings.Lines(buf.String()) {
+		out.WriteString(strings.TrimRight(line, " \n"))
+		out.WriteByte('\n')
+	}
+	if _, err := io.WriteString(w, out.String()); err != nil {
+		return fmt.Errorf("alerts: writing %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// num prints a score compactly whatever its scale.
+func num(x float64) string {
+	return strconv.FormatFloat(x, 'g', 4, 64)
+}

@@ -1,0 +1,269 @@
+package alerts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamName is the JetStream stream that keeps alerts.
+const StreamName = "SOURCEWATCH_ALERTS"
+
+// Stream limits. Alerts are few and small, so a week of them is cheap and
+// lets a late subscriber see last week's incidents; the duplicate window
+// covers a crashed monitor restarting from an older tracker snapshot.
+const (
+	StreamMaxAge     = 7 * 24 * time.Hour
+	StreamDuplicates = 24 * time.Hour
+)
+
+// Headers set on every published alert besides Nats-Msg-Id, so that
+// header-only consumers can filter without decoding the body.
+const (
+	HeaderSchema = "Sourcewatch-Schema"
+	HeaderStatus = "Sourcewatch-Status"
+)
+
+var (
+	// ErrSubject is returned (wrapped) for a prefix or graph name that does
+	// not make a valid NATS subject.
+	ErrSubject = errors.New("alerts: invalid subject")
+	// ErrInvalid is returned (wrapped) by Publish for an alert that is not
+	// publishable, and by Tail for a message that does not decode.
+	ErrInvalid = errors.New("alerts: invalid alert")
+	// ErrSchema is returned (wrapped) by Tail for an alert of another schema
+	// version.
+	ErrSchema = errors.New("alerts: unsupported schema")
+)
+
+// Subject is the subject alerts for graph are published on:
+// prefix + ".alerts." + graph.
+func Subject(prefix, graph string) string {
+	return prefix + ".alerts." + graph
+}
+
+// checkTokens rejects what would make a subject invalid or a wildcard:
+// empty tokens, whitespace, '*' and '>'.
+func checkTokens(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: empty %s", ErrSubject, what)
+	}
+	for tok := range strings.SplitSeq(s, ".") {
+		if tok == "" {
+			return fmt.Errorf("%w: %s %q has an empty token", ErrSubject, what, s)
+		}
+		if strings.ContainsAny(tok, " \t\r\n*>") {
+			return fmt.Errorf("%w: %s %q contains whitespace or a wildcard", ErrSubject, what, s)
+		}
+	}
+	return nil
+}
+
+// StreamConfig is the configuration EnsureStream applies.
+func StreamConfig(prefix string) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "sourcewatch alerts (schema " + Schema + ")",
+		Subjects:    []string{prefix + ".alerts.>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardOld,
+		MaxAge:      StreamMaxAge,
+		Duplicates:  StreamDuplicates,
+	}
+}
+
+// EnsureStream creates the alert stream, or updates it to StreamConfig(prefix)
+// when it exists; calling it again is harmless.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.Stream, error) {
+	if err := checkTokens("prefix", prefix); err != nil {
+		return nil, err
+	}
+	s, err := js.CreateOrUpdateStream(ctx, StreamConfig(prefix))
+	if err != nil {
+		return nil, fmt.Errorf("alerts: ensuring stream %s: %w", StreamName, err)
+	}
+	return s, nil
+}
+
+// Publisher publishes alerts to JetStream.
+type Publisher struct {
+	js     jetstream.JetStream
+	prefix string
+}
+
+// NewPublisher returns a Publisher for subjects under prefix. The stream
+// must exist (EnsureStream) for publishes to be acknowledged.
+func NewPublisher(js jetstream.JetStream, prefix string) *Publisher {
+	return &Publisher{js: js, prefix: prefix}
+}
+
+// Publish publishes a on Subject(prefix, a.Graph) with Nats-Msg-Id
+// fingerprint + "-" + seq and waits for the stream's acknowledgement. A
+// duplicate (the same id inside the stream's duplicate window, as after a
+// crash and restart) is acknowledged without being stored again, and is not
+// an error. An empty Schema or ID is filled in; times are written in UTC.
+func (p *Publisher) Publish(ctx context.Context, a Alert) error {
+	if err := checkTokens("prefix", p.prefix); err != nil {
+		return err
+	}
+	if err := checkTokens("graph", a.Graph); err != nil {
+		return err
+	}
+	if a.Schema == "" {
+		a.Schema = Schema
+	}
+	id := ID(a.Fingerprint, a.Seq)
+	if a.ID == "" {
+		a.ID = id
+	}
+	switch {
+	case a.Schema != Schema:
+		return fmt.Errorf("%w: schema %q, want %q", ErrInvalid, a.Schema, Schema)
+	case a.Fingerprint == "":
+		return fmt.Errorf("%w: graph %q: empty fingerprint", ErrInvalid, a.Graph)
+	case a.Seq == 0:
+		return fmt.Errorf("%w: graph %q: seq 0", ErrInvalid, a.Graph)
+	case a.ID != id:
+		return fmt.Errorf("%w: id %q, want fingerprint-seq %q", ErrInvalid, a.ID, id)
+	case a.Status != Firing && a.Status != Updated && a.Status != Resolved:
+		return fmt.Errorf("%w: %s: status %q", ErrInvalid, id, a.Status)
+	}
+	data, err := json.Marshal(a.utc())
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrInvalid, id, err)
+	}
+	msg := &nats.Msg{Subject: Subject(p.prefix, a.Graph), Data: data, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, id)
+	msg.Header.Set(HeaderSchema, Schema)
+	msg.Header.Set(HeaderStatus, string(a.Status))
+	if _, err := p.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("alerts: publishing %s on %s: %w", id, msg.Subject, err)
+	}
+	return nil
+}
+
+// TailOption configures Tail.
+type TailOption func(*tailOptions)
+
+type tailOptions struct {
+	policy    jetstream.DeliverPolicy
+	since     time.Time
+	onReady   func()
+	onInvalid func(subject string, streamSeq uint64, err error)
+}
+
+// FromStart replays every alert the stream still holds before following new
+// ones.
+func FromStart() TailOption {
+	return func(o *tailOptions) { o.policy = jetstream.DeliverAllPolicy }
+}
+
+// Since replays alerts stored at or after t (the stream's receive time)
+// before following new ones.
+func Since(t time.Time) TailOption {
+	return func(o *tailOptions) { o.policy, o.since = jetstream.DeliverByStartTimePolicy, t }
+}
+
+// OnReady is called once the consumer exists: every alert published after
+// it returns is delivered.
+func OnReady(f func()) TailOption {
+	return func(o *tailOptions) { o.onReady = f }
+}
+
+// OnInvalid makes Tail report a message that is not a v1 alert to f and go
+// on; without it such a message stops Tail with an error naming the subject
+// and stream sequence.
+func OnInvalid(f func(subject string, streamSeq uint64, err error)) TailOption {
+	return func(o *tailOptions) { o.onInvalid = f }
+}
+
+// Tail follows the alert stream with an ordered consumer and calls deliver
+// for each alert of graph (every graph when graph is ""), in stream order.
+// By default only alerts published from now on are delivered; see FromStart
+// and Since. It returns nil once ctx is done, and the (wrapped) error when
+// deliver fails.
+func Tail(ctx context.Context, js jetstream.JetStream, prefix, graph string, deliver func(Alert) error, opts ...TailOption) error {
+	o := tailOptions{policy: jetstream.DeliverNewPolicy}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := checkTokens("prefix", prefix); err != nil {
+		return err
+	}
+	filter := prefix + ".alerts.>"
+	if graph != "" {
+		if err := checkTokens("graph", graph); err != nil {
+			return err
+		}
+		filter = Subject(prefix, graph)
+	}
+	stream, err := js.Stream(ctx, StreamName)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("alerts: looking up stream %s (is sourcewatch serve running on this server?): %w", StreamName, err)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: o.policy}
+	if o.policy == jetstream.DeliverByStartTimePolicy {
+		since := o.since.UTC()
+		cfg.OptStartTime = &since
+	}
+	cons, err := stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("alerts: ordered consumer on %s: %w", filter, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("alerts: consuming %s: %w", filter, err)
+	}
+	defer it.Stop()
+	if o.onReady != nil {
+		o.onReady()
+	}
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("alerts: consuming %s: %w", filter, err)
+		}
+		a, err := decode(msg.Data())
+		if err != nil {
+			var seq uint64
+			if md, mdErr := msg.Metadata(); mdErr == nil {
+				seq = md.Sequence.Stream
+			}
+			if o.onInvalid == nil {
+				return fmt.Errorf("%s stream seq %d: %w", msg.Subject(), seq, err)
+			}
+			o.onInvalid(msg.Subject(), seq, err)
+			continue
+		}
+		if err := deliver(a); err != nil {
+			return fmt.Errorf("alerts: delivering %s: %w", a.ID, err)
+		}
+	}
+}
+
+func decode(data []byte) (Alert, error) {
+	var a Alert
+	if err := json.Unmarshal(data, &a); err != nil {
+		return Alert{}, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if a.Schema != Schema {
+		return Alert{}, fmt.Errorf("%w: %q, this build reads %q", ErrSchema, a.Schema, Schema)
+	}
+	return a, nil
+}

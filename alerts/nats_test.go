@@ -1,0 +1,354 @@
+package alerts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+)
+
+// startJS starts an in-process nats-server with JetStream in a temp dir and
+// returns a JetStream client connected to it.
+func startJS(t *testing.T) (*server.Server, jetstream.JetStream) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second), "nats-server not ready")
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s, connect(t, s)
+}
+
+func connect(t *testing.T, s *server.Server) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func fire(t *testing.T, tr *Tracker, graph string, nodes ...string) Alert {
+	t.Helper()
+	a, ok := tr.Observe(obs(graph, nodes...))
+	require.True(t, ok)
+	return a
+}
+
+func TestSubject(t *testing.T) {
+	require.Equal(t, "sourcewatch.alerts.jazz", Subject("sourcewatch", "jazz"))
+	for _, bad := range []struct{ prefix, graph string }{
+		{"", "g"}, {"p", ""}, {"p", "a b"}, {"p", "*"}, {"p", "g.>"}, {"p.", "g"}, {"p", "a..b"},
+	} {
+		err := NewPublisher(nil, bad.prefix).Publish(context.Background(), Alert{Graph: bad.graph, Fingerprint: "f", Seq: 1, Status: Firing})
+		require.ErrorIs(t, err, ErrSubject, "%q %q", bad.prefix, bad.graph)
+	}
+}
+
+func TestEnsureStreamIdempotent(t *testing.T) {
+	_, js := startJS(t)
+	ctx := ctxT(t)
+	s1, err := EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	tr := NewTracker(nil)
+	require.NoError(t, NewPublisher(js, "sw").Publish(ctx, fire(t, tr, "g", "a")))
+	s2, err := EnsureStream(ctx, js, "sw")
+	require.NoError(t, err, "second EnsureStream must succeed")
+	info, err := s2.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Msgs, "EnsureStream must keep stored alerts")
+	require.Equal(t, StreamName, s1.CachedInfo().Config.Name)
+	require.Equal(t, []string{"sw.alerts.>"}, info.Config.Subjects)
+	require.Equal(t, jetstream.FileStorage, info.Config.Storage)
+	require.Equal(t, StreamMaxAge, info.Config.MaxAge)
+	require.Equal(t, StreamDuplicates, info.Config.Duplicates)
+
+	_, err = EnsureStream(ctx, js, "bad prefix")
+	require.ErrorIs(t, err, ErrSubject)
+}
+
+func TestPublishDeduplicatesRepublish(t *testing.T) {
+	srv, js := startJS(t)
+	ctx := ctxT(t)
+	stream, err := EnsureStream(ctx, js, "sourcewatch")
+	require.NoError(t, err)
+	tr := NewTracker(nil)
+	a := fire(t, tr, "jazz", "1", "2")
+	require.NoError(t, NewPublisher(js, "sourcewatch").Publish(ctx, a))
+
+	// A crashed monitor restarting from a snapshot republishes the same
+	// alert on a new connection; the stream must keep one copy.
+	js2 := connect(t, srv)
+	again := a
+	again.ObservedAt = a.ObservedAt.Add(time.Minute) // a re-run stamps a new time
+	require.NoError(t, NewPublisher(js2, "sourcewatch").Publish(ctx, again))
+
+	u, ok := tr.Observe(obs("jazz", "3"))
+	require.True(t, ok)
+	require.NoError(t, NewPublisher(js2, "sourcewatch").Publish(ctx, u))
+
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), info.State.Msgs)
+
+	m, err := stream.GetMsg(ctx, 1)
+	require.NoError(t, err)
+	require.Equal(t, "sourcewatch.alerts.jazz", m.Subject)
+	require.Equal(t, a.ID, m.Header.Get(jetstream.MsgIDHeader))
+	require.Equal(t, a.Fingerprint+"-1", m.Header.Get(jetstream.MsgIDHeader))
+	require.Equal(t, "firing", m.Header.Get(HeaderStatus))
+	got, err := decode(m.Data)
+	require.NoError(t, err)
+	require.Equal(t, a.ObservedAt, got.ObservedAt, "the first copy is the one kept")
+	require.Equal(t, a.Sources, got.Sources)
+	m2, err := stream.GetMsg(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, a.Fingerprint+"-2", m2.Header.Get(jetstream.MsgIDHeader))
+}
+
+func TestPublishRejectsInvalid(t *testing.T) {
+	_, js := startJS(t)
+	ctx := ctxT(t)
+	_, err := EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	good := fire(t, NewTracker(nil), "g", "a")
+	tests := []struct {
+		name string
+		edit func(*Alert)
+		want string
+	}{
+		{"no fingerprint", func(a *Alert) { a.Fingerprint = ""; a.ID = "" }, "empty fingerprint"},
+		{"seq 0", func(a *Alert) { a.Seq = 0; a.ID = "" }, "seq 0"},
+		{"id mismatch", func(a *Alert) { a.ID = "x-1" }, `id "x-1"`},
+		{"bad status", func(a *Alert) { a.Status = "open" }, `status "open"`},
+		{"other schema", func(a *Alert) { a.Schema = "sourcewatch.alert.v2" }, `schema "sourcewatch.alert.v2"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := good
+			tt.edit(&a)
+			err := NewPublisher(js, "sw").Publish(ctx, a)
+			require.ErrorIs(t, err, ErrInvalid)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+	// Missing schema and id are filled in.
+	a := good
+	a.Schema, a.ID = "", ""
+	require.NoError(t, NewPublisher(js, "sw").Publish(ctx, a))
+}
+
+func TestPublishWithoutStream(t *testing.T) {
+	_, js := startJS(t)
+	ctx := ctxT(t)
+	err := NewPublisher(js, "sw").Publish(ctx, fire(t, NewTracker(nil), "g", "a"))
+	require.ErrorIs(t, err, jetstream.ErrNoStreamResponse)
+	require.ErrorContains(t, err, "sw.alerts.g")
+}
+
+// tailer runs Tail in a goroutine and collects what it delivers.
+type tailer struct {
+	mu     sync.Mutex
+	got    []Alert
+	bad    []string
+	done   chan error
+	cancel context.CancelFunc
+}
+
+func startTail(t *testing.T, js jetstream.JetStream, prefix, graph string, opts ...TailOption) *tailer {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	tl := &tailer{done: make(chan error, 1), cancel: cancel}
+	ready := make(chan struct{})
+	opts = append(opts, OnReady(func() { close(ready) }))
+	go func() {
+		tl.done <- Tail(ctx, js, prefix, graph, func(a Alert) error {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			tl.got = append(tl.got, a)
+			return nil
+		}, opts...)
+	}()
+	t.Cleanup(func() { cancel(); <-tl.done })
+	select {
+	case <-ready:
+	case err := <-tl.done:
+		t.Fatalf("Tail stopped before it was ready: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Tail not ready")
+	}
+	return tl
+}
+
+func (tl *tailer) ids() []string {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	out := []string{}
+	for _, a := range tl.got {
+		out = append(out, a.ID)
+	}
+	return out
+}
+
+func (tl *tailer) waitFor(t *testing.T, n int) []string {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(tl.ids()) >= n }, 10*time.Second, 5*time.Millisecond,
+		"want %d alerts, have %v", n, tl.ids())
+	return tl.ids()
+}
+
+func TestTail(t *testing.T) {
+	_, js := startJS(t)
+	ctx := ctxT(t)
+	_, err := EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	pub := NewPublisher(js, "sw")
+	tr := NewTracker(nil)
+
+	old := fire(t, tr, "g", "a")
+	require.NoError(t, pub.Publish(ctx, old))
+	// The server stamps messages on receipt; a cut strictly between them.
+	time.Sleep(2 * time.Millisecond)
+	cut := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	oldH := fire(t, tr, "h", "x")
+	require.NoError(t, pub.Publish(ctx, oldH))
+
+	newOnly := startTail(t, js, "sw", "g")
+	all := startTail(t, js, "sw", "", FromStart())
+	since := startTail(t, js, "sw", "", Since(cut))
+
+	u, ok := tr.Observe(obs("g", "b"))
+	require.True(t, ok)
+	require.NoError(t, pub.Publish(ctx, u))
+	r, ok := tr.Resolve("h", Window{}, 0)
+	require.True(t, ok)
+	require.NoError(t, pub.Publish(ctx, r))
+	last, ok := tr.Resolve("g", Window{}, 0)
+	require.True(t, ok)
+	require.NoError(t, pub.Publish(ctx, last))
+
+	require.Equal(t, []string{old.ID, oldH.ID, u.ID, r.ID, last.ID}, all.waitFor(t, 5))
+	require.Equal(t, []string{oldH.ID, u.ID, r.ID, last.ID}, since.waitFor(t, 4))
+	require.Equal(t, []string{u.ID, last.ID}, newOnly.waitFor(t, 2))
+
+	// Delivered alerts decode to what was published.
+	all.mu.Lock()
+	got := all.got[2]
+	all.mu.Unlock()
+	require.Equal(t, u, got)
+
+	all.cancel()
+	select {
+	case err := <-all.done:
+		require.NoError(t, err, "a canceled Tail returns nil")
+		all.done <- err // for Cleanup
+	case <-time.After(10 * time.Second):
+		t.Fatal("Tail did not stop on cancel")
+	}
+}
+
+func TestTailInvalidMessages(t *testing.T) {
+	_, js := startJS(t)
+	ctx := ctxT(t)
+	_, err := EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	good := fire(t, NewTracker(nil), "g", "a")
+	_, err = js.Publish(ctx, "sw.alerts.g", []byte("{not json"))
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, "sw.alerts.g", []byte(`{"schema":"sourcewatch.alert.v2","id":"x"}`))
+	require.NoError(t, err)
+	require.NoError(t, NewPublisher(js, "sw").Publish(ctx, good))
+
+	// Default: the first bad message stops Tail, naming where it is.
+	err = Tail(ctx, js, "sw", "", func(Alert) error { return nil }, FromStart())
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "sw.alerts.g stream seq 1")
+
+	// With OnInvalid: reported, skipped, and the good alert still arrives.
+	var bad []string
+	stop := errors.New("stop")
+	var got []Alert
+	err = Tail(ctx, js, "sw", "g", func(a Alert) error {
+		got = append(got, a)
+		return stop
+	}, FromStart(), OnInvalid(func(subject string, seq uint64, err error) {
+		bad = append(bad, fmt.Sprintf("%s %v %d", subject, err, seq))
+	}))
+	require.ErrorIs(t, err, stop, "deliver's error must come back")
+	require.Len(t, bad, 2)
+	require.Contains(t, bad[0], "invalid alert")
+	require.True(t, strings.HasSuffix(bad[0], " 1"))
+	require.Contains(t, bad[1], `unsupported schema: "sourcewatch.alert.v2"`)
+	require.Equal(t, []Alert{good}, got)
+}
+
+func TestTailErrors(t *testing.T) {
+	_, js := startJS(t)
+	ctx := ctxT(t)
+	err := Tail(ctx, js, "sw", "", func(Alert) error { return nil })
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
+	require.ErrorContains(t, err, StreamName)
+	require.ErrorIs(t, Tail(ctx, js, "sw", "a b", nil), ErrSubject)
+	require.ErrorIs(t, Tail(ctx, js, "", "", nil), ErrSubject)
+}
+
+func TestFormat(t *testing.T) {
+	tr := NewTracker(func() time.Time { return time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC) })
+	o := obs("jazz", "12", "7", "150")
+	o.Sources[0].Probability, o.Sources[1].Probability, o.Sources[2].Probability = 0.61, 0.3, 0.09
+	o.Sources[2].Score = -1.234567
+	o.InferenceMS = 12.25
+	a, _ := tr.Observe(o)
+	var buf bytes.Buffer
+	require.NoError(t, Format(&buf, a))
+	out := buf.String()
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Equal(t, "FIRING jazz at 2026-03-04T05:06:07Z (seq 1)", lines[0])
+	for _, want := range []string{
+		"id            " + a.ID,
+		"window        2026-01-02T02:00:00Z .. 2026-01-02T03:00:00Z",
+		"infected      10",
+		"credible set  12, 7 (2 of 3 sources, marked *)",
+		"model         bundle b, forward si 1",
+		"inference 12.2 ms",
+	} {
+		require.Contains(t, out, want)
+	}
+	require.Len(t, lines, 11)
+	require.Regexp(t, `^\s+rank\s+node\s+score\s+probability$`, lines[7])
+	require.Regexp(t, `^\s+1\s+12\s+3\s+0\.610\s+\*$`, lines[8])
+	require.Regexp(t, `^\s+3\s+150\s+-1\.235\s+0\.090$`, lines[10])
+	for _, l := range lines {
+		require.Equal(t, strings.TrimRight(l, " "), l, "no trailing blanks")
+	}
+
+	buf.Reset()
+	require.NoError(t, Format(&buf, Alert{Status: Resolved}))
+	require.Contains(t, buf.String(), "RESOLVED - at - (seq 0)")
+	require.Contains(t, buf.String(), "no sources")
+
+	require.ErrorContains(t, Format(failWriter{}, a), "writing "+a.ID)
+}
+
+type failWriter struct{}
+
+func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
