@@ -1,0 +1,46 @@
+// Package eval is sourcewatch's honest benchmark: per-cascade metrics, the
+// baseline localizers and controls, and the harness behind `sourcewatch eval`.
+//
+// # Metrics
+//
+// For one cascade with true source set S (|S| = k), predicted set P and
+// per-node scores s:
+//
+//	precision = |P ∩ S| / |P|          (0 when P is empty, never 1)
+//	recall    = |P ∩ S| / |S|
+//	F1        = 2 precision recall / (precision + recall)   (0 when both are 0)
+//	AUC       = (R_S - k(k+1)/2) / (k (n-k))
+//
+// where R_S is the sum of the ranks of the true sources when all n nodes are
+// ranked by score, tied scores sharing their average rank (Mann-Whitney U).
+// AUC is undefined (NaN) when k = 0 or k = n; undefined values are left out
+// of the means and counted.
+//
+// The top-k hit rate is the fraction of S among the k highest scores. Ties
+// straddling the k-th place are broken in expectation: if m of the t nodes
+// tied at the k-th score are sources and r of those places are inside the
+// top k, they contribute r·m/t hits. A method that scores every infected
+// node the same therefore gets the hit rate of a random pick among them,
+// not a lucky or unlucky one decided by node order.
+//
+// The error distance is the mean over true sources s of d(P, s), the hop
+// count from the nearest predicted source to s along out-arcs (the direction
+// a spread travels). When s cannot be reached from P — in particular when P
+// is empty — d is replaced by the penalty 1 + ecc(s), where ecc(s) is the
+// largest hop distance from s to any node it reaches: one more than any
+// reachable guess could cost. Predicting nothing is thus always worse than
+// predicting something in s's component, and the penalty stays finite, so
+// it can be averaged. The harness also counts empty predictions.
+//
+// Aggregates are the mean and the sample standard deviation over all test
+// cascades of all runs.
+//
+// # Methods
+//
+// A Method is fitted on training and validation cascades and then localizes
+// one observation at a time. Every hyper-parameter (alpha, k, a threshold)
+// is chosen on the validation cascades only, by the largest mean F1; test
+// cascades are never seen before scoring. Methods register themselves by
+// name (Register); see the method files for each algorithm and the
+// simplifications made.
+package eval

@@ -1,0 +1,420 @@
+package eval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Prediction is a method's answer for one observation: a score per node
+// (higher = more likely a source; only the order matters to the metrics)
+// and the predicted source set.
+type Prediction struct {
+	Scores  []float64
+	Sources []int
+}
+
+// Method is a source localizer under evaluation.
+type Method interface {
+	Name() string
+	// Fit prepares the method for one graph. Hyper-parameters are chosen
+	// on val only; train is what a learned method may learn from.
+	Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.Cascade) error
+	// Localize answers one observation y in [0,1]^n (1 = infected).
+	Localize(ctx context.Context, y []float64) (Prediction, error)
+}
+
+// Extraser is implemented by methods that report additional numbers (for
+// example a forward model's fit error); the harness averages them over runs.
+type Extraser interface {
+	Extras() map[string]float64
+}
+
+// Env is what a Factory builds a method from.
+type Env struct {
+	Graph *graph.Graph
+	// Seed seeds the method's own randomness; the harness derives it from
+	// the run seed and the method name.
+	Seed   int64
+	Logger *zap.Logger
+	// Params are the method's own parameters, with the "method." prefix of
+	// --method-param removed. A method rejects keys it does not know.
+	Params map[string]string
+	// Progress, if not nil, receives notes on long fitting work.
+	Progress func(string)
+}
+
+// Factory builds a method.
+type Factory func(env Env) (Method, error)
+
+// ErrUnknownMethod is returned by Lookup for a name nobody registered.
+var ErrUnknownMethod = errors.New("unknown method")
+
+// ErrBadParam is returned for a method parameter that is unknown or does not
+// parse.
+var ErrBadParam = errors.New("bad method parameter")
+
+// The registry is package state by necessity: methods in other files (and
+// later packages' files in eval) add themselves from init.
+var registry = struct {
+	sync.Mutex
+	m       map[string]Factory
+	control map[string]bool
+}{m: map[string]Factory{}, control: map[string]bool{}}
+
+// Register makes a method available under name. It panics on an empty name,
+// a nil factory or a second registration, which are programming errors.
+func Register(name string, f Factory) { register(name, f, false) }
+
+func register(name string, f Factory, control bool) {
+	registry.Lock()
+	defer registry.Unlock()
+	if name == "" || f == nil {
+		panic("eval: Register with empty name or nil factory")
+	}
+	if _, dup := registry.m[name]; dup {
+		panic("eval: method " + strconv.Quote(name) + " registered twice")
+	}
+	registry.m[name] = f
+	registry.control[name] = control
+}
+
+// Lookup returns the factory registered under name.
+func Lookup(name string) (Factory, error) {
+	registry.Lock()
+	defer registry.Unlock()
+	f, ok := registry.m[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownMethod, name, namesLocked())
+	}
+	return f, nil
+}
+
+// Names lists the registered methods, sorted.
+func Names() []string {
+	registry.Lock()
+	defer registry.Unlock()
+	return namesLocked()
+}
+
+func namesLocked() []string {
+	out := make([]string, 0, len(registry.m))
+	for n := range registry.m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// IsControl reports whether name is one of the controls (infected, degree,
+// prior, random): reference points, not localizers.
+func IsControl(name string) bool {
+	registry.Lock()
+	defer registry.Unlock()
+	return registry.control[name]
+}
+
+// params reads a method's parameters and remembers which were used, so
+// unknown keys can be reported.
+type params struct {
+	method string
+	m      map[string]string
+	used   map[string]bool
+	err    error
+}
+
+func newParams(method string, m map[string]string) *params {
+	return &params{method: method, m: m, used: map[string]bool{}}
+}
+
+func (p *params) float(key string, def float64) float64 {
+	p.used[key] = true
+	s, ok := p.m[key]
+	if !ok {
+		return def
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		p.fail(key, s, "a number")
+		return def
+	}
+	return v
+}
+
+func (p *params) int(key string, def int) int {
+	p.used[key] = true
+	s, ok := p.m[key]
+	if !ok {
+		return def
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil {
+		p.fail(key, s, "an integer")
+		return def
+	}
+	return v
+}
+
+// count is int for a count: negative values are rejected.
+func (p *params) count(key string, def int) int {
+	v := p.int(key, def)
+	if v < 0 {
+		p.fail(key, p.m[key], "a count >= 0")
+		return def
+	}
+	return v
+}
+
+func (p *params) fail(key, val, want string) {
+	if p.err == nil {
+		p.err = fmt.Errorf("%w %s.%s=%q: want %s", ErrBadParam, p.method, key, val, want)
+	}
+}
+
+// done returns the first parse error or an error naming an unknown key.
+func (p *params) done() error {
+	if p.err != nil {
+		return p.err
+	}
+	keys := make([]string, 0, len(p.m))
+	for k := range p.m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if !p.used[k] {
+			known := make([]string, 0, len(p.used))
+			for u := range p.used {
+				known = append(known, u)
+			}
+			sort.Strings(known)
+			return fmt.Errorf("%w %s.%s: unknown (known: %v)", ErrBadParam, p.method, k, known)
+		}
+	}
+	return nil
+}
+
+// KRule says how many top-ranked nodes a method predicts: a fixed count, or
+// a fraction of the infected nodes (rounded, at least 1).
+type KRule struct {
+	Fixed int
+	Ratio float64
+}
+
+// K applies the rule to an observation with infected infected nodes.
+func (r KRule) K(infected int) int {
+	if r.Fixed > 0 {
+		return r.Fixed
+	}
+	return max(1, int(math.Round(r.Ratio*float64(infected))))
+}
+
+func (r KRule) String() string {
+	if r.Fixed > 0 {
+		return "k=" + strconv.Itoa(r.Fixed)
+	}
+	return "k=" + strconv.FormatFloat(r.Ratio, 'g', 3, 64) + "·infected"
+}
+
+// ratioGrid is the fractions of the infected count tried by ChooseK.
+var ratioGrid = []float64{0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1}
+
+// ChooseK picks the KRule with the largest mean F1 over validation
+// cascades, where the prediction for cascade c is its first k nodes of
+// ranked[c] (best first). Fixed counts 1..maxK are tried, and, when
+// infected is not nil (a method that may look at y), fractions of
+// infected[c]. Ties go to the smaller fixed k, then to fixed over ratio.
+func ChooseK(ranked [][]int, truths [][]int, infected []int, maxK int) (KRule, float64) {
+	if len(ranked) != len(truths) || (infected != nil && len(infected) != len(ranked)) {
+		panic("eval: ChooseK length mismatch")
+	}
+	if len(ranked) == 0 {
+		return KRule{Fixed: 1}, math.NaN()
+	}
+	maxK = max(maxK, 1)
+	// f1At[k-1] sums F1 over cascades when predicting the top k
+	f1At := make([]float64, maxK)
+	ratioF1 := make([]float64, len(ratioGrid))
+	for c, order := range ranked {
+		truth := make(map[int]bool, len(truths[c]))
+		for _, s := range truths[c] {
+			truth[s] = true
+		}
+		// hits[k] = true sources among the first k
+		hits := make([]int, len(order)+1)
+		for i, v := range order {
+			hits[i+1] = hits[i]
+			if truth[v] {
+				hits[i+1]++
+			}
+		}
+		f1 := func(k int) float64 {
+			k = min(k, len(order))
+			if k == 0 || hits[k] == 0 {
+				return 0
+			}
+			return 2 * float64(hits[k]) / float64(k+len(truth))
+		}
+		for k := 1; k <= maxK; k++ {
+			f1At[k-1] += f1(k)
+		}
+		if infected != nil {
+			for j, r := range ratioGrid {
+				ratioF1[j] += f1(KRule{Ratio: r}.K(infected[c]))
+			}
+		}
+	}
+	best, bestF1 := KRule{Fixed: 1}, math.Inf(-1)
+	for k, s := range f1At {
+		if s > bestF1+1e-12 {
+			best, bestF1 = KRule{Fixed: k + 1}, s
+		}
+	}
+	if infected != nil {
+		for j, s := range ratioF1 {
+			if s > bestF1+1e-12 {
+				best, bestF1 = KRule{Ratio: ratioGrid[j]}, s
+			}
+		}
+	}
+	return best, bestF1 / float64(len(ranked))
+}
+
+// ChooseThreshold picks the threshold t with the largest mean F1 over
+// validation cascades when predicting {v : scores[c][v] >= t}. Candidates
+// are up to 200 quantiles of the pooled scores; ties go to the larger t.
+func ChooseThreshold(scores [][]float64, truths [][]int) (float64, float64) {
+	if len(scores) != len(truths) {
+		panic("eval: ChooseThreshold length mismatch")
+	}
+	var pooled []float64
+	for _, s := range scores {
+		pooled = append(pooled, s...)
+	}
+	if len(pooled) == 0 {
+		return 0.5, math.NaN()
+	}
+	sort.Float64s(pooled)
+	const maxCand = 200
+	var cands []float64
+	for q := 0; q < maxCand; q++ {
+		v := pooled[q*(len(pooled)-1)/(maxCand-1)]
+		if len(cands) == 0 || v != cands[len(cands)-1] {
+			cands = append(cands, v)
+		}
+	}
+	bestT, bestF1 := cands[len(cands)-1], math.Inf(-1)
+	var pred []int
+	for j := len(cands) - 1; j >= 0; j-- {
+		t := cands[j]
+		var sum float64
+		for c, s := range scores {
+			pred = pred[:0]
+			for v, x := range s {
+				if x >= t {
+					pred = append(pred, v)
+				}
+			}
+			_, _, f1 := PRF(truths[c], pred)
+			sum += f1
+		}
+		if sum > bestF1+1e-12 {
+			bestT, bestF1 = t, sum
+		}
+	}
+	return bestT, bestF1 / float64(len(scores))
+}
+
+// ranker orders nodes by score, best first, breaking ties by a fixed random
+// permutation so that node numbering (often correlated with degree in
+// published graphs) cannot help or hurt a method.
+type ranker struct {
+	tie   []int
+	order []int
+}
+
+func newRanker(n int, seed int64) *ranker {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x5eed))
+	return &ranker{tie: rng.Perm(n), order: make([]int, n)}
+}
+
+// rank returns node indices by descending score; the slice is reused by the
+// next call.
+func (r *ranker) rank(scores []float64) []int {
+	for i := range r.order {
+		r.order[i] = i
+	}
+	sort.Slice(r.order, func(a, b int) bool {
+		i, j := r.order[a], r.order[b]
+		if scores[i] != scores[j] {
+			return scores[i] > scores[j]
+		}
+		return r.tie[i] < r.tie[j]
+	})
+	return r.order
+}
+
+// top returns a copy of the first k nodes by descending score.
+func (r *ranker) top(scores []float64, k int) []int {
+	order := r.rank(scores)
+	k = min(k, len(order))
+	out := append([]int(nil), order[:k]...)
+	sort.Ints(out)
+	return out
+}
+
+// observe returns the infected indicator of a cascade as y, and the count.
+func observe(n int, c diffusion.Cascade, dst []float64) []float64 {
+	if len(dst) != n {
+		dst = make([]float64, n)
+	}
+	for i := range dst {
+		dst[i] = 0
+	}
+	for _, v := range c.Infected {
+		dst[v] = 1
+	}
+	return dst
+}
+
+// infectedOf returns the nodes with y >= 1/2, sorted.
+func infectedOf(y []float64) []int {
+	var out []int
+	for i, v := range y {
+		if v >= 0.5 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// checkY rejects an observation of the wrong length or with values outside
+// [0,1].
+func checkY(n int, y []float64) error {
+	if len(y) != n {
+		return fmt.Errorf("%w: length %d, graph has %d nodes", ErrBadObservation, len(y), n)
+	}
+	for i, v := range y {
+		if !(v >= 0 && v <= 1) {
+			return fmt.Errorf("%w: y[%d] = %g outside [0,1]", ErrBadObservation, i, v)
+		}
+	}
+	return nil
+}
+
+// ErrBadObservation is returned by Localize for an observation of the wrong
+// length or with a value outside [0,1].
+var ErrBadObservation = errors.New("bad observation")
+
+// ErrNotFitted is returned by Localize before a successful Fit.
+var ErrNotFitted = errors.New("method not fitted")

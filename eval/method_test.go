@@ -1,0 +1,341 @@
+package eval
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// siCascades spreads SI by hand (beta per contact per step) from random
+// sources until target nodes are infected: enough for fitting tests without
+// depending on the diffusion simulators.
+func siCascades(g *graph.Graph, count, sources int, beta, frac float64, seed uint64) []diffusion.Cascade {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	n := g.N()
+	out := make([]diffusion.Cascade, 0, count)
+	for len(out) < count {
+		inf := make([]bool, n)
+		src := rng.Perm(n)[:sources]
+		for _, s := range src {
+			inf[s] = true
+		}
+		target := int(frac * float64(n))
+		for step := 0; step < 10*n; step++ {
+			cnt := 0
+			for _, v := range inf {
+				if v {
+					cnt++
+				}
+			}
+			if cnt >= target {
+				break
+			}
+			next := append([]bool(nil), inf...)
+			for u := 0; u < n; u++ {
+				if !inf[u] {
+					continue
+				}
+				nbr, _ := g.Out(u)
+				for _, v := range nbr {
+					if !inf[v] && rng.Float64() < beta {
+						next[v] = true
+					}
+				}
+			}
+			inf = next
+		}
+		c := diffusion.Cascade{Sources: append([]int(nil), src...)}
+		sort.Ints(c.Sources)
+		for v, ok := range inf {
+			if ok {
+				c.Infected = append(c.Infected, v)
+			}
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// randomGraph is a connected random graph: a spanning path plus extra edges.
+func randomGraph(n, extra int, seed uint64) *graph.Graph {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	var e []graph.Edge
+	perm := rng.Perm(n)
+	for i := 0; i+1 < n; i++ {
+		e = append(e, graph.Edge{From: perm[i], To: perm[i+1]})
+	}
+	for i := 0; i < extra; i++ {
+		e = append(e, graph.Edge{From: rng.IntN(n), To: rng.IntN(n)})
+	}
+	return graph.New(n, e, nil, false, false)
+}
+
+func newMethod(t *testing.T, name string, g *graph.Graph, params map[string]string) Method {
+	t.Helper()
+	f, err := Lookup(name)
+	require.NoError(t, err)
+	m, err := f(Env{Graph: g, Seed: 7, Logger: zap.NewNop(), Params: params})
+	require.NoError(t, err)
+	require.Equal(t, name, m.Name())
+	return m
+}
+
+func yOf(n int, infected ...int) []float64 {
+	y := make([]float64, n)
+	for _, v := range infected {
+		y[v] = 1
+	}
+	return y
+}
+
+func TestRegistry(t *testing.T) {
+	names := Names()
+	for _, want := range []string{"lpsi", "netsleuth", "ojc", "jordan", "infected", "degree", "prior", "random"} {
+		require.Contains(t, names, want)
+	}
+	require.True(t, sort.StringsAreSorted(names))
+	_, err := Lookup("nope")
+	require.ErrorIs(t, err, ErrUnknownMethod)
+	require.True(t, IsControl("infected"))
+	require.False(t, IsControl("lpsi"))
+
+	f, _ := Lookup("lpsi")
+	_, err = f(Env{Logger: zap.NewNop(), Params: map[string]string{"alpah": "0.5"}})
+	require.ErrorIs(t, err, ErrBadParam)
+	require.ErrorContains(t, err, "lpsi.alpah")
+	_, err = f(Env{Logger: zap.NewNop(), Params: map[string]string{"alpha": "x"}})
+	require.ErrorContains(t, err, `lpsi.alpha="x"`)
+	_, err = f(Env{Logger: zap.NewNop(), Params: map[string]string{"alpha": "1.5"}})
+	require.ErrorIs(t, err, ErrBadParam)
+	f, _ = Lookup("ojc")
+	_, err = f(Env{Logger: zap.NewNop(), Params: map[string]string{"k": "-1"}})
+	require.ErrorIs(t, err, ErrBadParam)
+}
+
+// Every method, on a graph it has never seen, fits, rejects bad input and
+// returns well-formed predictions.
+func TestMethodsContract(t *testing.T) {
+	g := randomGraph(60, 60, 3)
+	cs := siCascades(g, 30, 3, 0.3, 0.35, 4)
+	ctx := context.Background()
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			m := newMethod(t, name, g, nil)
+			_, err := m.Localize(ctx, make([]float64, g.N()))
+			require.ErrorIs(t, err, ErrNotFitted)
+			require.NoError(t, m.Fit(ctx, g, cs[:20], cs[20:25]))
+			_, err = m.Localize(ctx, make([]float64, 3))
+			require.ErrorIs(t, err, ErrBadObservation)
+			y := make([]float64, g.N())
+			y[1] = 2
+			_, err = m.Localize(ctx, y)
+			require.ErrorIs(t, err, ErrBadObservation)
+			var aucs []float64
+			for _, c := range cs[25:] {
+				p, err := m.Localize(ctx, yOf(g.N(), c.Infected...))
+				require.NoError(t, err)
+				require.Len(t, p.Scores, g.N())
+				for _, s := range p.Scores {
+					require.False(t, math.IsNaN(s) || math.IsInf(s, 0))
+				}
+				require.True(t, sort.IntsAreSorted(p.Sources))
+				for _, s := range p.Sources {
+					require.True(t, s >= 0 && s < g.N())
+				}
+				aucs = append(aucs, Score(g, c.Sources, p).AUC)
+			}
+			require.Equal(t, 0, Summarize(aucs).Undefined)
+		})
+	}
+}
+
+func TestJordanCenterOfPath(t *testing.T) {
+	g := path(7)
+	m := newMethod(t, "jordan", g, map[string]string{"k": "1"})
+	require.NoError(t, m.Fit(context.Background(), g, nil, nil))
+	p, err := m.Localize(context.Background(), yOf(7, 1, 2, 3, 4, 5))
+	require.NoError(t, err)
+	require.Equal(t, []int{3}, p.Sources)
+	// eccentricity w.r.t. infected {1..5}: 3 -> 2, 2 and 4 -> 3, 0 and 6 -> 5
+	require.Equal(t, []float64{-5, -4, -3, -2, -3, -4, -5}, p.Scores)
+}
+
+func TestLPSIFindsCentre(t *testing.T) {
+	g := path(9)
+	y := yOf(9, 2, 3, 4, 5, 6)
+	for _, params := range []map[string]string{{"alpha": "0.5"}, nil} {
+		m := newMethod(t, "lpsi", g, params)
+		val := []diffusion.Cascade{{Sources: []int{4}, Infected: []int{2, 3, 4, 5, 6}}, {Sources: []int{3}, Infected: []int{2, 3, 4}}}
+		require.NoError(t, m.Fit(context.Background(), g, nil, val))
+		p, err := m.Localize(context.Background(), y)
+		require.NoError(t, err)
+		require.Equal(t, []int{4}, p.Sources)
+		for i := range p.Scores {
+			require.True(t, p.Scores[i] >= 0 && p.Scores[i] <= 1)
+			// symmetric around the centre, falling away from it
+			require.InDelta(t, p.Scores[i], p.Scores[8-i], 1e-9)
+			if i < 4 {
+				require.Less(t, p.Scores[i], p.Scores[i+1])
+			}
+		}
+	}
+}
+
+func TestNetSleuth(t *testing.T) {
+	ctx := context.Background()
+	// a path's Dirichlet eigenvector is a sine arch peaking in the middle
+	g := path(9)
+	m := newMethod(t, "netsleuth", g, map[string]string{"k": "1"})
+	require.NoError(t, m.Fit(ctx, g, nil, nil))
+	p, err := m.Localize(ctx, yOf(9, 1, 2, 3, 4, 5))
+	require.NoError(t, err)
+	require.Equal(t, []int{3}, p.Sources)
+	require.InDelta(t, 1, p.Scores[3], 1e-9)
+	// sin(pi j/6) for j = 1..5, scaled to max 1
+	for j := 1; j <= 5; j++ {
+		require.InDelta(t, math.Sin(math.Pi*float64(j)/6), p.Scores[j], 1e-6)
+	}
+	require.Zero(t, p.Scores[0])
+
+	// two infected blobs on a long path: two seeds, one in each, the
+	// larger blob (smaller eigenvalue) first
+	g = path(20)
+	m = newMethod(t, "netsleuth", g, map[string]string{"k": "2"})
+	require.NoError(t, m.Fit(ctx, g, nil, nil))
+	p, err = m.Localize(ctx, yOf(20, 2, 3, 4, 12, 13, 14, 15, 16))
+	require.NoError(t, err)
+	require.Equal(t, []int{3, 14}, p.Sources)
+
+	// on a larger graph the Lanczos eigenpair agrees with the dense one
+	g = randomGraph(120, 150, 9)
+	ls := newLanczos(g.N())
+	rm := &rankMethod{g: g, rk: newRanker(g.N(), 1)}
+	nodes := make([]int, 0, 120)
+	for v := 0; v < 120; v++ {
+		nodes = append(nodes, v)
+	}
+	// take a connected infected set: a BFS ball
+	dist := g.BFS([]int{0}, nil)
+	var ball []int
+	for _, v := range nodes {
+		if dist[v] >= 0 && dist[v] <= 3 {
+			ball = append(ball, v)
+		}
+	}
+	require.Greater(t, len(ball), 40)
+	for _, v := range ball {
+		ls.active[v] = true
+		ls.pos[v] = -2
+	}
+	c := &component{nodes: ball}
+	require.NoError(t, ls.solve(rm, c, nil))
+	lam := denseSmallest(g, ball)
+	require.InDelta(t, lam, c.lambda, 1e-6)
+}
+
+// denseSmallest is the smallest eigenvalue of L_C by a dense
+// eigendecomposition, as a reference for the test only.
+func denseSmallest(g *graph.Graph, nodes []int) float64 {
+	pos := map[int]int{}
+	for a, v := range nodes {
+		pos[v] = a
+	}
+	m := len(nodes)
+	l := make([][]float64, m)
+	for a, v := range nodes {
+		l[a] = make([]float64, m)
+		l[a][a] = float64(g.Degree(v))
+		nbr, _ := g.Out(v)
+		for _, w := range nbr {
+			if b, ok := pos[w]; ok {
+				l[a][b] = -1
+			}
+		}
+	}
+	return symSmallest(l)
+}
+
+func TestOJCCoversTwoBlobs(t *testing.T) {
+	// two stars joined by an uninfected path 3-20-21-10
+	e := []graph.Edge{{From: 0, To: 1}, {From: 0, To: 2}, {From: 0, To: 3}, {From: 3, To: 20}, {From: 20, To: 21}, {From: 21, To: 10},
+		{From: 10, To: 11}, {From: 10, To: 12}, {From: 10, To: 13}, {From: 10, To: 14}}
+	g := graph.New(22, e, nil, false, false)
+	ctx := context.Background()
+	m := newMethod(t, "ojc", g, map[string]string{"k": "2"})
+	require.NoError(t, m.Fit(ctx, g, nil, nil))
+	p, err := m.Localize(ctx, yOf(22, 0, 1, 2, 3, 10, 11, 12, 13, 14))
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 10}, p.Sources)
+	require.InDelta(t, 0.5, p.Scores[0], 1e-12)  // eccentricity 1
+	require.InDelta(t, 1.0/3, p.Scores[1], 1e-12) // eccentricity 2
+	require.Zero(t, p.Scores[20])
+}
+
+func TestDegreeAndInfected(t *testing.T) {
+	// star with centre 0 and leaves 1..6, plus a tail 6-7
+	e := []graph.Edge{{From: 6, To: 7}}
+	for i := 1; i <= 6; i++ {
+		e = append(e, graph.Edge{From: 0, To: i})
+	}
+	g := graph.New(8, e, nil, false, false)
+	ctx := context.Background()
+	y := yOf(8, 0, 1, 2, 6)
+	m := newMethod(t, "degree", g, map[string]string{"k": "1"})
+	require.NoError(t, m.Fit(ctx, g, nil, nil))
+	p, err := m.Localize(ctx, y)
+	require.NoError(t, err)
+	require.Equal(t, []int{0}, p.Sources)
+	require.Equal(t, []float64{7, 2, 2, 0, 0, 0, 3, 0}, p.Scores)
+
+	m = newMethod(t, "infected", g, nil)
+	require.NoError(t, m.Fit(ctx, g, nil, nil))
+	p, err = m.Localize(ctx, y)
+	require.NoError(t, err)
+	require.Equal(t, []int{0, 1, 2, 6}, p.Sources)
+	require.Equal(t, y, p.Scores)
+}
+
+func TestPriorIgnoresY(t *testing.T) {
+	g := randomGraph(30, 20, 5)
+	ctx := context.Background()
+	train := []diffusion.Cascade{
+		{Sources: []int{5, 9}, Infected: []int{5, 9}},
+		{Sources: []int{5}, Infected: []int{5}},
+		{Sources: []int{5, 11}, Infected: []int{5, 11}},
+	}
+	val := []diffusion.Cascade{{Sources: []int{5}, Infected: []int{5, 6, 7}}, {Sources: []int{5}, Infected: []int{5, 1}}}
+	m := newMethod(t, "prior", g, nil)
+	require.NoError(t, m.Fit(ctx, g, train, val))
+	a, err := m.Localize(ctx, yOf(30, 1, 2, 3))
+	require.NoError(t, err)
+	b, err := m.Localize(ctx, yOf(30, 20, 21, 22, 23, 24, 25))
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	require.Equal(t, []int{5}, a.Sources)
+	require.InDelta(t, 1, a.Scores[5], 1e-12)
+	require.InDelta(t, 1.0/3, a.Scores[9], 1e-12)
+	require.Zero(t, a.Scores[1])
+}
+
+func TestRandomIsChance(t *testing.T) {
+	g := randomGraph(200, 200, 6)
+	cs := siCascades(g, 60, 10, 0.3, 0.3, 8)
+	m := newMethod(t, "random", g, nil)
+	ctx := context.Background()
+	require.NoError(t, m.Fit(ctx, g, cs[:20], cs[20:30]))
+	var aucs []float64
+	for _, c := range cs[30:] {
+		p, err := m.Localize(ctx, yOf(g.N(), c.Infected...))
+		require.NoError(t, err)
+		aucs = append(aucs, Score(g, c.Sources, p).AUC)
+	}
+	require.InDelta(t, 0.5, Summarize(aucs).Mean, 0.06)
+}

@@ -1,0 +1,216 @@
+package eval
+
+import (
+	"math"
+	"sort"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Metrics are one cascade's scores. AUC is NaN when undefined (no node or
+// every node is a source).
+type Metrics struct {
+	Precision, Recall, F1, AUC, TopK, ErrorDistance float64
+	// Empty reports that the prediction named no source; ErrorDistance then
+	// holds the penalty described in the package documentation.
+	Empty bool
+}
+
+// PRF returns precision, recall and F1 of predicted against truth. Indices
+// may repeat; each node counts once. An empty prediction has precision 0
+// (not 1) and F1 0; an empty truth has recall 0.
+func PRF(truth, predicted []int) (precision, recall, f1 float64) {
+	nt, np, hit := countOverlap(truth, predicted)
+	if np > 0 {
+		precision = float64(hit) / float64(np)
+	}
+	if nt > 0 {
+		recall = float64(hit) / float64(nt)
+	}
+	if precision+recall > 0 {
+		f1 = 2 * precision * recall / (precision + recall)
+	}
+	return precision, recall, f1
+}
+
+// countOverlap returns the distinct sizes of a and b and of their
+// intersection. Sets here are small, so a map is cheaper than a mask of n.
+func countOverlap(a, b []int) (na, nb, both int) {
+	in := make(map[int]bool, len(a))
+	for _, v := range a {
+		in[v] = false
+	}
+	seen := make(map[int]struct{}, len(b))
+	for _, v := range b {
+		if _, dup := seen[v]; dup {
+			continue
+		}
+		seen[v] = struct{}{}
+		if _, ok := in[v]; ok {
+			both++
+		}
+	}
+	return len(in), len(seen), both
+}
+
+// AUC returns the ROC-AUC of scores for separating the positive nodes from
+// the rest: the Mann-Whitney statistic with tied scores given their average
+// rank. It returns NaN when there are no positives or no negatives. AUC
+// panics if the lengths differ.
+func AUC(scores []float64, positive []bool) float64 {
+	if len(scores) != len(positive) {
+		panic("eval: AUC length mismatch")
+	}
+	n := len(scores)
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.Slice(order, func(a, b int) bool { return scores[order[a]] < scores[order[b]] })
+	var rankSum float64
+	pos := 0
+	for lo := 0; lo < n; {
+		hi := lo + 1
+		for hi < n && scores[order[hi]] == scores[order[lo]] {
+			hi++
+		}
+		// ranks lo+1..hi share their mean
+		avg := float64(lo+1+hi) / 2
+		for _, i := range order[lo:hi] {
+			if positive[i] {
+				rankSum += avg
+				pos++
+			}
+		}
+		lo = hi
+	}
+	neg := n - pos
+	if pos == 0 || neg == 0 {
+		return math.NaN()
+	}
+	p := float64(pos)
+	return (rankSum - p*(p+1)/2) / (p * float64(neg))
+}
+
+// TopK returns the fraction of truth found among the k = len(truth) highest
+// scores, with ties at the k-th score broken in expectation (see the package
+// documentation). It returns NaN for an empty truth.
+func TopK(scores []float64, truth []int) float64 {
+	k := len(truth)
+	if k == 0 {
+		return math.NaN()
+	}
+	if k > len(scores) {
+		k = len(scores)
+	}
+	sorted := append([]float64(nil), scores...)
+	sort.Sort(sort.Reverse(sort.Float64Slice(sorted)))
+	t := sorted[k-1]
+	above, tied := 0, 0
+	for _, s := range scores {
+		switch {
+		case s > t:
+			above++
+		case s == t:
+			tied++
+		}
+	}
+	var posAbove, posTied float64
+	for _, i := range truth {
+		switch {
+		case scores[i] > t:
+			posAbove++
+		case scores[i] == t:
+			posTied++
+		}
+	}
+	hits := posAbove + float64(k-above)*posTied/float64(tied)
+	return hits / float64(len(truth))
+}
+
+// ErrorDistance returns the mean over truth of the hop distance from the
+// nearest predicted node, with the penalty 1 + ecc(s) for a true source s
+// that no predicted node reaches (see the package documentation). dist is
+// scratch of length g.N() or nil. It returns NaN for an empty truth.
+func ErrorDistance(g *graph.Graph, truth, predicted []int, dist []int) float64 {
+	if len(truth) == 0 {
+		return math.NaN()
+	}
+	if len(predicted) > 0 {
+		dist = g.BFS(predicted, dist)
+	}
+	var sum float64
+	var own []int
+	for _, s := range truth {
+		if len(predicted) > 0 && dist[s] >= 0 {
+			sum += float64(dist[s])
+			continue
+		}
+		own = g.BFS([]int{s}, own)
+		ecc := 0
+		for _, d := range own {
+			ecc = max(ecc, d)
+		}
+		sum += float64(1 + ecc)
+	}
+	return sum / float64(len(truth))
+}
+
+// Score computes all metrics of one prediction against the true sources.
+// scores must have length g.N().
+func Score(g *graph.Graph, truth []int, p Prediction) Metrics {
+	var m Metrics
+	m.Precision, m.Recall, m.F1 = PRF(truth, p.Sources)
+	positive := make([]bool, g.N())
+	for _, s := range truth {
+		positive[s] = true
+	}
+	m.AUC = AUC(p.Scores, positive)
+	m.TopK = TopK(p.Scores, truth)
+	m.ErrorDistance = ErrorDistance(g, truth, p.Sources, nil)
+	m.Empty = len(p.Sources) == 0
+	return m
+}
+
+// Stat summarises one metric over many cascades.
+type Stat struct {
+	Mean float64 `json:"mean"`
+	// SD is the sample standard deviation (0 with fewer than two values).
+	SD float64 `json:"sd"`
+	// N counts the defined values that entered Mean and SD.
+	N int `json:"n"`
+	// Undefined counts the NaN values left out.
+	Undefined int `json:"undefined,omitempty"`
+}
+
+// Summarize returns the mean and sample standard deviation of the defined
+// (non-NaN) values and counts the rest. With no defined value Mean and SD
+// are NaN.
+func Summarize(values []float64) Stat {
+	var st Stat
+	var sum float64
+	for _, v := range values {
+		if math.IsNaN(v) {
+			st.Undefined++
+			continue
+		}
+		st.N++
+		sum += v
+	}
+	if st.N == 0 {
+		st.Mean, st.SD = math.NaN(), math.NaN()
+		return st
+	}
+	st.Mean = sum / float64(st.N)
+	if st.N > 1 {
+		var ss float64
+		for _, v := range values {
+			if !math.IsNaN(v) {
+				d := v - st.Mean
+				ss += d * d
+			}
+		}
+		st.SD = math.Sqrt(ss / float64(st.N-1))
+	}
+	return st
+}

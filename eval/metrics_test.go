@@ -1,0 +1,149 @@
+package eval
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// path returns the path 0-1-...-(n-1).
+func path(n int) *graph.Graph {
+	var e []graph.Edge
+	for i := 0; i+1 < n; i++ {
+		e = append(e, graph.Edge{From: i, To: i + 1})
+	}
+	return graph.New(n, e, nil, false, false)
+}
+
+func TestPRF(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		truth, pred []int
+		p, r, f1    float64
+	}{
+		{"partial", []int{1, 2, 3}, []int{2, 3, 4, 5}, 0.5, 2.0 / 3, 4.0 / 7},
+		{"exact", []int{1, 2}, []int{2, 1}, 1, 1, 1},
+		{"empty prediction is precision 0", []int{1}, nil, 0, 0, 0},
+		{"disjoint", []int{1}, []int{2}, 0, 0, 0},
+		{"duplicates count once", []int{1, 2}, []int{1, 1}, 1, 0.5, 2.0 / 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, r, f1 := PRF(tc.truth, tc.pred)
+			require.InDelta(t, tc.p, p, 1e-12)
+			require.InDelta(t, tc.r, r, 1e-12)
+			require.InDelta(t, tc.f1, f1, 1e-12)
+		})
+	}
+}
+
+func TestAUC(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		scores []float64
+		pos    []bool
+		want   float64
+	}{
+		// the textbook example: 3 of 4 positive-negative pairs ordered
+		{"textbook", []float64{0.1, 0.4, 0.35, 0.8}, []bool{false, false, true, true}, 0.75},
+		// the positive shares ranks 3 and 4 with a negative: (3.5-1)/3
+		{"ties averaged", []float64{1, 1, 0, 0}, []bool{true, false, false, false}, 2.5 / 3},
+		{"all tied is one half", []float64{2, 2, 2, 2}, []bool{true, false, true, false}, 0.5},
+		{"perfect", []float64{0, 1, 2}, []bool{false, false, true}, 1},
+		{"reversed", []float64{3, 1, 2}, []bool{true, false, false}, 1},
+		{"worst", []float64{0, 1, 2}, []bool{true, false, false}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.InDelta(t, tc.want, AUC(tc.scores, tc.pos), 1e-12)
+		})
+	}
+	require.True(t, math.IsNaN(AUC([]float64{1, 2}, []bool{true, true})))
+	require.True(t, math.IsNaN(AUC([]float64{1, 2}, []bool{false, false})))
+}
+
+func TestTopK(t *testing.T) {
+	// k = 2; the 2nd highest score 2 is shared by nodes 1,2,3 of which one
+	// is a source: 1 place of 3 tied -> 1/3 hit; 1/3 of 2 sources = 1/6
+	require.InDelta(t, 1.0/6, TopK([]float64{3, 2, 2, 2, 1}, []int{1, 4}), 1e-12)
+	require.InDelta(t, 1, TopK([]float64{3, 2, 0, 0, 1}, []int{0, 1}), 1e-12)
+	require.InDelta(t, 0.5, TopK([]float64{3, 2, 0, 0, 1}, []int{0, 4}), 1e-12)
+	require.True(t, math.IsNaN(TopK([]float64{1}, nil)))
+}
+
+func TestErrorDistance(t *testing.T) {
+	p := path(5)
+	require.InDelta(t, 2, ErrorDistance(p, []int{0, 4}, []int{1}, nil), 1e-12)
+	require.InDelta(t, 0, ErrorDistance(p, []int{0, 4}, []int{4, 0}, nil), 1e-12)
+	// no prediction: 1 + eccentricity, 5 for both ends of the path
+	require.InDelta(t, 5, ErrorDistance(p, []int{0, 4}, nil, nil), 1e-12)
+	// 0: ecc 4 -> 5, 2: ecc 2 -> 3
+	require.InDelta(t, 4, ErrorDistance(p, []int{0, 2}, nil, nil), 1e-12)
+	// unreachable: path 0-1-2 and edge 3-4; source 3 is unreachable from 0
+	g := graph.New(5, []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}, {From: 3, To: 4}}, nil, false, false)
+	require.InDelta(t, 2, ErrorDistance(g, []int{3}, []int{0}, nil), 1e-12)
+	// 3 pays the penalty 2, 2 is two hops from 0
+	require.InDelta(t, 2, ErrorDistance(g, []int{3, 2}, []int{0}, nil), 1e-12)
+}
+
+func TestScore(t *testing.T) {
+	p := path(5)
+	m := Score(p, []int{2}, Prediction{Scores: []float64{0, 1, 2, 1, 0}, Sources: []int{2, 3}})
+	require.InDelta(t, 0.5, m.Precision, 1e-12)
+	require.InDelta(t, 1, m.Recall, 1e-12)
+	require.InDelta(t, 2.0/3, m.F1, 1e-12)
+	require.InDelta(t, 1, m.AUC, 1e-12)
+	require.InDelta(t, 1, m.TopK, 1e-12)
+	require.InDelta(t, 0, m.ErrorDistance, 1e-12)
+	require.False(t, m.Empty)
+
+	m = Score(p, []int{2}, Prediction{Scores: make([]float64, 5)})
+	require.True(t, m.Empty)
+	require.Zero(t, m.Precision)
+	require.InDelta(t, 0.5, m.AUC, 1e-12)
+	require.InDelta(t, 0.2, m.TopK, 1e-12)
+	require.InDelta(t, 3, m.ErrorDistance, 1e-12)
+}
+
+func TestSummarize(t *testing.T) {
+	st := Summarize([]float64{1, 2, 3, math.NaN()})
+	require.InDelta(t, 2, st.Mean, 1e-12)
+	require.InDelta(t, 1, st.SD, 1e-12)
+	require.Equal(t, 3, st.N)
+	require.Equal(t, 1, st.Undefined)
+
+	st = Summarize([]float64{4})
+	require.Equal(t, Stat{Mean: 4, N: 1}, st)
+
+	st = Summarize([]float64{math.NaN()})
+	require.True(t, math.IsNaN(st.Mean))
+	require.Equal(t, 1, st.Undefined)
+}
+
+func TestChooseK(t *testing.T) {
+	ranked := [][]int{{5, 1, 2, 3}, {7, 8, 1, 2}}
+	truths := [][]int{{5, 1}, {7, 8}}
+	rule, f1 := ChooseK(ranked, truths, nil, 4)
+	require.Equal(t, KRule{Fixed: 2}, rule)
+	require.InDelta(t, 1, f1, 1e-12)
+
+	// true counts scale with the infected count: only a ratio fits both
+	ranked = [][]int{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}
+	truths = [][]int{{1}, {1, 2, 3, 4}}
+	rule, f1 = ChooseK(ranked, truths, []int{5, 20}, 10)
+	require.Equal(t, KRule{Ratio: 0.2}, rule)
+	require.InDelta(t, 1, f1, 1e-12)
+	require.Equal(t, 1, rule.K(5))
+	require.Equal(t, 4, rule.K(20))
+	require.Equal(t, 1, rule.K(0))
+}
+
+func TestChooseThreshold(t *testing.T) {
+	scores := [][]float64{{0.9, 0.8, 0.1, 0.2}, {0.1, 0.95, 0.3, 0.85}}
+	truths := [][]int{{0, 1}, {1, 3}}
+	th, f1 := ChooseThreshold(scores, truths)
+	require.InDelta(t, 1, f1, 1e-12)
+	require.Greater(t, th, 0.3)
+	require.LessOrEqual(t, th, 0.8)
+}
