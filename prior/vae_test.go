@@ -1,0 +1,363 @@
+package prior
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/nn"
+)
+
+// gridGraph is a w x h 4-neighbour grid: BFS balls on it are compact
+// clusters with a clear spatial structure for the VAE to learn.
+func gridGraph(w, h int) *graph.Graph {
+	var edges []graph.Edge
+	for r := range h {
+		for c := range w {
+			i := r*w + c
+			if c+1 < w {
+				edges = append(edges, graph.Edge{From: i, To: i + 1})
+			}
+			if r+1 < h {
+				edges = append(edges, graph.Edge{From: i, To: i + w})
+			}
+		}
+	}
+	return graph.New(w*h, edges, nil, false, false)
+}
+
+// clusterSets draws count source sets, each the frac*n nodes nearest (by
+// hops, ties broken at random) to a uniformly random centre.
+func clusterSets(g *graph.Graph, count int, frac float64, rng *rand.Rand) [][]int {
+	n := g.N()
+	size := max(1, int(math.Round(frac*float64(n))))
+	var dist []int
+	sets := make([][]int, count)
+	for s := range sets {
+		dist = g.BFS([]int{rng.IntN(n)}, dist)
+		key := make([]float64, n)
+		nodes := make([]int, n)
+		for i := range nodes {
+			nodes[i] = i
+			d := float64(dist[i])
+			if dist[i] < 0 {
+				d = math.Inf(1)
+			}
+			key[i] = d + rng.Float64()*0.5
+		}
+		slices.SortFunc(nodes, func(a, b int) int { return cmpFloat(key[a], key[b]) })
+		sets[s] = slices.Clone(nodes[:size])
+	}
+	return sets
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// uniformSets draws count sets of frac*n distinct uniformly random nodes.
+func uniformSets(n, count int, frac float64, rng *rand.Rand) [][]int {
+	size := max(1, int(math.Round(frac*float64(n))))
+	sets := make([][]int, count)
+	for s := range sets {
+		sets[s] = rng.Perm(n)[:size]
+	}
+	return sets
+}
+
+func tinyConfig() Config {
+	return Config{Hidden: 6, Latent: 3, LearningRate: 2e-3, Epochs: 5, BatchSize: 4, Patience: 2, Seed: 7}
+}
+
+func TestVAELossGradientCheck(t *testing.T) {
+	v := NewVAE(9, tinyConfig())
+	// Move the biases and log-variances off zero so every term matters.
+	rng := rand.New(rand.NewPCG(3, 3))
+	for _, p := range v.params {
+		for i := range p.Value {
+			p.Value[i] += 0.1 * rng.NormFloat64()
+		}
+	}
+	sets := [][]int{{0, 3}, {8}, {1, 2, 4, 5}, {}}
+	eps := randDense(rng, len(sets), 3, 1)
+	f := func() float64 {
+		bce, kl := v.loss(sets, eps, false)
+		return (bce + kl) / float64(len(sets))
+	}
+	nn.ZeroGrad(v.params)
+	bce, kl := v.loss(sets, eps, true)
+	require.InDelta(t, f(), (bce+kl)/4, 1e-12)
+	require.Greater(t, kl, 0.0)
+	for _, p := range v.params {
+		grad := slices.Clone(p.Grad)
+		worst, at := nn.CheckGradient(f, p.Value, grad, 1e-6)
+		require.Less(t, worst, 1e-5, "%s[%d]", p.Name, at)
+	}
+}
+
+func TestVAEZeroNoiseIsMean(t *testing.T) {
+	v := NewVAE(9, tinyConfig())
+	sets := [][]int{{0, 3}, {8}}
+	b1, k1 := v.loss(sets, nil, false)
+	b2, k2 := v.loss(sets, mat.NewDense(2, 3, nil), false)
+	require.Equal(t, b1, b2)
+	require.Equal(t, k1, k2)
+}
+
+func TestFitLearnsClusteredSources(t *testing.T) {
+	g := gridGraph(10, 8)
+	rng := rand.New(rand.NewPCG(11, 0))
+	train, val := clusterSets(g, 400, 0.1, rng), clusterSets(g, 100, 0.1, rng)
+	cfg := Config{Hidden: 32, Latent: 8, LearningRate: 2e-3, Epochs: 60, BatchSize: 32, Patience: 10, Seed: 1}
+	v := NewVAE(g.N(), cfg)
+	var calls []Progress
+	m, err := v.Fit(context.Background(), train, val, func(p Progress) { calls = append(calls, p) })
+	require.NoError(t, err)
+	require.Len(t, calls, int(m["epochs"]))
+	require.Equal(t, 60, calls[0].Epochs)
+	require.Less(t, m["val_bce"], m["val_bce_initial"])
+	require.Less(t, m["val_bce"], m["val_bce_frequency"])
+	require.Less(t, calls[len(calls)-1].TrainLoss, calls[0].TrainLoss)
+	// Fit keeps the best epoch's parameters.
+	bce, kl := v.evaluate(val, validationNoise(len(val), cfg.Latent, cfg.Seed))
+	require.InDelta(t, m["val_bce"], bce, 1e-9)
+	require.InDelta(t, m["val_kl"], kl, 1e-9)
+	require.Equal(t, m["val_loss"], calls[int(m["best_epoch"])-1].ValLoss)
+
+	// The terms prefer a held-out cluster to a scattered set of the same size.
+	terms := v.Terms(train, 256, rand.New(rand.NewPCG(1, 1)))
+	require.Equal(t, 256, terms.Prototypes())
+	clustered, scattered := clusterSets(g, 20, 0.1, rng), uniformSets(g.N(), 20, 0.1, rng)
+	x := mat.NewDense(40, g.N(), nil)
+	for r, s := range append(clustered, scattered...) {
+		for _, i := range s {
+			x.Set(r, i, 1)
+		}
+	}
+	pred, init := terms.Pred(x, nil), terms.Init(x, nil)
+	require.Less(t, mean(pred[:20]), mean(pred[20:]))
+	require.Less(t, mean(pred[:20]), mean(init[:20]), "the mixture fits clusters better than the mean latent")
+}
+
+func mean(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(len(v))
+}
+
+func TestFitEarlyStopping(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 0))
+	// Few training sets and many epochs: validation loss stops improving.
+	train, val := uniformSets(30, 8, 0.2, rng), uniformSets(30, 20, 0.2, rng)
+	cfg := Config{Hidden: 16, Latent: 4, LearningRate: 1e-2, Epochs: 500, BatchSize: 4, Patience: 3, Seed: 2}
+	m, err := NewVAE(30, cfg).Fit(context.Background(), train, val, nil)
+	require.NoError(t, err)
+	require.Less(t, m["epochs"], 500.0)
+	require.Equal(t, 3.0, m["epochs"]-m["best_epoch"])
+}
+
+func TestFitWithoutValidation(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 0))
+	cfg := tinyConfig()
+	m, err := NewVAE(12, cfg).Fit(context.Background(), uniformSets(12, 10, 0.2, rng), nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, float64(cfg.Epochs), m["epochs"])
+	require.NotContains(t, m, "val_bce")
+	require.NotContains(t, m, "best_epoch")
+}
+
+func TestFitCancel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := tinyConfig()
+	cfg.Epochs, cfg.Patience = 100, 0
+	calls := 0
+	_, err := NewVAE(12, cfg).Fit(ctx, uniformSets(12, 10, 0.2, rng), uniformSets(12, 4, 0.2, rng), func(p Progress) {
+		calls++
+		if p.Epoch == 2 {
+			cancel()
+		}
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "fit vae: epoch 3")
+	require.Equal(t, 2, calls)
+}
+
+func TestFitRejectsBadInput(t *testing.T) {
+	bad := tinyConfig()
+	bad.Latent = 0
+	for _, tc := range []struct {
+		name       string
+		cfg        Config
+		train, val [][]int
+		want       error
+		msg        string
+	}{
+		{"config", bad, [][]int{{1}}, nil, ErrConfig, "latent = 0"},
+		{"no training sets", tinyConfig(), nil, nil, ErrSourceSet, "no training sets"},
+		{"train node", tinyConfig(), [][]int{{1}, {2, 5}}, nil, ErrSourceSet, "training set 1: node 5 out of range [0, 5)"},
+		{"val node", tinyConfig(), [][]int{{1}}, [][]int{{-1}}, ErrSourceSet, "validation set 0: node -1 out of range"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewVAE(5, tc.cfg).Fit(context.Background(), tc.train, tc.val, nil)
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, DefaultConfig().Validate())
+	require.NoError(t, PaperConfig().Validate())
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		msg  string
+	}{
+		{"hidden", func(c *Config) { c.Hidden = 0 }, "hidden = 0"},
+		{"latent", func(c *Config) { c.Latent = 1 << 20 }, "latent = 1048576"},
+		{"lr", func(c *Config) { c.LearningRate = math.NaN() }, "learning rate = NaN"},
+		{"epochs", func(c *Config) { c.Epochs = 0 }, "epochs = 0"},
+		{"batch", func(c *Config) { c.BatchSize = -1 }, "batch size = -1"},
+		{"patience", func(c *Config) { c.Patience = -1 }, "patience = -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.edit(&c)
+			err := c.Validate()
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+}
+
+// TestTermsAtMatchesDecoder checks the VAE's low-rank terms against the
+// decoder's full output: D_j = logits(z_j), c_j = sum_i log(1 - d_ji).
+func TestTermsAtMatchesDecoder(t *testing.T) {
+	v := NewVAE(10, tinyConfig())
+	rng := rand.New(rand.NewPCG(9, 9))
+	z, zbar := randDense(rng, 7, 3, 1), randDense(rng, 1, 3, 1)
+	tm := v.termsAt(z, zbar)
+	var D mat.Dense
+	D.CloneFrom(v.dec.Forward(z))
+	bar := slices.Clone(v.dec.Forward(zbar).RawRowView(0))
+	x := randX(4, 3, 10)
+	grad := mat.NewDense(3, 10, nil)
+	pred, init := tm.Pred(x, grad), tm.Init(x, nil)
+	for r := range 3 {
+		e := make([]float64, 7)
+		for j := range e {
+			for i := range 10 {
+				l := D.At(j, i)
+				e[j] += x.At(r, i)*logSigmoid(l) + (1-x.At(r, i))*logSigmoid(-l)
+			}
+		}
+		require.InDelta(t, -nn.LogSumExp(e), pred[r], 1e-9)
+		var li float64
+		for i, l := range bar {
+			li -= x.At(r, i)*logSigmoid(l) + (1-x.At(r, i))*logSigmoid(-l)
+		}
+		require.InDelta(t, li, init[r], 1e-9)
+	}
+	// The terms own their copy of the decoder's output layer.
+	last := v.dec.Layers[len(v.dec.Layers)-1]
+	last.W.Set(0, 0, last.W.At(0, 0)+1)
+	require.Equal(t, pred, tm.Pred(x, nil))
+}
+
+func TestTermsSampling(t *testing.T) {
+	v := NewVAE(12, tinyConfig())
+	train := [][]int{{0, 1}, {5}, {7, 8, 9}}
+	a := v.Terms(train, 10, rand.New(rand.NewPCG(1, 2)))
+	b := v.Terms(train, 10, rand.New(rand.NewPCG(1, 2)))
+	require.Equal(t, 10, a.Prototypes(), "cycles through 3 sets")
+	require.Equal(t, 12, a.Nodes())
+	x := randX(1, 2, 12)
+	require.Equal(t, a.Pred(x, nil), b.Pred(x, nil), "same rng, same terms")
+	require.Equal(t, DefaultPrototypes, v.Terms(train, 0, nil).Prototypes())
+	// The mean latent is the mean of mu.
+	mu, _ := v.encode(train)
+	zbar := mat.NewDense(1, 3, nil)
+	for j := range 3 {
+		zbar.Set(0, j, (mu.At(0, j)+mu.At(1, j)+mu.At(2, j))/3)
+	}
+	want := v.termsAt(mat.NewDense(1, 3, nil), zbar)
+	require.InDeltaSlice(t, want.Init(x, nil), a.Init(x, nil), 1e-9)
+	// Without training sets the prototypes come from N(0, I).
+	require.Equal(t, 5, v.Terms(nil, 5, nil).Prototypes())
+}
+
+func TestVAEMarshalRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 0))
+	train := uniformSets(15, 12, 0.2, rng)
+	v := NewVAE(15, tinyConfig())
+	_, err := v.Fit(context.Background(), train, nil, nil)
+	require.NoError(t, err)
+	data, err := v.MarshalBinary()
+	require.NoError(t, err)
+	var back VAE
+	require.NoError(t, back.UnmarshalBinary(data))
+	require.Equal(t, v.Config(), back.Config())
+	require.Equal(t, 15, back.Nodes())
+	b1, k1 := v.evaluate(train, nil)
+	b2, k2 := back.evaluate(train, nil)
+	require.Equal(t, b1, b2)
+	require.Equal(t, k1, k2)
+	x := randX(2, 2, 15)
+	require.Equal(t, v.Terms(train, 8, rand.New(rand.NewPCG(1, 1))).Pred(x, nil),
+		back.Terms(train, 8, rand.New(rand.NewPCG(1, 1))).Pred(x, nil))
+
+	// A marshalled VAE can keep training.
+	_, err = back.Fit(context.Background(), train, nil, nil)
+	require.NoError(t, err)
+
+	bad := tinyConfig()
+	bad.Hidden = 0
+	_, err = NewVAE(3, bad).MarshalBinary()
+	require.ErrorIs(t, err, ErrConfig)
+}
+
+func TestVAEUnmarshalRejectsBadData(t *testing.T) {
+	good, err := NewVAE(6, tinyConfig()).MarshalBinary()
+	require.NoError(t, err)
+	edit := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want error
+		msg  string
+	}{
+		{"terms data", func() []byte { d, _ := randTerms(1, 2, 2, 2).MarshalBinary(); return d }(), ErrFormat, "not a vae encoding"},
+		{"flipped bit", edit(func(b []byte) []byte { b[len(b)-40] ^= 4; return b }), ErrChecksum, "vae: prior: checksum"},
+		{"version", edit(func(b []byte) []byte { b[4] = 2; return reseal(b) }), ErrVersion, "version 2"},
+		{"zero latent", edit(func(b []byte) []byte { b[24] = 0; return reseal(b) }), ErrFormat, "latent = 0 out of range"},
+		{"bad lr", edit(func(b []byte) []byte {
+			copy(b[32:], []byte{0, 0, 0, 0, 0, 0, 0xf0, 0xbf}) // -1.0
+			return reseal(b)
+		}), ErrConfig, "learning rate = -1"},
+		{"wrong nodes", edit(func(b []byte) []byte { b[8] = 7; return reseal(b) }), nn.ErrParamMismatch, "vae:"},
+		{"truncated", edit(func(b []byte) []byte { return reseal(b[:len(b)-20]) }), ErrFormat, "truncated at parameters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v VAE
+			err := v.UnmarshalBinary(tc.data)
+			require.ErrorIs(t, err, tc.want)
+			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+}
