@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// addSimulationFlags registers the flags that describe a graph and a family
+// of simulated cascades. simulate, train and eval share them, so a data set
+// is described the same way everywhere; read them back with loadGraph,
+// simulationConfig and simulationRun.
+func addSimulationFlags(cmd *cobra.Command) {
+	d := diffusion.DefaultConfig()
+	f := cmd.Flags()
+	f.String("graph", "", "edge list file: \"u v\" or \"u v w\" per line, # comments")
+	f.Bool("directed", false, "treat each line u v as an arc u->v")
+	f.String("diffusion", string(d.Model), "diffusion model: SI, SIR, IC or LT")
+	f.Float64("beta", d.Beta, "SI/SIR infection probability per infected contact per step")
+	f.Float64("gamma", d.Gamma, "SIR recovery probability per step")
+	f.Float64("p", d.P, "IC activation probability per arc (a weighted graph's weights replace it)")
+	f.Float64("lt-threshold", d.Threshold, "LT node threshold in [0,1]; negative draws U[0,1] per node per cascade")
+	f.String("sources", "", "sources per cascade: a count N or a range MIN-MAX (overrides --source-ratio)")
+	f.Float64("source-ratio", d.Sources.Ratio, "sources per cascade as a fraction of the nodes")
+	f.String("pattern", string(d.Pattern), "source placement: uniform, degree (proportional to degree) or cluster (BFS ball)")
+	f.String("observe", fmt.Sprintf("%g-%g", d.ObserveMin, d.ObserveMax), "infected fraction at the snapshot, drawn per cascade from MIN-MAX (or one value)")
+	f.Int("max-steps", d.MaxSteps, "longest run in steps before a cascade is redrawn")
+	f.Int("max-redraws", d.MaxRedraws, "failed draws in a row before giving up on a cascade")
+	f.Int("cascades", 100, "number of cascades")
+	f.Int64("seed", 1, "random seed; the same seed gives the same cascades")
+	f.Int("workers", 0, "parallel simulations; 0 uses every core")
+}
+
+// loadGraph loads --graph (with --directed).
+func loadGraph(v *viper.Viper) (*graph.Graph, error) {
+	path := v.GetString("graph")
+	if path == "" {
+		return nil, errors.New("--graph: an edge list file is required")
+	}
+	g, err := graph.Load(path, graph.Directed(v.GetBool("directed")))
+	if err != nil {
+		return nil, fmt.Errorf("--graph: %w", err)
+	}
+	return g, nil
+}
+
+// simulationConfig builds the diffusion config from the simulation flags.
+// It checks what it can without the graph; source counts against the
+// graph's size are checked by diffusion.Config.Validate.
+func simulationConfig(v *viper.Viper) (diffusion.Config, error) {
+	cfg := diffusion.DefaultConfig()
+	var err error
+	if cfg.Model, err = diffusion.ParseModel(v.GetString("diffusion")); err != nil {
+		return cfg, fmt.Errorf("--diffusion: %w", err)
+	}
+	if cfg.Pattern, err = diffusion.ParsePattern(v.GetString("pattern")); err != nil {
+		return cfg, fmt.Errorf("--pattern: %w", err)
+	}
+	cfg.Beta, cfg.Gamma, cfg.P = v.GetFloat64("beta"), v.GetFloat64("gamma"), v.GetFloat64("p")
+	cfg.Threshold = v.GetFloat64("lt_threshold")
+	switch cfg.Model {
+	case diffusion.SI, diffusion.SIR:
+		if err := probability("--beta", cfg.Beta, false); err != nil {
+			return cfg, err
+		}
+		if cfg.Model == diffusion.SIR {
+			if err := probability("--gamma", cfg.Gamma, true); err != nil {
+				return cfg, err
+			}
+		}
+	case diffusion.IC:
+		if err := probability("--p", cfg.P, false); err != nil {
+			return cfg, err
+		}
+	case diffusion.LT:
+		if math.IsNaN(cfg.Threshold) || cfg.Threshold > 1 {
+			return cfg, fmt.Errorf("--lt-threshold: %v is above 1 (negative means uniform random)", cfg.Threshold)
+		}
+	}
+
+	if s := strings.TrimSpace(v.GetString("sources")); s != "" {
+		if cfg.Sources, err = parseSources(s); err != nil {
+			return cfg, fmt.Errorf("--sources: %w", err)
+		}
+	} else {
+		r := v.GetFloat64("source_ratio")
+		if math.IsNaN(r) || r <= 0 || r > 1 {
+			return cfg, fmt.Errorf("--source-ratio: %v is outside (0, 1]", r)
+		}
+		cfg.Sources = diffusion.SourceSpec{Ratio: r}
+	}
+
+	if cfg.ObserveMin, cfg.ObserveMax, err = parseFraction(v.GetString("observe")); err != nil {
+		return cfg, fmt.Errorf("--observe: %w", err)
+	}
+	if cfg.MaxSteps = v.GetInt("max_steps"); cfg.MaxSteps < 1 {
+		return cfg, fmt.Errorf("--max-steps: %d is not positive", cfg.MaxSteps)
+	}
+	if cfg.MaxRedraws = v.GetInt("max_redraws"); cfg.MaxRedraws < 1 {
+		return cfg, fmt.Errorf("--max-redraws: %d is not positive", cfg.MaxRedraws)
+	}
+	return cfg, nil
+}
+
+// simulationRun reads how many cascades to simulate, the seed and the
+// worker count.
+func simulationRun(v *viper.Viper) (cascades int, seed int64, workers int, err error) {
+	if cascades = v.GetInt("cascades"); cascades < 1 {
+		return 0, 0, 0, fmt.Errorf("--cascades: %d is not positive", cascades)
+	}
+	if workers = v.GetInt("workers"); workers < 0 {
+		return 0, 0, 0, fmt.Errorf("--workers: %d is negative", workers)
+	}
+	return cascades, v.GetInt64("seed"), workers, nil
+}
+
+func probability(flag string, p float64, allowZero bool) error {
+	if math.IsNaN(p) || p < 0 || p > 1 || (p == 0 && !allowZero) {
+		return fmt.Errorf("%s: %v is not a probability in %s, 1]", flag, p, map[bool]string{true: "[0", false: "(0"}[allowZero])
+	}
+	return nil
+}
+
+// parseSources reads "N" or "MIN-MAX".
+func parseSources(s string) (diffusion.SourceSpec, error) {
+	lo, hi, isRange := strings.Cut(s, "-")
+	a, err := strconv.Atoi(strings.TrimSpace(lo))
+	if err != nil {
+		return diffusion.SourceSpec{}, fmt.Errorf("want a count N or a range MIN-MAX, got %q", s)
+	}
+	if !isRange {
+		if a < 1 {
+			return diffusion.SourceSpec{}, fmt.Errorf("count %d is not positive", a)
+		}
+		return diffusion.SourceSpec{Count: a}, nil
+	}
+	b, err := strconv.Atoi(strings.TrimSpace(hi))
+	if err != nil {
+		return diffusion.SourceSpec{}, fmt.Errorf("want a count N or a range MIN-MAX, got %q", s)
+	}
+	if a < 1 || b < a {
+		return diffusion.SourceSpec{}, fmt.Errorf("range %d-%d needs 1 <= MIN <= MAX", a, b)
+	}
+	return diffusion.SourceSpec{Min: a, Max: b}, nil
+}
+
+// parseFraction reads "MIN-MAX" or a single value, both in (0, 1].
+func parseFraction(s string) (lo, hi float64, err error) {
+	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	if !isRange {
+		b = a
+	}
+	lo, err1 := strconv.ParseFloat(strings.TrimSpace(a), 64)
+	hi, err2 := strconv.ParseFloat(strings.TrimSpace(b), 64)
+	if err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("want a fraction range like 0.2-0.5, got %q", s)
+	}
+	if !(lo > 0 && lo <= hi && hi <= 1) {
+		return 0, 0, fmt.Errorf("range %g-%g needs 0 < MIN <= MAX <= 1", lo, hi)
+	}
+	return lo, hi, nil
+}

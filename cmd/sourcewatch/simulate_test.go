@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// simKarate is Zachary's karate club, kept in the repository as diffusion
+// test data so the command is tested on a real file from a fresh clone.
+var simKarate = filepath.Join("..", "..", "diffusion", "testdata", "karate.edges")
+
+// runSimulateCmd runs the real root command with args and returns its
+// stdout, stderr and error.
+func runSimulateCmd(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	root := newRootCmd(&stdout, &stderr)
+	root.SetArgs(append([]string{"simulate"}, args...))
+	err := root.ExecuteContext(context.Background())
+	return stdout.String(), stderr.String(), err
+}
+
+func readCascades(t *testing.T, g *graph.Graph, text string) []diffusion.Cascade {
+	t.Helper()
+	cs, err := diffusion.ReadJSONL(strings.NewReader(text), g, "out")
+	require.NoError(t, err)
+	return cs
+}
+
+func TestSimulateCommandWritesCascades(t *testing.T) {
+	g, err := graph.Load(simKarate)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		minSources int
+		maxSources int
+		recovered  bool
+	}{
+		{"SI default ratio", []string{"--diffusion", "SI"}, 3, 3, false},
+		{"SIR few sources", []string{"--diffusion", "sir", "--beta", "0.3", "--gamma", "0.1", "--sources", "1-5"}, 1, 5, true},
+		{"IC fixed count", []string{"--diffusion", "IC", "--p", "0.5", "--sources", "2", "--pattern", "degree"}, 2, 2, false},
+		{"LT cluster", []string{"--diffusion", "LT", "--source-ratio", "0.2", "--pattern", "cluster"}, 7, 7, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "cascades.jsonl")
+			args := append([]string{"--graph", simKarate, "--cascades", "30", "--seed", "5", "--observe", "0.3-0.4", "--out", out}, tc.args...)
+			stdout, stderr, err := runSimulateCmd(t, args...)
+			require.NoError(t, err)
+			require.Empty(t, stdout)
+			require.Contains(t, stderr, "simulate: 30 ")
+			require.Contains(t, stderr, "redrawn")
+			require.Contains(t, stderr, "mean infected fraction")
+
+			data, err := os.ReadFile(out)
+			require.NoError(t, err)
+			cs := readCascades(t, g, string(data))
+			require.Len(t, cs, 30)
+			for _, c := range cs {
+				require.GreaterOrEqual(t, len(c.Sources), tc.minSources)
+				require.LessOrEqual(t, len(c.Sources), tc.maxSources)
+				// 0.3-0.4 of 34 nodes: the snapshot holds at least 11.
+				require.GreaterOrEqual(t, len(c.Infected), 11)
+				require.NotNil(t, c.Times)
+				require.Equal(t, tc.recovered, c.Recovered != nil)
+			}
+		})
+	}
+}
+
+func TestSimulateCommandIsReproducibleOnStdout(t *testing.T) {
+	args := []string{"--graph", simKarate, "--cascades", "40", "--seed", "9", "--diffusion", "SIR", "--beta", "0.2"}
+	one, _, err := runSimulateCmd(t, append(args, "--workers", "1")...)
+	require.NoError(t, err)
+	four, _, err := runSimulateCmd(t, append(args, "--workers", "4", "--out", "-")...)
+	require.NoError(t, err)
+	require.Equal(t, one, four)
+	require.Equal(t, 40, strings.Count(one, "\n"))
+	other, _, err := runSimulateCmd(t, append(args, "--seed", "10")...)
+	require.NoError(t, err)
+	require.NotEqual(t, one, other)
+}
+
+func TestSimulateCommandReadsEnvironment(t *testing.T) {
+	t.Setenv("SOURCEWATCH_DIFFUSION", "SIR")
+	t.Setenv("SOURCEWATCH_CASCADES", "7")
+	stdout, stderr, err := runSimulateCmd(t, "--graph", simKarate)
+	require.NoError(t, err)
+	require.Contains(t, stderr, "simulate: 7 SIR cascades")
+	require.Equal(t, 7, strings.Count(stdout, `"recovered":`))
+}
+
+func TestSimulateCommandErrorsNameTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no graph", nil, "--graph: an edge list file is required"},
+		{"missing graph", []string{"--graph", "nope.edges"}, "--graph: loading graph"},
+		{"model", []string{"--diffusion", "SEIR"}, `--diffusion: invalid diffusion config: unknown diffusion model "SEIR"`},
+		{"beta", []string{"--beta", "1.5"}, "--beta: 1.5 is not a probability"},
+		{"gamma", []string{"--diffusion", "SIR", "--gamma", "-1"}, "--gamma: -1 is not a probability"},
+		{"p", []string{"--diffusion", "IC", "--p", "0"}, "--p: 0 is not a probability"},
+		{"lt threshold", []string{"--diffusion", "LT", "--lt-threshold", "2"}, "--lt-threshold: 2 is above 1"},
+		{"sources text", []string{"--sources", "many"}, `--sources: want a count N or a range MIN-MAX, got "many"`},
+		{"sources zero", []string{"--sources", "0"}, "--sources: count 0 is not positive"},
+		{"sources range", []string{"--sources", "5-2"}, "--sources: range 5-2 needs"},
+		{"sources too many", []string{"--sources", "40"}, "count 40 exceeds the graph's 34 nodes"},
+		{"ratio", []string{"--source-ratio", "2"}, "--source-ratio: 2 is outside (0, 1]"},
+		{"pattern", []string{"--pattern", "ring"}, `--pattern: invalid diffusion config: unknown source pattern "ring"`},
+		{"observe text", []string{"--observe", "half"}, `--observe: want a fraction range like 0.2-0.5, got "half"`},
+		{"observe range", []string{"--observe", "0.6-0.3"}, "--observe: range 0.6-0.3 needs"},
+		{"cascades", []string{"--cascades", "0"}, "--cascades: 0 is not positive"},
+		{"workers", []string{"--workers", "-2"}, "--workers: -2 is negative"},
+		{"max steps", []string{"--max-steps", "0"}, "--max-steps: 0 is not positive"},
+		{"unreachable", []string{"--beta", "0.001", "--max-steps", "2", "--max-redraws", "3", "--observe", "0.9"}, "beta too small"},
+		{"out dir", []string{"--out", filepath.Join(t.TempDir(), "no", "such", "dir", "x.jsonl")}, "--out: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.name != "no graph" && tc.name != "missing graph" {
+				args = append([]string{"--graph", simKarate, "--cascades", "3"}, args...)
+			}
+			stdout, _, err := runSimulateCmd(t, args...)
+			require.Error(t, err)
+			require.ErrorContains(t, err, tc.want)
+			require.Empty(t, stdout)
+		})
+	}
+}
