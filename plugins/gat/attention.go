@@ -1,0 +1,226 @@
+package gat
+
+import (
+	"fmt"
+	"math"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/nn"
+)
+
+// leak is the negative slope of the LeakyReLU on attention logits, as in
+// the GAT paper.
+const leak = 0.2
+
+// attention is one multi-head graph attention aggregation over an
+// adjacency. Its input z holds, per node row, heads blocks of dim values
+// (the output of the shared linear map W h). For head k, target v and
+// source u in row v:
+//
+//	e_vu = LeakyReLU(a_dst_k . z_vk + a_src_k . z_uk)
+//	α_vu = exp(e_vu) / sum_{u' in row v} exp(e_vu')
+//	out_vk = sum_{u in row v} α_vu z_uk
+//
+// The layer's bias lives in the linear map before it: the α of a row sum
+// to one, so a bias added to z passes through unchanged and shifts every
+// logit of a row equally.
+type attention struct {
+	adj        *adjacency
+	heads, dim int
+
+	// src and dst are heads x dim; gsrc and gdst their gradients.
+	src, dst, gsrc, gdst []float64
+	params               []*nn.Param
+
+	// Caches of the last forward.
+	batches int
+	z       []float64 // rows x heads*dim, contiguous
+	fs, fd  []float64 // rows x heads: a_src.z and a_dst.z
+	pre     []float64 // batches x nnz x heads: logits before LeakyReLU
+	alpha   []float64 // batches x nnz x heads
+	out     *mat.Dense
+	dz      *mat.Dense
+	dfs     []float64
+	dfd     []float64
+	dalpha  []float64 // scratch, one row's edges x heads
+}
+
+func newAttention(adj *adjacency, heads, dim int, name string, init func() float64) *attention {
+	a := &attention{
+		adj: adj, heads: heads, dim: dim,
+		src:  make([]float64, heads*dim),
+		dst:  make([]float64, heads*dim),
+		gsrc: make([]float64, heads*dim),
+		gdst: make([]float64, heads*dim),
+	}
+	for i := range a.src {
+		a.src[i] = init()
+		a.dst[i] = init()
+	}
+	a.params = []*nn.Param{
+		{Name: name + ".att_src", Value: a.src, Grad: a.gsrc, Rows: heads, Cols: dim},
+		{Name: name + ".att_dst", Value: a.dst, Grad: a.gdst, Rows: heads, Cols: dim},
+	}
+	return a
+}
+
+// forward aggregates z (batches*n rows, heads*dim columns) and returns the
+// aggregated rows, owned by the layer until the next forward.
+func (a *attention) forward(z *mat.Dense, batches int) *mat.Dense {
+	n, H, D := a.adj.n, a.heads, a.dim
+	HD := H * D
+	if r, c := z.Dims(); r != batches*n || c != HD {
+		panic(fmt.Sprintf("gat: attention input %dx%d, want %dx%d", r, c, batches*n, HD))
+	}
+	rows := batches * n
+	nnz := a.adj.nnz()
+	a.batches = batches
+	a.z = dense(a.z, z)
+	a.fs = grow(a.fs, rows*H)
+	a.fd = grow(a.fd, rows*H)
+	a.pre = grow(a.pre, batches*nnz*H)
+	a.alpha = grow(a.alpha, batches*nnz*H)
+	a.out = reuse(a.out, rows, HD)
+	zz := a.z
+	for r := 0; r < rows; r++ {
+		zr := zz[r*HD : (r+1)*HD]
+		for k := 0; k < H; k++ {
+			var s, d float64
+			for j := 0; j < D; j++ {
+				s += a.src[k*D+j] * zr[k*D+j]
+				d += a.dst[k*D+j] * zr[k*D+j]
+			}
+			a.fs[r*H+k] = s
+			a.fd[r*H+k] = d
+		}
+	}
+	out := a.out.RawMatrix()
+	for b := 0; b < batches; b++ {
+		base := b * n
+		for v := 0; v < n; v++ {
+			lo, hi := a.adj.off[v], a.adj.off[v+1]
+			pre := a.pre[(b*nnz+lo)*H : (b*nnz+hi)*H]
+			alpha := a.alpha[(b*nnz+lo)*H : (b*nnz+hi)*H]
+			for k := 0; k < H; k++ {
+				fd := a.fd[(base+v)*H+k]
+				m := math.Inf(-1)
+				for e := lo; e < hi; e++ {
+					p := fd + a.fs[(base+a.adj.src[e])*H+k]
+					pre[(e-lo)*H+k] = p
+					if p < 0 {
+						p *= leak
+					}
+					alpha[(e-lo)*H+k] = p
+					if p > m {
+						m = p
+					}
+				}
+				var sum float64
+				for i := 0; i < hi-lo; i++ {
+					ex := math.Exp(alpha[i*H+k] - m)
+					alpha[i*H+k] = ex
+					sum += ex
+				}
+				for i := 0; i < hi-lo; i++ {
+					alpha[i*H+k] /= sum
+				}
+			}
+			o := out.Data[(base+v)*out.Stride : (base+v)*out.Stride+HD]
+			clear(o)
+			for e := lo; e < hi; e++ {
+				zu := zz[(base+a.adj.src[e])*HD : (base+a.adj.src[e]+1)*HD]
+				al := alpha[(e-lo)*H : (e-lo+1)*H]
+				for k := 0; k < H; k++ {
+					w := al[k]
+					ok, zk := o[k*D:(k+1)*D], zu[k*D:(k+1)*D]
+					for j := range ok {
+						ok[j] += w * zk[j]
+					}
+				}
+			}
+		}
+	}
+	return a.out
+}
+
+// backward takes dL/dout for the last forward, adds the gradients of the
+// attention vectors and returns dL/dz, owned by the layer.
+//
+// With g_v = dL/dout_v: dL/dz_u gets α_vu g_v from every row v holding u;
+// dL/dα_vu = g_v . z_u; through the softmax dL/de_vu = α_vu (dL/dα_vu -
+// sum_u' α_vu' dL/dα_vu'); through the LeakyReLU to the logit p_vu, which
+// is a_dst . z_v + a_src . z_u.
+func (a *attention) backward(dout *mat.Dense) *mat.Dense {
+	n, H, D := a.adj.n, a.heads, a.dim
+	HD := H * D
+	rows := a.batches * n
+	if r, c := dout.Dims(); r != rows || c != HD {
+		panic(fmt.Sprintf("gat: attention backward got %dx%d, want %dx%d", r, c, rows, HD))
+	}
+	nnz := a.adj.nnz()
+	a.dz = reuse(a.dz, rows, HD)
+	dz := a.dz.RawMatrix()
+	for r := 0; r < rows; r++ {
+		clear(dz.Data[r*dz.Stride : r*dz.Stride+HD])
+	}
+	a.dfs = grow(a.dfs, rows*H)
+	a.dfd = grow(a.dfd, rows*H)
+	clear(a.dfs)
+	clear(a.dfd)
+	g := dout.RawMatrix()
+	zz := a.z
+	for b := 0; b < a.batches; b++ {
+		base := b * n
+		for v := 0; v < n; v++ {
+			lo, hi := a.adj.off[v], a.adj.off[v+1]
+			pre := a.pre[(b*nnz+lo)*H : (b*nnz+hi)*H]
+			alpha := a.alpha[(b*nnz+lo)*H : (b*nnz+hi)*H]
+			gv := g.Data[(base+v)*g.Stride : (base+v)*g.Stride+HD]
+			a.dalpha = grow(a.dalpha, (hi-lo)*H)
+			da := a.dalpha
+			for e := lo; e < hi; e++ {
+				u := base + a.adj.src[e]
+				zu := zz[u*HD : (u+1)*HD]
+				du := dz.Data[u*dz.Stride : u*dz.Stride+HD]
+				for k := 0; k < H; k++ {
+					w := alpha[(e-lo)*H+k]
+					var s float64
+					for j := k * D; j < (k+1)*D; j++ {
+						s += gv[j] * zu[j]
+						du[j] += w * gv[j]
+					}
+					da[(e-lo)*H+k] = s
+				}
+			}
+			for k := 0; k < H; k++ {
+				var mean float64
+				for i := 0; i < hi-lo; i++ {
+					mean += alpha[i*H+k] * da[i*H+k]
+				}
+				for e := lo; e < hi; e++ {
+					i := (e - lo) * H
+					de := alpha[i+k] * (da[i+k] - mean)
+					if pre[i+k] < 0 {
+						de *= leak
+					}
+					a.dfd[(base+v)*H+k] += de
+					a.dfs[(base+a.adj.src[e])*H+k] += de
+				}
+			}
+		}
+	}
+	for r := 0; r < rows; r++ {
+		zr := zz[r*HD : (r+1)*HD]
+		dr := dz.Data[r*dz.Stride : r*dz.Stride+HD]
+		for k := 0; k < H; k++ {
+			s, d := a.dfs[r*H+k], a.dfd[r*H+k]
+			for j := k * D; j < (k+1)*D; j++ {
+				dr[j] += s*a.src[j] + d*a.dst[j]
+				a.gsrc[j] += s * zr[j]
+				a.gdst[j] += d * zr[j]
+			}
+		}
+	}
+	return a.dz
+}

@@ -1,0 +1,213 @@
+package gat
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/nn"
+)
+
+// network is the GAT of a Model, for one graph and architecture. It maps a
+// batch of source indicators x (batches x n) to infection probabilities
+// (see the package documentation for the formulas) and back-propagates to
+// x and to its parameters.
+type network struct {
+	n    int
+	arch Arch
+	adj  *adjacency
+	// logDeg is the static feature log(1 + in-degree) per node.
+	logDeg []float64
+
+	lin1 *nn.Dense
+	att1 *attention
+	lin2 *nn.Dense
+	att2 *attention
+
+	params []*nn.Param
+
+	// Caches of the last forward, reused across calls.
+	batches int
+	x       []float64   // batches x n
+	u       [][]float64 // hop counts u_1..u_hops, each batches x n
+	h0      *mat.Dense  // (batches n) x features
+	h1      *mat.Dense  // ELU(att1 output)
+	s       []float64   // sigmoid(att2 output)
+	y       *mat.Dense
+	dy      []float64
+	do      *mat.Dense
+	dh1     *mat.Dense
+	g, gt   []float64
+	dx      *mat.Dense
+}
+
+// features returns the width of a node's input row: x, the hop features
+// and the log-degree.
+func (a Arch) features() int { return 1 + a.Hops + 1 }
+
+func newNetwork(g *graph.Graph, arch Arch, seed uint64) *network {
+	rng := rand.New(rand.NewPCG(seed, 0x9a7))
+	net := &network{n: g.N(), arch: arch, adj: newAdjacency(g)}
+	net.logDeg = make([]float64, net.n)
+	for v := range net.logDeg {
+		net.logDeg[v] = math.Log1p(float64(g.InDegree(v)))
+	}
+	hd := arch.Heads * arch.HeadDim
+	net.lin1 = nn.NewDense(arch.features(), hd, nn.Identity, rng)
+	att := func() float64 { return rng.NormFloat64() * math.Sqrt(2/float64(arch.HeadDim+1)) }
+	net.att1 = newAttention(net.adj, arch.Heads, arch.HeadDim, "layer1", att)
+	net.lin2 = nn.NewDense(hd, 1, nn.Identity, rng)
+	net.att2 = newAttention(net.adj, 1, 1, "layer2", func() float64 { return rng.NormFloat64() })
+	name := func(prefix string, ps []*nn.Param) {
+		for _, p := range ps {
+			q := *p
+			q.Name = prefix + "." + p.Name
+			net.params = append(net.params, &q)
+		}
+	}
+	name("layer1", net.lin1.Params())
+	net.params = append(net.params, net.att1.params...)
+	name("layer2", net.lin2.Params())
+	net.params = append(net.params, net.att2.params...)
+	return net
+}
+
+// setOutputBias sets the output bias so an untrained network predicts
+// probability p for every non-source node.
+func (net *network) setOutputBias(p float64) {
+	p = math.Min(math.Max(p, 1e-3), 1-1e-3)
+	net.lin2.B[0] = math.Log(p / (1 - p))
+}
+
+// forward returns y = f(x) for each row of x (batches x n), owned by the
+// network until the next forward.
+func (net *network) forward(x *mat.Dense) *mat.Dense {
+	batches, c := x.Dims()
+	if c != net.n {
+		panic(fmt.Sprintf("gat: input has %d columns for %d nodes", c, net.n))
+	}
+	n, F := net.n, net.arch.features()
+	rows := batches * n
+	net.batches = batches
+	net.x = dense(net.x, x)
+	if len(net.u) != net.arch.Hops {
+		net.u = make([][]float64, net.arch.Hops)
+	}
+	prev := net.x
+	for k := range net.u {
+		net.u[k] = grow(net.u[k], rows)
+		net.adj.propagate(net.u[k], prev, batches)
+		prev = net.u[k]
+	}
+	net.h0 = reuse(net.h0, rows, F)
+	h0 := net.h0.RawMatrix()
+	for r := 0; r < rows; r++ {
+		row := h0.Data[r*h0.Stride : r*h0.Stride+F]
+		row[0] = net.x[r]
+		for k, u := range net.u {
+			row[1+k] = slog(u[r])
+		}
+		row[F-1] = net.logDeg[r%n]
+	}
+
+	z1 := net.lin1.Forward(net.h0)
+	a1 := net.att1.forward(z1, batches)
+	hd := net.arch.Heads * net.arch.HeadDim
+	net.h1 = reuse(net.h1, rows, hd)
+	h1, ar := net.h1.RawMatrix(), a1.RawMatrix()
+	for r := 0; r < rows; r++ {
+		dst, src := h1.Data[r*h1.Stride:r*h1.Stride+hd], ar.Data[r*ar.Stride:r*ar.Stride+hd]
+		for j, v := range src {
+			if v <= 0 {
+				v = math.Expm1(v)
+			}
+			dst[j] = v
+		}
+	}
+	z2 := net.lin2.Forward(net.h1)
+	o := net.att2.forward(z2, batches).RawMatrix()
+
+	net.s = grow(net.s, rows)
+	net.y = reuse(net.y, batches, n)
+	y := net.y.RawMatrix()
+	for b := 0; b < batches; b++ {
+		for v := 0; v < n; v++ {
+			r := b*n + v
+			s := sigmoid(o.Data[r*o.Stride])
+			net.s[r] = s
+			xv := net.x[r]
+			y.Data[b*y.Stride+v] = 1 - (1-xv)*(1-s)
+		}
+	}
+	return net.y
+}
+
+// backward takes dL/dy for the last forward, adds the parameter gradients
+// and returns dL/dx, owned by the network.
+func (net *network) backward(dy *mat.Dense) *mat.Dense {
+	n, batches := net.n, net.batches
+	if r, c := dy.Dims(); r != batches || c != n {
+		panic(fmt.Sprintf("gat: backward got %dx%d, want %dx%d", r, c, batches, n))
+	}
+	rows := batches * n
+	net.dy = dense(net.dy, dy)
+	net.dx = reuse(net.dx, batches, n)
+	dx := net.dx.RawMatrix()
+	net.do = reuse(net.do, rows, 1)
+	do := net.do.RawMatrix()
+	for r := 0; r < rows; r++ {
+		g, xv, s := net.dy[r], net.x[r], net.s[r]
+		// y = 1 - (1 - x)(1 - s).
+		dx.Data[(r/n)*dx.Stride+r%n] = g * (1 - s)
+		do.Data[r*do.Stride] = g * (1 - xv) * s * (1 - s)
+	}
+	dz2 := net.att2.backward(net.do)
+	dh1 := net.lin2.Backward(dz2)
+	hd := net.arch.Heads * net.arch.HeadDim
+	net.dh1 = reuse(net.dh1, rows, hd)
+	d, g, a := net.dh1.RawMatrix(), dh1.RawMatrix(), net.h1.RawMatrix()
+	for r := 0; r < rows; r++ {
+		dr, gr, hr := d.Data[r*d.Stride:r*d.Stride+hd], g.Data[r*g.Stride:r*g.Stride+hd], a.Data[r*a.Stride:r*a.Stride+hd]
+		for j := range dr {
+			// ELU'(z) = 1 for z > 0, exp(z) = ELU(z) + 1 otherwise.
+			if hr[j] > 0 {
+				dr[j] = gr[j]
+			} else {
+				dr[j] = gr[j] * (hr[j] + 1)
+			}
+		}
+	}
+	dz1 := net.att1.backward(net.dh1)
+	dh0 := net.lin1.Backward(dz1).RawMatrix()
+
+	// Hop features: u_k = W u_{k-1}, u_0 = x, feature slog(u_k). Walk
+	// back from the last hop carrying g = dL/du_k.
+	net.g = grow(net.g, rows)
+	net.gt = grow(net.gt, rows)
+	clear(net.g)
+	for k := net.arch.Hops; k >= 1; k-- {
+		u := net.u[k-1]
+		for r := 0; r < rows; r++ {
+			net.g[r] += dh0.Data[r*dh0.Stride+k] / (1 + math.Abs(u[r]))
+		}
+		net.adj.propagateT(net.gt, net.g, batches)
+		net.g, net.gt = net.gt, net.g
+	}
+	for r := 0; r < rows; r++ {
+		dx.Data[(r/n)*dx.Stride+r%n] += dh0.Data[r*dh0.Stride] + net.g[r]
+	}
+	return net.dx
+}
+
+// slog is sign(u) log(1 + |u|): log-scaled counts that stay smooth (slope
+// 1/(1+|u|)) and defined for the small negative x a finite-difference
+// probe or an unclamped caller may pass.
+func slog(u float64) float64 {
+	if u < 0 {
+		return -math.Log1p(-u)
+	}
+	return math.Log1p(u)
+}
