@@ -1,0 +1,388 @@
+package deepis
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/nn"
+)
+
+// randomGraph is a ring (so it is connected) plus extra random edges.
+func randomGraph(n, extra int, directed, weighted bool, seed uint64) *graph.Graph {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var edges []graph.Edge
+	w := func() float64 { return 0.05 + 0.5*rng.Float64() }
+	for i := 0; i < n; i++ {
+		edges = append(edges, graph.Edge{From: i, To: (i + 1) % n, W: w()})
+	}
+	for i := 0; i < extra; i++ {
+		edges = append(edges, graph.Edge{From: rng.IntN(n), To: rng.IntN(n), W: w()})
+	}
+	return graph.New(n, edges, nil, directed, weighted)
+}
+
+// randomize gives the net non-trivial weights, as if trained, so the
+// gradient check exercises every path.
+func randomize(m *Model, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for _, p := range m.nt.params {
+		for i := range p.Value {
+			p.Value[i] = 0.8 * rng.NormFloat64()
+		}
+	}
+	m.nt.logScale.Value[0] = 0.3
+	m.fitted = true
+}
+
+func randDense(rng *rand.Rand, r, c int, lo, hi float64) *mat.Dense {
+	d := mat.NewDense(r, c, nil)
+	for i, raw := 0, d.RawMatrix().Data; i < len(raw); i++ {
+		raw[i] = lo + (hi-lo)*rng.Float64()
+	}
+	return d
+}
+
+func weighted(c, y *mat.Dense) float64 {
+	var p mat.Dense
+	p.MulElem(c, y)
+	return mat.Sum(&p)
+}
+
+func TestVJPMatchesFiniteDifferences(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		g        *graph.Graph
+		params   map[string]string
+		chunking bool
+	}{
+		{"default", randomGraph(14, 20, false, false, 1), nil, false},
+		{"weighted directed", randomGraph(12, 25, true, true, 2), map[string]string{"hops": "2", "layers": "2", "hidden": "5"}, false},
+		{"no hops linear", randomGraph(10, 8, false, false, 3), map[string]string{"hops": "0", "layers": "0", "steps": "2"}, false},
+		{"no steps", randomGraph(10, 8, false, false, 4), map[string]string{"steps": "0", "p": "0.3"}, false},
+		{"chunked", randomGraph(11, 15, false, false, 5), map[string]string{"p": "0.4"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := New()
+			require.NoError(t, m.Configure(ctx, tt.g, tt.params, nil))
+			randomize(m, 7)
+			if tt.chunking {
+				m.nt.chunkCells = 2 * tt.g.N() // two rows per pass
+			}
+			n := tt.g.N()
+			rng := rand.New(rand.NewPCG(8, 8))
+			x := randDense(rng, 5, n, 0.05, 0.95)
+			c := randDense(rng, 5, n, -1, 1)
+			y, dx, err := m.VJP(ctx, x, c)
+			require.NoError(t, err)
+			pred, err := m.Predict(ctx, x)
+			require.NoError(t, err)
+			require.Equal(t, pred.RawMatrix().Data, y.RawMatrix().Data)
+			for _, v := range y.RawMatrix().Data {
+				require.True(t, v >= 0 && v <= 1, "y out of [0,1]: %v", v)
+			}
+			loss := func() float64 {
+				p, err := m.Predict(ctx, x)
+				require.NoError(t, err)
+				return weighted(c, p)
+			}
+			e, i := nn.CheckGradient(loss, x.RawMatrix().Data, dx.RawMatrix().Data, 1e-5)
+			require.Lessf(t, e, 1e-4, "dL/dx: worst relative error %g at %d", e, i)
+		})
+	}
+}
+
+func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
+	// Fit relies on backward's parameter gradients, including the learned
+	// edge scale.
+	g := randomGraph(13, 18, false, false, 11)
+	m := New()
+	require.NoError(t, m.Configure(context.Background(), g, map[string]string{"hidden": "4", "layers": "2"}, nil))
+	randomize(m, 12)
+	nt := m.nt
+	rng := rand.New(rand.NewPCG(9, 9))
+	x := randDense(rng, 3, g.N(), 0.05, 0.95).RawMatrix().Data
+	c := randDense(rng, 3, g.N(), -1, 1).RawMatrix().Data
+	loss := func() float64 {
+		var l float64
+		for i, v := range nt.forward(x, 3) {
+			l += c[i] * v
+		}
+		return l
+	}
+	nn.ZeroGrad(nt.params)
+	nt.forward(x, 3)
+	nt.backward(c, nil)
+	for _, p := range nt.params {
+		grad := append([]float64(nil), p.Grad...)
+		e, i := nn.CheckGradient(loss, p.Value, grad, 1e-5)
+		require.Lessf(t, e, 1e-4, "%s: worst relative error %g at %d", p.Name, e, i)
+	}
+}
+
+func TestSourcesAreInfected(t *testing.T) {
+	g := randomGraph(20, 10, false, false, 3)
+	m := New()
+	require.NoError(t, m.Configure(context.Background(), g, nil, nil))
+	randomize(m, 4)
+	x := mat.NewDense(1, 20, nil)
+	x.Set(0, 3, 1)
+	x.Set(0, 11, 1)
+	y, err := m.Predict(context.Background(), x)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, y.At(0, 3))
+	require.Equal(t, 1.0, y.At(0, 11))
+}
+
+// cascades simulates SI pairs on g.
+func cascades(t *testing.T, g *graph.Graph, count int, seed int64) []forward.Pair {
+	cfg := diffusion.DefaultConfig()
+	cfg.Sources = diffusion.SourceSpec{Ratio: 0.05}
+	cs, _, err := diffusion.Simulate(context.Background(), g, cfg, count, seed)
+	require.NoError(t, err)
+	pairs := make([]forward.Pair, len(cs))
+	for i, c := range cs {
+		pairs[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
+	}
+	return pairs
+}
+
+func TestFitReducesMSEOnSICascades(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(80, 100, false, false, 21)
+	train, val, test := cascades(t, g, 160, 1), cascades(t, g, 40, 2), cascades(t, g, 60, 3)
+
+	m := New()
+	require.NoError(t, m.Configure(ctx, g, nil, nil))
+	// The untrained net (same initialisation as Fit's) as the reference.
+	before := New()
+	require.NoError(t, before.Configure(ctx, g, nil, nil))
+	before.nt = newNet(g, before.cfg.arch, rand.New(rand.NewPCG(5, 0xdee915)))
+	before.fitted = true
+
+	var reports []forward.Progress
+	res, err := m.Fit(ctx, train, forward.FitOptions{Epochs: 25, Seed: 5, Validation: val}, func(p forward.Progress) {
+		reports = append(reports, p)
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, reports)
+	require.Equal(t, float64(len(reports)), res.Metrics["epochs"])
+	for i, p := range reports {
+		require.Equal(t, i+1, p.Epoch)
+		require.Equal(t, 25, p.Epochs)
+		require.False(t, math.IsNaN(p.ValLoss))
+	}
+	require.Less(t, reports[len(reports)-1].TrainLoss, reports[0].TrainLoss)
+
+	testMSE := func(mm *Model) float64 {
+		x, y := pairMatrices(g.N(), test)
+		p, err := mm.Predict(ctx, x)
+		require.NoError(t, err)
+		var d mat.Dense
+		d.Sub(p, y)
+		return mat.Norm(&d, 2) * mat.Norm(&d, 2) / float64(len(test)*g.N())
+	}
+	// "Infected = sources" is the trivial predictor a forward model must beat.
+	x, y := pairMatrices(g.N(), test)
+	var d mat.Dense
+	d.Sub(x, y)
+	trivial := mat.Sum(func() *mat.Dense { d.MulElem(&d, &d); return &d }()) / float64(len(test)*g.N())
+	untrained, fitted := testMSE(before), testMSE(m)
+	t.Logf("test MSE: untrained %.4f, sources-only %.4f, fitted %.4f; metrics %v", untrained, trivial, fitted, res.Metrics)
+	require.Less(t, fitted, 0.8*untrained)
+	require.Less(t, fitted, 0.8*trivial)
+	require.InDelta(t, res.Metrics["val_mse"], mseOf(t, m, val), 1e-9)
+}
+
+func pairMatrices(n int, pairs []forward.Pair) (x, y *mat.Dense) {
+	x, y = mat.NewDense(len(pairs), n, nil), mat.NewDense(len(pairs), n, nil)
+	for i, p := range pairs {
+		for _, s := range p.Sources {
+			x.Set(i, s, 1)
+		}
+		for _, v := range p.Infected {
+			y.Set(i, v, 1)
+		}
+	}
+	return x, y
+}
+
+func mseOf(t *testing.T, m *Model, pairs []forward.Pair) float64 {
+	x, y := pairMatrices(m.nt.n, pairs)
+	p, err := m.Predict(context.Background(), x)
+	require.NoError(t, err)
+	var s float64
+	for i, v := range p.RawMatrix().Data {
+		d := v - y.RawMatrix().Data[i]
+		s += d * d
+	}
+	return s / float64(len(pairs)*m.nt.n)
+}
+
+func fitted(t *testing.T, g *graph.Graph, params map[string]string) (*Model, []byte) {
+	m := New()
+	require.NoError(t, m.Configure(context.Background(), g, params, nil))
+	res, err := m.Fit(context.Background(), cascades(t, g, 20, 4), forward.FitOptions{Epochs: 2, Seed: 1}, nil)
+	require.NoError(t, err)
+	return m, res.State
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(30, 30, false, false, 31)
+	params := map[string]string{"hops": "2", "hidden": "6"}
+	m, state := fitted(t, g, params)
+
+	// Params may be omitted when loading: the state carries the architecture.
+	for _, p := range []map[string]string{params, nil} {
+		other := New()
+		require.NoError(t, other.Configure(ctx, g, p, state))
+		x := randDense(rand.New(rand.NewPCG(1, 1)), 4, g.N(), 0, 1)
+		want, err := m.Predict(ctx, x)
+		require.NoError(t, err)
+		got, err := other.Predict(ctx, x)
+		require.NoError(t, err)
+		require.Equal(t, want.RawMatrix().Data, got.RawMatrix().Data)
+	}
+	// The same graph built from a reordered edge list has the same
+	// fingerprint, so the state still loads.
+	edges := g.Edges()
+	for i, j := 0, len(edges)-1; i < j; i, j = i+1, j-1 {
+		edges[i], edges[j] = edges[j], edges[i]
+	}
+	require.NoError(t, New().Configure(ctx, graph.New(g.N(), edges, nil, false, false), nil, state))
+}
+
+func TestBadState(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(30, 30, false, false, 31)
+	_, state := fitted(t, g, nil)
+
+	t.Run("every truncation", func(t *testing.T) {
+		for n := 0; n < len(state); n += 1 + n/50 {
+			err := New().Configure(ctx, g, nil, state[:n])
+			require.ErrorIsf(t, err, forward.ErrBadState, "prefix %d", n)
+		}
+	})
+	flip := func(i int) []byte {
+		s := append([]byte(nil), state...)
+		s[i] ^= 0x10
+		return s
+	}
+	tests := []struct {
+		name   string
+		g      *graph.Graph
+		params map[string]string
+		state  []byte
+		msg    string
+	}{
+		{"other graph", randomGraph(30, 31, false, false, 32), nil, state, "state was trained on graph"},
+		{"other arch", g, map[string]string{"hops": "2"}, state, "state was trained with hops=3, params say 2"},
+		{"other p", g, map[string]string{"p": "0.5"}, state, "state was trained with p="},
+		{"magic", g, nil, flip(0), "not a deepis state"},
+		{"version", g, nil, flip(8), "state version"},
+		{"param bytes", g, nil, flip(len(state) - 6), "checksum"},
+		{"trailing", g, nil, append(append([]byte(nil), state...), 0), "unexpected bytes"},
+		{"garbage", g, nil, []byte("hello, this is not a state at all"), "not a deepis state"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := New()
+			err := m.Configure(ctx, tt.g, tt.params, tt.state)
+			require.ErrorIs(t, err, forward.ErrBadState)
+			require.Contains(t, err.Error(), tt.msg)
+			_, err = m.Predict(ctx, mat.NewDense(1, tt.g.N(), nil))
+			require.ErrorIs(t, err, forward.ErrNotConfigured, "a failed Configure leaves nothing half-set")
+		})
+	}
+}
+
+func TestErrors(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(10, 5, false, false, 41)
+	m := New()
+	_, err := m.Predict(ctx, mat.NewDense(1, 10, nil))
+	require.ErrorIs(t, err, forward.ErrNotConfigured)
+	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{1}}}, forward.FitOptions{}, nil)
+	require.ErrorIs(t, err, forward.ErrNotConfigured)
+
+	for _, tt := range []struct {
+		params map[string]string
+		msg    string
+	}{
+		{map[string]string{"depth": "3"}, `unknown param "depth"`},
+		{map[string]string{"p": "1.5"}, `param p="1.5"`},
+		{map[string]string{"hops": "x"}, `param hops="x": want an integer in [0, 16]`},
+		{map[string]string{"hidden": "0"}, `param hidden="0"`},
+	} {
+		require.ErrorContains(t, m.Configure(ctx, g, tt.params, nil), tt.msg)
+	}
+
+	require.NoError(t, m.Configure(ctx, g, nil, nil))
+	_, err = m.Predict(ctx, mat.NewDense(1, 10, nil))
+	require.ErrorIs(t, err, forward.ErrNotFitted)
+	_, _, err = m.VJP(ctx, mat.NewDense(1, 10, nil), mat.NewDense(1, 10, nil))
+	require.ErrorIs(t, err, forward.ErrNotFitted)
+
+	_, err = m.Fit(ctx, nil, forward.FitOptions{}, nil)
+	require.ErrorContains(t, err, "no training pairs")
+	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{1}, Infected: []int{1, 12}}}, forward.FitOptions{}, nil)
+	require.ErrorContains(t, err, "training pair 0: infected node 12 out of range for 10 nodes")
+	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{1}}}, forward.FitOptions{Validation: []forward.Pair{{}, {Sources: []int{-1}}}}, nil)
+	require.ErrorContains(t, err, "validation pair 1: source -1 out of range")
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = m.Fit(cctx, []forward.Pair{{Sources: []int{1}}}, forward.FitOptions{}, nil)
+	require.ErrorIs(t, err, context.Canceled)
+
+	randomize(m, 1)
+	_, err = m.Predict(ctx, mat.NewDense(1, 9, nil))
+	require.ErrorContains(t, err, "batch has 9 columns, graph has 10 nodes")
+	_, _, err = m.VJP(ctx, mat.NewDense(2, 10, nil), mat.NewDense(1, 10, nil))
+	require.ErrorContains(t, err, "dy is 1x10, x is 2x10")
+}
+
+func TestInfo(t *testing.T) {
+	info, err := New().Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, Name, info.Name)
+	require.True(t, info.Trainable)
+	names := map[string]bool{}
+	for _, p := range info.Params {
+		names[p.Name] = true
+	}
+	for _, k := range []string{"p", "hops", "steps", "hidden", "layers", "patience"} {
+		require.True(t, names[k], k)
+	}
+}
+
+func benchVJP(b *testing.B, file string) {
+	g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", file))
+	require.NoError(b, err)
+	m := New()
+	require.NoError(b, m.Configure(context.Background(), g, nil, nil))
+	m.fitted = true
+	rng := rand.New(rand.NewPCG(1, 1))
+	x := randDense(rng, 8, g.N(), 0, 1)
+	dy := randDense(rng, 8, g.N(), -1, 1)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, _, err := m.VJP(context.Background(), x, dy); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkVJPBatch8Jazz(b *testing.B)      { benchVJP(b, "jazz.edges") }
+func BenchmarkVJPBatch8PowerGrid(b *testing.B) { benchVJP(b, "power_grid.edges") }

@@ -1,0 +1,233 @@
+package deepis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Name and Version identify the model in Info and in bundles.
+const (
+	Name    = "deepis"
+	Version = "1.0.0"
+)
+
+// Defaults of the parameters and of the FitOptions left at zero.
+const (
+	DefaultHops     = 3
+	DefaultSteps    = 4
+	DefaultHidden   = 16
+	DefaultLayers   = 1
+	DefaultPatience = 5
+
+	DefaultEpochs       = 40
+	DefaultLearningRate = 0.01
+	DefaultBatchSize    = 32
+	DefaultLambda       = 1.0
+)
+
+var paramHelp = []forward.Param{
+	{Name: "p", Default: "auto", Help: "edge infection probability of an unweighted graph (auto: 1/mean in-degree, at most 1); weighted graphs use their weights"},
+	{Name: "hops", Default: strconv.Itoa(DefaultHops), Help: "feature hops H: features x, P^T x, ..., (P^T)^H x, log(1+in-degree)"},
+	{Name: "steps", Default: strconv.Itoa(DefaultSteps), Help: "differentiable propagation steps T"},
+	{Name: "hidden", Default: strconv.Itoa(DefaultHidden), Help: "width of the MLP's hidden layers"},
+	{Name: "layers", Default: strconv.Itoa(DefaultLayers), Help: "number of hidden layers of the MLP"},
+	{Name: "patience", Default: strconv.Itoa(DefaultPatience), Help: "epochs without validation improvement before Fit stops"},
+}
+
+// config is the parsed parameters.
+type config struct {
+	arch
+	autoP    bool
+	patience int
+	// given records the parameters set explicitly, which must agree with
+	// a state's architecture.
+	given map[string]bool
+}
+
+func parseConfig(g *graph.Graph, params map[string]string) (config, error) {
+	c := config{
+		arch:     arch{Hops: DefaultHops, Steps: DefaultSteps, Hidden: DefaultHidden, Layers: DefaultLayers},
+		autoP:    true,
+		patience: DefaultPatience,
+		given:    map[string]bool{},
+	}
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	ints := map[string]struct {
+		dst      *int
+		min, max int
+	}{
+		"hops":     {&c.Hops, 0, 16},
+		"steps":    {&c.Steps, 0, 64},
+		"hidden":   {&c.Hidden, 1, 4096},
+		"layers":   {&c.Layers, 0, 8},
+		"patience": {&c.patience, 1, 1 << 20},
+	}
+	for _, k := range keys {
+		v := strings.TrimSpace(params[k])
+		c.given[k] = true
+		if k == "p" {
+			if v == "auto" || v == "" {
+				continue
+			}
+			p, err := strconv.ParseFloat(v, 64)
+			if err != nil || !(p > 0 && p <= 1) {
+				return c, fmt.Errorf("deepis: param p=%q: want a probability in (0, 1] or auto", v)
+			}
+			c.P, c.autoP = p, false
+			continue
+		}
+		spec, ok := ints[k]
+		if !ok {
+			return c, fmt.Errorf("deepis: unknown param %q (known: p, hops, steps, hidden, layers, patience)", k)
+		}
+		i, err := strconv.Atoi(v)
+		if err != nil || i < spec.min || i > spec.max {
+			return c, fmt.Errorf("deepis: param %s=%q: want an integer in [%d, %d]", k, v, spec.min, spec.max)
+		}
+		*spec.dst = i
+	}
+	if c.autoP {
+		c.P = autoP(g)
+	}
+	return c, nil
+}
+
+// autoP is 1/mean in-degree: each infected node then infects about one
+// neighbour per step, a spread that neither dies nor floods.
+func autoP(g *graph.Graph) float64 {
+	if g.Arcs() == 0 {
+		return 1
+	}
+	return min(1, float64(g.N())/float64(g.Arcs()))
+}
+
+// Model is the deepis forward model. It is safe for concurrent use; calls
+// are serialised.
+type Model struct {
+	mu     sync.Mutex
+	g      *graph.Graph
+	cfg    config
+	nt     *net
+	fitted bool
+}
+
+// New returns an unconfigured model.
+func New() *Model { return &Model{} }
+
+var _ forward.Model = (*Model)(nil)
+
+// Info describes the model and its parameters.
+func (m *Model) Info(ctx context.Context) (forward.Info, error) {
+	return forward.Info{Name: Name, Version: Version, Trainable: true, Params: append([]forward.Param(nil), paramHelp...)}, nil
+}
+
+// Configure sets the graph and parameters and, with a non-nil state from
+// Fit, the trained weights. A state made for another graph, another
+// architecture than the given params, or corrupt, is forward.ErrBadState.
+func (m *Model) Configure(ctx context.Context, g *graph.Graph, params map[string]string, state []byte) error {
+	if g == nil {
+		return fmt.Errorf("deepis: configure: nil graph")
+	}
+	cfg, err := parseConfig(g, params)
+	if err != nil {
+		return err
+	}
+	var nt *net
+	if state != nil {
+		nt, err = decodeState(g, &cfg, state)
+		if err != nil {
+			return err
+		}
+	} else {
+		nt = newNet(g, cfg.arch, rand.New(rand.NewPCG(1, 0)))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.g, m.cfg, m.nt, m.fitted = g, cfg, nt, state != nil
+	return nil
+}
+
+// ready returns the net for Predict and VJP and checks x's shape.
+func (m *Model) ready(x *mat.Dense) error {
+	if m.nt == nil {
+		return fmt.Errorf("deepis: %w", forward.ErrNotConfigured)
+	}
+	if !m.fitted {
+		return fmt.Errorf("deepis: %w", forward.ErrNotFitted)
+	}
+	if _, c := x.Dims(); c != m.nt.n {
+		return fmt.Errorf("deepis: batch has %d columns, graph has %d nodes", c, m.nt.n)
+	}
+	return nil
+}
+
+// Predict returns f(x) for each row of x.
+func (m *Model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.ready(x); err != nil {
+		return nil, err
+	}
+	r, n := x.Dims()
+	y := mat.NewDense(r, n, nil)
+	xs, ys := packed(x), y.RawMatrix().Data
+	step := m.nt.chunkRows()
+	for b := 0; b < r; b += step {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		e := min(r, b+step)
+		copy(ys[b*n:e*n], m.nt.forward(xs[b*n:e*n], e-b))
+	}
+	return y, nil
+}
+
+// VJP returns y = f(x) and dx = (df/dx)^T dy for each row.
+func (m *Model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.ready(x); err != nil {
+		return nil, nil, err
+	}
+	r, n := x.Dims()
+	if dr, dc := dy.Dims(); dr != r || dc != n {
+		return nil, nil, fmt.Errorf("deepis: dy is %dx%d, x is %dx%d", dr, dc, r, n)
+	}
+	y, dx := mat.NewDense(r, n, nil), mat.NewDense(r, n, nil)
+	xs, gs := packed(x), packed(dy)
+	ys, dxs := y.RawMatrix().Data, dx.RawMatrix().Data
+	step := m.nt.chunkRows()
+	for b := 0; b < r; b += step {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		e := min(r, b+step)
+		copy(ys[b*n:e*n], m.nt.forward(xs[b*n:e*n], e-b))
+		m.nt.backward(gs[b*n:e*n], dxs[b*n:e*n])
+	}
+	return y, dx, nil
+}
+
+// packed returns m's data as one row-major slice, copying only when m is a
+// strided view.
+func packed(m *mat.Dense) []float64 {
+	raw := m.RawMatrix()
+	if raw.Stride == raw.Cols {
+		return raw.Data[:raw.Rows*raw.Cols]
+	}
+	return mat.DenseCopyOf(m).RawMatrix().Data
+}
