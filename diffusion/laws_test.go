@@ -347,3 +347,69 @@ func TestSITwoStepsMatchTheExactExpectation(t *testing.T) {
 	requireNear(t, 1-0.6*0.6, float64(by2)/trials, trials)
 	requireNear(t, 0.4*0.4, float64(at2)/trials, trials)
 }
+
+func TestWeightedOneStepMatchesTheExactExpectation(t *testing.T) {
+	// On a weighted graph, after one step from the sources:
+	//   IC: P(v) = 1 - prod_{u source} (1 - w_uv)
+	//   LT with theta ~ U[0,1]: P(v) = min(1, sum_{u source} w_uv)
+	// and unweighted LT uses w_uv = 1/in-degree(v).
+	base := randomGraph(31, 30, 0.15, true, true)
+	edges := base.Edges()
+	for i := range edges {
+		edges[i].W *= 0.5 // keep LT sums mostly below 1
+	}
+	weighted := graph.New(base.N(), edges, nil, true, true)
+	unweighted := graph.New(base.N(), edges, nil, true, false)
+	sources := []int{0, 1, 2, 3, 4, 5}
+	for _, tc := range []struct {
+		name  string
+		g     *graph.Graph
+		model Model
+	}{{"IC weighted", weighted, IC}, {"LT weighted", weighted, LT}, {"LT in-degree", unweighted, LT}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Model, cfg.Threshold, cfg.P = tc.model, -1, 0.99 // P must be ignored when weighted
+			s := newSim(tc.g, cfg)
+			rng := rand.New(rand.NewPCG(32, 0))
+			const trials = 20000
+			hits := make([]int, tc.g.N())
+			for range trials {
+				s.run(sources, rng, 0, 1, nil)
+				for v, tv := range s.times {
+					if tv == 1 {
+						hits[v]++
+					}
+				}
+			}
+			checked := 0
+			for v := range tc.g.N() {
+				if slices.Contains(sources, v) {
+					require.Zero(t, hits[v])
+					continue
+				}
+				nbr, w := tc.g.In(v)
+				miss, sum := 1.0, 0.0
+				for k, u := range nbr {
+					if !slices.Contains(sources, u) {
+						continue
+					}
+					wk := w[k]
+					if !tc.g.Weighted() {
+						wk = 1 / float64(len(nbr))
+					}
+					miss *= 1 - wk
+					sum += wk
+				}
+				want := 1 - miss
+				if tc.model == LT {
+					want = min(1, sum)
+				}
+				if want > 0 {
+					checked++
+				}
+				requireNear(t, want, float64(hits[v])/trials, trials)
+			}
+			require.Greater(t, checked, 5, "too few nodes next to the sources to test anything")
+		})
+	}
+}
