@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -211,6 +212,11 @@ func Tail(ctx context.Context, js jetstream.JetStream, prefix, graph string, del
 		}
 		return fmt.Errorf("alerts: looking up stream %s (is sourcewatch serve running on this server?): %w", StreamName, err)
 	}
+	// The server accepts a consumer whose filter lies outside the stream and
+	// then delivers nothing, so a wrong prefix would wait silently forever.
+	if subjects := stream.CachedInfo().Config.Subjects; !slices.ContainsFunc(subjects, func(s string) bool { return covers(s, filter) }) {
+		return fmt.Errorf("%w: stream %s holds %v, not %s (wrong prefix?)", ErrSubject, StreamName, subjects, filter)
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: o.policy}
 	if o.policy == jetstream.DeliverByStartTimePolicy {
 		since := o.since.UTC()
@@ -255,6 +261,23 @@ func Tail(ctx context.Context, js jetstream.JetStream, prefix, graph string, del
 			return fmt.Errorf("alerts: delivering %s: %w", a.ID, err)
 		}
 	}
+}
+
+// covers reports whether every subject filter matches also matches pattern.
+func covers(pattern, filter string) bool {
+	p, f := strings.Split(pattern, "."), strings.Split(filter, ".")
+	for i, pt := range p {
+		if pt == ">" {
+			return len(f) > i
+		}
+		if i >= len(f) || f[i] == ">" {
+			return false
+		}
+		if pt != "*" && (pt != f[i] || f[i] == "*") {
+			return false
+		}
+	}
+	return len(f) == len(p)
 }
 
 func decode(data []byte) (Alert, error) {

@@ -309,6 +309,34 @@ func TestTailErrors(t *testing.T) {
 	require.ErrorContains(t, err, StreamName)
 	require.ErrorIs(t, Tail(ctx, js, "sw", "a b", nil), ErrSubject)
 	require.ErrorIs(t, Tail(ctx, js, "", "", nil), ErrSubject)
+
+	_, err = EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	err = Tail(ctx, js, "other", "g", func(Alert) error { return nil })
+	require.ErrorIs(t, err, ErrSubject)
+	require.ErrorContains(t, err, "not other.alerts.g (wrong prefix?)")
+}
+
+func TestCovers(t *testing.T) {
+	tests := []struct {
+		pattern, filter string
+		want            bool
+	}{
+		{"p.alerts.>", "p.alerts.>", true},
+		{"p.alerts.>", "p.alerts.g", true},
+		{"p.alerts.>", "p.alerts.g.h", true},
+		{"p.alerts.>", "p.alerts", false},
+		{"p.alerts.>", "q.alerts.g", false},
+		{"p.alerts.*", "p.alerts.g", true},
+		{"p.alerts.*", "p.alerts.*", true},
+		{"p.alerts.*", "p.alerts.>", false},
+		{"p.alerts.*", "p.alerts.g.h", false},
+		{"p.alerts.g", "p.alerts.*", false},
+		{"p.alerts.g", "p.alerts.g", true},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, covers(tt.pattern, tt.filter), "%s covers %s", tt.pattern, tt.filter)
+	}
 }
 
 func TestFormat(t *testing.T) {

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+)
+
+// alertsSyncBuffer is written by the command's goroutine and read by the test.
+type alertsSyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *alertsSyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *alertsSyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func startAlertsNATS(t *testing.T) (string, jetstream.JetStream) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	})
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = alerts.EnsureStream(ctx, js, "sourcewatch")
+	require.NoError(t, err)
+	return s.ClientURL(), js
+}
+
+// runAlertsTail runs `sourcewatch alerts tail args...` until stop is called,
+// which cancels its context and returns the command's error.
+func runAlertsTail(t *testing.T, args ...string) (stdout, stderr *alertsSyncBuffer, stop func() error) {
+	t.Helper()
+	stdout, stderr = &alertsSyncBuffer{}, &alertsSyncBuffer{}
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(append([]string{"alerts", "tail"}, args...))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("alerts tail did not stop on cancel")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { _ = stop() })
+	return stdout, stderr, stop
+}
+
+func observe(t *testing.T, tr *alerts.Tracker, graph string, nodes ...string) alerts.Alert {
+	t.Helper()
+	o := alerts.Observation{Graph: graph, Infected: 9, Threshold: 0.5,
+		Model: alerts.ModelRef{Bundle: "bundle-1", Forward: "si", ForwardVersion: "1.0.0"}, InferenceMS: 7}
+	for i, n := range nodes {
+		o.Sources = append(o.Sources, alerts.Source{Node: n, Score: float64(10 - i), Probability: 1 / float64(i+1)})
+	}
+	a, ok := tr.Observe(o)
+	require.True(t, ok)
+	return a
+}
+
+func TestAlertsTailReadable(t *testing.T) {
+	url, js := startAlertsNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pub := alerts.NewPublisher(js, "sourcewatch")
+	tr := alerts.NewTracker(nil)
+	before := observe(t, tr, "jazz", "5")
+	require.NoError(t, pub.Publish(ctx, before))
+
+	stdout, stderr, stop := runAlertsTail(t, "--nats", url, "--graph", "jazz")
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "tailing alerts") },
+		10*time.Second, 5*time.Millisecond, "stderr: %s", stderr.String())
+
+	other := observe(t, tr, "karate", "1")
+	require.NoError(t, pub.Publish(ctx, other))
+	up := observe(t, tr, "jazz", "12", "7")
+	require.NoError(t, pub.Publish(ctx, up))
+	res, ok := tr.Resolve("jazz", alerts.Window{}, 0)
+	require.True(t, ok)
+	require.NoError(t, pub.Publish(ctx, res))
+
+	require.Eventually(t, func() bool { return strings.Contains(stdout.String(), "RESOLVED jazz") },
+		10*time.Second, 5*time.Millisecond, "stdout: %s", stdout.String())
+	require.NoError(t, stop(), "Ctrl-C is a clean exit")
+
+	out := stdout.String()
+	require.Contains(t, out, "UPDATED jazz at ")
+	require.Contains(t, out, "(seq 2)")
+	require.Contains(t, out, "(seq 3)")
+	require.Contains(t, out, "id            "+up.ID)
+	require.Contains(t, out, "model         bundle bundle-1, forward si 1.0.0")
+	require.Regexp(t, `(?m)^\s+1\s+12\s+10\s+1\.000\s+\*$`, out)
+	require.NotContains(t, out, "karate", "--graph filters")
+	require.NotContains(t, out, before.ID, "only new alerts by default")
+	require.Equal(t, 2, strings.Count(out, "rank"))
+}
+
+func TestAlertsTailJSONFromStart(t *testing.T) {
+	url, js := startAlertsNATS(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pub := alerts.NewPublisher(js, "sourcewatch")
+	tr := alerts.NewTracker(nil)
+	want := []alerts.Alert{observe(t, tr, "jazz", "5"), observe(t, tr, "karate", "1", "2")}
+	for _, a := range want {
+		require.NoError(t, pub.Publish(ctx, a))
+	}
+
+	// The server URL through a config file, as serve reads it.
+	cfg := filepath.Join(t.TempDir(), "sw.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("nats:\n  url: "+url+"\n"), 0o600))
+	stdout, _, stop := runAlertsTail(t, "--config", cfg, "--json", "--from-start")
+	require.Eventually(t, func() bool { return strings.Count(stdout.String(), "\n") >= 2 },
+		10*time.Second, 5*time.Millisecond, "stdout: %s", stdout.String())
+	more := observe(t, tr, "jazz", "6")
+	require.NoError(t, pub.Publish(ctx, more))
+	want = append(want, more)
+	require.Eventually(t, func() bool { return strings.Count(stdout.String(), "\n") >= 3 },
+		10*time.Second, 5*time.Millisecond, "stdout: %s", stdout.String())
+	require.NoError(t, stop())
+
+	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	require.Len(t, lines, 3)
+	for i, line := range lines {
+		var got alerts.Alert
+		require.NoError(t, json.Unmarshal([]byte(line), &got), "line %d: %s", i, line)
+		require.Equal(t, want[i], got)
+		var raw map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &raw))
+		require.Equal(t, alerts.Schema, raw["schema"])
+		require.Contains(t, raw, "credible_set")
+	}
+}
+
+func TestAlertsTailErrors(t *testing.T) {
+	url, _ := startAlertsNATS(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"both replay flags", []string{"--nats", url, "--from-start", "--since", "1h"}, "--from-start and --since"},
+		{"bad since", []string{"--nats", url, "--since", "yesterday"}, `--since "yesterday"`},
+		{"bad graph", []string{"--nats", url, "--graph", "a>b"}, `graph "a>b"`},
+		{"no server", []string{"--nats", "nats://127.0.0.1:1"}, "connecting to NATS at nats://127.0.0.1:1"},
+		{"wrong prefix", []string{"--nats", url, "--prefix", "other"}, "wrong prefix"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			stdout, stderr := &alertsSyncBuffer{}, &alertsSyncBuffer{}
+			root := newRootCmd(stdout, stderr)
+			root.SetArgs(append([]string{"alerts", "tail"}, tt.args...))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err := root.ExecuteContext(ctx)
+			require.ErrorContains(t, err, tt.want)
+			require.Empty(t, stdout.String())
+		})
+	}
+}
+
+func TestParseSince(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	got, err := parseSince("90m", now)
+	require.NoError(t, err)
+	require.Equal(t, now.Add(-90*time.Minute), got)
+	got, err = parseSince("2025-12-31T23:00:00+01:00", now)
+	require.NoError(t, err)
+	require.True(t, got.Equal(time.Date(2025, 12, 31, 22, 0, 0, 0, time.UTC)))
+	_, err = parseSince("-5m", now)
+	require.Error(t, err)
+}
