@@ -1,0 +1,130 @@
+package forward
+
+import (
+	"fmt"
+	"io"
+	"log"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// zapHCLog is an hclog.Logger over zap, so go-plugin's own messages and the
+// plugin's stderr (which go-plugin parses as hclog JSON lines) land in the
+// host's structured log. hclog's Trace maps to zap's Debug.
+type zapHCLog struct {
+	z       *zap.Logger
+	name    string
+	implied []any
+}
+
+func newZapHCLog(z *zap.Logger, name string) hclog.Logger {
+	return &zapHCLog{z: z.Named(name), name: name}
+}
+
+func fields(args []any) []zap.Field {
+	fs := make([]zap.Field, 0, (len(args)+1)/2)
+	for i := 0; i < len(args); i += 2 {
+		if i+1 == len(args) {
+			fs = append(fs, zap.Any("EXTRA_VALUE_AT_END", args[i]))
+			break
+		}
+		key, ok := args[i].(string)
+		if !ok {
+			key = fmt.Sprint(args[i])
+		}
+		fs = append(fs, zap.Any(key, args[i+1]))
+	}
+	return fs
+}
+
+func zapLevel(l hclog.Level) zapcore.Level {
+	switch l {
+	case hclog.Trace, hclog.Debug:
+		return zapcore.DebugLevel
+	case hclog.Warn:
+		return zapcore.WarnLevel
+	case hclog.Error:
+		return zapcore.ErrorLevel
+	default:
+		return zapcore.InfoLevel
+	}
+}
+
+func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
+	if level == hclog.Off {
+		return
+	}
+	if ce := l.z.Check(zapLevel(level), msg); ce != nil {
+		ce.Write(fields(args)...)
+	}
+}
+
+func (l *zapHCLog) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
+func (l *zapHCLog) Debug(msg string, args ...any) { l.Log(hclog.Debug, msg, args...) }
+func (l *zapHCLog) Info(msg string, args ...any)  { l.Log(hclog.Info, msg, args...) }
+func (l *zapHCLog) Warn(msg string, args ...any)  { l.Log(hclog.Warn, msg, args...) }
+func (l *zapHCLog) Error(msg string, args ...any) { l.Log(hclog.Error, msg, args...) }
+
+func (l *zapHCLog) IsTrace() bool { return l.z.Core().Enabled(zapcore.DebugLevel) }
+func (l *zapHCLog) IsDebug() bool { return l.z.Core().Enabled(zapcore.DebugLevel) }
+func (l *zapHCLog) IsInfo() bool  { return l.z.Core().Enabled(zapcore.InfoLevel) }
+func (l *zapHCLog) IsWarn() bool  { return l.z.Core().Enabled(zapcore.WarnLevel) }
+func (l *zapHCLog) IsError() bool { return l.z.Core().Enabled(zapcore.ErrorLevel) }
+
+func (l *zapHCLog) ImpliedArgs() []any { return l.implied }
+
+func (l *zapHCLog) With(args ...any) hclog.Logger {
+	return &zapHCLog{z: l.z.With(fields(args)...), name: l.name, implied: append(append([]any(nil), l.implied...), args...)}
+}
+
+func (l *zapHCLog) Name() string { return l.name }
+
+func (l *zapHCLog) Named(name string) hclog.Logger {
+	full := name
+	if l.name != "" {
+		full = l.name + "." + name
+	}
+	return &zapHCLog{z: l.z.Named(name), name: full, implied: l.implied}
+}
+
+// ResetNamed cannot drop zap's accumulated name, so it names a child; the
+// name only decorates log lines.
+func (l *zapHCLog) ResetNamed(name string) hclog.Logger {
+	return &zapHCLog{z: l.z.Named(name), name: name, implied: l.implied}
+}
+
+// SetLevel is a no-op: the host's zap configuration owns the level.
+func (l *zapHCLog) SetLevel(hclog.Level) {}
+
+func (l *zapHCLog) GetLevel() hclog.Level {
+	switch {
+	case l.IsDebug():
+		return hclog.Trace
+	case l.IsInfo():
+		return hclog.Info
+	case l.IsWarn():
+		return hclog.Warn
+	case l.IsError():
+		return hclog.Error
+	default:
+		return hclog.Off
+	}
+}
+
+func (l *zapHCLog) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
+	return log.New(l.StandardWriter(opts), "", 0)
+}
+
+func (l *zapHCLog) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		l.Info(strings.TrimRight(string(p), "\n"))
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

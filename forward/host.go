@@ -1,0 +1,441 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-plugin"
+	"go.uber.org/zap"
+	"gonum.org/v1/gonum/mat"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sourcewatch/sourcewatch/forward/forwardpb"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Host-side sentinel errors.
+var (
+	// ErrChecksum is returned by Launch when the plugin binary's SHA-256 is
+	// not the expected one.
+	ErrChecksum = errors.New("forward plugin checksum mismatch")
+	// ErrPluginExited is returned by a call whose plugin process has died.
+	ErrPluginExited = errors.New("forward plugin exited")
+	// ErrCallTimeout is returned by a call the plugin did not answer within
+	// its deadline. The plugin is presumed hung.
+	ErrCallTimeout = errors.New("forward plugin call timed out")
+)
+
+// BinaryPrefix is the file name prefix of plugin binaries: the plugin named
+// "icmf" is the executable sourcewatch-forward-icmf.
+const BinaryPrefix = "sourcewatch-forward-"
+
+// PluginPath returns dir/sourcewatch-forward-<name>, or a clear error when
+// the name is not a plain name or no such executable exists.
+func PluginPath(dir, name string) (string, error) {
+	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
+		return "", fmt.Errorf("forward plugin name %q: want a plain name such as \"icmf\"", name)
+	}
+	path := filepath.Join(dir, BinaryPrefix+name)
+	fi, err := os.Stat(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("forward plugin %q: %s does not exist (build it with: go build -o %s/ ./cmd/%s%s)", name, path, dir, BinaryPrefix, name)
+		}
+		return "", fmt.Errorf("forward plugin %q: %w", name, err)
+	}
+	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("forward plugin %q: %s is not an executable file", name, path)
+	}
+	return path, nil
+}
+
+// FileSHA256 returns the SHA-256 of the file's contents.
+func FileSHA256(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("checksum: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, fmt.Errorf("checksum %s: %w", path, err)
+	}
+	return h.Sum(nil), nil
+}
+
+// LaunchOption configures Launch.
+type LaunchOption func(*launchOptions)
+
+type launchOptions struct {
+	log          *zap.Logger
+	checksum     []byte
+	callTimeout  time.Duration
+	fitIdle      time.Duration
+	startTimeout time.Duration
+}
+
+// WithLogger routes go-plugin's messages and the plugin's stderr into log.
+// The default discards them.
+func WithLogger(log *zap.Logger) LaunchOption {
+	return func(o *launchOptions) { o.log = log }
+}
+
+// WithChecksum makes Launch refuse a binary whose SHA-256 is not sum; it is
+// also handed to go-plugin's SecureConfig, which checks again right before
+// executing.
+func WithChecksum(sum []byte) LaunchOption {
+	return func(o *launchOptions) { o.checksum = append([]byte(nil), sum...) }
+}
+
+// WithCallTimeout fixes the deadline of every Info, Configure, Predict and
+// VJP call. The default scales with the work: DefaultCallTimeout plus
+// 1 µs per element of batch rows × (nodes + arcs).
+func WithCallTimeout(d time.Duration) LaunchOption {
+	return func(o *launchOptions) { o.callTimeout = d }
+}
+
+// WithFitIdleTimeout bounds how long Fit may go without a progress message
+// (default 10 minutes); a training run itself may take as long as it needs.
+func WithFitIdleTimeout(d time.Duration) LaunchOption {
+	return func(o *launchOptions) { o.fitIdle = d }
+}
+
+// WithStartTimeout bounds the handshake (default 30 s).
+func WithStartTimeout(d time.Duration) LaunchOption {
+	return func(o *launchOptions) { o.startTimeout = d }
+}
+
+// DefaultCallTimeout is the fixed part of the default call deadline.
+const DefaultCallTimeout = 10 * time.Second
+
+// Process is a running plugin process. It implements Model; every call
+// carries a deadline, and the host checks every answer's shape and values,
+// so a hung, crashed or misbehaving plugin is an error naming it, never a
+// hang or a silent wrong answer. It is safe for concurrent use (the plugin
+// serves calls one at a time).
+type Process struct {
+	path string
+	name string // the binary's base name, for errors and logs
+	log  *zap.Logger
+	opts launchOptions
+
+	client *plugin.Client
+	rpc    forwardpb.ForwardClient
+
+	n, arcs atomic.Int64 // of the configured graph, for deadlines and checks
+	close   sync.Once
+}
+
+var _ Model = (*Process)(nil)
+
+// Launch starts the plugin at path, completes the handshake (protocol
+// version, AutoMTLS) and checks it answers Info. ctx bounds the launch
+// only; the process lives until Close (or until the host dies: on Linux it
+// gets SIGKILL when its parent goes away).
+func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, error) {
+	o := launchOptions{log: zap.NewNop(), fitIdle: 10 * time.Minute, startTimeout: 30 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	name := filepath.Base(path)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("forward plugin %s: %w", name, err)
+	}
+	if fi.IsDir() {
+		return nil, fmt.Errorf("forward plugin %s: %s is a directory", name, path)
+	}
+	var secure *plugin.SecureConfig
+	if o.checksum != nil {
+		got, err := FileSHA256(path)
+		if err != nil {
+			return nil, fmt.Errorf("forward plugin %s: %w", name, err)
+		}
+		if !bytes.Equal(got, o.checksum) {
+			return nil, fmt.Errorf("forward plugin %s: file has sha256 %s, expected %s: %w",
+				path, hex.EncodeToString(got), hex.EncodeToString(o.checksum), ErrChecksum)
+		}
+		secure = &plugin.SecureConfig{Checksum: o.checksum, Hash: sha256.New()}
+	}
+	cmd := exec.Command(path)
+	setParentDeathSignal(cmd)
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		Plugins:          plugin.PluginSet{pluginName: &grpcPlugin{}},
+		Cmd:              cmd,
+		SecureConfig:     secure,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		StartTimeout:     o.startTimeout,
+		Logger:           newZapHCLog(o.log, "plugin"),
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
+	})
+	// go-plugin's handshake ignores contexts, so it runs in a goroutine that
+	// this function always waits for, and a cancelled ctx kills the child.
+	var (
+		raw  any
+		done = make(chan error, 1)
+	)
+	go func() {
+		cp, err := client.Client()
+		if err == nil {
+			raw, err = cp.Dispense(pluginName)
+		}
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		client.Kill()
+		<-done
+		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, ctx.Err())
+	}
+	if err != nil {
+		client.Kill()
+		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, err)
+	}
+	rpc, ok := raw.(forwardpb.ForwardClient)
+	if !ok {
+		client.Kill()
+		return nil, fmt.Errorf("forward plugin %s: launch: dispensed %T, not a forward client", name, raw)
+	}
+	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, rpc: rpc}
+	if _, err := p.Info(ctx); err != nil {
+		client.Kill()
+		return nil, err
+	}
+	o.log.Debug("forward plugin launched", zap.String("path", path))
+	return p, nil
+}
+
+// Path returns the plugin binary's path.
+func (p *Process) Path() string { return p.path }
+
+// Pid returns the plugin's process id (0 if unknown).
+func (p *Process) Pid() int {
+	if rc := p.client.ReattachConfig(); rc != nil {
+		return rc.Pid
+	}
+	return 0
+}
+
+// Exited reports whether the plugin process has exited.
+func (p *Process) Exited() bool { return p.client.Exited() }
+
+// Close stops the plugin process (gracefully, then by force after two
+// seconds) and waits for it. It is safe to call more than once.
+func (p *Process) Close() error {
+	p.close.Do(p.client.Kill)
+	return nil
+}
+
+// deadline is the timeout of a call doing rows × (nodes + arcs) work.
+func (p *Process) deadline(rows int) time.Duration {
+	if p.opts.callTimeout > 0 {
+		return p.opts.callTimeout
+	}
+	work := int64(rows) * (p.n.Load() + p.arcs.Load())
+	return DefaultCallTimeout + time.Duration(work)*time.Microsecond
+}
+
+// call runs f under the call deadline and turns its error into one that
+// names the plugin and the operation and wraps the matching sentinel.
+func (p *Process) call(ctx context.Context, op string, rows int, f func(context.Context) error) error {
+	d := p.deadline(rows)
+	cctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err := f(cctx)
+	if err == nil {
+		return nil
+	}
+	return p.callError(ctx, cctx, op, d, err)
+}
+
+func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duration, err error) error {
+	prefix := fmt.Sprintf("forward plugin %s: %s", p.name, op)
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", prefix, ctx.Err())
+	}
+	if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%s: no answer within %v: %w", prefix, d, ErrCallTimeout)
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return fmt.Errorf("%s: %w", prefix, err)
+	}
+	if st.Code() == codes.Unavailable || st.Code() == codes.Canceled {
+		// The connection drops a moment before go-plugin notices the exit.
+		for i := 0; i < 50 && !p.client.Exited(); i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if p.client.Exited() {
+			return fmt.Errorf("%s: %w (%s)", prefix, ErrPluginExited, st.Message())
+		}
+	}
+	for _, s := range []error{ErrNotConfigured, ErrNotFitted, ErrBadState} {
+		if strings.Contains(st.Message(), s.Error()) {
+			return fmt.Errorf("%s: %s: %w", prefix, st.Message(), s)
+		}
+	}
+	return fmt.Errorf("%s: %s: %s", prefix, st.Code(), st.Message())
+}
+
+// Info implements Model.
+func (p *Process) Info(ctx context.Context) (Info, error) {
+	var resp *forwardpb.InfoResponse
+	err := p.call(ctx, "info", 0, func(ctx context.Context) (err error) {
+		resp, err = p.rpc.Info(ctx, &forwardpb.InfoRequest{})
+		return err
+	})
+	if err != nil {
+		return Info{}, err
+	}
+	return infoFromProto(resp), nil
+}
+
+// Configure implements Model.
+func (p *Process) Configure(ctx context.Context, g *graph.Graph, params map[string]string, state []byte) error {
+	p.n.Store(0)
+	req := &forwardpb.ConfigureRequest{Graph: GraphToProto(g), Params: params, State: state}
+	err := p.call(ctx, "configure", 1+len(state)/(8*max(1, g.N())), func(ctx context.Context) error {
+		_, err := p.rpc.Configure(ctx, req)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	p.n.Store(int64(g.N()))
+	p.arcs.Store(int64(g.Arcs()))
+	return nil
+}
+
+// Fit implements Model. Instead of one deadline it has an idle timeout
+// between progress messages (WithFitIdleTimeout).
+func (p *Process) Fit(ctx context.Context, pairs []Pair, opts FitOptions, progress func(Progress)) (FitResult, error) {
+	req := &forwardpb.FitRequest{Pairs: PairsToProto(pairs), Options: &forwardpb.FitOptions{
+		Epochs: int32(opts.Epochs), LearningRate: opts.LearningRate, BatchSize: int32(opts.BatchSize),
+		Lambda: opts.Lambda, Seed: opts.Seed, Validation: PairsToProto(opts.Validation),
+	}}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var idle atomic.Bool
+	timer := time.AfterFunc(p.opts.fitIdle, func() { idle.Store(true); cancel() })
+	defer timer.Stop()
+	fail := func(err error) (FitResult, error) {
+		if idle.Load() && ctx.Err() == nil {
+			return FitResult{}, fmt.Errorf("forward plugin %s: fit: no progress within %v: %w", p.name, p.opts.fitIdle, ErrCallTimeout)
+		}
+		return FitResult{}, p.callError(ctx, cctx, "fit", p.opts.fitIdle, err)
+	}
+	stream, err := p.rpc.Fit(cctx, req)
+	if err != nil {
+		return fail(err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if err == io.EOF {
+			return FitResult{}, fmt.Errorf("forward plugin %s: fit: stream ended without a result: %w", p.name, ErrBadOutput)
+		}
+		if err != nil {
+			return fail(err)
+		}
+		timer.Reset(p.opts.fitIdle)
+		switch e := ev.GetEvent().(type) {
+		case *forwardpb.FitEvent_Progress:
+			if progress != nil {
+				progress(Progress{Epoch: int(e.Progress.GetEpoch()), Epochs: int(e.Progress.GetEpochs()),
+					TrainLoss: e.Progress.GetTrainLoss(), ValLoss: e.Progress.GetValLoss()})
+			}
+		case *forwardpb.FitEvent_Result:
+			return FitResult{State: e.Result.GetState(), Metrics: e.Result.GetMetrics()}, nil
+		}
+	}
+}
+
+// checkIn panics on a batch that does not fit the configured graph: that
+// is a programming error of the caller, as in gonum.
+func (p *Process) checkIn(x, dy *mat.Dense) {
+	r, c := x.Dims()
+	if n := int(p.n.Load()); n > 0 && c != n {
+		panic(fmt.Sprintf("forward: x has %d columns for a %d-node graph", c, n))
+	}
+	if dy != nil {
+		if dr, dc := dy.Dims(); dr != r || dc != c {
+			panic(fmt.Sprintf("forward: dy is %dx%d, x is %dx%d", dr, dc, r, c))
+		}
+	}
+}
+
+// checkOut returns an ErrBadOutput error naming the plugin when m is not
+// rows x cols or holds NaN or Inf.
+func (p *Process) checkOut(op, field string, m *mat.Dense, rows, cols int) error {
+	if r, c := m.Dims(); r != rows || c != cols {
+		return fmt.Errorf("forward plugin %s: %s: %s is %dx%d, want %dx%d: %w", p.name, op, field, r, c, rows, cols, ErrBadOutput)
+	}
+	if i, j, bad := checkFinite(m); bad {
+		return fmt.Errorf("forward plugin %s: %s: %s[%d][%d] is %v: %w", p.name, op, field, i, j, m.At(i, j), ErrBadOutput)
+	}
+	return nil
+}
+
+// decode unpacks an answer matrix, reporting undecodable bytes as bad output.
+func (p *Process) decode(op, field string, m *forwardpb.Matrix, rows, cols int) (*mat.Dense, error) {
+	d, err := MatrixFromProto(m, field)
+	if err != nil {
+		return nil, fmt.Errorf("forward plugin %s: %s: %v: %w", p.name, op, err, ErrBadOutput)
+	}
+	return d, p.checkOut(op, field, d, rows, cols)
+}
+
+// Predict implements Model.
+func (p *Process) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
+	p.checkIn(x, nil)
+	r, c := x.Dims()
+	var resp *forwardpb.PredictResponse
+	err := p.call(ctx, "predict", r, func(ctx context.Context) (err error) {
+		resp, err = p.rpc.Predict(ctx, &forwardpb.PredictRequest{X: MatrixToProto(x)})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p.decode("predict", "y", resp.GetY(), r, c)
+}
+
+// VJP implements Model.
+func (p *Process) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	p.checkIn(x, dy)
+	r, c := x.Dims()
+	var resp *forwardpb.VJPResponse
+	err := p.call(ctx, "vjp", r, func(ctx context.Context) (err error) {
+		resp, err = p.rpc.VJP(ctx, &forwardpb.VJPRequest{X: MatrixToProto(x), Dy: MatrixToProto(dy)})
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	y, err := p.decode("vjp", "y", resp.GetY(), r, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	dx, err := p.decode("vjp", "dx", resp.GetDx(), r, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return y, dx, nil
+}

@@ -1,0 +1,231 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sourcewatch/sourcewatch/forward/forwardpb"
+)
+
+// ProtocolVersion is the go-plugin handshake version of the
+// sourcewatch.forward.v1 protocol. It is bumped on every breaking change to
+// the proto, so an old plugin is refused at launch instead of misbehaving.
+const ProtocolVersion = 1
+
+// MaxMessageBytes bounds a gRPC message in either direction; a batch of
+// vectors on a large graph is one message.
+const MaxMessageBytes = 256 << 20
+
+// pluginName is the key of the forward plugin in go-plugin's plugin set.
+const pluginName = "forward"
+
+// Handshake is the go-plugin handshake shared by host and plugins. The
+// cookie only stops a plugin binary from being run by hand by mistake; it
+// is not a security feature (the checksum and mTLS are).
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  ProtocolVersion,
+	MagicCookieKey:   "SOURCEWATCH_FORWARD_PLUGIN",
+	MagicCookieValue: "b1f3e0a4c7d2.forward.v1",
+}
+
+// Serve runs m as a forward-model plugin over gRPC; it is the whole body of
+// a plugin's main function and returns only when the host stops the plugin.
+// Run by hand (without the host's handshake environment) it prints a
+// message and exits non-zero.
+func Serve(m Model) {
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: Handshake,
+		Plugins:         plugin.PluginSet{pluginName: &grpcPlugin{impl: m}},
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return plugin.DefaultGRPCServer(append(opts,
+				grpc.MaxRecvMsgSize(MaxMessageBytes),
+				grpc.MaxSendMsgSize(MaxMessageBytes)))
+		},
+	})
+}
+
+// grpcPlugin binds the Forward service to go-plugin on both sides.
+type grpcPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	impl Model // plugin side only
+}
+
+func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	forwardpb.RegisterForwardServer(s, NewServer(p.impl))
+	return nil
+}
+
+func (p *grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return forwardpb.NewForwardClient(c), nil
+}
+
+// NewServer adapts a Model to the gRPC service. Calls are serialised, since
+// a Model need not be safe for concurrent use, and inputs are checked
+// against the configured graph before the model sees them, so a bad
+// request is an InvalidArgument status rather than a panic in the plugin.
+func NewServer(m Model) forwardpb.ForwardServer {
+	return &server{m: m}
+}
+
+type server struct {
+	forwardpb.UnimplementedForwardServer
+	m  Model
+	mu sync.Mutex
+	n  int // nodes of the configured graph; 0 before Configure
+}
+
+// toStatus maps an error to a gRPC status whose message keeps the sentinel
+// text, which the host maps back (see fromStatus).
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := codes.Unknown
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, ErrNotConfigured), errors.Is(err, ErrNotFitted):
+		code = codes.FailedPrecondition
+	case errors.Is(err, ErrBadState), errors.Is(err, ErrBadMessage):
+		code = codes.InvalidArgument
+	}
+	return status.Error(code, err.Error())
+}
+
+// guard turns a panic in the model into an Internal status so one bad
+// request does not kill the plugin process.
+func guard(err *error) {
+	if r := recover(); r != nil {
+		*err = status.Errorf(codes.Internal, "plugin panic: %v", r)
+	}
+}
+
+func (s *server) Info(ctx context.Context, _ *forwardpb.InfoRequest) (_ *forwardpb.InfoResponse, err error) {
+	defer guard(&err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in, err := s.m.Info(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return infoToProto(in), nil
+}
+
+func (s *server) Configure(ctx context.Context, req *forwardpb.ConfigureRequest) (_ *forwardpb.ConfigureResponse, err error) {
+	defer guard(&err)
+	g, err := GraphFromProto(req.GetGraph())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n = 0
+	if err := s.m.Configure(ctx, g, req.GetParams(), req.GetState()); err != nil {
+		return nil, toStatus(err)
+	}
+	s.n = g.N()
+	return &forwardpb.ConfigureResponse{}, nil
+}
+
+func (s *server) Fit(req *forwardpb.FitRequest, stream forwardpb.Forward_FitServer) (err error) {
+	defer guard(&err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 {
+		return toStatus(fmt.Errorf("fit: %w", ErrNotConfigured))
+	}
+	pairs, err := PairsFromProto(req.GetPairs(), s.n, "pairs")
+	if err != nil {
+		return toStatus(err)
+	}
+	o := req.GetOptions()
+	val, err := PairsFromProto(o.GetValidation(), s.n, "options.validation")
+	if err != nil {
+		return toStatus(err)
+	}
+	opts := FitOptions{
+		Epochs: int(o.GetEpochs()), LearningRate: o.GetLearningRate(), BatchSize: int(o.GetBatchSize()),
+		Lambda: o.GetLambda(), Seed: o.GetSeed(), Validation: val,
+	}
+	var sendErr error
+	res, err := s.m.Fit(stream.Context(), pairs, opts, func(p Progress) {
+		if sendErr != nil {
+			return
+		}
+		sendErr = stream.Send(&forwardpb.FitEvent{Event: &forwardpb.FitEvent_Progress{Progress: &forwardpb.FitProgress{
+			Epoch: int32(p.Epoch), Epochs: int32(p.Epochs), TrainLoss: p.TrainLoss, ValLoss: p.ValLoss,
+		}}})
+	})
+	if err != nil {
+		return toStatus(err)
+	}
+	if sendErr != nil {
+		return sendErr
+	}
+	return stream.Send(&forwardpb.FitEvent{Event: &forwardpb.FitEvent_Result{Result: &forwardpb.FitResult{
+		State: res.State, Metrics: res.Metrics,
+	}}})
+}
+
+// checkX validates a batch against the configured graph.
+func (s *server) checkX(p *forwardpb.Matrix, field string) error {
+	if s.n == 0 {
+		return fmt.Errorf("%s: %w", field, ErrNotConfigured)
+	}
+	if int(p.GetCols()) != s.n {
+		return fmt.Errorf("%s: %d columns for a %d-node graph: %w", field, p.GetCols(), s.n, ErrBadMessage)
+	}
+	return nil
+}
+
+func (s *server) Predict(ctx context.Context, req *forwardpb.PredictRequest) (_ *forwardpb.PredictResponse, err error) {
+	defer guard(&err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkX(req.GetX(), "x"); err != nil {
+		return nil, toStatus(err)
+	}
+	x, err := MatrixFromProto(req.GetX(), "x")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	y, err := s.m.Predict(ctx, x)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &forwardpb.PredictResponse{Y: MatrixToProto(y)}, nil
+}
+
+func (s *server) VJP(ctx context.Context, req *forwardpb.VJPRequest) (_ *forwardpb.VJPResponse, err error) {
+	defer guard(&err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkX(req.GetX(), "x"); err != nil {
+		return nil, toStatus(err)
+	}
+	x, err := MatrixFromProto(req.GetX(), "x")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	dy, err := MatrixFromProto(req.GetDy(), "dy")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if r, c := dy.Dims(); r != x.RawMatrix().Rows || c != s.n {
+		return nil, toStatus(fmt.Errorf("dy: %dx%d for x %dx%d: %w", r, c, x.RawMatrix().Rows, s.n, ErrBadMessage))
+	}
+	y, dx, err := s.m.VJP(ctx, x, dy)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &forwardpb.VJPResponse{Y: MatrixToProto(y), Dx: MatrixToProto(dx)}, nil
+}
