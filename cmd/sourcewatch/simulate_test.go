@@ -138,3 +138,22 @@ func TestSimulateCommandErrorsNameTheFlag(t *testing.T) {
 		})
 	}
 }
+
+func TestSimulateCommandPrecedence(t *testing.T) {
+	// flags > SOURCEWATCH_* env > config file > defaults.
+	cfgPath := filepath.Join(t.TempDir(), "sourcewatch.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte("diffusion: IC\np: 0.6\ncascades: 5\nsources: \"2\"\n"), 0o600))
+	_, stderr, err := runSimulateCmd(t, "--config", cfgPath, "--graph", simKarate)
+	require.NoError(t, err)
+	require.Contains(t, stderr, "simulate: 5 IC cascades")
+	require.Contains(t, stderr, "mean 2.0 sources")
+
+	t.Setenv("SOURCEWATCH_CASCADES", "6")
+	_, stderr, err = runSimulateCmd(t, "--config", cfgPath, "--graph", simKarate)
+	require.NoError(t, err)
+	require.Contains(t, stderr, "simulate: 6 IC cascades")
+
+	_, stderr, err = runSimulateCmd(t, "--config", cfgPath, "--graph", simKarate, "--cascades", "4", "--diffusion", "LT")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "simulate: 4 LT cascades")
+}
