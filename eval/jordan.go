@@ -31,11 +31,11 @@ func bfsFrom(off, to []int, s int, allow []bool, dist, queue []int) {
 	}
 }
 
-// newJordan is the Jordan center: the node minimising its largest hop
-// distance to an infected node. Scores are -ecc(v) with
+// newJordan is the Jordan center: the infected node minimising its largest
+// hop distance to an infected node. Scores are -ecc(v) with
 // ecc(v) = max_{i infected} d(v, i) over the whole graph (an unreachable
-// infected node counts as n hops), for every node; the top k are the
-// predicted sources, k chosen on validation unless given as "k" (k = 1 is
+// infected node counts as n hops) for infected v, and -(n+1) for uninfected
+// nodes, below every infected one; the top k are the predicted sources, k chosen on validation unless given as "k" (k = 1 is
 // the classical single Jordan center).
 func newJordan(env Env) (Method, error) {
 	p := newParams("jordan", env.Params)
@@ -47,13 +47,16 @@ func newJordan(env Env) (Method, error) {
 		return nil, fmt.Errorf("%w jordan.k=%d: want k >= 1", ErrBadParam, m.fixed)
 	}
 	var dist, queue []int
-	m.rank = m.byScore(func(ctx context.Context, _ []float64, infected []int, scores []float64) error {
+	m.rank = m.byScore(func(ctx context.Context, y []float64, infected []int, scores []float64) error {
 		n := m.g.N()
 		if len(dist) != n {
 			dist, queue = make([]int, n), make([]int, 0, n)
 		}
-		for i := range scores {
+		for i, v := range y {
 			scores[i] = 0
+			if v < 0.5 {
+				scores[i] = -float64(n + 1)
+			}
 		}
 		// d(v, i) is a path v -> i, so search backwards from i.
 		off, from, _ := m.g.InCSR()
@@ -64,7 +67,8 @@ func newJordan(env Env) (Method, error) {
 				}
 			}
 			bfsFrom(off, from, i, nil, dist, queue)
-			for v, d := range dist {
+			for _, v := range infected {
+				d := dist[v]
 				if d < 0 {
 					d = n
 				}

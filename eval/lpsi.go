@@ -25,7 +25,10 @@ var lpsiAlphas = []float64{0.1, 0.3, 0.5, 0.7, 0.9, 0.95}
 // from g = l until max_v |Δg_v| < tol (the fixed point is
 // (1-alpha)(I - alpha S)^-1 l, reached without forming the inverse). The
 // predicted sources are the infected nodes whose g exceeds every
-// neighbour's; the scores are g rescaled to [0,1]. alpha is chosen on
+// neighbour's. The scores are g rescaled to [0,1], plus 1 for infected
+// nodes: LPSI only ever names infected nodes, so its ranking puts every
+// infected node above every uninfected one, by g within each group. alpha
+// is chosen on
 // validation from lpsiAlphas by mean F1 unless given as "alpha".
 type lpsi struct {
 	env     Env
@@ -163,10 +166,12 @@ func (m *lpsi) Localize(ctx context.Context, y []float64) (Prediction, error) {
 		lo, hi = math.Min(lo, v), math.Max(hi, v)
 	}
 	for i, v := range gv {
+		tmp[i] = 0
 		if hi > lo {
 			tmp[i] = (v - lo) / (hi - lo)
-		} else {
-			tmp[i] = 0
+		}
+		if y[i] >= 0.5 {
+			tmp[i]++
 		}
 	}
 	return Prediction{Scores: tmp, Sources: src}, nil

@@ -96,9 +96,11 @@ func yOf(n int, infected ...int) []float64 {
 	return y
 }
 
+var builtin = []string{"lpsi", "netsleuth", "ojc", "jordan", "infected", "degree", "prior", "random"}
+
 func TestRegistry(t *testing.T) {
 	names := Names()
-	for _, want := range []string{"lpsi", "netsleuth", "ojc", "jordan", "infected", "degree", "prior", "random"} {
+	for _, want := range builtin {
 		require.Contains(t, names, want)
 	}
 	require.True(t, sort.StringsAreSorted(names))
@@ -126,7 +128,7 @@ func TestMethodsContract(t *testing.T) {
 	g := randomGraph(60, 60, 3)
 	cs := siCascades(g, 30, 3, 0.3, 0.35, 4)
 	ctx := context.Background()
-	for _, name := range Names() {
+	for _, name := range builtin {
 		t.Run(name, func(t *testing.T) {
 			m := newMethod(t, name, g, nil)
 			_, err := m.Localize(ctx, make([]float64, g.N()))
@@ -164,8 +166,9 @@ func TestJordanCenterOfPath(t *testing.T) {
 	p, err := m.Localize(context.Background(), yOf(7, 1, 2, 3, 4, 5))
 	require.NoError(t, err)
 	require.Equal(t, []int{3}, p.Sources)
-	// eccentricity w.r.t. infected {1..5}: 3 -> 2, 2 and 4 -> 3, 0 and 6 -> 5
-	require.Equal(t, []float64{-5, -4, -3, -2, -3, -4, -5}, p.Scores)
+	// eccentricity w.r.t. infected {1..5}: 3 -> 2, 2 and 4 -> 3; uninfected
+	// 0 and 6 score -(n+1)
+	require.Equal(t, []float64{-8, -4, -3, -2, -3, -4, -8}, p.Scores)
 }
 
 func TestLPSIFindsCentre(t *testing.T) {
@@ -179,7 +182,11 @@ func TestLPSIFindsCentre(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []int{4}, p.Sources)
 		for i := range p.Scores {
-			require.True(t, p.Scores[i] >= 0 && p.Scores[i] <= 1)
+			if i >= 2 && i <= 6 {
+				require.True(t, p.Scores[i] >= 1 && p.Scores[i] <= 2, "infected in [1,2]")
+			} else {
+				require.True(t, p.Scores[i] >= 0 && p.Scores[i] <= 1, "uninfected in [0,1]")
+			}
 			// symmetric around the centre, falling away from it
 			require.InDelta(t, p.Scores[i], p.Scores[8-i], 1e-9)
 			if i < 4 {
@@ -274,7 +281,7 @@ func TestOJCCoversTwoBlobs(t *testing.T) {
 	p, err := m.Localize(ctx, yOf(22, 0, 1, 2, 3, 10, 11, 12, 13, 14))
 	require.NoError(t, err)
 	require.Equal(t, []int{0, 10}, p.Sources)
-	require.InDelta(t, 0.5, p.Scores[0], 1e-12)  // eccentricity 1
+	require.InDelta(t, 0.5, p.Scores[0], 1e-12)   // eccentricity 1
 	require.InDelta(t, 1.0/3, p.Scores[1], 1e-12) // eccentricity 2
 	require.Zero(t, p.Scores[20])
 }

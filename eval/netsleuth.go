@@ -23,7 +23,8 @@ func init() { Register("netsleuth", newNetSleuth) }
 // The eigenpair is computed per connected component of the infected
 // subgraph (L_C is block diagonal over them, so this is the same spectrum)
 // by Lanczos with full reorthogonalisation on the sparse L_C, restarted
-// from the Ritz vector until the residual is small; only matrix-vector
+// from the Ritz vector until the residual is below 1e-6 of the spectral
+// radius bound (or six restarts: only the order of the entries matters); only matrix-vector
 // products with L_C are used. Seeds are picked greedily: take the
 // component with the smallest eigenvalue, pick its argmax node, move that
 // node to the boundary (which may split its component), recompute the
@@ -223,7 +224,7 @@ func (l *lanczos) solve(m *rankMethod, c *component, warm map[int]float64) error
 		scale = math.Max(scale, 2*float64(g.Degree(node)))
 	}
 	var lambda float64
-	for restart := 0; restart < 20; restart++ {
+	for restart := 0; restart < 6; restart++ {
 		copy(basis[:nc], v)
 		var alphas, betas []float64
 		k := 0
@@ -273,7 +274,7 @@ func (l *lanczos) solve(m *rankMethod, c *component, warm map[int]float64) error
 		normalize(v)
 		apply(w, v)
 		axpy(-lambda, v, w)
-		if k == nc || math.Sqrt(dot(w, w)) < 1e-8*scale {
+		if k == nc || math.Sqrt(dot(w, w)) < 1e-6*scale {
 			break
 		}
 	}

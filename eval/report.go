@@ -1,0 +1,163 @@
+package eval
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+)
+
+// Report is a benchmark's outcome. Its JSON form (snake_case, stable) is
+// what `sourcewatch eval --json` writes.
+type Report struct {
+	// Graph names the graph (its file), Nodes and Edges size it and
+	// Fingerprint identifies its content.
+	Graph       string   `json:"graph"`
+	Nodes       int      `json:"nodes"`
+	Edges       int      `json:"edges"`
+	Fingerprint string   `json:"fingerprint"`
+	Diffusion   string   `json:"diffusion"`
+	Settings    Settings `json:"settings"`
+	Results     []Result `json:"results"`
+}
+
+// Settings records how the benchmark was run.
+type Settings struct {
+	Cascades int   `json:"cascades"`
+	Runs     int   `json:"runs"`
+	Seed     int64 `json:"seed"`
+	// Train, Validation and Test are the per-run split sizes.
+	Train      int               `json:"train"`
+	Validation int               `json:"validation"`
+	Test       int               `json:"test"`
+	Sources    string            `json:"sources"`
+	Pattern    string            `json:"pattern"`
+	Beta       float64           `json:"beta"`
+	Gamma      float64           `json:"gamma"`
+	P          float64           `json:"p"`
+	Threshold  float64           `json:"threshold"`
+	Observe    [2]float64        `json:"observe"`
+	Methods    []string          `json:"methods"`
+	Params     map[string]string `json:"params,omitempty"`
+	// Redrawn counts simulated draws discarded because they died out
+	// below their observation target.
+	Redrawn int `json:"redrawn"`
+}
+
+// Result is one method's row: each metric over all test cascades of all
+// runs, the localize time per cascade and the fit time per run.
+type Result struct {
+	Method            string `json:"method"`
+	Control           bool   `json:"control"`
+	Precision         Stat   `json:"precision"`
+	Recall            Stat   `json:"recall"`
+	F1                Stat   `json:"f1"`
+	AUC               Stat   `json:"auc"`
+	TopK              Stat   `json:"topk"`
+	ErrorDistance     Stat   `json:"error_distance"`
+	SecondsPerCascade Stat   `json:"seconds_per_cascade"`
+	FitSeconds        Stat   `json:"fit_seconds"`
+	// EmptyPredictions counts test cascades where the method named no
+	// source (scored with precision 0 and the error-distance penalty).
+	EmptyPredictions int `json:"empty_predictions"`
+	// Extra holds a method's own numbers (Extraser), averaged over runs.
+	Extra map[string]float64 `json:"extra,omitempty"`
+}
+
+// MarshalJSON writes an undefined (NaN) mean or sd as null, which
+// encoding/json cannot do for a float64.
+func (s Stat) MarshalJSON() ([]byte, error) {
+	num := func(v float64) any {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return v
+	}
+	return json.Marshal(struct {
+		Mean      any `json:"mean"`
+		SD        any `json:"sd"`
+		N         int `json:"n"`
+		Undefined int `json:"undefined,omitempty"`
+	}{num(s.Mean), num(s.SD), s.N, s.Undefined})
+}
+
+// UnmarshalJSON reads null back as NaN.
+func (s *Stat) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Mean, SD  *float64
+		N         int
+		Undefined int
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*s = Stat{Mean: math.NaN(), SD: math.NaN(), N: raw.N, Undefined: raw.Undefined}
+	if raw.Mean != nil {
+		s.Mean = *raw.Mean
+	}
+	if raw.SD != nil {
+		s.SD = *raw.SD
+	}
+	return nil
+}
+
+// WriteJSON writes the report as indented JSON.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the report as an aligned text table, one row per
+// method, each cell "mean ± sd"; controls are marked with "*".
+func (r *Report) WriteTable(w io.Writer) error {
+	s := r.Settings
+	name := r.Graph
+	if name == "" {
+		name = "graph"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d nodes, %d edges; %s, sources %s (%s), observed at %g-%g infected\n",
+		name, r.Nodes, r.Edges, r.Diffusion, s.Sources, s.Pattern, s.Observe[0], s.Observe[1])
+	fmt.Fprintf(&b, "%d runs x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades\n\n",
+		s.Runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, s.Runs*s.Test)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "method\tprecision\trecall\tF1\tAUC\ttop-k\terror dist\tms/cascade\tempty\t")
+	controls := false
+	for _, res := range r.Results {
+		label := res.Method
+		if res.Control {
+			label += " *"
+			controls = true
+		}
+		ms := Stat{Mean: res.SecondsPerCascade.Mean * 1e3, SD: res.SecondsPerCascade.SD * 1e3, N: res.SecondsPerCascade.N}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", label,
+			cell(res.Precision, 3), cell(res.Recall, 3), cell(res.F1, 3), cell(res.AUC, 3),
+			cell(res.TopK, 3), cell(res.ErrorDistance, 2), cell(ms, 2), res.EmptyPredictions)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if controls {
+		b.WriteString("\n* control: a reference point, not a localizer; a method localizes only where it beats infected and prior.\n")
+	}
+	for _, res := range r.Results {
+		if res.AUC.Undefined > 0 {
+			fmt.Fprintf(&b, "%s: AUC undefined on %d cascades (all or no nodes are sources), left out.\n", res.Method, res.AUC.Undefined)
+		}
+		for _, k := range sortedKeys(res.Extra) {
+			fmt.Fprintf(&b, "%s: %s = %.4g\n", res.Method, k, res.Extra[k])
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func cell(s Stat, prec int) string {
+	if math.IsNaN(s.Mean) {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.*f ± %.*f", prec, s.Mean, prec, s.SD)
+}

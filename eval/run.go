@@ -1,0 +1,418 @@
+package eval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Config is one benchmark: which cascades, how many runs, which methods.
+type Config struct {
+	// Sim describes the cascades.
+	Sim diffusion.Config
+	// Cascades is the number simulated per run; Runs repeats the whole
+	// protocol with fresh seeds.
+	Cascades, Runs int
+	Seed           int64
+	// TrainFrac and ValFrac split each run's cascades; the rest is test.
+	TrainFrac, ValFrac float64
+	// Methods are registered method names.
+	Methods []string
+	// Params are method parameters as "method.key" -> value.
+	Params map[string]string
+	// Workers bounds the parallelism of simulation and of methods
+	// (< 1: GOMAXPROCS). Results do not depend on it; timings do.
+	Workers int
+}
+
+// DefaultConfig is 300 SI cascades with the diffusion defaults, 3 runs, a
+// 60/20/20 split and every registered method.
+func DefaultConfig() Config {
+	return Config{Sim: diffusion.DefaultConfig(), Cascades: 300, Runs: 3, Seed: 1, TrainFrac: 0.6, ValFrac: 0.2, Methods: DefaultMethods()}
+}
+
+// controlOrder fixes the order controls are listed in.
+var controlOrder = []string{"infected", "degree", "prior", "random"}
+
+// DefaultMethods lists every registered method: the localizers by name,
+// then the controls.
+func DefaultMethods() []string {
+	var out []string
+	for _, n := range Names() {
+		if !IsControl(n) {
+			out = append(out, n)
+		}
+	}
+	for _, n := range controlOrder {
+		if _, err := Lookup(n); err == nil {
+			out = append(out, n)
+		}
+	}
+	for _, n := range Names() {
+		if IsControl(n) && !contains(controlOrder, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrConfig is wrapped by every Config validation error.
+var ErrConfig = errors.New("invalid eval config")
+
+// split returns the train, validation and test sizes.
+func (c Config) split() (train, val, test int) {
+	train = int(math.Round(c.TrainFrac * float64(c.Cascades)))
+	val = int(math.Round(c.ValFrac * float64(c.Cascades)))
+	return train, val, c.Cascades - train - val
+}
+
+// Validate checks the config against g, naming the first bad field.
+func (c Config) Validate(g *graph.Graph) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.Runs < 1:
+		return bad("runs %d: want >= 1", c.Runs)
+	case !(c.TrainFrac > 0 && c.ValFrac > 0 && c.TrainFrac+c.ValFrac < 1):
+		return bad("train fraction %g, validation fraction %g: want both > 0 with sum < 1", c.TrainFrac, c.ValFrac)
+	case len(c.Methods) == 0:
+		return bad("methods: none given")
+	}
+	if tr, va, te := c.split(); tr < 1 || va < 1 || te < 1 {
+		return bad("cascades %d: split %d/%d/%d leaves a part empty", c.Cascades, tr, va, te)
+	}
+	seen := map[string]bool{}
+	for _, m := range c.Methods {
+		if _, err := Lookup(m); err != nil {
+			return fmt.Errorf("%w: methods: %w", ErrConfig, err)
+		}
+		if seen[m] {
+			return bad("methods: %q given twice", m)
+		}
+		seen[m] = true
+	}
+	for k := range c.Params {
+		m, key, ok := strings.Cut(k, ".")
+		if !ok || key == "" {
+			return bad("method parameter %q: want method.key=value", k)
+		}
+		if !seen[m] {
+			return bad("method parameter %q: method %q is not being evaluated", k, m)
+		}
+	}
+	if err := c.Sim.Validate(g); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// paramsFor returns method m's parameters without their "m." prefix.
+func (c Config) paramsFor(m string) map[string]string {
+	out := map[string]string{}
+	for k, v := range c.Params {
+		if name, key, ok := strings.Cut(k, "."); ok && name == m {
+			out[key] = v
+		}
+	}
+	return out
+}
+
+// Option configures Run.
+type Option func(*runOptions)
+
+type runOptions struct {
+	progress func(stage string, done, total int)
+	log      *zap.Logger
+	now      func() time.Time
+	name     string
+}
+
+// OnProgress receives progress: stage "simulate" counts cascades over all
+// runs, stage "methods" counts (run, method) fits scored. Calls never
+// overlap.
+func OnProgress(f func(stage string, done, total int)) Option {
+	return func(o *runOptions) { o.progress = f }
+}
+
+// WithLogger sets the logger (default: none).
+func WithLogger(l *zap.Logger) Option { return func(o *runOptions) { o.log = l } }
+
+// WithClock sets the clock used for timings (default time.Now).
+func WithClock(now func() time.Time) Option { return func(o *runOptions) { o.now = now } }
+
+// WithGraphName names the graph in the report (for example its file).
+func WithGraphName(name string) Option { return func(o *runOptions) { o.name = name } }
+
+// mix derives an independent seed from a seed and a salt (splitmix64).
+func mix(seed int64, salt uint64) int64 {
+	z := uint64(seed) + salt*0x9e3779b97f4a7c15 + 0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return int64(z ^ (z >> 31))
+}
+
+func nameSalt(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// cascadeResult is one test cascade's outcome for one method.
+type cascadeResult struct {
+	m       Metrics
+	seconds float64
+}
+
+type methodRun struct {
+	cascades []cascadeResult
+	fit      float64
+	extras   map[string]float64
+}
+
+// Run benchmarks cfg.Methods on g. Per run r it simulates cfg.Cascades
+// cascades with a seed derived from (cfg.Seed, r), shuffles them and splits
+// them into train, validation and test; every method is built fresh, fitted
+// on train and validation, and scored on each test cascade. The report
+// holds, per method, each metric's mean and standard deviation over all
+// test cascades of all runs.
+func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Report, error) {
+	o := runOptions{log: zap.NewNop(), now: time.Now}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := cfg.Validate(g); err != nil {
+		return nil, err
+	}
+	workers := cfg.Workers
+	if workers < 1 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	var progMu sync.Mutex
+	progress := func(stage string, done, total int) {
+		if o.progress != nil {
+			progMu.Lock()
+			defer progMu.Unlock()
+			o.progress(stage, done, total)
+		}
+	}
+	ntrain, nval, _ := cfg.split()
+	results := make([][]methodRun, cfg.Runs) // [run][method]
+	redrawn := 0
+	methodsDone, methodsTotal := 0, cfg.Runs*len(cfg.Methods)
+	for r := 0; r < cfg.Runs; r++ {
+		seed := mix(cfg.Seed, uint64(r))
+		base := r * cfg.Cascades
+		cs, rep, err := diffusion.Simulate(ctx, g, cfg.Sim, cfg.Cascades, seed,
+			diffusion.Workers(workers),
+			diffusion.OnProgress(func(done, _ int) { progress("simulate", base+done, cfg.Runs*cfg.Cascades) }))
+		if err != nil {
+			return nil, fmt.Errorf("run %d: simulating: %w", r+1, err)
+		}
+		redrawn += rep.Redrawn
+		rng := rand.New(rand.NewPCG(uint64(seed), 0x5b1175))
+		rng.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
+		train, val, test := cs[:ntrain], cs[ntrain:ntrain+nval], cs[ntrain+nval:]
+
+		results[r] = make([]methodRun, len(cfg.Methods))
+		jobs := make(chan int)
+		mctx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		var errMu sync.Mutex
+		var firstErr error
+		for w := 0; w < min(workers, len(cfg.Methods)); w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for mi := range jobs {
+					name := cfg.Methods[mi]
+					res, err := runMethod(mctx, g, name, cfg.paramsFor(name), mix(seed, nameSalt(name)), train, val, test, o)
+					if err != nil {
+						errMu.Lock()
+						if firstErr == nil {
+							firstErr = fmt.Errorf("run %d: %w", r+1, err)
+						}
+						errMu.Unlock()
+						cancel()
+						continue
+					}
+					results[r][mi] = res
+					progMu.Lock()
+					methodsDone++
+					done := methodsDone
+					progMu.Unlock()
+					progress("methods", done, methodsTotal)
+				}
+			}()
+		}
+	feed:
+		for mi := range cfg.Methods {
+			select {
+			case jobs <- mi:
+			case <-mctx.Done():
+				break feed
+			}
+		}
+		close(jobs)
+		wg.Wait()
+		cancel()
+		if firstErr != nil {
+			return nil, firstErr
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return buildReport(g, cfg, o.name, redrawn, results), nil
+}
+
+// runMethod builds, fits and scores one method in one run.
+func runMethod(ctx context.Context, g *graph.Graph, name string, params map[string]string, seed int64,
+	train, val, test []diffusion.Cascade, o runOptions) (methodRun, error) {
+	var res methodRun
+	f, err := Lookup(name)
+	if err != nil {
+		return res, err
+	}
+	log := o.log.With(zap.String("method", name))
+	m, err := f(Env{Graph: g, Seed: seed, Logger: log, Params: params, Progress: func(note string) { log.Debug(note) }})
+	if err != nil {
+		return res, fmt.Errorf("%s: %w", name, err)
+	}
+	start := o.now()
+	if err := m.Fit(ctx, g, train, val); err != nil {
+		return res, fmt.Errorf("%s: fit: %w", name, err)
+	}
+	res.fit = o.now().Sub(start).Seconds()
+	if e, ok := m.(Extraser); ok {
+		res.extras = e.Extras()
+	}
+	n := g.N()
+	y := make([]float64, n)
+	res.cascades = make([]cascadeResult, len(test))
+	for i, c := range test {
+		y = observe(n, c, y)
+		start := o.now()
+		p, err := m.Localize(ctx, y)
+		if err != nil {
+			return res, fmt.Errorf("%s: test cascade %d: %w", name, i, err)
+		}
+		sec := o.now().Sub(start).Seconds()
+		if err := checkPrediction(n, p); err != nil {
+			return res, fmt.Errorf("%s: test cascade %d: %w", name, i, err)
+		}
+		res.cascades[i] = cascadeResult{m: Score(g, c.Sources, p), seconds: sec}
+	}
+	log.Debug("method scored", zap.Float64("fit_seconds", res.fit), zap.Int("test", len(test)))
+	return res, nil
+}
+
+// ErrBadPrediction is returned when a method's prediction is malformed.
+var ErrBadPrediction = errors.New("bad prediction")
+
+func checkPrediction(n int, p Prediction) error {
+	if len(p.Scores) != n {
+		return fmt.Errorf("%w: %d scores for %d nodes", ErrBadPrediction, len(p.Scores), n)
+	}
+	for i, s := range p.Scores {
+		if math.IsNaN(s) || math.IsInf(s, 0) {
+			return fmt.Errorf("%w: score of node %d is %g", ErrBadPrediction, i, s)
+		}
+	}
+	for _, s := range p.Sources {
+		if s < 0 || s >= n {
+			return fmt.Errorf("%w: source index %d out of range", ErrBadPrediction, s)
+		}
+	}
+	return nil
+}
+
+func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [][]methodRun) *Report {
+	_, _, ntest := cfg.split()
+	rep := &Report{
+		Graph:       name,
+		Nodes:       g.N(),
+		Edges:       g.Stats().Edges,
+		Fingerprint: g.Fingerprint(),
+		Diffusion:   string(cfg.Sim.Model),
+		Settings: Settings{
+			Cascades: cfg.Cascades, Runs: cfg.Runs, Seed: cfg.Seed,
+			Train: int(math.Round(cfg.TrainFrac * float64(cfg.Cascades))), Validation: int(math.Round(cfg.ValFrac * float64(cfg.Cascades))), Test: ntest,
+			Sources: cfg.Sim.Sources.String(), Pattern: string(cfg.Sim.Pattern),
+			Beta: cfg.Sim.Beta, Gamma: cfg.Sim.Gamma, P: cfg.Sim.P, Threshold: cfg.Sim.Threshold,
+			Observe: [2]float64{cfg.Sim.ObserveMin, cfg.Sim.ObserveMax},
+			Methods: cfg.Methods, Params: cfg.Params, Redrawn: redrawn,
+		},
+	}
+	if rep.Settings.Pattern == "" {
+		rep.Settings.Pattern = string(diffusion.Uniform)
+	}
+	for mi, name := range cfg.Methods {
+		var p, r, f1, auc, topk, ed, sec, fit []float64
+		empty := 0
+		extraSum := map[string]float64{}
+		extraN := map[string]int{}
+		for run := range results {
+			mr := results[run][mi]
+			fit = append(fit, mr.fit)
+			for k, v := range mr.extras {
+				extraSum[k] += v
+				extraN[k]++
+			}
+			for _, c := range mr.cascades {
+				p, r, f1 = append(p, c.m.Precision), append(r, c.m.Recall), append(f1, c.m.F1)
+				auc, topk, ed = append(auc, c.m.AUC), append(topk, c.m.TopK), append(ed, c.m.ErrorDistance)
+				sec = append(sec, c.seconds)
+				if c.m.Empty {
+					empty++
+				}
+			}
+		}
+		res := Result{
+			Method: name, Control: IsControl(name),
+			Precision: Summarize(p), Recall: Summarize(r), F1: Summarize(f1), AUC: Summarize(auc),
+			TopK: Summarize(topk), ErrorDistance: Summarize(ed),
+			SecondsPerCascade: Summarize(sec), FitSeconds: Summarize(fit), EmptyPredictions: empty,
+		}
+		if len(extraSum) > 0 {
+			res.Extra = map[string]float64{}
+			for k, v := range extraSum {
+				res.Extra[k] = v / float64(extraN[k])
+			}
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	return rep
+}
+
+// sortedKeys returns m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

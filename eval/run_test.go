@@ -1,0 +1,222 @@
+package eval
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// fakeClock advances 1 ms per reading, so timings are deterministic.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(time.Millisecond)
+	return c.t
+}
+
+// nanMethod returns a NaN score: the harness must reject it.
+type nanMethod struct{ n int }
+
+func (m *nanMethod) Name() string { return "test-nan" }
+func (m *nanMethod) Fit(_ context.Context, g *graph.Graph, _, _ []diffusion.Cascade) error {
+	m.n = g.N()
+	return nil
+}
+func (m *nanMethod) Localize(context.Context, []float64) (Prediction, error) {
+	s := make([]float64, m.n)
+	s[m.n-1] = math.NaN()
+	return Prediction{Scores: s}, nil
+}
+
+// extrasMethod is the infected control plus an extra number per run.
+type extrasMethod struct {
+	infectedMethod
+	fits int
+}
+
+func (m *extrasMethod) Name() string { return "test-extras" }
+func (m *extrasMethod) Fit(ctx context.Context, g *graph.Graph, tr, va []diffusion.Cascade) error {
+	m.fits++
+	return m.infectedMethod.Fit(ctx, g, tr, va)
+}
+func (m *extrasMethod) Extras() map[string]float64 { return map[string]float64{"train_size": 3} }
+
+func init() {
+	Register("test-nan", func(Env) (Method, error) { return &nanMethod{}, nil })
+	Register("test-extras", func(Env) (Method, error) { return &extrasMethod{}, nil })
+}
+
+func testConfig() Config {
+	cfg := DefaultConfig()
+	cfg.Cascades, cfg.Runs, cfg.Seed = 40, 2, 11
+	cfg.Methods = append([]string(nil), builtin...)
+	return cfg
+}
+
+func TestConfigValidate(t *testing.T) {
+	g := randomGraph(50, 50, 1)
+	require.NoError(t, testConfig().Validate(g))
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"runs", func(c *Config) { c.Runs = 0 }, "runs 0"},
+		{"fractions", func(c *Config) { c.TrainFrac, c.ValFrac = 0.7, 0.3 }, "train fraction"},
+		{"empty split", func(c *Config) { c.Cascades = 3 }, "cascades 3"},
+		{"no methods", func(c *Config) { c.Methods = nil }, "methods: none"},
+		{"unknown method", func(c *Config) { c.Methods = []string{"lpsi", "magic"} }, `unknown method "magic"`},
+		{"duplicate", func(c *Config) { c.Methods = []string{"lpsi", "lpsi"} }, "twice"},
+		{"param form", func(c *Config) { c.Params = map[string]string{"alpha": "1"} }, "want method.key=value"},
+		{"param method", func(c *Config) { c.Methods = []string{"jordan"}; c.Params = map[string]string{"lpsi.alpha": "1"} }, "not being evaluated"},
+		{"simulation", func(c *Config) { c.Sim.Beta = 2 }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			tc.edit(&cfg)
+			err := cfg.Validate(g)
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestRun(t *testing.T) {
+	g := randomGraph(80, 100, 2)
+	cfg := testConfig()
+	cfg.Methods = append(cfg.Methods, "test-extras")
+	cfg.Params = map[string]string{"ojc.max_k": "10"}
+	var stages []string
+	var last = map[string][2]int{}
+	run := func(workers int) *Report {
+		cfg.Workers = workers
+		clk := &fakeClock{}
+		rep, err := Run(context.Background(), g, cfg, WithClock(clk.now), WithGraphName("rand.edges"),
+			OnProgress(func(stage string, done, total int) {
+				stages = append(stages, stage)
+				require.LessOrEqual(t, done, total)
+				last[stage] = [2]int{done, total}
+			}))
+		require.NoError(t, err)
+		return rep
+	}
+	rep := run(1)
+	require.Equal(t, [2]int{80, 80}, last["simulate"])
+	require.Equal(t, [2]int{18, 18}, last["methods"])
+	require.Equal(t, "rand.edges", rep.Graph)
+	require.Equal(t, 80, rep.Nodes)
+	require.Equal(t, Settings{Cascades: 40, Runs: 2, Seed: 11, Train: 24, Validation: 8, Test: 8,
+		Sources: "ratio 0.1", Pattern: "uniform", Beta: 0.1, Gamma: 0.05, P: 0.1, Threshold: -1,
+		Observe: [2]float64{0.2, 0.5}, Methods: cfg.Methods, Params: cfg.Params, Redrawn: rep.Settings.Redrawn}, rep.Settings)
+	require.Len(t, rep.Results, len(cfg.Methods))
+	byName := map[string]Result{}
+	for i, res := range rep.Results {
+		require.Equal(t, cfg.Methods[i], res.Method)
+		require.Equal(t, 16, res.F1.N, res.Method)
+		require.Equal(t, 2, res.FitSeconds.N)
+		// the fake clock reads twice per localize: 1 ms apart
+		require.InDelta(t, 1e-3, res.SecondsPerCascade.Mean, 1e-12)
+		byName[res.Method] = res
+	}
+	require.True(t, byName["random"].Control)
+	require.False(t, byName["lpsi"].Control)
+	require.Equal(t, map[string]float64{"train_size": 3}, byName["test-extras"].Extra)
+	// infected predicts every infected node: recall 1 under SI
+	require.InDelta(t, 1, byName["infected"].Recall.Mean, 1e-12)
+	require.Zero(t, byName["infected"].EmptyPredictions)
+	// the observation alone separates sources from the uninfected
+	require.Greater(t, byName["infected"].AUC.Mean, 0.7)
+	require.InDelta(t, 0.5, byName["random"].AUC.Mean, 0.12)
+
+	// results do not depend on the number of workers (timings do: the
+	// methods share the clock)
+	untimed := func(r *Report) *Report {
+		c := *r
+		c.Results = append([]Result(nil), r.Results...)
+		for i := range c.Results {
+			c.Results[i].FitSeconds, c.Results[i].SecondsPerCascade = Stat{}, Stat{}
+		}
+		return &c
+	}
+	require.Equal(t, untimed(rep), untimed(run(4)))
+
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	table := buf.String()
+	for _, m := range cfg.Methods {
+		require.Contains(t, table, m)
+	}
+	require.Contains(t, table, "random *")
+	require.Contains(t, table, "test-extras: train_size = 3")
+	require.Contains(t, table, "rand.edges: 80 nodes")
+
+	buf.Reset()
+	require.NoError(t, rep.WriteJSON(&buf))
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &doc))
+	for _, k := range []string{"graph", "nodes", "diffusion", "settings", "results"} {
+		require.Contains(t, doc, k)
+	}
+	row := doc["results"].([]any)[0].(map[string]any)
+	require.Equal(t, "lpsi", row["method"])
+	for _, k := range []string{"precision", "recall", "f1", "auc", "topk", "error_distance", "seconds_per_cascade"} {
+		st := row[k].(map[string]any)
+		require.Contains(t, st, "mean", k)
+		require.Contains(t, st, "sd", k)
+	}
+	var back Report
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &back))
+	require.Equal(t, rep.Results[0].AUC, back.Results[0].AUC)
+}
+
+func TestRunErrors(t *testing.T) {
+	g := randomGraph(60, 60, 3)
+	cfg := testConfig()
+	cfg.Methods = []string{"infected", "test-nan"}
+	_, err := Run(context.Background(), g, cfg)
+	require.ErrorIs(t, err, ErrBadPrediction)
+	require.ErrorContains(t, err, "test-nan")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	cfg.Methods = []string{"infected"}
+	_, err = Run(ctx, g, cfg)
+	require.ErrorIs(t, err, context.Canceled)
+
+	cfg.Params = map[string]string{"infected.x": "1"}
+	_, err = Run(context.Background(), g, cfg)
+	require.ErrorIs(t, err, ErrBadParam)
+	require.True(t, strings.Contains(err.Error(), "infected.x"))
+}
+
+// The infected control's AUC follows from counting: sources (all infected
+// under SI) beat every uninfected node and tie with every other infected
+// node, so AUC = ((n - I) + (I - S)/2) / (n - S).
+func TestInfectedAUCIdentity(t *testing.T) {
+	g := randomGraph(100, 120, 4)
+	cs, _, err := diffusion.Simulate(context.Background(), g, diffusion.DefaultConfig(), 10, 5)
+	require.NoError(t, err)
+	m := newMethod(t, "infected", g, nil)
+	require.NoError(t, m.Fit(context.Background(), g, nil, nil))
+	for _, c := range cs {
+		p, err := m.Localize(context.Background(), yOf(100, c.Infected...))
+		require.NoError(t, err)
+		n, i, s := 100.0, float64(len(c.Infected)), float64(len(c.Sources))
+		require.InDelta(t, ((n-i)+(i-s)/2)/(n-s), Score(g, c.Sources, p).AUC, 1e-12)
+	}
+}
