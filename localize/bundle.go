@@ -1,0 +1,344 @@
+package localize
+
+import (
+	"archive/zip"
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/prior"
+)
+
+// FormatVersion is the bundle format this package writes and reads. It is
+// bumped whenever an entry changes meaning; older or newer bundles are
+// refused rather than misread.
+const FormatVersion = 1
+
+// Sentinel errors of bundle loading.
+var (
+	// ErrBadBundle is returned for a bundle file that cannot be read: not a
+	// bundle, an entry missing, an entry that does not decode.
+	ErrBadBundle = errors.New("bad bundle")
+	// ErrBundleVersion is returned for a bundle of another format version.
+	ErrBundleVersion = errors.New("unsupported bundle format version")
+	// ErrBundleChecksum is returned when an entry's SHA-256 does not match
+	// the manifest: the file was damaged or edited.
+	ErrBundleChecksum = errors.New("bundle checksum mismatch")
+	// ErrGraphMismatch is returned when a bundle is loaded for a graph other
+	// than the one it was trained on.
+	ErrGraphMismatch = errors.New("bundle trained on another graph")
+)
+
+// Entry names inside the bundle archive.
+const (
+	entryManifest = "manifest.json"
+	entryVAE      = "prior/vae.bin"
+	entryTerms    = "prior/terms.bin"
+	entryForward  = "forward/state.bin"
+	entryGraph    = "graph.edges"
+)
+
+// Manifest describes a bundle: what it was trained on and with, and how
+// well it did. It is the first entry of the archive, as readable JSON.
+type Manifest struct {
+	Format    int       `json:"format"`
+	ID        string    `json:"id"`
+	CreatedAt time.Time `json:"created_at"`
+	Graph     GraphRef  `json:"graph"`
+	// Diffusion is the simulation configuration the training cascades came
+	// from, or a note that they were read from a file.
+	Diffusion json.RawMessage `json:"diffusion,omitempty"`
+	Forward   ForwardRef      `json:"forward"`
+	Prior     PriorRef        `json:"prior"`
+	// Threshold is delta, chosen on the validation split.
+	Threshold float64 `json:"threshold"`
+	// Solve holds the inference settings used when delta was chosen; a
+	// caller that changes them should choose delta again.
+	Solve SolveRef `json:"solve"`
+	// Metrics are training and validation metrics ("forward_val_mse",
+	// "prior_val_bce", "val_f1", ...).
+	Metrics map[string]float64 `json:"metrics"`
+	// Checksums maps each other entry to its hex SHA-256.
+	Checksums map[string]string `json:"checksums"`
+}
+
+// GraphRef identifies the graph a bundle belongs to.
+type GraphRef struct {
+	Name        string `json:"name"`
+	Fingerprint string `json:"fingerprint"`
+	Nodes       int    `json:"nodes"`
+	Edges       int    `json:"edges"`
+	Directed    bool   `json:"directed"`
+}
+
+// ForwardRef identifies the forward model a bundle's state belongs to.
+type ForwardRef struct {
+	Name    string            `json:"name"`
+	Version string            `json:"version"`
+	SHA256  string            `json:"sha256,omitempty"`
+	Params  map[string]string `json:"params,omitempty"`
+}
+
+// PriorRef records the prior's sizes.
+type PriorRef struct {
+	Hidden     int `json:"hidden"`
+	Latent     int `json:"latent"`
+	Prototypes int `json:"prototypes"`
+}
+
+// SolveRef records the inference settings delta was chosen with.
+type SolveRef struct {
+	Restarts     int     `json:"restarts"`
+	InitSteps    int     `json:"init_steps"`
+	OptSteps     int     `json:"opt_steps"`
+	LearningRate float64 `json:"learning_rate"`
+	PriorWeight  float64 `json:"prior_weight"`
+}
+
+// Bundle is a trained SL-VAE model for one graph: the prior, the forward
+// model's state and the threshold.
+type Bundle struct {
+	Manifest Manifest
+	// VAE is the trained prior network; kept so a bundle can be inspected
+	// or its prototypes re-drawn.
+	VAE *prior.VAE
+	// Terms are the precomputed prior terms inference uses.
+	Terms *prior.Terms
+	// ForwardState is the opaque blob the forward plugin's Fit returned.
+	ForwardState []byte
+	// Graph is the graph the bundle was trained on, stored in the bundle
+	// as an edge list so that a bundle alone is enough to localize.
+	Graph *graph.Graph
+}
+
+// Prior returns the prior terms in the form Solve needs.
+func (b *Bundle) Prior() Prior { return b.Terms }
+
+// Options returns DefaultOptions adjusted to the settings delta was
+// chosen with.
+func (b *Bundle) Options() Options {
+	o := DefaultOptions()
+	s := b.Manifest.Solve
+	if s.Restarts > 0 {
+		o.Restarts = s.Restarts
+	}
+	if s.InitSteps > 0 || s.OptSteps > 0 {
+		o.InitSteps, o.OptSteps = s.InitSteps, s.OptSteps
+	}
+	if s.LearningRate > 0 {
+		o.LearningRate = s.LearningRate
+	}
+	if s.PriorWeight > 0 {
+		o.PriorWeight = s.PriorWeight
+	}
+	return o
+}
+
+// CheckGraph reports whether g is the graph the bundle was trained on.
+func (b *Bundle) CheckGraph(g *graph.Graph) error {
+	m := b.Manifest.Graph
+	if fp := g.Fingerprint(); fp != m.Fingerprint {
+		return fmt.Errorf("%w: bundle %s is for graph %q (fingerprint %.12s, %d nodes), given graph has fingerprint %.12s and %d nodes",
+			ErrGraphMismatch, b.Manifest.ID, m.Name, m.Fingerprint, m.Nodes, fp, g.N())
+	}
+	return nil
+}
+
+// newBundleID returns a random identifier such as "swb-3f9a1c2b7d4e".
+func newBundleID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "swb-" + hex.EncodeToString(b[:])
+}
+
+// Write writes the bundle as a zip archive: manifest.json first, then the
+// prior and forward entries. It fills in the manifest's checksums.
+func (b *Bundle) Write(w io.Writer) error {
+	if b.VAE == nil || b.Terms == nil || b.Graph == nil {
+		panic("localize: writing a bundle without a prior or a graph")
+	}
+	vae, err := b.VAE.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("encoding prior: %w", err)
+	}
+	terms, err := b.Terms.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("encoding prior terms: %w", err)
+	}
+	var edges bytes.Buffer
+	if err := writeEdges(&edges, b.Graph); err != nil {
+		return fmt.Errorf("encoding graph: %w", err)
+	}
+	entries := map[string][]byte{entryVAE: vae, entryTerms: terms, entryForward: b.ForwardState, entryGraph: edges.Bytes()}
+	b.Manifest.Format = FormatVersion
+	b.Manifest.Checksums = make(map[string]string, len(entries))
+	for name, data := range entries {
+		b.Manifest.Checksums[name] = sha256Hex(data)
+	}
+	manifest, err := json.MarshalIndent(b.Manifest, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding manifest: %w", err)
+	}
+	zw := zip.NewWriter(w)
+	names := []string{entryManifest, entryGraph, entryVAE, entryTerms, entryForward}
+	entries[entryManifest] = manifest
+	for _, name := range names {
+		f, err := zw.CreateHeader(&zip.FileHeader{Name: name, Method: zip.Deflate, Modified: b.Manifest.CreatedAt})
+		if err != nil {
+			return fmt.Errorf("writing bundle entry %s: %w", name, err)
+		}
+		if _, err := f.Write(entries[name]); err != nil {
+			return fmt.Errorf("writing bundle entry %s: %w", name, err)
+		}
+	}
+	return zw.Close()
+}
+
+// WriteFile writes the bundle to path atomically (a temporary file renamed
+// into place), so a crash never leaves half a bundle behind.
+func (b *Bundle) WriteFile(path string) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, ".bundle-*")
+	if err != nil {
+		return fmt.Errorf("writing bundle %q: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := b.Write(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing bundle %q: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing bundle %q: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("writing bundle %q: %w", path, err)
+	}
+	return nil
+}
+
+// LoadBundle reads the bundle at path and checks its format version and
+// entry checksums. When g is not nil, it must be the graph the bundle was
+// trained on (same fingerprint) and becomes the bundle's Graph; when g is
+// nil the bundle's own copy of the graph is used.
+func LoadBundle(path string, g *graph.Graph) (*Bundle, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("loading bundle %q: %w", path, err)
+	}
+	b, err := ReadBundle(bytes.NewReader(data), int64(len(data)))
+	if err != nil {
+		return nil, fmt.Errorf("loading bundle %q: %w", path, err)
+	}
+	if g != nil {
+		if err := b.CheckGraph(g); err != nil {
+			return nil, fmt.Errorf("loading bundle %q: %w", path, err)
+		}
+		b.Graph = g
+	}
+	return b, nil
+}
+
+// ReadBundle decodes a bundle archive and verifies its format version and
+// checksums. It does not check the graph; see CheckGraph.
+func ReadBundle(r io.ReaderAt, size int64) (*Bundle, error) {
+	zr, err := zip.NewReader(r, size)
+	if err != nil {
+		return nil, fmt.Errorf("%w: not a bundle archive: %v", ErrBadBundle, err)
+	}
+	raw := make(map[string][]byte)
+	for _, f := range zr.File {
+		if f.UncompressedSize64 > 1<<34 {
+			return nil, fmt.Errorf("%w: entry %s claims %d bytes", ErrBadBundle, f.Name, f.UncompressedSize64)
+		}
+		rc, err := f.Open()
+		if err != nil {
+			return nil, fmt.Errorf("%w: entry %s: %v", ErrBadBundle, f.Name, err)
+		}
+		data, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil {
+			// archive/zip checks each entry's CRC-32 on read.
+			return nil, fmt.Errorf("%w: entry %s: %v", ErrBundleChecksum, f.Name, err)
+		}
+		raw[f.Name] = data
+	}
+	mdata, ok := raw[entryManifest]
+	if !ok {
+		return nil, fmt.Errorf("%w: no %s", ErrBadBundle, entryManifest)
+	}
+	var m Manifest
+	if err := json.Unmarshal(mdata, &m); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryManifest, err)
+	}
+	if m.Format != FormatVersion {
+		return nil, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d", ErrBundleVersion, m.Format, FormatVersion)
+	}
+	names := make([]string, 0, len(m.Checksums))
+	for name := range m.Checksums {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range []string{entryVAE, entryTerms, entryForward, entryGraph} {
+		if _, ok := m.Checksums[name]; !ok {
+			return nil, fmt.Errorf("%w: manifest has no checksum for %s", ErrBadBundle, name)
+		}
+	}
+	for _, name := range names {
+		data, ok := raw[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: entry %s missing", ErrBadBundle, name)
+		}
+		if got, want := sha256Hex(data), m.Checksums[name]; got != want {
+			return nil, fmt.Errorf("%w: entry %s has sha256 %s, manifest says %s", ErrBundleChecksum, name, got, want)
+		}
+	}
+	b := &Bundle{Manifest: m, VAE: new(prior.VAE), Terms: new(prior.Terms), ForwardState: raw[entryForward]}
+	if err := b.VAE.UnmarshalBinary(raw[entryVAE]); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryVAE, err)
+	}
+	if err := b.Terms.UnmarshalBinary(raw[entryTerms]); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryTerms, err)
+	}
+	g, err := graph.Read(bytes.NewReader(raw[entryGraph]), entryGraph, graph.Directed(m.Graph.Directed))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadBundle, err)
+	}
+	if g.Fingerprint() != m.Graph.Fingerprint || g.N() != m.Graph.Nodes {
+		return nil, fmt.Errorf("%w: stored graph (%d nodes, fingerprint %.12s) does not match the manifest (%d nodes, %.12s)",
+			ErrBadBundle, g.N(), g.Fingerprint(), m.Graph.Nodes, m.Graph.Fingerprint)
+	}
+	b.Graph = g
+	return b, nil
+}
+
+func sha256Hex(data []byte) string {
+	s := sha256.Sum256(data)
+	return hex.EncodeToString(s[:])
+}
+
+// writeEdges writes g as an edge list graph.Read reads back to the same
+// fingerprint: node ids, and the weight column when g is weighted.
+func writeEdges(w io.Writer, g *graph.Graph) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "# %d nodes, written by sourcewatch\n", g.N())
+	for _, e := range g.Edges() {
+		if g.Weighted() {
+			fmt.Fprintf(bw, "%s %s %s\n", g.ID(e.From), g.ID(e.To), strconv.FormatFloat(e.W, 'g', -1, 64))
+		} else {
+			fmt.Fprintf(bw, "%s %s\n", g.ID(e.From), g.ID(e.To))
+		}
+	}
+	return bw.Flush()
+}

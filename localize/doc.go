@@ -1,0 +1,25 @@
+// Package localize implements SL-VAE inference (Algorithm 1 of Ling et al.,
+// KDD 2022) and the trained model bundle it runs from.
+//
+// Given an observation y in [0,1]^n, a forward model f (a plugin process,
+// reached through its vector-Jacobian product) and the generative prior of
+// a bundle, Solve minimises over x in [0,1]^n, batched over R restarts:
+//
+//	stage 1 (InitSteps):  L_init(x) = ||y - f(x)||^2 - w·sum_i [x_i a_i + (1-x_i) b_i]
+//	stage 2 (OptSteps):   L_pred(x) = ||y - f(x)||^2 - w·logsumexp_j (D x + c)_j
+//
+// with a = log d(z_bar), b = log(1 - d(z_bar)) from the decoder at the mean
+// latent, and D, c from N prototype latents of training source sets (see
+// package prior). w is the prior weight (1 in the paper). Each step takes an
+// Adam step on x and clamps x to [0,1]. Between the stages x is binarised at
+// 1/2, as the paper's Algorithm 1 binarises its initialisation.
+//
+// The paper's Algorithm 1 also thresholds x inside every step; that makes
+// the gradient steps vanish (a small step cannot cross the threshold), so
+// Solve keeps x continuous within a stage, as the design specifies.
+//
+// The output is, per node, the mean of x over restarts (the score), the
+// fraction of restarts in which x_v >= delta (the source probability), and
+// the source set {v : score_v >= delta}. delta is chosen on a validation
+// split when the bundle is trained and stored in it.
+package localize

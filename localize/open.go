@@ -1,0 +1,109 @@
+package localize
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+)
+
+// ErrUnverified is returned when a bundle records no checksum for its
+// forward plugin and the caller did not allow unverified plugins.
+var ErrUnverified = errors.New("forward plugin checksum unknown")
+
+// LaunchOptions say where to find the forward plugin of a bundle and how
+// to run it.
+type LaunchOptions struct {
+	// PluginDir holds the sourcewatch-forward-<name> binaries.
+	PluginDir string
+	// Forward overrides the bundle's plugin name (a compatible build of
+	// the same model, say); the bundle's state is still passed to it.
+	Forward string
+	// Params override the bundle's recorded forward params.
+	Params map[string]string
+	// Checksum, when set, is the hex SHA-256 the plugin binary must have,
+	// instead of the one the bundle recorded.
+	Checksum string
+	// AllowUnverified launches a plugin whose checksum nobody recorded.
+	AllowUnverified bool
+	CallTimeout     time.Duration
+	Logger          *zap.Logger
+}
+
+// LaunchForward starts the bundle's forward plugin, verifies its binary's
+// SHA-256 against the bundle (or o.Checksum) and configures it with the
+// bundle's graph, params and state. The caller closes the process.
+func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Process, error) {
+	name := b.Manifest.Forward.Name
+	if o.Forward != "" {
+		name = o.Forward
+	}
+	path, err := forward.PluginPath(o.PluginDir, name)
+	if err != nil {
+		return nil, err
+	}
+	want := b.Manifest.Forward.SHA256
+	if o.Forward != "" && o.Forward != b.Manifest.Forward.Name {
+		want = ""
+	}
+	if o.Checksum != "" {
+		want = o.Checksum
+	}
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	opts := []forward.LaunchOption{forward.WithLogger(log)}
+	if o.CallTimeout > 0 {
+		opts = append(opts, forward.WithCallTimeout(o.CallTimeout))
+	}
+	switch {
+	case want != "":
+		sum, err := hex.DecodeString(want)
+		if err != nil {
+			return nil, fmt.Errorf("forward plugin %s: recorded checksum %q is not hex: %w", path, want, err)
+		}
+		opts = append(opts, forward.WithChecksum(sum))
+	case o.AllowUnverified:
+		got, err := forward.FileSHA256(path)
+		if err != nil {
+			return nil, err
+		}
+		log.Warn("launching forward plugin without checksum verification (allow_unverified)",
+			zap.String("plugin", path), zap.String("sha256", hex.EncodeToString(got)))
+	default:
+		return nil, fmt.Errorf("%w: bundle %s records no SHA-256 for %s; set allow_unverified to run it anyway", ErrUnverified, b.Manifest.ID, path)
+	}
+	p, err := forward.Launch(ctx, path, opts...)
+	if err != nil {
+		return nil, err
+	}
+	params := b.Manifest.Forward.Params
+	if o.Params != nil {
+		params = o.Params
+	}
+	if err := p.Configure(ctx, b.Graph, params, b.ForwardState); err != nil {
+		p.Close()
+		return nil, fmt.Errorf("configuring forward plugin %s: %w", path, err)
+	}
+	return p, nil
+}
+
+// PluginChecksum returns the hex SHA-256 of the plugin binary name in dir,
+// as recorded in a bundle's manifest.
+func PluginChecksum(dir, name string) (string, error) {
+	path, err := forward.PluginPath(dir, name)
+	if err != nil {
+		return "", err
+	}
+	sum, err := forward.FileSHA256(path)
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(sum), nil
+}

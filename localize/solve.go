@@ -1,0 +1,414 @@
+package localize
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+)
+
+// Forward is the part of a forward model inference needs.
+type Forward interface {
+	Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error)
+	VJP(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dense, err error)
+}
+
+// Prior is the part of the generative prior inference needs. Both methods
+// take a batch x (one restart per row), return each row's loss and write
+// the gradient with respect to x into grad (same shape as x).
+type Prior interface {
+	// Init is -sum_i [x_i a_i + (1 - x_i) b_i] at the mean latent.
+	Init(x, grad *mat.Dense) []float64
+	// Pred is -logsumexp_j (D x + c)_j over the prototypes.
+	Pred(x, grad *mat.Dense) []float64
+}
+
+// Start says how restarts are initialised.
+type Start string
+
+const (
+	// Bernoulli starts each x_v at 0 or 1 with probability 1/2 (the paper).
+	Bernoulli Start = "bernoulli"
+	// SigmoidNoise starts each x_v at sigmoid(e), e ~ N(0, 1).
+	SigmoidNoise Start = "sigmoid"
+)
+
+// Variant selects the full method or one of the paper's ablations (Table 4).
+type Variant string
+
+const (
+	// Full is SL-VAE: L_init, then L_pred.
+	Full Variant = "full"
+	// NoPriorPred is ablation (a): L_init, then the forward term alone.
+	NoPriorPred Variant = "a"
+	// NoInit is ablation (b): L_pred from the random start, without the
+	// initialisation stage (its steps are added to stage 2).
+	NoInit Variant = "b"
+	// NoPrior drops the prior in both stages: the forward term alone. It
+	// shows what the learned prior contributes.
+	NoPrior Variant = "noprior"
+)
+
+// ErrBadObservation is returned when y has the wrong length or a value
+// outside [0, 1].
+var ErrBadObservation = errors.New("bad observation")
+
+// Options configure Solve. Zero values take the defaults of DefaultOptions.
+type Options struct {
+	Restarts     int     // R, restarts batched in one forward call per step
+	InitSteps    int     // n_init
+	OptSteps     int     // n_opt
+	LearningRate float64 // Adam step size on x
+	PriorWeight  float64 // w, the weight of the prior term
+	Start        Start
+	Variant      Variant
+	// Threshold overrides the bundle's delta when positive.
+	Threshold float64
+	Seed      uint64
+	// Trace records the objective after every step.
+	Trace bool
+}
+
+// DefaultOptions are the paper's settings: R = 8, n_init = 20, n_opt = 50.
+func DefaultOptions() Options {
+	return Options{
+		Restarts:     8,
+		InitSteps:    20,
+		OptSteps:     50,
+		LearningRate: 0.05,
+		PriorWeight:  1,
+		Start:        Bernoulli,
+		Variant:      Full,
+		Seed:         1,
+	}
+}
+
+func (o Options) withDefaults() Options {
+	d := DefaultOptions()
+	if o.Restarts <= 0 {
+		o.Restarts = d.Restarts
+	}
+	if o.InitSteps < 0 || (o.InitSteps == 0 && o.OptSteps == 0) {
+		o.InitSteps, o.OptSteps = d.InitSteps, d.OptSteps
+	}
+	if o.LearningRate <= 0 {
+		o.LearningRate = d.LearningRate
+	}
+	if o.PriorWeight < 0 || o.PriorWeight == 0 && o.Variant != NoPrior {
+		o.PriorWeight = d.PriorWeight
+	}
+	if o.Start == "" {
+		o.Start = d.Start
+	}
+	if o.Variant == "" {
+		o.Variant = d.Variant
+	}
+	if o.Seed == 0 {
+		o.Seed = d.Seed
+	}
+	return o
+}
+
+// Validate reports the first bad field.
+func (o Options) Validate() error {
+	switch o.Start {
+	case "", Bernoulli, SigmoidNoise:
+	default:
+		return fmt.Errorf("start: want %q or %q, got %q", Bernoulli, SigmoidNoise, o.Start)
+	}
+	switch o.Variant {
+	case "", Full, NoPriorPred, NoInit, NoPrior:
+	default:
+		return fmt.Errorf("variant: want full, a, b or noprior, got %q", o.Variant)
+	}
+	if o.Threshold < 0 || o.Threshold > 1 {
+		return fmt.Errorf("threshold: %g outside [0, 1]", o.Threshold)
+	}
+	if o.OptSteps < 0 {
+		return fmt.Errorf("opt_steps: %d is negative", o.OptSteps)
+	}
+	return nil
+}
+
+// Result is what Solve finds.
+type Result struct {
+	// Scores is, per node, the mean of x over the restarts.
+	Scores []float64
+	// Probability is, per node, the fraction of restarts with x_v >= Threshold.
+	Probability []float64
+	// Sources are the nodes with Scores >= Threshold, highest score first.
+	Sources []int
+	// Threshold is the delta used.
+	Threshold float64
+	// Trace is the objective (mean over restarts) after every step, when
+	// Options.Trace is set.
+	Trace []float64
+	// Timing splits the wall time of the solve.
+	Timing Timing
+}
+
+// Timing splits a solve's time between the forward model and the prior.
+type Timing struct {
+	ForwardSeconds float64 // in Forward calls (plugin compute and round trips)
+	PriorSeconds   float64 // in the prior terms
+	TotalSeconds   float64
+}
+
+// Problem is one inference problem: a forward model, a prior and an
+// observation. Its Objective and Gradient are exported so the objective can
+// be checked against finite differences.
+type Problem struct {
+	Forward     Forward
+	Prior       Prior
+	Y           []float64
+	PriorWeight float64
+}
+
+// stage is which objective a step minimises.
+type stage int
+
+const (
+	stageInit    stage = iota // ||y - f(x)||^2 + w·Init
+	stagePred                 // ||y - f(x)||^2 + w·Pred
+	stageForward              // ||y - f(x)||^2
+)
+
+// evaluate returns the per-row objective of stage s at x and writes its
+// gradient into grad (when non-nil). scratch must be shaped like x.
+func (p *Problem) evaluate(ctx context.Context, s stage, x, grad, scratch *mat.Dense, clock *Timing) ([]float64, error) {
+	r, n := x.Dims()
+	t0 := nowSeconds()
+	fy, err := p.Forward.Predict(ctx, x)
+	if err != nil {
+		return nil, fmt.Errorf("forward predict: %w", err)
+	}
+	if fr, fc := fy.Dims(); fr != r || fc != n {
+		return nil, fmt.Errorf("forward predict: got %dx%d for %dx%d input: %w", fr, fc, r, n, errShape)
+	}
+	loss := make([]float64, r)
+	// scratch <- dL/df = 2 (f(x) - y), loss <- ||y - f(x)||^2.
+	for i := 0; i < r; i++ {
+		frow := fy.RawRowView(i)
+		drow := scratch.RawRowView(i)
+		var sum float64
+		for v, f := range frow {
+			d := f - p.Y[v]
+			sum += d * d
+			drow[v] = 2 * d
+		}
+		loss[i] = sum
+	}
+	if grad != nil {
+		_, dx, err := p.Forward.VJP(ctx, x, scratch)
+		if err != nil {
+			return nil, fmt.Errorf("forward vjp: %w", err)
+		}
+		if gr, gc := dx.Dims(); gr != r || gc != n {
+			return nil, fmt.Errorf("forward vjp: got %dx%d gradient for %dx%d input: %w", gr, gc, r, n, errShape)
+		}
+		grad.Copy(dx)
+	}
+	t1 := nowSeconds()
+	clock.ForwardSeconds += t1 - t0
+	if s == stageForward || p.PriorWeight == 0 {
+		return loss, nil
+	}
+	var pl []float64
+	if s == stageInit {
+		pl = p.Prior.Init(x, scratch)
+	} else {
+		pl = p.Prior.Pred(x, scratch)
+	}
+	for i := range loss {
+		loss[i] += p.PriorWeight * pl[i]
+	}
+	if grad != nil {
+		for i := 0; i < r; i++ {
+			g, s := grad.RawRowView(i), scratch.RawRowView(i)
+			for v := range g {
+				g[v] += p.PriorWeight * s[v]
+			}
+		}
+	}
+	clock.PriorSeconds += nowSeconds() - t1
+	return loss, nil
+}
+
+var errShape = errors.New("shape mismatch")
+
+// Solve runs Algorithm 1 for observation y with the bundle's prior and
+// threshold and the forward model f. See the package documentation for the
+// objective.
+func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options) (*Result, error) {
+	delta := b.Manifest.Threshold
+	if opts.Threshold > 0 {
+		delta = opts.Threshold
+	}
+	return solve(ctx, b.Manifest.Graph.Nodes, delta, b.Prior(), f, y, opts)
+}
+
+func solve(ctx context.Context, n int, delta float64, pr Prior, f Forward, y []float64, opts Options) (*Result, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	if len(y) != n {
+		return nil, fmt.Errorf("%w: %d values for a %d-node graph", ErrBadObservation, len(y), n)
+	}
+	for v, yv := range y {
+		if !(yv >= 0 && yv <= 1) {
+			return nil, fmt.Errorf("%w: node %d has y = %g, want [0, 1]", ErrBadObservation, v, yv)
+		}
+	}
+	p := &Problem{Forward: f, Prior: pr, Y: y, PriorWeight: opts.PriorWeight}
+	if opts.Variant == NoPrior {
+		p.PriorWeight = 0
+	}
+	start := nowSeconds()
+	x, trace, timing, err := p.descend(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	res := summarize(x, delta)
+	res.Trace = trace
+	timing.TotalSeconds = nowSeconds() - start
+	res.Timing = timing
+	return res, nil
+}
+
+// descend runs the two stages from fresh starts and returns the final x.
+func (p *Problem) descend(ctx context.Context, opts Options) (*mat.Dense, []float64, Timing, error) {
+	var clock Timing
+	r, n := opts.Restarts, len(p.Y)
+	rng := rand.New(rand.NewPCG(opts.Seed, 0x5eed))
+	x := mat.NewDense(r, n, nil)
+	raw := x.RawMatrix().Data
+	for i := range raw {
+		switch opts.Start {
+		case SigmoidNoise:
+			raw[i] = 1 / (1 + math.Exp(-rng.NormFloat64()))
+		default:
+			if rng.IntN(2) == 1 {
+				raw[i] = 1
+			}
+		}
+	}
+	type phase struct {
+		s     stage
+		steps int
+	}
+	var phases []phase
+	switch opts.Variant {
+	case Full:
+		phases = []phase{{stageInit, opts.InitSteps}, {stagePred, opts.OptSteps}}
+	case NoPriorPred:
+		phases = []phase{{stageInit, opts.InitSteps}, {stageForward, opts.OptSteps}}
+	case NoInit:
+		phases = []phase{{stagePred, opts.InitSteps + opts.OptSteps}}
+	case NoPrior:
+		phases = []phase{{stageForward, opts.InitSteps}, {stageForward, opts.OptSteps}}
+	}
+	grad := mat.NewDense(r, n, nil)
+	scratch := mat.NewDense(r, n, nil)
+	adam := newAdam(r*n, opts.LearningRate)
+	var trace []float64
+	for k, ph := range phases {
+		if k > 0 {
+			// Algorithm 1 feeds the binarised initialisation to stage 2.
+			for i, v := range raw {
+				if v >= 0.5 {
+					raw[i] = 1
+				} else {
+					raw[i] = 0
+				}
+			}
+			adam.reset()
+		}
+		for step := 0; step < ph.steps; step++ {
+			if err := ctx.Err(); err != nil {
+				return nil, nil, clock, err
+			}
+			loss, err := p.evaluate(ctx, ph.s, x, grad, scratch, &clock)
+			if err != nil {
+				return nil, nil, clock, err
+			}
+			adam.step(raw, grad.RawMatrix().Data)
+			for i, v := range raw {
+				raw[i] = math.Min(1, math.Max(0, v))
+			}
+			if opts.Trace {
+				trace = append(trace, mean(loss))
+			}
+		}
+	}
+	return x, trace, clock, nil
+}
+
+// summarize turns the restarts into scores, probabilities and the source set.
+func summarize(x *mat.Dense, delta float64) *Result {
+	r, n := x.Dims()
+	res := &Result{Scores: make([]float64, n), Probability: make([]float64, n), Threshold: delta}
+	for i := 0; i < r; i++ {
+		for v, xv := range x.RawRowView(i) {
+			res.Scores[v] += xv / float64(r)
+			if xv >= delta {
+				res.Probability[v] += 1 / float64(r)
+			}
+		}
+	}
+	for v, s := range res.Scores {
+		if s >= delta {
+			res.Sources = append(res.Sources, v)
+		}
+	}
+	sort.SliceStable(res.Sources, func(i, j int) bool {
+		return res.Scores[res.Sources[i]] > res.Scores[res.Sources[j]]
+	})
+	return res
+}
+
+func mean(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+// adam is Adam on a flat parameter vector.
+type adam struct {
+	lr, b1, b2, eps float64
+	m, v            []float64
+	t               int
+}
+
+func newAdam(size int, lr float64) *adam {
+	return &adam{lr: lr, b1: 0.9, b2: 0.999, eps: 1e-8, m: make([]float64, size), v: make([]float64, size)}
+}
+
+func (a *adam) reset() {
+	clear(a.m)
+	clear(a.v)
+	a.t = 0
+}
+
+func (a *adam) step(x, g []float64) {
+	a.t++
+	c1 := 1 - math.Pow(a.b1, float64(a.t))
+	c2 := 1 - math.Pow(a.b2, float64(a.t))
+	for i, gi := range g {
+		a.m[i] = a.b1*a.m[i] + (1-a.b1)*gi
+		a.v[i] = a.b2*a.v[i] + (1-a.b2)*gi*gi
+		x[i] -= a.lr * (a.m[i] / c1) / (math.Sqrt(a.v[i]/c2) + a.eps)
+	}
+}
+
+// nowSeconds is a monotonic clock reading for the timing breakdown.
+func nowSeconds() float64 { return float64(time.Since(epoch)) / float64(time.Second) }
+
+var epoch = time.Now()

@@ -1,0 +1,246 @@
+package localize
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+)
+
+// meanField is a small differentiable forward model for unit tests of this
+// package: one mean-field step y = 1 - (1 - x) ⊙ (1 - P^T x) on a dense
+// matrix P.
+type meanField struct{ p *mat.Dense }
+
+func (m meanField) Predict(_ context.Context, x *mat.Dense) (*mat.Dense, error) {
+	r, n := x.Dims()
+	var px mat.Dense
+	px.Mul(x, m.p)
+	y := mat.NewDense(r, n, nil)
+	for i := 0; i < r; i++ {
+		for v := 0; v < n; v++ {
+			q := math.Min(1, px.At(i, v))
+			y.Set(i, v, 1-(1-x.At(i, v))*(1-q))
+		}
+	}
+	return y, nil
+}
+
+func (m meanField) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	y, _ := m.Predict(ctx, x)
+	r, n := x.Dims()
+	var px mat.Dense
+	px.Mul(x, m.p)
+	// dy/dx_v (direct) = 1 - q_v ; dy_v/dq_v = 1 - x_v; dq/dx = P^T.
+	direct := mat.NewDense(r, n, nil)
+	dq := mat.NewDense(r, n, nil)
+	for i := 0; i < r; i++ {
+		for v := 0; v < n; v++ {
+			q := px.At(i, v)
+			if q < 1 {
+				dq.Set(i, v, dy.At(i, v)*(1-x.At(i, v)))
+			}
+			direct.Set(i, v, dy.At(i, v)*(1-math.Min(1, q)))
+		}
+	}
+	var dx mat.Dense
+	dx.Mul(dq, m.p.T())
+	dx.Add(&dx, direct)
+	return y, &dx, nil
+}
+
+// densePrior implements Prior with explicit a, b, D and c.
+type densePrior struct {
+	a, b []float64
+	d    *mat.Dense // N x n
+	c    []float64
+}
+
+func (p densePrior) Init(x, grad *mat.Dense) []float64 {
+	r, n := x.Dims()
+	loss := make([]float64, r)
+	for i := 0; i < r; i++ {
+		for v := 0; v < n; v++ {
+			loss[i] -= x.At(i, v)*p.a[v] + (1-x.At(i, v))*p.b[v]
+			grad.Set(i, v, -(p.a[v] - p.b[v]))
+		}
+	}
+	return loss
+}
+
+func (p densePrior) Pred(x, grad *mat.Dense) []float64 {
+	r, n := x.Dims()
+	k, _ := p.d.Dims()
+	loss := make([]float64, r)
+	for i := 0; i < r; i++ {
+		logits := make([]float64, k)
+		mx := math.Inf(-1)
+		for j := 0; j < k; j++ {
+			logits[j] = p.c[j]
+			for v := 0; v < n; v++ {
+				logits[j] += p.d.At(j, v) * x.At(i, v)
+			}
+			mx = math.Max(mx, logits[j])
+		}
+		var z float64
+		for _, l := range logits {
+			z += math.Exp(l - mx)
+		}
+		loss[i] = -(mx + math.Log(z))
+		for v := 0; v < n; v++ {
+			var g float64
+			for j := 0; j < k; j++ {
+				g -= p.d.At(j, v) * math.Exp(logits[j]-mx) / z
+			}
+			grad.Set(i, v, g)
+		}
+	}
+	return loss
+}
+
+func testProblem(n, protos int, seed uint64) (*Problem, meanField, densePrior) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	p := mat.NewDense(n, n, nil)
+	for u := 0; u < n; u++ {
+		for v := 0; v < n; v++ {
+			if u != v && rng.Float64() < 0.3 {
+				p.Set(u, v, 0.3*rng.Float64())
+			}
+		}
+	}
+	f := meanField{p}
+	pr := densePrior{a: make([]float64, n), b: make([]float64, n), d: mat.NewDense(protos, n, nil), c: make([]float64, protos)}
+	for v := 0; v < n; v++ {
+		d := 0.05 + 0.9*rng.Float64()
+		pr.a[v], pr.b[v] = math.Log(d), math.Log(1-d)
+	}
+	for j := 0; j < protos; j++ {
+		for v := 0; v < n; v++ {
+			d := 0.05 + 0.9*rng.Float64()
+			pr.d.Set(j, v, math.Log(d)-math.Log(1-d))
+			pr.c[j] += math.Log(1 - d)
+		}
+	}
+	y := make([]float64, n)
+	for v := range y {
+		if rng.Float64() < 0.4 {
+			y[v] = 1
+		}
+	}
+	return &Problem{Forward: f, Prior: pr, Y: y, PriorWeight: 0.7}, f, pr
+}
+
+func TestObjectiveGradient(t *testing.T) {
+	const n, r = 7, 3
+	for _, s := range []struct {
+		name  string
+		stage stage
+	}{{"init", stageInit}, {"pred", stagePred}, {"forward", stageForward}} {
+		t.Run(s.name, func(t *testing.T) {
+			p, _, _ := testProblem(n, 5, 3)
+			rng := rand.New(rand.NewPCG(9, 9))
+			x := mat.NewDense(r, n, nil)
+			for i := 0; i < r; i++ {
+				for v := 0; v < n; v++ {
+					x.Set(i, v, 0.1+0.3*rng.Float64()) // keep P^T x < 1: smooth region
+				}
+			}
+			grad := mat.NewDense(r, n, nil)
+			scratch := mat.NewDense(r, n, nil)
+			var clock Timing
+			_, err := p.evaluate(context.Background(), s.stage, x, grad, scratch, &clock)
+			require.NoError(t, err)
+			total := func() float64 {
+				l, err := p.evaluate(context.Background(), s.stage, x, nil, mat.NewDense(r, n, nil), &clock)
+				require.NoError(t, err)
+				var sum float64
+				for _, v := range l {
+					sum += v
+				}
+				return sum
+			}
+			const eps = 1e-6
+			raw := x.RawMatrix().Data
+			g := grad.RawMatrix().Data
+			for i := range raw {
+				orig := raw[i]
+				raw[i] = orig + eps
+				up := total()
+				raw[i] = orig - eps
+				down := total()
+				raw[i] = orig
+				num := (up - down) / (2 * eps)
+				require.InDelta(t, num, g[i], 1e-5*math.Max(1, math.Abs(num)), "entry %d", i)
+			}
+		})
+	}
+}
+
+func TestSolveDescendsAndIsDeterministic(t *testing.T) {
+	const n = 12
+	p, f, pr := testProblem(n, 6, 5)
+	b := &Bundle{Manifest: Manifest{Graph: GraphRef{Nodes: n}, Threshold: 0.5}}
+	solveWith := func(variant Variant) *Result {
+		opts := DefaultOptions()
+		opts.Trace = true
+		opts.Variant = variant
+		opts.Restarts = 4
+		res, err := solve(context.Background(), n, b.Manifest.Threshold, pr, f, p.Y, opts)
+		require.NoError(t, err)
+		return res
+	}
+	for _, v := range []Variant{Full, NoPriorPred, NoInit, NoPrior} {
+		t.Run(string(v), func(t *testing.T) {
+			res := solveWith(v)
+			require.Len(t, res.Scores, n)
+			require.Len(t, res.Trace, DefaultOptions().InitSteps+DefaultOptions().OptSteps)
+			for vtx, s := range res.Scores {
+				require.GreaterOrEqual(t, s, 0.0)
+				require.LessOrEqual(t, s, 1.0)
+				require.GreaterOrEqual(t, res.Probability[vtx], 0.0)
+				require.LessOrEqual(t, res.Probability[vtx], 1.0)
+			}
+			// The last stage is a descent: its final objective is below its first.
+			last := res.Trace[len(res.Trace)-1]
+			first := res.Trace[len(res.Trace)-DefaultOptions().OptSteps]
+			if v == NoInit {
+				first = res.Trace[0]
+			}
+			require.Less(t, last, first)
+			again := solveWith(v)
+			require.Equal(t, res.Scores, again.Scores)
+			for i := 1; i < len(res.Sources); i++ {
+				require.GreaterOrEqual(t, res.Scores[res.Sources[i-1]], res.Scores[res.Sources[i]])
+			}
+		})
+	}
+}
+
+func TestSolveRejectsBadObservation(t *testing.T) {
+	const n = 5
+	p, f, pr := testProblem(n, 3, 1)
+	_ = p
+	_, err := solve(context.Background(), n, 0.5, pr, f, []float64{0, 1}, DefaultOptions())
+	require.ErrorIs(t, err, ErrBadObservation)
+	_, err = solve(context.Background(), n, 0.5, pr, f, []float64{0, 1, 2, 0, 0}, DefaultOptions())
+	require.ErrorIs(t, err, ErrBadObservation)
+	require.ErrorContains(t, err, "node 2")
+	_, err = solve(context.Background(), n, 0.5, pr, f, []float64{0, 1, math.NaN(), 0, 0}, DefaultOptions())
+	require.ErrorIs(t, err, ErrBadObservation)
+}
+
+func TestChooseThresholdUsesOnlyGivenPairs(t *testing.T) {
+	scores := [][]float64{{0.9, 0.6, 0.1}, {0.2, 0.8, 0.7}}
+	pairs := []forward.Pair{{Sources: []int{0}}, {Sources: []int{1, 2}}}
+	delta, f1 := ChooseThreshold(scores, pairs, []float64{0.3, 0.65, 0.85})
+	// At 0.65: {0}, {1, 2} -> F1 1 and 1.
+	require.Equal(t, 0.65, delta)
+	require.InDelta(t, 1.0, f1, 1e-12)
+	// An empty prediction scores F1 0, never 1.
+	require.Equal(t, 0.0, f1At([]float64{0.1, 0.2}, []int{0}, 0.5))
+}

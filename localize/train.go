@@ -1,0 +1,310 @@
+package localize
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/prior"
+)
+
+// TrainConfig configures Train. Zero values take defaults.
+type TrainConfig struct {
+	// GraphName is recorded in the manifest (the edge file's base name).
+	GraphName string
+	// Diffusion describes where the training cascades came from; recorded
+	// verbatim in the manifest.
+	Diffusion json.RawMessage
+	// Forward identifies the forward model passed to Train (name, version,
+	// binary checksum, params); recorded in the manifest.
+	Forward ForwardRef
+	// Fit are the forward model's training settings; Validation is filled
+	// in by Train.
+	Fit forward.FitOptions
+	// Prior configures the VAE.
+	Prior prior.Config
+	// Prototypes caps N, the number of prototype latents (default 1024).
+	Prototypes int
+	// Solve are the inference settings delta is chosen with.
+	Solve Options
+	// ValidationSolves caps how many validation cascades are solved to
+	// choose delta (default 64); the rest of the validation split is unused.
+	ValidationSolves int
+	Seed             int64
+	// Now stamps the bundle; time.Now when nil.
+	Now func() time.Time
+}
+
+// TrainProgress is one progress report from Train.
+type TrainProgress struct {
+	// Stage is "forward", "prior" or "threshold".
+	Stage       string
+	Done, Total int
+	// Loss is the stage's current training loss (NaN for "threshold").
+	Loss float64
+}
+
+// Thresholds is the grid delta is chosen from.
+var Thresholds = []float64{0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95}
+
+// Train fits a bundle for g from training and validation cascades, given as
+// (sources, infected) pairs:
+//
+//  1. the forward model fm (already Configured for g, without state) is
+//     fitted on the training pairs, validated on the validation pairs;
+//  2. the VAE prior is fitted on the training source sets alone (the
+//     objective separates, see the design);
+//  3. the prior terms are precomputed from prototype latents;
+//  4. delta is chosen as the threshold of the grid Thresholds that
+//     maximises mean F1 over (up to ValidationSolves) validation cascades,
+//     solved with cfg.Solve. The test split is never seen.
+func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []forward.Pair, cfg TrainConfig, progress func(TrainProgress)) (*Bundle, error) {
+	if len(train) == 0 {
+		return nil, fmt.Errorf("training: no training cascades")
+	}
+	if len(val) == 0 {
+		return nil, fmt.Errorf("training: no validation cascades: delta must be chosen on validation data")
+	}
+	if err := cfg.Solve.Validate(); err != nil {
+		return nil, fmt.Errorf("training: solve options: %w", err)
+	}
+	if progress == nil {
+		progress = func(TrainProgress) {}
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	n := g.N()
+	for i, p := range append(append([]forward.Pair(nil), train...), val...) {
+		if err := checkPair(p, n); err != nil {
+			return nil, fmt.Errorf("training: cascade %d: %w", i, err)
+		}
+	}
+	metrics := make(map[string]float64)
+
+	// 1. Forward model.
+	fit := cfg.Fit
+	fit.Validation = val
+	if fit.Seed == 0 {
+		fit.Seed = cfg.Seed
+	}
+	fres, err := fm.Fit(ctx, train, fit, func(p forward.Progress) {
+		progress(TrainProgress{Stage: "forward", Done: p.Epoch, Total: p.Epochs, Loss: p.TrainLoss})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("training forward model %q: %w", cfg.Forward.Name, err)
+	}
+	for k, v := range fres.Metrics {
+		metrics["forward_"+k] = v
+	}
+	if _, ok := metrics["forward_val_mse"]; !ok {
+		mse, err := ForwardMSE(ctx, fm, n, val)
+		if err != nil {
+			return nil, fmt.Errorf("validating forward model %q: %w", cfg.Forward.Name, err)
+		}
+		metrics["forward_val_mse"] = mse
+	}
+
+	// 2. Prior.
+	pcfg := cfg.Prior
+	if pcfg == (prior.Config{}) {
+		pcfg = prior.DefaultConfig()
+	}
+	if pcfg.Seed == 0 {
+		pcfg.Seed = cfg.Seed
+	}
+	vae := prior.NewVAE(n, pcfg)
+	pm, err := vae.Fit(ctx, sourceSets(train), sourceSets(val), func(p prior.Progress) {
+		progress(TrainProgress{Stage: "prior", Done: p.Epoch, Total: p.Epochs, Loss: p.TrainLoss})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("training prior: %w", err)
+	}
+	for k, v := range pm {
+		metrics["prior_"+k] = v
+	}
+
+	// 3. Prior terms.
+	protos := cfg.Prototypes
+	if protos <= 0 {
+		protos = 1024
+	}
+	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15))
+	terms := vae.Terms(sourceSets(train), protos, rng)
+
+	solve := cfg.Solve.withDefaults()
+	b := &Bundle{
+		Manifest: Manifest{
+			Format:    FormatVersion,
+			ID:        newBundleID(),
+			CreatedAt: now().UTC().Truncate(time.Second),
+			Graph: GraphRef{
+				Name: cfg.GraphName, Fingerprint: g.Fingerprint(), Nodes: n,
+				Edges: len(g.Edges()), Directed: g.Directed(),
+			},
+			Diffusion: cfg.Diffusion,
+			Forward:   cfg.Forward,
+			Prior:     PriorRef{Hidden: pcfg.Hidden, Latent: pcfg.Latent, Prototypes: protos},
+			Threshold: 0.5,
+			Solve: SolveRef{
+				Restarts: solve.Restarts, InitSteps: solve.InitSteps, OptSteps: solve.OptSteps,
+				LearningRate: solve.LearningRate, PriorWeight: solve.PriorWeight,
+			},
+			Metrics: metrics,
+		},
+		VAE:          vae,
+		Terms:        terms,
+		ForwardState: fres.State,
+		Graph:        g,
+	}
+
+	// 4. Threshold on validation.
+	limit := cfg.ValidationSolves
+	if limit <= 0 {
+		limit = 64
+	}
+	if limit > len(val) {
+		limit = len(val)
+	}
+	scores := make([][]float64, limit)
+	y := make([]float64, n)
+	for i := 0; i < limit; i++ {
+		observe(y, val[i].Infected)
+		opts := solve
+		opts.Seed = solve.Seed + uint64(i)
+		res, err := Solve(ctx, b, fm, y, opts)
+		if err != nil {
+			return nil, fmt.Errorf("choosing threshold on validation cascade %d: %w", i, err)
+		}
+		scores[i] = res.Scores
+		progress(TrainProgress{Stage: "threshold", Done: i + 1, Total: limit, Loss: math.NaN()})
+	}
+	delta, f1 := ChooseThreshold(scores, val[:limit], Thresholds)
+	b.Manifest.Threshold = delta
+	metrics["val_f1"] = f1
+	metrics["val_cascades"] = float64(limit)
+	return b, nil
+}
+
+// ChooseThreshold returns the threshold of grid with the highest mean F1
+// of {v : scores_v >= delta} against the pairs' true sources, and that F1.
+// Ties go to the larger threshold (the smaller source set).
+func ChooseThreshold(scores [][]float64, pairs []forward.Pair, grid []float64) (float64, float64) {
+	best, bestF1 := grid[len(grid)-1], -1.0
+	for k := len(grid) - 1; k >= 0; k-- {
+		delta := grid[k]
+		var sum float64
+		for i, s := range scores {
+			sum += f1At(s, pairs[i].Sources, delta)
+		}
+		if f := sum / float64(len(scores)); f > bestF1 {
+			best, bestF1 = delta, f
+		}
+	}
+	return best, bestF1
+}
+
+// f1At is the F1 of the set {v : s_v >= delta} against truth; an empty
+// prediction scores 0.
+func f1At(s []float64, truth []int, delta float64) float64 {
+	var predicted, hit int
+	for _, v := range s {
+		if v >= delta {
+			predicted++
+		}
+	}
+	for _, v := range truth {
+		if s[v] >= delta {
+			hit++
+		}
+	}
+	if predicted == 0 || len(truth) == 0 || hit == 0 {
+		return 0
+	}
+	p := float64(hit) / float64(predicted)
+	r := float64(hit) / float64(len(truth))
+	return 2 * p * r / (p + r)
+}
+
+// ForwardMSE is the mean over pairs of the mean squared error between
+// f(x) and the observed y: the forward model's own error.
+func ForwardMSE(ctx context.Context, fm forward.Model, n int, pairs []forward.Pair) (float64, error) {
+	if len(pairs) == 0 {
+		return math.NaN(), nil
+	}
+	const batch = 64
+	var sum float64
+	for lo := 0; lo < len(pairs); lo += batch {
+		hi := min(lo+batch, len(pairs))
+		x := newBatch(pairs[lo:hi], n, func(p forward.Pair) []int { return p.Sources })
+		y := newBatch(pairs[lo:hi], n, func(p forward.Pair) []int { return p.Infected })
+		fy, err := fm.Predict(ctx, x)
+		if err != nil {
+			return 0, err
+		}
+		r, c := fy.Dims()
+		if r != hi-lo || c != n {
+			return 0, fmt.Errorf("predict returned %dx%d for %dx%d: %w", r, c, hi-lo, n, forward.ErrBadOutput)
+		}
+		for i := 0; i < r; i++ {
+			yr := y.RawRowView(i)
+			for v, f := range fy.RawRowView(i) {
+				d := f - yr[v]
+				sum += d * d / float64(n)
+			}
+		}
+	}
+	return sum / float64(len(pairs)), nil
+}
+
+func sourceSets(ps []forward.Pair) [][]int {
+	out := make([][]int, len(ps))
+	for i, p := range ps {
+		out[i] = p.Sources
+	}
+	return out
+}
+
+func observe(y []float64, infected []int) {
+	clear(y)
+	for _, v := range infected {
+		y[v] = 1
+	}
+}
+
+func checkPair(p forward.Pair, n int) error {
+	if len(p.Sources) == 0 {
+		return fmt.Errorf("no sources")
+	}
+	for _, v := range p.Sources {
+		if v < 0 || v >= n {
+			return fmt.Errorf("source index %d outside [0, %d)", v, n)
+		}
+	}
+	for _, v := range p.Infected {
+		if v < 0 || v >= n {
+			return fmt.Errorf("infected index %d outside [0, %d)", v, n)
+		}
+	}
+	return nil
+}
+
+// newBatch makes a len(ps) x n indicator matrix from each pair's index set.
+func newBatch(ps []forward.Pair, n int, set func(forward.Pair) []int) *mat.Dense {
+	m := mat.NewDense(len(ps), n, nil)
+	for i, p := range ps {
+		row := m.RawRowView(i)
+		for _, v := range set(p) {
+			row[v] = 1
+		}
+	}
+	return m
+}
