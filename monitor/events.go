@@ -164,6 +164,10 @@ type decoded struct {
 	ev     wireEvent
 	reason string
 	detail string
+	// Filled by the checks once the event is known good.
+	node  int
+	state nodeState
+	ts    int64
 }
 
 var errNotEvent = errors.New("not an event object or array")

@@ -133,6 +133,13 @@ func (w *window) markSeq(seq uint64) {
 	w.mu.Unlock()
 }
 
+// setParams changes the window length and decay (on reload).
+func (w *window) setParams(length, decay time.Duration) {
+	w.mu.Lock()
+	w.length, w.decay = length, decay
+	w.mu.Unlock()
+}
+
 // observation is y at one moment, with what the scheduler and alerts need.
 type observation struct {
 	y        []float64
@@ -151,9 +158,9 @@ func (w *window) observe(now time.Time, dst []float64) observation {
 	}
 	dst = dst[:n]
 	nowNS := now.UnixNano()
-	horizon := nowNS - int64(w.length)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	horizon := nowNS - int64(w.length)
 	o := observation{y: dst, changes: w.changes}
 	var from, to int64
 	for v, e := range w.nodes {

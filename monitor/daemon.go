@@ -1,0 +1,799 @@
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Version is the daemon's version, reported by the micro service.
+const Version = "0.1.0"
+
+// Sentinel errors of the daemon.
+var (
+	// ErrNoLocalizer is returned by Run without a LocalizerFactory.
+	ErrNoLocalizer = errors.New("no localizer factory")
+	// ErrUnknownGraph is returned for a graph name no config entry has.
+	ErrUnknownGraph = errors.New("unknown graph")
+	// ErrReload is wrapped by reload failures; the old setup stays.
+	ErrReload = errors.New("reload failed")
+	// ErrBadInference is returned when a Localizer's result has the wrong
+	// shape.
+	ErrBadInference = errors.New("bad inference result")
+)
+
+// Option configures a Daemon.
+type Option func(*Daemon)
+
+// WithLogger sets the logger (default zap.NewNop()).
+func WithLogger(l *zap.Logger) Option { return func(d *Daemon) { d.log = l } }
+
+// WithClock sets the clock used for event-time checks, windows and alerts
+// (default time.Now).
+func WithClock(now func() time.Time) Option { return func(d *Daemon) { d.now = now } }
+
+// WithLocalizerFactory sets how each graph's Localizer is built.
+func WithLocalizerFactory(f LocalizerFactory) Option { return func(d *Daemon) { d.factory = f } }
+
+// WithGraphs supplies already loaded graphs by name, so Run does not read
+// their edge files.
+func WithGraphs(gs map[string]*graph.Graph) Option {
+	return func(d *Daemon) {
+		for k, g := range gs {
+			d.preloaded[k] = g
+		}
+	}
+}
+
+// WithReload sets where Reload reads the new configuration from (the
+// config file, in serve). Without it Reload rebuilds the localizers from
+// the current configuration, which re-reads bundles and relaunches
+// plugins.
+func WithReload(f func(ctx context.Context) (Config, error)) Option {
+	return func(d *Daemon) { d.reloadCfg = f }
+}
+
+// Daemon is the streaming monitor. Create it with New, run it with Run.
+type Daemon struct {
+	cfg       Config
+	log       *zap.Logger
+	now       func() time.Time
+	factory   LocalizerFactory
+	reloadCfg func(ctx context.Context) (Config, error)
+	preloaded map[string]*graph.Graph
+	metrics   *metrics
+
+	ready     chan struct{}
+	clientURL atomic.Value // string
+	httpAddr  atomic.Value // string
+	bound     atomic.Bool  // every consumer is consuming
+	reloadMu  sync.Mutex
+
+	// Set up by Run.
+	srv     *server.Server
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	kv      jetstream.KeyValue
+	tracker *alerts.Tracker
+	pub     *alerts.Publisher
+	graphs  map[string]*graphRT
+	order   []*graphRT
+	jobs    chan job
+	limiter *logLimiter
+
+	// crash makes shutdown skip the final snapshot and the drain, as a
+	// kill -9 would; tests set it.
+	crash atomic.Bool
+}
+
+// graphRT is one graph at run time.
+type graphRT struct {
+	name string
+	g    *graph.Graph
+	win  *window
+	gc   atomic.Pointer[GraphConfig]
+	loc  atomic.Pointer[locHolder]
+
+	inflight    atomic.Bool
+	inferMu     sync.Mutex    // one Localize at a time per graph
+	inferredAt  atomic.Uint64 // window changes at the last successful inference
+	lastAlert   atomic.Pointer[alerts.Alert]
+	lastErr     atomic.Pointer[string]
+	snapshotSeq uint64 // seq of the last snapshot written; snapshot loop only
+
+	cons jetstream.ConsumeContext
+	// pendingAck is the newest applied message not yet acknowledged and
+	// sinceAck how many messages it stands for; only the consume
+	// callback touches them until the consumer has stopped.
+	pendingAck jetstream.Msg
+	sinceAck   int
+	outcomes   map[outcome]counter
+}
+
+type counter interface{ Inc() }
+
+// locHolder guards a Localizer: inferences hold the read lock, Close after
+// a reload swap takes the write lock, so it waits for them.
+type locHolder struct {
+	mu     sync.RWMutex
+	l      Localizer
+	closed bool
+}
+
+func (h *locHolder) close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	return h.l.Close()
+}
+
+type jobKind int
+
+const (
+	jobInfer jobKind = iota
+	jobResolve
+)
+
+type job struct {
+	gr   *graphRT
+	kind jobKind
+}
+
+// New returns a Daemon for cfg. It validates cfg but touches nothing
+// until Run.
+func New(cfg Config, opts ...Option) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{
+		cfg:       cfg,
+		log:       zap.NewNop(),
+		now:       time.Now,
+		preloaded: map[string]*graph.Graph{},
+		ready:     make(chan struct{}),
+		metrics:   newMetrics(),
+	}
+	for _, o := range opts {
+		o(d)
+	}
+	d.clientURL.Store("")
+	d.httpAddr.Store("")
+	d.limiter = newLogLimiter(DefaultInterval, d.log)
+	return d, nil
+}
+
+// Ready is closed once Run is consuming and serving.
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
+
+// ClientURL is the NATS URL clients can use: the embedded server's
+// listener (empty without one) or the connected server. Valid after Ready.
+func (d *Daemon) ClientURL() string { return d.clientURL.Load().(string) }
+
+// HTTPAddr is the bound HTTP address (useful with port 0). Valid after
+// Ready.
+func (d *Daemon) HTTPAddr() string { return d.httpAddr.Load().(string) }
+
+// Config returns the configuration in effect (after reloads).
+func (d *Daemon) Config() Config {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	return d.cfg
+}
+
+// PluginRestarted counts a relaunch of graph's forward plugin in
+// sourcewatch_plugin_restarts_total; the localize adapter calls it.
+func (d *Daemon) PluginRestarted(graph string) {
+	d.metrics.restarts.WithLabelValues(graph).Inc()
+}
+
+// Run connects (or starts the embedded server), restores state, consumes
+// events and runs inference until ctx ends, then shuts down gracefully:
+// stop consuming, cancel in-flight inference, write a final snapshot,
+// drain NATS, close localizers and stop the embedded server. It returns
+// nil after a clean shutdown.
+func (d *Daemon) Run(ctx context.Context) (err error) {
+	if d.factory == nil {
+		return ErrNoLocalizer
+	}
+	cfg := d.cfg
+	var cleanup []func()
+	defer func() {
+		for i := len(cleanup) - 1; i >= 0; i-- {
+			cleanup[i]()
+		}
+	}()
+
+	// Graphs first: a bad edge file should fail before anything starts.
+	d.graphs = map[string]*graphRT{}
+	for i, gc := range cfg.Graphs {
+		g := d.preloaded[gc.Name]
+		if g == nil {
+			var err error
+			g, err = graph.Load(gc.Edges, graph.Directed(gc.Directed))
+			if err != nil {
+				return fmt.Errorf("graphs[%d] (%s): %w", i, gc.Name, err)
+			}
+		}
+		gr := &graphRT{name: gc.Name, g: g, win: newWindow(g, gc.Window, gc.Decay), outcomes: map[outcome]counter{}}
+		gcc := gc
+		gr.gc.Store(&gcc)
+		for _, o := range []outcome{outApplied, outRefreshed, outUnchanged, outStale, outDuplicate, "deadletter"} {
+			gr.outcomes[o] = d.metrics.events.WithLabelValues(gc.Name, string(o))
+		}
+		d.metrics.infected.WithLabelValues(gc.Name)
+		d.graphs[gc.Name] = gr
+		d.order = append(d.order, gr)
+	}
+
+	if cfg.NATS.URL == "" {
+		s, err := startEmbedded(cfg)
+		if err != nil {
+			return err
+		}
+		d.srv = s
+		cleanup = append(cleanup, func() { s.Shutdown(); s.WaitForShutdown() })
+		if l, _ := parseListen(cfg.NATS.Listen); !l.off {
+			d.clientURL.Store(s.ClientURL())
+		}
+	}
+	nc, err := connect(cfg, d.srv, d.log, func() {})
+	if err != nil {
+		return err
+	}
+	d.nc = nc
+	cleanup = append(cleanup, nc.Close)
+	if cfg.NATS.URL != "" {
+		d.clientURL.Store(cfg.NATS.URL)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrNATS, err)
+	}
+	d.js = js
+	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelSetup()
+	d.stream, d.kv, err = ensureJetStream(setupCtx, js, cfg)
+	if err != nil {
+		return err
+	}
+	if _, err := alerts.EnsureStream(setupCtx, js, cfg.Subjects.Prefix); err != nil {
+		return err
+	}
+	d.pub = alerts.NewPublisher(js, cfg.Subjects.Prefix)
+	d.tracker = alerts.NewTracker(d.now)
+	if err := d.restore(setupCtx); err != nil {
+		return err
+	}
+
+	// Localizers: a graph whose bundle or plugin is broken stops the start,
+	// with the graph named.
+	for _, gr := range d.order {
+		l, err := d.factory(setupCtx, *gr.gc.Load(), gr.g)
+		if err != nil {
+			return fmt.Errorf("graph %q: localizer: %w", gr.name, err)
+		}
+		gr.loc.Store(&locHolder{l: l})
+	}
+	cleanup = append(cleanup, func() {
+		for _, gr := range d.order {
+			if h := gr.loc.Load(); h != nil {
+				if err := h.close(); err != nil {
+					d.log.Warn("closing localizer", zap.String("graph", gr.name), zap.Error(err))
+				}
+			}
+		}
+	})
+
+	// Workers and scheduler run on their own context so that shutdown can
+	// cancel inference after consuming has stopped.
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	var workers sync.WaitGroup
+	d.jobs = make(chan job, len(d.order))
+	for range cfg.Workers {
+		workers.Go(func() { d.worker(workCtx) })
+	}
+	stopWork := func() { cancelWork(); workers.Wait() }
+	cleanup = append(cleanup, stopWork)
+
+	if err := d.startConsumers(setupCtx); err != nil {
+		return err
+	}
+	unrouted, err := d.startUnrouted(setupCtx)
+	if err != nil {
+		d.stopConsumers()
+		return err
+	}
+	d.bound.Store(true)
+
+	svc, err := d.startService()
+	if err != nil {
+		d.stopConsumers()
+		unrouted.Stop()
+		return err
+	}
+
+	var httpSrv *http.Server
+	httpDone := make(chan struct{})
+	if cfg.HTTP.Addr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+		if err != nil {
+			d.stopConsumers()
+			unrouted.Stop()
+			_ = svc.Stop()
+			return fmt.Errorf("http.addr: %w", err)
+		}
+		d.httpAddr.Store(ln.Addr().String())
+		httpSrv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			defer close(httpDone)
+			if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("http server", zap.Error(err))
+			}
+		}()
+	} else {
+		close(httpDone)
+	}
+
+	var loops sync.WaitGroup
+	loopCtx, cancelLoops := context.WithCancel(workCtx)
+	for _, gr := range d.order {
+		loops.Go(func() { d.schedule(loopCtx, gr) })
+	}
+	loops.Go(func() { d.snapshotLoop(loopCtx) })
+
+	close(d.ready)
+	d.log.Info("sourcewatch serving", zap.Int("graphs", len(d.order)),
+		zap.String("nats", d.ClientURL()), zap.String("http", d.HTTPAddr()))
+
+	<-ctx.Done()
+	d.log.Info("shutting down")
+
+	// Stop taking work in, then finish what is in flight.
+	d.bound.Store(false)
+	if httpSrv != nil {
+		shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = httpSrv.Shutdown(shCtx)
+		cancel()
+	}
+	<-httpDone
+	_ = svc.Stop()
+	if d.crash.Load() {
+		// As after kill -9: nothing more is written or acknowledged.
+		nc.Close()
+		cancelLoops()
+		loops.Wait()
+		return nil
+	}
+	d.stopConsumers()
+	unrouted.Drain()
+	<-unrouted.Closed()
+	cancelLoops()
+	loops.Wait()
+	stopWork()
+	finalCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := d.snapshotAll(finalCtx, true); err != nil {
+		d.log.Error("final snapshot", zap.Error(err))
+	}
+	if err := nc.Drain(); err != nil {
+		d.log.Warn("draining nats", zap.Error(err))
+	}
+	for i := 0; i < 100 && !nc.IsClosed(); i++ {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil
+}
+
+// readiness lists what keeps the daemon from being ready.
+func (d *Daemon) readiness() []string {
+	var problems []string
+	select {
+	case <-d.ready:
+	default:
+		return []string{"starting"}
+	}
+	if d.nc == nil || !d.nc.IsConnected() {
+		problems = append(problems, "nats: not connected")
+	}
+	if !d.bound.Load() {
+		problems = append(problems, "consumers: not bound")
+	}
+	for _, gr := range d.order {
+		if !gr.healthy() {
+			problems = append(problems, "graph "+gr.name+": localizer unhealthy")
+		}
+	}
+	return problems
+}
+
+func (gr *graphRT) healthy() bool {
+	h := gr.loc.Load()
+	if h == nil {
+		return false
+	}
+	if hc, ok := h.l.(healthChecker); ok {
+		return hc.Healthy()
+	}
+	return true
+}
+
+// schedule queues gr for inference every interval when its window changed
+// enough, and for resolution when it fell below min_infected.
+func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
+	var buf []float64
+	for {
+		gc := gr.gc.Load()
+		t := time.NewTimer(gc.Interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if gr.inflight.Load() {
+			continue
+		}
+		o := gr.win.observe(d.now(), buf)
+		buf = o.y
+		d.metrics.infected.WithLabelValues(gr.name).Set(float64(o.infected))
+		gc = gr.gc.Load()
+		kind := jobKind(-1)
+		switch {
+		case o.infected >= gc.MinInfected && o.changes-gr.inferredAt.Load() >= uint64(gc.MinChanges):
+			kind = jobInfer
+		case o.infected < gc.MinInfected:
+			if _, open := d.tracker.Open(gr.name); open {
+				kind = jobResolve
+			}
+		}
+		if kind < 0 || !gr.inflight.CompareAndSwap(false, true) {
+			continue
+		}
+		// The channel holds one slot per graph and a graph has at most
+		// one job queued or running, so this never blocks.
+		d.jobs <- job{gr: gr, kind: kind}
+	}
+}
+
+func (d *Daemon) worker(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-d.jobs:
+			switch j.kind {
+			case jobInfer:
+				d.infer(ctx, j.gr)
+			case jobResolve:
+				d.resolve(ctx, j.gr)
+			}
+			j.gr.inflight.Store(false)
+		}
+	}
+}
+
+// localize runs gr's Localizer on y and ranks the sources it found.
+func (d *Daemon) localize(ctx context.Context, gr *graphRT, y []float64) (Inference, []alerts.Source, time.Duration, error) {
+	h := gr.loc.Load()
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return Inference{}, nil, 0, fmt.Errorf("graph %q: localizer closed", gr.name)
+	}
+	gr.inferMu.Lock()
+	defer gr.inferMu.Unlock()
+	start := time.Now()
+	inf, err := h.l.Localize(ctx, y)
+	dur := time.Since(start)
+	if err != nil {
+		return Inference{}, nil, dur, fmt.Errorf("graph %q: localizing: %w", gr.name, err)
+	}
+	srcs, err := rankSources(gr.g, inf)
+	if err != nil {
+		return Inference{}, nil, dur, fmt.Errorf("graph %q: %w", gr.name, err)
+	}
+	return inf, srcs, dur, nil
+}
+
+// rankSources orders the source set by score, best first (node id breaking
+// ties, so the order is deterministic).
+func rankSources(g *graph.Graph, inf Inference) ([]alerts.Source, error) {
+	n := g.N()
+	if len(inf.Scores) != n || len(inf.Probability) != n {
+		return nil, fmt.Errorf("%w: %d scores and %d probabilities for %d nodes", ErrBadInference, len(inf.Scores), len(inf.Probability), n)
+	}
+	srcs := make([]alerts.Source, 0, len(inf.Sources))
+	seen := map[int]bool{}
+	for _, v := range inf.Sources {
+		if v < 0 || v >= n {
+			return nil, fmt.Errorf("%w: source index %d out of range [0,%d)", ErrBadInference, v, n)
+		}
+		if seen[v] {
+			continue
+		}
+		seen[v] = true
+		srcs = append(srcs, alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v]})
+	}
+	sort.SliceStable(srcs, func(i, j int) bool {
+		if srcs[i].Score != srcs[j].Score {
+			return srcs[i].Score > srcs[j].Score
+		}
+		return srcs[i].Node < srcs[j].Node
+	})
+	return srcs, nil
+}
+
+func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
+	o := gr.win.observe(d.now(), nil)
+	inf, srcs, dur, err := d.localize(ctx, gr, o.y)
+	d.metrics.inference.WithLabelValues(gr.name).Observe(dur.Seconds())
+	if err != nil {
+		msg := err.Error()
+		gr.lastErr.Store(&msg)
+		d.metrics.inferErrors.WithLabelValues(gr.name).Inc()
+		if ctx.Err() == nil {
+			d.log.Error("inference failed", zap.String("graph", gr.name), zap.Error(err))
+		}
+		return
+	}
+	gr.lastErr.Store(nil)
+	gr.inferredAt.Store(o.changes)
+	if len(srcs) == 0 {
+		// Nothing above the threshold is no finding: it neither opens an
+		// incident nor changes an open one; resolution is by min_infected.
+		d.log.Debug("inference found no sources", zap.String("graph", gr.name))
+		return
+	}
+	a, publish := d.tracker.Observe(alerts.Observation{
+		Graph:       gr.name,
+		Window:      alerts.Window{From: o.from, To: o.to},
+		Infected:    o.infected,
+		Sources:     srcs,
+		Threshold:   inf.Threshold,
+		Model:       alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
+		InferenceMS: float64(dur.Microseconds()) / 1000,
+	})
+	if publish {
+		d.publish(ctx, gr, a)
+	}
+}
+
+func (d *Daemon) resolve(ctx context.Context, gr *graphRT) {
+	o := gr.win.observe(d.now(), nil)
+	if a, ok := d.tracker.Resolve(gr.name, alerts.Window{From: o.from, To: o.to}, o.infected); ok {
+		d.publish(ctx, gr, a)
+	}
+}
+
+// publish sends a, retrying briefly: the tracker has already moved on, so
+// a lost publish would be an alert nobody sees.
+func (d *Daemon) publish(ctx context.Context, gr *graphRT, a alerts.Alert) {
+	var err error
+	for attempt := range 5 {
+		if attempt > 0 {
+			if SleepContext(ctx, time.Duration(attempt)*200*time.Millisecond) != nil {
+				break
+			}
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = d.pub.Publish(pctx, a)
+		cancel()
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		d.log.Error("publishing alert", zap.String("graph", gr.name), zap.String("id", a.ID), zap.Error(err))
+		return
+	}
+	gr.lastAlert.Store(&a)
+	d.metrics.alerts.WithLabelValues(gr.name, string(a.Status)).Inc()
+	d.log.Info("alert", zap.String("graph", gr.name), zap.String("status", string(a.Status)),
+		zap.String("id", a.ID), zap.Int("sources", len(a.Sources)), zap.Int("infected", a.Infected))
+	// The tracker's state is saved with each alert, so a restart continues
+	// the same incident instead of opening a new one.
+	if err := d.saveTracker(ctx); err != nil {
+		d.log.Warn("saving alert state", zap.Error(err))
+	}
+}
+
+func (d *Daemon) saveTracker(ctx context.Context) error {
+	data, err := d.tracker.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, err = d.kv.Put(sctx, "tracker", data)
+	return err
+}
+
+// restore loads window snapshots and the alert tracker from KV.
+func (d *Daemon) restore(ctx context.Context) error {
+	if e, err := d.kv.Get(ctx, "tracker"); err == nil {
+		if err := d.tracker.UnmarshalJSON(e.Value()); err != nil {
+			d.log.Warn("alert state in KV unreadable; starting afresh", zap.Error(err))
+			d.tracker = alerts.NewTracker(d.now)
+		}
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("%w: reading alert state: %w", ErrNATS, err)
+	}
+	for _, gr := range d.order {
+		e, err := d.kv.Get(ctx, "window."+gr.name)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("%w: reading snapshot of %q: %w", ErrNATS, gr.name, err)
+		}
+		var s snapshot
+		if err := json.Unmarshal(e.Value(), &s); err != nil {
+			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
+			continue
+		}
+		skipped, err := gr.win.restore(s)
+		if err != nil {
+			d.log.Warn("snapshot unusable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
+			gr.win = newWindow(gr.g, gr.gc.Load().Window, gr.gc.Load().Decay)
+			continue
+		}
+		if len(skipped) > 0 {
+			d.log.Warn("snapshot names nodes the graph no longer has", zap.String("graph", gr.name), zap.Int("skipped", len(skipped)))
+		}
+		gr.inferredAt.Store(s.Changes)
+		gr.snapshotSeq = s.Seq
+		d.log.Info("window restored", zap.String("graph", gr.name), zap.Uint64("seq", s.Seq), zap.Int("nodes", len(s.Nodes)))
+	}
+	return nil
+}
+
+func (d *Daemon) snapshotLoop(ctx context.Context) {
+	t := time.NewTicker(d.cfg.SnapshotInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := d.snapshotAll(ctx, false); err != nil && ctx.Err() == nil {
+				d.log.Warn("snapshot", zap.Error(err))
+			}
+		}
+	}
+}
+
+// snapshotAll writes every window that moved since its last snapshot.
+func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
+	var errs []error
+	for _, gr := range d.order {
+		s := gr.win.snapshot(gr.name)
+		if s.Seq == gr.snapshotSeq && !final {
+			continue
+		}
+		data, err := json.Marshal(s)
+		if err == nil {
+			_, err = d.kv.Put(ctx, "window."+gr.name, data)
+		}
+		if err != nil {
+			d.metrics.snapshots.WithLabelValues("error").Inc()
+			errs = append(errs, fmt.Errorf("graph %q: %w", gr.name, err))
+			continue
+		}
+		d.metrics.snapshots.WithLabelValues("ok").Inc()
+		gr.snapshotSeq = s.Seq
+	}
+	if final {
+		if err := d.saveTracker(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Reload re-reads the configuration (WithReload), rebuilds every graph's
+// Localizer (bundles and plugins) and swaps them in atomically; the old
+// ones are closed once their in-flight inference is done. Events keep
+// flowing throughout. On any failure nothing changes. The graph set and
+// edge files cannot change without a restart.
+func (d *Daemon) Reload(ctx context.Context) error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	select {
+	case <-d.ready:
+	default:
+		return fmt.Errorf("%w: daemon not running", ErrReload)
+	}
+	cfg := d.cfg
+	if d.reloadCfg != nil {
+		var err error
+		if cfg, err = d.reloadCfg(ctx); err != nil {
+			return fmt.Errorf("%w: %w", ErrReload, err)
+		}
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrReload, err)
+		}
+	}
+	if len(cfg.Graphs) != len(d.order) {
+		return fmt.Errorf("%w: graphs: %d configured, %d running; adding or removing graphs needs a restart", ErrReload, len(cfg.Graphs), len(d.order))
+	}
+	for i, gc := range cfg.Graphs {
+		old := d.order[i].gc.Load()
+		if gc.Name != old.Name || gc.Edges != old.Edges || gc.Directed != old.Directed {
+			return fmt.Errorf("%w: graphs[%d]: name, edges and directed need a restart", ErrReload, i)
+		}
+	}
+	built := make([]Localizer, 0, len(cfg.Graphs))
+	for i, gc := range cfg.Graphs {
+		l, err := d.factory(ctx, gc, d.order[i].g)
+		if err != nil {
+			for _, b := range built {
+				_ = b.Close()
+			}
+			return fmt.Errorf("%w: graph %q: %w", ErrReload, gc.Name, err)
+		}
+		built = append(built, l)
+	}
+	for i, gr := range d.order {
+		gc := cfg.Graphs[i]
+		gr.gc.Store(&gc)
+		gr.win.setParams(gc.Window, gc.Decay)
+		old := gr.loc.Swap(&locHolder{l: built[i]})
+		if err := old.close(); err != nil {
+			d.log.Warn("closing old localizer", zap.String("graph", gr.name), zap.Error(err))
+		}
+	}
+	d.cfg = cfg
+	d.log.Info("reloaded", zap.Int("graphs", len(d.order)))
+	return nil
+}
+
+// logLimiter logs a kind of problem at most once per interval, with the
+// number of occurrences it held back.
+type logLimiter struct {
+	mu       sync.Mutex
+	interval time.Duration
+	log      *zap.Logger
+	last     map[string]time.Time
+	held     map[string]int
+}
+
+func newLogLimiter(interval time.Duration, log *zap.Logger) *logLimiter {
+	return &logLimiter{interval: interval, log: log, last: map[string]time.Time{}, held: map[string]int{}}
+}
+
+func (l *logLimiter) warn(kind, msg string, fields ...zap.Field) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.last[kind]) < l.interval {
+		l.held[kind]++
+		l.mu.Unlock()
+		return
+	}
+	held := l.held[kind]
+	l.last[kind], l.held[kind] = now, 0
+	l.mu.Unlock()
+	l.log.Warn(msg, append(fields, zap.String("kind", kind), zap.Int("suppressed", held))...)
+}
+
+// ErrUnknownNode is returned by the localize endpoint for ids the graph
+// does not have.
+var ErrUnknownNode = errors.New("unknown node")

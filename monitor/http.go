@@ -1,0 +1,94 @@
+package monitor
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics live in a registry of the daemon's own, so two daemons in one
+// process (as in tests) do not collide.
+type metrics struct {
+	reg         *prometheus.Registry
+	events      *prometheus.CounterVec   // graph, outcome
+	deadLetters *prometheus.CounterVec   // reason
+	dlFailed    prometheus.Counter       // dead letters that could not be published
+	infected    *prometheus.GaugeVec     // graph
+	inference   *prometheus.HistogramVec // graph
+	inferErrors *prometheus.CounterVec   // graph
+	alerts      *prometheus.CounterVec   // graph, status
+	restarts    *prometheus.CounterVec   // graph
+	snapshots   *prometheus.CounterVec   // result
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sourcewatch_events_total",
+			Help: "Events by graph and outcome (applied, refreshed, unchanged, stale, duplicate, deadletter).",
+		}, []string{"graph", "outcome"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sourcewatch_deadletters_total",
+			Help: "Rejected events republished to the dead-letter subject, by reason.",
+		}, []string{"reason"}),
+		dlFailed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sourcewatch_deadletter_publish_failures_total",
+			Help: "Dead letters that could not be published after retries.",
+		}),
+		infected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sourcewatch_window_infected",
+			Help: "Nodes infected within the window, at the last scheduler tick.",
+		}, []string{"graph"}),
+		inference: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sourcewatch_inference_seconds",
+			Help:    "Time of one localization.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
+		}, []string{"graph"}),
+		inferErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sourcewatch_inference_errors_total",
+			Help: "Localizations that failed.",
+		}, []string{"graph"}),
+		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sourcewatch_alerts_total",
+			Help: "Alerts published, by graph and status.",
+		}, []string{"graph", "status"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sourcewatch_plugin_restarts_total",
+			Help: "Forward plugin processes relaunched.",
+		}, []string{"graph"}),
+		snapshots: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sourcewatch_snapshots_total",
+			Help: "Window snapshots written to KV, by result.",
+		}, []string{"result"}),
+	}
+	m.reg.MustRegister(m.events, m.deadLetters, m.dlFailed, m.infected, m.inference, m.inferErrors,
+		m.alerts, m.restarts, m.snapshots,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, r := range deadReasons {
+		m.deadLetters.WithLabelValues(r)
+	}
+	return m
+}
+
+// handler serves /healthz, /readyz and /metrics.
+func (d *Daemon) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		problems := d.readiness()
+		w.Header().Set("Content-Type", "application/json")
+		if len(problems) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"ready": len(problems) == 0, "problems": problems})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))
+	return mux
+}

@@ -1,0 +1,182 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// Names of what the daemon creates in JetStream.
+const (
+	EventsStream     = "SOURCEWATCH_EVENTS"
+	DeadLetterStream = "SOURCEWATCH_DEADLETTER"
+	StateBucket      = "sourcewatch_state"
+	// HeaderReason and HeaderSubject are set on every dead letter.
+	HeaderReason  = "Sourcewatch-Reason"
+	HeaderSubject = "Sourcewatch-Subject"
+	// HeaderDetail says what exactly was wrong, for people.
+	HeaderDetail = "Sourcewatch-Detail"
+	// HeaderIndex is the element's index when it came from an array.
+	HeaderIndex = "Sourcewatch-Index"
+)
+
+// EventsSubject is where events for graph are published.
+func EventsSubject(prefix, graph string) string { return prefix + ".events." + graph }
+
+// DeadLetterSubject is where rejected events go.
+func DeadLetterSubject(prefix string) string { return prefix + ".deadletter" }
+
+// ErrNATS is wrapped by failures to reach or set up NATS.
+var ErrNATS = errors.New("nats")
+
+// startEmbedded runs an in-process nats-server with JetStream in
+// <data_dir>/nats.
+func startEmbedded(cfg Config) (*server.Server, error) {
+	l, err := parseListen(cfg.NATS.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("%w: nats.listen: %w", ErrConfig, err)
+	}
+	opts := &server.Options{
+		ServerName: "sourcewatch",
+		JetStream:  true,
+		StoreDir:   filepath.Join(cfg.DataDir, "nats"),
+		NoSigs:     true,
+		NoLog:      true,
+		DontListen: l.off,
+		Host:       l.host,
+		Port:       l.port,
+	}
+	if !l.off && l.port == 0 {
+		opts.Port = server.RANDOM_PORT
+	}
+	if l.off {
+		opts.Port = server.RANDOM_PORT // unused, but 0 would mean 4222 in checks
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: embedded server: %w", ErrNATS, err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(15 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("%w: embedded server on %s not ready (port in use? set nats.listen)", ErrNATS, cfg.NATS.Listen)
+	}
+	return s, nil
+}
+
+// connect opens the daemon's connection: in-process to the embedded server
+// s, or to cfg.NATS.URL with credentials, reconnecting forever.
+func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func()) (*nats.Conn, error) {
+	opts := []nats.Option{
+		nats.Name("sourcewatch"),
+		nats.MaxReconnects(-1),
+		nats.CustomReconnectDelay(func(attempts int) time.Duration {
+			// Exponential backoff to 10 s with jitter, so a restarted
+			// cluster is not hit by every replica at once.
+			d := 100 * time.Millisecond << min(attempts, 7)
+			d = min(d, 10*time.Second)
+			return d/2 + rand.N(d/2+1)
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			log.Warn("nats disconnected", zap.Error(err))
+			onChange()
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) {
+			log.Info("nats reconnected", zap.String("url", c.ConnectedUrlRedacted()))
+			onChange()
+		}),
+		nats.ClosedHandler(func(*nats.Conn) { onChange() }),
+	}
+	url := cfg.NATS.URL
+	if s != nil {
+		opts = append(opts, nats.InProcessServer(s))
+		url = s.ClientURL()
+	} else {
+		n := cfg.NATS
+		if n.Creds != "" {
+			opts = append(opts, nats.UserCredentials(n.Creds))
+		}
+		if n.NKey != "" {
+			o, err := nats.NkeyOptionFromSeed(n.NKey)
+			if err != nil {
+				return nil, fmt.Errorf("%w: nats.nkey: %w", ErrConfig, err)
+			}
+			opts = append(opts, o)
+		}
+		if n.User != "" {
+			opts = append(opts, nats.UserInfo(n.User, n.Password))
+		}
+		if n.TLS.CA != "" {
+			opts = append(opts, nats.RootCAs(n.TLS.CA))
+		}
+		if n.TLS.Cert != "" {
+			opts = append(opts, nats.ClientCert(n.TLS.Cert, n.TLS.Key))
+		}
+		// A daemon started before its cluster keeps trying instead of
+		// exiting, as it would after a later disconnect.
+		opts = append(opts, nats.RetryOnFailedConnect(true))
+	}
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: connecting to %s: %w", ErrNATS, url, err)
+	}
+	return nc, nil
+}
+
+// ensureJetStream creates, or updates to the configured limits, the events
+// and dead-letter streams and the state bucket.
+func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, jetstream.KeyValue, error) {
+	p := cfg.Subjects.Prefix
+	ev := jetstream.StreamConfig{
+		Name:        EventsStream,
+		Description: "sourcewatch node-state events",
+		Subjects:    []string{p + ".events.>"},
+		Storage:     jetstream.FileStorage,
+		Duplicates:  2 * time.Minute,
+		MaxAge:      max(cfg.Events.MaxAge, 0),
+		MaxBytes:    -1,
+		MaxMsgs:     -1,
+		Replicas:    max(cfg.Events.Replicas, 1),
+	}
+	if cfg.Events.MaxBytes > 0 {
+		ev.MaxBytes = cfg.Events.MaxBytes
+	}
+	if cfg.Events.MaxMsgs > 0 {
+		ev.MaxMsgs = cfg.Events.MaxMsgs
+	}
+	stream, err := js.CreateOrUpdateStream(ctx, ev)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: stream %s: %w", ErrNATS, EventsStream, err)
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        DeadLetterStream,
+		Description: "sourcewatch rejected events, with the reason in a header",
+		Subjects:    []string{DeadLetterSubject(p)},
+		Storage:     jetstream.FileStorage,
+		Duplicates:  2 * time.Minute,
+		MaxAge:      7 * 24 * time.Hour,
+		MaxBytes:    256 << 20,
+		Replicas:    max(cfg.Events.Replicas, 1),
+	}); err != nil {
+		return nil, nil, fmt.Errorf("%w: stream %s: %w", ErrNATS, DeadLetterStream, err)
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      StateBucket,
+		Description: "sourcewatch window snapshots and alert state",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(cfg.Events.Replicas, 1),
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, StateBucket, err)
+	}
+	return stream, kv, nil
+}
