@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,8 +37,10 @@ func newAlertsTailCmd(a *app) *cobra.Command {
 		Long: "Print alerts as they arrive (readably, or one JSON object per line with --json)\n" +
 			"until interrupted. By default only new alerts are shown; --from-start replays\n" +
 			"what the stream holds (a week by default), --since from a time or duration ago.\n\n" +
-			"The server is --nats, else nats.url from the config file or SOURCEWATCH_NATS_URL,\n" +
-			"else " + defaultNATSURL + " (where serve's embedded server listens).",
+			"Server, credentials and prefix default to serve's: with --config (or the\n" +
+			"SOURCEWATCH_* environment) nats.url, nats.listen, nats.creds/nkey/user/password/tls\n" +
+			"and subjects.prefix are read; without, " + defaultNATSURL + " (where serve's\n" +
+			"embedded server listens) and prefix sourcewatch.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.alertsTail(cmd)
@@ -72,8 +75,11 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 		opts, from = append(opts, alerts.Since(t)), "alerts since "+t.UTC().Format(time.RFC3339)
 	}
 
-	url := natsURL(cmd, v)
-	copts := []nats.Option{
+	url, copts, err := tailConnection(cmd, v)
+	if err != nil {
+		return err
+	}
+	copts = append(copts,
 		nats.Name("sourcewatch alerts tail"),
 		nats.MaxReconnects(-1),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -82,10 +88,7 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			a.log.Info("reconnected to NATS", zap.String("url", nc.ConnectedUrlRedacted()))
 		}),
-	}
-	if creds := v.GetString("creds"); creds != "" {
-		copts = append(copts, nats.UserCredentials(creds))
-	}
+	)
 	nc, err := nats.Connect(url, copts...)
 	if err != nil {
 		return fmt.Errorf("connecting to NATS at %s: %w", url, err)
@@ -96,7 +99,7 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 		return fmt.Errorf("jetstream on %s: %w", url, err)
 	}
 
-	prefix, graph, asJSON := v.GetString("prefix"), v.GetString("graph"), v.GetBool("json")
+	prefix, graph, asJSON := tailPrefix(cmd, v), v.GetString("graph"), v.GetBool("json")
 	subject := prefix + ".alerts.>"
 	if graph != "" {
 		subject = alerts.Subject(prefix, graph)
@@ -131,26 +134,84 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 	}, opts...)
 }
 
-// natsURL resolves the server: an explicit --nats, else the config file's
-// nats.url (as serve reads it; the --nats flag shadows that nested key in
-// viper, hence Sub), else SOURCEWATCH_NATS_URL, else SOURCEWATCH_NATS or
-// the flag's default.
-func natsURL(cmd *cobra.Command, v *viper.Viper) string {
-	if f := cmd.Flags().Lookup("nats"); f != nil && f.Changed {
-		return f.Value.String()
+// tailConnection finds the server and credentials the way serve does, so
+// that `alerts tail --config the-serve-config.yaml` reaches its server:
+// an explicit --nats, else nats.url (file or SOURCEWATCH_NATS_URL), else
+// the embedded server's nats.listen, else the default address. --creds, or
+// nats.creds / nkey / user / password / tls from the config, authenticate.
+// The --nats flag shadows the nested nats.* keys in viper, hence Sub.
+func tailConnection(cmd *cobra.Command, v *viper.Viper) (string, []nats.Option, error) {
+	nv := v.Sub("nats")
+	if nv == nil {
+		// No nats section in the file: the environment still counts.
+		nv = viper.New()
+		nv.SetEnvPrefix("SOURCEWATCH_NATS")
+		nv.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+		nv.AutomaticEnv()
 	}
-	if sub := v.Sub("nats"); sub != nil {
-		if u := sub.GetString("url"); u != "" {
-			return u
+	url := nv.GetString("url")
+	if f := cmd.Flags().Lookup("nats"); f != nil && f.Changed {
+		url = f.Value.String()
+	}
+	if url == "" {
+		// SOURCEWATCH_NATS, the flag's own environment binding.
+		if u := v.GetString("nats"); u != "" && u != defaultNATSURL {
+			url = u
 		}
 	}
-	if u := os.Getenv("SOURCEWATCH_NATS_URL"); u != "" {
-		return u
+	if url == "" {
+		url = defaultNATSURL
+		if listen := nv.GetString("listen"); listen != "" {
+			host, port, err := net.SplitHostPort(listen)
+			switch {
+			case listen == "-1" || port == "-1":
+				return "", nil, fmt.Errorf("nats.listen %q: serve's embedded server takes no clients; set one or give --nats", listen)
+			case err != nil:
+				return "", nil, fmt.Errorf("nats.listen %q: want host:port: %w", listen, err)
+			case port != "0":
+				if host == "" {
+					host = "127.0.0.1"
+				}
+				url = "nats://" + net.JoinHostPort(host, port)
+			}
+		}
 	}
-	if u := v.GetString("nats"); u != "" {
-		return u
+	var opts []nats.Option
+	creds := v.GetString("creds")
+	if creds == "" {
+		creds = nv.GetString("creds")
 	}
-	return defaultNATSURL
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	if seed := nv.GetString("nkey"); seed != "" {
+		o, err := nats.NkeyOptionFromSeed(seed)
+		if err != nil {
+			return "", nil, fmt.Errorf("nats.nkey %q: %w", seed, err)
+		}
+		opts = append(opts, o)
+	}
+	if user := nv.GetString("user"); user != "" {
+		opts = append(opts, nats.UserInfo(user, nv.GetString("password")))
+	}
+	if ca := nv.GetString("tls.ca"); ca != "" {
+		opts = append(opts, nats.RootCAs(ca))
+	}
+	if cert, key := nv.GetString("tls.cert"), nv.GetString("tls.key"); cert != "" || key != "" {
+		opts = append(opts, nats.ClientCert(cert, key))
+	}
+	return url, opts, nil
+}
+
+// tailPrefix is --prefix when given, else serve's subjects.prefix (file or
+// SOURCEWATCH_SUBJECTS_PREFIX), else the default.
+func tailPrefix(cmd *cobra.Command, v *viper.Viper) string {
+	if f := cmd.Flags().Lookup("prefix"); f != nil && !f.Changed {
+		if p := v.GetString("subjects.prefix"); p != "" {
+			return p
+		}
+	}
+	return v.GetString("prefix")
 }
 
 // parseSince reads an RFC 3339 time or a duration before now.

@@ -37,7 +37,7 @@ func (b *alertsSyncBuffer) String() string {
 	return b.buf.String()
 }
 
-func startAlertsNATS(t *testing.T) (string, jetstream.JetStream) {
+func startAlertsNATS(t *testing.T, prefix string) (string, jetstream.JetStream) {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
@@ -53,7 +53,7 @@ func startAlertsNATS(t *testing.T) (string, jetstream.JetStream) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = alerts.EnsureStream(ctx, js, "sourcewatch")
+	_, err = alerts.EnsureStream(ctx, js, prefix)
 	require.NoError(t, err)
 	return s.ClientURL(), js
 }
@@ -98,7 +98,7 @@ func observe(t *testing.T, tr *alerts.Tracker, graph string, nodes ...string) al
 }
 
 func TestAlertsTailReadable(t *testing.T) {
-	url, js := startAlertsNATS(t)
+	url, js := startAlertsNATS(t, "sourcewatch")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	pub := alerts.NewPublisher(js, "sourcewatch")
@@ -135,7 +135,7 @@ func TestAlertsTailReadable(t *testing.T) {
 }
 
 func TestAlertsTailJSONFromStart(t *testing.T) {
-	url, js := startAlertsNATS(t)
+	url, js := startAlertsNATS(t, "sourcewatch")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	pub := alerts.NewPublisher(js, "sourcewatch")
@@ -172,7 +172,7 @@ func TestAlertsTailJSONFromStart(t *testing.T) {
 }
 
 func TestAlertsTailErrors(t *testing.T) {
-	url, _ := startAlertsNATS(t)
+	url, _ := startAlertsNATS(t, "sourcewatch")
 	tests := []struct {
 		name string
 		args []string
@@ -196,6 +196,58 @@ func TestAlertsTailErrors(t *testing.T) {
 			require.Empty(t, stdout.String())
 		})
 	}
+}
+
+// TestAlertsTailServeConfig reaches serve's embedded server through its
+// config: nats.listen and subjects.prefix, and the environment.
+func TestAlertsTailServeConfig(t *testing.T) {
+	url, js := startAlertsNATS(t, "custom")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := observe(t, alerts.NewTracker(nil), "jazz", "5")
+	require.NoError(t, alerts.NewPublisher(js, "custom").Publish(ctx, a))
+	hostPort := strings.TrimPrefix(url, "nats://")
+
+	tests := []struct {
+		name string
+		yaml string
+		env  map[string]string
+	}{
+		{"listen and prefix from file", "nats:\n  url: \"\"\n  listen: " + hostPort + "\nsubjects:\n  prefix: custom\n", nil},
+		{"url and prefix from env", "", map[string]string{"SOURCEWATCH_NATS_URL": url, "SOURCEWATCH_SUBJECTS_PREFIX": "custom"}},
+		{"env beats file", "nats:\n  url: nats://127.0.0.1:1\nsubjects:\n  prefix: wrong\n",
+			map[string]string{"SOURCEWATCH_NATS_URL": url, "SOURCEWATCH_SUBJECTS_PREFIX": "custom"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, val := range tt.env {
+				t.Setenv(k, val)
+			}
+			args := []string{"--json", "--from-start"}
+			if tt.yaml != "" {
+				cfg := filepath.Join(t.TempDir(), "serve.yaml")
+				require.NoError(t, os.WriteFile(cfg, []byte(tt.yaml), 0o600))
+				args = append(args, "--config", cfg)
+			}
+			stdout, stderr, stop := runAlertsTail(t, args...)
+			require.Eventually(t, func() bool { return strings.Contains(stdout.String(), a.ID) },
+				10*time.Second, 5*time.Millisecond, "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+			require.NoError(t, stop())
+		})
+	}
+
+	// An explicit --prefix wins over the file.
+	cfg := filepath.Join(t.TempDir(), "serve.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("nats:\n  url: "+url+"\nsubjects:\n  prefix: custom\n"), 0o600))
+	root := newRootCmd(&alertsSyncBuffer{}, &alertsSyncBuffer{})
+	root.SetArgs([]string{"alerts", "tail", "--config", cfg, "--prefix", "flagged"})
+	require.ErrorContains(t, root.ExecuteContext(ctx), "not flagged.alerts.>")
+
+	// A server without clients is named, not waited on.
+	require.NoError(t, os.WriteFile(cfg, []byte("nats:\n  listen: \"-1\"\n"), 0o600))
+	root = newRootCmd(&alertsSyncBuffer{}, &alertsSyncBuffer{})
+	root.SetArgs([]string{"alerts", "tail", "--config", cfg})
+	require.ErrorContains(t, root.ExecuteContext(ctx), `nats.listen "-1"`)
 }
 
 func TestParseSince(t *testing.T) {
