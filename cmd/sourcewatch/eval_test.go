@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// evalKarate is the karate club file kept as diffusion test data.
+var evalKarate = filepath.Join("..", "..", "diffusion", "testdata", "karate.edges")
+
+func runEvalCmd(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	root := newRootCmd(&stdout, &stderr)
+	root.SetArgs(append([]string{"eval"}, args...))
+	err := root.ExecuteContext(context.Background())
+	return stdout.String(), stderr.String(), err
+}
+
+func TestEvalCommand(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "report.json")
+	stdout, stderr, err := runEvalCmd(t, "--graph", evalKarate, "--cascades", "30", "--runs", "2", "--seed", "3",
+		"--methods", "lpsi,jordan,infected,prior,random", "--method-param", "jordan.k=1", "--json", out)
+	require.NoError(t, err)
+	// off a terminal there is no progress bar
+	require.NotContains(t, stderr, "eval [")
+	lines := strings.Split(stdout, "\n")
+	require.Contains(t, lines[0], "34 nodes, 78 edges; SI")
+	require.Contains(t, stdout, "2 runs x 30 cascades (train 18 / validation 6 / test 6)")
+	header := -1
+	for i, l := range lines {
+		if strings.Contains(l, "precision") && strings.Contains(l, "AUC") {
+			header = i
+		}
+	}
+	require.GreaterOrEqual(t, header, 0, stdout)
+	for i, m := range []string{"lpsi", "jordan", "infected *", "prior *", "random *"} {
+		row := lines[header+1+i]
+		require.True(t, strings.HasPrefix(strings.TrimSpace(row), m), row)
+		require.Equal(t, 7, strings.Count(row, "±"), row)
+		// aligned: every row as wide as the header
+		require.Equal(t, len([]rune(lines[header])), len([]rune(row)))
+	}
+
+	raw, err := os.ReadFile(out)
+	require.NoError(t, err)
+	var doc struct {
+		Graph     string `json:"graph"`
+		Nodes     int    `json:"nodes"`
+		Diffusion string `json:"diffusion"`
+		Settings  struct {
+			Cascades, Runs int
+			Seed           int64
+			Params         map[string]string
+		} `json:"settings"`
+		Results []map[string]json.RawMessage `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &doc))
+	require.Equal(t, evalKarate, doc.Graph)
+	require.Equal(t, 34, doc.Nodes)
+	require.Equal(t, "SI", doc.Diffusion)
+	require.Equal(t, 30, doc.Settings.Cascades)
+	require.Equal(t, 2, doc.Settings.Runs)
+	require.Equal(t, map[string]string{"jordan.k": "1"}, doc.Settings.Params)
+	require.Len(t, doc.Results, 5)
+	var jordan struct {
+		Method    string
+		Precision struct{ Mean, SD float64 }
+		Recall    struct{ Mean, SD float64 }
+		AUC       struct {
+			Mean, SD float64
+			N        int
+		}
+	}
+	require.NoError(t, json.Unmarshal(mustJSON(t, doc.Results[1]), &jordan))
+	require.Equal(t, "jordan", jordan.Method)
+	require.Equal(t, 12, jordan.AUC.N)
+	// jordan.k=1 names one node: recall is at most 1/3 of karate's 3 sources
+	require.LessOrEqual(t, jordan.Recall.Mean, 1.0/3+1e-9)
+	for _, k := range []string{"precision", "recall", "f1", "auc", "topk", "error_distance", "seconds_per_cascade"} {
+		require.Contains(t, doc.Results[0], k)
+	}
+
+	// the same seed gives the same numbers
+	stdout2, _, err := runEvalCmd(t, "--graph", evalKarate, "--cascades", "30", "--runs", "2", "--seed", "3",
+		"--methods", "lpsi,jordan,infected,prior,random", "--method-param", "jordan.k=1", "--json", "-")
+	require.NoError(t, err)
+	var doc2 struct {
+		Results []map[string]json.RawMessage `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout2), &doc2))
+	for i := range doc.Results {
+		require.JSONEq(t, string(doc.Results[i]["auc"]), string(doc2.Results[i]["auc"]))
+		require.JSONEq(t, string(doc.Results[i]["f1"]), string(doc2.Results[i]["f1"]))
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
+}
+
+func TestEvalCommandErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no graph", []string{"--cascades", "10"}, "--graph"},
+		{"unknown method", []string{"--graph", evalKarate, "--methods", "lpsi,magic"}, `unknown method "magic"`},
+		{"bad param form", []string{"--graph", evalKarate, "--method-param", "alpha=1"}, "--method-param"},
+		{"unknown param", []string{"--graph", evalKarate, "--cascades", "10", "--runs", "1", "--methods", "lpsi", "--method-param", "lpsi.beta=1"}, "lpsi.beta"},
+		{"bad runs", []string{"--graph", evalKarate, "--runs", "0"}, "--runs"},
+		{"split", []string{"--graph", evalKarate, "--train-frac", "0.9", "--val-frac", "0.2"}, "train fraction"},
+		{"bad diffusion", []string{"--graph", evalKarate, "--diffusion", "XY"}, "--diffusion"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := runEvalCmd(t, tc.args...)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
