@@ -1,19 +1,204 @@
 package main
 
 import (
-	"errors"
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
 )
 
-// Placeholder until the command is written; it fails loudly rather than
-// pretending to work.
 func newLocalizeCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "localize",
-		Short: "localize (not yet available)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("localize: not yet available")
-		},
+		Short: "Find the likely sources of an observed spread with a trained bundle",
+		Long: `localize reads an observation ({"infected":[node ids...]}, or a JSONL file of
+them, one per line) and prints the suspected sources, ranked, with their score
+(mean of x over restarts) and probability (fraction of restarts in which the
+node is over the bundle's threshold delta).`,
+		Example: `  sourcewatch localize --bundle karate.swb --observation obs.json`,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runLocalize(cmd, a) },
 	}
+	f := cmd.Flags()
+	f.String("bundle", "", "bundle file written by train (required)")
+	f.String("observation", "-", `observation file: {"infected":[ids...]} or JSONL of them ("-" = stdin)`)
+	f.String("graph", "", "edge file to check the bundle against (default: the bundle's own copy)")
+	f.Bool("directed", false, "the --graph edge file is directed")
+	f.String("plugin-dir", "bin", "directory holding the forward-model plugin binaries")
+	f.Bool("allow-unverified", false, "run a forward plugin whose checksum the bundle does not record")
+	f.Int("restarts", 0, "inference restarts R (0 = the bundle's)")
+	f.Float64("threshold", 0, "override the bundle's threshold delta (0 = the bundle's)")
+	f.Int("top", 10, "also list up to this many top-scored nodes when fewer are over delta")
+	f.Uint64("seed", 1, "random seed of the restarts")
+	f.Bool("json", false, "print one JSON object per observation")
+	return cmd
+}
+
+type observationFile struct {
+	Infected []string `json:"infected"`
+}
+
+type localizeOutput struct {
+	Observation int                 `json:"observation"`
+	Infected    int                 `json:"infected"`
+	Threshold   float64             `json:"threshold"`
+	Sources     []rankedSource      `json:"sources"`
+	Top         []rankedSource      `json:"top"`
+	Bundle      string              `json:"bundle"`
+	Timing      localize.Timing     `json:"timing"`
+	Forward     localize.ForwardRef `json:"forward"`
+}
+
+type rankedSource struct {
+	Node        string  `json:"node"`
+	Score       float64 `json:"score"`
+	Probability float64 `json:"probability"`
+}
+
+func runLocalize(cmd *cobra.Command, a *app) error {
+	ctx := cmd.Context()
+	v := a.v
+	path := v.GetString("bundle")
+	if path == "" {
+		return fmt.Errorf("--bundle: the bundle file is required")
+	}
+	var g *graph.Graph
+	if gp := v.GetString("graph"); gp != "" {
+		var err error
+		if g, err = graph.Load(gp, graph.Directed(v.GetBool("directed"))); err != nil {
+			return err
+		}
+	}
+	b, err := localize.LoadBundle(path, g)
+	if err != nil {
+		return err
+	}
+	obs, err := readObservations(v.GetString("observation"), cmd.InOrStdin())
+	if err != nil {
+		return err
+	}
+	proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
+		PluginDir: v.GetString("plugin_dir"), AllowUnverified: v.GetBool("allow_unverified"), Logger: a.log.Named("plugin"),
+	})
+	if err != nil {
+		return err
+	}
+	defer proc.Close()
+	opts := b.Options()
+	if r := v.GetInt("restarts"); r > 0 {
+		opts.Restarts = r
+	}
+	opts.Threshold = v.GetFloat64("threshold")
+	opts.Seed = v.GetUint64("seed")
+	enc := json.NewEncoder(a.stdout)
+	for i, o := range obs {
+		idx, err := b.Graph.Lookup(o.Infected)
+		if err != nil {
+			return fmt.Errorf("observation %d: %w", i+1, err)
+		}
+		y := make([]float64, b.Graph.N())
+		for _, u := range idx {
+			y[u] = 1
+		}
+		res, err := localize.Solve(ctx, b, proc, y, opts)
+		if err != nil {
+			return fmt.Errorf("observation %d: %w", i+1, err)
+		}
+		out := localizeOutput{
+			Observation: i + 1, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
+			Timing: res.Timing, Forward: b.Manifest.Forward,
+			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
+		}
+		if v.GetBool("json") {
+			if err := enc.Encode(out); err != nil {
+				return err
+			}
+			continue
+		}
+		printLocalized(a.stdout, out, len(obs) > 1)
+	}
+	return nil
+}
+
+func ranked(g *graph.Graph, res *localize.Result, nodes []int) []rankedSource {
+	out := make([]rankedSource, len(nodes))
+	for i, v := range nodes {
+		out[i] = rankedSource{Node: g.ID(v), Score: res.Scores[v], Probability: res.Probability[v]}
+	}
+	return out
+}
+
+// topByScore returns the k highest-scored nodes, best first.
+func topByScore(scores []float64, k int) []int {
+	idx := make([]int, len(scores))
+	for i := range idx {
+		idx[i] = i
+	}
+	sortByScore(idx, scores)
+	if k > len(idx) {
+		k = len(idx)
+	}
+	return idx[:max(k, 0)]
+}
+
+func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
+	if numbered {
+		fmt.Fprintf(w, "observation %d\n", o.Observation)
+	}
+	fmt.Fprintf(w, "%d infected; threshold delta %.2f; %d suspected source(s); %s (forward %s)\n",
+		o.Infected, o.Threshold, len(o.Sources), time.Duration(o.Timing.TotalSeconds*float64(time.Second)).Round(time.Millisecond), o.Forward.Name)
+	list := o.Sources
+	if len(list) == 0 {
+		fmt.Fprintf(w, "no node is over delta; the top-scored nodes are:\n")
+		list = o.Top
+	}
+	fmt.Fprintf(w, "%5s  %-16s %7s %12s\n", "rank", "node", "score", "probability")
+	for i, s := range list {
+		fmt.Fprintf(w, "%5d  %-16s %7.3f %12.3f\n", i+1, s.Node, s.Score, s.Probability)
+	}
+}
+
+// readObservations reads one JSON object or JSONL of them from path ("-"
+// is stdin). Errors name the file and line.
+func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
+	var data []byte
+	var err error
+	if path == "-" || path == "" {
+		path = "stdin"
+		data, err = io.ReadAll(stdin)
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading observation %q: %w", path, err)
+	}
+	var one observationFile
+	if err := json.Unmarshal(data, &one); err == nil {
+		return []observationFile{one}, nil
+	}
+	var out []observationFile
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 1<<20), 1<<30)
+	for line := 1; sc.Scan(); line++ {
+		text := bytes.TrimSpace(sc.Bytes())
+		if len(text) == 0 {
+			continue
+		}
+		var o observationFile
+		if err := json.Unmarshal(text, &o); err != nil {
+			return nil, fmt.Errorf(`%s:%d: want {"infected":[ids...]}: %v`, path, line, err)
+		}
+		out = append(out, o)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf(`%s: no observation; want {"infected":[ids...]} or JSONL of them`, path)
+	}
+	return out, nil
 }

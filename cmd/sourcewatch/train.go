@@ -1,19 +1,276 @@
 package main
 
 import (
-	"errors"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/eval"
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
+	"github.com/sourcewatch/sourcewatch/prior"
 )
 
-// Placeholder until the command is written; it fails loudly rather than
-// pretending to work.
 func newTrainCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "train",
-		Short: "train (not yet available)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("train: not yet available")
-		},
+		Short: "Train an SL-VAE bundle for a graph: forward plugin, VAE prior, threshold on validation",
+		Long: `train simulates cascades on a graph (or reads recorded ones with --cascades-file),
+splits them 60/20/20 into train, validation and test, fits the forward-model
+plugin and the VAE prior on the training split, chooses the threshold delta on
+the validation split, reports held-out metrics on the test split, and writes
+everything into one bundle file.`,
+		Example: `  sourcewatch train --graph ../shared/data/karate.edges --diffusion SI --beta 0.2 \
+    --cascades 300 --forward deepis --out karate.swb`,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runTrain(cmd, a) },
 	}
+	addSimulationFlags(cmd)
+	f := cmd.Flags()
+	f.String("cascades-file", "", "train on recorded cascades (JSONL as written by simulate) instead of simulating")
+	f.String("forward", "deepis", "forward-model plugin name (bin/sourcewatch-forward-<name>)")
+	f.StringToString("forward-param", nil, "forward-model parameter name=value (repeatable)")
+	f.String("plugin-dir", "bin", "directory holding the forward-model plugin binaries")
+	f.Int("forward-epochs", 0, "forward-model training epochs (0 = the plugin's default)")
+	f.Float64("forward-lr", 0, "forward-model learning rate (0 = the plugin's default)")
+	f.Float64("lambda", 0, "weight of the monotonicity penalty (0 = the plugin's default)")
+	f.Int("prior-hidden", 0, "VAE hidden width (0 = default)")
+	f.Int("prior-latent", 0, "VAE latent size (0 = default)")
+	f.Int("prior-epochs", 0, "VAE training epochs (0 = default)")
+	f.Int("prototypes", 1024, "prototype latents N for the prior term")
+	f.Int("restarts", 8, "inference restarts R")
+	f.Int("val-solves", 64, "validation cascades solved to choose delta")
+	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
+	f.String("graph-name", "", "graph name recorded in the bundle (default: the edge file's base name)")
+	f.String("out", "", "bundle file to write (required)")
+	return cmd
+}
+
+func runTrain(cmd *cobra.Command, a *app) error {
+	ctx := cmd.Context()
+	v := a.v
+	out := v.GetString("out")
+	if out == "" {
+		return fmt.Errorf("--out: the bundle file to write is required")
+	}
+	g, err := loadGraph(v)
+	if err != nil {
+		return err
+	}
+	name := v.GetString("graph_name")
+	if name == "" {
+		name = strings.TrimSuffix(filepath.Base(v.GetString("graph")), filepath.Ext(v.GetString("graph")))
+	}
+	seed := v.GetInt64("seed")
+	cascades, provenance, err := trainingCascades(ctx, a, g)
+	if err != nil {
+		return err
+	}
+	train, val, test := splitCascades(cascades, 0.6, 0.2, seed)
+	if len(train) == 0 || len(val) == 0 || len(test) == 0 {
+		return fmt.Errorf("--cascades: %d cascades give an empty train, validation or test split; use at least 10", len(cascades))
+	}
+
+	fwdName := v.GetString("forward")
+	params, _ := cmd.Flags().GetStringToString("forward-param")
+	pluginDir := v.GetString("plugin_dir")
+	sum, err := localize.PluginChecksum(pluginDir, fwdName)
+	if err != nil {
+		return err
+	}
+	path, _ := forward.PluginPath(pluginDir, fwdName)
+	proc, err := launchPlugin(ctx, a, path, sum)
+	if err != nil {
+		return err
+	}
+	defer proc.Close()
+	info, err := proc.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("forward plugin %s: info: %w", path, err)
+	}
+	if err := proc.Configure(ctx, g, params, nil); err != nil {
+		return fmt.Errorf("forward plugin %s: configure: %w", path, err)
+	}
+
+	pcfg := prior.DefaultConfig()
+	if h := v.GetInt("prior_hidden"); h > 0 {
+		pcfg.Hidden = h
+	}
+	if k := v.GetInt("prior_latent"); k > 0 {
+		pcfg.Latent = k
+	}
+	if e := v.GetInt("prior_epochs"); e > 0 {
+		pcfg.Epochs = e
+	}
+	solve := localize.DefaultOptions()
+	solve.Restarts = v.GetInt("restarts")
+	cfg := localize.TrainConfig{
+		GraphName: name,
+		Diffusion: provenance,
+		Forward:   localize.ForwardRef{Name: fwdName, Version: info.Version, SHA256: sum, Params: params},
+		Fit: forward.FitOptions{
+			Epochs: v.GetInt("forward_epochs"), LearningRate: v.GetFloat64("forward_lr"),
+			Lambda: v.GetFloat64("lambda"), Seed: seed,
+		},
+		Prior:            pcfg,
+		Prototypes:       v.GetInt("prototypes"),
+		Solve:            solve,
+		ValidationSolves: v.GetInt("val_solves"),
+		Seed:             seed,
+	}
+	start := time.Now()
+	bars := map[string]*progress{}
+	b, err := localize.Train(ctx, g, proc, toPairs(train), toPairs(val), cfg, func(p localize.TrainProgress) {
+		bar, ok := bars[p.Stage]
+		if !ok {
+			for _, old := range bars {
+				old.Done()
+			}
+			bar = a.progress("train "+p.Stage, p.Total)
+			bars[p.Stage] = bar
+		}
+		note := ""
+		if p.Loss == p.Loss { // not NaN
+			note = fmt.Sprintf("loss %.4g", p.Loss)
+		}
+		bar.Set(p.Done, note)
+	})
+	for _, bar := range bars {
+		bar.Done()
+	}
+	if err != nil {
+		return err
+	}
+	testSummary, err := heldOut(ctx, a, b, proc, test, v.GetInt("test_solves"))
+	if err != nil {
+		return err
+	}
+	for k, val := range testSummary {
+		b.Manifest.Metrics[k] = val
+	}
+	if err := b.WriteFile(out); err != nil {
+		return err
+	}
+	m := b.Manifest
+	fmt.Fprintf(a.stdout, "bundle      %s  (%s)\n", out, m.ID)
+	fmt.Fprintf(a.stdout, "graph       %s: %d nodes, %d edges, fingerprint %.12s\n", m.Graph.Name, m.Graph.Nodes, m.Graph.Edges, m.Graph.Fingerprint)
+	fmt.Fprintf(a.stdout, "cascades    %d train, %d validation, %d test\n", len(train), len(val), len(test))
+	fmt.Fprintf(a.stdout, "forward     %s %s  val MSE %.4f\n", m.Forward.Name, m.Forward.Version, m.Metrics["forward_val_mse"])
+	fmt.Fprintf(a.stdout, "prior       VAE hidden %d, latent %d, %d prototypes  val loss %.4g\n", m.Prior.Hidden, m.Prior.Latent, m.Prior.Prototypes, m.Metrics["prior_val_loss"])
+	fmt.Fprintf(a.stdout, "threshold   delta %.2f (validation F1 %.3f over %d cascades)\n", m.Threshold, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]))
+	fmt.Fprintf(a.stdout, "test        F1 %.3f  precision %.3f  recall %.3f  ROC-AUC %.3f  top-k %.3f  (%d held-out cascades)\n",
+		m.Metrics["test_f1"], m.Metrics["test_precision"], m.Metrics["test_recall"], m.Metrics["test_auc"], m.Metrics["test_topk"], int(m.Metrics["test_cascades"]))
+	fmt.Fprintf(a.stdout, "time        %s\n", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// trainingCascades simulates cascades from the simulation flags, or reads
+// them from --cascades-file, and returns a description for the manifest.
+func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.Cascade, json.RawMessage, error) {
+	v := a.v
+	if path := v.GetString("cascades_file"); path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--cascades-file: %w", err)
+		}
+		defer f.Close()
+		cs, err := diffusion.ReadJSONL(f, g, path)
+		if err != nil {
+			return nil, nil, err
+		}
+		prov, _ := json.Marshal(map[string]any{"file": filepath.Base(path), "cascades": len(cs)})
+		return cs, prov, nil
+	}
+	cfg, err := simulationConfig(v)
+	if err != nil {
+		return nil, nil, err
+	}
+	count := v.GetInt("cascades")
+	bar := a.progress("simulate", count)
+	cs, _, err := diffusion.Simulate(ctx, g, cfg, count, v.GetInt64("seed"),
+		diffusion.OnProgress(func(done, _ int) { bar.Set(done, "") }))
+	bar.Done()
+	if err != nil {
+		return nil, nil, err
+	}
+	prov, _ := json.Marshal(map[string]any{"simulated": cfg, "cascades": count, "seed": v.GetInt64("seed")})
+	return cs, prov, nil
+}
+
+// splitCascades shuffles (seeded) and splits into train, validation, test.
+func splitCascades(cs []diffusion.Cascade, trainFrac, valFrac float64, seed int64) (train, val, test []diffusion.Cascade) {
+	idx := rand.New(rand.NewPCG(uint64(seed), 0x5b117)).Perm(len(cs))
+	nTrain := int(trainFrac * float64(len(cs)))
+	nVal := int(valFrac * float64(len(cs)))
+	pick := func(ix []int) []diffusion.Cascade {
+		out := make([]diffusion.Cascade, len(ix))
+		for i, j := range ix {
+			out[i] = cs[j]
+		}
+		return out
+	}
+	return pick(idx[:nTrain]), pick(idx[nTrain : nTrain+nVal]), pick(idx[nTrain+nVal:])
+}
+
+func toPairs(cs []diffusion.Cascade) []forward.Pair {
+	ps := make([]forward.Pair, len(cs))
+	for i, c := range cs {
+		ps[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
+	}
+	return ps
+}
+
+// launchPlugin starts a plugin binary, verified against sum (hex SHA-256).
+func launchPlugin(ctx context.Context, a *app, path, sum string) (*forward.Process, error) {
+	raw, err := hex.DecodeString(sum)
+	if err != nil {
+		return nil, fmt.Errorf("plugin checksum %q: %w", sum, err)
+	}
+	return forward.Launch(ctx, path, forward.WithLogger(a.log.Named("plugin")), forward.WithChecksum(raw))
+}
+
+// heldOut solves up to limit test cascades with the bundle and returns
+// test_f1, test_precision, test_recall, test_topk and test_cascades.
+func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward, test []diffusion.Cascade, limit int) (map[string]float64, error) {
+	if limit <= 0 || limit > len(test) {
+		limit = len(test)
+	}
+	bar := a.progress("test", limit)
+	defer bar.Done()
+	n := b.Manifest.Graph.Nodes
+	var prec, rec, f1, topk, auc []float64
+	y := make([]float64, n)
+	opts := b.Options()
+	for i := 0; i < limit; i++ {
+		y = test[i].Y(y)
+		opts.Seed = uint64(1_000_003 + i)
+		res, err := localize.Solve(ctx, b, f, y, opts)
+		if err != nil {
+			return nil, fmt.Errorf("test cascade %d: %w", i, err)
+		}
+		m := eval.Score(b.Graph, test[i].Sources, eval.Prediction{Scores: res.Scores, Sources: res.Sources})
+		prec, rec, f1 = append(prec, m.Precision), append(rec, m.Recall), append(f1, m.F1)
+		topk, auc = append(topk, m.TopK), append(auc, m.AUC)
+		bar.Set(i+1, "")
+	}
+	mean := func(xs []float64) float64 { return eval.Summarize(xs).Mean }
+	return map[string]float64{
+		"test_precision": mean(prec), "test_recall": mean(rec), "test_f1": mean(f1),
+		"test_topk": mean(topk), "test_auc": mean(auc), "test_cascades": float64(limit),
+	}, nil
+}
+
+// sortByScore orders node indices by descending score, ties by index.
+func sortByScore(idx []int, scores []float64) {
+	sort.SliceStable(idx, func(i, j int) bool { return scores[idx[i]] > scores[idx[j]] })
 }

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
+	"github.com/sourcewatch/sourcewatch/monitor"
+)
+
+// bundleLocalizer runs SL-VAE for one graph of the daemon: the graph's
+// bundle and its forward plugin process.
+type bundleLocalizer struct {
+	mu     sync.Mutex // one Solve at a time per plugin process
+	bundle *localize.Bundle
+	proc   *forward.Process
+	opts   localize.Options
+	model  monitor.ModelInfo
+}
+
+// bundleLocalizers returns the daemon's LocalizerFactory: it loads each
+// graph's bundle (checked against the configured edge file), launches the
+// bundle's forward plugin from pluginDir (checksum-verified) and configures
+// it with the bundle's state.
+func bundleLocalizers(pluginDir string, log *zap.Logger) monitor.LocalizerFactory {
+	return func(ctx context.Context, gc monitor.GraphConfig, g *graph.Graph) (monitor.Localizer, error) {
+		b, err := localize.LoadBundle(gc.Bundle, g)
+		if err != nil {
+			return nil, fmt.Errorf("graphs[%s].bundle: %w", gc.Name, err)
+		}
+		proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
+			PluginDir:       pluginDir,
+			Forward:         gc.Forward,
+			Params:          gc.ForwardParams,
+			Checksum:        gc.ForwardChecksum,
+			AllowUnverified: gc.AllowUnverified,
+			Logger:          log.Named("plugin").With(zap.String("graph", gc.Name)),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("graphs[%s]: %w", gc.Name, err)
+		}
+		info, err := proc.Info(ctx)
+		if err != nil {
+			proc.Close()
+			return nil, fmt.Errorf("graphs[%s]: forward plugin info: %w", gc.Name, err)
+		}
+		return &bundleLocalizer{
+			bundle: b, proc: proc, opts: b.Options(),
+			model: monitor.ModelInfo{Bundle: b.Manifest.ID, Forward: info.Name, ForwardVersion: info.Version},
+		}, nil
+	}
+}
+
+func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (monitor.Inference, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	res, err := localize.Solve(ctx, l.bundle, l.proc, y, l.opts)
+	if err != nil {
+		return monitor.Inference{}, err
+	}
+	return monitor.Inference{
+		Scores: res.Scores, Probability: res.Probability, Sources: res.Sources,
+		Threshold: res.Threshold, Model: l.model,
+	}, nil
+}
+
+// Healthy reports whether the plugin process is still running.
+func (l *bundleLocalizer) Healthy() bool { return !l.proc.Exited() }
+
+func (l *bundleLocalizer) Close() error { return l.proc.Close() }

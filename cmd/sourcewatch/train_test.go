@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/localize"
+)
+
+func runCmd(t *testing.T, stdin string, args ...string) (string, string, error) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	root := newRootCmd(&stdout, &stderr)
+	root.SetArgs(args)
+	root.SetIn(strings.NewReader(stdin))
+	err := root.ExecuteContext(t.Context())
+	return stdout.String(), stderr.String(), err
+}
+
+// TestTrainThenLocalize trains a small bundle on karate with the real icmf
+// plugin process, then localizes observations with it from the CLI.
+func TestTrainThenLocalize(t *testing.T) {
+	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "karate.swb")
+	out, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
+		"--diffusion", "SI", "--beta", "0.3", "--pattern", "cluster", "--cascades", "60", "--seed", "3",
+		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "5", "--prototypes", "64",
+		"--val-solves", "8", "--test-solves", "8", "--restarts", "4", "--out", bundle, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "36 train, 12 validation, 12 test")
+	require.Contains(t, out, "forward     icmf")
+
+	b, err := localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	require.Equal(t, 34, b.Manifest.Graph.Nodes)
+	require.Len(t, b.Manifest.Forward.SHA256, 64)
+	require.Contains(t, b.Manifest.Metrics, "test_f1")
+	require.Contains(t, b.Manifest.Metrics, "val_f1")
+
+	// JSON output, observation from stdin, two observations as JSONL.
+	obs := `{"infected":["0","1","2","3","7","13"]}` + "\n" + `{"infected":["33","32","8","30"]}` + "\n"
+	out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 2)
+	for i, line := range lines {
+		var got localizeOutput
+		require.NoError(t, json.Unmarshal([]byte(line), &got))
+		require.Equal(t, i+1, got.Observation)
+		require.Equal(t, b.Manifest.ID, got.Bundle)
+		require.NotEmpty(t, got.Top)
+		for _, s := range got.Sources {
+			require.GreaterOrEqual(t, s.Score, got.Threshold)
+		}
+	}
+
+	// Readable output names nodes of the graph.
+	obsFile := filepath.Join(dir, "obs.json")
+	require.NoError(t, os.WriteFile(obsFile, []byte(`{"infected":["33","32","8"]}`), 0o644))
+	out, _, err = runCmd(t, "", "localize", "--bundle", bundle, "--observation", obsFile, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "3 infected; threshold delta")
+	require.Contains(t, out, "rank  node")
+
+	// Bad input is named.
+	_, _, err = runCmd(t, `{"infected":["0","nope"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.ErrorContains(t, err, `"nope"`)
+	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\nnot json\n", "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.ErrorContains(t, err, "stdin:2")
+	_, _, err = runCmd(t, "", "localize", "--bundle", bundle, "--graph", "../../diffusion/testdata/karate.edges", "--directed",
+		"--plugin-dir", pluginDir, "--log-level", "warn")
+	require.ErrorIs(t, err, localize.ErrGraphMismatch)
+
+	// A plugin binary that is not the one the bundle recorded is refused.
+	other := filepath.Join(t.TempDir(), "sourcewatch-forward-icmf")
+	data, err := os.ReadFile(filepath.Join(pluginDir, "sourcewatch-forward-icmf"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(other, append(data, 0), 0o755))
+	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", bundle, "--plugin-dir", filepath.Dir(other), "--log-level", "warn")
+	require.Error(t, err)
+	require.ErrorContains(t, err, b.Manifest.Forward.SHA256)
+}

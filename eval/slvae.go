@@ -1,0 +1,170 @@
+package eval
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
+	"github.com/sourcewatch/sourcewatch/prior"
+)
+
+// SL-VAE and its ablations (the paper's Table 4), trained on the run's
+// training split with delta chosen on its validation split, like every
+// other method. Parameters (--method-param slvae.<key>=<value>):
+//
+//	forward      forward-model plugin name (default deepis)
+//	plugin_dir   where sourcewatch-forward-<name> binaries live (default bin)
+//	forward.<k>  a parameter of the forward plugin
+//	epochs       forward-model epochs (0 = plugin default)
+//	prior_epochs VAE epochs (0 = default)
+//	restarts     inference restarts R (default 8)
+//	val_solves   validation cascades solved to choose delta (default 32)
+func init() {
+	for name, variant := range map[string]localize.Variant{
+		"slvae":         localize.Full,
+		"slvae-a":       localize.NoPriorPred,
+		"slvae-b":       localize.NoInit,
+		"slvae-noprior": localize.NoPrior,
+	} {
+		Register(name, func(env Env) (Method, error) { return newSLVAE(env, name, variant) })
+	}
+}
+
+type slvae struct {
+	name      string
+	variant   localize.Variant
+	env       Env
+	forward   string
+	pluginDir string
+	fparams   map[string]string
+	fit       forward.FitOptions
+	prior     prior.Config
+	solve     localize.Options
+	valSolves int
+
+	proc   *forward.Process
+	bundle *localize.Bundle
+	extras map[string]float64
+}
+
+func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
+	p := newParams(name, env.Params)
+	m := &slvae{name: name, variant: variant, env: env, fparams: map[string]string{}}
+	m.forward = p.str("forward", "deepis")
+	m.pluginDir = p.str("plugin_dir", "bin")
+	for k, v := range env.Params {
+		if fk, ok := strings.CutPrefix(k, "forward."); ok {
+			p.used[k] = true
+			m.fparams[fk] = v
+		}
+	}
+	m.fit.Epochs = p.int("epochs", 0)
+	m.fit.Seed = env.Seed
+	m.prior = prior.DefaultConfig()
+	if e := p.int("prior_epochs", 0); e > 0 {
+		m.prior.Epochs = e
+	}
+	m.solve = localize.DefaultOptions()
+	m.solve.Variant = variant
+	m.solve.Restarts = p.int("restarts", m.solve.Restarts)
+	m.valSolves = p.int("val_solves", 32)
+	if err := p.done(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// str reads a string parameter.
+func (p *params) str(key, def string) string {
+	p.used[key] = true
+	if s, ok := p.m[key]; ok {
+		return s
+	}
+	return def
+}
+
+func (m *slvae) Name() string { return m.name }
+
+func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.Cascade) error {
+	log := m.env.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	sum, err := localize.PluginChecksum(m.pluginDir, m.forward)
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.name, err)
+	}
+	path, _ := forward.PluginPath(m.pluginDir, m.forward)
+	raw, _ := hex.DecodeString(sum)
+	proc, err := forward.Launch(ctx, path, forward.WithLogger(log.Named("plugin")), forward.WithChecksum(raw))
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.name, err)
+	}
+	m.proc = proc
+	info, err := proc.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: forward plugin info: %w", m.name, err)
+	}
+	if err := proc.Configure(ctx, g, m.fparams, nil); err != nil {
+		return fmt.Errorf("%s: configuring forward plugin: %w", m.name, err)
+	}
+	cfg := localize.TrainConfig{
+		Forward:          localize.ForwardRef{Name: m.forward, Version: info.Version, SHA256: sum, Params: m.fparams},
+		Fit:              m.fit,
+		Prior:            m.prior,
+		Solve:            m.solve,
+		ValidationSolves: m.valSolves,
+		Seed:             m.env.Seed,
+	}
+	b, err := localize.Train(ctx, g, proc, cascadePairs(train), cascadePairs(val), cfg, func(p localize.TrainProgress) {
+		if m.env.Progress != nil && p.Done == p.Total {
+			m.env.Progress(fmt.Sprintf("%s: %s done", m.name, p.Stage))
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.name, err)
+	}
+	m.bundle = b
+	m.extras = map[string]float64{
+		"forward_val_mse": b.Manifest.Metrics["forward_val_mse"],
+		"delta":           b.Manifest.Threshold,
+	}
+	return nil
+}
+
+func (m *slvae) Localize(ctx context.Context, y []float64) (Prediction, error) {
+	if m.bundle == nil {
+		return Prediction{}, fmt.Errorf("%s: Localize before Fit", m.name)
+	}
+	res, err := localize.Solve(ctx, m.bundle, m.proc, y, m.solve)
+	if err != nil {
+		return Prediction{}, fmt.Errorf("%s: %w", m.name, err)
+	}
+	return Prediction{Scores: res.Scores, Sources: res.Sources}, nil
+}
+
+// Extras reports the forward model's validation error and the chosen delta.
+func (m *slvae) Extras() map[string]float64 { return m.extras }
+
+// Close stops the forward plugin process.
+func (m *slvae) Close() error {
+	if m.proc == nil {
+		return nil
+	}
+	return m.proc.Close()
+}
+
+func cascadePairs(cs []diffusion.Cascade) []forward.Pair {
+	ps := make([]forward.Pair, len(cs))
+	for i, c := range cs {
+		ps[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
+	}
+	return ps
+}
