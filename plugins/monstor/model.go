@@ -1,0 +1,232 @@
+package monstor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+
+	"go.uber.org/zap"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// Name and Version identify the model in Info and in its state blobs.
+const (
+	Name    = "monstor"
+	Version = "1.0.0"
+)
+
+// Arch is the architecture of the network; it is stored in the state blob.
+type Arch struct {
+	// Stacks is the number of stacked 2-layer GCN blocks (the paper: 3).
+	Stacks int `json:"stacks"`
+	// Hidden is the width of each block's hidden layer.
+	Hidden int `json:"hidden"`
+}
+
+// DefaultArch is the paper's setup, 3 stacks, with 32 hidden units.
+func DefaultArch() Arch { return Arch{Stacks: 3, Hidden: 32} }
+
+// Validate reports an architecture that cannot be built.
+func (a Arch) Validate() error {
+	switch {
+	case a.Stacks < 1 || a.Stacks > 16:
+		return fmt.Errorf("stacks %d: want 1..16", a.Stacks)
+	case a.Hidden < 1 || a.Hidden > 1024:
+		return fmt.Errorf("hidden %d: want 1..1024", a.Hidden)
+	}
+	return nil
+}
+
+// Training defaults used where FitOptions leaves a zero value.
+const (
+	DefaultEpochs       = 60
+	DefaultLearningRate = 1e-2
+	DefaultBatchSize    = 16
+	DefaultLambda       = 1.0
+	DefaultPatience     = 8
+)
+
+var params = []forward.Param{
+	{Name: "stacks", Default: "3", Help: "stacked 2-layer GCN blocks, each refining the previous one's estimate"},
+	{Name: "hidden", Default: "32", Help: "hidden units of each block"},
+	{Name: "patience", Default: strconv.Itoa(DefaultPatience), Help: "epochs without validation improvement before Fit stops early"},
+}
+
+// Option configures a Model.
+type Option func(*Model)
+
+// WithLogger sets the logger (default zap.NewNop()).
+func WithLogger(l *zap.Logger) Option { return func(m *Model) { m.log = l } }
+
+// Model is the MONSTOR-style stacked GCN forward model. It implements forward.Model in-process
+// and is safe for concurrent use (calls are serialised).
+type Model struct {
+	log *zap.Logger
+
+	mu       sync.Mutex
+	g        *graph.Graph
+	arch     Arch
+	patience int
+	net      *network
+}
+
+var _ forward.Model = (*Model)(nil)
+
+// New returns an unconfigured Model.
+func New(opts ...Option) *Model {
+	m := &Model{log: zap.NewNop(), arch: DefaultArch(), patience: DefaultPatience}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// Info describes the model and its Configure parameters.
+func (m *Model) Info(ctx context.Context) (forward.Info, error) {
+	return forward.Info{Name: Name, Version: Version, Trainable: true, Params: append([]forward.Param(nil), params...)}, nil
+}
+
+// parseParams reads Configure's params over the defaults and returns which
+// architecture keys were given explicitly.
+func parseParams(p map[string]string) (Arch, int, map[string]bool, error) {
+	arch, patience := DefaultArch(), DefaultPatience
+	set := map[string]bool{}
+	for k, v := range p {
+		i, err := strconv.Atoi(v)
+		if err != nil {
+			return arch, 0, nil, fmt.Errorf("param %s=%q: not an integer", k, v)
+		}
+		switch k {
+		case "stacks":
+			arch.Stacks = i
+		case "hidden":
+			arch.Hidden = i
+		case "patience":
+			if i < 1 {
+				return arch, 0, nil, fmt.Errorf("param patience=%d: want >= 1", i)
+			}
+			patience = i
+		default:
+			return arch, 0, nil, fmt.Errorf("unknown param %q (known: stacks, hidden, patience)", k)
+		}
+		set[k] = true
+	}
+	if err := arch.Validate(); err != nil {
+		return arch, 0, nil, fmt.Errorf("param %w", err)
+	}
+	return arch, patience, set, nil
+}
+
+// Configure sets the graph, parameters and, if state is not nil, the
+// fitted weights of an earlier Fit. A state made for another graph, another
+// model or a corrupt one wraps forward.ErrBadState. When a state is given
+// its architecture wins; an explicit architecture parameter that disagrees
+// with it is an error.
+func (m *Model) Configure(ctx context.Context, g *graph.Graph, p map[string]string, state []byte) error {
+	if g == nil {
+		return errors.New("monstor: configure: nil graph")
+	}
+	if g.N() == 0 {
+		return fmt.Errorf("monstor: configure: %w", graph.ErrEmpty)
+	}
+	arch, patience, set, err := parseParams(p)
+	if err != nil {
+		return fmt.Errorf("monstor: configure: %w", err)
+	}
+	var net *network
+	if state != nil {
+		net, err = decodeState(state, g)
+		if err != nil {
+			return fmt.Errorf("monstor: configure: %w", err)
+		}
+		sa := net.arch
+		for k, ok := range map[string]bool{"stacks": arch.Stacks == sa.Stacks, "hidden": arch.Hidden == sa.Hidden} {
+			if set[k] && !ok {
+				return fmt.Errorf("monstor: configure: param %s=%s disagrees with the state's architecture %+v", k, p[k], sa)
+			}
+		}
+		arch = sa
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.g, m.arch, m.patience, m.net = g, arch, patience, net
+	return nil
+}
+
+// ready returns the fitted network or the reason there is none.
+func (m *Model) ready() (*network, error) {
+	if m.g == nil {
+		return nil, fmt.Errorf("monstor: %w", forward.ErrNotConfigured)
+	}
+	if m.net == nil {
+		return nil, fmt.Errorf("monstor: %w", forward.ErrNotFitted)
+	}
+	return m.net, nil
+}
+
+// checkBatch reports a batch whose shape does not match the graph or that
+// holds NaN or Inf.
+func checkBatch(what string, x *mat.Dense, n int) error {
+	r, c := x.Dims()
+	if c != n {
+		return fmt.Errorf("%s has %d columns, graph has %d nodes", what, c, n)
+	}
+	for i := 0; i < r; i++ {
+		for j, v := range x.RawRowView(i) {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("%s row %d node %d is %v", what, i, j, v)
+			}
+		}
+	}
+	return nil
+}
+
+// Predict returns f(x) for each row of x as a new matrix.
+func (m *Model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	net, err := m.ready()
+	if err != nil {
+		return nil, err
+	}
+	if x.IsEmpty() {
+		return &mat.Dense{}, nil
+	}
+	if err := checkBatch("x", x, net.n); err != nil {
+		return nil, fmt.Errorf("monstor: predict: %w", err)
+	}
+	return mat.DenseCopyOf(net.forward(x)), nil
+}
+
+// VJP returns y = f(x) and dx = (df/dx)^T dy for each row, as new
+// matrices.
+func (m *Model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	net, err := m.ready()
+	if err != nil {
+		return nil, nil, err
+	}
+	if x.IsEmpty() && dy.IsEmpty() {
+		return &mat.Dense{}, &mat.Dense{}, nil
+	}
+	if err := checkBatch("x", x, net.n); err != nil {
+		return nil, nil, fmt.Errorf("monstor: vjp: %w", err)
+	}
+	if err := checkBatch("dy", dy, net.n); err != nil {
+		return nil, nil, fmt.Errorf("monstor: vjp: %w", err)
+	}
+	xr, _ := x.Dims()
+	if dr, _ := dy.Dims(); dr != xr {
+		return nil, nil, fmt.Errorf("monstor: vjp: x has %d rows, dy has %d", xr, dr)
+	}
+	y := mat.DenseCopyOf(net.forward(x))
+	dx := mat.DenseCopyOf(net.backward(dy))
+	return y, dx, nil
+}

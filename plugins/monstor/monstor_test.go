@@ -1,0 +1,428 @@
+package monstor
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/nn"
+)
+
+// randomGraph is an Erdős–Rényi-like graph on n nodes with about m edges,
+// plus a ring so no node is isolated.
+func randomGraph(n, m int, directed, weighted bool, seed uint64) *graph.Graph {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var edges []graph.Edge
+	for v := 0; v < n; v++ {
+		edges = append(edges, graph.Edge{From: v, To: (v + 1) % n, W: 0.2 + 0.6*rng.Float64()})
+	}
+	for len(edges) < m {
+		a, b := rng.IntN(n), rng.IntN(n)
+		edges = append(edges, graph.Edge{From: a, To: b, W: 0.2 + 0.6*rng.Float64()})
+	}
+	return graph.New(n, edges, nil, directed, weighted)
+}
+
+// simulateSI runs a discrete-time SI cascade per pair: k random sources,
+// each step every infected node infects each out-neighbour with
+// probability beta, observed when the infected fraction first reaches a
+// target drawn from [0.2, 0.5].
+func simulateSI(g *graph.Graph, count, k int, beta float64, seed uint64) []forward.Pair {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	n := g.N()
+	pairs := make([]forward.Pair, count)
+	for c := range pairs {
+		inf := make([]bool, n)
+		src := rng.Perm(n)[:k]
+		var set []int
+		for _, s := range src {
+			inf[s] = true
+			set = append(set, s)
+		}
+		target := int(math.Ceil((0.2 + 0.3*rng.Float64()) * float64(n)))
+		for step := 0; len(set) < target && step < 100; step++ {
+			var next []int
+			for _, u := range set {
+				nbr, _ := g.Out(u)
+				for _, v := range nbr {
+					if !inf[v] && rng.Float64() < beta {
+						inf[v] = true
+						next = append(next, v)
+					}
+				}
+			}
+			set = append(set, next...)
+		}
+		pairs[c] = forward.Pair{Sources: append([]int(nil), src...), Infected: set}
+	}
+	return pairs
+}
+
+// fittedModel returns a Model configured with the state of a freshly
+// initialised network, with its weights jittered so no parameter sits at a
+// special value such as a zero bias.
+func fittedModel(t testing.TB, g *graph.Graph, arch Arch, seed uint64) *Model {
+	t.Helper()
+	net := newNetwork(g, arch, seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for _, p := range net.params {
+		for i := range p.Value {
+			p.Value[i] += 0.1 * rng.NormFloat64()
+		}
+	}
+	state, err := encodeState(net, g)
+	require.NoError(t, err)
+	m := New()
+	require.NoError(t, m.Configure(context.Background(), g, nil, state))
+	return m
+}
+
+// indicator returns the 0/1 vector of the union of sets.
+func indicator(n int, sets ...[]int) []float64 {
+	y := make([]float64, n)
+	for _, s := range sets {
+		for _, v := range s {
+			y[v] = 1
+		}
+	}
+	return y
+}
+
+func randomMatrix(r, c int, lo, hi float64, rng *rand.Rand) *mat.Dense {
+	d := make([]float64, r*c)
+	for i := range d {
+		d[i] = lo + (hi-lo)*rng.Float64()
+	}
+	return mat.NewDense(r, c, d)
+}
+
+func TestVJPMatchesFiniteDifferences(t *testing.T) {
+	for _, tt := range []struct {
+		name               string
+		directed, weighted bool
+		arch               Arch
+	}{
+		{"undirected", false, false, Arch{Stacks: 3, Hidden: 4}},
+		{"directed weighted", true, true, Arch{Stacks: 2, Hidden: 5}},
+		{"one stack", false, true, Arch{Stacks: 1, Hidden: 3}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			g := randomGraph(9, 20, tt.directed, tt.weighted, 7)
+			m := fittedModel(t, g, tt.arch, 11)
+			rng := rand.New(rand.NewPCG(5, 5))
+			x := randomMatrix(3, g.N(), 0, 1, rng)
+			dy := randomMatrix(3, g.N(), -1, 1, rng)
+			y, dx, err := m.VJP(ctx, x, dy)
+			require.NoError(t, err)
+			py, err := m.Predict(ctx, x)
+			require.NoError(t, err)
+			require.True(t, mat.Equal(y, py), "VJP's y differs from Predict")
+
+			xs := x.RawMatrix().Data
+			loss := func() float64 {
+				p, err := m.Predict(ctx, x)
+				require.NoError(t, err)
+				var s float64
+				for i := 0; i < 3; i++ {
+					for j := 0; j < g.N(); j++ {
+						s += p.At(i, j) * dy.At(i, j)
+					}
+				}
+				return s
+			}
+			rel, worst := nn.CheckGradient(loss, xs, dx.RawMatrix().Data, 1e-6)
+			require.Less(t, rel, 1e-4, "worst entry %d", worst)
+		})
+	}
+}
+
+func TestLossGradientMatchesFiniteDifferences(t *testing.T) {
+	g := randomGraph(10, 24, false, false, 3)
+	arch := Arch{Stacks: 3, Hidden: 4}
+	net := newNetwork(g, arch, 4)
+	rng := rand.New(rand.NewPCG(8, 8))
+	for _, p := range net.params {
+		for i := range p.Value {
+			p.Value[i] += 0.1 * rng.NormFloat64()
+		}
+	}
+	tr := &trainer{net: net, n: g.N(), lambda: 2}
+	tr.fill(simulateSI(g, 4, 3, 0.4, 9), rng)
+	// Arbitrary second rows instead of subsets, so the hinge of the
+	// penalty is active at many nodes whatever the initial weights.
+	for i := 4; i < 8; i++ {
+		for v := 0; v < g.N(); v++ {
+			tr.xx.Set(i, v, rng.Float64())
+		}
+	}
+	loss, mse := tr.loss(true)
+	require.Greater(t, loss, mse, "the monotonicity penalty should be active for this check to cover it")
+	// Entries are judged against the largest gradient of all parameters:
+	// some are exactly zero (a_dst . z_v shifts a whole softmax row while
+	// every logit of the row is on one side of the LeakyReLU), and their
+	// central differences are round-off only.
+	const eps = 1e-6
+	var scale float64
+	type entry struct{ num, grad float64 }
+	got := map[string][]entry{}
+	for _, p := range net.params {
+		for i := range p.Value {
+			v := p.Value[i]
+			p.Value[i] = v + eps
+			lp, _ := tr.loss(false)
+			p.Value[i] = v - eps
+			lm, _ := tr.loss(false)
+			p.Value[i] = v
+			e := entry{(lp - lm) / (2 * eps), p.Grad[i]}
+			got[p.Name] = append(got[p.Name], e)
+			scale = math.Max(scale, math.Max(math.Abs(e.num), math.Abs(e.grad)))
+		}
+	}
+	require.Greater(t, scale, 0.0)
+	for name, es := range got {
+		for i, e := range es {
+			den := math.Max(math.Max(math.Abs(e.num), math.Abs(e.grad)), 1e-4*scale)
+			require.Less(t, math.Abs(e.num-e.grad)/den, 1e-4, "param %s entry %d: numeric %g analytic %g", name, i, e.num, e.grad)
+		}
+	}
+}
+
+// fitEpochs is enough for the network to close most of the gap between
+// the references below on this small problem.
+const fitEpochs = 20
+
+func TestFitReducesValidationMSE(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(60, 150, false, false, 21)
+	pairs := simulateSI(g, 160, 4, 0.3, 22)
+	train, val := pairs[:120], pairs[120:]
+	m := New()
+	require.NoError(t, m.Configure(ctx, g, map[string]string{"hidden": "16"}, nil))
+	var reports []forward.Progress
+	res, err := m.Fit(ctx, train, forward.FitOptions{Epochs: fitEpochs, Seed: 1, Validation: val}, func(p forward.Progress) {
+		reports = append(reports, p)
+		t.Logf("epoch %d train %.4f val %.4f", p.Epoch, p.TrainLoss, p.ValLoss)
+	})
+	require.NoError(t, err)
+	require.NotEmpty(t, reports)
+	require.Equal(t, len(reports), int(res.Metrics["epochs"]))
+
+	// Two references: the best constant guess for non-sources, which the
+	// output bias starts from, and the empirical infection rate by hop
+	// distance to the nearest source, learned on the training pairs. The
+	// network must close most of the gap between them.
+	c := backgroundRate(train, g.N())
+	byDist := map[int][2]float64{}
+	for _, p := range train {
+		y := indicator(g.N(), p.Infected, p.Sources)
+		for v, d := range g.BFS(p.Sources, nil) {
+			r := byDist[d]
+			r[0] += y[v]
+			r[1]++
+			byDist[d] = r
+		}
+	}
+	var constant, hops float64
+	for _, p := range val {
+		y := indicator(g.N(), p.Infected, p.Sources)
+		for v, d := range g.BFS(p.Sources, nil) {
+			pc := c
+			if d == 0 {
+				pc = 1
+			}
+			ph := byDist[d][0] / byDist[d][1]
+			constant += (pc - y[v]) * (pc - y[v])
+			hops += (ph - y[v]) * (ph - y[v])
+		}
+	}
+	constant /= float64(len(val) * g.N())
+	hops /= float64(len(val) * g.N())
+	got := res.Metrics["val_mse"]
+	t.Logf("val mse %.4f, constant %.4f, by hop distance %.4f", got, constant, hops)
+	require.Less(t, hops, constant)
+	require.Less(t, got, constant-0.6*(constant-hops))
+
+	// The reported validation MSE is that of the model Fit leaves behind.
+	x := mat.NewDense(len(val), g.N(), nil)
+	for i, p := range val {
+		for _, v := range p.Sources {
+			x.Set(i, v, 1)
+		}
+	}
+	y, err := m.Predict(ctx, x)
+	require.NoError(t, err)
+	var sum float64
+	for i, p := range val {
+		for j, o := range indicator(g.N(), p.Infected, p.Sources) {
+			d := y.At(i, j) - o
+			sum += d * d
+		}
+	}
+	require.InDelta(t, got, sum/float64(len(val)*g.N()), 1e-9)
+}
+
+func TestStateRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(30, 60, false, false, 31)
+	pairs := simulateSI(g, 20, 3, 0.3, 32)
+	m := New()
+	require.NoError(t, m.Configure(ctx, g, map[string]string{"stacks": "2", "hidden": "6"}, nil))
+	res, err := m.Fit(ctx, pairs, forward.FitOptions{Epochs: 2, Seed: 3}, nil)
+	require.NoError(t, err)
+
+	x := randomMatrix(4, g.N(), 0, 1, rand.New(rand.NewPCG(1, 1)))
+	want, err := m.Predict(ctx, x)
+	require.NoError(t, err)
+
+	// Architecture comes from the state; repeating it is fine.
+	m2 := New()
+	require.NoError(t, m2.Configure(ctx, g, map[string]string{"stacks": "2"}, res.State))
+	got, err := m2.Predict(ctx, x)
+	require.NoError(t, err)
+	require.True(t, mat.Equal(want, got))
+
+	// Fit is deterministic for a seed.
+	m3 := New()
+	require.NoError(t, m3.Configure(ctx, g, map[string]string{"stacks": "2", "hidden": "6"}, nil))
+	res3, err := m3.Fit(ctx, pairs, forward.FitOptions{Epochs: 2, Seed: 3}, nil)
+	require.NoError(t, err)
+	require.Equal(t, res.State, res3.State)
+}
+
+func TestConfigureRejectsBadState(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(12, 20, false, false, 41)
+	other := randomGraph(12, 21, false, false, 42)
+	net := newNetwork(g, DefaultArch(), 1)
+	state, err := encodeState(net, g)
+	require.NoError(t, err)
+	flipped := append([]byte(nil), state...)
+	flipped[len(flipped)-9] ^= 0x40
+
+	for _, tt := range []struct {
+		name  string
+		g     *graph.Graph
+		state []byte
+		want  string
+	}{
+		{"other graph", other, state, "state made for graph"},
+		{"not a state", g, []byte("hello"), "missing magic"},
+		{"truncated", g, state[:len(state)-20], "bad forward model state"},
+		{"corrupt weights", g, flipped, "bad forward model state"},
+		{"truncated header", g, state[:len(stateMagic)+6], "header length"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := New().Configure(ctx, tt.g, nil, tt.state)
+			require.ErrorIs(t, err, forward.ErrBadState)
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+func TestErrors(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(8, 12, false, false, 51)
+	x := mat.NewDense(1, g.N(), nil)
+
+	m := New()
+	_, err := m.Predict(ctx, x)
+	require.ErrorIs(t, err, forward.ErrNotConfigured)
+	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{1}}}, forward.FitOptions{}, nil)
+	require.ErrorIs(t, err, forward.ErrNotConfigured)
+
+	require.NoError(t, m.Configure(ctx, g, nil, nil))
+	_, _, err = m.VJP(ctx, x, x)
+	require.ErrorIs(t, err, forward.ErrNotFitted)
+
+	for _, tt := range []struct {
+		name   string
+		params map[string]string
+		want   string
+	}{
+		{"unknown", map[string]string{"layers": "3"}, `unknown param "layers"`},
+		{"not a number", map[string]string{"stacks": "many"}, `param stacks="many": not an integer`},
+		{"range", map[string]string{"hidden": "0"}, "hidden 0"},
+		{"patience", map[string]string{"patience": "0"}, "patience=0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.ErrorContains(t, New().Configure(ctx, g, tt.params, nil), tt.want)
+		})
+	}
+
+	state, err := encodeState(newNetwork(g, Arch{Stacks: 2, Hidden: 3}, 1), g)
+	require.NoError(t, err)
+	require.ErrorContains(t, m.Configure(ctx, g, map[string]string{"stacks": "3"}, state), "param stacks=3 disagrees")
+	require.NoError(t, m.Configure(ctx, g, nil, state))
+
+	_, err = m.Predict(ctx, mat.NewDense(1, g.N()+1, nil))
+	require.ErrorContains(t, err, "x has 9 columns, graph has 8 nodes")
+	bad := mat.NewDense(1, g.N(), nil)
+	bad.Set(0, 3, math.NaN())
+	_, err = m.Predict(ctx, bad)
+	require.ErrorContains(t, err, "x row 0 node 3 is NaN")
+	_, _, err = m.VJP(ctx, mat.NewDense(2, g.N(), nil), mat.NewDense(1, g.N(), nil))
+	require.ErrorContains(t, err, "x has 2 rows, dy has 1")
+
+	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{1}, Infected: []int{8}}}, forward.FitOptions{}, nil)
+	require.ErrorContains(t, err, "training pair 0: infected node index 8 out of range")
+
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = m.Fit(cctx, []forward.Pair{{Sources: []int{1}}}, forward.FitOptions{}, nil)
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestSourcesAreInfected(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(15, 30, false, false, 61)
+	m := fittedModel(t, g, DefaultArch(), 2)
+	x := mat.NewDense(2, g.N(), nil)
+	x.Set(0, 4, 1)
+	x.Set(1, 7, 1)
+	x.Set(1, 9, 1)
+	y, err := m.Predict(ctx, x)
+	require.NoError(t, err)
+	for i := 0; i < 2; i++ {
+		for j := 0; j < g.N(); j++ {
+			require.True(t, y.At(i, j) > 0 && y.At(i, j) <= 1)
+			if x.At(i, j) == 1 {
+				require.Equal(t, 1.0, y.At(i, j), "source %d of row %d", j, i)
+			}
+		}
+	}
+}
+
+func loadShared(b *testing.B, name string) *graph.Graph {
+	g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", name+".edges"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g
+}
+
+func BenchmarkVJP(b *testing.B) {
+	for _, name := range []string{"jazz", "power_grid"} {
+		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
+			g := loadShared(b, name)
+			m := fittedModel(b, g, DefaultArch(), 1)
+			rng := rand.New(rand.NewPCG(1, 1))
+			x := randomMatrix(8, g.N(), 0, 1, rng)
+			dy := randomMatrix(8, g.N(), -1, 1, rng)
+			b.ResetTimer()
+			for b.Loop() {
+				if _, _, err := m.VJP(ctx, x, dy); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
