@@ -380,3 +380,48 @@ func TestFormat(t *testing.T) {
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+
+// TestRestartFromOldSnapshotDeduplicates is the crash story end to end: a
+// monitor snapshots its tracker, publishes an update, and dies before the
+// next snapshot; the restarted monitor restores the older snapshot, sees the
+// same observation again, and republishes the same id, which the stream
+// drops.
+func TestRestartFromOldSnapshotDeduplicates(t *testing.T) {
+	srv, js := startJS(t)
+	ctx := ctxT(t)
+	stream, err := EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	c := &clock{t: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)}
+
+	tr := NewTracker(c.now)
+	pub := NewPublisher(js, "sw")
+	require.NoError(t, pub.Publish(ctx, fire(t, tr, "g", "a")))
+	snap, err := tr.MarshalJSON()
+	require.NoError(t, err)
+	c.add(time.Minute)
+	u, ok := tr.Observe(obs("g", "a", "b"))
+	require.True(t, ok)
+	require.NoError(t, pub.Publish(ctx, u))
+
+	// Crash. The restart restores the older snapshot.
+	c.add(time.Minute)
+	tr2 := NewTracker(c.now)
+	require.NoError(t, tr2.UnmarshalJSON(snap))
+	u2, ok := tr2.Observe(obs("g", "b", "a"))
+	require.True(t, ok)
+	require.Equal(t, u.ID, u2.ID)
+	require.NotEqual(t, u.ObservedAt, u2.ObservedAt)
+	require.NoError(t, NewPublisher(connect(t, srv), "sw").Publish(ctx, u2))
+
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), info.State.Msgs, "the replayed update must be deduplicated")
+
+	// The restarted tracker goes on from there.
+	r, ok := tr2.Resolve("g", Window{}, 0)
+	require.True(t, ok)
+	require.NoError(t, pub.Publish(ctx, r))
+	info, err = stream.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), info.State.Msgs)
+}

@@ -1,0 +1,79 @@
+package alerts_test
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+)
+
+func ExampleCredibleSet() {
+	sources := []alerts.Source{
+		{Node: "7", Score: 2.0, Probability: 0.30},
+		{Node: "12", Score: 3.1, Probability: 0.55},
+		{Node: "150", Score: 0.4, Probability: 0.15},
+	}
+	fmt.Println(alerts.CredibleSet(sources, 0.9))
+	fmt.Println(alerts.CredibleSet(sources, 0.5))
+	// Output:
+	// [12 7 150]
+	// [12]
+}
+
+func ExampleTracker() {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	tr := alerts.NewTracker(func() time.Time { return now })
+	obs := func(nodes ...string) alerts.Observation {
+		o := alerts.Observation{Graph: "jazz", Infected: 40}
+		for _, n := range nodes {
+			o.Sources = append(o.Sources, alerts.Source{Node: n, Probability: 1})
+		}
+		return o
+	}
+	show := func(a alerts.Alert, publish bool) {
+		fmt.Println(a.Status, a.Seq, publish)
+	}
+	show(tr.Observe(obs("12", "7")))
+	show(tr.Observe(obs("7", "12"))) // same set: nothing to publish
+	show(tr.Observe(obs("12")))
+	show(tr.Resolve("jazz", alerts.Window{}, 2))
+	show(tr.Resolve("jazz", alerts.Window{}, 0)) // nothing open
+	// Output:
+	// firing 1 true
+	// firing 1 false
+	// updated 2 true
+	// resolved 3 true
+	//  0 false
+}
+
+func ExampleFormat() {
+	a := alerts.Alert{
+		Schema: alerts.Schema, ID: "5d41402abc4b2a76b9719d911017c592-2", Fingerprint: "5d41402abc4b2a76b9719d911017c592",
+		Status: alerts.Updated, Graph: "jazz",
+		Window:   alerts.Window{From: time.Date(2026, 11, 23, 11, 0, 0, 0, time.UTC), To: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)},
+		Infected: 57,
+		Sources: []alerts.Source{
+			{Node: "12", Score: 3.1, Probability: 0.55},
+			{Node: "7", Score: 2.0, Probability: 0.30},
+			{Node: "150", Score: 0.4, Probability: 0.15},
+		},
+		CredibleSet: []string{"12", "7", "150"},
+		Threshold:   0.5,
+		Model:       alerts.ModelRef{Bundle: "jazz-si-3f2a", Forward: "si", ForwardVersion: "1.0.0"},
+		InferenceMS: 12.5, Seq: 2, ObservedAt: time.Date(2026, 11, 23, 12, 0, 1, 0, time.UTC),
+	}
+	_ = alerts.Format(os.Stdout, a)
+	// Output:
+	// UPDATED jazz at 2026-11-23T12:00:01Z (seq 2)
+	//   id            5d41402abc4b2a76b9719d911017c592-2
+	//   window        2026-11-23T11:00:00Z .. 2026-11-23T12:00:00Z
+	//   infected      57
+	//   credible set  12, 7, 150 (3 of 3 sources, marked *)
+	//   model         bundle jazz-si-3f2a, forward si 1.0.0
+	//   threshold     0.5, inference 12.5 ms
+	//       rank  node  score  probability
+	//          1    12    3.1        0.550  *
+	//          2     7      2        0.300  *
+	//          3   150    0.4        0.150  *
+}
