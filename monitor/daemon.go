@@ -70,7 +70,11 @@ func WithReload(f func(ctx context.Context) (Config, error)) Option {
 
 // Daemon is the streaming monitor. Create it with New, run it with Run.
 type Daemon struct {
+	// cfg is the configuration Run started with; it does not change, so
+	// every goroutine may read it. current is what the last reload put in
+	// effect: the per-graph settings live in each graphRT.
 	cfg       Config
+	current   atomic.Pointer[Config]
 	log       *zap.Logger
 	now       func() time.Time
 	factory   LocalizerFactory
@@ -194,8 +198,9 @@ func (d *Daemon) HTTPAddr() string { return d.httpAddr.Load().(string) }
 
 // Config returns the configuration in effect (after reloads).
 func (d *Daemon) Config() Config {
-	d.reloadMu.Lock()
-	defer d.reloadMu.Unlock()
+	if c := d.current.Load(); c != nil {
+		return *c
+	}
 	return d.cfg
 }
 
@@ -712,8 +717,10 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 // Reload re-reads the configuration (WithReload), rebuilds every graph's
 // Localizer (bundles and plugins) and swaps them in atomically; the old
 // ones are closed once their in-flight inference is done. Events keep
-// flowing throughout. On any failure nothing changes. The graph set and
-// edge files cannot change without a restart.
+// flowing throughout. On any failure nothing changes. Per-graph settings
+// (bundle, forward plugin and params, window, decay, interval, min_changes,
+// min_infected, restarts) take effect; the graph set, edge files and the
+// daemon-wide settings (NATS, HTTP, workers, data dir) need a restart.
 func (d *Daemon) Reload(ctx context.Context) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
@@ -722,7 +729,7 @@ func (d *Daemon) Reload(ctx context.Context) error {
 	default:
 		return fmt.Errorf("%w: daemon not running", ErrReload)
 	}
-	cfg := d.cfg
+	cfg := d.Config()
 	if d.reloadCfg != nil {
 		var err error
 		if cfg, err = d.reloadCfg(ctx); err != nil {
@@ -761,7 +768,7 @@ func (d *Daemon) Reload(ctx context.Context) error {
 			d.log.Warn("closing old localizer", zap.String("graph", gr.name), zap.Error(err))
 		}
 	}
-	d.cfg = cfg
+	d.current.Store(&cfg)
 	d.log.Info("reloaded", zap.Int("graphs", len(d.order)))
 	return nil
 }

@@ -65,7 +65,7 @@ func (f *fakeLocalizer) Healthy() bool { return !f.sick.Load() }
 func infectedAreSources(tag string) func([]float64) Inference {
 	return func(y []float64) Inference {
 		inf := Inference{Scores: make([]float64, len(y)), Probability: make([]float64, len(y)), Threshold: 0.5,
-			Model: ModelInfo{Bundle: "test-bundle", Forward: "fake", ForwardVersion: tag}}
+			Model: ModelInfo{Bundle: tag, Forward: "fake", ForwardVersion: "1"}}
 		for v := range y {
 			if y[v] > 0 {
 				inf.Sources = []int{v}

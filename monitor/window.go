@@ -1,7 +1,6 @@
 package monitor
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"sync"
@@ -43,8 +42,10 @@ const (
 
 // recentIDs is how many event ids a window remembers for deduplication.
 // JetStream's Nats-Msg-Id window catches fast duplicates; this catches the
-// ones that share an id but arrive later or with other content.
-const recentIDs = 1 << 16
+// ones that share an id but arrive later or with other content. The ids
+// are part of the snapshot (so a replay drops the same duplicates as the
+// first run), which bounds how many are worth keeping.
+const recentIDs = 4096
 
 // entry is a node's last change.
 type entry struct {
@@ -92,12 +93,7 @@ func (w *window) apply(v int, s nodeState, ts int64, id string) outcome {
 		if _, dup := w.ids[id]; dup {
 			return outDuplicate
 		}
-		if old := w.idRing[w.idNext]; old != "" {
-			delete(w.ids, old)
-		}
-		w.idRing[w.idNext] = id
-		w.idNext = (w.idNext + 1) % len(w.idRing)
-		w.ids[id] = struct{}{}
+		w.rememberLocked(id)
 	}
 	cur := w.nodes[v]
 	switch {
@@ -121,6 +117,18 @@ func (w *window) apply(v int, s nodeState, ts int64, id string) outcome {
 	}
 	w.changes++
 	return outApplied
+}
+
+func (w *window) rememberLocked(id string) {
+	if _, dup := w.ids[id]; dup {
+		return
+	}
+	if old := w.idRing[w.idNext]; old != "" {
+		delete(w.ids, old)
+	}
+	w.idRing[w.idNext] = id
+	w.idNext = (w.idNext + 1) % len(w.idRing)
+	w.ids[id] = struct{}{}
 }
 
 // markSeq records that every message up to stream sequence seq has been
@@ -205,7 +213,8 @@ type snapshot struct {
 	Changes     uint64          `json:"changes"`
 	Latest      int64           `json:"latest"`
 	Nodes       []snapshotEntry `json:"nodes"`
-	Tracker     json.RawMessage `json:"tracker,omitempty"`
+	// IDs are the remembered event ids, oldest first.
+	IDs []string `json:"ids,omitempty"`
 }
 
 type snapshotEntry struct {
@@ -221,6 +230,11 @@ func (w *window) snapshot(name string) snapshot {
 	for v, e := range w.nodes {
 		if e.ts != 0 {
 			s.Nodes = append(s.Nodes, snapshotEntry{Node: w.g.ID(v), State: e.state.String(), TS: e.ts})
+		}
+	}
+	for i := range w.idRing {
+		if id := w.idRing[(w.idNext+i)%len(w.idRing)]; id != "" {
+			s.IDs = append(s.IDs, id)
 		}
 	}
 	return s
@@ -249,6 +263,12 @@ func (w *window) restore(s snapshot) (skipped []string, err error) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.ids = make(map[string]struct{}, len(s.IDs))
+	w.idRing = make([]string, recentIDs)
+	w.idNext = 0
+	for _, id := range s.IDs {
+		w.rememberLocked(id)
+	}
 	w.nodes, w.infected = nodes, inf
 	w.changes, w.lastSeq, w.latest = s.Changes, s.Seq, s.Latest
 	return skipped, nil

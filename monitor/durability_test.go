@@ -1,0 +1,120 @@
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// randomEvents is a stream of state changes with out-of-order times,
+// repeated ids and repeated contents, so replay idempotence is exercised.
+func randomEvents(rng *rand.Rand, n, count int, t0 time.Time) []Event {
+	states := []string{StateInfected, StateInfected, StateRecovered, StateSusceptible}
+	evs := make([]Event, count)
+	for i := range evs {
+		evs[i] = Event{
+			Node:  strconv.Itoa(rng.IntN(n)),
+			State: states[rng.IntN(len(states))],
+			TS:    t0.Add(time.Duration(rng.IntN(600)) * time.Second),
+		}
+		if rng.IntN(3) == 0 {
+			evs[i].ID = "id-" + strconv.Itoa(rng.IntN(count))
+		}
+	}
+	return evs
+}
+
+// reference applies events straight to a window, as an uninterrupted
+// daemon would.
+func reference(t *testing.T, n int, evs []Event) *window {
+	w := newWindow(pathGraph(t, n), time.Hour, 0)
+	for _, e := range evs {
+		s, _ := parseState(e.State)
+		w.apply(mustIndex(t, w, e.Node), s, e.TS.UnixNano(), e.ID)
+	}
+	return w
+}
+
+func mustIndex(t *testing.T, w *window, id string) int {
+	v, ok := w.g.Index(id)
+	require.True(t, ok)
+	return v
+}
+
+// TestCrashLosesNoAcknowledgedEvent runs a daemon against a standalone
+// server, snapshots half-way, acknowledges more events, then dies without
+// a final snapshot or drain. A second daemon must rebuild exactly the
+// window of an uninterrupted run.
+func TestCrashLosesNoAcknowledgedEvent(t *testing.T) {
+	const n = 30
+	s := runServer(t)
+	t0 := time.Now().Add(-20 * time.Minute)
+	clock := func() time.Time { return t0.Add(15 * time.Minute) }
+	rng := rand.New(rand.NewPCG(1, 2))
+	evs := randomEvents(rng, n, 400, t0)
+
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.Graphs[0].MinInfected = 1 << 20
+	f := &factoryOf{}
+	opts := []Option{preload(t, n, "p"), WithLocalizerFactory(f.factory), WithClock(clock)}
+	r1 := start(t, cfg, opts...)
+
+	// Single events and arrays, as producers send them.
+	publishAll := func(r *running, evs []Event) {
+		for i := 0; i < len(evs); {
+			if i%3 == 0 && i+5 <= len(evs) {
+				r.publish(t, "p", evs[i:i+5], "")
+				i += 5
+				continue
+			}
+			r.publish(t, "p", evs[i], "")
+			i++
+		}
+	}
+	publishAll(r1, evs[:200])
+	mid := lastSeq(t, r1.js)
+	waitSeq(t, r1.d, "p", mid)
+	require.NoError(t, r1.d.snapshotAll(context.Background(), false))
+
+	publishAll(r1, evs[200:])
+	last := lastSeq(t, r1.js)
+	waitSeq(t, r1.d, "p", last)
+	// Every message is acknowledged: the consumer's ack floor is the end.
+	cons, err := r1.js.Consumer(context.Background(), EventsStream, consumerName("p"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := cons.Info(context.Background())
+		return err == nil && info.AckFloor.Stream == last
+	}, 10*time.Second, 10*time.Millisecond)
+
+	r1.d.crash.Store(true)
+	r1.stop(t)
+
+	r2 := start(t, cfg, opts...)
+	// The snapshot in KV covers only the first half.
+	kv, err := r2.js.KeyValue(context.Background(), StateBucket)
+	require.NoError(t, err)
+	e, err := kv.Get(context.Background(), "window.p")
+	require.NoError(t, err)
+	var snap snapshot
+	require.NoError(t, json.Unmarshal(e.Value(), &snap))
+	require.Equal(t, mid, snap.Seq, "the crash wrote no snapshot")
+
+	waitSeq(t, r2.d, "p", last)
+	ref := reference(t, n, evs)
+	require.True(t, sameWindow(ref, r2.d.graphs["p"].win), "window after crash and replay differs from an uninterrupted run")
+	require.Equal(t, ref.observe(clock(), nil).y, r2.d.graphs["p"].win.observe(clock(), nil).y)
+
+	// A clean stop writes a final snapshot: the next start replays nothing.
+	r2.stop(t)
+	r3 := start(t, cfg, opts...)
+	_, _, seq := r3.d.graphs["p"].win.counts()
+	require.Equal(t, last, seq)
+	require.True(t, sameWindow(ref, r3.d.graphs["p"].win))
+}

@@ -1,0 +1,196 @@
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+)
+
+// alertSink collects alerts published on the graph's subject.
+type alertSink struct {
+	mu  sync.Mutex
+	got []alerts.Alert
+}
+
+func subscribeAlerts(t *testing.T, nc *nats.Conn, graphName string) *alertSink {
+	s := &alertSink{}
+	sub, err := nc.Subscribe(alerts.Subject(DefaultPrefix, graphName), func(m *nats.Msg) {
+		var a alerts.Alert
+		if err := json.Unmarshal(m.Data, &a); err == nil {
+			s.mu.Lock()
+			s.got = append(s.got, a)
+			s.mu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return s
+}
+
+func (s *alertSink) all() []alerts.Alert {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]alerts.Alert(nil), s.got...)
+}
+
+func (s *alertSink) wait(t *testing.T, n int) []alerts.Alert {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(s.all()) >= n }, 20*time.Second, 5*time.Millisecond, "want %d alerts", n)
+	return s.all()
+}
+
+func TestAlertsOnSourceSetChangeOnlyAndResolve(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 2
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 6, "p"), WithLocalizerFactory(f.factory))
+	sink := subscribeAlerts(t, r.nc, "p")
+	fake := f.all()[0]
+
+	infect := func(node int, state string, at time.Duration) {
+		r.publish(t, "p", Event{Node: strconv.Itoa(node), State: state, TS: now.Add(at)}, "")
+	}
+	// One infected node is below min_infected: no inference.
+	infect(3, StateInfected, 0)
+	waitSeq(t, r.d, "p", 1)
+	time.Sleep(100 * time.Millisecond) // several intervals
+	require.Zero(t, fake.calls.Load())
+	require.Empty(t, sink.all())
+
+	// Two: fires, naming node 3 (the fake names the lowest infected index).
+	infect(4, StateInfected, time.Second)
+	got := sink.wait(t, 1)
+	require.Equal(t, alerts.Firing, got[0].Status)
+	require.Equal(t, "3", got[0].Sources[0].Node)
+	require.Equal(t, 2, got[0].Infected)
+	require.Equal(t, "p.swb", got[0].Model.Bundle)
+
+	// More infections with the same source set: inferences run, nothing
+	// is published.
+	calls := fake.calls.Load()
+	infect(5, StateInfected, 2*time.Second)
+	require.Eventually(t, func() bool { return fake.calls.Load() > calls }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	require.Len(t, sink.all(), 1)
+
+	// A new lowest infected node changes the source set: updated.
+	infect(1, StateInfected, 3*time.Second)
+	got = sink.wait(t, 2)
+	require.Equal(t, alerts.Updated, got[1].Status)
+	require.Equal(t, got[0].Fingerprint, got[1].Fingerprint)
+	require.Equal(t, "1", got[1].Sources[0].Node)
+	require.Equal(t, uint64(2), got[1].Seq)
+
+	// Recoveries bring the window below min_infected: resolved.
+	for _, v := range []int{1, 3, 4} {
+		infect(v, StateRecovered, 4*time.Second)
+	}
+	got = sink.wait(t, 3)
+	require.Equal(t, alerts.Resolved, got[2].Status)
+	require.Equal(t, 1, got[2].Infected)
+	time.Sleep(100 * time.Millisecond)
+	require.Len(t, sink.all(), 3, "a resolved incident is published once")
+
+	m := r.d.metrics
+	require.Equal(t, 1.0, value(t, m.alerts.WithLabelValues("p", "firing")))
+	require.Equal(t, 1.0, value(t, m.alerts.WithLabelValues("p", "updated")))
+	require.Equal(t, 1.0, value(t, m.alerts.WithLabelValues("p", "resolved")))
+	st := r.d.Status()
+	require.Equal(t, alerts.Resolved, st.Graphs[0].LastAlert.Status)
+}
+
+// TestSchedulerOneInferencePerGraph keeps three graphs busy with slow
+// inferences on two workers: no graph ever has two inferences at once,
+// never more than two run, every graph is served, and ingest keeps up.
+func TestSchedulerOneInferencePerGraph(t *testing.T) {
+	now := time.Now()
+	names := []string{"a", "b", "c"}
+	cfg := testConfig(t, names...)
+	cfg.Workers = 2
+	for i := range cfg.Graphs {
+		cfg.Graphs[i].Interval = 5 * time.Millisecond
+		cfg.Graphs[i].MinChanges = 0 // infer every interval
+	}
+	f := &factoryOf{delay: 40 * time.Millisecond}
+	r := start(t, cfg, preload(t, 50, names...), WithLocalizerFactory(f.factory))
+
+	var total sync.WaitGroup
+	for _, g := range names {
+		total.Go(func() {
+			for i := range 50 {
+				r.publish(t, g, Event{Node: strconv.Itoa(i), State: StateInfected, TS: now}, "")
+			}
+		})
+	}
+	total.Wait()
+	// Ingest is not held up by the slow inferences.
+	last := lastSeq(t, r.js)
+	require.Eventually(t, func() bool {
+		for _, g := range names {
+			if _, ch, _ := r.d.graphs[g].win.counts(); ch != 50 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 5*time.Millisecond, "ingest stalled behind inference (last seq %d)", last)
+
+	require.Eventually(t, func() bool {
+		for _, l := range f.all() {
+			if l.calls.Load() < 3 {
+				return false
+			}
+		}
+		return true
+	}, 20*time.Second, 5*time.Millisecond, "a graph was starved")
+	for _, l := range f.all() {
+		require.Zero(t, l.overlap.Load(), "graph %s had overlapping inferences", l.tag)
+		require.EqualValues(t, 1, l.maxConc.Load())
+	}
+	r.stop(t)
+	// Stopping cancels in-flight inference and closes every localizer.
+	for _, l := range f.all() {
+		require.True(t, l.closed.Load())
+	}
+}
+
+func TestReloadSwapsLocalizers(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	f := &factoryOf{}
+	next := cfg
+	next.Graphs = append([]GraphConfig(nil), cfg.Graphs...)
+	next.Graphs[0].Bundle = "p-v2.swb"
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory),
+		WithReload(func(context.Context) (Config, error) { return next, nil }))
+	old := f.all()[0]
+
+	require.NoError(t, r.d.Reload(context.Background()))
+	require.Len(t, f.all(), 2)
+	require.True(t, old.closed.Load(), "the old localizer is closed after the swap")
+	resp, err := r.d.Localize(context.Background(), LocalizeRequest{Graph: "p", Infected: []string{"2"}})
+	require.NoError(t, err)
+	require.Equal(t, "p-v2.swb", resp.Model.Bundle)
+
+	// A failing reload keeps what runs.
+	f.fail.Store(true)
+	require.ErrorIs(t, r.d.Reload(context.Background()), ErrReload)
+	resp, err = r.d.Localize(context.Background(), LocalizeRequest{Graph: "p", Infected: []string{"2"}})
+	require.NoError(t, err)
+	require.Equal(t, "p-v2.swb", resp.Model.Bundle)
+
+	// The graph set cannot change on reload.
+	f.fail.Store(false)
+	next.Graphs = append(next.Graphs, DefaultGraphConfig("q"))
+	next.Graphs[1].Edges, next.Graphs[1].Bundle = "q.edges", "q.swb"
+	require.ErrorContains(t, r.d.Reload(context.Background()), "needs a restart")
+}
