@@ -45,6 +45,19 @@
 // the stream's duplicate window). The Tracker's state is saved with
 // MarshalJSON and restored with UnmarshalJSON across restarts.
 //
+// # Stream, publishing and tailing
+//
+// EnsureStream creates or updates SOURCEWATCH_ALERTS (subjects
+// <prefix>.alerts.>, file storage, alerts kept 7 days, 24 h duplicate
+// window). A Publisher sends each alert with the headers Nats-Msg-Id (the
+// id), Sourcewatch-Schema and Sourcewatch-Status, and waits for the stream's
+// acknowledgement. Tail follows the stream with an ordered consumer, one
+// graph or all, from new alerts on (default), FromStart or Since a time;
+// `sourcewatch alerts tail` is its command line. With the nats CLI:
+//
+//	nats sub 'sourcewatch.alerts.>'
+//	nats stream view SOURCEWATCH_ALERTS
+//
 // # Versioning
 //
 // The schema field names the version. Additive changes (a new field) keep

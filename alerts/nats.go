@@ -81,7 +81,8 @@ func StreamConfig(prefix string) jetstream.StreamConfig {
 }
 
 // EnsureStream creates the alert stream, or updates it to StreamConfig(prefix)
-// when it exists; calling it again is harmless.
+// when it exists; calling it again is harmless. The stream name does not
+// depend on the prefix: one server (or account) serves one prefix.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.Stream, error) {
 	if err := checkTokens("prefix", prefix); err != nil {
 		return nil, err
