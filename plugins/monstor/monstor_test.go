@@ -407,22 +407,3 @@ func loadShared(b *testing.B, name string) *graph.Graph {
 	}
 	return g
 }
-
-func BenchmarkVJP(b *testing.B) {
-	for _, name := range []string{"jazz", "power_grid"} {
-		b.Run(name, func(b *testing.B) {
-			ctx := context.Background()
-			g := loadShared(b, name)
-			m := fittedModel(b, g, DefaultArch(), 1)
-			rng := rand.New(rand.NewPCG(1, 1))
-			x := randomMatrix(8, g.N(), 0, 1, rng)
-			dy := randomMatrix(8, g.N(), -1, 1, rng)
-			b.ResetTimer()
-			for b.Loop() {
-				if _, _, err := m.VJP(ctx, x, dy); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
-}
