@@ -121,8 +121,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d nodes, %d edges; %s, sources %s (%s), observed at %g-%g infected\n",
 		name, r.Nodes, r.Edges, r.Diffusion, s.Sources, s.Pattern, s.Observe[0], s.Observe[1])
-	fmt.Fprintf(&b, "%d runs x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades\n\n",
-		s.Runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, s.Runs*s.Test)
+	runs := "runs"
+	if s.Runs == 1 {
+		runs = "run"
+	}
+	fmt.Fprintf(&b, "%d %s x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades\n\n",
+		s.Runs, runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, s.Runs*s.Test)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "method\tprecision\trecall\tF1\tAUC\ttop-k\terror dist\tms/cascade\tempty\t")
 	controls := false

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -145,14 +146,17 @@ type Option func(*runOptions)
 
 type runOptions struct {
 	progress func(stage string, done, total int)
-	log      *zap.Logger
-	now      func() time.Time
-	name     string
+	// note forwards a method's Env.Progress note (set by Run)
+	note func(string)
+	log  *zap.Logger
+	now  func() time.Time
+	name string
 }
 
 // OnProgress receives progress: stage "simulate" counts cascades over all
-// runs, stage "methods" counts (run, method) fits scored. Calls never
-// overlap.
+// runs, stage "methods" counts (run, method) fits scored, and any other
+// stage is a method's own note ("method: note", from Env.Progress) with
+// the counts of "methods". Calls never overlap.
 func OnProgress(f func(stage string, done, total int)) Option {
 	return func(o *runOptions) { o.progress = f }
 }
@@ -222,6 +226,12 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	results := make([][]methodRun, cfg.Runs) // [run][method]
 	redrawn := 0
 	methodsDone, methodsTotal := 0, cfg.Runs*len(cfg.Methods)
+	o.note = func(note string) {
+		progMu.Lock()
+		done := methodsDone
+		progMu.Unlock()
+		progress(note, done, methodsTotal)
+	}
 	for r := 0; r < cfg.Runs; r++ {
 		seed := mix(cfg.Seed, uint64(r))
 		base := r * cfg.Cascades
@@ -297,9 +307,22 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 		return res, err
 	}
 	log := o.log.With(zap.String("method", name))
-	m, err := f(Env{Graph: g, Seed: seed, Logger: log, Params: params, Progress: func(note string) { log.Debug(note) }})
+	m, err := f(Env{Graph: g, Seed: seed, Logger: log, Params: params, Progress: func(note string) {
+		log.Debug(note)
+		note = name + ": " + note
+		o.note(note)
+	}})
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", name, err)
+	}
+	// a method may own a process (a forward-model plugin): stop it
+	// whatever happens below
+	if c, ok := m.(io.Closer); ok {
+		defer func() {
+			if err := c.Close(); err != nil {
+				log.Warn("closing method", zap.Error(err))
+			}
+		}()
 	}
 	start := o.now()
 	if err := m.Fit(ctx, g, train, val); err != nil {

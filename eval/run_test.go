@@ -7,6 +7,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,10 @@ func (c *fakeClock) now() time.Time {
 // nanMethod returns a NaN score: the harness must reject it.
 type nanMethod struct{ n int }
 
+var nanClosed, extrasClosed atomic.Int32
+
+func (m *nanMethod) Close() error { nanClosed.Add(1); return nil }
+
 func (m *nanMethod) Name() string { return "test-nan" }
 func (m *nanMethod) Fit(_ context.Context, g *graph.Graph, _, _ []diffusion.Cascade) error {
 	m.n = g.N()
@@ -46,19 +51,21 @@ func (m *nanMethod) Localize(context.Context, []float64) (Prediction, error) {
 // extrasMethod is the infected control plus an extra number per run.
 type extrasMethod struct {
 	infectedMethod
-	fits int
+	env Env
 }
+
+func (m *extrasMethod) Close() error { extrasClosed.Add(1); return nil }
 
 func (m *extrasMethod) Name() string { return "test-extras" }
 func (m *extrasMethod) Fit(ctx context.Context, g *graph.Graph, tr, va []diffusion.Cascade) error {
-	m.fits++
+	m.env.Progress("fitted")
 	return m.infectedMethod.Fit(ctx, g, tr, va)
 }
 func (m *extrasMethod) Extras() map[string]float64 { return map[string]float64{"train_size": 3} }
 
 func init() {
 	Register("test-nan", func(Env) (Method, error) { return &nanMethod{}, nil })
-	Register("test-extras", func(Env) (Method, error) { return &extrasMethod{}, nil })
+	Register("test-extras", func(env Env) (Method, error) { return &extrasMethod{env: env}, nil })
 }
 
 func testConfig() Config {
@@ -115,7 +122,10 @@ func TestRun(t *testing.T) {
 		require.NoError(t, err)
 		return rep
 	}
+	closed := extrasClosed.Load()
 	rep := run(1)
+	require.Equal(t, closed+2, extrasClosed.Load(), "closed once per run")
+	require.Contains(t, stages, "test-extras: fitted")
 	require.Equal(t, [2]int{80, 80}, last["simulate"])
 	require.Equal(t, [2]int{18, 18}, last["methods"])
 	require.Equal(t, "rand.edges", rep.Graph)
@@ -188,9 +198,11 @@ func TestRunErrors(t *testing.T) {
 	g := randomGraph(60, 60, 3)
 	cfg := testConfig()
 	cfg.Methods = []string{"infected", "test-nan"}
+	closed := nanClosed.Load()
 	_, err := Run(context.Background(), g, cfg)
 	require.ErrorIs(t, err, ErrBadPrediction)
 	require.ErrorContains(t, err, "test-nan")
+	require.Equal(t, closed+1, nanClosed.Load(), "closed after failing")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -111,6 +111,8 @@ func (a *app) eval(ctx context.Context) error {
 				simDone = done
 			case "methods":
 				methodDone, note = done, "methods"
+			default: // a method's own note
+				methodDone, note = done, stage
 			}
 			bar.Set(simDone+methodDone, note)
 		}))
