@@ -1,0 +1,318 @@
+package forward_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/plugins/icmf"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(orphanEnv) != "" {
+		orphanHost()
+		return
+	}
+	forwardtest.Main(m)
+}
+
+func karate(t testing.TB) *graph.Graph {
+	t.Helper()
+	g, err := graph.Load("/work/shared/data/karate.edges")
+	require.NoError(t, err)
+	return g
+}
+
+func launch(t *testing.T, name string, opts ...forward.LaunchOption) *forward.Process {
+	t.Helper()
+	p, err := forward.Launch(t.Context(), forwardtest.Build(t, name), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func batch(n, rows int, seed uint64) (x, dy *mat.Dense) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	x, dy = mat.NewDense(rows, n, nil), mat.NewDense(rows, n, nil)
+	for i := 0; i < rows; i++ {
+		for j := 0; j < n; j++ {
+			x.Set(i, j, rng.Float64())
+			dy.Set(i, j, rng.NormFloat64())
+		}
+	}
+	return x, dy
+}
+
+func TestRoundTripEqualsInProcess(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p := launch(t, "icmf")
+	in := icmf.New()
+	params := map[string]string{"steps": "3"}
+	require.NoError(t, p.Configure(t.Context(), g, params, nil))
+	require.NoError(t, in.Configure(t.Context(), g, params, nil))
+	x, _ := batch(g.N(), 5, 1)
+	yp, err := p.Predict(t.Context(), x)
+	require.NoError(t, err)
+	yi, err := in.Predict(t.Context(), x)
+	require.NoError(t, err)
+	require.Equal(t, yi.RawMatrix().Data, yp.RawMatrix().Data)
+
+	// A strided view travels as its logical rows.
+	view := x.Slice(1, 3, 0, g.N()).(*mat.Dense)
+	yv, err := p.Predict(t.Context(), view)
+	require.NoError(t, err)
+	require.Equal(t, yi.RawRowView(1), yv.RawRowView(0))
+	require.Equal(t, yi.RawRowView(2), yv.RawRowView(1))
+
+	var prog []forward.Progress
+	pairs := []forward.Pair{{Sources: []int{0}, Infected: []int{0, 1}}}
+	fp, err := p.Fit(t.Context(), pairs, forward.FitOptions{}, func(pr forward.Progress) { prog = append(prog, pr) })
+	require.NoError(t, err)
+	fi, err := in.Fit(t.Context(), pairs, forward.FitOptions{}, nil)
+	require.NoError(t, err)
+	require.Equal(t, fi.Metrics, fp.Metrics)
+	require.Len(t, prog, 1)
+	require.True(t, math.IsNaN(prog[0].ValLoss), "NaN survives the wire")
+	forwardtest.CheckVJP(t, p, g)
+}
+
+func TestSentinelsCrossTheWire(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p := launch(t, "icmf")
+	x, _ := batch(g.N(), 1, 2)
+	_, err := p.Predict(t.Context(), x)
+	require.ErrorIs(t, err, forward.ErrNotConfigured)
+	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-icmf: predict")
+
+	err = p.Configure(t.Context(), g, nil, []byte("junk"))
+	require.ErrorIs(t, err, forward.ErrBadState)
+	err = p.Configure(t.Context(), g, map[string]string{"bogus": "1"}, nil)
+	require.ErrorContains(t, err, `unknown param "bogus"`)
+	_, err = p.Fit(t.Context(), nil, forward.FitOptions{}, nil)
+	require.ErrorIs(t, err, forward.ErrNotConfigured)
+}
+
+func TestChecksum(t *testing.T) {
+	t.Parallel()
+	path := forwardtest.Build(t, "icmf")
+	sum, err := forward.FileSHA256(path)
+	require.NoError(t, err)
+
+	p, err := forward.Launch(t.Context(), path, forward.WithChecksum(sum))
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+
+	wrong := append([]byte(nil), sum...)
+	wrong[0] ^= 0xff
+	_, err = forward.Launch(t.Context(), path, forward.WithChecksum(wrong))
+	require.ErrorIs(t, err, forward.ErrChecksum)
+	require.ErrorContains(t, err, path)
+	require.ErrorContains(t, err, hex.EncodeToString(sum))
+	require.ErrorContains(t, err, hex.EncodeToString(wrong))
+}
+
+// faulty is the test plugin with injectable faults.
+const faulty = "./forward/internal/testplugins/faulty"
+
+func TestBadOutput(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p := launch(t, faulty)
+	x, dy := batch(g.N(), 2, 3)
+	for _, tc := range []struct{ fault, predict, vjp string }{
+		{"nan", "predict: y[0][0] is NaN", "vjp: y[0][0] is NaN"},
+		{"inf", "predict: y[0][0] is +Inf", "vjp: dx[0][0] is +Inf"},
+		{"short", "predict: y is 2x33, want 2x34", "vjp: y is 2x33, want 2x34"},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": tc.fault}, nil))
+			_, err := p.Predict(t.Context(), x)
+			require.ErrorIs(t, err, forward.ErrBadOutput)
+			require.ErrorContains(t, err, "forward plugin sourcewatch-forward-faulty: "+tc.predict)
+			_, _, err = p.VJP(t.Context(), x, dy)
+			require.ErrorIs(t, err, forward.ErrBadOutput)
+			require.ErrorContains(t, err, tc.vjp)
+		})
+	}
+	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "none"}, nil))
+	_, err := p.Predict(t.Context(), x)
+	require.NoError(t, err, "the same plugin without a fault is fine")
+}
+
+func TestHangingPluginHitsDeadline(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p := launch(t, faulty, forward.WithCallTimeout(300*time.Millisecond))
+	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "hang"}, nil))
+	x, dy := batch(g.N(), 1, 4)
+	_, _, err := p.VJP(t.Context(), x, dy)
+	require.ErrorIs(t, err, forward.ErrCallTimeout)
+	require.ErrorContains(t, err, "no answer within 300ms")
+	require.False(t, errors.Is(err, context.DeadlineExceeded), "the caller's context did not expire")
+
+	// The caller's own cancellation is reported as such, not as a hang.
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = p.Predict(ctx, x)
+	require.ErrorIs(t, err, context.Canceled)
+
+	pid := p.Pid()
+	require.NoError(t, p.Close())
+	require.True(t, p.Exited())
+	requireGone(t, pid)
+}
+
+func TestCrashingPluginReturnsError(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p := launch(t, faulty)
+	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "crash", "fault_after": "2"}, nil))
+	x, dy := batch(g.N(), 1, 5)
+	_, _, err := p.VJP(t.Context(), x, dy)
+	require.NoError(t, err, "the first call is fine")
+	_, err = p.Predict(t.Context(), x)
+	require.ErrorIs(t, err, forward.ErrPluginExited)
+	require.True(t, p.Exited())
+	_, _, err = p.VJP(t.Context(), x, dy)
+	require.ErrorIs(t, err, forward.ErrPluginExited)
+	require.NoError(t, p.Close())
+}
+
+func TestCloseLeavesNoProcess(t *testing.T) {
+	t.Parallel()
+	p := launch(t, "icmf")
+	pid := p.Pid()
+	require.NotZero(t, pid)
+	require.NoError(t, syscall.Kill(pid, 0), "plugin runs")
+	require.False(t, p.Exited())
+	require.NoError(t, p.Close())
+	require.NoError(t, p.Close(), "second close is harmless")
+	require.True(t, p.Exited())
+	requireGone(t, pid)
+	_, err := p.Info(t.Context())
+	require.Error(t, err)
+}
+
+// requireGone checks that pid no longer exists (go-plugin reaps its child,
+// so there is not even a zombie left).
+func requireGone(t *testing.T, pid int) {
+	t.Helper()
+	require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "plugin process %d still exists", pid)
+}
+
+func TestPluginLogsReachZap(t *testing.T) {
+	t.Parallel()
+	core, logs := observer.New(zapcore.DebugLevel)
+	p := launch(t, "icmf", forward.WithLogger(zap.New(core)))
+	require.NoError(t, p.Close())
+	found := false
+	for _, e := range logs.All() {
+		if e.Message == "plugin address" {
+			found = true
+			require.Contains(t, e.LoggerName, "sourcewatch-forward-icmf")
+		}
+	}
+	require.True(t, found, "the plugin's own hclog line was not routed: %v", logs.All())
+}
+
+func TestLaunchErrors(t *testing.T) {
+	_, err := forward.Launch(t.Context(), filepath.Join(t.TempDir(), "nope"))
+	require.ErrorContains(t, err, "forward plugin nope")
+
+	// A binary that is not a plugin fails the handshake instead of hanging.
+	notPlugin := filepath.Join(t.TempDir(), "sourcewatch-forward-sh")
+	require.NoError(t, os.WriteFile(notPlugin, []byte("#!/bin/sh\necho hello\n"), 0o755))
+	_, err = forward.Launch(t.Context(), notPlugin)
+	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-sh: launch")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = forward.Launch(ctx, forwardtest.Build(t, "icmf"))
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestPluginPath(t *testing.T) {
+	path := forwardtest.Build(t, "icmf")
+	got, err := forward.PluginPath(filepath.Dir(path), "icmf")
+	require.NoError(t, err)
+	require.Equal(t, path, got)
+	_, err = forward.PluginPath(filepath.Dir(path), "missing")
+	require.ErrorContains(t, err, "sourcewatch-forward-missing does not exist")
+	_, err = forward.PluginPath(filepath.Dir(path), "../icmf")
+	require.ErrorContains(t, err, "want a plain name")
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sourcewatch-forward-x"), nil, 0o644))
+	_, err = forward.PluginPath(dir, "x")
+	require.ErrorContains(t, err, "not an executable")
+}
+
+// orphanEnv switches the test binary into a host that launches a plugin,
+// prints its pid and waits to be killed, for TestPluginDiesWithHost.
+const orphanEnv = "SOURCEWATCH_TEST_ORPHAN_HOST"
+
+func orphanHost() {
+	p, err := forward.Launch(context.Background(), os.Getenv(orphanEnv))
+	if err != nil {
+		os.Stdout.WriteString("error " + err.Error() + "\n")
+		os.Exit(1)
+	}
+	os.Stdout.WriteString(strconv.Itoa(p.Pid()) + "\n")
+	select {}
+}
+
+// TestPluginDiesWithHost SIGKILLs a host process, which gets no chance to
+// clean up, and checks the kernel takes its plugin down too (Pdeathsig).
+func TestPluginDiesWithHost(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("Pdeathsig is Linux only")
+	}
+	host := exec.Command(os.Args[0], "-test.run=^$")
+	host.Env = append(os.Environ(), orphanEnv+"="+forwardtest.Build(t, "icmf"))
+	out, err := host.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, host.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	require.NoError(t, err, "host said %q", line)
+	require.True(t, alive(pid))
+	require.NoError(t, host.Process.Kill())
+	_ = host.Wait()
+	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond,
+		"plugin %d outlived its host", pid)
+}
+
+// alive reports whether pid exists and is not a zombie waiting for init.
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}

@@ -1,0 +1,125 @@
+// Command faulty is a test plugin for the host's lifecycle tests and for
+// `sourcewatch plugin check`: the icmf model with one fault injected,
+// chosen by the param fault:
+//
+//	none   behave (the default)
+//	nan    a NaN in y
+//	inf    +Inf in dx
+//	short  y has one column too few
+//	hang   never answer, ignoring the call's context
+//	crash  exit the process with status 3
+//
+// The fault strikes from the Nth Predict or VJP call of the process on
+// (param fault_after, default 1). Counting starts afresh in every process,
+// so a relaunched plugin behaves like a new one.
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"sync/atomic"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/plugins/icmf"
+)
+
+func main() { forward.Serve(&model{Model: icmf.New()}) }
+
+type model struct {
+	*icmf.Model
+	fault string
+	after int64
+	calls atomic.Int64
+}
+
+func (m *model) Info(ctx context.Context) (forward.Info, error) {
+	in, err := m.Model.Info(ctx)
+	in.Name = "faulty"
+	in.Params = append(in.Params,
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, inf, short, hang or crash"},
+		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
+	return in, err
+}
+
+func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string]string, state []byte) error {
+	rest := map[string]string{}
+	m.fault, m.after = "none", 1
+	for k, v := range params {
+		switch k {
+		case "fault":
+			switch v {
+			case "none", "nan", "inf", "short", "hang", "crash":
+				m.fault = v
+			default:
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, inf, short, hang or crash", v)
+			}
+		case "fault_after":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("faulty: param fault_after=%q: want a positive integer", v)
+			}
+			m.after = int64(n)
+		default:
+			rest[k] = v
+		}
+	}
+	return m.Model.Configure(ctx, g, rest, state)
+}
+
+// strike runs the fault if this call is due; it reports whether the answer
+// must be corrupted.
+func (m *model) strike() bool {
+	if m.fault == "none" || m.calls.Add(1) < m.after {
+		return false
+	}
+	switch m.fault {
+	case "hang":
+		select {}
+	case "crash":
+		os.Exit(3)
+	}
+	return true
+}
+
+func (m *model) corrupt(y, dx *mat.Dense) (*mat.Dense, *mat.Dense) {
+	switch m.fault {
+	case "nan":
+		y.Set(0, 0, math.NaN())
+	case "inf":
+		if dx != nil {
+			dx.Set(0, 0, math.Inf(1))
+		} else {
+			y.Set(0, 0, math.Inf(1))
+		}
+	case "short":
+		r, c := y.Dims()
+		y = mat.DenseCopyOf(y.Slice(0, r, 0, c-1))
+	}
+	return y, dx
+}
+
+func (m *model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
+	bad := m.strike()
+	y, err := m.Model.Predict(ctx, x)
+	if err != nil || !bad {
+		return y, err
+	}
+	y, _ = m.corrupt(y, nil)
+	return y, nil
+}
+
+func (m *model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	bad := m.strike()
+	y, dx, err := m.Model.VJP(ctx, x, dy)
+	if err != nil || !bad {
+		return y, dx, err
+	}
+	y, dx = m.corrupt(y, dx)
+	return y, dx, nil
+}

@@ -1,9 +1,0 @@
-// Command short is a test plugin: icmf with the faulty.Short fault.
-package main
-
-import (
-	"github.com/sourcewatch/sourcewatch/forward"
-	"github.com/sourcewatch/sourcewatch/forward/internal/testplugins/faulty"
-)
-
-func main() { forward.Serve(faulty.New(faulty.Short)) }
