@@ -324,14 +324,14 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	unrouted, err := d.startUnrouted(setupCtx)
 	if err != nil {
-		d.stopConsumers()
+		d.stopConsumers(true)
 		return err
 	}
 	d.bound.Store(true)
 
 	svc, err := d.startService()
 	if err != nil {
-		d.stopConsumers()
+		d.stopConsumers(true)
 		unrouted.Stop()
 		return err
 	}
@@ -341,7 +341,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if cfg.HTTP.Addr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 		if err != nil {
-			d.stopConsumers()
+			d.stopConsumers(true)
 			unrouted.Stop()
 			_ = svc.Stop()
 			return fmt.Errorf("http.addr: %w", err)
@@ -388,23 +388,38 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		loops.Wait()
 		return nil
 	}
-	d.stopConsumers()
-	unrouted.Drain()
-	<-unrouted.Closed()
+	// With NATS gone, draining and the final snapshot cannot succeed;
+	// the last periodic snapshot and the stream's replay cover the restart.
+	connected := nc.IsConnected()
+	d.stopConsumers(connected)
+	if connected {
+		unrouted.Drain()
+	} else {
+		unrouted.Stop()
+	}
+	select {
+	case <-unrouted.Closed():
+	case <-time.After(5 * time.Second):
+	}
 	cancelLoops()
 	loops.Wait()
 	stopWork()
-	finalCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := d.snapshotAll(finalCtx, true); err != nil {
-		d.log.Error("final snapshot", zap.Error(err))
+	if connected {
+		finalCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := d.snapshotAll(finalCtx, true); err != nil {
+			d.log.Error("final snapshot", zap.Error(err))
+		}
+		if err := nc.Drain(); err != nil {
+			d.log.Warn("draining nats", zap.Error(err))
+		}
+		for i := 0; i < 100 && !nc.IsClosed(); i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+	} else {
+		d.log.Warn("nats not connected at shutdown: no final snapshot")
 	}
-	if err := nc.Drain(); err != nil {
-		d.log.Warn("draining nats", zap.Error(err))
-	}
-	for i := 0; i < 100 && !nc.IsClosed(); i++ {
-		time.Sleep(50 * time.Millisecond)
-	}
+	nc.Close()
 	return nil
 }
 

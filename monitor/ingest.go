@@ -68,23 +68,28 @@ func (d *Daemon) startConsumers(ctx context.Context) error {
 
 // stopConsumers drains every graph consumer, waits for its callback to
 // finish, and acknowledges what was applied but not yet acked.
-func (d *Daemon) stopConsumers() {
+func (d *Daemon) stopConsumers(drain bool) {
 	for _, gr := range d.order {
-		if gr.cons == nil {
-			continue
+		switch {
+		case gr.cons == nil:
+		case drain:
+			gr.cons.Drain()
+		default:
+			gr.cons.Stop()
 		}
-		gr.cons.Drain()
 	}
+	deadline := time.After(10 * time.Second)
 	for _, gr := range d.order {
 		if gr.cons == nil {
 			continue
 		}
 		select {
 		case <-gr.cons.Closed():
-		case <-time.After(10 * time.Second):
+		case <-deadline:
 			d.log.Warn("consumer did not drain", zap.String("graph", gr.name))
+			continue
 		}
-		if gr.pendingAck != nil {
+		if gr.pendingAck != nil && drain {
 			_ = gr.pendingAck.Ack()
 			gr.pendingAck = nil
 		}

@@ -1,0 +1,188 @@
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+func request(t *testing.T, nc *nats.Conn, subject string, body any) *nats.Msg {
+	t.Helper()
+	data, err := json.Marshal(body)
+	require.NoError(t, err)
+	m, err := nc.Request(subject, data, 10*time.Second)
+	require.NoError(t, err)
+	return m
+}
+
+func TestMicroEndpoints(t *testing.T) {
+	cfg := testConfig(t, "p", "q")
+	cfg.Graphs[0].MinInfected = 1000
+	cfg.Graphs[1].MinInfected = 1000
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 5, "p", "q"), WithLocalizerFactory(f.factory),
+		WithReload(func(context.Context) (Config, error) { return cfg, nil }))
+
+	// localize: an observation in, ranked sources out.
+	m := request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "q", Infected: []string{"3", "2"}})
+	require.Empty(t, m.Header.Get(micro.ErrorHeader))
+	var resp LocalizeResponse
+	require.NoError(t, json.Unmarshal(m.Data, &resp))
+	require.Equal(t, "q", resp.Graph)
+	require.Len(t, resp.Sources, 1)
+	require.Equal(t, "2", resp.Sources[0].Node)
+	require.Equal(t, []string{"2"}, resp.CredibleSet)
+	require.Equal(t, "q.swb", resp.Model.Bundle)
+
+	// Bad requests say what is wrong.
+	m = request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "p", Infected: []string{"99"}})
+	require.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader))
+	require.Contains(t, m.Header.Get(micro.ErrorHeader), `no node "99"`)
+	m = request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "zz"})
+	require.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader))
+	require.Contains(t, m.Header.Get(micro.ErrorHeader), `unknown graph: "zz"`)
+	m, err := r.nc.Request("sourcewatch.svc.localize", []byte("{"), 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader))
+
+	// status: graphs and their windows.
+	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: time.Now()}, "")
+	waitSeq(t, r.d, "p", 1)
+	m = request(t, r.nc, "sourcewatch.svc.status", nil)
+	var st Status
+	require.NoError(t, json.Unmarshal(m.Data, &st))
+	require.True(t, st.Ready)
+	require.Len(t, st.Graphs, 2)
+	require.Equal(t, "p", st.Graphs[0].Name)
+	require.Equal(t, 1, st.Graphs[0].WindowInfected)
+	require.Equal(t, 5, st.Graphs[1].Nodes)
+	require.True(t, st.Graphs[0].LocalizerHealth)
+
+	// reload: new localizers, old ones closed.
+	m = request(t, r.nc, "sourcewatch.svc.reload", nil)
+	require.Empty(t, m.Header.Get(micro.ErrorHeader))
+	require.Len(t, f.all(), 4)
+	for _, l := range f.all()[:2] {
+		require.True(t, l.closed.Load())
+	}
+	f.fail.Store(true)
+	m = request(t, r.nc, "sourcewatch.svc.reload", nil)
+	require.Equal(t, "500", m.Header.Get(micro.ErrorCodeHeader))
+	require.Contains(t, m.Header.Get(micro.ErrorHeader), "broken")
+
+	// The service is discoverable as `nats micro ls` finds it.
+	m, err = r.nc.Request("$SRV.INFO.sourcewatch", nil, 5*time.Second)
+	require.NoError(t, err)
+	var info micro.Info
+	require.NoError(t, json.Unmarshal(m.Data, &info))
+	var subjects []string
+	for _, ep := range info.Endpoints {
+		subjects = append(subjects, ep.Subject)
+	}
+	require.ElementsMatch(t, []string{"sourcewatch.svc.localize", "sourcewatch.svc.status", "sourcewatch.svc.reload"}, subjects)
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+func TestHTTPEndpoints(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+	base := "http://" + r.d.HTTPAddr()
+
+	code, body := get(t, base+"/healthz")
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "ok\n", body)
+
+	code, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, code, body)
+
+	f.all()[0].sick.Store(true)
+	code, body = get(t, base+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "graph p: localizer unhealthy")
+	f.all()[0].sick.Store(false)
+
+	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: time.Now()}, "")
+	r.publish(t, "p", `nonsense`, "")
+	waitSeq(t, r.d, "p", 2)
+	r.d.PluginRestarted("p")
+	code, body = get(t, base+"/metrics")
+	require.Equal(t, http.StatusOK, code)
+	for _, want := range []string{
+		`sourcewatch_events_total{graph="p",outcome="applied"} 1`,
+		`sourcewatch_events_total{graph="p",outcome="deadletter"} 1`,
+		`sourcewatch_deadletters_total{reason="bad_json"} 1`,
+		`sourcewatch_deadletters_total{reason="too_large"} 0`,
+		`sourcewatch_plugin_restarts_total{graph="p"} 1`,
+		`sourcewatch_window_infected{graph="p"}`,
+		`go_goroutines`,
+	} {
+		require.Contains(t, body, want)
+	}
+}
+
+// TestReadyzReportsDisconnect runs the daemon against a server that goes
+// away: /readyz turns 503 naming NATS.
+func TestReadyzReportsDisconnect(t *testing.T) {
+	s := runServer(t)
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+	base := "http://" + r.d.HTTPAddr()
+	code, _ := get(t, base+"/readyz")
+	require.Equal(t, http.StatusOK, code)
+	s.Shutdown()
+	require.Eventually(t, func() bool {
+		code, body := get(t, base+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "nats: not connected")
+	}, 10*time.Second, 20*time.Millisecond)
+}
+
+func TestPublishEventsReplaysACascade(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	f := &factoryOf{}
+	g := pathGraph(t, 6)
+	r := start(t, cfg, WithGraphs(map[string]*graph.Graph{"p": g}), WithLocalizerFactory(f.factory))
+
+	c := diffusion.Cascade{Sources: []int{2}, Infected: []int{1, 2, 3}, Times: []int{-1, 1, 0, 2, -1, -1}, Step: 2}
+	t0 := time.Now().Add(-time.Minute)
+	evs := CascadeEvents(g, c, t0, 10*time.Second)
+	var slept []time.Duration
+	sleep := func(_ context.Context, d time.Duration) error { slept = append(slept, d); return nil }
+	require.NoError(t, PublishEvents(context.Background(), r.js, EventsSubject(DefaultPrefix, "p"), evs, 2, sleep))
+	require.Equal(t, []time.Duration{5 * time.Second, 5 * time.Second}, slept)
+	// Publishing the same events again is deduplicated by JetStream.
+	require.NoError(t, PublishEvents(context.Background(), r.js, EventsSubject(DefaultPrefix, "p"), evs, 0, nil))
+	require.Equal(t, uint64(3), lastSeq(t, r.js))
+	waitSeq(t, r.d, "p", 3)
+	o := r.d.graphs["p"].win.observe(time.Now(), nil)
+	require.Equal(t, []float64{0, 1, 1, 1, 0, 0}, o.y)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := PublishEvents(ctx, r.js, EventsSubject(DefaultPrefix, "p"), evs, 1, nil)
+	require.ErrorIs(t, err, context.Canceled)
+}
