@@ -91,6 +91,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	metrics := make(map[string]float64)
 
 	// 1. Forward model.
+	stageStart := time.Now()
 	fit := cfg.Fit
 	fit.Validation = val
 	if fit.Seed == 0 {
@@ -113,7 +114,10 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		metrics["forward_val_mse"] = mse
 	}
 
+	metrics["forward_fit_seconds"] = time.Since(stageStart).Seconds()
+
 	// 2. Prior.
+	stageStart = time.Now()
 	pcfg := cfg.Prior
 	if pcfg == (prior.Config{}) {
 		pcfg = prior.DefaultConfig()
@@ -139,6 +143,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	}
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15))
 	terms := vae.Terms(sourceSets(train), protos, rng)
+	metrics["prior_fit_seconds"] = time.Since(stageStart).Seconds()
 
 	solve := cfg.Solve.withDefaults()
 	b := &Bundle{
@@ -167,6 +172,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	}
 
 	// 4. Threshold on validation.
+	stageStart = time.Now()
 	limit := cfg.ValidationSolves
 	if limit <= 0 {
 		limit = 64
@@ -191,6 +197,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	b.Manifest.Threshold = delta
 	metrics["val_f1"] = f1
 	metrics["val_cascades"] = float64(limit)
+	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
 	return b, nil
 }
 

@@ -5,12 +5,17 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
 func newSimulateCmd(a *app) *cobra.Command {
@@ -31,7 +36,13 @@ cascades also carry "recovered". Node ids are the graph file's own.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.simulate(cmd.Context()) },
 	}
 	addSimulationFlags(cmd)
-	cmd.Flags().String("out", "-", `output file; "-" or empty writes to stdout`)
+	f := cmd.Flags()
+	f.String("out", "-", `output file; "-" or empty writes to stdout (with --publish, "-" writes nothing)`)
+	f.Bool("publish", false, "replay the cascades as live infection events on NATS (see --nats, --graph-name, --speed)")
+	f.String("nats", nats.DefaultURL, "NATS server to publish to (with --publish)")
+	f.String("graph-name", "", "graph name in the event subject <prefix>.events.<name> (default: the edge file's base name)")
+	f.String("prefix", "sourcewatch", "subject prefix (with --publish)")
+	f.Float64("speed", 1, "simulation steps per second of wall time (with --publish)")
 	return cmd
 }
 
@@ -61,8 +72,10 @@ func (a *app) simulate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("simulate: %w", err)
 	}
-	if err := a.writeCascades(a.v.GetString("out"), g, cs); err != nil {
-		return err
+	if out := a.v.GetString("out"); !a.v.GetBool("publish") || (out != "-" && out != "") {
+		if err := a.writeCascades(out, g, cs); err != nil {
+			return err
+		}
 	}
 	if err := a.publishSimulated(ctx, g, cs); err != nil {
 		return err
@@ -104,11 +117,47 @@ func (a *app) writeCascades(path string, g *graph.Graph, cs []diffusion.Cascade)
 	return nil
 }
 
-// publishSimulated is the hook for the planned --publish flag, which will
-// replay the simulated cascades as infection events onto NATS. It runs after
-// the JSONL is written and does nothing yet.
+// publishSimulated replays the cascades onto NATS as live infection
+// events when --publish is set: each cascade's infections (and SIR
+// recoveries) are published on <prefix>.events.<graph-name> in time order,
+// --speed simulation steps per second of wall time, stamped with the time
+// they are published. Cascades follow one another.
 func (a *app) publishSimulated(ctx context.Context, g *graph.Graph, cs []diffusion.Cascade) error {
-	// --publish: not implemented here; see the lead's follow-up.
-	_, _, _ = ctx, g, cs
+	v := a.v
+	if !v.GetBool("publish") {
+		return nil
+	}
+	speed := v.GetFloat64("speed")
+	if !(speed > 0) {
+		return fmt.Errorf("--speed: want simulation steps per second > 0, got %g", speed)
+	}
+	name := v.GetString("graph_name")
+	if name == "" {
+		base := filepath.Base(v.GetString("graph"))
+		name = strings.TrimSuffix(base, filepath.Ext(base))
+	}
+	if strings.ContainsAny(name, ".*> \t") {
+		return fmt.Errorf("--graph-name: %q is not a single NATS subject token", name)
+	}
+	url := v.GetString("nats")
+	nc, err := nats.Connect(url, nats.Name("sourcewatch simulate"))
+	if err != nil {
+		return fmt.Errorf("--nats: connecting to %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("--nats: %w", err)
+	}
+	subject := v.GetString("prefix") + ".events." + name
+	step := time.Duration(float64(time.Second) / speed)
+	for i, c := range cs {
+		events := monitor.CascadeEvents(g, c, time.Now(), step)
+		fmt.Fprintf(a.stderr, "publishing cascade %d/%d: %d sources, %d events on %s over ~%s\n",
+			i+1, len(cs), len(c.Sources), len(events), subject, (time.Duration(c.Step) * step).Round(time.Second))
+		if err := monitor.PublishEvents(ctx, js, subject, events, 1, nil); err != nil {
+			return err
+		}
+	}
 	return nil
 }
