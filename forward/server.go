@@ -122,13 +122,15 @@ func (s *server) Info(ctx context.Context, _ *forwardpb.InfoRequest) (_ *forward
 
 func (s *server) Configure(ctx context.Context, req *forwardpb.ConfigureRequest) (_ *forwardpb.ConfigureResponse, err error) {
 	defer guard(&err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// A failed Configure leaves the server unconfigured whatever the model
+	// kept, so no call runs against a half-replaced graph.
+	s.n = 0
 	g, err := GraphFromProto(req.GetGraph())
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.n = 0
 	if err := s.m.Configure(ctx, g, req.GetParams(), req.GetState()); err != nil {
 		return nil, toStatus(err)
 	}

@@ -1,0 +1,138 @@
+package forward_test
+
+import (
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/forward/forwardpb"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/plugins/icmf"
+)
+
+func TestGraphRoundTrip(t *testing.T) {
+	for _, g := range []*graph.Graph{
+		karate(t),
+		graph.New(4, []graph.Edge{{From: 0, To: 1, W: 0.25}, {From: 1, To: 0, W: 0.5}, {From: 3, To: 2, W: 1}}, []string{"a", "b", "c", "d"}, true, true),
+	} {
+		got, err := forward.GraphFromProto(forward.GraphToProto(g))
+		require.NoError(t, err)
+		require.Equal(t, g.Fingerprint(), got.Fingerprint())
+		require.Equal(t, g.IDs(), got.IDs())
+		require.Equal(t, g.Directed(), got.Directed())
+		require.Equal(t, g.Weighted(), got.Weighted())
+		require.Equal(t, g.Edges(), got.Edges())
+	}
+}
+
+func TestGraphFromProtoRejects(t *testing.T) {
+	base := func() *forwardpb.Graph {
+		return forward.GraphToProto(graph.New(3, []graph.Edge{{From: 0, To: 1, W: 0.5}, {From: 1, To: 2, W: 0.5}}, nil, false, true))
+	}
+	u32 := func(v ...uint32) []byte {
+		var b []byte
+		for _, x := range v {
+			b = binary.LittleEndian.AppendUint32(b, x)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*forwardpb.Graph)
+		want   string
+	}{
+		{"nil", nil, "graph: missing"},
+		{"no nodes", func(p *forwardpb.Graph) { p.Nodes = 0 }, "graph: no nodes"},
+		{"ragged src", func(p *forwardpb.Graph) { p.Src = p.Src[:7] }, "graph.src: 7 bytes"},
+		{"index out of range", func(p *forwardpb.Graph) { p.Dst = u32(1, 3) }, "graph.dst: index 3 out of range for 3 nodes"},
+		{"src dst mismatch", func(p *forwardpb.Graph) { p.Dst = u32(1) }, "graph: 2 src but 1 dst"},
+		{"short weights", func(p *forwardpb.Graph) { p.Weights = p.Weights[:8] }, "graph.weights: 2 edges need 16 bytes, got 8"},
+		{"weight NaN", func(p *forwardpb.Graph) {
+			binary.LittleEndian.PutUint64(p.Weights, math.Float64bits(math.NaN()))
+		}, "weight NaN not in [0,1]"},
+		{"ids count", func(p *forwardpb.Graph) { p.Ids = []string{"a"} }, "graph.ids: 1 ids for 3 nodes"},
+		{"duplicate ids", func(p *forwardpb.Graph) { p.Ids = []string{"a", "b", "a"} }, `duplicate id "a"`},
+		{"fingerprint", func(p *forwardpb.Graph) { p.Fingerprint = "00" }, "graph: fingerprint 00 sent"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p *forwardpb.Graph
+			if tc.change != nil {
+				p = base()
+				tc.change(p)
+			}
+			_, err := forward.GraphFromProto(p)
+			require.ErrorIs(t, err, forward.ErrBadMessage)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestMatrixRoundTrip(t *testing.T) {
+	m := mat.NewDense(3, 4, []float64{1, -2, 3.5, math.Inf(1), 0, 1e-300, math.Pi, 7, 8, 9, 10, 11})
+	view := m.Slice(1, 3, 1, 4).(*mat.Dense)
+	for _, in := range []*mat.Dense{m, view} {
+		p := forward.MatrixToProto(in)
+		out, err := forward.MatrixFromProto(p, "x")
+		require.NoError(t, err)
+		require.True(t, mat.Equal(in, out))
+	}
+	p := forward.MatrixToProto(m)
+	p.Data = p.Data[:len(p.Data)-1]
+	_, err := forward.MatrixFromProto(p, "dy")
+	require.ErrorIs(t, err, forward.ErrBadMessage)
+	require.ErrorContains(t, err, "dy: 3x4 matrix needs 96 bytes, got 95")
+	_, err = forward.MatrixFromProto(&forwardpb.Matrix{}, "x")
+	require.ErrorContains(t, err, "x: empty 0x0 matrix")
+	_, err = forward.MatrixFromProto(nil, "y")
+	require.ErrorContains(t, err, "y: missing matrix")
+}
+
+func TestPairsRoundTrip(t *testing.T) {
+	pairs := []forward.Pair{{Sources: []int{0, 5}, Infected: []int{0, 5, 9}}, {Sources: []int{}, Infected: []int{1}}}
+	got, err := forward.PairsFromProto(forward.PairsToProto(pairs), 10, "pairs")
+	require.NoError(t, err)
+	require.Equal(t, pairs, got)
+	_, err = forward.PairsFromProto(forward.PairsToProto(pairs), 9, "pairs")
+	require.ErrorContains(t, err, "pairs[0].infected: index 9 out of range for 9 nodes")
+}
+
+// The server checks requests against the configured graph before the
+// model sees them, so a malformed request from a buggy host is an
+// InvalidArgument status, not a panic in the plugin.
+func TestServerValidatesRequests(t *testing.T) {
+	g := karate(t)
+	s := forward.NewServer(icmf.New())
+	ctx := t.Context()
+	_, err := s.Predict(ctx, &forwardpb.PredictRequest{X: forward.MatrixToProto(mat.NewDense(1, g.N(), nil))})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err))
+
+	_, err = s.Configure(ctx, &forwardpb.ConfigureRequest{Graph: forward.GraphToProto(g)})
+	require.NoError(t, err)
+	_, err = s.Predict(ctx, &forwardpb.PredictRequest{X: forward.MatrixToProto(mat.NewDense(1, 3, nil))})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.ErrorContains(t, err, "x: 3 columns for a 34-node graph")
+
+	x := forward.MatrixToProto(mat.NewDense(2, g.N(), nil))
+	dy := forward.MatrixToProto(mat.NewDense(1, g.N(), nil))
+	_, err = s.VJP(ctx, &forwardpb.VJPRequest{X: x, Dy: dy})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	require.ErrorContains(t, err, "dy: 1x34 for x 2x34")
+
+	resp, err := s.VJP(ctx, &forwardpb.VJPRequest{X: x, Dy: forward.MatrixToProto(mat.NewDense(2, g.N(), nil))})
+	require.NoError(t, err)
+	require.Len(t, resp.GetDx().GetData(), 8*2*g.N())
+
+	bad := proto.Clone(forward.GraphToProto(g)).(*forwardpb.Graph)
+	bad.Fingerprint = "ff"
+	_, err = s.Configure(ctx, &forwardpb.ConfigureRequest{Graph: bad})
+	require.Equal(t, codes.InvalidArgument, status.Code(err))
+	_, err = s.Predict(ctx, &forwardpb.PredictRequest{X: x})
+	require.Equal(t, codes.FailedPrecondition, status.Code(err), "a failed Configure leaves the server unconfigured")
+}
