@@ -107,6 +107,37 @@ func (a *adjacency) propagateT(dst, src *mat.Dense, batches int) {
 	}
 }
 
+// propagateVec writes dst = Â src for each of the batches vectors of
+// length n stored back to back.
+func (a *adjacency) propagateVec(dst, src []float64, batches int) {
+	n := a.n
+	for b := 0; b < batches; b++ {
+		s, d := src[b*n:(b+1)*n], dst[b*n:(b+1)*n]
+		for v := 0; v < n; v++ {
+			var sum float64
+			for e := a.off[v]; e < a.off[v+1]; e++ {
+				sum += a.w[e] * s[a.src[e]]
+			}
+			d[v] = sum
+		}
+	}
+}
+
+// propagateVecT writes dst = Â^T src, the adjoint of propagateVec.
+func (a *adjacency) propagateVecT(dst, src []float64, batches int) {
+	n := a.n
+	clear(dst[:batches*n])
+	for b := 0; b < batches; b++ {
+		s, d := src[b*n:(b+1)*n], dst[b*n:(b+1)*n]
+		for v := 0; v < n; v++ {
+			g := s[v]
+			for e := a.off[v]; e < a.off[v+1]; e++ {
+				d[a.src[e]] += a.w[e] * g
+			}
+		}
+	}
+}
+
 // reuse returns m resized to r x c, reusing its storage when it can. The
 // contents are unspecified.
 func reuse(m *mat.Dense, r, c int) *mat.Dense {

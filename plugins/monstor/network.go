@@ -16,15 +16,24 @@ import (
 // and the log-degree.
 const features = 3
 
-// block is one 2-layer GCN stack and the caches of its last forward.
+// block is one 2-layer GCN stack and the caches of its last forward. The
+// output layer is Â (h1 w2) + b2, which equals Â h1 w2 + b2 but propagates
+// one column instead of hidden ones.
 type block struct {
-	lin1, lin2 *nn.Dense
+	lin1 *nn.Dense
+	w2   []float64 // hidden
+	b2   []float64 // 1
+	gw2  []float64
+	gb2  []float64
 
-	h0, p0, p1 *mat.Dense // input rows, Â h0, Â h1
-	q          []float64  // sigmoid output, batches x n
-	p          *mat.Dense // this block's estimate, batches x n
-	dh1, dh0   *mat.Dense
-	do         *mat.Dense
+	h0, p0 *mat.Dense // input rows, Â h0
+	h1     *mat.Dense // lin1's output (owned by lin1)
+	t, o   []float64  // h1 w2 and Â t, batches x n
+	q      []float64  // sigmoid output, batches x n
+	p      *mat.Dense // this block's estimate, batches x n
+	do     []float64  // dL/d(Â t + b2)
+	dh1    *mat.Dense
+	dh0    *mat.Dense
 }
 
 // network is the stacked GCN of a Model for one graph and architecture
@@ -40,6 +49,7 @@ type network struct {
 	batches int
 	x       []float64
 	dp      []float64
+	dt      []float64
 	dx      *mat.Dense
 }
 
@@ -53,17 +63,26 @@ func newNetwork(g *graph.Graph, arch Arch, seed uint64) *network {
 	for s := 0; s < arch.Stacks; s++ {
 		b := &block{
 			lin1: nn.NewDense(features, arch.Hidden, nn.LeakyReLU, rng),
-			lin2: nn.NewDense(arch.Hidden, 1, nn.Identity, rng),
+			w2:   make([]float64, arch.Hidden),
+			b2:   make([]float64, 1),
+			gw2:  make([]float64, arch.Hidden),
+			gb2:  make([]float64, 1),
+		}
+		// Glorot scaling, as nn.NewDense uses for a linear layer.
+		scale := math.Sqrt(2 / float64(arch.Hidden+1))
+		for i := range b.w2 {
+			b.w2[i] = rng.NormFloat64() * scale
 		}
 		net.blocks = append(net.blocks, b)
 		prefix := "stack" + strconv.Itoa(s)
-		for i, l := range []*nn.Dense{b.lin1, b.lin2} {
-			for _, p := range l.Params() {
-				q := *p
-				q.Name = fmt.Sprintf("%s.layer%d.%s", prefix, i+1, p.Name)
-				net.params = append(net.params, &q)
-			}
+		for _, p := range b.lin1.Params() {
+			q := *p
+			q.Name = prefix + ".layer1." + p.Name
+			net.params = append(net.params, &q)
 		}
+		net.params = append(net.params,
+			&nn.Param{Name: prefix + ".layer2.W", Value: b.w2, Grad: b.gw2, Rows: arch.Hidden, Cols: 1},
+			&nn.Param{Name: prefix + ".layer2.b", Value: b.b2, Grad: b.gb2, Rows: 1, Cols: 1})
 	}
 	return net
 }
@@ -73,7 +92,7 @@ func newNetwork(g *graph.Graph, arch Arch, seed uint64) *network {
 func (net *network) setOutputBias(p float64) {
 	p = math.Min(math.Max(p, 1e-3), 1-1e-3)
 	for _, b := range net.blocks {
-		b.lin2.B[0] = math.Log(p / (1 - p))
+		b.b2[0] = math.Log(p / (1 - p))
 	}
 }
 
@@ -98,15 +117,23 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 		}
 		b.p0 = reuse(b.p0, rows, features)
 		net.adj.propagate(b.p0, b.h0, batches)
-		h1 := b.lin1.Forward(b.p0)
-		b.p1 = reuse(b.p1, rows, hid)
-		net.adj.propagate(b.p1, h1, batches)
-		o := b.lin2.Forward(b.p1).RawMatrix()
+		b.h1 = b.lin1.Forward(b.p0)
+		h1 := b.h1.RawMatrix()
+		b.t = grow(b.t, rows)
+		for r := 0; r < rows; r++ {
+			var t float64
+			for j, w := range h1.Data[r*h1.Stride : r*h1.Stride+hid] {
+				t += w * b.w2[j]
+			}
+			b.t[r] = t
+		}
+		b.o = grow(b.o, rows)
+		net.adj.propagateVec(b.o, b.t, batches)
 		b.q = grow(b.q, rows)
 		b.p = reuse(b.p, batches, n)
 		p := b.p.RawMatrix()
 		for r := 0; r < rows; r++ {
-			q := sigmoid(o.Data[r*o.Stride])
+			q := sigmoid(b.o[r] + b.b2[0])
 			b.q[r] = q
 			p.Data[(r/n)*p.Stride+r%n] = 1 - (1-net.x[r])*(1-q)
 		}
@@ -129,17 +156,28 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 	clear(dx)
 	for s := len(net.blocks) - 1; s >= 0; s-- {
 		b := net.blocks[s]
-		b.do = reuse(b.do, rows, 1)
-		do := b.do.RawMatrix()
+		b.do = grow(b.do, rows)
 		for r := 0; r < rows; r++ {
 			g, xv, q := net.dp[r], net.x[r], b.q[r]
 			// p = 1 - (1 - x)(1 - q).
 			dx[r] += g * (1 - q)
-			do.Data[r*do.Stride] = g * (1 - xv) * q * (1 - q)
+			do := g * (1 - xv) * q * (1 - q)
+			b.gb2[0] += do
+			b.do[r] = do
 		}
-		dp1 := b.lin2.Backward(b.do)
+		// Through o = Â t to t = h1 w2.
+		net.dt = grow(net.dt, rows)
+		net.adj.propagateVecT(net.dt, b.do, batches)
 		b.dh1 = reuse(b.dh1, rows, hid)
-		net.adj.propagateT(b.dh1, dp1, batches)
+		dh1, h1 := b.dh1.RawMatrix(), b.h1.RawMatrix()
+		for r := 0; r < rows; r++ {
+			dt := net.dt[r]
+			hr, dr := h1.Data[r*h1.Stride:r*h1.Stride+hid], dh1.Data[r*dh1.Stride:r*dh1.Stride+hid]
+			for j, w := range b.w2 {
+				b.gw2[j] += dt * hr[j]
+				dr[j] = dt * w
+			}
+		}
 		dp0 := b.lin1.Backward(b.dh1)
 		b.dh0 = reuse(b.dh0, rows, features)
 		net.adj.propagateT(b.dh0, dp0, batches)
