@@ -122,7 +122,16 @@ func (d *Dense) Forward(x *mat.Dense) *mat.Dense {
 	for i := 0; i < r; i++ {
 		copy(z.Data[i*z.Stride:i*z.Stride+out], d.B)
 	}
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, x.RawMatrix(), d.W.RawMatrix(), 1, z)
+	switch {
+	case in*out <= smallLayer:
+		smallMul(z, x.RawMatrix(), d.W.RawMatrix())
+	case out == 1:
+		// A one-column product as Gemm would run one length-1 axpy per
+		// input element; Gemv is one pass.
+		blas64.Gemv(blas.NoTrans, 1, x.RawMatrix(), d.wcol(), 1, blas64.Vector{N: r, Data: z.Data, Inc: z.Stride})
+	default:
+		blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, x.RawMatrix(), d.W.RawMatrix(), 1, z)
+	}
 	y := d.y.RawMatrix()
 	for i := 0; i < r; i++ {
 		d.Act.apply(y.Data[i*y.Stride:i*y.Stride+out], z.Data[i*z.Stride:i*z.Stride+out])
@@ -134,6 +143,17 @@ func (d *Dense) Forward(x *mat.Dense) *mat.Dense {
 // dL/dW = x^T dZ and dL/db = dZ^T 1 to the gradients (dZ = dout ⊙ act'(z)),
 // and returns dL/dx = dZ W^T, owned by the layer until the next Backward.
 func (d *Dense) Backward(dout *mat.Dense) *mat.Dense {
+	return d.backward(dout, true, !d.noInputGrad)
+}
+
+// BackwardInput is Backward without touching the parameter gradients: it
+// only returns dL/dx = (dout ⊙ act'(z)) W^T. It is the cheap path for a
+// vector-Jacobian product with respect to the input.
+func (d *Dense) BackwardInput(dout *mat.Dense) *mat.Dense {
+	return d.backward(dout, false, true)
+}
+
+func (d *Dense) backward(dout *mat.Dense, params, input bool) *mat.Dense {
 	if d.x == nil {
 		panic("nn: dense Backward before Forward")
 	}
@@ -147,19 +167,55 @@ func (d *Dense) Backward(dout *mat.Dense) *mat.Dense {
 	for i := 0; i < r; i++ {
 		d.Act.backward(dz.Data[i*dz.Stride:i*dz.Stride+c], g.Data[i*g.Stride:i*g.Stride+c],
 			z.Data[i*z.Stride:i*z.Stride+c], y.Data[i*y.Stride:i*y.Stride+c])
+		if !params {
+			continue
+		}
 		row := dz.Data[i*dz.Stride : i*dz.Stride+c]
 		for j, v := range row {
 			d.gb[j] += v
 		}
 	}
-	blas64.Gemm(blas.Trans, blas.NoTrans, 1, d.x.RawMatrix(), dz, 1, d.gw.RawMatrix())
-	if d.noInputGrad {
+	in, _ := d.W.Dims()
+	small := in*c <= smallLayer
+	if params {
+		if small {
+			smallMulTA(d.gw.RawMatrix(), d.x.RawMatrix(), dz)
+		} else if c == 1 {
+			gw := d.gw.RawMatrix()
+			blas64.Gemv(blas.Trans, 1, d.x.RawMatrix(), blas64.Vector{N: r, Data: dz.Data, Inc: dz.Stride},
+				1, blas64.Vector{N: in, Data: gw.Data, Inc: gw.Stride})
+		} else {
+			blas64.Gemm(blas.Trans, blas.NoTrans, 1, d.x.RawMatrix(), dz, 1, d.gw.RawMatrix())
+		}
+	}
+	if !input {
 		return nil
 	}
-	in, _ := d.W.Dims()
 	d.dx = reuse(d.dx, r, in)
+	if small {
+		smallMulTB(d.dx.RawMatrix(), dz, d.W.RawMatrix())
+		return d.dx
+	}
+	if c == 1 {
+		// dx = dz w^T is an outer product.
+		dx, w := d.dx.RawMatrix(), d.wcol()
+		for i := 0; i < r; i++ {
+			g := dz.Data[i*dz.Stride]
+			row := dx.Data[i*dx.Stride : i*dx.Stride+in]
+			for j := range row {
+				row[j] = g * w.Data[j*w.Inc]
+			}
+		}
+		return d.dx
+	}
 	blas64.Gemm(blas.NoTrans, blas.Trans, 1, dz, d.W.RawMatrix(), 0, d.dx.RawMatrix())
 	return d.dx
+}
+
+// wcol returns the weights of a one-output layer as a vector.
+func (d *Dense) wcol() blas64.Vector {
+	w := d.W.RawMatrix()
+	return blas64.Vector{N: w.Rows, Data: w.Data, Inc: w.Stride}
 }
 
 // MLP is a stack of dense layers.
@@ -203,6 +259,15 @@ func (m *MLP) Backward(dout *mat.Dense) *mat.Dense {
 	return dout
 }
 
+// BackwardInput returns dL/dx for dout = dL/dy without touching the
+// parameter gradients (see Dense.BackwardInput).
+func (m *MLP) BackwardInput(dout *mat.Dense) *mat.Dense {
+	for i := len(m.Layers) - 1; i >= 0; i-- {
+		dout = m.Layers[i].BackwardInput(dout)
+	}
+	return dout
+}
+
 // Params returns every layer's parameters, named "layer<i>.W" and
 // "layer<i>.b", aliasing the layers' storage.
 func (m *MLP) Params() []*Param {
@@ -218,4 +283,57 @@ func (m *MLP) Params() []*Param {
 		}
 	}
 	return m.params
+}
+
+// smallLayer is the largest in*out for which plain loops beat Gemm: with
+// few columns the blocked product is all call overhead and short vectors,
+// and a layer this small is applied to many rows (one per graph node).
+const smallLayer = 256
+
+// smallMul adds a b to c (row-major, b small).
+func smallMul(c, a, b blas64.General) {
+	for i := 0; i < a.Rows; i++ {
+		crow := c.Data[i*c.Stride : i*c.Stride+c.Cols]
+		for l, av := range a.Data[i*a.Stride : i*a.Stride+a.Cols] {
+			if av == 0 {
+				continue
+			}
+			brow := b.Data[l*b.Stride : l*b.Stride+b.Cols]
+			for j := range crow {
+				crow[j] += av * brow[j]
+			}
+		}
+	}
+}
+
+// smallMulTA adds a^T b to c (c small).
+func smallMulTA(c, a, b blas64.General) {
+	for i := 0; i < a.Rows; i++ {
+		brow := b.Data[i*b.Stride : i*b.Stride+b.Cols]
+		for l, av := range a.Data[i*a.Stride : i*a.Stride+a.Cols] {
+			if av == 0 {
+				continue
+			}
+			crow := c.Data[l*c.Stride : l*c.Stride+c.Cols]
+			for j := range crow {
+				crow[j] += av * brow[j]
+			}
+		}
+	}
+}
+
+// smallMulTB sets c = a b^T (b small).
+func smallMulTB(c, a, b blas64.General) {
+	for i := 0; i < a.Rows; i++ {
+		arow := a.Data[i*a.Stride : i*a.Stride+a.Cols]
+		crow := c.Data[i*c.Stride : i*c.Stride+c.Cols]
+		for l := range crow {
+			brow := b.Data[l*b.Stride : l*b.Stride+b.Cols]
+			var s float64
+			for j, av := range arow {
+				s += av * brow[j]
+			}
+			crow[l] = s
+		}
+	}
 }

@@ -2,6 +2,7 @@ package nn
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -47,15 +48,20 @@ func checkLayer(t *testing.T, l layer, x, c *mat.Dense) {
 }
 
 func TestDenseGradient(t *testing.T) {
-	for _, act := range []Activation{Identity, ReLU, LeakyReLU, Sigmoid} {
-		t.Run(act.String(), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(1, uint64(act)))
-			d := NewDense(5, 4, act, rng)
-			for i := range d.B {
-				d.B[i] = rng.NormFloat64()
-			}
-			checkLayer(t, d, randMat(rng, 7, 5), randMat(rng, 7, 4))
-		})
+	// Sizes cover the small-layer loops (5x4, 5x1), Gemm (40x9) and the
+	// matrix-vector path (300x1).
+	for _, size := range [][2]int{{5, 4}, {5, 1}, {40, 9}, {300, 1}} {
+		in, out := size[0], size[1]
+		for _, act := range []Activation{Identity, ReLU, LeakyReLU, Sigmoid} {
+			t.Run(fmt.Sprintf("%s-%dx%d", act, in, out), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(1, uint64(act)))
+				d := NewDense(in, out, act, rng)
+				for i := range d.B {
+					d.B[i] = rng.NormFloat64()
+				}
+				checkLayer(t, d, randMat(rng, 7, in), randMat(rng, 7, out))
+			})
+		}
 	}
 }
 
@@ -76,6 +82,24 @@ func TestMLPGradient(t *testing.T) {
 			checkLayer(t, m, randMat(rng, 9, 6), randMat(rng, 9, 3))
 		})
 	}
+}
+
+func TestBackwardInputLeavesParamGradients(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	m := NewMLP([]int{4, 5, 3, 1}, LeakyReLU, Sigmoid, rng)
+	m.Layers[0].SkipInputGrad(true) // BackwardInput computes dx regardless
+	x, c := randMat(rng, 6, 4), randMat(rng, 6, 1)
+	ZeroGrad(m.Params())
+	m.Forward(x)
+	dx := mat.DenseCopyOf(m.BackwardInput(c))
+	for _, p := range m.Params() {
+		for _, g := range p.Grad {
+			require.Zero(t, g)
+		}
+	}
+	m.Layers[0].SkipInputGrad(false)
+	m.Forward(x)
+	require.Equal(t, dx.RawMatrix().Data, m.Backward(c).RawMatrix().Data)
 }
 
 func TestBackwardAccumulates(t *testing.T) {
@@ -306,3 +330,15 @@ func benchDense(b *testing.B, backward bool) {
 
 func BenchmarkDenseForward64x512x512(b *testing.B)  { benchDense(b, false) }
 func BenchmarkDenseBackward64x512x512(b *testing.B) { benchDense(b, true) }
+
+// BenchmarkDenseTall is the per-node layer shape of a graph model: many
+// rows (nodes x batch), few features.
+func BenchmarkDenseTall40000x5x8(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	d := NewDense(5, 8, LeakyReLU, rng)
+	x, g := randMat(rng, 40000, 5), randMat(rng, 40000, 8)
+	for b.Loop() {
+		d.Forward(x)
+		d.BackwardInput(g)
+	}
+}

@@ -72,6 +72,7 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	xs := make([]float64, 2*chunk*n)
 	yt := make([]float64, chunk*n)
 	dy := make([]float64, 2*chunk*n)
+	out := make([]float64, 2*chunk*n)
 	order := make([]int, len(pairs))
 	for i := range order {
 		order[i] = i
@@ -106,7 +107,8 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 					indicator(xs[(k+i)*n:(k+i+1)*n], dropSome(p.Sources, rng))
 					indicator(yt[i*n:(i+1)*n], p.Infected)
 				}
-				f := nt.forward(xs[:2*k*n], 2*k)
+				f := out[:2*k*n]
+				nt.forward(xs[:2*k*n], 2*k, f)
 				for i := 0; i < k*n; i++ {
 					d := f[i] - yt[i]
 					sse += d * d
@@ -125,7 +127,7 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 		trainMSE := sse / float64(len(pairs)*n)
 		val := math.NaN()
 		if len(opts.Validation) > 0 {
-			val = mse(nt, opts.Validation, xs, yt, chunk)
+			val = mse(nt, opts.Validation, xs, out, yt, chunk)
 		}
 		progress(forward.Progress{Epoch: epoch, Epochs: epochs, TrainLoss: trainMSE, ValLoss: val})
 		if len(opts.Validation) == 0 {
@@ -144,7 +146,7 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 		}
 	}
 	metrics := map[string]float64{
-		"train_mse":  mse(nt, pairs, xs, yt, chunk),
+		"train_mse":  mse(nt, pairs, xs, out, yt, chunk),
 		"epochs":     float64(epoch),
 		"edge_scale": math.Exp(nt.logScale.Value[0]),
 	}
@@ -187,8 +189,8 @@ func dropSome(sources []int, rng *rand.Rand) []int {
 }
 
 // mse is the mean squared error of nt over pairs, using the scratch
-// buffers xs and yt (chunk pairs each).
-func mse(nt *net, pairs []forward.Pair, xs, yt []float64, chunk int) float64 {
+// buffers xs and out (2 chunk rows each) and yt.
+func mse(nt *net, pairs []forward.Pair, xs, out, yt []float64, chunk int) float64 {
 	n := nt.n
 	var sse float64
 	step := 2 * chunk
@@ -197,7 +199,8 @@ func mse(nt *net, pairs []forward.Pair, xs, yt []float64, chunk int) float64 {
 		for i := lo; i < hi; i++ {
 			indicator(xs[(i-lo)*n:(i-lo+1)*n], pairs[i].Sources)
 		}
-		f := nt.forward(xs[:(hi-lo)*n], hi-lo)
+		f := out[:(hi-lo)*n]
+		nt.forward(xs[:(hi-lo)*n], hi-lo, f)
 		for i := lo; i < hi; i++ {
 			indicator(yt[:n], pairs[i].Infected)
 			row := f[(i-lo)*n : (i-lo+1)*n]

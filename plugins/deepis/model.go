@@ -25,7 +25,7 @@ const (
 const (
 	DefaultHops     = 3
 	DefaultSteps    = 4
-	DefaultHidden   = 16
+	DefaultHidden   = 8
 	DefaultLayers   = 1
 	DefaultPatience = 5
 
@@ -191,7 +191,7 @@ func (m *Model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
 			return nil, err
 		}
 		e := min(r, b+step)
-		copy(ys[b*n:e*n], m.nt.forward(xs[b*n:e*n], e-b))
+		m.nt.forward(xs[b*n:e*n], e-b, ys[b*n:e*n])
 	}
 	return y, nil
 }
@@ -216,7 +216,7 @@ func (m *Model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Den
 			return nil, nil, err
 		}
 		e := min(r, b+step)
-		copy(ys[b*n:e*n], m.nt.forward(xs[b*n:e*n], e-b))
+		m.nt.forward(xs[b*n:e*n], e-b, ys[b*n:e*n])
 		m.nt.backward(gs[b*n:e*n], dxs[b*n:e*n])
 	}
 	return y, dx, nil

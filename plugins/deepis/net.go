@@ -45,19 +45,21 @@ type net struct {
 }
 
 // tape holds one pass's intermediate values for backward, reused across
-// passes.
+// passes. Cells are node-major, c = v*rows + b, so the arcs of a node are
+// walked once for all rows of the batch and each arc touches rows
+// contiguous values.
 type tape struct {
 	rows int
-	x    []float64 // rows*n, borrowed from the caller
+	xt   []float64 // x, node-major
 	feat *mat.Dense
-	q    []float64   // MLP output per (row, node)
+	q    []float64   // MLP output per cell
 	ys   [][]float64 // Steps+1 iterates
 	prod [][]float64 // Steps products Π(1 - P y)
 	pe   []float64   // P per in-arc for this pass
 	peOK []bool      // P < 1, so dP/da = P (else clamped, 0)
 	// scratch
-	h1, h2, g, gp []float64
-	dq            *mat.Dense
+	h1, h2, g, gp, hv []float64
+	dq                *mat.Dense
 }
 
 func newNet(g *graph.Graph, a arch, rng *rand.Rand) *net {
@@ -103,38 +105,49 @@ func grow(s []float64, n int) []float64 {
 	return s[:n]
 }
 
-// forward runs rows batch rows of x (rows*n, row-major) and returns the
-// output y^T (rows*n), owned by the tape until the next forward.
-func (nt *net) forward(x []float64, rows int) []float64 {
+// forward runs rows batch rows of x (row-major rows x n) and writes f(x),
+// row-major, into y.
+func (nt *net) forward(x []float64, rows int, y []float64) {
 	n, F, tp := nt.n, nt.features(), &nt.tp
 	cells := rows * n
-	tp.rows, tp.x = rows, x
+	tp.rows = rows
+	tp.xt = grow(tp.xt, cells)
+	transpose(tp.xt, x, rows, n)
+	xt := tp.xt
 
-	// Features: gather hops over the in-CSR.
 	if tp.feat == nil || tp.feat.RawMatrix().Rows != cells {
 		tp.feat = mat.NewDense(cells, F, nil)
 	}
 	fd := tp.feat.RawMatrix().Data
-	for i := 0; i < cells; i++ {
-		fd[i*F] = x[i]
-		fd[i*F+F-1] = nt.logdeg[i%n]
-	}
-	tp.h1, tp.h2 = grow(tp.h1, cells), grow(tp.h2, cells)
-	prev, cur := tp.h1, tp.h2
-	copy(prev, x)
-	for k := 1; k <= nt.Hops; k++ {
+	for v := 0; v < n; v++ {
 		for b := 0; b < rows; b++ {
-			o := b * n
-			for v := 0; v < n; v++ {
-				var s float64
-				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-					s += nt.p0w[a] * prev[o+nt.inFrom[a]]
+			c := v*rows + b
+			fd[c*F] = xt[c]
+			fd[c*F+F-1] = nt.logdeg[v]
+		}
+	}
+	// Hops h_k = P0^T h_{k-1}, gathered over the in-CSR.
+	tp.h1, tp.h2 = grow(tp.h1, cells), grow(tp.h2, cells)
+	prev, cur := xt, tp.h1
+	for k := 1; k <= nt.Hops; k++ {
+		for v := 0; v < n; v++ {
+			acc := cur[v*rows : (v+1)*rows]
+			clear(acc)
+			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
+				w, src := nt.p0w[a], prev[nt.inFrom[a]*rows:][:rows]
+				for b, s := range src {
+					acc[b] += w * s
 				}
-				cur[o+v] = s
-				fd[(o+v)*F+k] = s
+			}
+			for b, s := range acc {
+				fd[(v*rows+b)*F+k] = s
 			}
 		}
-		prev, cur = cur, prev
+		if k == 1 {
+			prev, cur = cur, tp.h2
+		} else {
+			prev, cur = cur, prev
+		}
 	}
 
 	q := nt.mlp.Forward(tp.feat).RawMatrix().Data
@@ -152,8 +165,8 @@ func (nt *net) forward(x []float64, rows int) []float64 {
 		tp.prod[t] = grow(tp.prod[t], cells)
 	}
 	y0 := tp.ys[0]
-	for i := 0; i < cells; i++ {
-		y0[i] = clamp01(1 - (1-x[i])*(1-tp.q[i]))
+	for c := 0; c < cells; c++ {
+		y0[c] = clamp01(1 - (1-xt[c])*(1-tp.q[c]))
 	}
 
 	s := math.Exp(nt.logScale.Value[0])
@@ -168,119 +181,140 @@ func (nt *net) forward(x []float64, rows int) []float64 {
 		tp.pe[a] = math.Min(p, 1)
 	}
 	for t := 1; t <= nt.Steps; t++ {
-		y, yn, pr := tp.ys[t-1], tp.ys[t], tp.prod[t-1]
-		for b := 0; b < rows; b++ {
-			o := b * n
-			for v := 0; v < n; v++ {
-				prod := 1.0
-				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-					prod *= math.Max(1-tp.pe[a]*y[o+nt.inFrom[a]], minFactor)
+		yp, yn, pr := tp.ys[t-1], tp.ys[t], tp.prod[t-1]
+		for v := 0; v < n; v++ {
+			prod := pr[v*rows : (v+1)*rows]
+			for b := range prod {
+				prod[b] = 1
+			}
+			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
+				p, src := tp.pe[a], yp[nt.inFrom[a]*rows:][:rows]
+				for b, yu := range src {
+					m := 1 - p*yu
+					if m < minFactor {
+						m = minFactor
+					}
+					prod[b] *= m
 				}
-				pr[o+v] = prod
-				yn[o+v] = 1 - (1-y[o+v])*prod
+			}
+			old, nw := yp[v*rows:(v+1)*rows], yn[v*rows:(v+1)*rows]
+			for b, e := range prod {
+				nw[b] = 1 - (1-old[b])*e
 			}
 		}
 	}
-	return tp.ys[nt.Steps]
+	transpose(y, tp.ys[nt.Steps], n, rows)
+}
+
+// transpose writes the r x c row-major src into dst as c x r.
+func transpose(dst, src []float64, r, c int) {
+	for i := 0; i < r; i++ {
+		row := src[i*c : (i+1)*c]
+		for j, v := range row {
+			dst[j*r+i] = v
+		}
+	}
 }
 
 func clamp01(v float64) float64 { return math.Min(math.Max(v, 0), 1) }
 
-// backward takes dy = dL/df for the last forward (rows*n), accumulates the
-// parameter gradients and, when dx is not nil, writes dL/dx into it.
+// backward takes dy = dL/df (row-major) for the last forward. With dx nil
+// it accumulates the parameter gradients (training); otherwise it writes
+// dL/dx (row-major) into dx and leaves the parameter gradients alone.
 func (nt *net) backward(dy, dx []float64) {
 	n, F, tp := nt.n, nt.features(), &nt.tp
-	cells := tp.rows * n
+	rows := tp.rows
+	cells := rows * n
 	tp.g, tp.gp = grow(tp.g, cells), grow(tp.gp, cells)
-	g, gp := tp.g, tp.gp
-	copy(g, dy)
+	tp.hv = grow(tp.hv, rows)
+	g, gp, hv := tp.g, tp.gp, tp.hv
+	transpose(g, dy, rows, n)
 	var gScale float64
 	for t := nt.Steps; t >= 1; t-- {
-		y, pr := tp.ys[t-1], tp.prod[t-1]
+		yp, pr := tp.ys[t-1], tp.prod[t-1]
 		clear(gp)
-		for b := 0; b < tp.rows; b++ {
-			o := b * n
-			for v := 0; v < n; v++ {
-				gv := g[o+v]
-				if gv == 0 {
-					continue
-				}
-				e := pr[o+v]
-				gp[o+v] += gv * e
+		for v := 0; v < n; v++ {
+			o := v * rows
+			live := false
+			for b := 0; b < rows; b++ {
+				gv, e := g[o+b], pr[o+b]
+				gp[o+b] += gv * e
 				// dL/dm_uv = -g_v (1 - y_v) E_v / m_uv for each factor m_uv.
-				h := -gv * (1 - y[o+v]) * e
-				if h == 0 {
-					continue
-				}
-				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-					u := o + nt.inFrom[a]
-					m := 1 - tp.pe[a]*y[u]
-					if m < minFactor {
+				hv[b] = -gv * (1 - yp[o+b]) * e
+				live = live || hv[b] != 0
+			}
+			if !live {
+				continue
+			}
+			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
+				u := nt.inFrom[a] * rows
+				p, ok := tp.pe[a], tp.peOK[a]
+				src, dst := yp[u:u+rows], gp[u:u+rows]
+				for b, yu := range src {
+					m := 1 - p*yu
+					if m < minFactor || hv[b] == 0 {
 						continue
 					}
-					dm := h / m
-					gp[u] -= dm * tp.pe[a]
-					if tp.peOK[a] {
-						gScale -= dm * y[u] * tp.pe[a]
+					dm := hv[b] / m
+					dst[b] -= dm * p
+					if ok {
+						gScale -= dm * yu * p
 					}
 				}
 			}
 		}
 		g, gp = gp, g
 	}
-	nt.logScale.Grad[0] += gScale
+	if dx == nil {
+		nt.logScale.Grad[0] += gScale
+	}
 
 	// g is now dL/dy⁰; y⁰ = 1 - (1-x)(1-q), clamped.
-	x := tp.x
+	xt := tp.xt
 	if tp.dq == nil || tp.dq.RawMatrix().Rows != cells {
 		tp.dq = mat.NewDense(cells, 1, nil)
 	}
 	dq := tp.dq.RawMatrix().Data
-	for i := 0; i < cells; i++ {
-		raw := 1 - (1-x[i])*(1-tp.q[i])
+	// gx collects dL/dx node-major in gp, free again after the steps.
+	gx := gp
+	for c := 0; c < cells; c++ {
+		raw := 1 - (1-xt[c])*(1-tp.q[c])
 		if raw < 0 || raw > 1 {
-			dq[i] = 0
-			if dx != nil {
-				dx[i] = 0
-			}
+			dq[c], gx[c] = 0, 0
 			continue
 		}
-		dq[i] = g[i] * (1 - x[i])
-		if dx != nil {
-			dx[i] = g[i] * (1 - tp.q[i])
-		}
+		dq[c] = g[c] * (1 - xt[c])
+		gx[c] = g[c] * (1 - tp.q[c])
 	}
-	nt.mlp.Layers[0].SkipInputGrad(dx == nil)
-	dfeat := nt.mlp.Backward(tp.dq)
 	if dx == nil {
+		nt.mlp.Layers[0].SkipInputGrad(true)
+		nt.mlp.Backward(tp.dq)
 		return
 	}
-	fd := dfeat.RawMatrix().Data
+	fd := nt.mlp.BackwardInput(tp.dq).RawMatrix().Data
 	// Back through the hops: h_k = P0^T h_{k-1}, so dh_{k-1} = P0 dh_k plus
 	// the feature column's own gradient.
 	acc, nxt := tp.h1, tp.h2
-	for i := 0; i < cells; i++ {
-		acc[i] = fd[i*F+nt.Hops]
+	for c := 0; c < cells; c++ {
+		acc[c] = fd[c*F+nt.Hops]
 	}
 	for k := nt.Hops; k >= 1; k-- {
-		for i := 0; i < cells; i++ {
-			nxt[i] = fd[i*F+k-1]
+		for c := 0; c < cells; c++ {
+			nxt[c] = fd[c*F+k-1]
 		}
-		for b := 0; b < tp.rows; b++ {
-			o := b * n
-			for v := 0; v < n; v++ {
-				d := acc[o+v]
-				if d == 0 {
-					continue
-				}
-				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-					nxt[o+nt.inFrom[a]] += nt.p0w[a] * d
+		for v := 0; v < n; v++ {
+			d := acc[v*rows : (v+1)*rows]
+			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
+				w, dst := nt.p0w[a], nxt[nt.inFrom[a]*rows:][:rows]
+				for b, s := range d {
+					dst[b] += w * s
 				}
 			}
 		}
 		acc, nxt = nxt, acc
 	}
-	for i := 0; i < cells; i++ {
-		dx[i] += acc[i]
+	for c := 0; c < cells; c++ {
+		gx[c] += acc[c]
 	}
+	transpose(dx, gx, n, rows)
 }
