@@ -1,19 +1,111 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
-// Placeholder until the command is written; it fails loudly rather than
-// pretending to work.
 func newServeCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "serve (not yet available)",
-		RunE: func(*cobra.Command, []string) error {
-			return errors.New("serve: not yet available")
+		Short: "Run the streaming monitor: events in from NATS JetStream, source alerts out",
+		Long: `serve consumes node-state events from <prefix>.events.<graph>, keeps a
+rolling window per graph, localizes the sources with each graph's SL-VAE
+bundle and forward plugin, and publishes alerts on <prefix>.alerts.<graph>.
+
+Without nats.url it starts an embedded NATS server with JetStream in
+<data_dir>/nats, listening on nats.listen (default 127.0.0.1:4222), so the
+nats CLI can publish and subscribe. Health and metrics are served on
+http.addr (default 127.0.0.1:7070): /healthz, /readyz, /metrics.
+
+The NATS micro service "sourcewatch" answers on <prefix>.svc.localize,
+<prefix>.svc.status and <prefix>.svc.reload. SIGHUP reloads the config file,
+bundles and plugins without dropping events; SIGINT or SIGTERM shut down
+cleanly (final snapshot, drain) and exit 0.
+
+Every key can be set in the config file (see configs/sourcewatch.yaml) or
+the environment: nats.url is SOURCEWATCH_NATS_URL.`,
+		Example: `  sourcewatch serve --config configs/demo.yaml
+  SOURCEWATCH_NATS_URL=nats://nats.internal:4222 sourcewatch serve --config configs/sourcewatch.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for flag, key := range map[string]string{"nats-url": "nats.url", "http-addr": "http.addr", "data-dir": "data_dir", "plugin-dir": "plugin_dir"} {
+				if f := cmd.Flags().Lookup(flag); f.Changed {
+					a.v.Set(key, f.Value.String())
+				}
+			}
+			cfg, err := monitor.Load(a.v)
+			if err != nil {
+				return err
+			}
+			factory := localizerFactory
+			if factory == nil {
+				factory = bundleLocalizers(cfg.PluginDir, a.log)
+			}
+			return serve(cmd.Context(), a, cfg, factory)
 		},
+	}
+	f := cmd.Flags()
+	f.String("nats-url", "", "NATS server URL (nats.url); empty starts an embedded server")
+	f.String("http-addr", "", "health and metrics address (http.addr)")
+	f.String("data-dir", "", "data directory (data_dir)")
+	f.String("plugin-dir", "", "forward plugin directory (plugin_dir)")
+	return cmd
+}
+
+// localizerFactory replaces the bundle-backed localizers when set (tests).
+var localizerFactory monitor.LocalizerFactory
+
+// errNoLocalizer is returned when serve has no way to build localizers.
+var errNoLocalizer = errors.New("serve: no localizer")
+
+func serve(ctx context.Context, a *app, cfg monitor.Config, factory monitor.LocalizerFactory) error {
+	if factory == nil {
+		return errNoLocalizer
+	}
+	reload := func(context.Context) (monitor.Config, error) {
+		if path := a.v.GetString("config"); path != "" {
+			if err := a.v.ReadInConfig(); err != nil {
+				return monitor.Config{}, fmt.Errorf("re-reading %s: %w", path, err)
+			}
+		}
+		return monitor.Load(a.v)
+	}
+	d, err := monitor.New(cfg,
+		monitor.WithLogger(a.log),
+		monitor.WithLocalizerFactory(factory),
+		monitor.WithReload(reload),
+	)
+	if err != nil {
+		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("serve: %w", err)
+			}
+			return nil
+		case <-hup:
+			a.log.Info("SIGHUP: reloading")
+			if err := d.Reload(ctx); err != nil {
+				a.log.Error("reload failed; keeping the running setup", zap.Error(err))
+			}
+		}
 	}
 }
