@@ -7,12 +7,18 @@ import (
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
+	"gonum.org/v1/gonum/floats"
 	"gonum.org/v1/gonum/mat"
 )
 
 // DefaultPrototypes is the number of prototypes Terms uses when asked for
 // maxPrototypes <= 0.
 const DefaultPrototypes = 1024
+
+// minWeight is the softmax weight below which Pred's gradient skips a
+// prototype; the skipped terms change the gradient by less than
+// N * minWeight * max|D|, far below what the optimiser resolves.
+const minWeight = 1e-15
 
 // Terms holds the prior terms of inference (Algorithm 1), precomputed from a
 // trained VAE. With l(z) the decoder's logits and d(z) = sigmoid(l(z)):
@@ -129,8 +135,10 @@ func (t *Terms) Init(x, grad *mat.Dense) []float64 {
 //	L_pred(x) = -logsumexp_j (D x + c)_j
 //
 // and writes dL/dx = -D^T softmax(D x + c) into grad (skipped when grad is
-// nil). With D = H W + 1 b^T the batch costs four matrix products:
-// S = (X W^T) H^T, P = softmax(S) by rows, grad = -((P H) W + (P 1) b^T).
+// nil). With D = H W + 1 b^T the batch costs three matrix products and a
+// sparse one: S = (X W^T) H^T, P = softmax(S) by rows, and
+// grad = -((P H) W + (P 1) b^T), where P H sums only the prototypes with a
+// weight of at least 1e-15.
 func (t *Terms) Pred(x, grad *mat.Dense) []float64 {
 	rows := t.check(x, grad)
 	loss := make([]float64, rows)
@@ -158,7 +166,9 @@ func (t *Terms) Pred(x, grad *mat.Dense) []float64 {
 		m := math.Inf(-1)
 		for j := range srow {
 			srow[j] += xb + t.c[j]
-			m = math.Max(m, srow[j])
+			if srow[j] > m {
+				m = srow[j]
+			}
 		}
 		var e float64
 		for j, v := range srow {
@@ -166,10 +176,20 @@ func (t *Terms) Pred(x, grad *mat.Dense) []float64 {
 			e += srow[j]
 		}
 		loss[r] = -(m + math.Log(e))
+		if grad == nil {
+			continue
+		}
+		// P H by rows, skipping negligible weights: softmax over
+		// log-likelihoods is usually peaked on a few prototypes, and the
+		// skipped mass (< N * minWeight) cannot move the gradient.
+		ph := ws.ph[r*t.hidden : (r+1)*t.hidden]
+		clear(ph)
 		var ps float64
-		for j := range srow {
-			srow[j] /= e
-			ps += srow[j]
+		for j, v := range srow {
+			if p := v / e; p >= minWeight {
+				floats.AddScaled(ph, p, h.Data[j*h.Stride:j*h.Stride+t.hidden])
+				ps += p
+			}
 		}
 		psum[r] = ps
 	}
@@ -177,7 +197,6 @@ func (t *Terms) Pred(x, grad *mat.Dense) []float64 {
 		return loss
 	}
 	ph := blas64.General{Rows: rows, Cols: t.hidden, Stride: t.hidden, Data: ws.ph}
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, s, h, 0, ph)
 	gr := grad.RawMatrix()
 	blas64.Gemm(blas.NoTrans, blas.NoTrans, -1, ph, w, 0, gr)
 	for r := range rows {

@@ -354,18 +354,29 @@ func (v *VAE) loss(sets [][]int, eps *mat.Dense, backward bool) (bce, kl float64
 	}
 	for r, set := range sets {
 		l := logits.RawRowView(r)
-		for _, x := range l {
-			bce += nn.Softplus(x)
+		var g []float64
+		if backward {
+			g = v.dl.RawRowView(r)
+		}
+		// softplus(x) = max(x, 0) + log1p(e) and sigmoid(x) share
+		// e = exp(-|x|), the one transcendental per node worth saving.
+		for i, x := range l {
+			e := math.Exp(-math.Abs(x))
+			if x > 0 {
+				bce += x + math.Log1p(e)
+				if g != nil {
+					g[i] = inv / (1 + e)
+				}
+			} else {
+				bce += math.Log1p(e)
+				if g != nil {
+					g[i] = inv * e / (1 + e)
+				}
+			}
 		}
 		for _, i := range set {
 			bce -= l[i]
-		}
-		if backward {
-			g := v.dl.RawRowView(r)
-			for i, x := range l {
-				g[i] = nn.Logistic(x) * inv
-			}
-			for _, i := range set {
+			if g != nil {
 				g[i] -= inv
 			}
 		}
