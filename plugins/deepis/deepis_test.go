@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -368,23 +367,3 @@ func TestInfo(t *testing.T) {
 		require.True(t, names[k], k)
 	}
 }
-
-func benchVJP(b *testing.B, file string) {
-	g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", file))
-	require.NoError(b, err)
-	m := New()
-	require.NoError(b, m.Configure(context.Background(), g, nil, nil))
-	m.fitted = true
-	rng := rand.New(rand.NewPCG(1, 1))
-	x := randDense(rng, 8, g.N(), 0, 1)
-	dy := randDense(rng, 8, g.N(), -1, 1)
-	b.ResetTimer()
-	for b.Loop() {
-		if _, _, err := m.VJP(context.Background(), x, dy); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkVJPBatch8Jazz(b *testing.B)      { benchVJP(b, "jazz.edges") }
-func BenchmarkVJPBatch8PowerGrid(b *testing.B) { benchVJP(b, "power_grid.edges") }

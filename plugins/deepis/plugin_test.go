@@ -1,0 +1,92 @@
+package deepis
+
+import (
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+func TestMain(m *testing.M) { forwardtest.Main(m) }
+
+// The real plugin binary computes exactly what the package does: its VJP
+// passes the finite-difference check through gRPC, it fits with streamed
+// progress, and its state configures the in-process model.
+func TestThroughPluginProcess(t *testing.T) {
+	ctx := t.Context()
+	g := randomGraph(40, 60, false, false, 71)
+	p, err := forward.Launch(ctx, forwardtest.Build(t, Name))
+	require.NoError(t, err)
+	defer p.Close()
+
+	info, err := p.Info(ctx)
+	require.NoError(t, err)
+	want, err := New().Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, want, info)
+
+	params := map[string]string{"hops": "2", "hidden": "6"}
+	require.NoError(t, p.Configure(ctx, g, params, nil))
+	pairs := cascades(t, g, 40, 72)
+	var reports []forward.Progress
+	res, err := p.Fit(ctx, pairs[:30], forward.FitOptions{Epochs: 3, Seed: 9, Validation: pairs[30:], Lambda: 0.5},
+		func(pr forward.Progress) { reports = append(reports, pr) })
+	require.NoError(t, err)
+	require.NotEmpty(t, reports)
+	require.Equal(t, float64(len(reports)), res.Metrics["epochs"])
+	require.Contains(t, res.Metrics, "val_mse")
+
+	forwardtest.CheckVJP(t, p, g, forward.VJPCheckOptions{Rows: 2, Coords: 40})
+
+	in := New()
+	require.NoError(t, in.Configure(ctx, g, params, res.State))
+	rng := rand.New(rand.NewPCG(5, 6))
+	x, dy := randDense(rng, 3, g.N(), 0, 1), randDense(rng, 3, g.N(), -1, 1)
+	y1, dx1, err := p.VJP(ctx, x, dy)
+	require.NoError(t, err)
+	y2, dx2, err := in.VJP(ctx, x, dy)
+	require.NoError(t, err)
+	require.Equal(t, y2.RawMatrix().Data, y1.RawMatrix().Data)
+	require.Equal(t, dx2.RawMatrix().Data, dx1.RawMatrix().Data)
+
+	other := randomGraph(40, 61, false, false, 73)
+	require.ErrorIs(t, p.Configure(ctx, other, nil, res.State), forward.ErrBadState)
+}
+
+// BenchmarkVJP times one VJP of a batch of 8 (the default restarts),
+// in-process and through the plugin process, on the shared graphs.
+func BenchmarkVJP(b *testing.B) {
+	for _, name := range []string{"jazz", "power_grid"} {
+		g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", name+".edges"))
+		require.NoError(b, err)
+		in := New()
+		require.NoError(b, in.Configure(b.Context(), g, nil, nil))
+		in.fitted = true
+		state, err := encodeState(g, in.nt)
+		require.NoError(b, err)
+		p, err := forward.Launch(b.Context(), forwardtest.Build(b, Name))
+		require.NoError(b, err)
+		require.NoError(b, p.Configure(b.Context(), g, nil, state))
+		rng := rand.New(rand.NewPCG(1, 1))
+		x, dy := randDense(rng, 8, g.N(), 0, 1), randDense(rng, 8, g.N(), -1, 1)
+		for _, m := range []struct {
+			name  string
+			model forward.Model
+		}{{"inprocess", in}, {"process", p}} {
+			b.Run(name+"/"+m.name, func(b *testing.B) {
+				for b.Loop() {
+					if _, _, err := m.model.VJP(context.Background(), x, dy); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+		require.NoError(b, p.Close())
+	}
+}
