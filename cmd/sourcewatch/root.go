@@ -51,6 +51,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newServeCmd(a),
 		newPluginCmd(a),
 		newAlertsCmd(a),
+		newDemoCmd(a),
 	)
 	return root
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
 
@@ -27,16 +26,8 @@ func runCmd(t *testing.T, stdin string, args ...string) (string, string, error) 
 // TestTrainThenLocalize trains a small bundle on karate with the real icmf
 // plugin process, then localizes observations with it from the CLI.
 func TestTrainThenLocalize(t *testing.T) {
-	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	bundle, pluginDir := trainTestBundle(t)
 	dir := t.TempDir()
-	bundle := filepath.Join(dir, "karate.swb")
-	out, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
-		"--diffusion", "SI", "--beta", "0.3", "--pattern", "cluster", "--cascades", "60", "--seed", "3",
-		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "5", "--prototypes", "64",
-		"--val-solves", "8", "--test-solves", "8", "--restarts", "4", "--out", bundle, "--log-level", "warn")
-	require.NoError(t, err)
-	require.Contains(t, out, "36 train, 12 validation, 12 test")
-	require.Contains(t, out, "forward     icmf")
 
 	b, err := localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
@@ -47,7 +38,7 @@ func TestTrainThenLocalize(t *testing.T) {
 
 	// JSON output, observation from stdin, two observations as JSONL.
 	obs := `{"infected":["0","1","2","3","7","13"]}` + "\n" + `{"infected":["33","32","8","30"]}` + "\n"
-	out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
+	out, _, err := runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 2)

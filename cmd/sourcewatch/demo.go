@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/monitor"
+)
+
+func newDemoCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the daemon and replay simulated cascades into it, printing the alerts",
+		Long: `demo is what make run starts: the daemon of serve (same --config), plus a
+replayer that simulates a cascade on the first configured graph, publishes it
+as live infection events, prints the alerts the daemon raises beside the true
+sources, waits for the window to clear and the incident to resolve, and starts
+the next cascade. Ctrl-C stops everything cleanly.`,
+		Example: `  sourcewatch demo --config configs/demo.yaml`,
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), a) },
+	}
+	f := cmd.Flags()
+	f.String("diffusion", "SI", "diffusion model of the replayed cascades")
+	f.Float64("beta", 0.25, "SI/SIR infection probability")
+	f.String("pattern", "cluster", "source pattern of the replayed cascades")
+	f.String("sources", "1-3", "sources per replayed cascade: N or MIN-MAX")
+	f.Float64("speed", 2, "simulation steps per second of wall time")
+	f.Int64("seed", 0, "seed of the first cascade (0: from the clock)")
+	f.Int("cascades", 0, "stop after this many cascades (0: until Ctrl-C)")
+	return cmd
+}
+
+func runDemo(ctx context.Context, a *app) error {
+	cfg, err := monitor.Load(a.v)
+	if err != nil {
+		return err
+	}
+	if len(cfg.Graphs) == 0 {
+		return fmt.Errorf("graphs: the demo needs at least one graph")
+	}
+	gc := cfg.Graphs[0]
+	g, err := graph.Load(gc.Edges, graph.Directed(gc.Directed))
+	if err != nil {
+		return err
+	}
+	sim := diffusion.DefaultConfig()
+	if sim.Model, err = diffusion.ParseModel(a.v.GetString("diffusion")); err != nil {
+		return fmt.Errorf("--diffusion: %w", err)
+	}
+	sim.Beta = a.v.GetFloat64("beta")
+	if sim.Pattern, err = diffusion.ParsePattern(a.v.GetString("pattern")); err != nil {
+		return fmt.Errorf("--pattern: %w", err)
+	}
+	if sim.Sources, err = parseSources(a.v.GetString("sources")); err != nil {
+		return fmt.Errorf("--sources: %w", err)
+	}
+	if err := sim.Validate(g); err != nil {
+		return err
+	}
+
+	d, err := monitor.New(cfg,
+		monitor.WithLogger(a.log),
+		monitor.WithGraphs(map[string]*graph.Graph{gc.Name: g}),
+		monitor.WithLocalizerFactory(bundleLocalizers(cfg.PluginDir, a.log)),
+		monitor.WithReload(func(context.Context) (monitor.Config, error) { return monitor.Load(a.v) }))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	runErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		runErr <- d.Run(ctx)
+	}()
+	select {
+	case <-d.Ready():
+	case err := <-runErr:
+		return err
+	}
+	url := d.ClientURL()
+	if url == "" {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("nats.listen: the demo needs the embedded server to listen (not -1)")
+	}
+	nc, err := nats.Connect(url, nats.Name("sourcewatch demo"))
+	if err != nil {
+		cancel()
+		wg.Wait()
+		return fmt.Errorf("connecting to %s: %w", url, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	prefix := cfg.Subjects.Prefix
+	fmt.Fprintf(a.stdout, "sourcewatch demo: graph %q (%d nodes), NATS %s, alerts on %s.alerts.%s, metrics on http://%s/metrics\n",
+		gc.Name, g.N(), url, prefix, gc.Name, d.HTTPAddr())
+	fmt.Fprintf(a.stdout, "watch from another terminal: bin/sourcewatch alerts tail --nats %s --graph %s\n\n", url, gc.Name)
+
+	resolved := make(chan struct{}, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := alerts.Tail(ctx, js, prefix, gc.Name, func(al alerts.Alert) error {
+			if err := alerts.Format(a.stdout, al); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout)
+			if al.Status == alerts.Resolved {
+				select {
+				case resolved <- struct{}{}:
+				default:
+				}
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, context.Canceled) {
+			a.log.Warn("demo: alert tail stopped", zap.Error(err))
+		}
+	}()
+
+	seed := a.v.GetInt64("seed")
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	speed := a.v.GetFloat64("speed")
+	step := time.Duration(float64(time.Second) / speed)
+	replayErr := func() error {
+		for k := 1; a.v.GetInt("cascades") == 0 || k <= a.v.GetInt("cascades"); k++ {
+			cs, _, err := diffusion.Simulate(ctx, g, sim, 1, seed+int64(k))
+			if err != nil {
+				return err
+			}
+			c := cs[0]
+			events := monitor.CascadeEvents(g, c, time.Now(), step)
+			fmt.Fprintf(a.stdout, "--- cascade %d: true sources %s; replaying %d events over %s\n\n",
+				k, strings.Join(g.Names(c.Sources), ", "), len(events), (time.Duration(c.Step) * step).Round(100*time.Millisecond))
+			if err := monitor.PublishEvents(ctx, js, prefix+".events."+gc.Name, events, 1, nil); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "--- cascade %d fully replayed (true sources %s); the incident resolves when the %s window clears\n\n",
+				k, strings.Join(g.Names(c.Sources), ", "), gc.Window)
+			select {
+			case <-resolved:
+			case <-time.After(gc.Window + 10*gc.Interval):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}()
+	cancel()
+	wg.Wait()
+	err = <-runErr
+	if replayErr != nil && !errors.Is(replayErr, context.Canceled) {
+		return replayErr
+	}
+	return err
+}
