@@ -2,6 +2,7 @@ package prior
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"math"
 	"math/rand/v2"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/nn"
 )
 
 func randDense(rng *rand.Rand, r, c int, scale float64) *mat.Dense {
@@ -31,8 +34,14 @@ func randVec(rng *rand.Rand, k int, scale float64) []float64 {
 }
 
 func randTerms(seed uint64, protos, hidden, n int) *Terms {
+	return scaledTerms(seed, protos, hidden, n, 1)
+}
+
+// scaledTerms draws random terms whose logits grow with scale: a large
+// scale makes the prototype softmax peaked, a small one flat.
+func scaledTerms(seed uint64, protos, hidden, n int, scale float64) *Terms {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	return newTerms(randDense(rng, protos, hidden, 1), randDense(rng, hidden, n, 1), randVec(rng, n, 1), randVec(rng, n, 2))
+	return newTerms(randDense(rng, protos, hidden, scale), randDense(rng, hidden, n, 1), randVec(rng, n, 1), randVec(rng, n, 2))
 }
 
 // randX is a batch in (0,1), away from the clamp bounds.
@@ -71,7 +80,12 @@ func denseTerms(t *Terms) (a, b0 []float64, A, B *mat.Dense) {
 }
 
 func TestTermsMatchDenseComputation(t *testing.T) {
-	tm := randTerms(1, 6, 4, 9)
+	for _, scale := range []float64{0.01, 1, 20} {
+		t.Run(fmt.Sprint("scale ", scale), func(t *testing.T) { testMatchDense(t, scaledTerms(1, 6, 4, 9, scale)) })
+	}
+}
+
+func testMatchDense(t *testing.T, tm *Terms) {
 	a, b0, A, B := denseTerms(tm)
 	x := randX(3, 5, 9)
 	gInit, gPred := mat.NewDense(5, 9, nil), mat.NewDense(5, 9, nil)
@@ -108,31 +122,15 @@ func TestTermsMatchDenseComputation(t *testing.T) {
 	}
 }
 
-// checkGrad compares grad with central differences of f in each coordinate
-// of x and returns the worst relative error.
-func checkGrad(f func() float64, x, grad []float64, eps float64) float64 {
-	var worst float64
-	for i := range x {
-		v := x[i]
-		x[i] = v + eps
-		fp := f()
-		x[i] = v - eps
-		fm := f()
-		x[i] = v
-		num := (fp - fm) / (2 * eps)
-		worst = math.Max(worst, math.Abs(num-grad[i])/math.Max(1, math.Abs(num)+math.Abs(grad[i])))
-	}
-	return worst
-}
-
 func TestTermsGradientCheck(t *testing.T) {
-	tm := randTerms(5, 12, 5, 11)
+	tm, peaked := randTerms(5, 12, 5, 11), scaledTerms(5, 12, 5, 11, 5)
 	for _, tc := range []struct {
 		name string
 		f    func(x, grad *mat.Dense) []float64
 	}{
 		{"init", tm.Init},
 		{"pred", tm.Pred},
+		{"pred peaked", peaked.Pred},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := randX(7, 3, 11)
@@ -151,7 +149,8 @@ func TestTermsGradientCheck(t *testing.T) {
 				s += v
 			}
 			require.InDelta(t, s, sum(), 1e-12, "grad nil must not change the loss")
-			require.Less(t, checkGrad(sum, x.RawMatrix().Data, grad.RawMatrix().Data, 1e-5), 1e-6)
+			worst, at := nn.CheckGradient(sum, x.RawMatrix().Data, grad.RawMatrix().Data, 1e-5)
+			require.Less(t, worst, 1e-6, "x[%d]", at)
 		})
 	}
 }
