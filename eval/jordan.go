@@ -2,8 +2,13 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"sort"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 func init() {
@@ -58,6 +63,9 @@ func newJordan(env Env) (Method, error) {
 				scores[i] = -float64(n + 1)
 			}
 		}
+		if !m.g.Directed() {
+			return eccentricities(ctx, m.g, infected, scores, dist, queue)
+		}
 		// d(v, i) is a path v -> i, so search backwards from i.
 		off, from, _ := m.g.InCSR()
 		for k, i := range infected {
@@ -89,7 +97,8 @@ func newJordan(env Env) (Method, error) {
 // prediction, k chosen on validation up to "max_k" (default 50, which
 // bounds the O(|I|^2) cost per pick) unless given as "k". The scores are
 // 1/(1 + e_v), e_v the eccentricity of infected node v within its infected
-// component (0 for uninfected nodes); they do not depend on k.
+// component (0 for uninfected nodes); they do not depend on k. Needs an
+// undirected graph.
 //
 // Simplification: the paper's candidate selection by a radius search with
 // its sample-path argument is replaced by this plain greedy cover.
@@ -101,6 +110,12 @@ func newOJC(env Env) (Method, error) {
 	}
 	if m.fixed < 0 || m.maxK < 1 {
 		return nil, fmt.Errorf("%w ojc: want k >= 0 and max_k >= 1, got %d and %d", ErrBadParam, m.fixed, m.maxK)
+	}
+	m.prepare = func([]diffusion.Cascade) error {
+		if m.g.Directed() {
+			return errors.New("ojc: needs an undirected graph")
+		}
+		return nil
 	}
 	var dist, queue, picks []int
 	var allow []bool
@@ -117,7 +132,6 @@ func newOJC(env Env) (Method, error) {
 		for _, v := range infected {
 			allow[v] = true
 		}
-		const inf = math.MaxInt32
 		// D[a*ni+b] = d(infected[a] -> infected[b]) inside the infected subgraph
 		D := make([]int32, ni*ni)
 		off, to, _ := m.g.CSR()
@@ -135,53 +149,202 @@ func newOJC(env Env) (Method, error) {
 					row[b] = int32(d)
 					ecc = max(ecc, d)
 				} else {
-					row[b] = inf
+					row[b] = coverInf
 				}
 			}
 			scores[s] = 1 / (1 + float64(ecc))
 		}
-		// greedy cover; cur[b] = distance from the picks to infected[b]
-		cur := make([]int32, ni)
-		for b := range cur {
-			cur[b] = inf
-		}
-		picked := make([]bool, ni)
 		picks = picks[:0]
-		for len(picks) < min(maxPicks, ni) {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			best := -1
-			var bu, br, bs int64
-			for a := 0; a < ni; a++ {
-				if picked[a] {
-					continue
-				}
-				var unc, rad, sum int64
-				row := D[a*ni : (a+1)*ni]
-				for b, d := range row {
-					// a cover is reached from its picks: use d(a -> b)
-					d = min(d, cur[b])
-					if d == inf {
-						unc++
-						continue
-					}
-					rad = max(rad, int64(d))
-					sum += int64(d)
-				}
-				if best < 0 || unc < bu || (unc == bu && (rad < br || (rad == br && (sum < bs ||
-					(sum == bs && m.rk.tie[infected[a]] < m.rk.tie[infected[best]]))))) {
-					best, bu, br, bs = a, unc, rad, sum
-				}
-			}
-			picked[best] = true
-			picks = append(picks, infected[best])
-			row := D[best*ni : (best+1)*ni]
-			for b, d := range row {
-				cur[b] = min(cur[b], d)
-			}
+		for _, a := range greedyCover(ctx, D, ni, maxPicks, func(a int) int { return m.rk.tie[infected[a]] }) {
+			picks = append(picks, infected[a])
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
 		}
 		return picks, nil
 	}
 	return m, nil
+}
+
+// eccentricities writes -ecc(v) into scores for every infected v of an
+// undirected graph, ecc(v) = max_{i infected} d(v, i) (n when some infected
+// node is unreachable), without a BFS from every infected node: a BFS from
+// an infected w gives ecc(w) = e exactly and, by the triangle inequality,
+//
+//	max(d(v,w), e - d(v,w)) <= ecc(v) <= e + d(v,w)
+//
+// for every v. BFS sources alternate between the unresolved node with the
+// largest upper bound and the one with the smallest lower bound until every
+// bound is tight (the bounding-eccentricities scheme of Takes and Kosters,
+// restricted to the infected set). Sparse, long-path graphs resolve after
+// a few BFS; the worst case is one BFS per infected node.
+func eccentricities(ctx context.Context, g *graph.Graph, infected []int, scores []float64, dist, queue []int) error {
+	n := g.N()
+	off, to, _ := g.CSR()
+	lo, hi := make([]int, n), make([]int, n)
+	isInf := make([]bool, n)
+	open := make([]int, 0, len(infected))
+	for _, v := range infected {
+		lo[v], hi[v] = 0, math.MaxInt
+		isInf[v] = true
+		open = append(open, v)
+	}
+	for i := range dist {
+		dist[i] = -1
+	}
+	for turn := 0; len(open) > 0; turn++ {
+		if turn%32 == 31 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		w := open[0]
+		for _, v := range open[1:] {
+			if turn%2 == 0 && (hi[v] > hi[w] || (hi[v] == hi[w] && g.Degree(v) > g.Degree(w))) {
+				w = v
+			}
+			if turn%2 == 1 && (lo[v] < lo[w] || (lo[v] == lo[w] && g.Degree(v) > g.Degree(w))) {
+				w = v
+			}
+		}
+		// BFS from w, stopped once every infected node is reached: only
+		// their distances enter the bounds
+		dist[w] = 0
+		queue = append(queue[:0], w)
+		reached, e := 1, 0
+		for head := 0; head < len(queue) && reached < len(infected); head++ {
+			u := queue[head]
+			for _, v := range to[off[u]:off[u+1]] {
+				if dist[v] == -1 {
+					dist[v] = dist[u] + 1
+					queue = append(queue, v)
+					if isInf[v] {
+						reached++
+						e = dist[v]
+					}
+				}
+			}
+		}
+		if reached < len(infected) {
+			e = n
+		}
+		lo[w], hi[w] = e, e
+		kept := open[:0]
+		for _, v := range open {
+			d := dist[v]
+			switch {
+			case d < 0 || e == n:
+				// v cannot reach w, or shares w's component and with it
+				// the infected nodes w cannot reach
+				lo[v], hi[v] = n, n
+			default:
+				lo[v] = max(lo[v], d, e-d)
+				hi[v] = min(hi[v], e+d)
+			}
+			if lo[v] < hi[v] {
+				kept = append(kept, v)
+			}
+		}
+		open = kept
+		for _, v := range queue {
+			dist[v] = -1
+		}
+	}
+	for _, v := range infected {
+		scores[v] = -float64(lo[v])
+	}
+	return nil
+}
+
+// coverInf marks an unreachable pair in greedyCover's distance matrix.
+const coverInf = math.MaxInt32
+
+// greedyCover returns up to maxPicks indices a in 0..ni-1, in pick order,
+// each minimising, given the earlier picks P, the tuple
+//
+//	(#{b : d(P+a, b) = inf}, max_b d(P+a, b), sum_b d(P+a, b), tie(a))
+//
+// lexicographically over the finite distances, d(P, b) = min_{p in P}
+// D[p*ni+b]. The result equals the plain O(ni^2)-per-pick scan, but a
+// candidate is dropped as soon as it is certainly worse: its uncovered
+// count is known per component, and nodes are visited farthest-first so
+// the radius bound bites early.
+func greedyCover(ctx context.Context, D []int32, ni, maxPicks int, tie func(a int) int) []int {
+	// comp labels the infected components (D is finite within one)
+	comp := make([]int, ni)
+	for a := range comp {
+		comp[a] = -1
+	}
+	ncomp := 0
+	for a := 0; a < ni; a++ {
+		if comp[a] >= 0 {
+			continue
+		}
+		for b, d := range D[a*ni : (a+1)*ni] {
+			if d != coverInf {
+				comp[b] = ncomp
+			}
+		}
+		ncomp++
+	}
+	uncIn := make([]int64, ncomp) // uncovered nodes per component
+	for _, c := range comp {
+		uncIn[c]++
+	}
+	unc := int64(ni)
+	cur := make([]int32, ni)
+	for b := range cur {
+		cur[b] = coverInf
+	}
+	picked := make([]bool, ni)
+	order := make([]int, ni) // nodes, farthest from the picks first
+	cands := make([]int, ni) // candidates, closest to the farthest node first
+	for i := range order {
+		order[i], cands[i] = i, i
+	}
+	var picks []int
+	for len(picks) < min(maxPicks, ni) && ctx.Err() == nil {
+		sort.Slice(order, func(i, j int) bool { return cur[order[i]] > cur[order[j]] })
+		far := order[0]
+		sort.Slice(cands, func(i, j int) bool { return D[cands[i]*ni+far] < D[cands[j]*ni+far] })
+		best := -1
+		var bu, br, bs int64
+	next:
+		for _, a := range cands {
+			if picked[a] {
+				continue
+			}
+			u := unc - uncIn[comp[a]]
+			if best >= 0 && u > bu {
+				continue
+			}
+			var rad, sum int64
+			row := D[a*ni : (a+1)*ni]
+			for _, b := range order {
+				d := min(row[b], cur[b])
+				if d == coverInf {
+					continue
+				}
+				rad = max(rad, int64(d))
+				if best >= 0 && u == bu && rad > br {
+					continue next
+				}
+				sum += int64(d)
+			}
+			if best < 0 || u < bu || (u == bu && (rad < br || (rad == br && (sum < bs ||
+				(sum == bs && tie(a) < tie(best)))))) {
+				best, bu, br, bs = a, u, rad, sum
+			}
+		}
+		picked[best] = true
+		picks = append(picks, best)
+		if uncIn[comp[best]] > 0 {
+			unc -= uncIn[comp[best]]
+			uncIn[comp[best]] = 0
+		}
+		for b, d := range D[best*ni : (best+1)*ni] {
+			cur[b] = min(cur[b], d)
+		}
+	}
+	return picks
 }

@@ -346,3 +346,113 @@ func TestRandomIsChance(t *testing.T) {
 	}
 	require.InDelta(t, 0.5, Summarize(aucs).Mean, 0.06)
 }
+
+// The bounded eccentricity search gives exactly the BFS-from-every-node
+// answer (which jordan uses on directed graphs: feed it the same graph with
+// both arcs of every edge).
+func TestJordanBoundsMatchBruteForce(t *testing.T) {
+	ctx := context.Background()
+	for seed := uint64(1); seed <= 6; seed++ {
+		g := randomGraph(90, int(seed)*15, seed)
+		if seed%2 == 0 { // add a second component
+			e := g.Edges()
+			e = append(e, graph.Edge{From: 90, To: 91}, graph.Edge{From: 91, To: 92})
+			g = graph.New(93, e, nil, false, false)
+		}
+		var both []graph.Edge
+		for _, e := range g.Edges() {
+			both = append(both, e, graph.Edge{From: e.To, To: e.From})
+		}
+		d := graph.New(g.N(), both, nil, true, false)
+		rng := rand.New(rand.NewPCG(seed, 9))
+		y := make([]float64, g.N())
+		for i := range y {
+			if rng.Float64() < 0.4 {
+				y[i] = 1
+			}
+		}
+		if seed%2 == 0 {
+			y[91] = 0
+			if seed%4 == 0 {
+				y[92] = 1 // infected nodes in two components: ecc is n
+			}
+		}
+		fast := newMethod(t, "jordan", g, map[string]string{"k": "1"})
+		slow := newMethod(t, "jordan", d, map[string]string{"k": "1"})
+		require.NoError(t, fast.Fit(ctx, g, nil, nil))
+		require.NoError(t, slow.Fit(ctx, d, nil, nil))
+		pf, err := fast.Localize(ctx, y)
+		require.NoError(t, err)
+		ps, err := slow.Localize(ctx, y)
+		require.NoError(t, err)
+		require.Equal(t, ps.Scores, pf.Scores, "seed %d", seed)
+	}
+}
+
+// greedyCover with its pruning picks exactly what the plain scan picks.
+func TestGreedyCoverMatchesPlainScan(t *testing.T) {
+	plain := func(D []int32, ni, maxPicks int, tie func(int) int) []int {
+		cur := make([]int32, ni)
+		for b := range cur {
+			cur[b] = coverInf
+		}
+		picked := make([]bool, ni)
+		var picks []int
+		for len(picks) < min(maxPicks, ni) {
+			best := -1
+			var bu, br, bs int64
+			for a := 0; a < ni; a++ {
+				if picked[a] {
+					continue
+				}
+				var unc, rad, sum int64
+				for b, d := range D[a*ni : (a+1)*ni] {
+					d = min(d, cur[b])
+					if d == coverInf {
+						unc++
+						continue
+					}
+					rad = max(rad, int64(d))
+					sum += int64(d)
+				}
+				if best < 0 || unc < bu || (unc == bu && (rad < br || (rad == br && (sum < bs || (sum == bs && tie(a) < tie(best)))))) {
+					best, bu, br, bs = a, unc, rad, sum
+				}
+			}
+			picked[best] = true
+			picks = append(picks, best)
+			for b, d := range D[best*ni : (best+1)*ni] {
+				cur[b] = min(cur[b], d)
+			}
+		}
+		return picks
+	}
+	for seed := uint64(1); seed <= 8; seed++ {
+		g := randomGraph(120, 20+int(seed)*10, seed)
+		rng := rand.New(rand.NewPCG(seed, 10))
+		var infected []int
+		allow := make([]bool, g.N())
+		for v := 0; v < g.N(); v++ {
+			if rng.Float64() < 0.5 {
+				infected = append(infected, v)
+				allow[v] = true
+			}
+		}
+		ni := len(infected)
+		D := make([]int32, ni*ni)
+		off, to, _ := g.CSR()
+		dist, queue := make([]int, g.N()), make([]int, 0, g.N())
+		for a, s := range infected {
+			bfsFrom(off, to, s, allow, dist, queue)
+			for b, v := range infected {
+				D[a*ni+b] = coverInf
+				if dist[v] >= 0 {
+					D[a*ni+b] = int32(dist[v])
+				}
+			}
+		}
+		perm := rng.Perm(ni)
+		tie := func(a int) int { return perm[a] }
+		require.Equal(t, plain(D, ni, 25, tie), greedyCover(context.Background(), D, ni, 25, tie), "seed %d", seed)
+	}
+}
