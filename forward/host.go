@@ -271,10 +271,12 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s: %w", prefix, ctx.Err())
 	}
-	if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+	st, ok := status.FromError(err)
+	// The plugin's side of the stream can give up on the propagated
+	// deadline a moment before the host's timer fires.
+	if errors.Is(cctx.Err(), context.DeadlineExceeded) || (ok && st.Code() == codes.DeadlineExceeded) {
 		return fmt.Errorf("%s: no answer within %v: %w", prefix, d, ErrCallTimeout)
 	}
-	st, ok := status.FromError(err)
 	if !ok {
 		return fmt.Errorf("%s: %w", prefix, err)
 	}

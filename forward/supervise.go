@@ -1,0 +1,314 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// ErrClosed is returned by calls on a closed Supervised.
+var ErrClosed = errors.New("forward plugin supervisor closed")
+
+// SuperviseOption configures Supervise.
+type SuperviseOption func(*superviseOptions)
+
+type superviseOptions struct {
+	launch      []LaunchOption
+	log         *zap.Logger
+	minBackoff  time.Duration
+	maxBackoff  time.Duration
+	maxAttempts int
+	onRestart   func(cause error)
+	sleep       func(ctx context.Context, d time.Duration) error
+}
+
+// WithLaunchOptions are passed to every Launch, the first and the relaunches
+// (so a checksum is checked again before every relaunch).
+func WithLaunchOptions(opts ...LaunchOption) SuperviseOption {
+	return func(o *superviseOptions) { o.launch = append(o.launch, opts...) }
+}
+
+// WithSupervisorLogger logs relaunches (default: none).
+func WithSupervisorLogger(log *zap.Logger) SuperviseOption {
+	return func(o *superviseOptions) { o.log = log }
+}
+
+// WithBackoff sets the relaunch delay: min after the first failure,
+// doubling with every consecutive failure up to max (defaults 100 ms, 30 s).
+// A successful call resets it.
+func WithBackoff(min, max time.Duration) SuperviseOption {
+	return func(o *superviseOptions) { o.minBackoff, o.maxBackoff = min, max }
+}
+
+// WithRelaunchAttempts bounds the launches tried for one failure before the
+// call gives up (default 5); the next call tries again.
+func WithRelaunchAttempts(n int) SuperviseOption {
+	return func(o *superviseOptions) { o.maxAttempts = n }
+}
+
+// WithOnRestart is called with the cause after every successful relaunch,
+// for a restart counter metric.
+func WithOnRestart(f func(cause error)) SuperviseOption {
+	return func(o *superviseOptions) { o.onRestart = f }
+}
+
+// WithSleep replaces the backoff wait, for tests. It must return early with
+// ctx's error when ctx ends.
+func WithSleep(sleep func(ctx context.Context, d time.Duration) error) SuperviseOption {
+	return func(o *superviseOptions) { o.sleep = sleep }
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Supervised is a Model backed by a plugin process that is relaunched when
+// it crashes or misses a call deadline: the hung or dead process is killed,
+// a new one is launched after a capped exponential backoff, re-Configured
+// with the remembered graph, params and state (the state of the last
+// successful Fit, if any), and the interrupted call is retried once. Calls
+// are safe for concurrent use; a relaunch happens once however many calls
+// saw the failure.
+type Supervised struct {
+	path string
+	o    superviseOptions
+
+	lock chan struct{} // a mutex that waiters can abandon with their ctx
+
+	// Guarded by lock.
+	proc       *Process
+	closed     bool
+	configured bool
+	g          *graph.Graph
+	params     map[string]string
+	state      []byte
+
+	failures atomic.Int64 // consecutive, for the backoff
+	healthy  atomic.Bool
+	restarts atomic.Int64
+}
+
+var _ Model = (*Supervised)(nil)
+
+// Supervise launches the plugin at path and supervises it.
+func Supervise(ctx context.Context, path string, opts ...SuperviseOption) (*Supervised, error) {
+	o := superviseOptions{log: zap.NewNop(), minBackoff: 100 * time.Millisecond, maxBackoff: 30 * time.Second, maxAttempts: 5, sleep: sleepCtx}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	p, err := Launch(ctx, path, o.launch...)
+	if err != nil {
+		return nil, err
+	}
+	s := &Supervised{path: path, o: o, lock: make(chan struct{}, 1), proc: p}
+	s.healthy.Store(true)
+	return s, nil
+}
+
+func (s *Supervised) acquire(ctx context.Context) error {
+	select {
+	case s.lock <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Supervised) release() { <-s.lock }
+
+// Healthy reports whether the plugin process is up: false from a failure
+// until a relaunch succeeds, and after Close.
+func (s *Supervised) Healthy() bool { return s.healthy.Load() }
+
+// Restarts returns the number of successful relaunches.
+func (s *Supervised) Restarts() int64 { return s.restarts.Load() }
+
+// Path returns the plugin binary's path.
+func (s *Supervised) Path() string { return s.path }
+
+// Close stops the plugin process; later calls return ErrClosed.
+func (s *Supervised) Close() error {
+	s.lock <- struct{}{}
+	defer s.release()
+	s.closed = true
+	s.healthy.Store(false)
+	if s.proc != nil {
+		err := s.proc.Close()
+		s.proc = nil
+		return err
+	}
+	return nil
+}
+
+// current returns the live process, relaunching one if there is none.
+func (s *Supervised) current(ctx context.Context) (*Process, error) {
+	if err := s.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer s.release()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if s.proc != nil && !s.proc.Exited() {
+		return s.proc, nil
+	}
+	return s.relaunch(ctx, fmt.Errorf("%s: %w", s.path, ErrPluginExited))
+}
+
+// replace kills failed (unless another caller already replaced it) and
+// returns a relaunched process.
+func (s *Supervised) replace(ctx context.Context, failed *Process, cause error) (*Process, error) {
+	if err := s.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer s.release()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if s.proc != failed && s.proc != nil && !s.proc.Exited() {
+		return s.proc, nil
+	}
+	return s.relaunch(ctx, cause)
+}
+
+// relaunch replaces s.proc. The caller holds the lock.
+func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error) {
+	s.healthy.Store(false)
+	if s.proc != nil {
+		_ = s.proc.Close()
+		s.proc = nil
+	}
+	var last error
+	for attempt := 0; attempt < max(1, s.o.maxAttempts); attempt++ {
+		d := s.o.minBackoff << min(s.failures.Add(1)-1, 30)
+		if d > s.o.maxBackoff || d <= 0 {
+			d = s.o.maxBackoff
+		}
+		s.o.log.Warn("relaunching forward plugin", zap.String("path", s.path), zap.Duration("backoff", d), zap.Int("attempt", attempt+1), zap.NamedError("cause", cause), zap.NamedError("last", last))
+		if err := s.o.sleep(ctx, d); err != nil {
+			return nil, err
+		}
+		p, err := Launch(ctx, s.path, s.o.launch...)
+		if err == nil && s.configured {
+			if err = p.Configure(ctx, s.g, s.params, s.state); err != nil {
+				_ = p.Close()
+			}
+		}
+		if err != nil {
+			last = err
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		s.proc = p
+		s.healthy.Store(true)
+		s.restarts.Add(1)
+		if s.o.onRestart != nil {
+			s.o.onRestart(cause)
+		}
+		return p, nil
+	}
+	return nil, fmt.Errorf("forward plugin %s: relaunch after %v failed %d times, last: %w", s.path, cause, s.o.maxAttempts, last)
+}
+
+// restartable reports whether err means the process is dead or hung, as
+// opposed to an answer (an error of the model, bad output, the caller's
+// context).
+func restartable(err error) bool {
+	return errors.Is(err, ErrPluginExited) || errors.Is(err, ErrCallTimeout)
+}
+
+// do runs f on the live process and, if the process died or hung, once
+// more on a relaunched one.
+func (s *Supervised) do(ctx context.Context, f func(*Process) error) error {
+	p, err := s.current(ctx)
+	if err != nil {
+		return err
+	}
+	err = f(p)
+	if err == nil || !restartable(err) || ctx.Err() != nil {
+		s.succeeded(err)
+		return err
+	}
+	p2, rerr := s.replace(ctx, p, err)
+	if rerr != nil {
+		return fmt.Errorf("%w (and relaunching: %v)", err, rerr)
+	}
+	err = f(p2)
+	if err != nil && restartable(err) {
+		// Leave the next call to relaunch; it will back off further.
+		s.healthy.Store(false)
+		_ = p2.Close()
+	}
+	s.succeeded(err)
+	return err
+}
+
+func (s *Supervised) succeeded(err error) {
+	if err == nil {
+		s.failures.Store(0)
+	}
+}
+
+// Info implements Model.
+func (s *Supervised) Info(ctx context.Context) (in Info, err error) {
+	err = s.do(ctx, func(p *Process) error { in, err = p.Info(ctx); return err })
+	return in, err
+}
+
+// Configure implements Model; the graph, params and state are remembered
+// for relaunches.
+func (s *Supervised) Configure(ctx context.Context, g *graph.Graph, params map[string]string, state []byte) error {
+	err := s.do(ctx, func(p *Process) error { return p.Configure(ctx, g, params, state) })
+	if err != nil {
+		return err
+	}
+	if err := s.acquire(ctx); err != nil {
+		return err
+	}
+	s.configured, s.g, s.params, s.state = true, g, maps.Clone(params), append([]byte(nil), state...)
+	s.release()
+	return nil
+}
+
+// Fit implements Model; the fitted state replaces the remembered one.
+func (s *Supervised) Fit(ctx context.Context, pairs []Pair, opts FitOptions, progress func(Progress)) (res FitResult, err error) {
+	err = s.do(ctx, func(p *Process) error { res, err = p.Fit(ctx, pairs, opts, progress); return err })
+	if err != nil {
+		return res, err
+	}
+	if err := s.acquire(ctx); err != nil {
+		return res, err
+	}
+	s.state = append([]byte(nil), res.State...)
+	s.release()
+	return res, nil
+}
+
+// Predict implements Model.
+func (s *Supervised) Predict(ctx context.Context, x *mat.Dense) (y *mat.Dense, err error) {
+	err = s.do(ctx, func(p *Process) error { y, err = p.Predict(ctx, x); return err })
+	return y, err
+}
+
+// VJP implements Model.
+func (s *Supervised) VJP(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dense, err error) {
+	err = s.do(ctx, func(p *Process) error { y, dx, err = p.VJP(ctx, x, dy); return err })
+	return y, dx, err
+}

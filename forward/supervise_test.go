@@ -1,0 +1,149 @@
+package forward_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/plugins/icmf"
+)
+
+// sleeps records backoff waits instead of sleeping.
+type sleeps struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (s *sleeps) sleep(_ context.Context, d time.Duration) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.d = append(s.d, d)
+	return nil
+}
+
+func supervise(t *testing.T, path string, opts ...forward.SuperviseOption) *forward.Supervised {
+	t.Helper()
+	s, err := forward.Supervise(t.Context(), path, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func TestSupervisedRecovers(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	// steps=2 is not the default, so a relaunch that forgot the params
+	// would answer differently.
+	params := map[string]string{"steps": "2", "p": "0.3"}
+	in := icmf.New()
+	require.NoError(t, in.Configure(t.Context(), g, params, nil))
+	x, dy := batch(g.N(), 3, 7)
+	wantY, wantDX, err := in.VJP(t.Context(), x, dy)
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		fault string
+		opts  []forward.LaunchOption
+	}{
+		{"crash", nil},
+		{"hang", []forward.LaunchOption{forward.WithCallTimeout(300 * time.Millisecond)}},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			var causes []error
+			var rec sleeps
+			s := supervise(t, forwardtest.Build(t, faulty),
+				forward.WithLaunchOptions(tc.opts...),
+				forward.WithSleep(rec.sleep),
+				forward.WithOnRestart(func(err error) { causes = append(causes, err) }))
+			cfg := map[string]string{"fault": tc.fault, "fault_after": "2"}
+			for k, v := range params {
+				cfg[k] = v
+			}
+			require.NoError(t, s.Configure(t.Context(), g, cfg, nil))
+			// The second call of every process fails, which is every call
+			// after the first; every call succeeds.
+			for call := 1; call <= 4; call++ {
+				y, dx, err := s.VJP(t.Context(), x, dy)
+				require.NoError(t, err, "call %d", call)
+				require.Equal(t, wantY.RawMatrix().Data, y.RawMatrix().Data)
+				require.Equal(t, wantDX.RawMatrix().Data, dx.RawMatrix().Data)
+				require.True(t, s.Healthy())
+			}
+			require.EqualValues(t, 3, s.Restarts())
+			require.Len(t, causes, 3)
+			if tc.fault == "crash" {
+				require.ErrorIs(t, causes[0], forward.ErrPluginExited)
+			} else {
+				require.ErrorIs(t, causes[0], forward.ErrCallTimeout)
+			}
+			// A success in between resets the backoff.
+			require.Equal(t, []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond}, rec.d)
+			require.NoError(t, s.Close())
+			require.False(t, s.Healthy())
+			_, err := s.Predict(t.Context(), x)
+			require.ErrorIs(t, err, forward.ErrClosed)
+		})
+	}
+}
+
+func TestSupervisedBacksOffAndGivesUpPerCall(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	var rec sleeps
+	s := supervise(t, forwardtest.Build(t, faulty),
+		forward.WithBackoff(time.Millisecond, 4*time.Millisecond), forward.WithSleep(rec.sleep))
+	require.NoError(t, s.Configure(t.Context(), g, map[string]string{"fault": "crash"}, nil))
+	x, _ := batch(g.N(), 1, 8)
+	for call := 0; call < 3; call++ {
+		_, err := s.Predict(t.Context(), x)
+		require.ErrorIs(t, err, forward.ErrPluginExited, "the retry crashes too")
+		require.False(t, s.Healthy())
+	}
+	// Call 1 relaunches once; calls 2 and 3 relaunch before the call and
+	// again for the retry.
+	require.Equal(t, []time.Duration{1, 2, 4, 4, 4}, scale(rec.d, time.Millisecond))
+	require.EqualValues(t, 5, s.Restarts())
+	info, err := s.Info(t.Context())
+	require.NoError(t, err, "Info does not strike; the relaunched plugin answers")
+	require.Equal(t, "faulty", info.Name)
+	require.True(t, s.Healthy())
+}
+
+func scale(ds []time.Duration, unit time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d / unit
+	}
+	return out
+}
+
+// A binary replaced on disk after launch is refused at relaunch.
+func TestSupervisedRelaunchChecksChecksum(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	src, err := os.ReadFile(forwardtest.Build(t, faulty))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "sourcewatch-forward-faulty")
+	require.NoError(t, os.WriteFile(path, src, 0o755))
+	sum, err := forward.FileSHA256(path)
+	require.NoError(t, err)
+	s := supervise(t, path, forward.WithLaunchOptions(forward.WithChecksum(sum)),
+		forward.WithRelaunchAttempts(2), forward.WithSleep((&sleeps{}).sleep))
+	require.NoError(t, s.Configure(t.Context(), g, map[string]string{"fault": "crash"}, nil))
+	// The running binary cannot be written, but it can be replaced.
+	require.NoError(t, os.WriteFile(path+".new", append(src, 0), 0o755))
+	require.NoError(t, os.Rename(path+".new", path))
+	_, err = s.Predict(t.Context(), mat.NewDense(1, g.N(), nil))
+	require.ErrorIs(t, err, forward.ErrPluginExited)
+	require.ErrorContains(t, err, "checksum mismatch")
+	require.False(t, s.Healthy())
+	require.Zero(t, s.Restarts())
+}
