@@ -69,7 +69,7 @@ func benchMethod(b *testing.B, name string, params map[string]string) {
 }
 
 func BenchmarkLPSIGrid(b *testing.B)      { benchMethod(b, "lpsi", nil) }
-func BenchmarkNetSleuthGrid(b *testing.B) { benchMethod(b, "netsleuth", map[string]string{"k": "50"}) }
+func BenchmarkNetSleuthGrid(b *testing.B) { benchMethod(b, "netsleuth", map[string]string{"k": "100"}) }
 func BenchmarkOJCGrid(b *testing.B)       { benchMethod(b, "ojc", map[string]string{"k": "50"}) }
 func BenchmarkJordanGrid(b *testing.B)    { benchMethod(b, "jordan", map[string]string{"k": "1"}) }
 func BenchmarkInfectedGrid(b *testing.B)  { benchMethod(b, "infected", nil) }

@@ -233,13 +233,12 @@ func (l *lanczos) solve(m *rankMethod, c *component, warm map[int]float64) error
 			apply(w, q)
 			alphas = append(alphas, dot(q, w))
 			k = j + 1
-			// full reorthogonalisation (twice is enough) keeps the basis
-			// orthogonal without the selective bookkeeping
-			for pass := 0; pass < 2; pass++ {
-				for i := 0; i <= j; i++ {
-					qi := basis[i*nc : (i+1)*nc]
-					axpy(-dot(qi, w), qi, w)
-				}
+			// full (modified Gram-Schmidt) reorthogonalisation keeps the
+			// basis orthogonal without selective bookkeeping; the basis is
+			// short and restarted, so one pass suffices
+			for i := 0; i <= j; i++ {
+				qi := basis[i*nc : (i+1)*nc]
+				axpy(-dot(qi, w), qi, w)
 			}
 			b := math.Sqrt(dot(w, w))
 			if j == steps-1 || b < 1e-12*scale {
