@@ -80,6 +80,20 @@ func NewDense(in, out int, act Activation, rng *rand.Rand) *Dense {
 	return d
 }
 
+// Replica returns a layer that shares d's weights and bias (the same W and
+// B storage) but has its own caches and gradient buffers, so replicas can
+// run Forward and Backward concurrently as long as nothing writes the
+// weights meanwhile.
+func (d *Dense) Replica() *Dense {
+	in, out := d.W.Dims()
+	r := &Dense{W: d.W, B: d.B, Act: d.Act, gw: mat.NewDense(in, out, nil), gb: make([]float64, out), noInputGrad: d.noInputGrad}
+	r.params = []*Param{
+		{Name: "W", Value: d.params[0].Value, Grad: r.gw.RawMatrix().Data, Rows: in, Cols: out},
+		{Name: "b", Value: d.B, Grad: r.gb, Rows: 1, Cols: out},
+	}
+	return r
+}
+
 // In returns the input width.
 func (d *Dense) In() int { r, _ := d.W.Dims(); return r }
 
@@ -239,6 +253,16 @@ func NewMLP(sizes []int, hidden, out Activation, rng *rand.Rand) *MLP {
 		m.Layers = append(m.Layers, NewDense(sizes[i], sizes[i+1], act, rng))
 	}
 	return m
+}
+
+// Replica returns an MLP sharing m's weights with caches and gradient
+// buffers of its own (see Dense.Replica).
+func (m *MLP) Replica() *MLP {
+	r := &MLP{}
+	for _, l := range m.Layers {
+		r.Layers = append(r.Layers, l.Replica())
+	}
+	return r
 }
 
 // Forward runs the batch through every layer. The result is owned by the

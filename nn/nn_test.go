@@ -102,6 +102,28 @@ func TestBackwardInputLeavesParamGradients(t *testing.T) {
 	require.Equal(t, dx.RawMatrix().Data, m.Backward(c).RawMatrix().Data)
 }
 
+func TestReplicaSharesWeights(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	m := NewMLP([]int{3, 4, 2}, ReLU, Sigmoid, rng)
+	r := m.Replica()
+	x, c := randMat(rng, 5, 3), randMat(rng, 5, 2)
+	want := mat.DenseCopyOf(m.Forward(x))
+	require.Equal(t, want.RawMatrix().Data, r.Forward(x).RawMatrix().Data)
+	// Updating the original's weights updates the replica.
+	m.Params()[3].Value[1] += 0.5
+	require.NotEqual(t, want.RawMatrix().Data, r.Forward(x).RawMatrix().Data)
+	require.Equal(t, mat.DenseCopyOf(m.Forward(x)).RawMatrix().Data, r.Forward(x).RawMatrix().Data)
+	// Gradients are the replica's own.
+	ZeroGrad(m.Params())
+	ZeroGrad(r.Params())
+	r.Backward(c)
+	for i, p := range m.Params() {
+		require.Equal(t, p.Name, r.Params()[i].Name)
+		require.Equal(t, make([]float64, len(p.Grad)), p.Grad)
+	}
+	require.NotEqual(t, make([]float64, len(r.Params()[0].Grad)), r.Params()[0].Grad)
+}
+
 func TestBackwardAccumulates(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	d := NewDense(3, 2, Sigmoid, rng)

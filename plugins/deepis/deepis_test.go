@@ -68,7 +68,7 @@ func TestVJPMatchesFiniteDifferences(t *testing.T) {
 		{"weighted directed", randomGraph(12, 25, true, true, 2), map[string]string{"hops": "2", "layers": "2", "hidden": "5"}, false},
 		{"no hops linear", randomGraph(10, 8, false, false, 3), map[string]string{"hops": "0", "layers": "0", "steps": "2"}, false},
 		{"no steps", randomGraph(10, 8, false, false, 4), map[string]string{"steps": "0", "p": "0.3"}, false},
-		{"chunked", randomGraph(11, 15, false, false, 5), map[string]string{"p": "0.4"}, true},
+		{"chunked in parallel", randomGraph(11, 15, false, false, 5), map[string]string{"p": "0.4"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,6 +77,7 @@ func TestVJPMatchesFiniteDifferences(t *testing.T) {
 			randomize(m, 7)
 			if tt.chunking {
 				m.nt.chunkCells = 2 * tt.g.N() // two rows per pass
+				m.workers, m.minCells = 2, 1  // two goroutines
 			}
 			n := tt.g.N()
 			rng := rand.New(rand.NewPCG(8, 8))
@@ -101,6 +102,26 @@ func TestVJPMatchesFiniteDifferences(t *testing.T) {
 	}
 }
 
+func TestWorkersDoNotChangeResults(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(50, 80, false, false, 6)
+	rng := rand.New(rand.NewPCG(3, 3))
+	x, dy := randDense(rng, 7, g.N(), 0, 1), randDense(rng, 7, g.N(), -1, 1)
+	var ys, dxs [][]float64
+	for _, workers := range []int{1, 3} {
+		m := New(Workers(workers))
+		m.minCells = 1
+		require.NoError(t, m.Configure(ctx, g, nil, nil))
+		randomize(m, 7)
+		y, dx, err := m.VJP(ctx, x, dy)
+		require.NoError(t, err)
+		ys, dxs = append(ys, y.RawMatrix().Data), append(dxs, dx.RawMatrix().Data)
+		require.Len(t, m.nt.workers, workers)
+	}
+	require.Equal(t, ys[0], ys[1])
+	require.Equal(t, dxs[0], dxs[1])
+}
+
 func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 	// Fit relies on backward's parameter gradients, including the learned
 	// edge scale.
@@ -115,15 +136,15 @@ func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 	out := make([]float64, len(x))
 	loss := func() float64 {
 		var l float64
-		nt.forward(x, 3, out)
+		nt.forward(nt.worker(0), x, 3, out)
 		for i, v := range out {
 			l += c[i] * v
 		}
 		return l
 	}
 	nn.ZeroGrad(nt.params)
-	nt.forward(x, 3, out)
-	nt.backward(c, nil)
+	nt.forward(nt.worker(0), x, 3, out)
+	nt.backward(nt.worker(0), c, nil)
 	for _, p := range nt.params {
 		grad := append([]float64(nil), p.Grad...)
 		e, i := nn.CheckGradient(loss, p.Value, grad, 1e-5)
@@ -352,6 +373,15 @@ func TestErrors(t *testing.T) {
 	require.ErrorContains(t, err, "batch has 9 columns, graph has 10 nodes")
 	_, _, err = m.VJP(ctx, mat.NewDense(2, 10, nil), mat.NewDense(1, 10, nil))
 	require.ErrorContains(t, err, "dy is 1x10, x is 2x10")
+	bad := mat.NewDense(2, 10, nil)
+	bad.Set(1, 4, math.NaN())
+	_, err = m.Predict(ctx, bad)
+	require.ErrorContains(t, err, "x row 1 node 4 is NaN")
+	bad.Set(1, 4, math.Inf(1))
+	_, _, err = m.VJP(ctx, mat.NewDense(2, 10, nil), bad)
+	require.ErrorContains(t, err, "dy row 1 node 4 is +Inf")
+	_, _, err = m.VJP(cctx, mat.NewDense(2, 10, nil), mat.NewDense(2, 10, nil))
+	require.ErrorIs(t, err, context.Canceled)
 }
 
 func TestInfo(t *testing.T) {

@@ -68,6 +68,7 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0xdee915))
 	nt := newNet(m.g, m.cfg.arch, rng)
 	adam := nn.NewAdam(nt.params, lr)
+	w0 := nt.worker(0)
 	chunk := max(1, nt.chunkRows()/2) // pairs per pass: x and x_sub rows
 	xs := make([]float64, 2*chunk*n)
 	yt := make([]float64, chunk*n)
@@ -108,7 +109,7 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 					indicator(yt[i*n:(i+1)*n], p.Infected)
 				}
 				f := out[:2*k*n]
-				nt.forward(xs[:2*k*n], 2*k, f)
+				nt.forward(w0, xs[:2*k*n], 2*k, f)
 				for i := 0; i < k*n; i++ {
 					d := f[i] - yt[i]
 					sse += d * d
@@ -120,7 +121,7 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 						dy[k*n+i] = g
 					}
 				}
-				nt.backward(dy[:2*k*n], nil)
+				nt.backward(w0, dy[:2*k*n], nil)
 			}
 			adam.Step()
 		}
@@ -200,7 +201,7 @@ func mse(nt *net, pairs []forward.Pair, xs, out, yt []float64, chunk int) float6
 			indicator(xs[(i-lo)*n:(i-lo+1)*n], pairs[i].Sources)
 		}
 		f := out[:(hi-lo)*n]
-		nt.forward(xs[:(hi-lo)*n], hi-lo, f)
+		nt.forward(nt.worker(0), xs[:(hi-lo)*n], hi-lo, f)
 		for i := lo; i < hi; i++ {
 			indicator(yt[:n], pairs[i].Infected)
 			row := f[(i-lo)*n : (i-lo+1)*n]

@@ -3,7 +3,9 @@ package deepis
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -116,17 +118,36 @@ func autoP(g *graph.Graph) float64 {
 }
 
 // Model is the deepis forward model. It is safe for concurrent use; calls
-// are serialised.
+// are serialised, and one Predict or VJP spreads its rows over up to
+// Workers goroutines.
 type Model struct {
-	mu     sync.Mutex
-	g      *graph.Graph
-	cfg    config
-	nt     *net
-	fitted bool
+	mu      sync.Mutex
+	g       *graph.Graph
+	cfg     config
+	nt      *net
+	fitted  bool
+	workers int
+	// minCells is the smallest rows*n worth a second goroutine
+	// (minParallelCells; tests lower it).
+	minCells int
 }
 
+// Option configures a Model.
+type Option func(*Model)
+
+// Workers sets how many goroutines one Predict or VJP may use (default
+// GOMAXPROCS, at most 8). Rows are independent, so the result does not
+// depend on it.
+func Workers(n int) Option { return func(m *Model) { m.workers = max(1, n) } }
+
 // New returns an unconfigured model.
-func New() *Model { return &Model{} }
+func New(opts ...Option) *Model {
+	m := &Model{workers: min(runtime.GOMAXPROCS(0), 8), minCells: minParallelCells}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
 
 var _ forward.Model = (*Model)(nil)
 
@@ -161,65 +182,108 @@ func (m *Model) Configure(ctx context.Context, g *graph.Graph, params map[string
 	return nil
 }
 
-// ready returns the net for Predict and VJP and checks x's shape.
-func (m *Model) ready(x *mat.Dense) error {
+// ready checks that the model can predict and that x (and dy) have the
+// graph's width and finite entries.
+func (m *Model) ready(x, dy *mat.Dense) error {
 	if m.nt == nil {
 		return fmt.Errorf("deepis: %w", forward.ErrNotConfigured)
 	}
 	if !m.fitted {
 		return fmt.Errorf("deepis: %w", forward.ErrNotFitted)
 	}
-	if _, c := x.Dims(); c != m.nt.n {
+	r, c := x.Dims()
+	if c != m.nt.n {
 		return fmt.Errorf("deepis: batch has %d columns, graph has %d nodes", c, m.nt.n)
 	}
+	if dy != nil {
+		if dr, dc := dy.Dims(); dr != r || dc != c {
+			return fmt.Errorf("deepis: dy is %dx%d, x is %dx%d", dr, dc, r, c)
+		}
+	}
+	for _, in := range []struct {
+		name string
+		m    *mat.Dense
+	}{{"x", x}, {"dy", dy}} {
+		if in.m == nil {
+			continue
+		}
+		for i := 0; i < r; i++ {
+			for j, v := range in.m.RawRowView(i) {
+				if math.IsNaN(v) || math.IsInf(v, 0) {
+					return fmt.Errorf("deepis: %s row %d node %d is %v", in.name, i, j, v)
+				}
+			}
+		}
+	}
 	return nil
+}
+
+// minParallelCells is the smallest rows*n worth a second goroutine.
+const minParallelCells = 4096
+
+// run computes f(x) and, when dy is given, dx = (df/dx)^T dy, spreading
+// the rows over the workers.
+func (m *Model) run(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dense, err error) {
+	if err := m.ready(x, dy); err != nil {
+		return nil, nil, err
+	}
+	nt := m.nt
+	r, n := x.Dims()
+	y = mat.NewDense(r, n, nil)
+	xs, ys := packed(x), y.RawMatrix().Data
+	var gs, dxs []float64
+	if dy != nil {
+		dx = mat.NewDense(r, n, nil)
+		gs, dxs = packed(dy), dx.RawMatrix().Data
+	}
+	parts := max(1, min(m.workers, r, r*n/m.minCells))
+	for p := 0; p < parts; p++ {
+		nt.worker(p) // created here, not inside the goroutines
+	}
+	step := nt.chunkRows()
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			w := nt.worker(p)
+			lo, hi := p*r/parts, (p+1)*r/parts
+			for b := lo; b < hi; b += step {
+				if err := ctx.Err(); err != nil {
+					errs[p] = err
+					return
+				}
+				e := min(hi, b+step)
+				nt.forward(w, xs[b*n:e*n], e-b, ys[b*n:e*n])
+				if dy != nil {
+					nt.backward(w, gs[b*n:e*n], dxs[b*n:e*n])
+				}
+			}
+		}(p)
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, nil, fmt.Errorf("deepis: %w", err)
+		}
+	}
+	return y, dx, nil
 }
 
 // Predict returns f(x) for each row of x.
 func (m *Model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.ready(x); err != nil {
-		return nil, err
-	}
-	r, n := x.Dims()
-	y := mat.NewDense(r, n, nil)
-	xs, ys := packed(x), y.RawMatrix().Data
-	step := m.nt.chunkRows()
-	for b := 0; b < r; b += step {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		e := min(r, b+step)
-		m.nt.forward(xs[b*n:e*n], e-b, ys[b*n:e*n])
-	}
-	return y, nil
+	y, _, err := m.run(ctx, x, nil)
+	return y, err
 }
 
 // VJP returns y = f(x) and dx = (df/dx)^T dy for each row.
 func (m *Model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if err := m.ready(x); err != nil {
-		return nil, nil, err
-	}
-	r, n := x.Dims()
-	if dr, dc := dy.Dims(); dr != r || dc != n {
-		return nil, nil, fmt.Errorf("deepis: dy is %dx%d, x is %dx%d", dr, dc, r, n)
-	}
-	y, dx := mat.NewDense(r, n, nil), mat.NewDense(r, n, nil)
-	xs, gs := packed(x), packed(dy)
-	ys, dxs := y.RawMatrix().Data, dx.RawMatrix().Data
-	step := m.nt.chunkRows()
-	for b := 0; b < r; b += step {
-		if err := ctx.Err(); err != nil {
-			return nil, nil, err
-		}
-		e := min(r, b+step)
-		m.nt.forward(xs[b*n:e*n], e-b, ys[b*n:e*n])
-		m.nt.backward(gs[b*n:e*n], dxs[b*n:e*n])
-	}
-	return y, dx, nil
+	return m.run(ctx, x, dy)
 }
 
 // packed returns m's data as one row-major slice, copying only when m is a

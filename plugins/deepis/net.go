@@ -41,7 +41,28 @@ type net struct {
 	logScale *nn.Param // a, with s = exp(a)
 	params   []*nn.Param
 
-	tp tape
+	// workers[0] runs on mlp itself; the others on replicas, for
+	// concurrent Predict and VJP passes over disjoint rows.
+	workers []*worker
+}
+
+// worker is what one concurrent pass owns: its tape and an MLP whose
+// caches are its own.
+type worker struct {
+	tp  tape
+	mlp *nn.MLP
+}
+
+// worker returns the i-th worker, creating it on first use.
+func (nt *net) worker(i int) *worker {
+	for len(nt.workers) <= i {
+		if len(nt.workers) == 0 {
+			nt.workers = append(nt.workers, &worker{mlp: nt.mlp})
+			continue
+		}
+		nt.workers = append(nt.workers, &worker{mlp: nt.mlp.Replica()})
+	}
+	return nt.workers[i]
 }
 
 // tape holds one pass's intermediate values for backward, reused across
@@ -107,8 +128,8 @@ func grow(s []float64, n int) []float64 {
 
 // forward runs rows batch rows of x (row-major rows x n) and writes f(x),
 // row-major, into y.
-func (nt *net) forward(x []float64, rows int, y []float64) {
-	n, F, tp := nt.n, nt.features(), &nt.tp
+func (nt *net) forward(w *worker, x []float64, rows int, y []float64) {
+	n, F, tp := nt.n, nt.features(), &w.tp
 	cells := rows * n
 	tp.rows = rows
 	tp.xt = grow(tp.xt, cells)
@@ -134,9 +155,9 @@ func (nt *net) forward(x []float64, rows int, y []float64) {
 			acc := cur[v*rows : (v+1)*rows]
 			clear(acc)
 			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-				w, src := nt.p0w[a], prev[nt.inFrom[a]*rows:][:rows]
+				wa, src := nt.p0w[a], prev[nt.inFrom[a]*rows:][:rows]
 				for b, s := range src {
-					acc[b] += w * s
+					acc[b] += wa * s
 				}
 			}
 			for b, s := range acc {
@@ -150,7 +171,7 @@ func (nt *net) forward(x []float64, rows int, y []float64) {
 		}
 	}
 
-	q := nt.mlp.Forward(tp.feat).RawMatrix().Data
+	q := w.mlp.Forward(tp.feat).RawMatrix().Data
 	tp.q = grow(tp.q, cells)
 	copy(tp.q, q)
 
@@ -175,8 +196,8 @@ func (nt *net) forward(x []float64, rows int, y []float64) {
 		tp.peOK = make([]bool, len(nt.p0w))
 	}
 	tp.peOK = tp.peOK[:len(nt.p0w)]
-	for a, w := range nt.p0w {
-		p := s * w
+	for a, wa := range nt.p0w {
+		p := s * wa
 		tp.peOK[a] = p < 1
 		tp.pe[a] = math.Min(p, 1)
 	}
@@ -221,8 +242,8 @@ func clamp01(v float64) float64 { return math.Min(math.Max(v, 0), 1) }
 // backward takes dy = dL/df (row-major) for the last forward. With dx nil
 // it accumulates the parameter gradients (training); otherwise it writes
 // dL/dx (row-major) into dx and leaves the parameter gradients alone.
-func (nt *net) backward(dy, dx []float64) {
-	n, F, tp := nt.n, nt.features(), &nt.tp
+func (nt *net) backward(w *worker, dy, dx []float64) {
+	n, F, tp := nt.n, nt.features(), &w.tp
 	rows := tp.rows
 	cells := rows * n
 	tp.g, tp.gp = grow(tp.g, cells), grow(tp.gp, cells)
@@ -287,11 +308,11 @@ func (nt *net) backward(dy, dx []float64) {
 		gx[c] = g[c] * (1 - tp.q[c])
 	}
 	if dx == nil {
-		nt.mlp.Layers[0].SkipInputGrad(true)
-		nt.mlp.Backward(tp.dq)
+		w.mlp.Layers[0].SkipInputGrad(true)
+		w.mlp.Backward(tp.dq)
 		return
 	}
-	fd := nt.mlp.BackwardInput(tp.dq).RawMatrix().Data
+	fd := w.mlp.BackwardInput(tp.dq).RawMatrix().Data
 	// Back through the hops: h_k = P0^T h_{k-1}, so dh_{k-1} = P0 dh_k plus
 	// the feature column's own gradient.
 	acc, nxt := tp.h1, tp.h2
@@ -305,9 +326,9 @@ func (nt *net) backward(dy, dx []float64) {
 		for v := 0; v < n; v++ {
 			d := acc[v*rows : (v+1)*rows]
 			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-				w, dst := nt.p0w[a], nxt[nt.inFrom[a]*rows:][:rows]
+				wa, dst := nt.p0w[a], nxt[nt.inFrom[a]*rows:][:rows]
 				for b, s := range d {
-					dst[b] += w * s
+					dst[b] += wa * s
 				}
 			}
 		}
