@@ -77,7 +77,7 @@ func TestVJPMatchesFiniteDifferences(t *testing.T) {
 			randomize(m, 7)
 			if tt.chunking {
 				m.nt.chunkCells = 2 * tt.g.N() // two rows per pass
-				m.workers, m.minCells = 2, 1  // two goroutines
+				m.workers, m.minCells = 2, 1   // two goroutines
 			}
 			n := tt.g.N()
 			rng := rand.New(rand.NewPCG(8, 8))
