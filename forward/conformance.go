@@ -1,0 +1,374 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// CheckStatus is the outcome of one conformance check.
+type CheckStatus string
+
+const (
+	CheckPass CheckStatus = "pass"
+	// CheckWarn marks behaviour a model may legitimately show but that
+	// inference will suffer from, such as a learned model that is not
+	// monotone.
+	CheckWarn CheckStatus = "warn"
+	CheckFail CheckStatus = "fail"
+	// CheckSkip marks checks that could not run after an earlier failure.
+	CheckSkip CheckStatus = "skip"
+)
+
+// CheckResult is one line of a conformance report.
+type CheckResult struct {
+	Name     string
+	Status   CheckStatus
+	Detail   string
+	Duration time.Duration
+}
+
+// CheckReport is the result of CheckPlugin.
+type CheckReport struct {
+	Path    string
+	Info    Info
+	Results []CheckResult
+}
+
+// Passed reports whether no check failed or was skipped.
+func (r CheckReport) Passed() bool {
+	for _, c := range r.Results {
+		if c.Status == CheckFail || c.Status == CheckSkip {
+			return false
+		}
+	}
+	return len(r.Results) > 0
+}
+
+// PluginCheckOptions configure CheckPlugin.
+type PluginCheckOptions struct {
+	// Launch options for the plugin process (logger, call timeout, checksum).
+	Launch []LaunchOption
+	// Params are passed to Configure.
+	Params map[string]string
+	// Fit options for the training check; keep the epochs small.
+	Fit FitOptions
+	// Batch is the number of rows per Predict and VJP call (default 8).
+	Batch int
+	// Seed makes the random inputs reproducible.
+	Seed uint64
+}
+
+// CheckPlugin launches the plugin at path and checks it against the
+// contract on g: the handshake, Info, Configure, Fit on pairs (its state
+// must restore the same model through Configure), Predict shape and range,
+// VJP against finite differences, monotonicity on subsets of source sets,
+// empty and full x, determinism, and timing. It never returns an error:
+// every problem is a failing line of the report, so a plugin author sees
+// all of them at once.
+func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair, o PluginCheckOptions) CheckReport {
+	if o.Batch <= 0 {
+		o.Batch = 8
+	}
+	rep := CheckReport{Path: path}
+	var p *Process
+	run := func(name string, f func() (CheckStatus, string, error)) bool {
+		if p != nil && p.Exited() {
+			rep.Results = append(rep.Results, CheckResult{Name: name, Status: CheckSkip, Detail: "plugin process has exited"})
+			return false
+		}
+		start := time.Now()
+		st, detail, err := f()
+		if err != nil {
+			st, detail = CheckFail, err.Error()
+		}
+		rep.Results = append(rep.Results, CheckResult{Name: name, Status: st, Detail: detail, Duration: time.Since(start)})
+		return st != CheckFail
+	}
+	skipRest := func(names ...string) {
+		for _, n := range names {
+			rep.Results = append(rep.Results, CheckResult{Name: n, Status: CheckSkip, Detail: "an earlier check failed"})
+		}
+	}
+	all := []string{"handshake", "info", "configure", "fit", "restore state", "predict", "empty and full x", "determinism", "vjp", "monotonicity", "timing"}
+
+	if !run("handshake", func() (CheckStatus, string, error) {
+		var err error
+		p, err = Launch(ctx, path, o.Launch...)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		return CheckPass, fmt.Sprintf("protocol %d, gRPC, mTLS", ProtocolVersion), nil
+	}) {
+		skipRest(all[1:]...)
+		return rep
+	}
+	defer p.Close()
+
+	run("info", func() (CheckStatus, string, error) {
+		in, err := p.Info(ctx)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		rep.Info = in
+		var probs []string
+		if in.Name == "" {
+			probs = append(probs, "empty name")
+		}
+		if in.Version == "" {
+			probs = append(probs, "empty version")
+		}
+		seen := map[string]bool{}
+		for _, q := range in.Params {
+			if q.Name == "" || seen[q.Name] {
+				probs = append(probs, fmt.Sprintf("param name %q empty or repeated", q.Name))
+			}
+			seen[q.Name] = true
+		}
+		if len(probs) > 0 {
+			return CheckFail, strings.Join(probs, "; "), nil
+		}
+		return CheckPass, fmt.Sprintf("%s %s, trainable %v, %d params", in.Name, in.Version, in.Trainable, len(in.Params)), nil
+	})
+
+	if !run("configure", func() (CheckStatus, string, error) {
+		return CheckPass, g.String(), p.Configure(ctx, g, o.Params, nil)
+	}) {
+		skipRest(all[3:]...)
+		return rep
+	}
+
+	var state []byte
+	if !run("fit", func() (CheckStatus, string, error) {
+		epochs := 0
+		res, err := p.Fit(ctx, pairs, o.Fit, func(pr Progress) { epochs++ })
+		if err != nil {
+			return CheckFail, "", err
+		}
+		state = res.State
+		keys := make([]string, 0, len(res.Metrics))
+		for k, v := range res.Metrics {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return CheckFail, fmt.Sprintf("metric %s is %v", k, v), nil
+			}
+			keys = append(keys, fmt.Sprintf("%s=%.4g", k, v))
+		}
+		sort.Strings(keys)
+		return CheckPass, fmt.Sprintf("%d pairs, %d progress reports, %d-byte state, %s", len(pairs), epochs, len(state), strings.Join(keys, " ")), nil
+	}) {
+		skipRest(all[4:]...)
+		return rep
+	}
+
+	rng := rand.New(rand.NewPCG(o.Seed, 0x5eed))
+	n := g.N()
+	x := mat.NewDense(o.Batch, n, nil)
+	for i := 0; i < o.Batch; i++ {
+		for j := 0; j < n; j++ {
+			x.Set(i, j, rng.Float64())
+		}
+	}
+	run("restore state", func() (CheckStatus, string, error) {
+		y0, err := p.Predict(ctx, x)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		if err := p.Configure(ctx, g, o.Params, state); err != nil {
+			return CheckFail, "", fmt.Errorf("configure with the fitted state: %w", err)
+		}
+		y1, err := p.Predict(ctx, x)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		if d := maxAbsDiff(y0, y1); d > 1e-9 {
+			return CheckFail, fmt.Sprintf("predictions differ by up to %.3g after Configure with the fitted state: the state does not capture the model", d), nil
+		}
+		if _, err := p.Predict(ctx, x); err != nil {
+			return CheckFail, "", err
+		}
+		return CheckPass, "Configure(state) reproduces the fitted model", nil
+	})
+
+	run("predict", func() (CheckStatus, string, error) {
+		y, err := p.Predict(ctx, x)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		if i, j, ok := outOfUnit(y); ok {
+			return CheckFail, fmt.Sprintf("y[%d][%d] = %v is not in [0,1]", i, j, y.At(i, j)), nil
+		}
+		return CheckPass, fmt.Sprintf("%dx%d, all in [0,1]", o.Batch, n), nil
+	})
+
+	run("empty and full x", func() (CheckStatus, string, error) {
+		ends := mat.NewDense(2, n, nil)
+		for j := 0; j < n; j++ {
+			ends.Set(1, j, 1)
+		}
+		y, err := p.Predict(ctx, ends)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		if i, j, ok := outOfUnit(y); ok {
+			return CheckFail, fmt.Sprintf("y[%d][%d] = %v is not in [0,1] (row 0 empty x, row 1 full x)", i, j, y.At(i, j)), nil
+		}
+		empty, full := mat.Sum(y.RowView(0))/float64(n), mat.Sum(y.RowView(1))/float64(n)
+		detail := fmt.Sprintf("mean y: %.3g for empty x, %.3g for full x", empty, full)
+		if empty > full {
+			return CheckWarn, detail + ": more spread from no sources than from all", nil
+		}
+		return CheckPass, detail, nil
+	})
+
+	run("determinism", func() (CheckStatus, string, error) {
+		a, err := p.Predict(ctx, x)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		b, err := p.Predict(ctx, x)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		if d := maxAbsDiff(a, b); d != 0 {
+			return CheckFail, fmt.Sprintf("the same x gave predictions differing by up to %.3g", d), nil
+		}
+		// A row's answer must not depend on the other rows of its batch.
+		one, err := p.Predict(ctx, mat.NewDense(1, n, slices.Clone(x.RawRowView(o.Batch-1))))
+		if err != nil {
+			return CheckFail, "", err
+		}
+		if d := floats(one.RawRowView(0), a.RawRowView(o.Batch-1)); d > 1e-12 {
+			return CheckFail, fmt.Sprintf("a row predicted alone differs by %.3g from the same row in a batch", d), nil
+		}
+		return CheckPass, "repeated and batched calls agree", nil
+	})
+
+	run("vjp", func() (CheckStatus, string, error) {
+		res, err := CheckVJP(ctx, p, n, rng, VJPCheckOptions{Rows: 2, Coords: min(n, 24)})
+		if err != nil {
+			return CheckFail, "", err
+		}
+		if !res.Pass() {
+			return CheckFail, res.String(), nil
+		}
+		return CheckPass, res.String(), nil
+	})
+
+	run("monotonicity", func() (CheckStatus, string, error) {
+		// Rows 2k and 2k+1 are a random source set and a random subset.
+		k := o.Batch
+		sets := mat.NewDense(2*k, n, nil)
+		for i := 0; i < k; i++ {
+			for j := 0; j < n; j++ {
+				if rng.Float64() < 0.1 {
+					sets.Set(2*i, j, 1)
+					if rng.Float64() < 0.5 {
+						sets.Set(2*i+1, j, 1)
+					}
+				}
+			}
+		}
+		y, err := p.Predict(ctx, sets)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		worst, count := 0.0, 0
+		for i := 0; i < k; i++ {
+			for j := 0; j < n; j++ {
+				if v := y.At(2*i+1, j) - y.At(2*i, j); v > 1e-9 {
+					count++
+					worst = math.Max(worst, v)
+				}
+			}
+		}
+		if count > 0 {
+			return CheckWarn, fmt.Sprintf("f(subset) > f(set) at %d of %d node values, by up to %.3g", count, k*n, worst), nil
+		}
+		return CheckPass, fmt.Sprintf("f(subset) <= f(set) on %d pairs of sets", k), nil
+	})
+
+	run("timing", func() (CheckStatus, string, error) {
+		dy := mat.NewDense(o.Batch, n, nil)
+		for i := 0; i < o.Batch; i++ {
+			for j := 0; j < n; j++ {
+				dy.Set(i, j, rng.NormFloat64())
+			}
+		}
+		const reps = 5
+		times := make([]time.Duration, reps)
+		for r := range times {
+			start := time.Now()
+			if _, _, err := p.VJP(ctx, x, dy); err != nil {
+				return CheckFail, "", err
+			}
+			times[r] = time.Since(start)
+		}
+		slices.Sort(times)
+		return CheckPass, fmt.Sprintf("VJP batch %d: median %v, min %v over %d calls", o.Batch, times[reps/2], times[0], reps), nil
+	})
+	return rep
+}
+
+func outOfUnit(y *mat.Dense) (int, int, bool) {
+	r, c := y.Dims()
+	for i := 0; i < r; i++ {
+		for j := 0; j < c; j++ {
+			if v := y.At(i, j); !(v >= 0 && v <= 1) {
+				return i, j, true
+			}
+		}
+	}
+	return 0, 0, false
+}
+
+func maxAbsDiff(a, b *mat.Dense) float64 {
+	var d float64
+	r, _ := a.Dims()
+	for i := 0; i < r; i++ {
+		d = math.Max(d, floats(a.RawRowView(i), b.RawRowView(i)))
+	}
+	return d
+}
+
+func floats(a, b []float64) float64 {
+	var d float64
+	for i := range a {
+		d = math.Max(d, math.Abs(a[i]-b[i]))
+	}
+	return d
+}
+
+// String formats the report as aligned lines and a verdict.
+func (r CheckReport) String() string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "plugin %s\n", r.Path)
+	for _, c := range r.Results {
+		fmt.Fprintf(&b, "  %-4s  %-17s %s", strings.ToUpper(string(c.Status)), c.Name, c.Detail)
+		if c.Duration > 0 {
+			fmt.Fprintf(&b, " (%v)", c.Duration.Round(time.Microsecond))
+		}
+		b.WriteByte('\n')
+	}
+	if r.Passed() {
+		b.WriteString("PASS\n")
+	} else {
+		var failed []string
+		for _, c := range r.Results {
+			if c.Status == CheckFail {
+				failed = append(failed, c.Name)
+			}
+		}
+		fmt.Fprintf(&b, "FAIL: %s\n", strings.Join(failed, ", "))
+	}
+	return b.String()
+}

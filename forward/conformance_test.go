@@ -1,0 +1,84 @@
+package forward_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+)
+
+func statuses(r forward.CheckReport) map[string]forward.CheckStatus {
+	m := map[string]forward.CheckStatus{}
+	for _, c := range r.Results {
+		m[c.Name] = c.Status
+	}
+	return m
+}
+
+func detail(r forward.CheckReport, name string) string {
+	for _, c := range r.Results {
+		if c.Name == name {
+			return c.Detail
+		}
+	}
+	return ""
+}
+
+func TestCheckPlugin(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	pairs := []forward.Pair{{Sources: []int{0}, Infected: []int{0, 1, 2}}, {Sources: []int{33}, Infected: []int{33, 32}}}
+	timeout := forward.WithCallTimeout(500 * time.Millisecond)
+
+	t.Run("icmf passes", func(t *testing.T) {
+		rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, "icmf"), g, pairs, forward.PluginCheckOptions{})
+		require.True(t, rep.Passed(), rep.String())
+		require.Equal(t, "icmf", rep.Info.Name)
+		require.Len(t, rep.Results, 11)
+		for name, st := range statuses(rep) {
+			require.Equal(t, forward.CheckPass, st, "%s: %s", name, detail(rep, name))
+		}
+		require.Contains(t, rep.String(), "PASS\n")
+	})
+
+	for _, tc := range []struct {
+		fault, failing, want string
+		skipped              bool
+	}{
+		{"nan", "predict", "is NaN", false},
+		{"inf", "vjp", "dx[0][0] is +Inf", false},
+		{"short", "predict", "y is 8x33, want 8x34", false},
+		{"crash", "restore state", "forward plugin exited", true},
+		{"hang", "restore state", "no answer within 500ms", false},
+	} {
+		t.Run(tc.fault+" fails", func(t *testing.T) {
+			t.Parallel()
+			rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, faulty), g, pairs, forward.PluginCheckOptions{
+				Params: map[string]string{"fault": tc.fault}, Launch: []forward.LaunchOption{timeout},
+			})
+			require.False(t, rep.Passed())
+			st := statuses(rep)
+			require.Equal(t, forward.CheckPass, st["configure"])
+			require.Equal(t, forward.CheckFail, st[tc.failing], rep.String())
+			require.Contains(t, detail(rep, tc.failing), tc.want)
+			if tc.skipped {
+				require.Equal(t, forward.CheckSkip, st["timing"])
+				require.Equal(t, "plugin process has exited", detail(rep, "timing"))
+			}
+			require.Contains(t, rep.String(), "FAIL: ")
+		})
+	}
+
+	t.Run("wrong checksum fails the handshake", func(t *testing.T) {
+		rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, "icmf"), g, pairs, forward.PluginCheckOptions{
+			Launch: []forward.LaunchOption{forward.WithChecksum(make([]byte, 32))},
+		})
+		require.False(t, rep.Passed())
+		require.Equal(t, forward.CheckFail, statuses(rep)["handshake"])
+		require.Contains(t, detail(rep, "handshake"), "checksum mismatch")
+		require.Equal(t, forward.CheckSkip, statuses(rep)["info"])
+	})
+}
