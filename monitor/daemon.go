@@ -138,6 +138,23 @@ type locHolder struct {
 	mu     sync.RWMutex
 	l      Localizer
 	closed bool
+	// restarts is the Localizer's restart count already added to the
+	// metric.
+	restarts atomic.Int64
+}
+
+// countRestarts adds the plugin relaunches a Localizer reports through
+// the optional Restarts() int to sourcewatch_plugin_restarts_total.
+func (d *Daemon) countRestarts(gr *graphRT) {
+	h := gr.loc.Load()
+	rc, ok := h.l.(restartCounter)
+	if !ok {
+		return
+	}
+	n := int64(rc.Restarts())
+	if old := h.restarts.Swap(n); n > old {
+		d.metrics.restarts.WithLabelValues(gr.name).Add(float64(n - old))
+	}
 }
 
 func (h *locHolder) close() error {
@@ -469,6 +486,7 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 			return
 		case <-t.C:
 		}
+		d.countRestarts(gr)
 		if gr.inflight.Load() {
 			continue
 		}

@@ -181,6 +181,23 @@ func decodeMessage(data []byte) []decoded {
 		i++
 	}
 	if i < len(data) && data[i] == '[' {
+		// Fast path: a well-formed array decodes in one pass; only a bad
+		// one is split into elements to find and keep the bad ones.
+		var evs []wireEvent
+		if err := json.Unmarshal(data, &evs); err == nil {
+			out := make([]decoded, len(evs))
+			ok := true
+			for k := range evs {
+				out[k].ev = evs[k]
+				if evs[k] == (wireEvent{}) {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				return out
+			}
+		}
 		var raws []json.RawMessage
 		if err := json.Unmarshal(data, &raws); err != nil {
 			return []decoded{{raw: data, reason: ReasonBadJSON, detail: err.Error()}}

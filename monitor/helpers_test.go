@@ -27,7 +27,9 @@ type fakeLocalizer struct {
 	maxConc atomic.Int32
 	closed  atomic.Bool
 	sick    atomic.Bool
-	tag     string
+	// restarts is what Restarts reports, as a relaunching adapter would.
+	restarts atomic.Int32
+	tag      string
 	// overlap counts calls made while another was running on the same
 	// localizer; the daemon promises none.
 	overlap atomic.Int32
@@ -59,6 +61,7 @@ func (f *fakeLocalizer) Localize(ctx context.Context, y []float64) (Inference, e
 
 func (f *fakeLocalizer) Close() error  { f.closed.Store(true); return nil }
 func (f *fakeLocalizer) Healthy() bool { return !f.sick.Load() }
+func (f *fakeLocalizer) Restarts() int { return int(f.restarts.Load()) }
 
 // infectedAreSources is a script that calls the lowest-indexed infected
 // node the source, with scores falling by index.
@@ -218,7 +221,7 @@ func lastSeq(t *testing.T, js jetstream.JetStream) uint64 {
 
 // runServer starts a standalone JetStream server, as a cluster the daemon
 // connects to by URL would be.
-func runServer(t *testing.T) *server.Server {
+func runServer(t testing.TB) *server.Server {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	require.NoError(t, err)

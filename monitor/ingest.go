@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -125,6 +126,10 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 				d.check(gr, el, arrival, minTS, maxTS)
 			}
 			if el.reason != "" {
+				if el.raw == nil {
+					// From the fast path: the element re-encoded.
+					el.raw, _ = json.Marshal(el.ev)
+				}
 				d.deadLetter(gr, m.Subject(), el.raw, el.reason, el.detail, seq, idx)
 				continue
 			}

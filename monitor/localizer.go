@@ -24,8 +24,10 @@ type ModelInfo struct {
 
 // Localizer finds sources in an observation y in [0,1]^n of one graph. The
 // daemon calls Localize for one graph at a time and Close once, after the
-// last call. A Localizer may also implement Healthy() bool; /readyz then
-// reports it.
+// last call. A Localizer may also implement Healthy() bool, which /readyz
+// and the status endpoint report, and Restarts() int, the number of times
+// it relaunched its plugin, which feeds sourcewatch_plugin_restarts_total
+// (Daemon.PluginRestarted is the push alternative).
 type Localizer interface {
 	Localize(ctx context.Context, y []float64) (Inference, error)
 	Close() error
@@ -37,3 +39,6 @@ type LocalizerFactory func(ctx context.Context, gc GraphConfig, g *graph.Graph) 
 
 // healthChecker is the optional health report of a Localizer.
 type healthChecker interface{ Healthy() bool }
+
+// restartCounter is the optional plugin relaunch count of a Localizer.
+type restartCounter interface{ Restarts() int }

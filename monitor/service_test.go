@@ -127,6 +127,10 @@ func TestHTTPEndpoints(t *testing.T) {
 	r.publish(t, "p", `nonsense`, "")
 	waitSeq(t, r.d, "p", 2)
 	r.d.PluginRestarted("p")
+	f.all()[0].restarts.Store(2)
+	require.Eventually(t, func() bool {
+		return value(t, r.d.metrics.restarts.WithLabelValues("p")) == 3
+	}, 10*time.Second, 5*time.Millisecond, "restarts reported by the localizer are counted")
 	code, body = get(t, base+"/metrics")
 	require.Equal(t, http.StatusOK, code)
 	for _, want := range []string{
@@ -134,7 +138,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		`sourcewatch_events_total{graph="p",outcome="deadletter"} 1`,
 		`sourcewatch_deadletters_total{reason="bad_json"} 1`,
 		`sourcewatch_deadletters_total{reason="too_large"} 0`,
-		`sourcewatch_plugin_restarts_total{graph="p"} 1`,
+		`sourcewatch_plugin_restarts_total{graph="p"} 3`,
 		`sourcewatch_window_infected{graph="p"}`,
 		`go_goroutines`,
 	} {

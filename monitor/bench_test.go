@@ -1,0 +1,134 @@
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+)
+
+const benchEvents = 20000
+
+// benchStream fills a standalone server's events stream with benchEvents
+// events for graph "p" (1000 nodes), perMsg events per message.
+func benchStream(b *testing.B, perMsg int) (jetstream.JetStream, jetstream.Stream, Config) {
+	s := runServer(b)
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(b, err)
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(b, err)
+	cfg := DefaultConfig()
+	cfg.Graphs = []GraphConfig{DefaultGraphConfig("p")}
+	cfg.Graphs[0].Edges, cfg.Graphs[0].Bundle = "x", "x"
+	stream, _, err := ensureJetStream(context.Background(), js, cfg)
+	require.NoError(b, err)
+	now := time.Now()
+	batch := make([]Event, 0, perMsg)
+	var futures []jetstream.PubAckFuture
+	for i := range benchEvents {
+		batch = append(batch, Event{Node: strconv.Itoa(i % 1000), State: StateInfected, TS: now.Add(time.Duration(i) * time.Millisecond)})
+		if len(batch) < perMsg {
+			continue
+		}
+		var data []byte
+		if perMsg == 1 {
+			data, err = json.Marshal(batch[0])
+		} else {
+			data, err = json.Marshal(batch)
+		}
+		require.NoError(b, err)
+		f, err := js.PublishAsync(EventsSubject(DefaultPrefix, "p"), data)
+		require.NoError(b, err)
+		futures = append(futures, f)
+		batch = batch[:0]
+	}
+	<-js.PublishAsyncComplete()
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			b.Fatal(err)
+		}
+	}
+	return js, stream, cfg
+}
+
+// BenchmarkIngest compares the daemon's ingest path (consume, decode,
+// check, apply to the window, batched AckAll) with a raw JetStream
+// consumer that only acknowledges the same messages the same way, on the
+// same stream in the same run. Reported: events/s.
+func BenchmarkIngest(b *testing.B) {
+	for _, perMsg := range []int{1, 100} {
+		js, stream, cfg := benchStream(b, perMsg)
+		msgs := benchEvents / perMsg
+		last := uint64(msgs)
+
+		b.Run("raw/events_per_msg="+strconv.Itoa(perMsg), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				ctx := context.Background()
+				_ = stream.DeleteConsumer(ctx, "raw")
+				cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+					Durable: "raw", AckPolicy: jetstream.AckAllPolicy, MaxAckPending: maxAckPending,
+					FilterSubject: EventsSubject(DefaultPrefix, "p"),
+				})
+				require.NoError(b, err)
+				done := make(chan struct{})
+				var seen atomic.Uint64
+				since := 0
+				cc, err := cons.Consume(func(m jetstream.Msg) {
+					meta, _ := m.Metadata()
+					since++
+					if since >= ackEvery || meta.NumPending == 0 {
+						_ = m.Ack()
+						since = 0
+					}
+					if seen.Add(1) == last {
+						close(done)
+					}
+				}, jetstream.PullMaxMessages(consumeBatch))
+				require.NoError(b, err)
+				<-done
+				cc.Stop()
+			}
+			b.ReportMetric(float64(benchEvents*b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+
+		b.Run("sourcewatch/events_per_msg="+strconv.Itoa(perMsg), func(b *testing.B) {
+			g := pathGraph(b, 1000)
+			for i := 0; i < b.N; i++ {
+				d, err := New(cfg, WithClock(func() time.Time { return time.Now().Add(10 * time.Second) }))
+				require.NoError(b, err)
+				d.js, d.stream = js, stream
+				d.limiter = newLogLimiter(time.Hour, zap.NewNop())
+				gr := &graphRT{name: "p", g: g, win: newWindow(g, time.Hour, 0), outcomes: map[outcome]counter{}}
+				gcc := cfg.Graphs[0]
+				gr.gc.Store(&gcc)
+				for _, o := range []outcome{outApplied, outRefreshed, outUnchanged, outStale, outDuplicate, "deadletter"} {
+					gr.outcomes[o] = d.metrics.events.WithLabelValues("p", string(o))
+				}
+				d.graphs = map[string]*graphRT{"p": gr}
+				d.order = []*graphRT{gr}
+				require.NoError(b, d.startConsumers(context.Background()))
+				for {
+					if _, _, s := gr.win.counts(); s >= last {
+						break
+					}
+					time.Sleep(200 * time.Microsecond)
+				}
+				d.stopConsumers(false)
+				if got := value(b, d.metrics.events.WithLabelValues("p", "deadletter")); got != 0 {
+					b.Fatalf("%v dead letters", got)
+				}
+			}
+			b.ReportMetric(float64(benchEvents*b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+	}
+}
