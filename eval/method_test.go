@@ -221,10 +221,22 @@ func TestNetSleuth(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{3, 14}, p.Sources)
 
+	// a component too large for the dense solve: Lanczos finds the middle
+	g = path(300)
+	m = newMethod(t, "netsleuth", g, map[string]string{"k": "1"})
+	require.NoError(t, m.Fit(ctx, g, nil, nil))
+	var mid []int
+	for v := 50; v <= 250; v++ {
+		mid = append(mid, v)
+	}
+	p, err = m.Localize(ctx, yOf(300, mid...))
+	require.NoError(t, err)
+	require.Equal(t, []int{150}, p.Sources)
+	require.InDelta(t, math.Sin(math.Pi*51/202), p.Scores[100], 1e-3)
+
 	// on a larger graph the Lanczos eigenpair agrees with the dense one
 	g = randomGraph(120, 150, 9)
 	ls := newLanczos(g.N())
-	rm := &rankMethod{g: g, rk: newRanker(g.N(), 1)}
 	nodes := make([]int, 0, 120)
 	for v := 0; v < 120; v++ {
 		nodes = append(nodes, v)
@@ -237,15 +249,19 @@ func TestNetSleuth(t *testing.T) {
 			ball = append(ball, v)
 		}
 	}
-	require.Greater(t, len(ball), 40)
-	for _, v := range ball {
-		ls.active[v] = true
-		ls.pos[v] = -2
+	for a, v := range ball {
+		ls.pos[v] = a
 	}
-	c := &component{nodes: ball}
-	require.NoError(t, ls.solve(rm, c, nil))
+	lz, dn := &component{nodes: ball}, &component{nodes: ball}
+	require.NoError(t, ls.solveLanczos(g, lz, nil))
+	require.NoError(t, ls.solveDense(g, dn))
 	lam := denseSmallest(g, ball)
-	require.InDelta(t, lam, c.lambda, 1e-6)
+	require.InDelta(t, lam, lz.lambda, 1e-6)
+	require.InDelta(t, lam, dn.lambda, 1e-9)
+	for a := range ball {
+		require.InDelta(t, dn.u[a], lz.u[a], 1e-4)
+	}
+	require.Greater(t, len(ball), 40)
 }
 
 // denseSmallest is the smallest eigenvalue of L_C by a dense

@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 func init() { Register("netsleuth", newNetSleuth) }
@@ -22,7 +23,8 @@ func init() { Register("netsleuth", newNetSleuth) }
 //
 // The eigenpair is computed per connected component of the infected
 // subgraph (L_C is block diagonal over them, so this is the same spectrum)
-// by Lanczos with full reorthogonalisation on the sparse L_C, restarted
+// by Lanczos with full reorthogonalisation on the sparse L_C (components
+// of at most denseMax nodes take a dense solve of their own L_C), restarted
 // from the Ritz vector until the residual is below 1e-6 of the spectral
 // radius bound (or six restarts: only the order of the entries matters); only matrix-vector
 // products with L_C are used. Seeds are picked greedily: take the
@@ -189,6 +191,19 @@ func (l *lanczos) solve(m *rankMethod, c *component, warm map[int]float64) error
 			l.pos[v] = -2
 		}
 	}()
+	if nc == 1 {
+		c.lambda, c.u = float64(g.Degree(c.nodes[0])), []float64{1}
+		return nil
+	}
+	if nc <= denseMax {
+		return l.solveDense(g, c)
+	}
+	return l.solveLanczos(g, c, warm)
+}
+
+// solveLanczos is solve by restarted Lanczos; l.pos holds local indices.
+func (l *lanczos) solveLanczos(g *graph.Graph, c *component, warm map[int]float64) error {
+	nc := len(c.nodes)
 	apply := func(dst, x []float64) {
 		for a, v := range c.nodes {
 			nbr, _ := g.Out(v)
@@ -200,10 +215,6 @@ func (l *lanczos) solve(m *rankMethod, c *component, warm map[int]float64) error
 			}
 			dst[a] = s
 		}
-	}
-	if nc == 1 {
-		c.lambda, c.u = float64(g.Degree(c.nodes[0])), []float64{1}
-		return nil
 	}
 	steps := min(nc, 40)
 	if cap(l.basis) < steps*nc {
@@ -289,6 +300,46 @@ func (l *lanczos) solve(m *rankMethod, c *component, warm map[int]float64) error
 		v[a] = math.Max(v[a], 0)
 	}
 	c.lambda, c.u = lambda, v
+	return nil
+}
+
+// denseMax is the largest component solved by a dense eigendecomposition
+// of its own L_C: below it one O(nc^3) factorisation is cheaper than
+// restarted Lanczos, and nc x nc stays small whatever the graph's size.
+const denseMax = 96
+
+// solveDense is solve for a small component; l.pos holds its local indices.
+func (l *lanczos) solveDense(g *graph.Graph, c *component) error {
+	nc := len(c.nodes)
+	a := mat.NewSymDense(nc, nil)
+	for i, v := range c.nodes {
+		nbr, _ := g.Out(v)
+		a.SetSym(i, i, float64(len(nbr)))
+		for _, w := range nbr {
+			if j := l.pos[w]; j > i {
+				a.SetSym(i, j, -1)
+			}
+		}
+	}
+	var es mat.EigenSym
+	if !es.Factorize(a, true) {
+		return errors.New("netsleuth: eigen-decomposition failed")
+	}
+	var vecs mat.Dense
+	es.VectorsTo(&vecs)
+	u := make([]float64, nc)
+	var sum float64
+	for i := range u {
+		u[i] = vecs.At(i, 0)
+		sum += u[i]
+	}
+	for i := range u {
+		if sum < 0 {
+			u[i] = -u[i]
+		}
+		u[i] = math.Max(u[i], 0)
+	}
+	c.lambda, c.u = es.Values(nil)[0], u
 	return nil
 }
 
