@@ -472,3 +472,22 @@ func TestGreedyCoverMatchesPlainScan(t *testing.T) {
 		require.Equal(t, plain(D, ni, 25, tie), greedyCover(context.Background(), D, ni, 25, tie), "seed %d", seed)
 	}
 }
+
+// Warm-started re-solves after each pick choose the seeds that cold,
+// exact solves choose.
+func TestNetSleuthWarmStartMatchesCold(t *testing.T) {
+	ctx := context.Background()
+	for seed := uint64(1); seed <= 4; seed++ {
+		g := randomGraph(150, 80, seed)
+		cs := siCascades(g, 1, 5, 0.4, 0.5, seed)
+		rm := &rankMethod{g: g, rk: newRanker(g.N(), 1)}
+		scores := make([]float64, g.N())
+		warm, err := newLanczos(g.N()).seeds(ctx, rm, cs[0].Infected, 25, scores)
+		require.NoError(t, err)
+		coldL := newLanczos(g.N())
+		coldL.cold = true
+		cold, err := coldL.seeds(ctx, rm, cs[0].Infected, 25, scores)
+		require.NoError(t, err)
+		require.Equal(t, cold, warm, "seed %d", seed)
+	}
+}

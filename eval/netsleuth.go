@@ -23,8 +23,10 @@ func init() { Register("netsleuth", newNetSleuth) }
 //
 // The eigenpair is computed per connected component of the infected
 // subgraph (L_C is block diagonal over them, so this is the same spectrum)
-// by Lanczos with full reorthogonalisation on the sparse L_C (components
-// of at most denseMax nodes take a dense solve of their own L_C), restarted
+// by Lanczos with full reorthogonalisation on the sparse L_C (in the
+// first round, components of at most denseMax nodes take a dense solve of
+// their own L_C; later rounds start Lanczos from the previous eigenvector),
+// restarted
 // from the Ritz vector until the residual is below 1e-6 of the spectral
 // radius bound (or six restarts: only the order of the entries matters); only matrix-vector
 // products with L_C are used. Seeds are picked greedily: take the
@@ -74,6 +76,8 @@ type lanczos struct {
 	active []bool
 	queue  []int
 	basis  []float64
+	// cold disables warm starts (tests compare against it)
+	cold bool
 }
 
 func newLanczos(n int) *lanczos {
@@ -195,7 +199,10 @@ func (l *lanczos) solve(m *rankMethod, c *component, warm map[int]float64) error
 		c.lambda, c.u = float64(g.Degree(c.nodes[0])), []float64{1}
 		return nil
 	}
-	if nc <= denseMax {
+	if l.cold {
+		warm = nil
+	}
+	if nc <= denseMax && warm == nil {
 		return l.solveDense(g, c)
 	}
 	return l.solveLanczos(g, c, warm)
@@ -216,7 +223,12 @@ func (l *lanczos) solveLanczos(g *graph.Graph, c *component, warm map[int]float6
 			dst[a] = s
 		}
 	}
+	// from a warm start (the eigenvector before the last pick, which moved
+	// one node to the boundary) a short basis suffices
 	steps := min(nc, 40)
+	if warm != nil {
+		steps = min(nc, 16)
+	}
 	if cap(l.basis) < steps*nc {
 		l.basis = make([]float64, steps*nc)
 	}
@@ -304,8 +316,9 @@ func (l *lanczos) solveLanczos(g *graph.Graph, c *component, warm map[int]float6
 }
 
 // denseMax is the largest component solved by a dense eigendecomposition
-// of its own L_C: below it one O(nc^3) factorisation is cheaper than
-// restarted Lanczos, and nc x nc stays small whatever the graph's size.
+// of its own L_C when no warm start is at hand: below it one O(nc^3)
+// factorisation is cheaper than restarted Lanczos from scratch, and
+// nc x nc stays small whatever the graph's size.
 const denseMax = 96
 
 // solveDense is solve for a small component; l.pos holds its local indices.
