@@ -3,6 +3,8 @@ package gat
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -43,7 +45,7 @@ type attention struct {
 	dz      *mat.Dense
 	dfs     []float64
 	dfd     []float64
-	dalpha  []float64 // scratch, one row's edges x heads
+	scratch [][]float64 // per worker, one row's edges x heads
 }
 
 func newAttention(adj *adjacency, heads, dim int, name string, init func() float64) *attention {
@@ -96,7 +98,7 @@ func (a *attention) forward(z *mat.Dense, batches int) *mat.Dense {
 		}
 	}
 	out := a.out.RawMatrix()
-	for b := 0; b < batches; b++ {
+	a.each(batches, func(b int, scratch *[]float64) {
 		base := b * n
 		for v := 0; v < n; v++ {
 			lo, hi := a.adj.off[v], a.adj.off[v+1]
@@ -133,14 +135,16 @@ func (a *attention) forward(z *mat.Dense, batches int) *mat.Dense {
 				al := alpha[(e-lo)*H : (e-lo+1)*H]
 				for k := 0; k < H; k++ {
 					w := al[k]
-					ok, zk := o[k*D:(k+1)*D], zu[k*D:(k+1)*D]
+					ok := o[k*D : (k+1)*D]
+					zk := zu[k*D : (k+1)*D]
+					zk = zk[:len(ok)]
 					for j := range ok {
 						ok[j] += w * zk[j]
 					}
 				}
 			}
 		}
-	}
+	})
 	return a.out
 }
 
@@ -170,25 +174,29 @@ func (a *attention) backward(dout *mat.Dense) *mat.Dense {
 	clear(a.dfd)
 	g := dout.RawMatrix()
 	zz := a.z
-	for b := 0; b < a.batches; b++ {
+	a.each(a.batches, func(b int, scratch *[]float64) {
 		base := b * n
 		for v := 0; v < n; v++ {
 			lo, hi := a.adj.off[v], a.adj.off[v+1]
 			pre := a.pre[(b*nnz+lo)*H : (b*nnz+hi)*H]
 			alpha := a.alpha[(b*nnz+lo)*H : (b*nnz+hi)*H]
 			gv := g.Data[(base+v)*g.Stride : (base+v)*g.Stride+HD]
-			a.dalpha = grow(a.dalpha, (hi-lo)*H)
-			da := a.dalpha
+			*scratch = grow(*scratch, (hi-lo)*H)
+			da := *scratch
 			for e := lo; e < hi; e++ {
 				u := base + a.adj.src[e]
 				zu := zz[u*HD : (u+1)*HD]
 				du := dz.Data[u*dz.Stride : u*dz.Stride+HD]
 				for k := 0; k < H; k++ {
 					w := alpha[(e-lo)*H+k]
+					gk := gv[k*D : (k+1)*D]
+					zk := zu[k*D : (k+1)*D]
+					dk := du[k*D : (k+1)*D]
+					zk, dk = zk[:len(gk)], dk[:len(gk)]
 					var s float64
-					for j := k * D; j < (k+1)*D; j++ {
-						s += gv[j] * zu[j]
-						du[j] += w * gv[j]
+					for j, g := range gk {
+						s += g * zk[j]
+						dk[j] += w * g
 					}
 					da[(e-lo)*H+k] = s
 				}
@@ -209,7 +217,7 @@ func (a *attention) backward(dout *mat.Dense) *mat.Dense {
 				}
 			}
 		}
-	}
+	})
 	for r := 0; r < rows; r++ {
 		zr := zz[r*HD : (r+1)*HD]
 		dr := dz.Data[r*dz.Stride : r*dz.Stride+HD]
@@ -223,4 +231,34 @@ func (a *attention) backward(dout *mat.Dense) *mat.Dense {
 		}
 	}
 	return a.dz
+}
+
+// each runs f(b) for every batch b, split over up to GOMAXPROCS goroutines
+// that it waits for. Batches touch disjoint rows; scratch is private to the
+// goroutine running f.
+func (a *attention) each(batches int, f func(b int, scratch *[]float64)) {
+	workers := min(runtime.GOMAXPROCS(0), batches)
+	if workers < 1 {
+		return
+	}
+	if len(a.scratch) < workers {
+		a.scratch = make([][]float64, workers)
+	}
+	if workers == 1 {
+		for b := 0; b < batches; b++ {
+			f(b, &a.scratch[0])
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := w; b < batches; b += workers {
+				f(b, &a.scratch[w])
+			}
+		}()
+	}
+	wg.Wait()
 }
