@@ -14,14 +14,20 @@ import (
 // zapHCLog is an hclog.Logger over zap, so go-plugin's own messages and the
 // plugin's stderr (which go-plugin parses as hclog JSON lines) land in the
 // host's structured log. hclog's Trace maps to zap's Debug.
+//
+// go-plugin reports its own routine lifecycle ("starting plugin", "plugin
+// process exited") at Info on the root logger and the plugin's lines on a
+// child named after the binary; the root demotes Info to Debug so a host at
+// Info level shows what the plugin says, not the plumbing.
 type zapHCLog struct {
 	z       *zap.Logger
 	name    string
 	implied []any
+	demote  bool
 }
 
-func newZapHCLog(z *zap.Logger, name string) hclog.Logger {
-	return &zapHCLog{z: z.Named(name), name: name}
+func newZapHCLog(z *zap.Logger) hclog.Logger {
+	return &zapHCLog{z: z, demote: true}
 }
 
 func fields(args []any) []zap.Field {
@@ -57,6 +63,9 @@ func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
 	}
+	if l.demote && level == hclog.Info {
+		level = hclog.Debug
+	}
 	if ce := l.z.Check(zapLevel(level), msg); ce != nil {
 		ce.Write(fields(args)...)
 	}
@@ -77,7 +86,7 @@ func (l *zapHCLog) IsError() bool { return l.z.Core().Enabled(zapcore.ErrorLevel
 func (l *zapHCLog) ImpliedArgs() []any { return l.implied }
 
 func (l *zapHCLog) With(args ...any) hclog.Logger {
-	return &zapHCLog{z: l.z.With(fields(args)...), name: l.name, implied: append(append([]any(nil), l.implied...), args...)}
+	return &zapHCLog{z: l.z.With(fields(args)...), name: l.name, implied: append(append([]any(nil), l.implied...), args...), demote: l.demote}
 }
 
 func (l *zapHCLog) Name() string { return l.name }

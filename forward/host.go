@@ -181,7 +181,7 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		StartTimeout:     o.startTimeout,
-		Logger:           newZapHCLog(o.log, "plugin"),
+		Logger:           newZapHCLog(o.log),
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
 	})

@@ -228,14 +228,19 @@ func TestPluginLogsReachZap(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	p := launch(t, "icmf", forward.WithLogger(zap.New(core)))
 	require.NoError(t, p.Close())
-	found := false
+	found, exited := false, false
 	for _, e := range logs.All() {
-		if e.Message == "plugin address" {
+		switch e.Message {
+		case "plugin address":
 			found = true
-			require.Contains(t, e.LoggerName, "sourcewatch-forward-icmf")
+			require.Equal(t, "sourcewatch-forward-icmf", e.LoggerName)
+		case "plugin process exited":
+			exited = true
+			require.Equal(t, zapcore.DebugLevel, e.Level, "go-plugin's routine lifecycle is demoted to debug")
 		}
 	}
 	require.True(t, found, "the plugin's own hclog line was not routed: %v", logs.All())
+	require.True(t, exited)
 }
 
 func TestLaunchErrors(t *testing.T) {

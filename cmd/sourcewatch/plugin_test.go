@@ -1,0 +1,43 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+)
+
+func TestPluginCheck(t *testing.T) {
+	icmf := forwardtest.Build(t, "icmf")
+	out, _, err := runCmd(t, "", "plugin", "check", icmf, "--graph", "/work/shared/data/karate.edges", "--cascades", "20", "--log-level", "warn")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "graph: undirected graph, 34 nodes, 78 edges")
+	require.Contains(t, out, "PASS  vjp")
+	require.Contains(t, out, "\nPASS\n")
+
+	// By name in a plugin directory, on the built-in graph, as JSON.
+	out, _, err = runCmd(t, "", "plugin", "check", "icmf", "--plugin-dir", filepath.Dir(icmf), "--json", "--param", "steps=2", "--log-level", "warn")
+	require.NoError(t, err)
+	var rep struct {
+		Passed  bool
+		Info    struct{ Name string }
+		Results []struct{ Name, Status string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.True(t, rep.Passed)
+	require.Equal(t, "icmf", rep.Info.Name)
+	require.Len(t, rep.Results, 11)
+
+	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	out, _, err = runCmd(t, "", "plugin", "check", faulty, "--param", "fault=nan", "--log-level", "warn")
+	require.ErrorContains(t, err, "predict: forward plugin sourcewatch-forward-faulty: predict: y[0][0] is NaN")
+	require.Contains(t, out, "FAIL  predict")
+
+	_, _, err = runCmd(t, "", "plugin", "check", faulty, "--sha256", "00", "--log-level", "warn")
+	require.ErrorContains(t, err, "--sha256 \"00\": want 64 hex digits")
+	_, _, err = runCmd(t, "", "plugin", "check", "nosuch", "--plugin-dir", filepath.Dir(icmf))
+	require.ErrorContains(t, err, "sourcewatch-forward-nosuch does not exist")
+}
