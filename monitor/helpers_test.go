@@ -230,3 +230,13 @@ func runServer(t testing.TB) *server.Server {
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return s
 }
+
+func connectJS(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return nc, js
+}

@@ -86,7 +86,10 @@ func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func()) (*n
 			return d/2 + rand.N(d/2+1)
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			log.Warn("nats disconnected", zap.Error(err))
+			// A nil error is our own close or drain.
+			if err != nil {
+				log.Warn("nats disconnected", zap.Error(err))
+			}
 			onChange()
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
