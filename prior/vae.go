@@ -20,6 +20,8 @@ var (
 	ErrConfig = errors.New("prior: invalid config")
 	// ErrSourceSet means a source set names a node outside [0, n).
 	ErrSourceSet = errors.New("prior: invalid source set")
+	// ErrDiverged means the training loss stopped being finite.
+	ErrDiverged = errors.New("prior: training diverged")
 )
 
 // Config sizes and trains the VAE.
@@ -175,8 +177,9 @@ func normalize(split string, sets [][]int, n int) ([][]int, error) {
 //	                                  a prior with no structure achieves
 //
 // The val_* metrics are absent without validation sets. progress, if not
-// nil, is called after every epoch. On cancellation Fit restores the best
-// parameters so far and returns ctx's error.
+// nil, is called after every epoch. On cancellation, or ErrDiverged when a
+// batch loss is not finite, Fit restores the best parameters so far and
+// returns the error.
 func (v *VAE) Fit(ctx context.Context, train, val [][]int, progress func(Progress)) (map[string]float64, error) {
 	if v.err != nil {
 		return nil, fmt.Errorf("fit vae: %w", v.err)
@@ -243,6 +246,10 @@ func (v *VAE) Fit(ctx context.Context, train, val [][]int, progress func(Progres
 			}
 			nn.ZeroGrad(v.params)
 			bce, kl := v.loss(batch, eps, true)
+			if math.IsNaN(bce+kl) || math.IsInf(bce+kl, 0) {
+				restore()
+				return nil, fmt.Errorf("fit vae: epoch %d: loss %v (bce %v, kl %v): %w", epoch, bce+kl, bce, kl, ErrDiverged)
+			}
 			sum += bce + kl
 			opt.Step()
 		}

@@ -198,6 +198,17 @@ func TestFitCancel(t *testing.T) {
 	require.Equal(t, 2, calls)
 }
 
+func TestFitReportsDivergence(t *testing.T) {
+	v := NewVAE(12, tinyConfig())
+	// A log-variance bias of 800 overflows exp in the KL term.
+	for j := range 3 {
+		v.head.B[3+j] = 800
+	}
+	_, err := v.Fit(context.Background(), [][]int{{1, 2}}, nil, nil)
+	require.ErrorIs(t, err, ErrDiverged)
+	require.ErrorContains(t, err, "fit vae: epoch 1: loss +Inf")
+}
+
 func TestFitRejectsBadInput(t *testing.T) {
 	bad := tinyConfig()
 	bad.Latent = 0
