@@ -111,7 +111,9 @@ func (r *Report) WriteJSON(w io.Writer) error {
 }
 
 // WriteTable writes the report as an aligned text table, one row per
-// method, each cell "mean ± sd"; controls are marked with "*".
+// method, each cell "mean ± sd" over test cascades (fit time: over runs);
+// controls are marked with "*". "empty" counts test cascades where the
+// method named no source.
 func (r *Report) WriteTable(w io.Writer) error {
 	s := r.Settings
 	name := r.Graph
@@ -128,7 +130,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "%d %s x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades\n\n",
 		s.Runs, runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, s.Runs*s.Test)
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "method\tprecision\trecall\tF1\tAUC\ttop-k\terror dist\tms/cascade\tempty\t")
+	fmt.Fprintln(tw, "method\tprecision\trecall\tF1\tAUC\ttop-k\terror dist\tms/cascade\tfit s/run\tempty\t")
 	controls := false
 	for _, res := range r.Results {
 		label := res.Method
@@ -137,9 +139,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			controls = true
 		}
 		ms := Stat{Mean: res.SecondsPerCascade.Mean * 1e3, SD: res.SecondsPerCascade.SD * 1e3, N: res.SecondsPerCascade.N}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", label,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", label,
 			cell(res.Precision, 3), cell(res.Recall, 3), cell(res.F1, 3), cell(res.AUC, 3),
-			cell(res.TopK, 3), cell(res.ErrorDistance, 2), cell(ms, 2), res.EmptyPredictions)
+			cell(res.TopK, 3), cell(res.ErrorDistance, 2), cell(ms, 2), cell(res.FitSeconds, 2), res.EmptyPredictions)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

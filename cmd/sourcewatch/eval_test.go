@@ -44,7 +44,7 @@ func TestEvalCommand(t *testing.T) {
 	for i, m := range []string{"lpsi", "jordan", "infected *", "prior *", "random *"} {
 		row := lines[header+1+i]
 		require.True(t, strings.HasPrefix(strings.TrimSpace(row), m), row)
-		require.Equal(t, 7, strings.Count(row, "±"), row)
+		require.Equal(t, 8, strings.Count(row, "±"), row)
 		// aligned: every row as wide as the header
 		require.Equal(t, len([]rune(lines[header])), len([]rune(row)))
 	}
