@@ -1,10 +1,12 @@
 package forward
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"log"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/zap"
@@ -137,3 +139,35 @@ func (l *zapHCLog) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// lineLog is an io.Writer that logs each complete line at Info. go-plugin
+// forwards what a Go plugin writes to os.Stdout and os.Stderr after Serve
+// through it (the gRPC stdio stream), so fmt.Fprintln(os.Stderr, ...) in a
+// plugin shows up in the host's log.
+type lineLog struct {
+	mu  sync.Mutex
+	z   *zap.Logger
+	buf []byte
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		if line := strings.TrimRight(string(l.buf[:i]), "\r"); line != "" {
+			l.z.Info(line)
+		}
+		l.buf = l.buf[i+1:]
+	}
+	// A plugin that never ends its line must not grow the buffer forever.
+	if len(l.buf) > 64<<10 {
+		l.z.Info(string(l.buf))
+		l.buf = l.buf[:0]
+	}
+	return len(p), nil
+}

@@ -182,6 +182,8 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		AutoMTLS:         true,
 		StartTimeout:     o.startTimeout,
 		Logger:           newZapHCLog(o.log),
+		SyncStdout:       &lineLog{z: o.log.Named(name).With(zap.String("stream", "stdout"))},
+		SyncStderr:       &lineLog{z: o.log.Named(name).With(zap.String("stream", "stderr"))},
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
 	})

@@ -241,6 +241,21 @@ func TestPluginLogsReachZap(t *testing.T) {
 	}
 	require.True(t, found, "the plugin's own hclog line was not routed: %v", logs.All())
 	require.True(t, exited)
+
+	// What a Go plugin prints to os.Stderr after Serve travels go-plugin's
+	// stdio stream and is logged line by line.
+	core, logs = observer.New(zapcore.InfoLevel)
+	p = launch(t, faulty, forward.WithLogger(zap.New(core)))
+	require.NoError(t, p.Configure(t.Context(), karate(t), map[string]string{"fault": "nan", "fault_after": "7"}, nil))
+	require.Eventually(t, func() bool {
+		for _, e := range logs.All() {
+			if e.Message == "faulty: fault nan from call 7" && e.LoggerName == "sourcewatch-forward-faulty" {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 10*time.Millisecond, "plugin stderr line not logged: %v", logs.All())
+	require.NoError(t, p.Close())
 }
 
 func TestLaunchErrors(t *testing.T) {

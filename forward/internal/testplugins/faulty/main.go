@@ -69,6 +69,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 			rest[k] = v
 		}
 	}
+	if m.fault != "none" {
+		// Through go-plugin's stdio stream into the host's log.
+		fmt.Fprintf(os.Stderr, "faulty: fault %s from call %d\n", m.fault, m.after)
+	}
 	return m.Model.Configure(ctx, g, rest, state)
 }
 
