@@ -32,7 +32,8 @@ const minWeight = 1e-15
 type Terms struct {
 	n, hidden, protos int
 
-	h *mat.Dense // protos x hidden
+	h  *mat.Dense // protos x hidden
+	ht *mat.Dense // h transposed: S = (X W^T) H^T as a NoTrans product is about twice as fast
 	w *mat.Dense // hidden x n: the decoder's output weights
 	b []float64  // n: the decoder's output bias
 	c []float64  // protos
@@ -72,11 +73,13 @@ func newTerms(h, w *mat.Dense, b, barLogit []float64) *Terms {
 			t.c[j] = -s
 		}
 	}
-	t.initBar()
+	t.initDerived()
 	return t
 }
 
-func (t *Terms) initBar() {
+// initDerived computes what the encoding does not store.
+func (t *Terms) initDerived() {
+	t.ht = mat.DenseCopyOf(t.h.T())
 	t.sumB0 = 0
 	for _, l := range t.barLogit {
 		t.sumB0 -= softplus(l)
@@ -153,7 +156,7 @@ func (t *Terms) Pred(x, grad *mat.Dense) []float64 {
 	s := blas64.General{Rows: rows, Cols: t.protos, Stride: t.protos, Data: ws.s}
 	h, w := t.h.RawMatrix(), t.w.RawMatrix()
 	blas64.Gemm(blas.NoTrans, blas.Trans, 1, xr, w, 0, xw)
-	blas64.Gemm(blas.NoTrans, blas.Trans, 1, xw, h, 0, s)
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, xw, t.ht.RawMatrix(), 0, s)
 
 	psum := ws.xw[:rows] // xw is no longer needed; reuse for sum_j P_rj
 	for r := range rows {
@@ -273,7 +276,7 @@ func (t *Terms) UnmarshalBinary(data []byte) error {
 		h: mat.NewDense(protos, hidden, h), w: mat.NewDense(hidden, n, wv),
 		b: b, c: c, barLogit: bar,
 	}
-	t.initBar()
+	t.initDerived()
 	return nil
 }
 
