@@ -34,9 +34,9 @@ type Terms struct {
 
 	h  *mat.Dense // protos x hidden
 	ht *mat.Dense // h transposed: S = (X W^T) H^T as a NoTrans product is about twice as fast
-	w *mat.Dense // hidden x n: the decoder's output weights
-	b []float64  // n: the decoder's output bias
-	c []float64  // protos
+	w  *mat.Dense // hidden x n: the decoder's output weights
+	b  []float64  // n: the decoder's output bias
+	c  []float64  // protos
 
 	barLogit []float64 // n: a - b0 = logit d(z_bar)
 	sumB0    float64   // sum_i b0_i
