@@ -42,5 +42,28 @@
 // is chosen on the validation cascades only, by the largest mean F1; test
 // cascades are never seen before scoring. Methods register themselves by
 // name (Register); see the method files for each algorithm and the
-// simplifications made.
+// simplifications made:
+//
+//	lpsi       label propagation, sources = infected local maxima (lpsi.go)
+//	netsleuth  Dirichlet-Laplacian eigenvector seeds, k on validation (netsleuth.go)
+//	ojc        greedy Jordan cover of the infected subgraph (jordan.go)
+//	jordan     Jordan center(s) by eccentricity to the infected set (jordan.go)
+//
+// and the controls (controls.go), reference points every table carries:
+// infected (the observation itself), degree (infected nodes by degree),
+// prior (training source frequency; never reads the observation) and
+// random. Methods whose answer is a ranking cut at k share one skeleton
+// (topk.go) and ChooseK; ChooseThreshold serves score-threshold methods.
+//
+// Everything is sparse: label propagation and eigenvectors use only
+// products with the CSR adjacency (NetSleuth solves components of at most
+// denseMax nodes densely, never the whole graph), and distances come from
+// BFS.
+//
+// # Harness
+//
+// Run simulates, splits, fits and scores (see Config), in parallel over
+// methods; results do not depend on the number of workers, timings do
+// (they are wall-clock while other methods run). The Report prints as a
+// table (WriteTable) or JSON (WriteJSON).
 package eval

@@ -89,7 +89,8 @@ func register(name string, f Factory, control bool) {
 	registry.control[name] = control
 }
 
-// Lookup returns the factory registered under name.
+// Lookup returns the factory registered under name, wrapped so that a nil
+// Env.Logger or Env.Params reads as a no-op logger and no parameters.
 func Lookup(name string) (Factory, error) {
 	registry.Lock()
 	defer registry.Unlock()
@@ -97,7 +98,16 @@ func Lookup(name string) (Factory, error) {
 	if !ok {
 		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownMethod, name, namesLocked())
 	}
-	return f, nil
+	// methods may log and read params unconditionally
+	return func(env Env) (Method, error) {
+		if env.Logger == nil {
+			env.Logger = zap.NewNop()
+		}
+		if env.Params == nil {
+			env.Params = map[string]string{}
+		}
+		return f(env)
+	}, nil
 }
 
 // Names lists the registered methods, sorted.

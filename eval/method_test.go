@@ -109,6 +109,16 @@ func TestRegistry(t *testing.T) {
 	require.True(t, IsControl("infected"))
 	require.False(t, IsControl("lpsi"))
 
+	// a bare Env works: no logger, no params
+	for _, name := range builtin {
+		f, err := Lookup(name)
+		require.NoError(t, err)
+		g := path(5)
+		m, err := f(Env{Graph: g})
+		require.NoError(t, err)
+		require.NoError(t, m.Fit(context.Background(), g, nil, []diffusion.Cascade{{Sources: []int{2}, Infected: []int{1, 2, 3}}}))
+	}
+
 	f, _ := Lookup("lpsi")
 	_, err = f(Env{Logger: zap.NewNop(), Params: map[string]string{"alpah": "0.5"}})
 	require.ErrorIs(t, err, ErrBadParam)
