@@ -372,3 +372,19 @@ func TestVAEUnmarshalRejectsBadData(t *testing.T) {
 		})
 	}
 }
+
+func TestFitIsDeterministic(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 0))
+	train, val := uniformSets(20, 30, 0.2, rng), uniformSets(20, 10, 0.2, rng)
+	cfg := tinyConfig()
+	cfg.Epochs = 3
+	a, err := NewVAE(20, cfg).Fit(context.Background(), train, val, nil)
+	require.NoError(t, err)
+	b, err := NewVAE(20, cfg).Fit(context.Background(), train, val, nil)
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	cfg.Seed++
+	c, err := NewVAE(20, cfg).Fit(context.Background(), train, val, nil)
+	require.NoError(t, err)
+	require.NotEqual(t, a["val_loss"], c["val_loss"])
+}
