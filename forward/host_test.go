@@ -336,3 +336,24 @@ func alive(pid int) bool {
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
+
+// A plugin written without go-plugin, following forward/README.md's
+// instructions for other languages, is launched and used like any other.
+func TestForeignPlugin(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p := launch(t, "./forward/internal/testplugins/foreign")
+	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"steps": "3"}, nil))
+	in := icmf.New()
+	require.NoError(t, in.Configure(t.Context(), g, map[string]string{"steps": "3"}, nil))
+	x, dy := batch(g.N(), 4, 9)
+	y, dx, err := p.VJP(t.Context(), x, dy)
+	require.NoError(t, err)
+	wy, wdx, err := in.VJP(t.Context(), x, dy)
+	require.NoError(t, err)
+	require.Equal(t, wy.RawMatrix().Data, y.RawMatrix().Data)
+	require.Equal(t, wdx.RawMatrix().Data, dx.RawMatrix().Data)
+	pid := p.Pid()
+	require.NoError(t, p.Close())
+	requireGone(t, pid)
+}

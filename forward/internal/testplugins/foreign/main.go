@@ -1,0 +1,88 @@
+// Command foreign is a test plugin that speaks the plugin protocol the way
+// forward/README.md tells authors in other languages to: it does not use
+// go-plugin at all, only gRPC, the health service, hand-made mTLS and the
+// stdout handshake line. The host's tests launch it like any plugin, which
+// keeps the README honest.
+package main
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/forward/forwardpb"
+	"github.com/sourcewatch/sourcewatch/plugins/icmf"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "foreign:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	if os.Getenv("SOURCEWATCH_FORWARD_PLUGIN") != "b1f3e0a4c7d2.forward.v1" {
+		return fmt.Errorf("this is a sourcewatch forward-model plugin; sourcewatch runs it")
+	}
+	if !slices.Contains(strings.Split(os.Getenv("PLUGIN_PROTOCOL_VERSIONS"), ","), "1") {
+		return fmt.Errorf("host does not speak protocol 1 (PLUGIN_PROTOCOL_VERSIONS=%q)", os.Getenv("PLUGIN_PROTOCOL_VERSIONS"))
+	}
+	clients := x509.NewCertPool()
+	if !clients.AppendCertsFromPEM([]byte(os.Getenv("PLUGIN_CLIENT_CERT"))) {
+		return fmt.Errorf("PLUGIN_CLIENT_CERT: no PEM certificate")
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(time.Now().UnixNano()),
+		Subject:               pkix.Name{CommonName: "localhost"},
+		DNSNames:              []string{"localhost"},
+		NotBefore:             time.Now().Add(-time.Minute),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	creds := credentials.NewTLS(&tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    clients,
+		MinVersion:   tls.VersionTLS12,
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	s := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
+	forwardpb.RegisterForwardServer(s, forward.NewServer(icmf.New()))
+	h := health.NewServer()
+	h.SetServingStatus("plugin", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(s, h)
+	fmt.Printf("1|1|tcp|%s|grpc|%s\n", lis.Addr(), base64.RawStdEncoding.EncodeToString(der))
+	return s.Serve(lis)
+}
