@@ -455,6 +455,15 @@ func (d *Daemon) readiness() []string {
 		problems = append(problems, "consumers: not bound")
 	}
 	for _, gr := range d.order {
+		if gr.cons != nil {
+			select {
+			case <-gr.cons.Closed():
+				problems = append(problems, "graph "+gr.name+": consumer stopped")
+			default:
+			}
+		}
+	}
+	for _, gr := range d.order {
 		if !gr.healthy() {
 			problems = append(problems, "graph "+gr.name+": localizer unhealthy")
 		}

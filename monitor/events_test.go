@@ -1,6 +1,8 @@
 package monitor
 
 import (
+	"encoding/json"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -61,4 +63,77 @@ func TestDecodeMessage(t *testing.T) {
 			require.Equal(t, tc.reasons, got)
 		})
 	}
+}
+
+// TestFastDecodeAgreesWithEncodingJSON mutates event texts at random:
+// whenever the fast decoder accepts one, encoding/json must accept it too
+// and decode the same event.
+func TestFastDecodeAgreesWithEncodingJSON(t *testing.T) {
+	seeds := []string{
+		`{"node":"user-1","state":"infected","ts":"2026-11-22T10:00:00Z","id":"a"}`,
+		` { "node" : "7" , "state":"recovered" } `,
+		`{"state":"susceptible","node":"x","node":"y"}`,
+		`{}`,
+		`{"node":"\u00e9","state":"infected"}`,
+		`{"Node":"1","state":"infected"}`,
+		`{"node":1,"state":"infected"}`,
+		`{"node":"1","state":"infected","extra":"z"}`,
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	alphabet := []byte(`{}":, \a1nodestaeidtsé\\` + "\n\x01")
+	accepted := 0
+	for _, s := range seeds {
+		for k := range 3000 {
+			b := []byte(s)
+			if k > 0 {
+				for range 1 + rng.IntN(3) {
+					switch p := rng.IntN(len(b) + 1); rng.IntN(3) {
+					case 0:
+						if p < len(b) {
+							b = append(b[:p], b[p+1:]...)
+						}
+					case 1:
+						b = append(b[:p], append([]byte{alphabet[rng.IntN(len(alphabet))]}, b[p:]...)...)
+					default:
+						if p < len(b) {
+							b[p] = alphabet[rng.IntN(len(alphabet))]
+						}
+					}
+				}
+			}
+			fast, ok := fastDecode(b)
+			if !ok {
+				continue
+			}
+			accepted++
+			var want wireEvent
+			require.NoError(t, json.Unmarshal(b, &want), "fast accepted %q", b)
+			require.Equal(t, want, fast, "input %q", b)
+		}
+	}
+	require.Greater(t, accepted, 1000, "the fast path should take most well-formed inputs")
+
+	// Arrays of them, mutated at random too.
+	accepted = 0
+	for k := range 5000 {
+		b := []byte("[" + seeds[k%3] + "," + seeds[(k+1)%3] + "]")
+		if k%10 == 0 {
+			b = []byte(" [ ] ")
+		}
+		for range rng.IntN(3) {
+			p := rng.IntN(len(b))
+			b[p] = alphabet[rng.IntN(len(alphabet))]
+		}
+		fast, ok := fastArray(b)
+		if !ok {
+			continue
+		}
+		accepted++
+		var want []wireEvent
+		require.NoError(t, json.Unmarshal(b, &want), "fast accepted %q", b)
+		require.Equal(t, want, fast, "input %q", b)
+	}
+	require.Greater(t, accepted, 500)
+	_, ok := fastDecode([]byte(seeds[0]))
+	require.True(t, ok)
 }
