@@ -94,8 +94,9 @@ func newJordan(env Env) (Method, error) {
 // (a spread travels through infected nodes). It is built greedily: each
 // step adds the infected node that most improves (uncovered count, cover
 // radius, total distance), in that order; the first k picks are the
-// prediction, k chosen on validation up to "max_k" (default 50, which
-// bounds the O(|I|^2) cost per pick) unless given as "k". The scores are
+// prediction, k chosen on validation unless given as "k". At most "max_k"
+// (default 50) nodes are picked, which bounds the O(|I|^2)-per-pick cost;
+// a larger k continues the ranking by score after the picks. The scores are
 // 1/(1 + e_v), e_v the eccentricity of infected node v within its infected
 // component (0 for uninfected nodes); they do not depend on k. Needs an
 // undirected graph.
@@ -104,12 +105,13 @@ func newJordan(env Env) (Method, error) {
 // its sample-path argument is replaced by this plain greedy cover.
 func newOJC(env Env) (Method, error) {
 	p := newParams("ojc", env.Params)
-	m := &rankMethod{name: "ojc", env: env, usesY: true, fixed: p.count("k", 0), maxK: p.int("max_k", 50)}
+	m := &rankMethod{name: "ojc", env: env, usesY: true, fixed: p.count("k", 0)}
+	maxPicks := p.int("max_k", 50)
 	if err := p.done(); err != nil {
 		return nil, err
 	}
-	if m.fixed < 0 || m.maxK < 1 {
-		return nil, fmt.Errorf("%w ojc: want k >= 0 and max_k >= 1, got %d and %d", ErrBadParam, m.fixed, m.maxK)
+	if maxPicks < 1 {
+		return nil, fmt.Errorf("%w ojc.max_k=%d: want >= 1", ErrBadParam, maxPicks)
 	}
 	m.prepare = func([]diffusion.Cascade) error {
 		if m.g.Directed() {
@@ -119,7 +121,7 @@ func newOJC(env Env) (Method, error) {
 	}
 	var dist, queue, picks []int
 	var allow []bool
-	m.rank = func(ctx context.Context, _ []float64, infected []int, maxPicks int, scores []float64) ([]int, error) {
+	m.rank = func(ctx context.Context, _ []float64, infected []int, want int, scores []float64) ([]int, error) {
 		n := m.g.N()
 		if len(dist) != n {
 			dist, queue, allow = make([]int, n), make([]int, 0, n), make([]bool, n)
@@ -155,13 +157,13 @@ func newOJC(env Env) (Method, error) {
 			scores[s] = 1 / (1 + float64(ecc))
 		}
 		picks = picks[:0]
-		for _, a := range greedyCover(ctx, D, ni, maxPicks, func(a int) int { return m.rk.tie[infected[a]] }) {
+		for _, a := range greedyCover(ctx, D, ni, min(want, maxPicks), func(a int) int { return m.rk.tie[infected[a]] }) {
 			picks = append(picks, infected[a])
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		return picks, nil
+		return m.rk.extend(picks, scores), nil
 	}
 	return m, nil
 }

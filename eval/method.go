@@ -374,12 +374,21 @@ func (r *ranker) rank(scores []float64) []int {
 	return r.order
 }
 
-// top returns a copy of the first k nodes by descending score.
-func (r *ranker) top(scores []float64, k int) []int {
-	order := r.rank(scores)
-	k = min(k, len(order))
-	out := append([]int(nil), order[:k]...)
-	sort.Ints(out)
+// extend returns picks followed by every other node by descending score:
+// the ranking of a method that picks a few nodes greedily and orders the
+// rest by its scores.
+func (r *ranker) extend(picks []int, scores []float64) []int {
+	out := make([]int, 0, len(r.order))
+	out = append(out, picks...)
+	in := make(map[int]bool, len(picks))
+	for _, v := range picks {
+		in[v] = true
+	}
+	for _, v := range r.rank(scores) {
+		if !in[v] {
+			out = append(out, v)
+		}
+	}
 	return out
 }
 

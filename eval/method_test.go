@@ -222,6 +222,13 @@ func TestNetSleuth(t *testing.T) {
 	}
 	require.Zero(t, p.Scores[0])
 
+	// past max_k picks the ranking continues by score
+	m = newMethod(t, "netsleuth", g, map[string]string{"k": "3", "max_k": "1"})
+	require.NoError(t, m.Fit(ctx, g, nil, nil))
+	p, err = m.Localize(ctx, yOf(9, 1, 2, 3, 4, 5))
+	require.NoError(t, err)
+	require.Equal(t, []int{2, 3, 4}, p.Sources)
+
 	// two infected blobs on a long path: two seeds, one in each, the
 	// larger blob (smaller eigenvalue) first
 	g = path(20)

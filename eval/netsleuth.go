@@ -38,17 +38,19 @@ func init() { Register("netsleuth", newNetSleuth) }
 // to a maximum of 1, and 0 for uninfected nodes.
 //
 // Simplification: instead of stopping by the MDL score, the number of
-// seeds k is chosen on validation (up to "max_k", default 100, since each
-// pick costs an eigen-solve) unless given as "k". Needs an undirected
-// graph.
+// seeds k is chosen on validation unless given as "k". At most "max_k"
+// (default 100) seeds are picked, since each costs an eigen-solve; a
+// larger k continues the ranking by score after the picks. Needs an
+// undirected graph.
 func newNetSleuth(env Env) (Method, error) {
 	p := newParams("netsleuth", env.Params)
-	m := &rankMethod{name: "netsleuth", env: env, usesY: true, fixed: p.count("k", 0), maxK: p.int("max_k", 100)}
+	m := &rankMethod{name: "netsleuth", env: env, usesY: true, fixed: p.count("k", 0)}
+	maxPicks := p.int("max_k", 100)
 	if err := p.done(); err != nil {
 		return nil, err
 	}
-	if m.fixed < 0 || m.maxK < 1 {
-		return nil, fmt.Errorf("%w netsleuth: want k >= 0 and max_k >= 1, got %d and %d", ErrBadParam, m.fixed, m.maxK)
+	if maxPicks < 1 {
+		return nil, fmt.Errorf("%w netsleuth.max_k=%d: want >= 1", ErrBadParam, maxPicks)
 	}
 	var ls *lanczos
 	m.prepare = func([]diffusion.Cascade) error {
@@ -58,8 +60,12 @@ func newNetSleuth(env Env) (Method, error) {
 		ls = newLanczos(m.g.N())
 		return nil
 	}
-	m.rank = func(ctx context.Context, _ []float64, infected []int, maxPicks int, scores []float64) ([]int, error) {
-		return ls.seeds(ctx, m, infected, maxPicks, scores)
+	m.rank = func(ctx context.Context, _ []float64, infected []int, want int, scores []float64) ([]int, error) {
+		picks, err := ls.seeds(ctx, m, infected, min(want, maxPicks), scores)
+		if err != nil {
+			return nil, err
+		}
+		return m.rk.extend(picks, scores), nil
 	}
 	return m, nil
 }

@@ -22,9 +22,6 @@ type rankMethod struct {
 	// usesY is false for methods that never look at y; they may not use
 	// k rules that depend on the infected count.
 	usesY bool
-	// maxK caps the k tried on validation (0: the largest infected count,
-	// or n for methods that ignore y).
-	maxK  int
 	fixed int
 	rule  KRule
 	// prepare, if set, runs at the start of Fit (e.g. to learn from train).
@@ -61,17 +58,15 @@ func (m *rankMethod) Fit(ctx context.Context, g *graph.Graph, train, val []diffu
 		return nil
 	}
 	n := g.N()
-	maxK := m.maxK
-	if maxK <= 0 {
-		if m.usesY {
-			for _, c := range val {
-				maxK = max(maxK, len(c.Infected))
-			}
-		} else {
-			maxK = n
+	// k is tried up to the largest infected count (n for methods that
+	// ignore y); rank is asked for that many nodes
+	maxK := n
+	if m.usesY {
+		maxK = 0
+		for _, c := range val {
+			maxK = max(maxK, len(c.Infected))
 		}
 	}
-	maxK = min(maxK, n)
 	ranked := make([][]int, len(val))
 	truths := make([][]int, len(val))
 	var counts []int
