@@ -41,6 +41,10 @@ type Model struct {
 	off  []int
 	from []int
 	w    []float64
+	// uniform: every arc has probability p (an unweighted graph), so the
+	// log factor and its derivative depend on the sender only and are
+	// computed once per node instead of once per arc.
+	uniform bool
 }
 
 var _ forward.Model = (*Model)(nil)
@@ -85,7 +89,7 @@ func (m *Model) Configure(_ context.Context, g *graph.Graph, params map[string]s
 		}
 	}
 	off, from, w := g.InCSR()
-	m.n, m.steps, m.p = g.N(), steps, p
+	m.n, m.steps, m.p, m.uniform = g.N(), steps, p, !g.Weighted()
 	m.off, m.from = off, from
 	m.w = make([]float64, len(w))
 	for k := range w {
@@ -115,11 +119,14 @@ func (m *Model) checkShape(x, dy *mat.Dense) {
 type tape struct {
 	y [][]float64
 	e [][]float64
+	// node is per-node scratch of the uniform case: log1p(-p y_u).
+	node []float64
 }
 
 func (m *Model) newTape() *tape {
 	t := &tape{y: make([][]float64, m.steps+1), e: make([][]float64, m.steps)}
-	buf := make([]float64, (2*m.steps+1)*m.n)
+	buf := make([]float64, (2*m.steps+2)*m.n)
+	t.node, buf = buf[:m.n], buf[m.n:]
 	for i := range t.y {
 		t.y[i], buf = buf[:m.n], buf[m.n:]
 	}
@@ -134,14 +141,21 @@ func (m *Model) run(t *tape, x []float64) []float64 {
 	copy(t.y[0], x)
 	for s := 0; s < m.steps; s++ {
 		prev, next, e := t.y[s], t.y[s+1], t.e[s]
+		if m.uniform {
+			for u, yu := range prev {
+				t.node[u] = math.Log1p(-min(m.p*yu, saturation))
+			}
+		}
 		for v := 0; v < m.n; v++ {
 			var logProd float64
-			for k := m.off[v]; k < m.off[v+1]; k++ {
-				a := m.w[k] * prev[m.from[k]]
-				if a > saturation {
-					a = saturation
+			if m.uniform {
+				for _, u := range m.from[m.off[v]:m.off[v+1]] {
+					logProd += t.node[u]
 				}
-				logProd += math.Log1p(-a)
+			} else {
+				for k := m.off[v]; k < m.off[v+1]; k++ {
+					logProd += math.Log1p(-min(m.w[k]*prev[m.from[k]], saturation))
+				}
 			}
 			e[v] = math.Exp(logProd)
 			next[v] = 1 - (1-x[v])*e[v]
@@ -170,6 +184,13 @@ func (m *Model) back(t *tape, x, dy, dx, g, tmp []float64) {
 			}
 			dx[v] += g[v] * e[v]
 			ds := -g[v] * (1 - x[v]) * e[v]
+			if m.uniform {
+				// Sum dL/ds over receivers; the sender's factor comes below.
+				for _, u := range m.from[m.off[v]:m.off[v+1]] {
+					tmp[u] += ds
+				}
+				continue
+			}
 			for k := m.off[v]; k < m.off[v+1]; k++ {
 				u := m.from[k]
 				a := m.w[k] * prev[u]
@@ -177,6 +198,15 @@ func (m *Model) back(t *tape, x, dy, dx, g, tmp []float64) {
 					continue
 				}
 				tmp[u] -= ds * m.w[k] / (1 - a)
+			}
+		}
+		if m.uniform {
+			for u, yu := range prev {
+				if a := m.p * yu; a > saturation {
+					tmp[u] = 0
+				} else {
+					tmp[u] *= -m.p / (1 - a)
+				}
 			}
 		}
 		g, tmp = tmp, g
