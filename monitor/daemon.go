@@ -115,6 +115,7 @@ type graphRT struct {
 	loc  atomic.Pointer[locHolder]
 
 	inflight    atomic.Bool
+	relaunches  atomic.Int64 // relaunches since the last successful inference
 	inferMu     sync.Mutex    // one Localize at a time per graph
 	inferredAt  atomic.Uint64 // window changes at the last successful inference
 	lastAlert   atomic.Pointer[alerts.Alert]
@@ -172,6 +173,7 @@ type jobKind int
 const (
 	jobInfer jobKind = iota
 	jobResolve
+	jobRelaunch
 )
 
 type job struct {
@@ -505,6 +507,10 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 		gc = gr.gc.Load()
 		kind := jobKind(-1)
 		switch {
+		case !gr.healthy() && gr.relaunches.Load() < int64(gc.Restarts):
+			// The plugin died between inferences: bring it back before
+			// it is needed, so /readyz recovers too.
+			kind = jobRelaunch
 		case o.infected >= gc.MinInfected && o.changes-gr.inferredAt.Load() >= uint64(gc.MinChanges):
 			kind = jobInfer
 		case o.infected < gc.MinInfected:
@@ -532,6 +538,10 @@ func (d *Daemon) worker(ctx context.Context) {
 				d.infer(ctx, j.gr)
 			case jobResolve:
 				d.resolve(ctx, j.gr)
+			case jobRelaunch:
+				if err := d.relaunch(ctx, j.gr); err != nil && ctx.Err() == nil {
+					d.log.Error("relaunching localizer", zap.String("graph", j.gr.name), zap.Error(err))
+				}
 			}
 			j.gr.inflight.Store(false)
 		}
@@ -589,9 +599,42 @@ func rankSources(g *graph.Graph, inf Inference) ([]alerts.Source, error) {
 	return srcs, nil
 }
 
+// relaunch replaces gr's Localizer by a fresh one from the factory (a new
+// plugin process), at most restarts times between successful inferences.
+func (d *Daemon) relaunch(ctx context.Context, gr *graphRT) error {
+	d.reloadMu.Lock()
+	defer d.reloadMu.Unlock()
+	gc := gr.gc.Load()
+	if n := gr.relaunches.Load(); n >= int64(gc.Restarts) {
+		return fmt.Errorf("graph %q: localizer failed after %d relaunches (restarts: %d)", gr.name, n, gc.Restarts)
+	}
+	gr.relaunches.Add(1)
+	l, err := d.factory(ctx, *gc, gr.g)
+	if err != nil {
+		return fmt.Errorf("graph %q: relaunch: %w", gr.name, err)
+	}
+	old := gr.loc.Swap(&locHolder{l: l})
+	if err := old.close(); err != nil {
+		d.log.Debug("closing failed localizer", zap.String("graph", gr.name), zap.Error(err))
+	}
+	d.PluginRestarted(gr.name)
+	d.log.Warn("localizer relaunched", zap.String("graph", gr.name), zap.Int64("relaunch", gr.relaunches.Load()))
+	return nil
+}
+
 func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 	o := gr.win.observe(d.now(), nil)
 	inf, srcs, dur, err := d.localize(ctx, gr, o.y)
+	if err != nil && ctx.Err() == nil && !gr.healthy() {
+		// The plugin died under this inference: relaunch and retry once,
+		// so the alert is late rather than lost.
+		d.log.Warn("localizer unhealthy after a failed inference", zap.String("graph", gr.name), zap.Error(err))
+		if rerr := d.relaunch(ctx, gr); rerr == nil {
+			inf, srcs, dur, err = d.localize(ctx, gr, o.y)
+		} else {
+			err = fmt.Errorf("%w (%w)", err, rerr)
+		}
+	}
 	d.metrics.inference.WithLabelValues(gr.name).Observe(dur.Seconds())
 	if err != nil {
 		msg := err.Error()
@@ -603,6 +646,7 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		return
 	}
 	gr.lastErr.Store(nil)
+	gr.relaunches.Store(0)
 	gr.inferredAt.Store(o.changes)
 	if len(srcs) == 0 {
 		// Nothing above the threshold is no finding: it neither opens an

@@ -29,6 +29,9 @@ type fakeLocalizer struct {
 	sick    atomic.Bool
 	// restarts is what Restarts reports, as a relaunching adapter would.
 	restarts atomic.Int32
+	// dieOnCall makes that call fail as a crashed plugin would: the
+	// localizer turns unhealthy and returns an error.
+	dieOnCall int32
 	tag      string
 	// overlap counts calls made while another was running on the same
 	// localizer; the daemon promises none.
@@ -50,7 +53,10 @@ func (f *fakeLocalizer) Localize(ctx context.Context, y []float64) (Inference, e
 			break
 		}
 	}
-	f.calls.Add(1)
+	if c := f.calls.Add(1); c == f.dieOnCall {
+		f.sick.Store(true)
+		return Inference{}, fmt.Errorf("fake %s: plugin process exited", f.tag)
+	}
 	if f.delay > 0 {
 		if err := SleepContext(ctx, f.delay); err != nil {
 			return Inference{}, err
@@ -87,6 +93,8 @@ type factoryOf struct {
 	script func(gc GraphConfig) func([]float64) Inference
 	delay  time.Duration
 	fail   atomic.Bool
+	// onMake adjusts the i-th localizer made.
+	onMake func(i int, l *fakeLocalizer)
 }
 
 func (f *factoryOf) factory(_ context.Context, gc GraphConfig, _ *graph.Graph) (Localizer, error) {
@@ -100,6 +108,9 @@ func (f *factoryOf) factory(_ context.Context, gc GraphConfig, _ *graph.Graph) (
 		script = f.script(gc)
 	}
 	l := &fakeLocalizer{script: script, delay: f.delay, tag: gc.Bundle}
+	if f.onMake != nil {
+		f.onMake(len(f.made), l)
+	}
 	f.made = append(f.made, l)
 	return l, nil
 }

@@ -194,3 +194,41 @@ func TestReloadSwapsLocalizers(t *testing.T) {
 	next.Graphs[1].Edges, next.Graphs[1].Bundle = "q.edges", "q.swb"
 	require.ErrorContains(t, r.d.Reload(context.Background()), "needs a restart")
 }
+
+// TestPluginDeathIsRelaunched kills the localizer's "plugin" during an
+// inference: the daemon relaunches it, the alert still arrives, and a
+// localizer that dies between inferences is relaunched proactively, up to
+// the graph's restarts.
+func TestPluginDeathIsRelaunched(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Restarts = 1
+	f := &factoryOf{onMake: func(i int, l *fakeLocalizer) {
+		if i == 0 {
+			l.dieOnCall = 1
+		}
+	}}
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory))
+	sink := subscribeAlerts(t, r.nc, "p")
+
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: now}, "")
+	got := sink.wait(t, 1)
+	require.Equal(t, alerts.Firing, got[0].Status)
+	require.Equal(t, "2", got[0].Sources[0].Node)
+	made := f.all()
+	require.Len(t, made, 2)
+	require.True(t, made[0].closed.Load(), "the dead localizer is closed")
+	require.Equal(t, 1.0, value(t, r.d.metrics.restarts.WithLabelValues("p")))
+
+	// Dies between inferences: relaunched without waiting for events.
+	made[1].sick.Store(true)
+	require.Eventually(t, func() bool { return len(f.all()) == 3 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return r.d.Status().Graphs[0].LocalizerHealth }, 10*time.Second, 5*time.Millisecond)
+
+	// Without a successful inference since, restarts: 1 is used up.
+	f.all()[2].sick.Store(true)
+	time.Sleep(200 * time.Millisecond) // many intervals
+	require.Len(t, f.all(), 3)
+	require.False(t, r.d.Status().Graphs[0].LocalizerHealth)
+	require.Equal(t, 2.0, value(t, r.d.metrics.restarts.WithLabelValues("p")))
+}
