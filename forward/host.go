@@ -246,19 +246,23 @@ func (p *Process) Close() error {
 	return nil
 }
 
-// deadline is the timeout of a call doing rows × (nodes + arcs) work.
-func (p *Process) deadline(rows int) time.Duration {
+// batchWork is the work of a call on rows vectors of the configured graph.
+func (p *Process) batchWork(rows int) int64 {
+	return int64(rows) * (p.n.Load() + p.arcs.Load())
+}
+
+// deadline is the timeout of a call doing work elements.
+func (p *Process) deadline(work int64) time.Duration {
 	if p.opts.callTimeout > 0 {
 		return p.opts.callTimeout
 	}
-	work := int64(rows) * (p.n.Load() + p.arcs.Load())
 	return DefaultCallTimeout + time.Duration(work)*time.Microsecond
 }
 
-// call runs f under the call deadline and turns its error into one that
-// names the plugin and the operation and wraps the matching sentinel.
-func (p *Process) call(ctx context.Context, op string, rows int, f func(context.Context) error) error {
-	d := p.deadline(rows)
+// call runs f under the deadline for work and turns its error into one
+// that names the plugin and the operation and wraps the matching sentinel.
+func (p *Process) call(ctx context.Context, op string, work int64, f func(context.Context) error) error {
+	d := p.deadline(work)
 	cctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	err := f(cctx)
@@ -316,7 +320,8 @@ func (p *Process) Info(ctx context.Context) (Info, error) {
 func (p *Process) Configure(ctx context.Context, g *graph.Graph, params map[string]string, state []byte) error {
 	p.n.Store(0)
 	req := &forwardpb.ConfigureRequest{Graph: GraphToProto(g), Params: params, State: state}
-	err := p.call(ctx, "configure", 1+len(state)/(8*max(1, g.N())), func(ctx context.Context) error {
+	work := int64(g.N()+g.Arcs()) + int64(len(state)/8)
+	err := p.call(ctx, "configure", work, func(ctx context.Context) error {
 		_, err := p.rpc.Configure(ctx, req)
 		return err
 	})
@@ -411,7 +416,7 @@ func (p *Process) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error)
 	p.checkIn(x, nil)
 	r, c := x.Dims()
 	var resp *forwardpb.PredictResponse
-	err := p.call(ctx, "predict", r, func(ctx context.Context) (err error) {
+	err := p.call(ctx, "predict", p.batchWork(r), func(ctx context.Context) (err error) {
 		resp, err = p.rpc.Predict(ctx, &forwardpb.PredictRequest{X: MatrixToProto(x)})
 		return err
 	})
@@ -426,7 +431,7 @@ func (p *Process) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.D
 	p.checkIn(x, dy)
 	r, c := x.Dims()
 	var resp *forwardpb.VJPResponse
-	err := p.call(ctx, "vjp", r, func(ctx context.Context) (err error) {
+	err := p.call(ctx, "vjp", p.batchWork(r), func(ctx context.Context) (err error) {
 		resp, err = p.rpc.VJP(ctx, &forwardpb.VJPRequest{X: MatrixToProto(x), Dy: MatrixToProto(dy)})
 		return err
 	})
