@@ -5,10 +5,16 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/nn"
 )
+
+// minImprovement is the relative drop of the validation MSE that counts
+// as progress for early stopping: most of what the model learns arrives
+// in the first few epochs, and smaller gains do not repay an epoch.
+const minImprovement = 1e-3
 
 // checkPairs reports the first pair with a node index outside [0, n).
 func checkPairs(pairs []forward.Pair, n int, what string) error {
@@ -68,16 +74,12 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0xdee915))
 	nt := newNet(m.g, m.cfg.arch, rng)
 	adam := nn.NewAdam(nt.params, lr)
-	w0 := nt.worker(0)
-	chunk := max(1, nt.chunkRows()/2) // pairs per pass: x and x_sub rows
-	xs := make([]float64, 2*chunk*n)
-	yt := make([]float64, chunk*n)
-	dy := make([]float64, 2*chunk*n)
-	out := make([]float64, 2*chunk*n)
+	tr := newTrainer(nt, m.workers, m.minCells)
 	order := make([]int, len(pairs))
 	for i := range order {
 		order[i] = i
 	}
+	subs := make([][]int, batch)
 
 	best, bestEpoch, stale := math.Inf(1), 0, 0
 	var bestParams [][]float64
@@ -97,44 +99,24 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 				return forward.FitResult{}, fmt.Errorf("deepis: fit: %w", err)
 			}
 			hi := min(len(order), lo+batch)
-			scale := 1 / float64((hi-lo)*n)
-			nn.ZeroGrad(nt.params)
-			for c := lo; c < hi; c += chunk {
-				e := min(hi, c+chunk)
-				k := e - c
-				for i := 0; i < k; i++ {
-					p := pairs[order[c+i]]
-					indicator(xs[i*n:(i+1)*n], p.Sources)
-					indicator(xs[(k+i)*n:(k+i+1)*n], dropSome(p.Sources, rng))
-					indicator(yt[i*n:(i+1)*n], p.Infected)
-				}
-				f := out[:2*k*n]
-				nt.forward(w0, xs[:2*k*n], 2*k, f)
-				for i := 0; i < k*n; i++ {
-					d := f[i] - yt[i]
-					sse += d * d
-					dy[i] = 2 * d * scale
-					dy[k*n+i] = 0
-					if v := f[k*n+i] - f[i]; v > 0 {
-						g := 2 * lambda * v * scale
-						dy[i] -= g
-						dy[k*n+i] = g
-					}
-				}
-				nt.backward(w0, dy[:2*k*n], nil)
+			// Subsets are drawn here, in order, so the random stream does
+			// not depend on how the batch is split over workers.
+			for i := lo; i < hi; i++ {
+				subs[i-lo] = dropSome(pairs[order[i]].Sources, rng)
 			}
+			sse += tr.step(pairs, order[lo:hi], subs[:hi-lo], lambda)
 			adam.Step()
 		}
 		trainMSE := sse / float64(len(pairs)*n)
 		val := math.NaN()
 		if len(opts.Validation) > 0 {
-			val = mse(nt, opts.Validation, xs, out, yt, chunk)
+			val = tr.mse(opts.Validation)
 		}
 		progress(forward.Progress{Epoch: epoch, Epochs: epochs, TrainLoss: trainMSE, ValLoss: val})
 		if len(opts.Validation) == 0 {
 			continue
 		}
-		if val < best*(1-1e-4) {
+		if val < best*(1-minImprovement) {
 			best, bestEpoch, stale = val, epoch, 0
 			snapshot()
 		} else if stale++; stale >= m.cfg.patience {
@@ -147,7 +129,7 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 		}
 	}
 	metrics := map[string]float64{
-		"train_mse":  mse(nt, pairs, xs, out, yt, chunk),
+		"train_mse":  tr.mse(pairs),
 		"epochs":     float64(epoch),
 		"edge_scale": math.Exp(nt.logScale.Value[0]),
 	}
@@ -189,27 +171,133 @@ func dropSome(sources []int, rng *rand.Rand) []int {
 	return keep
 }
 
-// mse is the mean squared error of nt over pairs, using the scratch
-// buffers xs and out (2 chunk rows each) and yt.
-func mse(nt *net, pairs []forward.Pair, xs, out, yt []float64, chunk int) float64 {
-	n := nt.n
-	var sse float64
-	step := 2 * chunk
-	for lo := 0; lo < len(pairs); lo += step {
-		hi := min(len(pairs), lo+step)
-		for i := lo; i < hi; i++ {
-			indicator(xs[(i-lo)*n:(i-lo+1)*n], pairs[i].Sources)
+// trainer runs training passes of one net over its workers. Worker p
+// owns scratch[p]; nothing else is shared but the read-only weights.
+type trainer struct {
+	nt       *net
+	workers  int
+	minCells int
+	chunk    int // pairs per pass: 2*chunk rows (x and x_sub)
+	scratch  []*scratch
+}
+
+type scratch struct {
+	xs, yt, dy, out []float64
+	sse, gScale     float64
+}
+
+func newTrainer(nt *net, workers, minCells int) *trainer {
+	tr := &trainer{nt: nt, workers: max(1, workers), minCells: max(1, minCells), chunk: max(1, nt.chunkRows()/2)}
+	cells := 2 * tr.chunk * nt.n
+	for p := 0; p < tr.workers; p++ {
+		nt.worker(p)
+		tr.scratch = append(tr.scratch, &scratch{
+			xs: make([]float64, cells), yt: make([]float64, cells/2),
+			dy: make([]float64, cells), out: make([]float64, cells),
+		})
+	}
+	return tr
+}
+
+// parallel splits items pairs over up to tr.workers goroutines (fewer when
+// the work is small) and runs part(p, lo, hi) for each share.
+func (tr *trainer) parallel(items int, part func(p, lo, hi int)) int {
+	parts := max(1, min(tr.workers, items, 2*items*tr.nt.n/tr.minCells))
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			part(p, p*items/parts, (p+1)*items/parts)
+		}(p)
+	}
+	wg.Wait()
+	return parts
+}
+
+// step accumulates into the net's gradients the gradient of
+//
+//	Σ_batch [ Σ_v (f(x)_v - y_v)² + λ Σ_v max(0, f(x_sub)_v - f(x)_v)² ] / (|batch| n)
+//
+// and returns the batch's summed squared error.
+func (tr *trainer) step(pairs []forward.Pair, idx []int, subs [][]int, lambda float64) float64 {
+	nt, n := tr.nt, tr.nt.n
+	scale := 1 / float64(len(idx)*n)
+	for p := range tr.scratch {
+		nn.ZeroGrad(nt.workers[p].mlp.Params())
+		tr.scratch[p].sse, tr.scratch[p].gScale = 0, 0
+	}
+	nt.logScale.Grad[0] = 0
+	parts := tr.parallel(len(idx), func(p, lo, hi int) {
+		w, sc := nt.workers[p], tr.scratch[p]
+		for c := lo; c < hi; c += tr.chunk {
+			k := min(hi, c+tr.chunk) - c
+			for i := 0; i < k; i++ {
+				pr := pairs[idx[c+i]]
+				indicator(sc.xs[i*n:(i+1)*n], pr.Sources)
+				indicator(sc.xs[(k+i)*n:(k+i+1)*n], subs[c+i])
+				indicator(sc.yt[i*n:(i+1)*n], pr.Infected)
+			}
+			f, dy := sc.out[:2*k*n], sc.dy[:2*k*n]
+			nt.forward(w, sc.xs[:2*k*n], 2*k, f)
+			for i := 0; i < k*n; i++ {
+				d := f[i] - sc.yt[i]
+				sc.sse += d * d
+				dy[i] = 2 * d * scale
+				dy[k*n+i] = 0
+				if v := f[k*n+i] - f[i]; v > 0 {
+					g := 2 * lambda * v * scale
+					dy[i] -= g
+					dy[k*n+i] = g
+				}
+			}
+			sc.gScale += nt.backward(w, dy, nil)
 		}
-		f := out[:(hi-lo)*n]
-		nt.forward(nt.worker(0), xs[:(hi-lo)*n], hi-lo, f)
-		for i := lo; i < hi; i++ {
-			indicator(yt[:n], pairs[i].Infected)
-			row := f[(i-lo)*n : (i-lo+1)*n]
-			for v, y := range yt[:n] {
-				d := row[v] - y
-				sse += d * d
+	})
+	main := nt.mlp.Params()
+	var sse float64
+	for p := 0; p < parts; p++ {
+		sse += tr.scratch[p].sse
+		nt.logScale.Grad[0] += tr.scratch[p].gScale
+		if p == 0 {
+			continue // worker 0 runs on nt.mlp itself
+		}
+		for k, q := range nt.workers[p].mlp.Params() {
+			for i, g := range q.Grad {
+				main[k].Grad[i] += g
 			}
 		}
+	}
+	return sse
+}
+
+// mse is the mean squared error of the net over pairs.
+func (tr *trainer) mse(pairs []forward.Pair) float64 {
+	nt, n := tr.nt, tr.nt.n
+	step := 2 * tr.chunk
+	sums := make([]float64, tr.workers)
+	tr.parallel(len(pairs), func(p, lo, hi int) {
+		w, sc := nt.workers[p], tr.scratch[p]
+		for c := lo; c < hi; c += step {
+			e := min(hi, c+step)
+			for i := c; i < e; i++ {
+				indicator(sc.xs[(i-c)*n:(i-c+1)*n], pairs[i].Sources)
+			}
+			f := sc.out[:(e-c)*n]
+			nt.forward(w, sc.xs[:(e-c)*n], e-c, f)
+			for i := c; i < e; i++ {
+				indicator(sc.yt[:n], pairs[i].Infected)
+				row := f[(i-c)*n : (i-c+1)*n]
+				for v, y := range sc.yt[:n] {
+					d := row[v] - y
+					sums[p] += d * d
+				}
+			}
+		}
+	})
+	var sse float64
+	for _, s := range sums {
+		sse += s
 	}
 	return sse / float64(len(pairs)*n)
 }

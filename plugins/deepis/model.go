@@ -29,9 +29,9 @@ const (
 	DefaultSteps    = 4
 	DefaultHidden   = 8
 	DefaultLayers   = 1
-	DefaultPatience = 5
+	DefaultPatience = 3
 
-	DefaultEpochs       = 40
+	DefaultEpochs       = 20
 	DefaultLearningRate = 0.01
 	DefaultBatchSize    = 32
 	DefaultLambda       = 1.0

@@ -239,10 +239,12 @@ func transpose(dst, src []float64, r, c int) {
 
 func clamp01(v float64) float64 { return math.Min(math.Max(v, 0), 1) }
 
-// backward takes dy = dL/df (row-major) for the last forward. With dx nil
-// it accumulates the parameter gradients (training); otherwise it writes
-// dL/dx (row-major) into dx and leaves the parameter gradients alone.
-func (nt *net) backward(w *worker, dy, dx []float64) {
+// backward takes dy = dL/df (row-major) for the last forward of w. With dx
+// nil it accumulates the MLP's parameter gradients in w's MLP and returns
+// dL/da for the edge scale (training), which the caller owns because
+// workers share a; otherwise it writes dL/dx (row-major) into dx, leaves
+// the parameter gradients alone and returns 0.
+func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 	n, F, tp := nt.n, nt.features(), &w.tp
 	rows := tp.rows
 	cells := rows * n
@@ -286,9 +288,6 @@ func (nt *net) backward(w *worker, dy, dx []float64) {
 		}
 		g, gp = gp, g
 	}
-	if dx == nil {
-		nt.logScale.Grad[0] += gScale
-	}
 
 	// g is now dL/dy⁰; y⁰ = 1 - (1-x)(1-q), clamped.
 	xt := tp.xt
@@ -310,7 +309,7 @@ func (nt *net) backward(w *worker, dy, dx []float64) {
 	if dx == nil {
 		w.mlp.Layers[0].SkipInputGrad(true)
 		w.mlp.Backward(tp.dq)
-		return
+		return gScale
 	}
 	fd := w.mlp.BackwardInput(tp.dq).RawMatrix().Data
 	// Back through the hops: h_k = P0^T h_{k-1}, so dh_{k-1} = P0 dh_k plus
@@ -338,4 +337,5 @@ func (nt *net) backward(w *worker, dy, dx []float64) {
 		gx[c] += acc[c]
 	}
 	transpose(dx, gx, n, rows)
+	return 0
 }
