@@ -115,7 +115,7 @@ type graphRT struct {
 	loc  atomic.Pointer[locHolder]
 
 	inflight    atomic.Bool
-	relaunches  atomic.Int64 // relaunches since the last successful inference
+	relaunches  atomic.Int64  // relaunches since the last successful inference
 	inferMu     sync.Mutex    // one Localize at a time per graph
 	inferredAt  atomic.Uint64 // window changes at the last successful inference
 	lastAlert   atomic.Pointer[alerts.Alert]

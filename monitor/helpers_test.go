@@ -32,7 +32,7 @@ type fakeLocalizer struct {
 	// dieOnCall makes that call fail as a crashed plugin would: the
 	// localizer turns unhealthy and returns an error.
 	dieOnCall int32
-	tag      string
+	tag       string
 	// overlap counts calls made while another was running on the same
 	// localizer; the daemon promises none.
 	overlap atomic.Int32
