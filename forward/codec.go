@@ -21,18 +21,21 @@ var ErrBadMessage = errors.New("bad forward protocol message")
 // sourcewatch runs on uses natively, and the proto documents it for plugins
 // in other languages.
 
-func packFloats(dst []byte, v []float64) []byte {
-	for _, f := range v {
-		dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(f))
+// putFloats writes v into dst, which holds at least 8*len(v) bytes.
+func putFloats(dst []byte, v []float64) {
+	dst = dst[:8*len(v)]
+	for i, f := range v {
+		binary.LittleEndian.PutUint64(dst[8*i:], math.Float64bits(f))
 	}
-	return dst
 }
 
-func unpackFloats(dst []float64, b []byte) []float64 {
-	for i := 0; i+8 <= len(b); i += 8 {
-		dst = append(dst, math.Float64frombits(binary.LittleEndian.Uint64(b[i:])))
+// getFloats reads len(dst) values from b, which holds at least 8*len(dst)
+// bytes.
+func getFloats(dst []float64, b []byte) {
+	b = b[:8*len(dst)]
+	for i := range dst {
+		dst[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
 	}
-	return dst
 }
 
 func packIndices(dst []byte, idx []int) []byte {
@@ -62,9 +65,13 @@ func unpackIndices(b []byte, n int, field string) ([]int, error) {
 func MatrixToProto(m *mat.Dense) *forwardpb.Matrix {
 	r, c := m.Dims()
 	raw := m.RawMatrix()
-	data := make([]byte, 0, 8*r*c)
-	for i := 0; i < r; i++ {
-		data = packFloats(data, raw.Data[i*raw.Stride:i*raw.Stride+c])
+	data := make([]byte, 8*r*c)
+	if raw.Stride == c {
+		putFloats(data, raw.Data[:r*c])
+	} else {
+		for i := 0; i < r; i++ {
+			putFloats(data[8*i*c:], raw.Data[i*raw.Stride:i*raw.Stride+c])
+		}
 	}
 	return &forwardpb.Matrix{Rows: uint32(r), Cols: uint32(c), Data: data}
 }
@@ -82,7 +89,9 @@ func MatrixFromProto(p *forwardpb.Matrix, field string) (*mat.Dense, error) {
 	if want := 8 * r * c; len(p.GetData()) != want {
 		return nil, fmt.Errorf("%s: %dx%d matrix needs %d bytes, got %d: %w", field, r, c, want, len(p.GetData()), ErrBadMessage)
 	}
-	return mat.NewDense(r, c, unpackFloats(make([]float64, 0, r*c), p.GetData())), nil
+	data := make([]float64, r*c)
+	getFloats(data, p.GetData())
+	return mat.NewDense(r, c, data), nil
 }
 
 // GraphToProto encodes g's distinct edges, ids and fingerprint.
@@ -137,7 +146,8 @@ func GraphFromProto(p *forwardpb.Graph) (*graph.Graph, error) {
 		if len(p.GetWeights()) != 8*len(src) {
 			return nil, fmt.Errorf("graph.weights: %d edges need %d bytes, got %d: %w", len(src), 8*len(src), len(p.GetWeights()), ErrBadMessage)
 		}
-		w = unpackFloats(make([]float64, 0, len(src)), p.GetWeights())
+		w = make([]float64, len(src))
+		getFloats(w, p.GetWeights())
 	}
 	edges := make([]graph.Edge, len(src))
 	for k := range edges {
