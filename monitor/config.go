@@ -129,6 +129,9 @@ const (
 	DefaultWorkers          = 2
 )
 
+// duplicateWindow is the events stream's Nats-Msg-Id deduplication window.
+const duplicateWindow = 2 * time.Minute
+
 // DefaultConfig is a configuration with every default and no graphs.
 func DefaultConfig() Config {
 	return Config{
@@ -286,6 +289,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxFutureSkew < 0 {
 		return bad("max_future_skew", "must be >= 0, got %v", c.MaxFutureSkew)
+	}
+	if c.Events.MaxAge > 0 && c.Events.MaxAge < duplicateWindow {
+		return bad("events.max_age", "%v is shorter than the %v duplicate window", c.Events.MaxAge, duplicateWindow)
 	}
 	if c.Events.MaxAge > 0 && c.Events.MaxAge < c.SnapshotInterval {
 		return bad("events.max_age", "%v is shorter than snapshot_interval %v: a restart could not replay", c.Events.MaxAge, c.SnapshotInterval)

@@ -106,7 +106,8 @@ func TestValidateNamesTheKey(t *testing.T) {
 		{"prefix", minimalYAML + "subjects: {prefix: 'a.>'}\n", "subjects.prefix"},
 		{"checksum", strings.Replace(minimalYAML, "bundle: karate.swb", "bundle: k\n    forward_checksum: abc", 1), "graphs[0].forward_checksum"},
 		{"tls", minimalYAML + "nats: {tls: {cert: c}}\n", "nats.tls: cert and key go together"},
-		{"replay", minimalYAML + "events: {max_age: 1s}\n", "events.max_age"},
+		{"dup window", minimalYAML + "events: {max_age: 1m}\n", "events.max_age: 1m0s is shorter than the 2m0s duplicate window"},
+		{"replay", minimalYAML + "snapshot_interval: 1h\nevents: {max_age: 30m}\n", "events.max_age: 30m0s is shorter than snapshot_interval"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -61,7 +61,20 @@
 // is queued; a bounded pool of workers runs at most one inference per graph
 // at a time through the graph's Localizer, and the alerts.Tracker decides
 // whether the result is published on <prefix>.alerts.<graph>. When the
-// window falls below min_infected an open incident is resolved.
+// window falls below min_infected an open incident is resolved. An
+// inference that finds no source above the threshold publishes nothing.
+//
+// A Localizer that reports Healthy() == false (its plugin process died) is
+// replaced through the LocalizerFactory — at once when it fails an
+// inference, which is then retried, or at the next tick when it dies
+// between inferences — at most restarts times between two successful
+// inferences.
+//
+// Dead letters are at least once: a message redelivered after a crash is
+// dead-lettered again, deduplicated by JetStream within two minutes (its
+// Nats-Msg-Id is derived from the stream sequence); an event that aged out
+// of the window while the daemon was down is dead-lettered as too_old on
+// replay, where it would have counted for nothing anyway.
 //
 // # Service
 //

@@ -143,7 +143,7 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config) (j
 		Description: "sourcewatch node-state events",
 		Subjects:    []string{p + ".events.>"},
 		Storage:     jetstream.FileStorage,
-		Duplicates:  2 * time.Minute,
+		Duplicates:  duplicateWindow,
 		MaxAge:      max(cfg.Events.MaxAge, 0),
 		MaxBytes:    -1,
 		MaxMsgs:     -1,
