@@ -40,6 +40,14 @@ type Extraser interface {
 	Extras() map[string]float64
 }
 
+// Diagnoser is implemented by methods with diagnostics that need the true
+// test cascades, such as a forward model's test error. The harness calls
+// Diagnose once per run, after every test cascade has been localized, so
+// the truth cannot leak into the predictions; the numbers join Extras.
+type Diagnoser interface {
+	Diagnose(ctx context.Context, test []diffusion.Cascade) (map[string]float64, error)
+}
+
 // Env is what a Factory builds a method from.
 type Env struct {
 	Graph *graph.Graph

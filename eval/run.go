@@ -348,6 +348,20 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 		}
 		res.cascades[i] = cascadeResult{m: Score(g, c.Sources, p), seconds: sec}
 	}
+	// Diagnostics that need the truth (a forward model's test error) are
+	// computed only now, after every test cascade has been localized.
+	if d, ok := m.(Diagnoser); ok {
+		extra, err := d.Diagnose(ctx, test)
+		if err != nil {
+			return res, fmt.Errorf("%s: diagnose: %w", name, err)
+		}
+		if res.extras == nil {
+			res.extras = map[string]float64{}
+		}
+		for k, v := range extra {
+			res.extras[k] = v
+		}
+	}
 	log.Debug("method scored", zap.Float64("fit_seconds", res.fit), zap.Int("test", len(test)))
 	return res, nil
 }

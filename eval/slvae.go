@@ -26,15 +26,51 @@ import (
 //	prior_epochs VAE epochs (0 = default)
 //	restarts     inference restarts R (default 8)
 //	val_solves   validation cascades solved to choose delta (default 32)
+var slvaeVariants = map[string]localize.Variant{
+	"slvae":         localize.Full,
+	"slvae-a":       localize.NoPriorPred,
+	"slvae-b":       localize.NoInit,
+	"slvae-noprior": localize.NoPrior,
+}
+
 func init() {
-	for name, variant := range map[string]localize.Variant{
-		"slvae":         localize.Full,
-		"slvae-a":       localize.NoPriorPred,
-		"slvae-b":       localize.NoInit,
-		"slvae-noprior": localize.NoPrior,
-	} {
+	for name, variant := range slvaeVariants {
 		Register(name, func(env Env) (Method, error) { return newSLVAE(env, name, variant) })
 	}
+}
+
+// IsSLVAE reports whether name is SL-VAE or one of its ablations.
+func IsSLVAE(name string) bool {
+	_, ok := slvaeVariants[name]
+	return ok
+}
+
+// RegisterSLVAEWith registers, once, the SL-VAE variant base with the
+// forward plugin forward under the name "base[forward]" and returns that
+// name; it is how eval compares forward models side by side.
+func RegisterSLVAEWith(base, forward string) (string, error) {
+	variant, ok := slvaeVariants[base]
+	if !ok {
+		return "", fmt.Errorf("%w %q: not an SL-VAE variant", ErrUnknownMethod, base)
+	}
+	if forward == "" || strings.ContainsAny(forward, "[]., /") {
+		return "", fmt.Errorf("%w: forward plugin name %q", ErrBadParam, forward)
+	}
+	name := base + "[" + forward + "]"
+	registry.Lock()
+	_, done := registry.m[name]
+	registry.Unlock()
+	if !done {
+		Register(name, func(env Env) (Method, error) {
+			params := map[string]string{"forward": forward}
+			for k, v := range env.Params {
+				params[k] = v
+			}
+			env.Params = params
+			return newSLVAE(env, name, variant)
+		})
+	}
+	return name, nil
 }
 
 type slvae struct {
@@ -148,6 +184,20 @@ func (m *slvae) Localize(ctx context.Context, y []float64) (Prediction, error) {
 		return Prediction{}, fmt.Errorf("%s: %w", m.name, err)
 	}
 	return Prediction{Scores: res.Scores, Sources: res.Sources}, nil
+}
+
+// Diagnose reports the forward model's own error on the test cascades:
+// the mean over cascades of the per-node squared error between f(x) of the
+// true sources and the observed y.
+func (m *slvae) Diagnose(ctx context.Context, test []diffusion.Cascade) (map[string]float64, error) {
+	if m.bundle == nil {
+		return nil, fmt.Errorf("%s: Diagnose before Fit", m.name)
+	}
+	mse, err := localize.ForwardMSE(ctx, m.proc, m.bundle.Manifest.Graph.Nodes, cascadePairs(test))
+	if err != nil {
+		return nil, err
+	}
+	return map[string]float64{"forward_test_mse": mse}, nil
 }
 
 // Extras reports the forward model's validation error and the chosen delta.

@@ -39,6 +39,7 @@ netsleuth.k=3, ojc.max_k=20, jordan.k=1, degree.k=5.`,
 	f := cmd.Flags()
 	f.Int("runs", 3, "repetitions with new seeds")
 	f.String("methods", "all", "methods to evaluate: all, or a comma-separated list")
+	f.String("forward", "", "forward plugins to run each SL-VAE method with, side by side: e.g. deepis,gat,monstor,icmf (default: deepis)")
 	f.StringSlice("method-param", nil, "method parameter method.key=value (repeatable)")
 	f.Float64("train-frac", 0.6, "fraction of each run's cascades used for training")
 	f.Float64("val-frac", 0.2, "fraction used for validation (the rest is test)")
@@ -83,7 +84,57 @@ func (a *app) evalConfig() (eval.Config, error) {
 		}
 		cfg.Params[strings.TrimSpace(k)] = strings.TrimSpace(val)
 	}
+	if err := expandForwards(&cfg, a.v.GetString("forward")); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
+}
+
+// expandForwards replaces each SL-VAE method by one method per forward
+// plugin in the comma-separated list, named "slvae[gat]" and so on, so the
+// forward models are compared side by side. Parameters given for the base
+// method apply to each of its expansions.
+func expandForwards(cfg *eval.Config, list string) error {
+	var forwards []string
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			forwards = append(forwards, f)
+		}
+	}
+	if len(forwards) == 0 {
+		return nil
+	}
+	var methods []string
+	expanded := false
+	for _, m := range cfg.Methods {
+		if !eval.IsSLVAE(m) {
+			methods = append(methods, m)
+			continue
+		}
+		expanded = true
+		for _, f := range forwards {
+			name, err := eval.RegisterSLVAEWith(m, f)
+			if err != nil {
+				return fmt.Errorf("--forward: %w", err)
+			}
+			methods = append(methods, name)
+			for k, v := range cfg.Params {
+				if key, ok := strings.CutPrefix(k, m+"."); ok {
+					cfg.Params[name+"."+key] = v
+				}
+			}
+		}
+		for k := range cfg.Params {
+			if strings.HasPrefix(k, m+".") {
+				delete(cfg.Params, k)
+			}
+		}
+	}
+	if !expanded {
+		return fmt.Errorf("--forward: no SL-VAE method (slvae, slvae-a, slvae-b, slvae-noprior) in --methods")
+	}
+	cfg.Methods = methods
+	return nil
 }
 
 func (a *app) eval(ctx context.Context) error {

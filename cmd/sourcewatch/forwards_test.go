@@ -1,0 +1,33 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/eval"
+)
+
+func TestExpandForwards(t *testing.T) {
+	cfg := eval.Config{
+		Methods: []string{"slvae", "lpsi", "slvae-b"},
+		Params:  map[string]string{"slvae.epochs": "3", "lpsi.alpha": "0.5"},
+	}
+	require.NoError(t, expandForwards(&cfg, "icmf, gat"))
+	require.Equal(t, []string{"slvae[icmf]", "slvae[gat]", "lpsi", "slvae-b[icmf]", "slvae-b[gat]"}, cfg.Methods)
+	require.Equal(t, map[string]string{
+		"slvae[icmf].epochs": "3", "slvae[gat].epochs": "3", "lpsi.alpha": "0.5",
+	}, cfg.Params)
+	for _, m := range cfg.Methods {
+		_, err := eval.Lookup(m)
+		require.NoError(t, err, m)
+	}
+
+	none := eval.Config{Methods: []string{"lpsi"}}
+	require.ErrorContains(t, expandForwards(&none, "gat"), "no SL-VAE method")
+	bad := eval.Config{Methods: []string{"slvae"}}
+	require.ErrorContains(t, expandForwards(&bad, "a.b"), "forward plugin name")
+	same := eval.Config{Methods: []string{"slvae"}}
+	require.NoError(t, expandForwards(&same, ""))
+	require.Equal(t, []string{"slvae"}, same.Methods)
+}
