@@ -86,6 +86,7 @@ type Daemon struct {
 	clientURL atomic.Value // string
 	httpAddr  atomic.Value // string
 	bound     atomic.Bool  // every consumer is consuming
+	started   atomic.Bool
 	reloadMu  sync.Mutex
 
 	// Set up by Run.
@@ -238,6 +239,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if d.factory == nil {
 		return ErrNoLocalizer
 	}
+	if !d.started.CompareAndSwap(false, true) {
+		return errors.New("monitor: Run called twice")
+	}
 	cfg := d.cfg
 	var cleanup []func()
 	defer func() {
@@ -287,6 +291,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	cleanup = append(cleanup, nc.Close)
 	if cfg.NATS.URL != "" {
 		d.clientURL.Store(cfg.NATS.URL)
+		// A daemon started before its cluster waits for it, as it would
+		// ride out a later outage, instead of failing its setup.
+		if err := waitConnected(ctx, nc, d.log); err != nil {
+			return nil
+		}
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -310,8 +319,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 
 	// Localizers: a graph whose bundle or plugin is broken stops the start,
 	// with the graph named.
+	launchCtx, cancelLaunch := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancelLaunch()
 	for _, gr := range d.order {
-		l, err := d.factory(setupCtx, *gr.gc.Load(), gr.g)
+		l, err := d.factory(launchCtx, *gr.gc.Load(), gr.g)
 		if err != nil {
 			return fmt.Errorf("graph %q: localizer: %w", gr.name, err)
 		}
@@ -439,6 +450,24 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.log.Warn("nats not connected at shutdown: no final snapshot")
 	}
 	nc.Close()
+	return nil
+}
+
+func waitConnected(ctx context.Context, nc *nats.Conn, log *zap.Logger) error {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	var waited time.Duration
+	for !nc.IsConnected() {
+		select {
+		case <-ctx.Done():
+			// Asked to stop before NATS came: a clean shutdown.
+			return ctx.Err()
+		case <-t.C:
+		}
+		if waited += 50 * time.Millisecond; waited%(10*time.Second) == 0 {
+			log.Warn("waiting for NATS", zap.String("url", nc.Opts.Url), zap.Duration("waited", waited))
+		}
+	}
 	return nil
 }
 

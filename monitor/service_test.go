@@ -3,12 +3,15 @@ package monitor
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
@@ -189,4 +192,54 @@ func TestPublishEventsReplaysACascade(t *testing.T) {
 	cancel()
 	err := PublishEvents(ctx, r.js, EventsSubject(DefaultPrefix, "p"), evs, 1, nil)
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// TestWaitsForNATS starts the daemon before its server: it waits, then
+// becomes ready once the server is up.
+func TestWaitsForNATS(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	require.NoError(t, ln.Close())
+
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	f := &factoryOf{}
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-d.Ready():
+		t.Fatal("ready without a server")
+	case err := <-done:
+		t.Fatalf("gave up without a server: %v", err)
+	default:
+	}
+
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	require.NoError(t, err)
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatalf("stopped: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("not ready after the server came up")
+	}
+	require.Empty(t, d.readiness())
+}
+
+func TestRunWithoutFactory(t *testing.T) {
+	cfg := testConfig(t, "p")
+	d, err := New(cfg)
+	require.NoError(t, err)
+	require.ErrorIs(t, d.Run(context.Background()), ErrNoLocalizer)
 }
