@@ -134,7 +134,9 @@ type Process struct {
 	opts launchOptions
 
 	client *plugin.Client
+	cmd    *exec.Cmd
 	rpc    forwardpb.ForwardClient
+	hung   atomic.Bool // a call timed out: Close kills without the grace period
 
 	n, arcs atomic.Int64 // of the configured graph, for deadlines and checks
 	close   sync.Once
@@ -216,7 +218,7 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		client.Kill()
 		return nil, fmt.Errorf("forward plugin %s: launch: dispensed %T, not a forward client", name, raw)
 	}
-	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, rpc: rpc}
+	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, rpc: rpc}
 	if _, err := p.Info(ctx); err != nil {
 		client.Kill()
 		return nil, err
@@ -239,10 +241,16 @@ func (p *Process) Pid() int {
 // Exited reports whether the plugin process has exited.
 func (p *Process) Exited() bool { return p.client.Exited() }
 
-// Close stops the plugin process (gracefully, then by force after two
-// seconds) and waits for it. It is safe to call more than once.
+// Close stops the plugin process and waits for it: gracefully, then by
+// force after two seconds, or at once if a call has timed out, since a hung
+// plugin will not shut down gracefully. It is safe to call more than once.
 func (p *Process) Close() error {
-	p.close.Do(p.client.Kill)
+	p.close.Do(func() {
+		if p.hung.Load() && p.cmd.Process != nil {
+			_ = p.cmd.Process.Kill()
+		}
+		p.client.Kill()
+	})
 	return nil
 }
 
@@ -281,6 +289,7 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 	// The plugin's side of the stream can give up on the propagated
 	// deadline a moment before the host's timer fires.
 	if errors.Is(cctx.Err(), context.DeadlineExceeded) || (ok && st.Code() == codes.DeadlineExceeded) {
+		p.hung.Store(true)
 		return fmt.Errorf("%s: no answer within %v: %w", prefix, d, ErrCallTimeout)
 	}
 	if !ok {
@@ -347,6 +356,7 @@ func (p *Process) Fit(ctx context.Context, pairs []Pair, opts FitOptions, progre
 	defer timer.Stop()
 	fail := func(err error) (FitResult, error) {
 		if idle.Load() && ctx.Err() == nil {
+			p.hung.Store(true)
 			return FitResult{}, fmt.Errorf("forward plugin %s: fit: no progress within %v: %w", p.name, p.opts.fitIdle, ErrCallTimeout)
 		}
 		return FitResult{}, p.callError(ctx, cctx, "fit", p.opts.fitIdle, err)

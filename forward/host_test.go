@@ -342,7 +342,11 @@ func alive(pid int) bool {
 func TestForeignPlugin(t *testing.T) {
 	t.Parallel()
 	g := karate(t)
-	p := launch(t, "./forward/internal/testplugins/foreign")
+	path := filepath.Join(t.TempDir(), "sourcewatch-forward-foreign")
+	require.NoError(t, os.Symlink(forwardtest.Build(t, faulty), path))
+	p, err := forward.Launch(t.Context(), path)
+	require.NoError(t, err)
+	defer p.Close()
 	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"steps": "3"}, nil))
 	in := icmf.New()
 	require.NoError(t, in.Configure(t.Context(), g, map[string]string{"steps": "3"}, nil))

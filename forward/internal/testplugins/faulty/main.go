@@ -12,6 +12,9 @@
 // The fault strikes from the Nth Predict or VJP call of the process on
 // (param fault_after, default 1). Counting starts afresh in every process,
 // so a relaunched plugin behaves like a new one.
+//
+// Started under the name sourcewatch-forward-foreign it is instead a
+// fault-free plugin that does not use go-plugin (see foreign.go).
 package main
 
 import (
@@ -19,6 +22,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 
@@ -29,7 +33,16 @@ import (
 	"github.com/sourcewatch/sourcewatch/plugins/icmf"
 )
 
-func main() { forward.Serve(&model{Model: icmf.New()}) }
+func main() {
+	if filepath.Base(os.Args[0]) == "sourcewatch-forward-foreign" {
+		if err := serveForeign(); err != nil {
+			fmt.Fprintln(os.Stderr, "foreign:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	forward.Serve(&model{Model: icmf.New()})
+}
 
 type model struct {
 	*icmf.Model

@@ -1,8 +1,3 @@
-// Command foreign is a test plugin that speaks the plugin protocol the way
-// forward/README.md tells authors in other languages to: it does not use
-// go-plugin at all, only gRPC, the health service, hand-made mTLS and the
-// stdout handshake line. The host's tests launch it like any plugin, which
-// keeps the README honest.
 package main
 
 import (
@@ -31,14 +26,13 @@ import (
 	"github.com/sourcewatch/sourcewatch/plugins/icmf"
 )
 
-func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "foreign:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
+// serveForeign speaks the plugin protocol the way forward/README.md tells
+// authors in other languages to: no go-plugin at all, only gRPC, the health
+// service, hand-made mTLS and the stdout handshake line. The binary does
+// this when it is started under the name sourcewatch-forward-foreign (a
+// link made by the test), which keeps the README honest without building a
+// second test plugin.
+func serveForeign() error {
 	if os.Getenv("SOURCEWATCH_FORWARD_PLUGIN") != "b1f3e0a4c7d2.forward.v1" {
 		return fmt.Errorf("this is a sourcewatch forward-model plugin; sourcewatch runs it")
 	}
