@@ -35,6 +35,7 @@ type Terms struct {
 	h  *mat.Dense // protos x hidden
 	ht *mat.Dense // h transposed: S = (X W^T) H^T as a NoTrans product is about twice as fast
 	w  *mat.Dense // hidden x n: the decoder's output weights
+	wt *mat.Dense // w transposed, for X W^T as a sum over the nonzeros of X
 	b  []float64  // n: the decoder's output bias
 	c  []float64  // protos
 
@@ -80,6 +81,7 @@ func newTerms(h, w *mat.Dense, b, barLogit []float64) *Terms {
 // initDerived computes what the encoding does not store.
 func (t *Terms) initDerived() {
 	t.ht = mat.DenseCopyOf(t.h.T())
+	t.wt = mat.DenseCopyOf(t.w.T())
 	t.sumB0 = 0
 	for _, l := range t.barLogit {
 		t.sumB0 -= softplus(l)
@@ -155,7 +157,30 @@ func (t *Terms) Pred(x, grad *mat.Dense) []float64 {
 	xw := blas64.General{Rows: rows, Cols: t.hidden, Stride: t.hidden, Data: ws.xw}
 	s := blas64.General{Rows: rows, Cols: t.protos, Stride: t.protos, Data: ws.s}
 	h, w := t.h.RawMatrix(), t.w.RawMatrix()
-	blas64.Gemm(blas.NoTrans, blas.Trans, 1, xr, w, 0, xw)
+	// Clamping to [0, 1] leaves many restarts' entries at exactly 0, and
+	// then X W^T is cheaper as a sum of rows of W^T over the nonzeros.
+	nnz := 0
+	for r := range rows {
+		for _, v := range xr.Data[r*xr.Stride : r*xr.Stride+t.n] {
+			if v != 0 {
+				nnz++
+			}
+		}
+	}
+	if 2*nnz < rows*t.n {
+		wt := t.wt.RawMatrix()
+		for r := range rows {
+			dst := ws.xw[r*t.hidden : (r+1)*t.hidden]
+			clear(dst)
+			for i, v := range xr.Data[r*xr.Stride : r*xr.Stride+t.n] {
+				if v != 0 {
+					floats.AddScaled(dst, v, wt.Data[i*wt.Stride:i*wt.Stride+t.hidden])
+				}
+			}
+		}
+	} else {
+		blas64.Gemm(blas.NoTrans, blas.Trans, 1, xr, w, 0, xw)
+	}
 	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, xw, t.ht.RawMatrix(), 0, s)
 
 	psum := ws.xw[:rows] // xw is no longer needed; reuse for sum_j P_rj

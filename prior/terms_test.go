@@ -86,8 +86,21 @@ func TestTermsMatchDenseComputation(t *testing.T) {
 }
 
 func testMatchDense(t *testing.T, tm *Terms) {
-	a, b0, A, B := denseTerms(tm)
+	testMatchDenseAt(t, tm, randX(3, 5, 9))
+	// Mostly zeros, as clamping leaves them: Pred takes its sparse path.
 	x := randX(3, 5, 9)
+	for r := range 5 {
+		for i := range 9 {
+			if (r+i)%4 != 0 {
+				x.Set(r, i, 0)
+			}
+		}
+	}
+	testMatchDenseAt(t, tm, x)
+}
+
+func testMatchDenseAt(t *testing.T, tm *Terms, x *mat.Dense) {
+	a, b0, A, B := denseTerms(tm)
 	gInit, gPred := mat.NewDense(5, 9, nil), mat.NewDense(5, 9, nil)
 	init, pred := tm.Init(x, gInit), tm.Pred(x, gPred)
 	for r := range 5 {
@@ -157,18 +170,28 @@ func TestTermsGradientCheck(t *testing.T) {
 
 func TestTermsStridedBatch(t *testing.T) {
 	tm := randTerms(2, 7, 3, 8)
-	big := randX(9, 6, 12)
-	view := big.Slice(1, 4, 2, 10).(*mat.Dense)
-	var dense mat.Dense
-	dense.CloneFrom(view)
-	gBig := mat.NewDense(6, 12, nil)
-	gView := gBig.Slice(1, 4, 2, 10).(*mat.Dense)
-	gDense := mat.NewDense(3, 8, nil)
-	require.Equal(t, tm.Pred(&dense, gDense), tm.Pred(view, gView))
-	require.True(t, mat.Equal(gDense, gView))
-	require.Equal(t, tm.Init(&dense, gDense), tm.Init(view, gView))
-	require.True(t, mat.Equal(gDense, gView))
-	require.Zero(t, gBig.At(0, 0), "writes outside the view")
+	for _, zeros := range []bool{false, true} {
+		big := randX(9, 6, 12)
+		if zeros { // the sparse path of Pred
+			raw := big.RawMatrix().Data
+			for i := range raw {
+				if i%3 != 0 {
+					raw[i] = 0
+				}
+			}
+		}
+		view := big.Slice(1, 4, 2, 10).(*mat.Dense)
+		var dense mat.Dense
+		dense.CloneFrom(view)
+		gBig := mat.NewDense(6, 12, nil)
+		gView := gBig.Slice(1, 4, 2, 10).(*mat.Dense)
+		gDense := mat.NewDense(3, 8, nil)
+		require.InDeltaSlice(t, tm.Pred(&dense, gDense), tm.Pred(view, gView), 1e-12)
+		require.True(t, mat.EqualApprox(gDense, gView, 1e-12))
+		require.Equal(t, tm.Init(&dense, gDense), tm.Init(view, gView))
+		require.True(t, mat.Equal(gDense, gView))
+		require.Zero(t, gBig.At(0, 0), "writes outside the view")
+	}
 }
 
 func TestTermsConcurrentUse(t *testing.T) {
