@@ -41,20 +41,33 @@ func BenchmarkFitEpoch(b *testing.B) {
 }
 
 // BenchmarkTermsPred times L_pred and its gradient for 8 restarts over
-// 1024 prototypes. The terms come from an untrained VAE, whose prototypes
-// decode alike: the softmax is spread out, the slow case for Pred.
+// 1024 prototypes, with every entry of x in (0, 1) ("dense") or 80% of them
+// clamped to 0 ("sparse"). The terms come from an untrained VAE, whose
+// prototypes decode alike: the softmax is spread out, the slow case.
 func BenchmarkTermsPred(b *testing.B) {
 	for _, n := range benchSizes {
 		for _, c := range benchConfigs {
-			b.Run(fmt.Sprintf("n=%d/%s", n, c.name), func(b *testing.B) {
-				rng := rand.New(rand.NewPCG(1, 1))
-				t := NewVAE(n, c.cfg).Terms(uniformSets(n, 100, 0.1, rng), DefaultPrototypes, rng)
+			rng := rand.New(rand.NewPCG(1, 1))
+			t := NewVAE(n, c.cfg).Terms(uniformSets(n, 100, 0.1, rng), DefaultPrototypes, rng)
+			for _, sparse := range []bool{false, true} {
 				x := randX(2, 8, n)
-				grad := mat.NewDense(8, n, nil)
-				for b.Loop() {
-					t.Pred(x, grad)
+				name := "dense"
+				if sparse {
+					name = "sparse"
+					raw := x.RawMatrix().Data
+					for i := range raw {
+						if rng.Float64() < 0.8 {
+							raw[i] = 0
+						}
+					}
 				}
-			})
+				b.Run(fmt.Sprintf("n=%d/%s/%s", n, c.name, name), func(b *testing.B) {
+					grad := mat.NewDense(8, n, nil)
+					for b.Loop() {
+						t.Pred(x, grad)
+					}
+				})
+			}
 		}
 	}
 }
