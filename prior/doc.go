@@ -32,7 +32,8 @@
 //
 // where H (N x hidden) is the decoder's last hidden layer at the prototypes
 // and W, b the decoder's output layer. Terms stores H, W, b and c rather
-// than D, so memory is N*hidden instead of N*n and D x = H (W x) + b·x.
+// than D, so memory is O((N + n) hidden) instead of N*n (each held in both
+// layouts, for the matrix products) and D x = H (W x) + b·x.
 // One Pred over R restarts costs about 2 R hidden (N + n) multiply-adds,
 // the prototype softmax skipping weights below 1e-15 in the gradient.
 //
