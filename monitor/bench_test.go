@@ -147,3 +147,30 @@ func daemonConsume(b *testing.B, js jetstream.JetStream, stream jetstream.Stream
 	}
 	return took
 }
+
+// BenchmarkApplyPath is the per-message work of ingest without NATS:
+// decode, check and apply one event.
+func BenchmarkApplyPath(b *testing.B) {
+	g := pathGraph(b, 1000)
+	d, err := New(func() Config {
+		c := DefaultConfig()
+		c.Graphs = []GraphConfig{DefaultGraphConfig("p")}
+		c.Graphs[0].Edges, c.Graphs[0].Bundle = "x", "x"
+		return c
+	}())
+	require.NoError(b, err)
+	gr := &graphRT{name: "p", g: g, win: newWindow(g, time.Hour, 0)}
+	now := time.Now()
+	msgs := make([][]byte, 1000)
+	for i := range msgs {
+		msgs[i], _ = json.Marshal(Event{Node: strconv.Itoa(i), State: StateInfected, TS: now.Add(time.Duration(i) * time.Millisecond)})
+	}
+	minTS, maxTS := now.Add(-time.Hour).UnixNano(), now.Add(time.Hour).UnixNano()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		els := decodeMessage(msgs[i%len(msgs)])
+		d.check(gr, &els[0], now.UnixNano(), minTS, maxTS)
+		gr.win.apply(els[0].node, els[0].state, els[0].ts, els[0].ev.ID)
+	}
+}
