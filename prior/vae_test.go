@@ -388,3 +388,57 @@ func TestFitIsDeterministic(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, a["val_loss"], c["val_loss"])
 }
+
+// TestLatentsCycleThroughSets makes q(z|x) a point mass, so each prototype
+// latent is the mu of the set it was drawn from.
+func TestLatentsCycleThroughSets(t *testing.T) {
+	v := NewVAE(12, tinyConfig())
+	for j := range 3 {
+		v.head.B[3+j] = -80 // log-variance: sigma = e^-40
+	}
+	train := [][]int{{0, 1}, {5}, {7, 8, 9}, {2}, {3, 4}}
+	mu, _ := v.encode(train)
+	which := func(z []float64) int {
+		for s := range train {
+			if floatsEqual(z, mu.RawRowView(s)) {
+				return s
+			}
+		}
+		return -1
+	}
+	for _, tc := range []struct {
+		protos int
+		counts []int // how often each set may be used: min, max
+	}{
+		{12, []int{2, 3}}, // cycles: every set twice, two sets a third time
+		{3, []int{0, 1}},  // a subset, without repeats
+	} {
+		z, zbar := v.latents(train, tc.protos, rand.New(rand.NewPCG(4, 4)))
+		count := make([]int, len(train))
+		for j := range tc.protos {
+			s := which(z.RawRowView(j))
+			require.NotEqual(t, -1, s, "prototype %d is no set's mu", j)
+			count[s]++
+		}
+		for s, c := range count {
+			require.GreaterOrEqual(t, c, tc.counts[0], "set %d", s)
+			require.LessOrEqual(t, c, tc.counts[1], "set %d", s)
+		}
+		for j := range 3 {
+			var m float64
+			for s := range train {
+				m += mu.At(s, j) / 5
+			}
+			require.InDelta(t, m, zbar.At(0, j), 1e-12)
+		}
+	}
+}
+
+func floatsEqual(a, b []float64) bool {
+	for i := range a {
+		if math.Abs(a[i]-b[i]) > 1e-12 {
+			return false
+		}
+	}
+	return true
+}
