@@ -11,13 +11,15 @@
 // graph is unweighted, so u_k counts sources within k hops) and
 // slog(u) = sign(u) log(1 + |u|). Node v aggregates over S(v) = In(v) ∪ {v},
 // since infection travels along arcs u -> v. Two GAT layers follow
-// (Veličković et al., 2018):
+// (Veličković et al., 2018), each with a linear skip connection past the
+// attention, as in that paper's inductive model:
 //
-//	z = h0 W1 + b1                            (heads x dim per node)
+//	[z, z'] = h0 W1 + b1                      (z: heads x dim per node)
 //	e_vu = LeakyReLU_0.2(a_dst_k . z_vk + a_src_k . z_uk),  u in S(v)
 //	α_vu = softmax_{u in S(v)} e_vu
-//	h1_v = ELU(concat_k sum_u α_vu z_uk)
-//	o_v = sum_u β_vu (h1_u w2 + b2)           (one head, attention β as above)
+//	h1_v = ELU(concat_k sum_u α_vu z_uk + z'_v)
+//	[t, t'] = h1 W2 + b2                      (two scalars per node)
+//	o_v = sum_u β_vu t_u + t'_v               (one head, attention β as above)
 //	s_v = sigmoid(o_v)
 //	y_v = 1 - (1 - x_v)(1 - s_v)
 //

@@ -39,7 +39,9 @@ type network struct {
 	y       *mat.Dense
 	dy      []float64
 	do      *mat.Dense
+	dz2     *mat.Dense
 	dh1     *mat.Dense
+	dz1     *mat.Dense
 	g, gt   []float64
 	dx      *mat.Dense
 }
@@ -56,10 +58,14 @@ func newNetwork(g *graph.Graph, arch Arch, seed uint64) *network {
 		net.logDeg[v] = math.Log1p(float64(g.InDegree(v)))
 	}
 	hd := arch.Heads * arch.HeadDim
-	net.lin1 = nn.NewDense(arch.features(), hd, nn.Identity, rng)
+	// Each linear map also feeds a skip connection (its second block of
+	// columns) that bypasses the attention, as the GAT paper's inductive
+	// model does: without it a node's own features reach the output only
+	// through its attention weight on itself, about 1/(degree+1) at first.
+	net.lin1 = nn.NewDense(arch.features(), 2*hd, nn.Identity, rng)
 	att := func() float64 { return rng.NormFloat64() * math.Sqrt(2/float64(arch.HeadDim+1)) }
 	net.att1 = newAttention(net.adj, arch.Heads, arch.HeadDim, "layer1", att)
-	net.lin2 = nn.NewDense(hd, 1, nn.Identity, rng)
+	net.lin2 = nn.NewDense(hd, 2, nn.Identity, rng)
 	net.att2 = newAttention(net.adj, 1, 1, "layer2", func() float64 { return rng.NormFloat64() })
 	name := func(prefix string, ps []*nn.Param) {
 		for _, p := range ps {
@@ -80,6 +86,7 @@ func newNetwork(g *graph.Graph, arch Arch, seed uint64) *network {
 func (net *network) setOutputBias(p float64) {
 	p = math.Min(math.Max(p, 1e-3), 1-1e-3)
 	net.lin2.B[0] = math.Log(p / (1 - p))
+	net.lin2.B[1] = 0
 }
 
 // forward returns y = f(x) for each row of x (batches x n), owned by the
@@ -113,14 +120,16 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 		row[F-1] = net.logDeg[r%n]
 	}
 
-	z1 := net.lin1.Forward(net.h0)
-	a1 := net.att1.forward(z1, batches)
 	hd := net.arch.Heads * net.arch.HeadDim
+	z1 := net.lin1.Forward(net.h0)
+	a1 := net.att1.forward(z1.Slice(0, rows, 0, hd).(*mat.Dense), batches)
 	net.h1 = reuse(net.h1, rows, hd)
-	h1, ar := net.h1.RawMatrix(), a1.RawMatrix()
+	h1, ar, sk := net.h1.RawMatrix(), a1.RawMatrix(), z1.RawMatrix()
 	for r := 0; r < rows; r++ {
 		dst, src := h1.Data[r*h1.Stride:r*h1.Stride+hd], ar.Data[r*ar.Stride:r*ar.Stride+hd]
+		skip := sk.Data[r*sk.Stride+hd : r*sk.Stride+2*hd]
 		for j, v := range src {
+			v += skip[j]
 			if v <= 0 {
 				v = math.Expm1(v)
 			}
@@ -128,7 +137,8 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 		}
 	}
 	z2 := net.lin2.Forward(net.h1)
-	o := net.att2.forward(z2, batches).RawMatrix()
+	o := net.att2.forward(z2.Slice(0, rows, 0, 1).(*mat.Dense), batches).RawMatrix()
+	z2r := z2.RawMatrix()
 
 	net.s = grow(net.s, rows)
 	net.y = reuse(net.y, batches, n)
@@ -136,7 +146,7 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 	for b := 0; b < batches; b++ {
 		for v := 0; v < n; v++ {
 			r := b*n + v
-			s := sigmoid(o.Data[r*o.Stride])
+			s := sigmoid(o.Data[r*o.Stride] + z2r.Data[r*z2r.Stride+1])
 			net.s[r] = s
 			xv := net.x[r]
 			y.Data[b*y.Stride+v] = 1 - (1-xv)*(1-s)
@@ -164,8 +174,14 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 		dx.Data[(r/n)*dx.Stride+r%n] = g * (1 - s)
 		do.Data[r*do.Stride] = g * (1 - xv) * s * (1 - s)
 	}
-	dz2 := net.att2.backward(net.do)
-	dh1 := net.lin2.Backward(dz2)
+	da2 := net.att2.backward(net.do).RawMatrix()
+	net.dz2 = reuse(net.dz2, rows, 2)
+	dz2 := net.dz2.RawMatrix()
+	for r := 0; r < rows; r++ {
+		dz2.Data[r*dz2.Stride] = da2.Data[r*da2.Stride]
+		dz2.Data[r*dz2.Stride+1] = do.Data[r*do.Stride] // the skip
+	}
+	dh1 := net.lin2.Backward(net.dz2)
 	hd := net.arch.Heads * net.arch.HeadDim
 	net.dh1 = reuse(net.dh1, rows, hd)
 	d, g, a := net.dh1.RawMatrix(), dh1.RawMatrix(), net.h1.RawMatrix()
@@ -180,8 +196,14 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 			}
 		}
 	}
-	dz1 := net.att1.backward(net.dh1)
-	dh0 := net.lin1.Backward(dz1).RawMatrix()
+	da1 := net.att1.backward(net.dh1).RawMatrix()
+	net.dz1 = reuse(net.dz1, rows, 2*hd)
+	dz1, dpre := net.dz1.RawMatrix(), net.dh1.RawMatrix()
+	for r := 0; r < rows; r++ {
+		copy(dz1.Data[r*dz1.Stride:r*dz1.Stride+hd], da1.Data[r*da1.Stride:r*da1.Stride+hd])
+		copy(dz1.Data[r*dz1.Stride+hd:r*dz1.Stride+2*hd], dpre.Data[r*dpre.Stride:r*dpre.Stride+hd])
+	}
+	dh0 := net.lin1.Backward(net.dz1).RawMatrix()
 
 	// Hop features: u_k = W u_{k-1}, u_0 = x, feature slog(u_k). Walk
 	// back from the last hop carrying g = dL/du_k.

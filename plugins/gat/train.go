@@ -22,7 +22,8 @@ import (
 // probability 1/2), so a smaller source set never predicts more infection.
 // λ < 0 turns the penalty off. With opts.Validation it keeps the weights of
 // the epoch with the lowest validation MSE and stops after patience epochs
-// without improvement. progress, if not nil, is called after every epoch.
+// without improvement. progress, if not nil, is called after every epoch,
+// with the model locked: it must not call back into the model.
 func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitOptions, progress func(forward.Progress)) (forward.FitResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
