@@ -10,16 +10,25 @@
 //
 // with a = log d(z_bar), b = log(1 - d(z_bar)) from the decoder at the mean
 // latent, and D, c from N prototype latents of training source sets (see
-// package prior). w is the prior weight (1 in the paper). Each step takes an
-// Adam step on x and clamps x to [0,1]. Between the stages x is binarised at
-// 1/2, as the paper's Algorithm 1 binarises its initialisation.
+// package prior). w is the prior weight. The paper uses w = 1; Train
+// calibrates it instead to w = 2·sigma^2, sigma^2 the forward model's
+// squared error per node on validation pairs, because ||y - f(x)||^2 is
+// the Gaussian log-likelihood -log p(y|x) only up to the factor
+// 1/(2 sigma^2) (see Train). Each step takes an Adam step on x and clamps x
+// to [0,1]. Between the stages x is binarised at 1/2, as the paper's
+// Algorithm 1 binarises its initialisation.
 //
 // The paper's Algorithm 1 also thresholds x inside every step; that makes
 // the gradient steps vanish (a small step cannot cross the threshold), so
 // Solve keeps x continuous within a stage, as the design specifies.
 //
-// The output is, per node, the mean of x over restarts (the score), the
+// The output is, per node, the mean of the final x over restarts, the
 // fraction of restarts in which x_v >= delta (the source probability), and
-// the source set {v : score_v >= delta}. delta is chosen on a validation
-// split when the bundle is trained and stored in it.
+// the source set {v : mean_v >= delta}. delta is chosen on a validation
+// split when the bundle is trained and stored in it. Adam's normalised
+// steps drive almost every x_v to exactly 0 or 1, so the mean takes few
+// values (k/R) and ties heavily; the score that ranks nodes is therefore
+// the mean with ties broken by the gradient of the objective at the final
+// x (see Result.Scores), a first-order estimate of which node the descent
+// would raise next.
 package localize

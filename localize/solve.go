@@ -64,9 +64,11 @@ type Options struct {
 	InitSteps    int     // n_init
 	OptSteps     int     // n_opt
 	LearningRate float64 // Adam step size on x
-	PriorWeight  float64 // w, the weight of the prior term
-	Start        Start
-	Variant      Variant
+	// PriorWeight is w, the weight of the prior term. Zero takes the
+	// bundle's calibrated weight (see Train), or 1 when it has none.
+	PriorWeight float64
+	Start       Start
+	Variant     Variant
 	// Threshold overrides the bundle's delta when positive.
 	Threshold float64
 	Seed      uint64
@@ -74,14 +76,14 @@ type Options struct {
 	Trace bool
 }
 
-// DefaultOptions are the paper's settings: R = 8, n_init = 20, n_opt = 50.
+// DefaultOptions are the paper's settings, R = 8, n_init = 20, n_opt = 50,
+// with the prior weight left to the bundle (PriorWeight 0).
 func DefaultOptions() Options {
 	return Options{
 		Restarts:     8,
 		InitSteps:    20,
 		OptSteps:     50,
 		LearningRate: 0.05,
-		PriorWeight:  1,
 		Start:        Bernoulli,
 		Variant:      Full,
 		Seed:         1,
@@ -99,8 +101,8 @@ func (o Options) withDefaults() Options {
 	if o.LearningRate <= 0 {
 		o.LearningRate = d.LearningRate
 	}
-	if o.PriorWeight < 0 || o.PriorWeight == 0 && o.Variant != NoPrior {
-		o.PriorWeight = d.PriorWeight
+	if o.PriorWeight <= 0 {
+		o.PriorWeight = 1
 	}
 	if o.Start == "" {
 		o.Start = d.Start
@@ -135,13 +137,28 @@ func (o Options) Validate() error {
 	return nil
 }
 
+// tieWeight is epsilon of Result.Scores: small enough that the gradient
+// only orders nodes whose mean x is (nearly) tied, as the clamped restarts
+// leave most nodes at exactly 0 or 1.
+const tieWeight = 1e-3
+
 // Result is what Solve finds.
 type Result struct {
-	// Scores is, per node, the mean of x over the restarts.
+	// Mean is, per node, the mean of the final x over the restarts.
+	Mean []float64
+	// Scores rank the nodes: with xbar = Mean and g the mean over restarts
+	// of the gradient of the last stage's objective at the final x,
+	//
+	//	score_v = (1 - eps)·xbar_v + eps·rank(-g_v)/(n + 1),   eps = 1e-3,
+	//
+	// rank counting from 1 with ties sharing their average rank. -g_v is
+	// how fast the objective falls as x_v grows, so among nodes the
+	// restarts left at the same x (most end at exactly 0 or 1) the one the
+	// objective would raise first comes first. Scores lie in [0, 1].
 	Scores []float64
 	// Probability is, per node, the fraction of restarts with x_v >= Threshold.
 	Probability []float64
-	// Sources are the nodes with Scores >= Threshold, highest score first.
+	// Sources are the nodes with Mean >= Threshold, highest score first.
 	Sources []int
 	// Threshold is the delta used.
 	Threshold float64
@@ -249,6 +266,9 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	if opts.Threshold > 0 {
 		delta = opts.Threshold
 	}
+	if opts.PriorWeight == 0 {
+		opts.PriorWeight = b.Manifest.Solve.PriorWeight
+	}
 	return solve(ctx, b.Manifest.Graph.Nodes, delta, b.Prior(), f, y, opts)
 }
 
@@ -270,23 +290,23 @@ func solve(ctx context.Context, n int, delta float64, pr Prior, f Forward, y []f
 		p.PriorWeight = 0
 	}
 	start := nowSeconds()
-	x, trace, timing, err := p.descend(ctx, opts)
+	x, grad, trace, timing, err := p.descend(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	res := summarize(x, delta)
+	res := summarize(x, grad, delta)
 	res.Trace = trace
 	timing.TotalSeconds = nowSeconds() - start
 	res.Timing = timing
 	return res, nil
 }
 
-// descend runs the two stages from fresh starts and returns the final x.
-func (p *Problem) descend(ctx context.Context, opts Options) (*mat.Dense, []float64, Timing, error) {
-	var clock Timing
+// descend runs the two stages from fresh starts and returns the final x
+// and the gradient of the last stage's objective there.
+func (p *Problem) descend(ctx context.Context, opts Options) (x, grad *mat.Dense, trace []float64, clock Timing, err error) {
 	r, n := opts.Restarts, len(p.Y)
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x5eed))
-	x := mat.NewDense(r, n, nil)
+	x = mat.NewDense(r, n, nil)
 	raw := x.RawMatrix().Data
 	for i := range raw {
 		switch opts.Start {
@@ -313,10 +333,9 @@ func (p *Problem) descend(ctx context.Context, opts Options) (*mat.Dense, []floa
 	case NoPrior:
 		phases = []phase{{stageForward, opts.InitSteps}, {stageForward, opts.OptSteps}}
 	}
-	grad := mat.NewDense(r, n, nil)
+	grad = mat.NewDense(r, n, nil)
 	scratch := mat.NewDense(r, n, nil)
 	adam := newAdam(r*n, opts.LearningRate)
-	var trace []float64
 	for k, ph := range phases {
 		if k > 0 {
 			// Algorithm 1 feeds the binarised initialisation to stage 2.
@@ -331,11 +350,11 @@ func (p *Problem) descend(ctx context.Context, opts Options) (*mat.Dense, []floa
 		}
 		for step := 0; step < ph.steps; step++ {
 			if err := ctx.Err(); err != nil {
-				return nil, nil, clock, err
+				return nil, nil, nil, clock, err
 			}
 			loss, err := p.evaluate(ctx, ph.s, x, grad, scratch, &clock)
 			if err != nil {
-				return nil, nil, clock, err
+				return nil, nil, nil, clock, err
 			}
 			adam.step(raw, grad.RawMatrix().Data)
 			for i, v := range raw {
@@ -346,23 +365,37 @@ func (p *Problem) descend(ctx context.Context, opts Options) (*mat.Dense, []floa
 			}
 		}
 	}
-	return x, trace, clock, nil
+	// One more gradient, at the final x, for the scores' tie-break (the
+	// loop's last gradient is from before its last step).
+	if err := ctx.Err(); err != nil {
+		return nil, nil, nil, clock, err
+	}
+	if _, err := p.evaluate(ctx, phases[len(phases)-1].s, x, grad, scratch, &clock); err != nil {
+		return nil, nil, nil, clock, err
+	}
+	return x, grad, trace, clock, nil
 }
 
-// summarize turns the restarts into scores, probabilities and the source set.
-func summarize(x *mat.Dense, delta float64) *Result {
+// summarize turns the restarts' final x and objective gradient into
+// scores, probabilities and the source set.
+func summarize(x, grad *mat.Dense, delta float64) *Result {
 	r, n := x.Dims()
-	res := &Result{Scores: make([]float64, n), Probability: make([]float64, n), Threshold: delta}
+	res := &Result{Mean: make([]float64, n), Scores: make([]float64, n), Probability: make([]float64, n), Threshold: delta}
+	pull := make([]float64, n) // -g, mean over restarts
 	for i := 0; i < r; i++ {
+		g := grad.RawRowView(i)
 		for v, xv := range x.RawRowView(i) {
-			res.Scores[v] += xv / float64(r)
+			res.Mean[v] += xv / float64(r)
+			pull[v] -= g[v] / float64(r)
 			if xv >= delta {
 				res.Probability[v] += 1 / float64(r)
 			}
 		}
 	}
-	for v, s := range res.Scores {
-		if s >= delta {
+	rank := averageRanks(pull)
+	for v, m := range res.Mean {
+		res.Scores[v] = (1-tieWeight)*m + tieWeight*rank[v]/float64(n+1)
+		if m >= delta {
 			res.Sources = append(res.Sources, v)
 		}
 	}
@@ -370,6 +403,29 @@ func summarize(x *mat.Dense, delta float64) *Result {
 		return res.Scores[res.Sources[i]] > res.Scores[res.Sources[j]]
 	})
 	return res
+}
+
+// averageRanks returns the ascending rank of each value, from 1, with tied
+// values sharing their average rank.
+func averageRanks(vals []float64) []float64 {
+	idx := make([]int, len(vals))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return vals[idx[a]] < vals[idx[b]] })
+	rank := make([]float64, len(vals))
+	for lo := 0; lo < len(idx); {
+		hi := lo + 1
+		for hi < len(idx) && vals[idx[hi]] == vals[idx[lo]] {
+			hi++
+		}
+		// places lo+1 .. hi share their mean
+		for _, i := range idx[lo:hi] {
+			rank[i] = float64(lo+1+hi) / 2
+		}
+		lo = hi
+	}
+	return rank
 }
 
 func mean(xs []float64) float64 {

@@ -32,7 +32,8 @@ type TrainConfig struct {
 	Prior prior.Config
 	// Prototypes caps N, the number of prototype latents (default 1024).
 	Prototypes int
-	// Solve are the inference settings delta is chosen with.
+	// Solve are the inference settings delta is chosen with. A zero
+	// PriorWeight is calibrated (see Train).
 	Solve Options
 	// ValidationSolves caps how many validation cascades are solved to
 	// choose delta (default 64); the rest of the validation split is unused.
@@ -62,9 +63,18 @@ var Thresholds = []float64{0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5
 //  2. the VAE prior is fitted on the training source sets alone (the
 //     objective separates, see the design);
 //  3. the prior terms are precomputed from prototype latents;
-//  4. delta is chosen as the threshold of the grid Thresholds that
-//     maximises mean F1 over (up to ValidationSolves) validation cascades,
-//     solved with cfg.Solve. The test split is never seen.
+//  4. unless cfg.Solve sets it, the prior weight is calibrated: reading
+//     ||y - f(x)||^2 as the Gaussian log-likelihood the paper takes it for,
+//     -log p(y|x) = ||y - f(x)||^2 / (2 sigma^2) + const, the objective
+//     in the scale of the squared error weighs the prior's log-likelihood
+//     by w = 2 sigma^2, with sigma^2 the forward model's mean squared
+//     error per node on the validation pairs (at their true sources). The
+//     paper's w = 1 amounts to sigma^2 = 1/2, a forward model no better
+//     than a coin; with a useful one the unscaled prior drowns the data;
+//  5. delta is chosen as the threshold of the grid Thresholds that
+//     maximises mean F1 of {v : Mean_v >= delta} over (up to
+//     ValidationSolves) validation cascades, solved with cfg.Solve. The
+//     test split is never seen.
 func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []forward.Pair, cfg TrainConfig, progress func(TrainProgress)) (*Bundle, error) {
 	if len(train) == 0 {
 		return nil, fmt.Errorf("training: no training cascades")
@@ -106,13 +116,16 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	for k, v := range fres.Metrics {
 		metrics["forward_"+k] = v
 	}
-	if _, ok := metrics["forward_val_mse"]; !ok {
-		mse, err := ForwardMSE(ctx, fm, n, val)
-		if err != nil {
-			return nil, fmt.Errorf("validating forward model %q: %w", cfg.Forward.Name, err)
-		}
-		metrics["forward_val_mse"] = mse
+	// The plugin's own validation error may be defined its own way; the
+	// calibration needs this one.
+	noise, err := ForwardMSE(ctx, fm, n, val)
+	if err != nil {
+		return nil, fmt.Errorf("validating forward model %q: %w", cfg.Forward.Name, err)
 	}
+	if _, ok := metrics["forward_val_mse"]; !ok {
+		metrics["forward_val_mse"] = noise
+	}
+	metrics["noise_variance"] = noise
 
 	metrics["forward_fit_seconds"] = time.Since(stageStart).Seconds()
 
@@ -145,7 +158,12 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	terms := vae.Terms(sourceSets(train), protos, rng)
 	metrics["prior_fit_seconds"] = time.Since(stageStart).Seconds()
 
-	solve := cfg.Solve.withDefaults()
+	solve := cfg.Solve
+	if solve.PriorWeight == 0 {
+		solve.PriorWeight = CalibratedPriorWeight(noise)
+	}
+	solve = solve.withDefaults()
+	metrics["prior_weight"] = solve.PriorWeight
 	b := &Bundle{
 		Manifest: Manifest{
 			Format:    FormatVersion,
@@ -190,7 +208,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		if err != nil {
 			return nil, fmt.Errorf("choosing threshold on validation cascade %d: %w", i, err)
 		}
-		scores[i] = res.Scores
+		scores[i] = res.Mean
 		progress(TrainProgress{Stage: "threshold", Done: i + 1, Total: limit, Loss: math.NaN()})
 	}
 	delta, f1 := ChooseThreshold(scores, val[:limit], Thresholds)
@@ -199,6 +217,20 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	metrics["val_cascades"] = float64(limit)
 	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
 	return b, nil
+}
+
+// minPriorWeight keeps the prior in play when the forward model fits the
+// validation pairs (nearly) exactly.
+const minPriorWeight = 1e-3
+
+// CalibratedPriorWeight is the prior weight for a forward model whose mean
+// squared error per node is mse: w = 2·mse (see Train), at least 1e-3. A
+// NaN or negative mse gives the paper's weight, 1.
+func CalibratedPriorWeight(mse float64) float64 {
+	if !(mse >= 0) || math.IsInf(mse, 0) {
+		return 1
+	}
+	return math.Max(minPriorWeight, 2*mse)
 }
 
 // ChooseThreshold returns the threshold of grid with the highest mean F1
