@@ -169,7 +169,7 @@ func BenchmarkApplyPath(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		els := decodeMessage(msgs[i%len(msgs)])
+		els, _ := decodeMessage(msgs[i%len(msgs)])
 		d.check(gr, &els[0], now.UnixNano(), minTS, maxTS)
 		gr.win.apply(els[0].node, els[0].state, els[0].ts, els[0].ev.ID)
 	}

@@ -172,10 +172,11 @@ type decoded struct {
 
 var errNotEvent = errors.New("not an event object or array")
 
-// decodeMessage splits a message body into elements. A body that is
-// neither an object nor an array of objects is one bad_json element; an
-// array element that is not an object is a bad_json element of its own.
-func decodeMessage(data []byte) []decoded {
+// decodeMessage splits a message body into elements, reporting whether
+// they came from an array. A body that is neither an object nor an array
+// is one bad_json element; an array element that is not an object is a
+// bad_json element of its own.
+func decodeMessage(data []byte) ([]decoded, bool) {
 	i := 0
 	for i < len(data) && (data[i] == ' ' || data[i] == '\n' || data[i] == '\t' || data[i] == '\r') {
 		i++
@@ -198,20 +199,20 @@ func decodeMessage(data []byte) []decoded {
 				}
 			}
 			if ok {
-				return out
+				return out, true
 			}
 		}
 		var raws []json.RawMessage
 		if err := json.Unmarshal(data, &raws); err != nil {
-			return []decoded{{raw: data, reason: ReasonBadJSON, detail: err.Error()}}
+			return []decoded{{raw: data, reason: ReasonBadJSON, detail: err.Error()}}, false
 		}
 		out := make([]decoded, len(raws))
 		for k, r := range raws {
 			out[k] = decodeOne(r)
 		}
-		return out
+		return out, true
 	}
-	return []decoded{decodeOne(data)}
+	return []decoded{decodeOne(data)}, false
 }
 
 func decodeOne(raw []byte) decoded {

@@ -55,7 +55,7 @@ func TestDecodeMessage(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ds := decodeMessage([]byte(tc.in))
+			ds, _ := decodeMessage([]byte(tc.in))
 			var got []string
 			for _, d := range ds {
 				got = append(got, d.reason)

@@ -111,16 +111,16 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 	if len(data) > d.cfg.MaxEventBytes {
 		d.deadLetter(gr, m.Subject(), data, ReasonTooLarge, fmt.Sprintf("%d bytes > max_event_bytes %d", len(data), d.cfg.MaxEventBytes), seq, -1)
 	} else {
-		els := decodeMessage(data)
+		els, array := decodeMessage(data)
 		now := d.now()
 		gc := gr.gc.Load()
 		minTS, maxTS := now.Add(-gc.Window).UnixNano(), now.Add(d.cfg.MaxFutureSkew).UnixNano()
 		arrival := meta.Timestamp.UnixNano()
 		for i := range els {
 			el := &els[i]
-			idx := i
-			if len(els) == 1 {
-				idx = -1
+			idx := -1
+			if array {
+				idx = i
 			}
 			if el.reason == "" {
 				d.check(gr, el, arrival, minTS, maxTS)
@@ -280,3 +280,4 @@ func (d *Daemon) deadLetterUnrouted(ctx context.Context, subject string, seq uin
 	}
 	d.deadLetter(nil, subject, data, ReasonUnknownGraph, "no graph is configured for this subject", seq, -1)
 }
+

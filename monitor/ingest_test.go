@@ -58,6 +58,8 @@ func TestIngestDeadLettersEachReason(t *testing.T) {
 	// A well-formed array takes the one-pass decode; its bad element is
 	// still dead-lettered alone, re-encoded.
 	r.publish(t, "p", `[{"node":"2","state":"infected"},{"node":"zz","state":"infected","id":"k"}]`, "")
+	// A one-element array still names the index.
+	r.publish(t, "p", `[{"node":"4","state":"sleeping"}]`, "")
 
 	want := []dead{
 		{reason: ReasonUnknownNode, index: "1"},
@@ -69,6 +71,7 @@ func TestIngestDeadLettersEachReason(t *testing.T) {
 		{reason: ReasonTooLarge},
 		{reason: ReasonUnknownGraph},
 		{reason: ReasonUnknownNode, index: "1"},
+		{reason: ReasonBadState, index: "0"},
 	}
 	require.Eventually(t, func() bool {
 		mu.Lock()
@@ -102,12 +105,13 @@ func TestIngestDeadLettersEachReason(t *testing.T) {
 
 	m := r.d.metrics
 	require.Equal(t, 2.0, value(t, m.deadLetters.WithLabelValues(ReasonUnknownNode)))
-	for _, reason := range []string{ReasonBadState, ReasonFutureTS, ReasonTooOld, ReasonTooLarge, ReasonUnknownGraph} {
+	require.Equal(t, 2.0, value(t, m.deadLetters.WithLabelValues(ReasonBadState)))
+	for _, reason := range []string{ ReasonFutureTS, ReasonTooOld, ReasonTooLarge, ReasonUnknownGraph} {
 		require.Equal(t, 1.0, value(t, m.deadLetters.WithLabelValues(reason)), reason)
 	}
 	require.Equal(t, 2.0, value(t, m.deadLetters.WithLabelValues(ReasonBadJSON)))
 	require.Equal(t, 4.0, value(t, m.events.WithLabelValues("p", "applied")))
-	require.Equal(t, 8.0, value(t, m.events.WithLabelValues("p", "deadletter")))
+	require.Equal(t, 9.0, value(t, m.events.WithLabelValues("p", "deadletter")))
 
 	// Dead letters are also kept in their stream for later inspection.
 	s, err := r.js.Stream(context.Background(), DeadLetterStream)
