@@ -167,7 +167,8 @@ func normalize(split string, sets [][]int, n int) ([][]int, error) {
 // The validation loss is the training loss (negative ELBO, one noise draw
 // per set) with noise fixed for the whole Fit: z = mu would be a biased
 // proxy, since decoding the mean latent is not the mean decoding, and it
-// misleads early stopping while the posterior is still close to the prior. It returns metrics:
+// misleads early stopping while the posterior is still close to the prior.
+// It returns metrics:
 //
 //	epochs, best_epoch, train_loss    epochs run, best epoch (1-based), last epoch's mean loss
 //	val_loss, val_bce, val_kl         at the best epoch, per set
