@@ -87,6 +87,10 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			rep.Results = append(rep.Results, CheckResult{Name: name, Status: CheckSkip, Detail: "plugin process has exited"})
 			return false
 		}
+		if p != nil && p.hung.Load() {
+			rep.Results = append(rep.Results, CheckResult{Name: name, Status: CheckSkip, Detail: "plugin is hung"})
+			return false
+		}
 		start := time.Now()
 		st, detail, err := f()
 		if err != nil {

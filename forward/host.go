@@ -219,7 +219,14 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		return nil, fmt.Errorf("forward plugin %s: launch: dispensed %T, not a forward client", name, raw)
 	}
 	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, rpc: rpc}
-	if _, err := p.Info(ctx); err != nil {
+	// The first call also sets up the TLS connection, so it gets the start
+	// timeout rather than the call timeout.
+	err = p.callWithin(ctx, "info", max(o.startTimeout, p.deadline(0)), func(ctx context.Context) error {
+		_, err := p.rpc.Info(ctx, &forwardpb.InfoRequest{})
+		return err
+	})
+	if err != nil {
+		p.hung.Store(false)
 		client.Kill()
 		return nil, err
 	}
@@ -270,7 +277,10 @@ func (p *Process) deadline(work int64) time.Duration {
 // call runs f under the deadline for work and turns its error into one
 // that names the plugin and the operation and wraps the matching sentinel.
 func (p *Process) call(ctx context.Context, op string, work int64, f func(context.Context) error) error {
-	d := p.deadline(work)
+	return p.callWithin(ctx, op, p.deadline(work), f)
+}
+
+func (p *Process) callWithin(ctx context.Context, op string, d time.Duration, f func(context.Context) error) error {
 	cctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	err := f(cctx)

@@ -54,7 +54,7 @@ func TestSupervisedRecovers(t *testing.T) {
 		opts  []forward.LaunchOption
 	}{
 		{"crash", nil},
-		{"hang", []forward.LaunchOption{forward.WithCallTimeout(300 * time.Millisecond)}},
+		{"hang", []forward.LaunchOption{forward.WithCallTimeout(2 * time.Second)}},
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			var causes []error
