@@ -226,8 +226,7 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		return err
 	})
 	if err != nil {
-		p.hung.Store(false)
-		client.Kill()
+		_ = p.Close()
 		return nil, err
 	}
 	o.log.Debug("forward plugin launched", zap.String("path", path))
