@@ -208,7 +208,14 @@ func (m *Model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
 	if err := checkBatch("x", x, net.n); err != nil {
 		return nil, fmt.Errorf("gat: predict: %w", err)
 	}
-	return mat.DenseCopyOf(net.forward(x)), nil
+	r, n := x.Dims()
+	y := mat.NewDense(r, n, nil)
+	per := chunkRows(n)
+	for lo := 0; lo < r; lo += per {
+		hi := min(lo+per, r)
+		y.Slice(lo, hi, 0, n).(*mat.Dense).Copy(net.forward(x.Slice(lo, hi, 0, n).(*mat.Dense)))
+	}
+	return y, nil
 }
 
 // VJP returns y = f(x) and dx = (df/dx)^T dy for each row, as new
@@ -233,7 +240,22 @@ func (m *Model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Den
 	if dr, _ := dy.Dims(); dr != xr {
 		return nil, nil, fmt.Errorf("gat: vjp: x has %d rows, dy has %d", xr, dr)
 	}
-	y := mat.DenseCopyOf(net.forward(x))
-	dx := mat.DenseCopyOf(net.backward(dy))
+	n := net.n
+	y, dx := mat.NewDense(xr, n, nil), mat.NewDense(xr, n, nil)
+	per := chunkRows(n)
+	for lo := 0; lo < xr; lo += per {
+		hi := min(lo+per, xr)
+		y.Slice(lo, hi, 0, n).(*mat.Dense).Copy(net.forward(x.Slice(lo, hi, 0, n).(*mat.Dense)))
+		dx.Slice(lo, hi, 0, n).(*mat.Dense).Copy(net.backward(dy.Slice(lo, hi, 0, n).(*mat.Dense)))
+	}
 	return y, dx, nil
 }
+
+// nodeRows bounds the rows x nodes one forward pass handles: the caches
+// hold several hundred values per node and row, so larger batches are
+// split into chunks of rows, which keeps a pass on a large graph to about
+// a hundred megabytes.
+const nodeRows = 1 << 14
+
+// chunkRows is the number of rows of x per forward pass on n nodes.
+func chunkRows(n int) int { return max(1, nodeRows/n) }

@@ -182,37 +182,36 @@ func saveParams(ps []*nn.Param, dst [][]float64) [][]float64 {
 	return dst
 }
 
-// trainer holds one mini-batch: rows 0..B-1 of xx are the source vectors x,
-// rows B..2B-1 (when λ > 0) their subsets x_sub, and y the observations.
+// trainer holds one mini-batch: the source vectors x, their subsets x_sub
+// (used when λ > 0) and the observations y, each b x n row-major.
 type trainer struct {
 	net    *network
 	n      int
 	lambda float64
 
-	b   int
-	xx  *mat.Dense
-	y   []float64
-	dyy *mat.Dense
+	b         int
+	x, xs, y  []float64
+	cx, cd    *mat.Dense
+	chunkRows int // 0: chunkRows(n)
 }
 
-// fill loads batch into the trainer, drawing the subsets from rng.
+// fill loads batch into the trainer, drawing the subsets from rng (which
+// may be nil when λ = 0).
 func (t *trainer) fill(batch []forward.Pair, rng *rand.Rand) {
 	n, b := t.n, len(batch)
 	t.b = b
-	rows := b
-	if t.lambda > 0 {
-		rows = 2 * b
-	}
-	t.xx = reuse(t.xx, rows, n)
-	t.xx.Zero()
+	t.x = grow(t.x, b*n)
+	t.xs = grow(t.xs, b*n)
 	t.y = grow(t.y, b*n)
+	clear(t.x)
+	clear(t.xs)
 	clear(t.y)
 	for i, p := range batch {
 		for _, v := range p.Infected {
 			t.y[i*n+v] = 1
 		}
 		for _, v := range p.Sources {
-			t.xx.Set(i, v, 1)
+			t.x[i*n+v] = 1
 			t.y[i*n+v] = 1
 		}
 		if t.lambda > 0 && len(p.Sources) > 0 {
@@ -221,55 +220,73 @@ func (t *trainer) fill(batch []forward.Pair, rng *rand.Rand) {
 				if j == drop || rng.IntN(2) == 0 {
 					continue
 				}
-				t.xx.Set(b+i, v, 1)
+				t.xs[i*n+v] = 1
 			}
 		}
 	}
 }
 
 // loss evaluates the mini-batch loss and its MSE part; with grad it also
-// back-propagates into the parameter gradients (zeroed first).
+// back-propagates into the parameter gradients (zeroed first). Pairs go
+// through the network in chunks (each with its subsets) so memory stays
+// bounded on large graphs; gradients accumulate over chunks, so the result
+// does not depend on the chunking.
 func (t *trainer) loss(grad bool) (loss, mse float64) {
 	n, b := t.n, t.b
-	f := t.net.forward(t.xx).RawMatrix()
-	rows := b
-	if t.lambda > 0 {
-		rows = 2 * b
-	}
 	if grad {
-		t.dyy = reuse(t.dyy, rows, n)
+		nn.ZeroGrad(t.net.params)
+	}
+	per := t.chunkRows
+	if per <= 0 {
+		per = chunkRows(n)
+	}
+	if t.lambda > 0 {
+		per = max(1, per/2)
 	}
 	scale := 1 / float64(b*n)
 	var pen float64
-	for i := 0; i < b; i++ {
-		fr := f.Data[i*f.Stride : i*f.Stride+n]
-		for v, fv := range fr {
-			d := fv - t.y[i*n+v]
-			mse += d * d
-			g := 2 * d * scale
-			if t.lambda > 0 {
-				r := f.Data[(b+i)*f.Stride+v] - fv
-				if r < 0 {
-					r = 0
+	for lo := 0; lo < b; lo += per {
+		c := min(per, b-lo)
+		rows := c
+		if t.lambda > 0 {
+			rows = 2 * c
+		}
+		t.cx = reuse(t.cx, rows, n)
+		cx := t.cx.RawMatrix().Data
+		copy(cx[:c*n], t.x[lo*n:(lo+c)*n])
+		if t.lambda > 0 {
+			copy(cx[c*n:], t.xs[lo*n:(lo+c)*n])
+		}
+		f := t.net.forward(t.cx).RawMatrix()
+		if grad {
+			t.cd = reuse(t.cd, rows, n)
+		}
+		for i := 0; i < c; i++ {
+			fr := f.Data[i*f.Stride : i*f.Stride+n]
+			y := t.y[(lo+i)*n : (lo+i+1)*n]
+			for v, fv := range fr {
+				d := fv - y[v]
+				mse += d * d
+				g := 2 * d * scale
+				if t.lambda > 0 {
+					r := max(f.Data[(c+i)*f.Stride+v]-fv, 0)
+					pen += r * r
+					if grad {
+						g -= 2 * t.lambda * r * scale
+						t.cd.Set(c+i, v, 2*t.lambda*r*scale)
+					}
 				}
-				pen += r * r
 				if grad {
-					g -= 2 * t.lambda * r * scale
-					t.dyy.Set(b+i, v, 2*t.lambda*r*scale)
+					t.cd.Set(i, v, g)
 				}
 			}
-			if grad {
-				t.dyy.Set(i, v, g)
-			}
+		}
+		if grad {
+			t.net.backward(t.cd)
 		}
 	}
 	mse *= scale
-	loss = mse + t.lambda*pen*scale
-	if grad {
-		nn.ZeroGrad(t.net.params)
-		t.net.backward(t.dyy)
-	}
-	return loss, mse
+	return mse + t.lambda*pen*scale, mse
 }
 
 // mse is the mean over pairs of the per-node squared error of f(x).

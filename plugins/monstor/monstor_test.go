@@ -158,11 +158,11 @@ func TestLossGradientMatchesFiniteDifferences(t *testing.T) {
 	tr.fill(simulateSI(g, 4, 3, 0.4, 9), rng)
 	// Arbitrary second rows instead of subsets, so the hinge of the
 	// penalty is active at many nodes whatever the initial weights.
-	for i := 4; i < 8; i++ {
-		for v := 0; v < g.N(); v++ {
-			tr.xx.Set(i, v, rng.Float64())
-		}
+	for i := range tr.xs {
+		tr.xs[i] = rng.Float64()
 	}
+	// Two pairs per chunk, so the check covers gradient accumulation.
+	tr.chunkRows = 4
 	loss, mse := tr.loss(true)
 	require.Greater(t, loss, mse, "the monotonicity penalty should be active for this check to cover it")
 	// Entries are judged against the largest gradient of all parameters:
@@ -406,4 +406,23 @@ func loadShared(b *testing.B, name string) *graph.Graph {
 		b.Fatal(err)
 	}
 	return g
+}
+
+// A batch larger than one pass's rows is split into chunks; each row's
+// result must not depend on the batch it came in.
+func TestChunkedBatchesMatchSingleRows(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(3000, 6000, false, false, 81)
+	require.Less(t, chunkRows(g.N()), 10)
+	m := fittedModel(t, g, Arch{Stacks: 2, Hidden: 4}, 3)
+	rng := rand.New(rand.NewPCG(9, 9))
+	x, dy := randomMatrix(10, g.N(), 0, 1, rng), randomMatrix(10, g.N(), -1, 1, rng)
+	y, dx, err := m.VJP(ctx, x, dy)
+	require.NoError(t, err)
+	for _, i := range []int{0, 9} {
+		yi, dxi, err := m.VJP(ctx, mat.NewDense(1, g.N(), x.RawRowView(i)), mat.NewDense(1, g.N(), dy.RawRowView(i)))
+		require.NoError(t, err)
+		require.InDeltaSlice(t, yi.RawRowView(0), y.RawRowView(i), 1e-12)
+		require.InDeltaSlice(t, dxi.RawRowView(0), dx.RawRowView(i), 1e-12)
+	}
 }
