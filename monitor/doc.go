@@ -80,5 +80,6 @@
 //
 // The NATS micro service "sourcewatch" answers on <prefix>.svc.localize,
 // <prefix>.svc.status and <prefix>.svc.reload; HTTP serves /healthz,
-// /readyz and /metrics.
+// /readyz (NATS connected, consumers bound, localizers healthy), /status
+// and /metrics (Prometheus, on a registry of the daemon's own).
 package monitor

@@ -74,7 +74,8 @@ func newMetrics() *metrics {
 	return m
 }
 
-// handler serves /healthz, /readyz and /metrics.
+// handler serves /healthz, /readyz, /status (as the micro endpoint) and
+// /metrics.
 func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -88,6 +89,10 @@ func (d *Daemon) handler() http.Handler {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"ready": len(problems) == 0, "problems": problems})
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(d.Status())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))
 	return mux

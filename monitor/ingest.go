@@ -280,4 +280,3 @@ func (d *Daemon) deadLetterUnrouted(ctx context.Context, subject string, seq uin
 	}
 	d.deadLetter(nil, subject, data, ReasonUnknownGraph, "no graph is configured for this subject", seq, -1)
 }
-

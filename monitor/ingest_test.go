@@ -106,7 +106,7 @@ func TestIngestDeadLettersEachReason(t *testing.T) {
 	m := r.d.metrics
 	require.Equal(t, 2.0, value(t, m.deadLetters.WithLabelValues(ReasonUnknownNode)))
 	require.Equal(t, 2.0, value(t, m.deadLetters.WithLabelValues(ReasonBadState)))
-	for _, reason := range []string{ ReasonFutureTS, ReasonTooOld, ReasonTooLarge, ReasonUnknownGraph} {
+	for _, reason := range []string{ReasonFutureTS, ReasonTooOld, ReasonTooLarge, ReasonUnknownGraph} {
 		require.Equal(t, 1.0, value(t, m.deadLetters.WithLabelValues(reason)), reason)
 	}
 	require.Equal(t, 2.0, value(t, m.deadLetters.WithLabelValues(ReasonBadJSON)))

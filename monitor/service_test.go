@@ -129,6 +129,13 @@ func TestHTTPEndpoints(t *testing.T) {
 	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: time.Now()}, "")
 	r.publish(t, "p", `nonsense`, "")
 	waitSeq(t, r.d, "p", 2)
+	code, body = get(t, base+"/status")
+	require.Equal(t, http.StatusOK, code)
+	var st Status
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	require.Equal(t, 1, st.Graphs[0].WindowInfected)
+	require.Equal(t, uint64(2), st.Graphs[0].Seq)
+
 	r.d.PluginRestarted("p")
 	f.all()[0].restarts.Store(2)
 	require.Eventually(t, func() bool {
