@@ -147,3 +147,34 @@ func TestSupervisedRelaunchChecksChecksum(t *testing.T) {
 	require.False(t, s.Healthy())
 	require.Zero(t, s.Restarts())
 }
+
+// Concurrent callers that see the same crash share one relaunch and all
+// get their answers.
+func TestSupervisedConcurrentCallers(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	s := supervise(t, forwardtest.Build(t, faulty), forward.WithSleep((&sleeps{}).sleep))
+	// 4 callers x 2 calls: the first process answers 4 calls and crashes on
+	// the 5th, taking the queued ones with it; the second process gets the
+	// remaining 4 and never reaches its own 5th.
+	require.NoError(t, s.Configure(t.Context(), g, map[string]string{"fault": "crash", "fault_after": "5"}, nil))
+	x, dy := batch(g.N(), 2, 10)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for w := range errs {
+		wg.Go(func() {
+			for range 2 {
+				if _, _, err := s.VJP(t.Context(), x, dy); err != nil {
+					errs[w] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1, s.Restarts(), "callers failing together share one relaunch")
+	require.True(t, s.Healthy())
+}
