@@ -581,10 +581,14 @@ func (d *Daemon) worker(ctx context.Context) {
 func (d *Daemon) localize(ctx context.Context, gr *graphRT, y []float64) (Inference, []alerts.Source, time.Duration, error) {
 	h := gr.loc.Load()
 	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.closed {
-		return Inference{}, nil, 0, fmt.Errorf("graph %q: localizer closed", gr.name)
+	for h.closed {
+		// Swapped out by a reload or relaunch between Load and RLock:
+		// the new one is already in place.
+		h.mu.RUnlock()
+		h = gr.loc.Load()
+		h.mu.RLock()
 	}
+	defer h.mu.RUnlock()
 	gr.inferMu.Lock()
 	defer gr.inferMu.Unlock()
 	start := time.Now()
