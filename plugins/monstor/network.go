@@ -17,23 +17,26 @@ import (
 const features = 3
 
 // block is one 2-layer GCN stack and the caches of its last forward. The
-// output layer is Â (h1 w2) + b2, which equals Â h1 w2 + b2 but propagates
-// one column instead of hidden ones.
+// output layer is Â (h1 w2) + h1 w_self + b2, which propagates one column
+// instead of hidden ones.
 type block struct {
 	lin1 *nn.Dense
-	w2   []float64 // hidden
+	w2   []float64 // hidden, through Â
+	ws   []float64 // hidden, the node's own term
 	b2   []float64 // 1
 	gw2  []float64
+	gws  []float64
 	gb2  []float64
 
-	h0, p0 *mat.Dense // input rows, Â h0
-	h1     *mat.Dense // lin1's output (owned by lin1)
-	t, o   []float64  // h1 w2 and Â t, batches x n
-	q      []float64  // sigmoid output, batches x n
-	p      *mat.Dense // this block's estimate, batches x n
-	do     []float64  // dL/d(Â t + b2)
-	dh1    *mat.Dense
-	dh0    *mat.Dense
+	h0, p0  *mat.Dense // input rows, [Â h0, h0]
+	h1      *mat.Dense // lin1's output (owned by lin1)
+	t, o    []float64  // h1 w2 and Â t + h1 ws, batches x n
+	q       []float64  // sigmoid output, batches x n
+	p       *mat.Dense // this block's estimate, batches x n
+	do      []float64  // dL/do
+	dh1     *mat.Dense
+	scratch []float64
+	dh0     *mat.Dense
 }
 
 // network is the stacked GCN of a Model for one graph and architecture
@@ -62,8 +65,10 @@ func newNetwork(g *graph.Graph, arch Arch, seed uint64) *network {
 	}
 	for s := 0; s < arch.Stacks; s++ {
 		b := &block{
-			lin1: nn.NewDense(features, arch.Hidden, nn.LeakyReLU, rng),
+			lin1: nn.NewDense(2*features, arch.Hidden, nn.LeakyReLU, rng),
 			w2:   make([]float64, arch.Hidden),
+			ws:   make([]float64, arch.Hidden),
+			gws:  make([]float64, arch.Hidden),
 			b2:   make([]float64, 1),
 			gw2:  make([]float64, arch.Hidden),
 			gb2:  make([]float64, 1),
@@ -72,6 +77,7 @@ func newNetwork(g *graph.Graph, arch Arch, seed uint64) *network {
 		scale := math.Sqrt(2 / float64(arch.Hidden+1))
 		for i := range b.w2 {
 			b.w2[i] = rng.NormFloat64() * scale
+			b.ws[i] = rng.NormFloat64() * scale
 		}
 		net.blocks = append(net.blocks, b)
 		prefix := "stack" + strconv.Itoa(s)
@@ -82,6 +88,7 @@ func newNetwork(g *graph.Graph, arch Arch, seed uint64) *network {
 		}
 		net.params = append(net.params,
 			&nn.Param{Name: prefix + ".layer2.W", Value: b.w2, Grad: b.gw2, Rows: arch.Hidden, Cols: 1},
+			&nn.Param{Name: prefix + ".layer2.Wself", Value: b.ws, Grad: b.gws, Rows: arch.Hidden, Cols: 1},
 			&nn.Param{Name: prefix + ".layer2.b", Value: b.b2, Grad: b.gb2, Rows: 1, Cols: 1})
 	}
 	return net
@@ -115,20 +122,29 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 			row := h0.Data[r*h0.Stride : r*h0.Stride+features]
 			row[0], row[1], row[2] = net.x[r], prev[r], net.logDeg[r%n]
 		}
-		b.p0 = reuse(b.p0, rows, features)
-		net.adj.propagate(b.p0, b.h0, batches)
+		b.p0 = reuse(b.p0, rows, 2*features)
+		net.adj.propagate(b.p0.Slice(0, rows, 0, features).(*mat.Dense), b.h0, batches)
+		p0 := b.p0.RawMatrix()
+		for r := 0; r < rows; r++ {
+			copy(p0.Data[r*p0.Stride+features:r*p0.Stride+2*features], h0.Data[r*h0.Stride:r*h0.Stride+features])
+		}
 		b.h1 = b.lin1.Forward(b.p0)
 		h1 := b.h1.RawMatrix()
 		b.t = grow(b.t, rows)
-		for r := 0; r < rows; r++ {
-			var t float64
-			for j, w := range h1.Data[r*h1.Stride : r*h1.Stride+hid] {
-				t += w * b.w2[j]
-			}
-			b.t[r] = t
-		}
 		b.o = grow(b.o, rows)
-		net.adj.propagateVec(b.o, b.t, batches)
+		for r := 0; r < rows; r++ {
+			var t, self float64
+			hr := h1.Data[r*h1.Stride : r*h1.Stride+hid]
+			for j, w := range hr {
+				t += w * b.w2[j]
+				self += w * b.ws[j]
+			}
+			b.t[r], b.o[r] = t, self
+		}
+		net.adj.propagateVec(b.tmp(rows), b.t, batches)
+		for r, v := range b.scratch[:rows] {
+			b.o[r] += v
+		}
 		b.q = grow(b.q, rows)
 		b.p = reuse(b.p, batches, n)
 		p := b.p.RawMatrix()
@@ -173,15 +189,22 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 		for r := 0; r < rows; r++ {
 			dt := net.dt[r]
 			hr, dr := h1.Data[r*h1.Stride:r*h1.Stride+hid], dh1.Data[r*dh1.Stride:r*dh1.Stride+hid]
+			do := b.do[r]
 			for j, w := range b.w2 {
 				b.gw2[j] += dt * hr[j]
-				dr[j] = dt * w
+				b.gws[j] += do * hr[j]
+				dr[j] = dt*w + do*b.ws[j]
 			}
 		}
 		dp0 := b.lin1.Backward(b.dh1)
 		b.dh0 = reuse(b.dh0, rows, features)
-		net.adj.propagateT(b.dh0, dp0, batches)
-		dh0 := b.dh0.RawMatrix()
+		net.adj.propagateT(b.dh0, dp0.Slice(0, rows, 0, features).(*mat.Dense), batches)
+		dh0, dself := b.dh0.RawMatrix(), dp0.RawMatrix()
+		for r := 0; r < rows; r++ {
+			for j := 0; j < features; j++ {
+				dh0.Data[r*dh0.Stride+j] += dself.Data[r*dself.Stride+features+j]
+			}
+		}
 		for r := 0; r < rows; r++ {
 			dx[r] += dh0.Data[r*dh0.Stride]
 			net.dp[r] = dh0.Data[r*dh0.Stride+1] // dL/d(previous estimate)
@@ -192,4 +215,10 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 		dx[r] += net.dp[r]
 	}
 	return net.dx
+}
+
+// tmp returns the block's scratch vector with length n.
+func (b *block) tmp(n int) []float64 {
+	b.scratch = grow(b.scratch, n)
+	return b.scratch
 }

@@ -15,7 +15,7 @@ import (
 // layout or the meaning of a parameter changes.
 const (
 	stateMagic   = "sourcewatch-forward-monstor\n"
-	stateVersion = 1
+	stateVersion = 2 // 2: root weights
 	maxHeader    = 1 << 16
 )
 
