@@ -85,3 +85,15 @@ func BenchmarkVJP(b *testing.B) {
 		require.NoError(b, p.Close())
 	}
 }
+
+// The shipped plugin passes the contract's conformance checks (what
+// `sourcewatch plugin check` runs).
+func TestConformance(t *testing.T) {
+	g := randomGraph(40, 90, false, false, 75)
+	rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, Name), g, simulateSI(g, 40, 3, 0.3, 76),
+		forward.PluginCheckOptions{Fit: forward.FitOptions{Epochs: 3, Seed: 1}, Seed: 1})
+	for _, r := range rep.Results {
+		t.Logf("%-18s %-4s %s", r.Name, r.Status, r.Detail)
+	}
+	require.True(t, rep.Passed())
+}
