@@ -123,7 +123,7 @@ type graphRT struct {
 	lastErr     atomic.Pointer[string]
 	snapshotSeq uint64 // seq of the last snapshot written; snapshot loop only
 
-	cons jetstream.ConsumeContext
+	cons atomic.Pointer[consHandle]
 	// pendingAck is the newest applied message not yet acknowledged and
 	// sinceAck how many messages it stands for; only the consume
 	// callback touches them until the consumer has stopped.
@@ -421,6 +421,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// With NATS gone, draining and the final snapshot cannot succeed;
 	// the last periodic snapshot and the stream's replay cover the restart.
 	connected := nc.IsConnected()
+	// The scheduler goes first, so it cannot rebind a consumer being
+	// drained.
+	cancelLoops()
+	loops.Wait()
 	d.stopConsumers(connected)
 	if connected {
 		unrouted.Drain()
@@ -431,8 +435,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	case <-unrouted.Closed():
 	case <-time.After(5 * time.Second):
 	}
-	cancelLoops()
-	loops.Wait()
 	stopWork()
 	if connected {
 		finalCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -486,9 +488,9 @@ func (d *Daemon) readiness() []string {
 		problems = append(problems, "consumers: not bound")
 	}
 	for _, gr := range d.order {
-		if gr.cons != nil {
+		if h := gr.cons.Load(); h != nil {
 			select {
-			case <-gr.cons.Closed():
+			case <-h.cc.Closed():
 				problems = append(problems, "graph "+gr.name+": consumer stopped")
 			default:
 			}
@@ -527,6 +529,7 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 		case <-t.C:
 		}
 		d.countRestarts(gr)
+		d.rebindIfStopped(ctx, gr)
 		if gr.inflight.Load() {
 			continue
 		}

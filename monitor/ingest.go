@@ -32,60 +32,100 @@ func consumerName(graph string) string { return "sourcewatch-" + graph }
 // events acknowledged after it must be seen again.
 func (d *Daemon) startConsumers(ctx context.Context) error {
 	for _, gr := range d.order {
-		name := consumerName(gr.name)
-		if err := d.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return fmt.Errorf("%w: resetting consumer %s: %w", ErrNATS, name, err)
-		}
-		_, _, seq := gr.win.counts()
-		cc := jetstream.ConsumerConfig{
-			Durable:       name,
-			Description:   "sourcewatch window of graph " + gr.name,
-			FilterSubject: EventsSubject(d.cfg.Subjects.Prefix, gr.name),
-			AckPolicy:     jetstream.AckAllPolicy,
-			AckWait:       30 * time.Second,
-			MaxAckPending: maxAckPending,
-			MaxDeliver:    -1,
-			DeliverPolicy: jetstream.DeliverAllPolicy,
-		}
-		if seq > 0 {
-			cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-			cc.OptStartSeq = seq + 1
-		}
-		cons, err := d.stream.CreateConsumer(ctx, cc)
-		if err != nil {
-			return fmt.Errorf("%w: consumer %s: %w", ErrNATS, name, err)
-		}
-		gr.cons, err = cons.Consume(func(m jetstream.Msg) { d.handle(gr, m) },
-			jetstream.PullMaxMessages(consumeBatch),
-			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-				d.limiter.warn("consume."+gr.name, "consumer error", zap.String("graph", gr.name), zap.Error(err))
-			}))
-		if err != nil {
-			return fmt.Errorf("%w: consuming %s: %w", ErrNATS, name, err)
+		if err := d.bindConsumer(ctx, gr); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// bindConsumer recreates gr's consumer from just after the last message
+// its window has applied, and consumes it.
+func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
+	name := consumerName(gr.name)
+	if err := d.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("%w: resetting consumer %s: %w", ErrNATS, name, err)
+	}
+	_, _, seq := gr.win.counts()
+	cc := jetstream.ConsumerConfig{
+		Durable:       name,
+		Description:   "sourcewatch window of graph " + gr.name,
+		FilterSubject: EventsSubject(d.cfg.Subjects.Prefix, gr.name),
+		AckPolicy:     jetstream.AckAllPolicy,
+		AckWait:       30 * time.Second,
+		MaxAckPending: maxAckPending,
+		MaxDeliver:    -1,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	if seq > 0 {
+		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cc.OptStartSeq = seq + 1
+	}
+	cons, err := d.stream.CreateConsumer(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, name, err)
+	}
+	run, err := cons.Consume(func(m jetstream.Msg) { d.handle(gr, m) },
+		jetstream.PullMaxMessages(consumeBatch),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			d.limiter.warn("consume."+gr.name, "consumer error", zap.String("graph", gr.name), zap.Error(err))
+		}))
+	if err != nil {
+		return fmt.Errorf("%w: consuming %s: %w", ErrNATS, name, err)
+	}
+	gr.cons.Store(&consHandle{run})
+	return nil
+}
+
+// consHandle holds a graph's ConsumeContext, swapped when it is rebound.
+type consHandle struct{ cc jetstream.ConsumeContext }
+
+// rebindIfStopped recreates gr's consumer when its consuming stopped on
+// its own (the consumer was deleted, or the server lost it). The window
+// knows the last sequence it applied, so nothing is skipped.
+func (d *Daemon) rebindIfStopped(ctx context.Context, gr *graphRT) {
+	h := gr.cons.Load()
+	if h == nil {
+		return
+	}
+	select {
+	case <-h.cc.Closed():
+	default:
+		return
+	}
+	// The old callback has returned for good: its ack state is ours.
+	gr.pendingAck, gr.sinceAck = nil, 0
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := d.bindConsumer(bctx, gr); err != nil {
+		d.limiter.warn("rebind."+gr.name, "consumer stopped; rebinding failed", zap.String("graph", gr.name), zap.Error(err))
+		return
+	}
+	_, _, seq := gr.win.counts()
+	d.log.Warn("consumer stopped; rebound", zap.String("graph", gr.name), zap.Uint64("from_seq", seq+1))
 }
 
 // stopConsumers drains every graph consumer, waits for its callback to
 // finish, and acknowledges what was applied but not yet acked.
 func (d *Daemon) stopConsumers(drain bool) {
 	for _, gr := range d.order {
+		h := gr.cons.Load()
 		switch {
-		case gr.cons == nil:
+		case h == nil:
 		case drain:
-			gr.cons.Drain()
+			h.cc.Drain()
 		default:
-			gr.cons.Stop()
+			h.cc.Stop()
 		}
 	}
 	deadline := time.After(10 * time.Second)
 	for _, gr := range d.order {
-		if gr.cons == nil {
+		h := gr.cons.Load()
+		if h == nil {
 			continue
 		}
 		select {
-		case <-gr.cons.Closed():
+		case <-h.cc.Closed():
 		case <-deadline:
 			d.log.Warn("consumer did not drain", zap.String("graph", gr.name))
 			continue

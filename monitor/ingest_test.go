@@ -162,3 +162,27 @@ func value(t testing.TB, c prometheus.Metric) float64 {
 	t.Fatalf("not a counter or gauge: %v", c.Desc())
 	return 0
 }
+
+// TestConsumerDeletedIsRebound deletes the graph's consumer under the
+// daemon, as an operator might: it is recreated from the window's last
+// sequence and later events still arrive.
+func TestConsumerDeletedIsRebound(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: now}, "")
+	waitSeq(t, r.d, "p", 1)
+
+	s, err := r.js.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	require.NoError(t, s.DeleteConsumer(context.Background(), consumerName("p")))
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: now}, "")
+	r.publish(t, "p", Event{Node: "3", State: StateInfected, TS: now}, "")
+	waitSeq(t, r.d, "p", 3)
+	require.Equal(t, []float64{0, 1, 1, 1}, r.d.graphs["p"].win.observe(now, nil).y)
+	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
+	_, err = s.Consumer(context.Background(), consumerName("p"))
+	require.NoError(t, err)
+}
