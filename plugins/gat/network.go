@@ -35,7 +35,7 @@ type network struct {
 	u       [][]float64 // hop counts u_1..u_hops, each batches x n
 	h0      *mat.Dense  // (batches n) x features
 	h1      *mat.Dense  // ELU(att1 output)
-	s       []float64   // sigmoid(att2 output)
+	s       []float64   // sigmoid(o)
 	y       *mat.Dense
 	dy      []float64
 	do      *mat.Dense

@@ -181,7 +181,7 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 			b.gb2[0] += do
 			b.do[r] = do
 		}
-		// Through o = Â t to t = h1 w2.
+		// o = Â t + h1 w_self + b2 with t = h1 w2, so dL/dt = Â^T dL/do.
 		net.dt = grow(net.dt, rows)
 		net.adj.propagateVecT(net.dt, b.do, batches)
 		b.dh1 = reuse(b.dh1, rows, hid)
