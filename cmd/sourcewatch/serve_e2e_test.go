@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/monitor"
+)
+
+// TestServeEndToEnd runs the daemon as serve does — embedded NATS, the
+// bundle-backed localizer with a real plugin process — and checks that a
+// replayed cascade raises an alert naming one of its true sources among
+// the top-ranked, and that after the plugin process is killed mid-stream
+// the daemon relaunches it and the next incident's alert still arrives.
+func TestServeEndToEnd(t *testing.T) {
+	bundle, pluginDir := trainTestBundle(t)
+	edges, err := filepath.Abs("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	g, err := graph.Load(edges)
+	require.NoError(t, err)
+
+	cfg := monitor.DefaultConfig()
+	cfg.NATS.Listen = "127.0.0.1:0"
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	cfg.PluginDir = pluginDir
+	gc := monitor.DefaultGraphConfig("club")
+	gc.Edges, gc.Bundle = edges, bundle
+	gc.Window, gc.Interval, gc.MinInfected = 3*time.Second, 200*time.Millisecond, 2
+	cfg.Graphs = []monitor.GraphConfig{gc}
+
+	var mu sync.Mutex
+	var launched []*bundleLocalizer
+	factory := bundleLocalizers(pluginDir, zap.NewNop())
+	d, err := monitor.New(cfg, monitor.WithLocalizerFactory(func(ctx context.Context, gc monitor.GraphConfig, g *graph.Graph) (monitor.Localizer, error) {
+		l, err := factory(ctx, gc, g)
+		if err == nil {
+			mu.Lock()
+			launched = append(launched, l.(*bundleLocalizer))
+			mu.Unlock()
+		}
+		return l, err
+	}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatal(err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("daemon not ready")
+	}
+
+	nc, err := nats.Connect(d.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	got := make(chan alerts.Alert, 16)
+	go func() {
+		_ = alerts.Tail(ctx, js, "sourcewatch", "club", func(a alerts.Alert) error { got <- a; return nil })
+	}()
+	next := func(want alerts.Status) alerts.Alert {
+		t.Helper()
+		for {
+			select {
+			case a := <-got:
+				if a.Status == want {
+					return a
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatalf("no %s alert", want)
+			}
+		}
+	}
+
+	sim := diffusion.DefaultConfig()
+	sim.Beta, sim.Pattern = 0.3, diffusion.Cluster
+	sim.Sources = diffusion.SourceSpec{Count: 2}
+	replay := func(seed int64) diffusion.Cascade {
+		t.Helper()
+		cs, _, err := diffusion.Simulate(ctx, g, sim, 1, seed)
+		require.NoError(t, err)
+		events := monitor.CascadeEvents(g, cs[0], time.Now(), 10*time.Millisecond)
+		require.NoError(t, monitor.PublishEvents(ctx, js, "sourcewatch.events.club", events, 1, nil))
+		return cs[0]
+	}
+
+	// 1. An incident: its alert names a true source among the top five.
+	c := replay(11)
+	first := next(alerts.Firing)
+	require.Equal(t, len(c.Infected), first.Infected)
+	requireTrueSourceRanked(t, g, c, first, 5)
+	require.Equal(t, "icmf", first.Model.Forward)
+
+	// 2. Kill the plugin process mid-stream; the incident resolves when
+	// the window clears (no inference needed), and the next incident needs
+	// a relaunched plugin.
+	mu.Lock()
+	pid := launched[len(launched)-1].proc.Pid()
+	mu.Unlock()
+	require.Positive(t, pid)
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	next(alerts.Resolved)
+	c = replay(23)
+	second := next(alerts.Firing)
+	require.NotEqual(t, first.Fingerprint, second.Fingerprint)
+	requireTrueSourceRanked(t, g, c, second, 5)
+	mu.Lock()
+	require.GreaterOrEqual(t, len(launched), 2, "the plugin was relaunched through the factory")
+	mu.Unlock()
+}
+
+func requireTrueSourceRanked(t *testing.T, g *graph.Graph, c diffusion.Cascade, a alerts.Alert, top int) {
+	t.Helper()
+	truth := map[string]bool{}
+	for _, s := range g.Names(c.Sources) {
+		truth[s] = true
+	}
+	var ranked []string
+	for i, s := range a.Sources {
+		if i == top {
+			break
+		}
+		ranked = append(ranked, s.Node)
+		if truth[s.Node] {
+			return
+		}
+	}
+	t.Fatalf("no true source %v among the top %d %v", g.Names(c.Sources), top, ranked)
+}
