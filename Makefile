@@ -37,7 +37,7 @@ run: build
 			--cascades 300 --seed 7 --forward deepis --out $(DEMO_BUNDLE) && \
 		echo $$sum > $(DEMO_BUNDLE).plugin-sha256; \
 	fi
-	$(BIN)/sourcewatch demo --config configs/demo.yaml
+	$(BIN)/sourcewatch demo --config configs/demo.yaml --log-level warn
 
 # Regenerate the forward plugin protocol's Go code (committed) from
 # forward/proto; needs only Go and the module proxy.
