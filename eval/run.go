@@ -48,11 +48,17 @@ func DefaultConfig() Config {
 // controlOrder fixes the order controls are listed in.
 var controlOrder = []string{"infected", "degree", "prior", "random"}
 
-// DefaultMethods lists every registered method: the localizers by name,
-// then the controls.
+// DefaultMethods lists the methods "all" means: every registered
+// localizer but SL-VAE's ablations and per-plugin expansions, then the
+// controls.
 func DefaultMethods() []string {
 	var out []string
 	for _, n := range Names() {
+		// SL-VAE's ablations and its per-plugin expansions are asked for
+		// by name; "all" is the methods and the controls.
+		if (IsSLVAE(n) && n != "slvae") || strings.Contains(n, "[") {
+			continue
+		}
 		if !IsControl(n) {
 			out = append(out, n)
 		}

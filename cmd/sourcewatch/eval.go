@@ -27,7 +27,11 @@ Controls (marked *) are reference points: infected (the observation itself),
 degree, prior (training source frequency, never looks at the observation) and
 random. A method localizes only where it beats infected and prior.
 
-Methods: all, or a comma-separated list of ` + strings.Join(eval.DefaultMethods(), ", ") + `.
+Methods: all (` + strings.Join(eval.DefaultMethods(), ", ") + `),
+or a comma-separated list that may also name SL-VAE's ablations slvae-a
+(L_init only), slvae-b (no initialisation stage) and slvae-noprior.
+SL-VAE trains a bundle per run with the forward plugin of slvae.forward
+(default deepis; --forward deepis,gat,monstor,icmf compares plugins).
 Method parameters: --method-param method.key=value, e.g. lpsi.alpha=0.5,
 netsleuth.k=3, ojc.max_k=20, jordan.k=1, degree.k=5.`,
 		Example: `  sourcewatch eval --graph karate.edges --diffusion SI --methods all --cascades 200 --runs 3
