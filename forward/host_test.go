@@ -361,3 +361,16 @@ func TestForeignPlugin(t *testing.T) {
 	require.NoError(t, p.Close())
 	requireGone(t, pid)
 }
+
+func TestFitIdleTimeout(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p := launch(t, faulty, forward.WithFitIdleTimeout(time.Second))
+	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "hang"}, nil))
+	_, err := p.Fit(t.Context(), []forward.Pair{{Sources: []int{0}, Infected: []int{0}}}, forward.FitOptions{}, nil)
+	require.ErrorIs(t, err, forward.ErrCallTimeout)
+	require.ErrorContains(t, err, "fit: no progress within 1s")
+	pid := p.Pid()
+	require.NoError(t, p.Close())
+	requireGone(t, pid)
+}

@@ -9,7 +9,8 @@
 //	hang   never answer, ignoring the call's context
 //	crash  exit the process with status 3
 //
-// The fault strikes from the Nth Predict or VJP call of the process on
+// The fault strikes from the Nth Predict or VJP call (or Fit, for hang and
+// crash) of the process on
 // (param fault_after, default 1). Counting starts afresh in every process,
 // so a relaunched plugin behaves like a new one.
 //
@@ -119,6 +120,15 @@ func (m *model) corrupt(y, dx *mat.Dense) (*mat.Dense, *mat.Dense) {
 		y = mat.DenseCopyOf(y.Slice(0, r, 0, c-1))
 	}
 	return y, dx
+}
+
+// Fit hangs or crashes like the other calls (it counts as one) and
+// otherwise trains icmf.
+func (m *model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitOptions, progress func(forward.Progress)) (forward.FitResult, error) {
+	if m.fault == "hang" || m.fault == "crash" {
+		m.strike()
+	}
+	return m.Model.Fit(ctx, pairs, opts, progress)
 }
 
 func (m *model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
