@@ -100,8 +100,15 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		return st != CheckFail
 	}
 	skipRest := func(names ...string) {
+		why := "an earlier check failed"
+		switch {
+		case p != nil && p.Exited():
+			why = "plugin process has exited"
+		case p != nil && p.hung.Load():
+			why = "plugin is hung"
+		}
 		for _, n := range names {
-			rep.Results = append(rep.Results, CheckResult{Name: n, Status: CheckSkip, Detail: "an earlier check failed"})
+			rep.Results = append(rep.Results, CheckResult{Name: n, Status: CheckSkip, Detail: why})
 		}
 	}
 	all := []string{"handshake", "info", "configure", "fit", "restore state", "predict", "empty and full x", "determinism", "vjp", "monotonicity", "timing"}

@@ -51,13 +51,13 @@ func TestCheckPlugin(t *testing.T) {
 		{"nan", "predict", "is NaN"},
 		{"inf", "vjp", "dx[0][0] is +Inf"},
 		{"short", "predict", "y is 8x33, want 8x34"},
-		{"crash", "restore state", "forward plugin exited"},
-		{"hang", "restore state", "no answer within 2s"},
+		{"crash", "fit", "forward plugin exited"},
+		{"hang", "fit", "fit: no progress within 2s"},
 	} {
 		t.Run(tc.fault+" fails", func(t *testing.T) {
 			t.Parallel()
 			rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, faulty), g, pairs, forward.PluginCheckOptions{
-				Params: map[string]string{"fault": tc.fault}, Launch: []forward.LaunchOption{timeout},
+				Params: map[string]string{"fault": tc.fault}, Launch: []forward.LaunchOption{timeout, forward.WithFitIdleTimeout(2 * time.Second)},
 			})
 			require.False(t, rep.Passed())
 			st := statuses(rep)

@@ -54,6 +54,7 @@ with random chords); pass your graph to check the plugin where you will use it.`
 	f.Int("epochs", 5, "training epochs for the fit check (0 = the plugin's default)")
 	f.Int("batch", 8, "rows per Predict and VJP call")
 	f.Duration("call-timeout", 30*time.Second, "deadline of every plugin call")
+	f.Duration("fit-idle-timeout", 5*time.Minute, "longest wait for a Fit progress report")
 	f.String("sha256", "", "expected SHA-256 of the plugin binary (hex); refuse to launch on mismatch")
 	f.Int64("seed", 1, "random seed of the simulated set and the test inputs")
 	f.Bool("json", false, "print the report as JSON")
@@ -94,7 +95,11 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 	if timeout <= 0 {
 		return fmt.Errorf("--call-timeout: %v is not positive", timeout)
 	}
-	launch := []forward.LaunchOption{forward.WithLogger(a.log.Named("plugin")), forward.WithCallTimeout(timeout)}
+	idle := v.GetDuration("fit_idle_timeout")
+	if idle <= 0 {
+		return fmt.Errorf("--fit-idle-timeout: %v is not positive", idle)
+	}
+	launch := []forward.LaunchOption{forward.WithLogger(a.log.Named("plugin")), forward.WithCallTimeout(timeout), forward.WithFitIdleTimeout(idle)}
 	if s := v.GetString("sha256"); s != "" {
 		sum, err := hex.DecodeString(s)
 		if err != nil || len(sum) != 32 {
