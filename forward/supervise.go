@@ -312,3 +312,14 @@ func (s *Supervised) VJP(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dens
 	err = s.do(ctx, func(p *Process) error { y, dx, err = p.VJP(ctx, x, dy); return err })
 	return y, dx, err
 }
+
+// Pid returns the process id of the current plugin process, or 0 when
+// there is none (closed, or between a failure and its relaunch).
+func (s *Supervised) Pid() int {
+	s.lock <- struct{}{}
+	defer s.release()
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.Pid()
+}

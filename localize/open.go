@@ -33,12 +33,17 @@ type LaunchOptions struct {
 	AllowUnverified bool
 	CallTimeout     time.Duration
 	Logger          *zap.Logger
+	// OnRestart is called after the plugin was relaunched (it crashed or
+	// missed a deadline), with the cause.
+	OnRestart func(cause error)
 }
 
 // LaunchForward starts the bundle's forward plugin, verifies its binary's
 // SHA-256 against the bundle (or o.Checksum) and configures it with the
-// bundle's graph, params and state. The caller closes the process.
-func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Process, error) {
+// bundle's graph, params and state. The plugin is supervised: a crashed or
+// hung process is relaunched (checksum verified again), re-configured, and
+// the interrupted call retried once. The caller closes it.
+func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Supervised, error) {
 	name := b.Manifest.Forward.Name
 	if o.Forward != "" {
 		name = o.Forward
@@ -79,7 +84,11 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Pr
 	default:
 		return nil, fmt.Errorf("%w: bundle %s records no SHA-256 for %s; set allow_unverified to run it anyway", ErrUnverified, b.Manifest.ID, path)
 	}
-	p, err := forward.Launch(ctx, path, opts...)
+	sup := []forward.SuperviseOption{forward.WithLaunchOptions(opts...), forward.WithSupervisorLogger(log)}
+	if o.OnRestart != nil {
+		sup = append(sup, forward.WithOnRestart(o.OnRestart))
+	}
+	p, err := forward.Supervise(ctx, path, sup...)
 	if err != nil {
 		return nil, err
 	}

@@ -18,7 +18,7 @@ import (
 type bundleLocalizer struct {
 	mu     sync.Mutex // one Solve at a time per plugin process
 	bundle *localize.Bundle
-	proc   *forward.Process
+	proc   *forward.Supervised
 	opts   localize.Options
 	model  monitor.ModelInfo
 }
@@ -69,7 +69,11 @@ func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (monitor.In
 	}, nil
 }
 
-// Healthy reports whether the plugin process is still running.
-func (l *bundleLocalizer) Healthy() bool { return !l.proc.Exited() }
+// Healthy reports whether the plugin process is up (false from a crash or
+// hang until its relaunch succeeds).
+func (l *bundleLocalizer) Healthy() bool { return l.proc.Healthy() }
+
+// Restarts counts the plugin's relaunches, for the daemon's metrics.
+func (l *bundleLocalizer) Restarts() int { return int(l.proc.Restarts()) }
 
 func (l *bundleLocalizer) Close() error { return l.proc.Close() }

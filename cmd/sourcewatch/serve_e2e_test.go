@@ -125,8 +125,11 @@ func TestServeEndToEnd(t *testing.T) {
 	require.NotEqual(t, first.Fingerprint, second.Fingerprint)
 	requireTrueSourceRanked(t, g, c, second, 5)
 	mu.Lock()
-	require.GreaterOrEqual(t, len(launched), 2, "the plugin was relaunched through the factory")
+	l := launched[len(launched)-1]
 	mu.Unlock()
+	require.GreaterOrEqual(t, l.Restarts(), 1, "the plugin was relaunched")
+	require.NotEqual(t, pid, l.proc.Pid())
+	require.True(t, l.Healthy())
 }
 
 func requireTrueSourceRanked(t *testing.T, g *graph.Graph, c diffusion.Cascade, a alerts.Alert, top int) {
