@@ -3,6 +3,7 @@ package forward
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -99,4 +100,45 @@ type Model interface {
 	// VJP returns y = f(x) and the vector-Jacobian product
 	// dx = (df/dx)^T dy for each row.
 	VJP(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dense, err error)
+}
+
+// SquaredErrorVJPer is implemented by models that can compute the gradient
+// of inference's data term ||target - f(x)||^2 in one call: y = f(x) and
+// dx = (df/dx)^T 2 (y - target). target has one row (used for every row
+// of x) or as many rows as x. The plugin host implements it with a single
+// round trip; see SquaredErrorVJP for the generic version.
+type SquaredErrorVJPer interface {
+	SquaredErrorVJP(ctx context.Context, x, target *mat.Dense) (y, dx *mat.Dense, err error)
+}
+
+// SquaredErrorVJP computes y = f(x) and dx = (df/dx)^T 2 (y - target) with
+// m's own fused method when it has one, otherwise with Predict then VJP.
+func SquaredErrorVJP(ctx context.Context, m interface {
+	Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error)
+	VJP(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dense, err error)
+}, x, target *mat.Dense) (y, dx *mat.Dense, err error) {
+	if f, ok := m.(SquaredErrorVJPer); ok {
+		return f.SquaredErrorVJP(ctx, x, target)
+	}
+	rows, n := x.Dims()
+	if tr, tc := target.Dims(); (tr != 1 && tr != rows) || tc != n {
+		panic("forward: SquaredErrorVJP target shape does not match x")
+	}
+	y, err = m.Predict(ctx, x)
+	if err != nil {
+		return nil, nil, err
+	}
+	if yr, yc := y.Dims(); yr != rows || yc != n {
+		return nil, nil, fmt.Errorf("predict returned %dx%d for %dx%d: %w", yr, yc, rows, n, ErrBadOutput)
+	}
+	dy := mat.NewDense(rows, n, nil)
+	for i := 0; i < rows; i++ {
+		t := target.RawRowView(min(i, target.RawMatrix().Rows-1))
+		d := dy.RawRowView(i)
+		for v, f := range y.RawRowView(i) {
+			d[v] = 2 * (f - t[v])
+		}
+	}
+	_, dx, err = m.VJP(ctx, x, dy)
+	return y, dx, err
 }

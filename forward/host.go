@@ -137,6 +137,8 @@ type Process struct {
 	cmd    *exec.Cmd
 	rpc    forwardpb.ForwardClient
 	hung   atomic.Bool // a call timed out: Close kills without the grace period
+	// noFused: the plugin predates SquaredErrorVJP; use Predict then VJP.
+	noFused atomic.Bool
 
 	n, arcs atomic.Int64 // of the configured graph, for deadlines and checks
 	close   sync.Once
@@ -313,6 +315,9 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 			return fmt.Errorf("%s: %w (%s)", prefix, ErrPluginExited, st.Message())
 		}
 	}
+	if st.Code() == codes.Unimplemented {
+		return fmt.Errorf("%s: %w: %s", prefix, errUnimplemented, st.Message())
+	}
 	for _, s := range []error{ErrNotConfigured, ErrNotFitted, ErrBadState} {
 		if strings.Contains(st.Message(), s.Error()) {
 			return fmt.Errorf("%s: %s: %w", prefix, st.Message(), s)
@@ -466,4 +471,54 @@ func (p *Process) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.D
 		return nil, nil, err
 	}
 	return y, dx, nil
+}
+
+// SquaredErrorVJP implements SquaredErrorVJPer in one round trip. A plugin
+// built before the call existed answers Unimplemented; the host then
+// remembers that and uses Predict followed by VJP.
+func (p *Process) SquaredErrorVJP(ctx context.Context, x, target *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	r, c := x.Dims()
+	if tr, tc := target.Dims(); (tr != 1 && tr != r) || tc != c {
+		panic("forward: SquaredErrorVJP target shape does not match x")
+	}
+	if p.noFused.Load() {
+		return SquaredErrorVJP(ctx, modelOnly{p}, x, target)
+	}
+	p.checkIn(x, nil)
+	var resp *forwardpb.VJPResponse
+	err := p.call(ctx, "squared-error vjp", p.batchWork(r), func(ctx context.Context) (err error) {
+		resp, err = p.rpc.SquaredErrorVJP(ctx, &forwardpb.SquaredErrorVJPRequest{X: MatrixToProto(x), Target: MatrixToProto(target)})
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, errUnimplemented) {
+			p.noFused.Store(true)
+			return SquaredErrorVJP(ctx, modelOnly{p}, x, target)
+		}
+		return nil, nil, err
+	}
+	y, err := p.decode("squared-error vjp", "y", resp.GetY(), r, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	dx, err := p.decode("squared-error vjp", "dx", resp.GetDx(), r, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return y, dx, nil
+}
+
+// errUnimplemented marks a call the plugin does not know (an older build).
+var errUnimplemented = errors.New("call not implemented by the plugin")
+
+// modelOnly hides a Process's fused method so the generic fallback uses
+// Predict and VJP.
+type modelOnly struct{ p *Process }
+
+func (m modelOnly) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
+	return m.p.Predict(ctx, x)
+}
+
+func (m modelOnly) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	return m.p.VJP(ctx, x, dy)
 }

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 
 func karate(t testing.TB) *graph.Graph {
 	t.Helper()
-	g, err := graph.Load("/work/shared/data/karate.edges")
+	g, err := graph.Load("../configs/demo/karate.edges")
 	require.NoError(t, err)
 	return g
 }
@@ -357,6 +357,8 @@ func TestForeignPlugin(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, wy.RawMatrix().Data, y.RawMatrix().Data)
 	require.Equal(t, wdx.RawMatrix().Data, dx.RawMatrix().Data)
+	// It predates SquaredErrorVJP: the host falls back to Predict + VJP.
+	requireFusedMatches(t, p, in, x)
 	pid := p.Pid()
 	require.NoError(t, p.Close())
 	requireGone(t, pid)
@@ -373,4 +375,39 @@ func TestFitIdleTimeout(t *testing.T) {
 	pid := p.Pid()
 	require.NoError(t, p.Close())
 	requireGone(t, pid)
+}
+
+// requireFusedMatches checks p's one-call SquaredErrorVJP against Predict
+// and VJP of the in-process model, with a broadcast and a per-row target.
+func requireFusedMatches(t *testing.T, p *forward.Process, in forward.Model, x *mat.Dense) {
+	t.Helper()
+	r, n := x.Dims()
+	for _, rows := range []int{1, r} {
+		target, _ := batch(n, rows, 17)
+		y, dx, err := p.SquaredErrorVJP(t.Context(), x, target)
+		require.NoError(t, err)
+		wy, err := in.Predict(t.Context(), x)
+		require.NoError(t, err)
+		dy := mat.NewDense(r, n, nil)
+		for i := 0; i < r; i++ {
+			for v := 0; v < n; v++ {
+				dy.Set(i, v, 2*(wy.At(i, v)-target.At(min(i, rows-1), v)))
+			}
+		}
+		_, wdx, err := in.VJP(t.Context(), x, dy)
+		require.NoError(t, err)
+		require.InDeltaSlice(t, wy.RawMatrix().Data, y.RawMatrix().Data, 1e-12)
+		require.InDeltaSlice(t, wdx.RawMatrix().Data, dx.RawMatrix().Data, 1e-12)
+	}
+}
+
+func TestSquaredErrorVJPOneCall(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p := launch(t, "icmf")
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	in := icmf.New()
+	require.NoError(t, in.Configure(t.Context(), g, nil, nil))
+	x, _ := batch(g.N(), 5, 3)
+	requireFusedMatches(t, p, in, x)
 }

@@ -231,3 +231,32 @@ func (s *server) VJP(ctx context.Context, req *forwardpb.VJPRequest) (_ *forward
 	}
 	return &forwardpb.VJPResponse{Y: MatrixToProto(y), Dx: MatrixToProto(dx)}, nil
 }
+
+// SquaredErrorVJP answers the fused data-term call: the model's own fused
+// method when it has one (SquaredErrorVJPer), otherwise Predict then VJP in
+// this process, which still saves the host a round trip.
+func (s *server) SquaredErrorVJP(ctx context.Context, req *forwardpb.SquaredErrorVJPRequest) (_ *forwardpb.VJPResponse, err error) {
+	defer guard(&err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkX(req.GetX(), "x"); err != nil {
+		return nil, toStatus(err)
+	}
+	x, err := MatrixFromProto(req.GetX(), "x")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	target, err := MatrixFromProto(req.GetTarget(), "target")
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	rows := x.RawMatrix().Rows
+	if r, c := target.Dims(); (r != 1 && r != rows) || c != s.n {
+		return nil, toStatus(fmt.Errorf("target: %dx%d for x %dx%d: %w", r, c, rows, s.n, ErrBadMessage))
+	}
+	y, dx, err := SquaredErrorVJP(ctx, s.m, x, target)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &forwardpb.VJPResponse{Y: MatrixToProto(y), Dx: MatrixToProto(dx)}, nil
+}

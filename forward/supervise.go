@@ -323,3 +323,9 @@ func (s *Supervised) Pid() int {
 	}
 	return s.proc.Pid()
 }
+
+// SquaredErrorVJP implements SquaredErrorVJPer through the current process.
+func (s *Supervised) SquaredErrorVJP(ctx context.Context, x, target *mat.Dense) (y, dx *mat.Dense, err error) {
+	err = s.do(ctx, func(p *Process) error { y, dx, err = p.SquaredErrorVJP(ctx, x, target); return err })
+	return y, dx, err
+}

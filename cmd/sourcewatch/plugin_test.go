@@ -12,7 +12,7 @@ import (
 
 func TestPluginCheck(t *testing.T) {
 	icmf := forwardtest.Build(t, "icmf")
-	out, _, err := runCmd(t, "", "plugin", "check", icmf, "--graph", "/work/shared/data/karate.edges", "--cascades", "20", "--log-level", "warn")
+	out, _, err := runCmd(t, "", "plugin", "check", icmf, "--graph", "../../configs/demo/karate.edges", "--cascades", "20", "--log-level", "warn")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "graph: undirected graph, 34 nodes, 78 edges")
 	require.Contains(t, out, "PASS  vjp")

@@ -1008,6 +1008,58 @@ func (x *VJPRequest) GetDy() *Matrix {
 	return nil
 }
 
+type SquaredErrorVJPRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	X             *Matrix                `protobuf:"bytes,1,opt,name=x,proto3" json:"x,omitempty"`
+	Target        *Matrix                `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SquaredErrorVJPRequest) Reset() {
+	*x = SquaredErrorVJPRequest{}
+	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SquaredErrorVJPRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SquaredErrorVJPRequest) ProtoMessage() {}
+
+func (x *SquaredErrorVJPRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SquaredErrorVJPRequest.ProtoReflect.Descriptor instead.
+func (*SquaredErrorVJPRequest) Descriptor() ([]byte, []int) {
+	return file_sourcewatch_forward_v1_forward_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SquaredErrorVJPRequest) GetX() *Matrix {
+	if x != nil {
+		return x.X
+	}
+	return nil
+}
+
+func (x *SquaredErrorVJPRequest) GetTarget() *Matrix {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
 type VJPResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Y             *Matrix                `protobuf:"bytes,1,opt,name=y,proto3" json:"y,omitempty"`
@@ -1018,7 +1070,7 @@ type VJPResponse struct {
 
 func (x *VJPResponse) Reset() {
 	*x = VJPResponse{}
-	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[16]
+	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1082,7 @@ func (x *VJPResponse) String() string {
 func (*VJPResponse) ProtoMessage() {}
 
 func (x *VJPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[16]
+	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1095,7 @@ func (x *VJPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VJPResponse.ProtoReflect.Descriptor instead.
 func (*VJPResponse) Descriptor() ([]byte, []int) {
-	return file_sourcewatch_forward_v1_forward_proto_rawDescGZIP(), []int{16}
+	return file_sourcewatch_forward_v1_forward_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *VJPResponse) GetY() *Matrix {
@@ -1137,16 +1189,20 @@ const file_sourcewatch_forward_v1_forward_proto_rawDesc = "" +
 	"\n" +
 	"VJPRequest\x12,\n" +
 	"\x01x\x18\x01 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x01x\x12.\n" +
-	"\x02dy\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dy\"k\n" +
+	"\x02dy\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dy\"~\n" +
+	"\x16SquaredErrorVJPRequest\x12,\n" +
+	"\x01x\x18\x01 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x01x\x126\n" +
+	"\x06target\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x06target\"k\n" +
 	"\vVJPResponse\x12,\n" +
 	"\x01y\x18\x01 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x01y\x12.\n" +
-	"\x02dx\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dx2\xb9\x03\n" +
+	"\x02dx\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dx2\xa1\x04\n" +
 	"\aForward\x12Q\n" +
 	"\x04Info\x12#.sourcewatch.forward.v1.InfoRequest\x1a$.sourcewatch.forward.v1.InfoResponse\x12`\n" +
 	"\tConfigure\x12(.sourcewatch.forward.v1.ConfigureRequest\x1a).sourcewatch.forward.v1.ConfigureResponse\x12M\n" +
 	"\x03Fit\x12\".sourcewatch.forward.v1.FitRequest\x1a .sourcewatch.forward.v1.FitEvent0\x01\x12Z\n" +
 	"\aPredict\x12&.sourcewatch.forward.v1.PredictRequest\x1a'.sourcewatch.forward.v1.PredictResponse\x12N\n" +
-	"\x03VJP\x12\".sourcewatch.forward.v1.VJPRequest\x1a#.sourcewatch.forward.v1.VJPResponseB6Z4github.com/sourcewatch/sourcewatch/forward/forwardpbb\x06proto3"
+	"\x03VJP\x12\".sourcewatch.forward.v1.VJPRequest\x1a#.sourcewatch.forward.v1.VJPResponse\x12f\n" +
+	"\x0fSquaredErrorVJP\x12..sourcewatch.forward.v1.SquaredErrorVJPRequest\x1a#.sourcewatch.forward.v1.VJPResponseB6Z4github.com/sourcewatch/sourcewatch/forward/forwardpbb\x06proto3"
 
 var (
 	file_sourcewatch_forward_v1_forward_proto_rawDescOnce sync.Once
@@ -1160,59 +1216,64 @@ func file_sourcewatch_forward_v1_forward_proto_rawDescGZIP() []byte {
 	return file_sourcewatch_forward_v1_forward_proto_rawDescData
 }
 
-var file_sourcewatch_forward_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_sourcewatch_forward_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_sourcewatch_forward_v1_forward_proto_goTypes = []any{
-	(*Matrix)(nil),            // 0: sourcewatch.forward.v1.Matrix
-	(*Graph)(nil),             // 1: sourcewatch.forward.v1.Graph
-	(*Param)(nil),             // 2: sourcewatch.forward.v1.Param
-	(*InfoRequest)(nil),       // 3: sourcewatch.forward.v1.InfoRequest
-	(*InfoResponse)(nil),      // 4: sourcewatch.forward.v1.InfoResponse
-	(*ConfigureRequest)(nil),  // 5: sourcewatch.forward.v1.ConfigureRequest
-	(*ConfigureResponse)(nil), // 6: sourcewatch.forward.v1.ConfigureResponse
-	(*Pair)(nil),              // 7: sourcewatch.forward.v1.Pair
-	(*FitOptions)(nil),        // 8: sourcewatch.forward.v1.FitOptions
-	(*FitRequest)(nil),        // 9: sourcewatch.forward.v1.FitRequest
-	(*FitProgress)(nil),       // 10: sourcewatch.forward.v1.FitProgress
-	(*FitResult)(nil),         // 11: sourcewatch.forward.v1.FitResult
-	(*FitEvent)(nil),          // 12: sourcewatch.forward.v1.FitEvent
-	(*PredictRequest)(nil),    // 13: sourcewatch.forward.v1.PredictRequest
-	(*PredictResponse)(nil),   // 14: sourcewatch.forward.v1.PredictResponse
-	(*VJPRequest)(nil),        // 15: sourcewatch.forward.v1.VJPRequest
-	(*VJPResponse)(nil),       // 16: sourcewatch.forward.v1.VJPResponse
-	nil,                       // 17: sourcewatch.forward.v1.ConfigureRequest.ParamsEntry
-	nil,                       // 18: sourcewatch.forward.v1.FitResult.MetricsEntry
+	(*Matrix)(nil),                 // 0: sourcewatch.forward.v1.Matrix
+	(*Graph)(nil),                  // 1: sourcewatch.forward.v1.Graph
+	(*Param)(nil),                  // 2: sourcewatch.forward.v1.Param
+	(*InfoRequest)(nil),            // 3: sourcewatch.forward.v1.InfoRequest
+	(*InfoResponse)(nil),           // 4: sourcewatch.forward.v1.InfoResponse
+	(*ConfigureRequest)(nil),       // 5: sourcewatch.forward.v1.ConfigureRequest
+	(*ConfigureResponse)(nil),      // 6: sourcewatch.forward.v1.ConfigureResponse
+	(*Pair)(nil),                   // 7: sourcewatch.forward.v1.Pair
+	(*FitOptions)(nil),             // 8: sourcewatch.forward.v1.FitOptions
+	(*FitRequest)(nil),             // 9: sourcewatch.forward.v1.FitRequest
+	(*FitProgress)(nil),            // 10: sourcewatch.forward.v1.FitProgress
+	(*FitResult)(nil),              // 11: sourcewatch.forward.v1.FitResult
+	(*FitEvent)(nil),               // 12: sourcewatch.forward.v1.FitEvent
+	(*PredictRequest)(nil),         // 13: sourcewatch.forward.v1.PredictRequest
+	(*PredictResponse)(nil),        // 14: sourcewatch.forward.v1.PredictResponse
+	(*VJPRequest)(nil),             // 15: sourcewatch.forward.v1.VJPRequest
+	(*SquaredErrorVJPRequest)(nil), // 16: sourcewatch.forward.v1.SquaredErrorVJPRequest
+	(*VJPResponse)(nil),            // 17: sourcewatch.forward.v1.VJPResponse
+	nil,                            // 18: sourcewatch.forward.v1.ConfigureRequest.ParamsEntry
+	nil,                            // 19: sourcewatch.forward.v1.FitResult.MetricsEntry
 }
 var file_sourcewatch_forward_v1_forward_proto_depIdxs = []int32{
 	2,  // 0: sourcewatch.forward.v1.InfoResponse.params:type_name -> sourcewatch.forward.v1.Param
 	1,  // 1: sourcewatch.forward.v1.ConfigureRequest.graph:type_name -> sourcewatch.forward.v1.Graph
-	17, // 2: sourcewatch.forward.v1.ConfigureRequest.params:type_name -> sourcewatch.forward.v1.ConfigureRequest.ParamsEntry
+	18, // 2: sourcewatch.forward.v1.ConfigureRequest.params:type_name -> sourcewatch.forward.v1.ConfigureRequest.ParamsEntry
 	7,  // 3: sourcewatch.forward.v1.FitOptions.validation:type_name -> sourcewatch.forward.v1.Pair
 	7,  // 4: sourcewatch.forward.v1.FitRequest.pairs:type_name -> sourcewatch.forward.v1.Pair
 	8,  // 5: sourcewatch.forward.v1.FitRequest.options:type_name -> sourcewatch.forward.v1.FitOptions
-	18, // 6: sourcewatch.forward.v1.FitResult.metrics:type_name -> sourcewatch.forward.v1.FitResult.MetricsEntry
+	19, // 6: sourcewatch.forward.v1.FitResult.metrics:type_name -> sourcewatch.forward.v1.FitResult.MetricsEntry
 	10, // 7: sourcewatch.forward.v1.FitEvent.progress:type_name -> sourcewatch.forward.v1.FitProgress
 	11, // 8: sourcewatch.forward.v1.FitEvent.result:type_name -> sourcewatch.forward.v1.FitResult
 	0,  // 9: sourcewatch.forward.v1.PredictRequest.x:type_name -> sourcewatch.forward.v1.Matrix
 	0,  // 10: sourcewatch.forward.v1.PredictResponse.y:type_name -> sourcewatch.forward.v1.Matrix
 	0,  // 11: sourcewatch.forward.v1.VJPRequest.x:type_name -> sourcewatch.forward.v1.Matrix
 	0,  // 12: sourcewatch.forward.v1.VJPRequest.dy:type_name -> sourcewatch.forward.v1.Matrix
-	0,  // 13: sourcewatch.forward.v1.VJPResponse.y:type_name -> sourcewatch.forward.v1.Matrix
-	0,  // 14: sourcewatch.forward.v1.VJPResponse.dx:type_name -> sourcewatch.forward.v1.Matrix
-	3,  // 15: sourcewatch.forward.v1.Forward.Info:input_type -> sourcewatch.forward.v1.InfoRequest
-	5,  // 16: sourcewatch.forward.v1.Forward.Configure:input_type -> sourcewatch.forward.v1.ConfigureRequest
-	9,  // 17: sourcewatch.forward.v1.Forward.Fit:input_type -> sourcewatch.forward.v1.FitRequest
-	13, // 18: sourcewatch.forward.v1.Forward.Predict:input_type -> sourcewatch.forward.v1.PredictRequest
-	15, // 19: sourcewatch.forward.v1.Forward.VJP:input_type -> sourcewatch.forward.v1.VJPRequest
-	4,  // 20: sourcewatch.forward.v1.Forward.Info:output_type -> sourcewatch.forward.v1.InfoResponse
-	6,  // 21: sourcewatch.forward.v1.Forward.Configure:output_type -> sourcewatch.forward.v1.ConfigureResponse
-	12, // 22: sourcewatch.forward.v1.Forward.Fit:output_type -> sourcewatch.forward.v1.FitEvent
-	14, // 23: sourcewatch.forward.v1.Forward.Predict:output_type -> sourcewatch.forward.v1.PredictResponse
-	16, // 24: sourcewatch.forward.v1.Forward.VJP:output_type -> sourcewatch.forward.v1.VJPResponse
-	20, // [20:25] is the sub-list for method output_type
-	15, // [15:20] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	0,  // 13: sourcewatch.forward.v1.SquaredErrorVJPRequest.x:type_name -> sourcewatch.forward.v1.Matrix
+	0,  // 14: sourcewatch.forward.v1.SquaredErrorVJPRequest.target:type_name -> sourcewatch.forward.v1.Matrix
+	0,  // 15: sourcewatch.forward.v1.VJPResponse.y:type_name -> sourcewatch.forward.v1.Matrix
+	0,  // 16: sourcewatch.forward.v1.VJPResponse.dx:type_name -> sourcewatch.forward.v1.Matrix
+	3,  // 17: sourcewatch.forward.v1.Forward.Info:input_type -> sourcewatch.forward.v1.InfoRequest
+	5,  // 18: sourcewatch.forward.v1.Forward.Configure:input_type -> sourcewatch.forward.v1.ConfigureRequest
+	9,  // 19: sourcewatch.forward.v1.Forward.Fit:input_type -> sourcewatch.forward.v1.FitRequest
+	13, // 20: sourcewatch.forward.v1.Forward.Predict:input_type -> sourcewatch.forward.v1.PredictRequest
+	15, // 21: sourcewatch.forward.v1.Forward.VJP:input_type -> sourcewatch.forward.v1.VJPRequest
+	16, // 22: sourcewatch.forward.v1.Forward.SquaredErrorVJP:input_type -> sourcewatch.forward.v1.SquaredErrorVJPRequest
+	4,  // 23: sourcewatch.forward.v1.Forward.Info:output_type -> sourcewatch.forward.v1.InfoResponse
+	6,  // 24: sourcewatch.forward.v1.Forward.Configure:output_type -> sourcewatch.forward.v1.ConfigureResponse
+	12, // 25: sourcewatch.forward.v1.Forward.Fit:output_type -> sourcewatch.forward.v1.FitEvent
+	14, // 26: sourcewatch.forward.v1.Forward.Predict:output_type -> sourcewatch.forward.v1.PredictResponse
+	17, // 27: sourcewatch.forward.v1.Forward.VJP:output_type -> sourcewatch.forward.v1.VJPResponse
+	17, // 28: sourcewatch.forward.v1.Forward.SquaredErrorVJP:output_type -> sourcewatch.forward.v1.VJPResponse
+	23, // [23:29] is the sub-list for method output_type
+	17, // [17:23] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_sourcewatch_forward_v1_forward_proto_init() }
@@ -1230,7 +1291,7 @@ func file_sourcewatch_forward_v1_forward_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sourcewatch_forward_v1_forward_proto_rawDesc), len(file_sourcewatch_forward_v1_forward_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,11 +39,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Forward_Info_FullMethodName      = "/sourcewatch.forward.v1.Forward/Info"
-	Forward_Configure_FullMethodName = "/sourcewatch.forward.v1.Forward/Configure"
-	Forward_Fit_FullMethodName       = "/sourcewatch.forward.v1.Forward/Fit"
-	Forward_Predict_FullMethodName   = "/sourcewatch.forward.v1.Forward/Predict"
-	Forward_VJP_FullMethodName       = "/sourcewatch.forward.v1.Forward/VJP"
+	Forward_Info_FullMethodName            = "/sourcewatch.forward.v1.Forward/Info"
+	Forward_Configure_FullMethodName       = "/sourcewatch.forward.v1.Forward/Configure"
+	Forward_Fit_FullMethodName             = "/sourcewatch.forward.v1.Forward/Fit"
+	Forward_Predict_FullMethodName         = "/sourcewatch.forward.v1.Forward/Predict"
+	Forward_VJP_FullMethodName             = "/sourcewatch.forward.v1.Forward/VJP"
+	Forward_SquaredErrorVJP_FullMethodName = "/sourcewatch.forward.v1.Forward/SquaredErrorVJP"
 )
 
 // ForwardClient is the client API for Forward service.
@@ -65,6 +66,12 @@ type ForwardClient interface {
 	Predict(ctx context.Context, in *PredictRequest, opts ...grpc.CallOption) (*PredictResponse, error)
 	// VJP returns y = f(x) and dx = (df/dx)^T dy for each row.
 	VJP(ctx context.Context, in *VJPRequest, opts ...grpc.CallOption) (*VJPResponse, error)
+	// SquaredErrorVJP fuses Predict and VJP for inference's data term
+	// ||target - f(x)||^2: y = f(x), dy = 2 (y - target), dx = (df/dx)^T dy,
+	// in one round trip instead of two. target has one row (used for every
+	// row of x) or as many rows as x. Added without a protocol version bump:
+	// a host that gets Unimplemented falls back to Predict, then VJP.
+	SquaredErrorVJP(ctx context.Context, in *SquaredErrorVJPRequest, opts ...grpc.CallOption) (*VJPResponse, error)
 }
 
 type forwardClient struct {
@@ -134,6 +141,16 @@ func (c *forwardClient) VJP(ctx context.Context, in *VJPRequest, opts ...grpc.Ca
 	return out, nil
 }
 
+func (c *forwardClient) SquaredErrorVJP(ctx context.Context, in *SquaredErrorVJPRequest, opts ...grpc.CallOption) (*VJPResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VJPResponse)
+	err := c.cc.Invoke(ctx, Forward_SquaredErrorVJP_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ForwardServer is the server API for Forward service.
 // All implementations must embed UnimplementedForwardServer
 // for forward compatibility.
@@ -153,6 +170,12 @@ type ForwardServer interface {
 	Predict(context.Context, *PredictRequest) (*PredictResponse, error)
 	// VJP returns y = f(x) and dx = (df/dx)^T dy for each row.
 	VJP(context.Context, *VJPRequest) (*VJPResponse, error)
+	// SquaredErrorVJP fuses Predict and VJP for inference's data term
+	// ||target - f(x)||^2: y = f(x), dy = 2 (y - target), dx = (df/dx)^T dy,
+	// in one round trip instead of two. target has one row (used for every
+	// row of x) or as many rows as x. Added without a protocol version bump:
+	// a host that gets Unimplemented falls back to Predict, then VJP.
+	SquaredErrorVJP(context.Context, *SquaredErrorVJPRequest) (*VJPResponse, error)
 	mustEmbedUnimplementedForwardServer()
 }
 
@@ -177,6 +200,9 @@ func (UnimplementedForwardServer) Predict(context.Context, *PredictRequest) (*Pr
 }
 func (UnimplementedForwardServer) VJP(context.Context, *VJPRequest) (*VJPResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method VJP not implemented")
+}
+func (UnimplementedForwardServer) SquaredErrorVJP(context.Context, *SquaredErrorVJPRequest) (*VJPResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SquaredErrorVJP not implemented")
 }
 func (UnimplementedForwardServer) mustEmbedUnimplementedForwardServer() {}
 func (UnimplementedForwardServer) testEmbeddedByValue()                 {}
@@ -282,6 +308,24 @@ func _Forward_VJP_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Forward_SquaredErrorVJP_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SquaredErrorVJPRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ForwardServer).SquaredErrorVJP(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Forward_SquaredErrorVJP_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ForwardServer).SquaredErrorVJP(ctx, req.(*SquaredErrorVJPRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Forward_ServiceDesc is the grpc.ServiceDesc for Forward service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -304,6 +348,10 @@ var Forward_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "VJP",
 			Handler:    _Forward_VJP_Handler,
+		},
+		{
+			MethodName: "SquaredErrorVJP",
+			Handler:    _Forward_SquaredErrorVJP_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { forwardtest.Main(m) }
 
 func karate(t testing.TB) *graph.Graph {
 	t.Helper()
-	g, err := graph.Load("/work/shared/data/karate.edges")
+	g, err := graph.Load("../../configs/demo/karate.edges")
 	require.NoError(t, err)
 	return g
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -17,9 +18,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/forward/forwardpb"
@@ -73,10 +76,18 @@ func serveForeign() error {
 		return err
 	}
 	s := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
-	forwardpb.RegisterForwardServer(s, forward.NewServer(icmf.New()))
+	forwardpb.RegisterForwardServer(s, olderServer{forward.NewServer(icmf.New())})
 	h := health.NewServer()
 	h.SetServingStatus("plugin", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s, h)
 	fmt.Printf("1|1|tcp|%s|grpc|%s\n", lis.Addr(), base64.RawStdEncoding.EncodeToString(der))
 	return s.Serve(lis)
+}
+
+// olderServer answers like a plugin built before SquaredErrorVJP existed
+// (the proto's later, additive call), so the host's fallback is tested.
+type olderServer struct{ forwardpb.ForwardServer }
+
+func (olderServer) SquaredErrorVJP(context.Context, *forwardpb.SquaredErrorVJPRequest) (*forwardpb.VJPResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SquaredErrorVJP not implemented")
 }
