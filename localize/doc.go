@@ -22,13 +22,13 @@
 // the gradient steps vanish (a small step cannot cross the threshold), so
 // Solve keeps x continuous within a stage, as the design specifies.
 //
-// The output is, per node, the mean of the final x over restarts, the
-// fraction of restarts in which x_v >= delta (the source probability), and
-// the source set {v : mean_v >= delta}. delta is chosen on a validation
-// split when the bundle is trained and stored in it. Adam's normalised
-// steps drive almost every x_v to exactly 0 or 1, so the mean takes few
-// values (k/R) and ties heavily; the score that ranks nodes is therefore
-// the mean with ties broken by the gradient of the objective at the final
-// x (see Result.Scores), a first-order estimate of which node the descent
-// would raise next.
+// The output is, per node, a score, the fraction of restarts in which
+// x_v >= delta (the source probability), and the source set
+// {v : score_v >= delta}. delta is chosen on a validation split when the
+// bundle is trained and stored in it. The score is the mean of the final x
+// over the restarts, with ties broken by the gradient of the objective at
+// the final x (see Result.Scores), a first-order estimate of which node
+// the descent would raise next: Adam's normalised steps drive almost every
+// x_v to exactly 0 or 1, so the mean alone takes few values (k/R) and ties
+// heavily, which ruins any ranking metric.
 package localize

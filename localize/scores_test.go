@@ -2,6 +2,7 @@ package localize
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,19 +56,25 @@ func TestSummarizeBreaksTiesByGradient(t *testing.T) {
 	}
 }
 
-func TestSummarizeSourcesFollowMeanNotTieBreak(t *testing.T) {
-	// Mean exactly at delta: in the set whatever the gradient says.
-	x := mat.NewDense(2, 3, []float64{
-		1, 0, 0,
-		0, 0, 1,
+func TestSummarizeSourcesAreScoresAtLeastDelta(t *testing.T) {
+	// Nodes 0 and 2 sit exactly at delta = 0.5 (one restart of two); the
+	// tie-break keeps node 2 (pulled up hardest) at or over delta and lets
+	// node 0 fall just under it, so the set is {v : score_v >= delta}.
+	x := mat.NewDense(2, 4, []float64{
+		1, 0, 0, 1,
+		0, 0, 1, 1,
 	})
-	grad := mat.NewDense(2, 3, []float64{
-		5, -5, 0,
-		5, -5, 0,
+	grad := mat.NewDense(2, 4, []float64{
+		5, -1, -5, 0,
+		5, -1, -5, 0,
 	})
 	res := summarize(x, grad, 0.5)
-	require.Equal(t, []int{2, 0}, res.Sources, "both at mean 0.5; node 2's gradient pulls it higher")
-	require.Less(t, res.Scores[0], 0.5, "the score may fall below delta; the set follows the mean")
+	require.Equal(t, []float64{0.5, 0, 0.5, 1}, res.Mean)
+	require.Equal(t, []int{3, 2}, res.Sources)
+	for v, s := range res.Scores {
+		require.Equal(t, s >= 0.5, slices.Contains(res.Sources, v), "node %d score %g", v, s)
+	}
+	require.Equal(t, []float64{0.5, 0, 0.5, 1}, res.Probability)
 }
 
 func TestCalibratedPriorWeight(t *testing.T) {

@@ -155,10 +155,12 @@ type Result struct {
 	// how fast the objective falls as x_v grows, so among nodes the
 	// restarts left at the same x (most end at exactly 0 or 1) the one the
 	// objective would raise first comes first. Scores lie in [0, 1].
+	// A node whose mean sits exactly at delta (k of R restarts) is a
+	// source when the tie-break keeps its score there.
 	Scores []float64
 	// Probability is, per node, the fraction of restarts with x_v >= Threshold.
 	Probability []float64
-	// Sources are the nodes with Mean >= Threshold, highest score first.
+	// Sources are the nodes with Scores >= Threshold, highest score first.
 	Sources []int
 	// Threshold is the delta used.
 	Threshold float64
@@ -395,7 +397,7 @@ func summarize(x, grad *mat.Dense, delta float64) *Result {
 	rank := averageRanks(pull)
 	for v, m := range res.Mean {
 		res.Scores[v] = (1-tieWeight)*m + tieWeight*rank[v]/float64(n+1)
-		if m >= delta {
+		if res.Scores[v] >= delta {
 			res.Sources = append(res.Sources, v)
 		}
 	}

@@ -72,7 +72,7 @@ var Thresholds = []float64{0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5
 //     paper's w = 1 amounts to sigma^2 = 1/2, a forward model no better
 //     than a coin; with a useful one the unscaled prior drowns the data;
 //  5. delta is chosen as the threshold of the grid Thresholds that
-//     maximises mean F1 of {v : Mean_v >= delta} over (up to
+//     maximises mean F1 of {v : score_v >= delta} over (up to
 //     ValidationSolves) validation cascades, solved with cfg.Solve. The
 //     test split is never seen.
 func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []forward.Pair, cfg TrainConfig, progress func(TrainProgress)) (*Bundle, error) {
@@ -208,7 +208,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		if err != nil {
 			return nil, fmt.Errorf("choosing threshold on validation cascade %d: %w", i, err)
 		}
-		scores[i] = res.Mean
+		scores[i] = res.Scores
 		progress(TrainProgress{Stage: "threshold", Done: i + 1, Total: limit, Loss: math.NaN()})
 	}
 	delta, f1 := ChooseThreshold(scores, val[:limit], Thresholds)
