@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/monitor"
+)
+
+// TestDaemonPluginLifecycle runs two graphs, one of whose forward plugin
+// crashes on every 25th call of each process, with real plugin processes:
+// the healthy graph keeps alerting, the flaky one's plugin is relaunched
+// and its alert still arrives, and a reload to a plugin with a wrong
+// checksum is refused while the old plugin keeps serving.
+func TestDaemonPluginLifecycle(t *testing.T) {
+	bundle, icmfDir := trainTestBundle(t)
+	pluginDir := t.TempDir()
+	require.NoError(t, os.Symlink(filepath.Join(icmfDir, "sourcewatch-forward-icmf"), filepath.Join(pluginDir, "sourcewatch-forward-icmf")))
+	require.NoError(t, os.Symlink(forwardtest.Build(t, "./forward/internal/testplugins/faulty"), filepath.Join(pluginDir, "sourcewatch-forward-faulty")))
+	edges, err := filepath.Abs("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	g, err := graph.Load(edges)
+	require.NoError(t, err)
+
+	cfg := monitor.DefaultConfig()
+	cfg.NATS.Listen = "127.0.0.1:0"
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	cfg.PluginDir = pluginDir
+	graphCfg := func(name string) monitor.GraphConfig {
+		gc := monitor.DefaultGraphConfig(name)
+		gc.Edges, gc.Bundle = edges, bundle
+		gc.Window, gc.Interval, gc.MinInfected = time.Hour, 200*time.Millisecond, 2
+		return gc
+	}
+	good, flaky := graphCfg("good"), graphCfg("flaky")
+	flaky.Forward, flaky.AllowUnverified = "faulty", true
+	flaky.ForwardParams = map[string]string{"fault": "crash", "fault_after": "25"}
+	cfg.Graphs = []monitor.GraphConfig{good, flaky}
+
+	reloadTo := cfg
+	d, err := monitor.New(cfg,
+		monitor.WithLocalizerFactory(bundleLocalizers(pluginDir, zap.NewNop())),
+		monitor.WithReload(func(context.Context) (monitor.Config, error) { return reloadTo, nil }))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatal(err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("daemon not ready")
+	}
+	nc, err := nats.Connect(d.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	got := map[string]chan alerts.Alert{"good": make(chan alerts.Alert, 16), "flaky": make(chan alerts.Alert, 16)}
+	go func() {
+		_ = alerts.Tail(ctx, js, "sourcewatch", "", func(a alerts.Alert) error { got[a.Graph] <- a; return nil })
+	}()
+	await := func(graph string) alerts.Alert {
+		t.Helper()
+		select {
+		case a := <-got[graph]:
+			return a
+		case <-time.After(90 * time.Second):
+			t.Fatalf("no alert for %s", graph)
+			return alerts.Alert{}
+		}
+	}
+	sim := diffusion.DefaultConfig()
+	sim.Beta, sim.Pattern = 0.3, diffusion.Cluster
+	sim.Sources = diffusion.SourceSpec{Count: 2}
+	replay := func(graph string, seed int64) {
+		t.Helper()
+		cs, _, err := diffusion.Simulate(ctx, g, sim, 1, seed)
+		require.NoError(t, err)
+		events := monitor.CascadeEvents(g, cs[0], time.Now(), 10*time.Millisecond)
+		require.NoError(t, monitor.PublishEvents(ctx, js, "sourcewatch.events."+graph, events, 1, nil))
+	}
+
+	replay("good", 5)
+	replay("flaky", 6)
+	require.Equal(t, alerts.Firing, await("good").Status)
+	a := await("flaky")
+	require.Equal(t, alerts.Firing, a.Status)
+	require.Equal(t, "faulty", a.Model.Forward)
+	metrics := scrape(t, d.HTTPAddr())
+	require.GreaterOrEqual(t, metricValue(t, metrics, `sourcewatch_plugin_restarts_total{graph="flaky"}`), 1.0)
+	require.Equal(t, 0.0, metricValue(t, metrics, `sourcewatch_plugin_restarts_total{graph="good"}`))
+
+	// A reload to a plugin whose checksum does not match is refused, and
+	// the running plugins keep serving.
+	bad := good
+	bad.ForwardChecksum = strings.Repeat("0", 64)
+	reloadTo.Graphs = []monitor.GraphConfig{bad, flaky}
+	err = d.Reload(ctx)
+	require.ErrorContains(t, err, strings.Repeat("0", 64))
+	replay("good", 7)
+	require.Contains(t, []alerts.Status{alerts.Updated, alerts.Firing}, await("good").Status)
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(body)
+}
+
+// metricValue returns the value of the series named exactly series in a
+// Prometheus text exposition, 0 when it is absent.
+func metricValue(t *testing.T, text, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	return 0
+}
