@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
 )
 
 // Forward is the part of a forward model inference needs.
@@ -186,6 +188,8 @@ type Problem struct {
 	Prior       Prior
 	Y           []float64
 	PriorWeight float64
+
+	target *mat.Dense // Y as a 1 x n matrix, for the fused forward call
 }
 
 // stage is which objective a step minimises.
@@ -202,28 +206,15 @@ const (
 func (p *Problem) evaluate(ctx context.Context, s stage, x, grad, scratch *mat.Dense, clock *Timing) ([]float64, error) {
 	r, n := x.Dims()
 	t0 := nowSeconds()
-	fy, err := p.Forward.Predict(ctx, x)
-	if err != nil {
-		return nil, fmt.Errorf("forward predict: %w", err)
-	}
-	if fr, fc := fy.Dims(); fr != r || fc != n {
-		return nil, fmt.Errorf("forward predict: got %dx%d for %dx%d input: %w", fr, fc, r, n, errShape)
-	}
-	loss := make([]float64, r)
-	// scratch <- dL/df = 2 (f(x) - y), loss <- ||y - f(x)||^2.
-	for i := 0; i < r; i++ {
-		frow := fy.RawRowView(i)
-		drow := scratch.RawRowView(i)
-		var sum float64
-		for v, f := range frow {
-			d := f - p.Y[v]
-			sum += d * d
-			drow[v] = 2 * d
-		}
-		loss[i] = sum
-	}
+	var fy, dx *mat.Dense
+	var err error
 	if grad != nil {
-		_, dx, err := p.Forward.VJP(ctx, x, scratch)
+		// One round trip for f(x) and its gradient: the plugin host's
+		// fused call, or Predict then VJP for a model without it.
+		if p.target == nil {
+			p.target = mat.NewDense(1, n, append([]float64(nil), p.Y...))
+		}
+		fy, dx, err = forward.SquaredErrorVJP(ctx, p.Forward, x, p.target)
 		if err != nil {
 			return nil, fmt.Errorf("forward vjp: %w", err)
 		}
@@ -231,6 +222,21 @@ func (p *Problem) evaluate(ctx context.Context, s stage, x, grad, scratch *mat.D
 			return nil, fmt.Errorf("forward vjp: got %dx%d gradient for %dx%d input: %w", gr, gc, r, n, errShape)
 		}
 		grad.Copy(dx)
+	} else if fy, err = p.Forward.Predict(ctx, x); err != nil {
+		return nil, fmt.Errorf("forward predict: %w", err)
+	}
+	if fr, fc := fy.Dims(); fr != r || fc != n {
+		return nil, fmt.Errorf("forward: got %dx%d for %dx%d input: %w", fr, fc, r, n, errShape)
+	}
+	loss := make([]float64, r)
+	// loss <- ||y - f(x)||^2; scratch is left for the prior's gradient.
+	for i := 0; i < r; i++ {
+		var sum float64
+		for v, f := range fy.RawRowView(i) {
+			d := f - p.Y[v]
+			sum += d * d
+		}
+		loss[i] = sum
 	}
 	t1 := nowSeconds()
 	clock.ForwardSeconds += t1 - t0

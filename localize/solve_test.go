@@ -244,3 +244,39 @@ func TestChooseThresholdUsesOnlyGivenPairs(t *testing.T) {
 	// An empty prediction scores F1 0, never 1.
 	require.Equal(t, 0.0, f1At([]float64{0.1, 0.2}, []int{0}, 0.5))
 }
+
+// fusedCounter counts which forward calls Solve makes.
+type fusedCounter struct {
+	meanField
+	predicts, vjps, fused int
+}
+
+func (f *fusedCounter) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
+	f.predicts++
+	return f.meanField.Predict(ctx, x)
+}
+
+func (f *fusedCounter) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	f.vjps++
+	return f.meanField.VJP(ctx, x, dy)
+}
+
+func (f *fusedCounter) SquaredErrorVJP(ctx context.Context, x, target *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	f.fused++
+	return forward.SquaredErrorVJP(ctx, f.meanField, x, target)
+}
+
+// TestSolveUsesOneForwardCallPerStep: with a model offering the fused
+// data-term call (as plugin processes do), each step is one round trip.
+func TestSolveUsesOneForwardCallPerStep(t *testing.T) {
+	const n = 10
+	p, f, pr := testProblem(n, 4, 2)
+	fc := &fusedCounter{meanField: f}
+	opts := DefaultOptions()
+	_, err := solve(context.Background(), n, 0.5, pr, fc, p.Y, opts)
+	require.NoError(t, err)
+	steps := opts.InitSteps + opts.OptSteps
+	require.Zero(t, fc.vjps)
+	require.GreaterOrEqual(t, fc.fused, steps)
+	require.LessOrEqual(t, fc.fused+fc.predicts, steps+2)
+}
