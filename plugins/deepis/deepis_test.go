@@ -418,3 +418,30 @@ func TestInfo(t *testing.T) {
 		require.True(t, names[k], k)
 	}
 }
+
+// TestSquaredErrorVJPMatchesPredictThenVJP checks the one-pass fused call
+// against Predict followed by VJP, with a broadcast and a per-row target,
+// over several workers and chunks.
+func TestSquaredErrorVJPMatchesPredictThenVJP(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(50, 80, false, false, 8)
+	rng := rand.New(rand.NewPCG(5, 5))
+	x := randDense(rng, 6, g.N(), 0, 1)
+	m := New(Workers(3))
+	m.minCells = 1
+	require.NoError(t, m.Configure(ctx, g, nil, nil))
+	randomize(m, 9)
+	for _, rows := range []int{1, 6} {
+		target := randDense(rng, rows, g.N(), 0, 1)
+		y, dx, err := m.SquaredErrorVJP(ctx, x, target)
+		require.NoError(t, err)
+		// forward.SquaredErrorVJP on a value without the fused method
+		// does Predict then VJP.
+		wy, wdx, err := forward.SquaredErrorVJP(ctx, struct{ forward.Model }{m}, x, target)
+		require.NoError(t, err)
+		require.InDeltaSlice(t, wy.RawMatrix().Data, y.RawMatrix().Data, 1e-12)
+		require.InDeltaSlice(t, wdx.RawMatrix().Data, dx.RawMatrix().Data, 1e-12)
+	}
+	_, _, err := m.SquaredErrorVJP(ctx, x, randDense(rng, 2, g.N(), 0, 1))
+	require.ErrorContains(t, err, "target is 2x50")
+}

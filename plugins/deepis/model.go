@@ -223,9 +223,18 @@ const minParallelCells = 4096
 
 // run computes f(x) and, when dy is given, dx = (df/dx)^T dy, spreading
 // the rows over the workers.
-func (m *Model) run(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dense, err error) {
+// run computes y = f(x) and, when dy is not nil, dx = J^T dy. With target
+// not nil, dy is an output: each chunk's dy = 2 (y - target) is written
+// between its forward and backward pass (target has 1 or r rows).
+func (m *Model) run(ctx context.Context, x, dy, target *mat.Dense) (y, dx *mat.Dense, err error) {
 	if err := m.ready(x, dy); err != nil {
 		return nil, nil, err
+	}
+	var ts []float64
+	var trows int
+	if target != nil {
+		trows = target.RawMatrix().Rows
+		ts = packed(target)
 	}
 	nt := m.nt
 	r, n := x.Dims()
@@ -256,6 +265,12 @@ func (m *Model) run(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dense, er
 				}
 				e := min(hi, b+step)
 				nt.forward(w, xs[b*n:e*n], e-b, ys[b*n:e*n])
+				for i := b; target != nil && i < e; i++ {
+					t := ts[min(i, trows-1)*n:][:n]
+					for v, yv := range ys[i*n : (i+1)*n] {
+						gs[i*n+v] = 2 * (yv - t[v])
+					}
+				}
 				if dy != nil {
 					nt.backward(w, gs[b*n:e*n], dxs[b*n:e*n])
 				}
@@ -275,7 +290,7 @@ func (m *Model) run(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dense, er
 func (m *Model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	y, _, err := m.run(ctx, x, nil)
+	y, _, err := m.run(ctx, x, nil, nil)
 	return y, err
 }
 
@@ -283,7 +298,19 @@ func (m *Model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
 func (m *Model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.run(ctx, x, dy)
+	return m.run(ctx, x, dy, nil)
+}
+
+// SquaredErrorVJP implements forward.SquaredErrorVJPer in one pass: y =
+// f(x) and dx = J^T 2 (y - target), target having 1 or as many rows as x.
+func (m *Model) SquaredErrorVJP(ctx context.Context, x, target *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, n := x.Dims()
+	if tr, tc := target.Dims(); (tr != 1 && tr != r) || tc != n {
+		return nil, nil, fmt.Errorf("deepis: target is %dx%d for x %dx%d", tr, tc, r, n)
+	}
+	return m.run(ctx, x, mat.NewDense(r, n, nil), target)
 }
 
 // packed returns m's data as one row-major slice, copying only when m is a
