@@ -171,6 +171,7 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 	m.extras = map[string]float64{
 		"forward_val_mse": b.Manifest.Metrics["forward_val_mse"],
 		"delta":           b.Manifest.Threshold,
+		"prior_weight":    b.Manifest.Solve.PriorWeight,
 	}
 	return nil
 }
