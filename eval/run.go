@@ -88,6 +88,18 @@ func contains(s []string, v string) bool {
 // ErrConfig is wrapped by every Config validation error.
 var ErrConfig = errors.New("invalid eval config")
 
+// Split shuffles cs in place with a PCG stream seeded by seed and cuts it
+// into the first ntrain (training), the next nval (validation) and the
+// rest (test). train and eval use it, so a seed means the same split.
+func Split(cs []diffusion.Cascade, ntrain, nval int, seed int64) (train, val, test []diffusion.Cascade) {
+	if ntrain < 0 || nval < 0 || ntrain+nval > len(cs) {
+		panic("eval: Split sizes do not fit the cascades")
+	}
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x5b1175))
+	rng.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
+	return cs[:ntrain], cs[ntrain : ntrain+nval], cs[ntrain+nval:]
+}
+
 // split returns the train, validation and test sizes.
 func (c Config) split() (train, val, test int) {
 	train = int(math.Round(c.TrainFrac * float64(c.Cascades)))
@@ -248,9 +260,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			return nil, fmt.Errorf("run %d: simulating: %w", r+1, err)
 		}
 		redrawn += rep.Redrawn
-		rng := rand.New(rand.NewPCG(uint64(seed), 0x5b1175))
-		rng.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
-		train, val, test := cs[:ntrain], cs[ntrain:ntrain+nval], cs[ntrain+nval:]
+		train, val, test := Split(cs, ntrain, nval, seed)
 
 		results[r] = make([]methodRun, len(cfg.Methods))
 		jobs := make(chan int)

@@ -5,7 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math/rand/v2"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -76,7 +76,8 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		return err
 	}
-	train, val, test := splitCascades(cascades, 0.6, 0.2, seed)
+	ntrain, nval := int(math.Round(0.6*float64(len(cascades)))), int(math.Round(0.2*float64(len(cascades))))
+	train, val, test := eval.Split(cascades, ntrain, nval, seed)
 	if len(train) == 0 || len(val) == 0 || len(test) == 0 {
 		return fmt.Errorf("--cascades: %d cascades give an empty train, validation or test split; use at least 10", len(cascades))
 	}
@@ -206,21 +207,6 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 	}
 	prov, _ := json.Marshal(map[string]any{"simulated": cfg, "cascades": count, "seed": v.GetInt64("seed")})
 	return cs, prov, nil
-}
-
-// splitCascades shuffles (seeded) and splits into train, validation, test.
-func splitCascades(cs []diffusion.Cascade, trainFrac, valFrac float64, seed int64) (train, val, test []diffusion.Cascade) {
-	idx := rand.New(rand.NewPCG(uint64(seed), 0x5b117)).Perm(len(cs))
-	nTrain := int(trainFrac * float64(len(cs)))
-	nVal := int(valFrac * float64(len(cs)))
-	pick := func(ix []int) []diffusion.Cascade {
-		out := make([]diffusion.Cascade, len(ix))
-		for i, j := range ix {
-			out[i] = cs[j]
-		}
-		return out
-	}
-	return pick(idx[:nTrain]), pick(idx[nTrain : nTrain+nVal]), pick(idx[nTrain+nVal:])
 }
 
 func toPairs(cs []diffusion.Cascade) []forward.Pair {
