@@ -9,6 +9,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/nn"
+	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn"
 )
 
 // leak is the negative slope of the LeakyReLU on attention logits, as in
@@ -78,12 +79,12 @@ func (a *attention) forward(z *mat.Dense, batches int) *mat.Dense {
 	rows := batches * n
 	nnz := a.adj.nnz()
 	a.batches = batches
-	a.z = dense(a.z, z)
-	a.fs = grow(a.fs, rows*H)
-	a.fd = grow(a.fd, rows*H)
-	a.pre = grow(a.pre, batches*nnz*H)
-	a.alpha = grow(a.alpha, batches*nnz*H)
-	a.out = reuse(a.out, rows, HD)
+	a.z = gnn.Contiguous(a.z, z)
+	a.fs = gnn.Grow(a.fs, rows*H)
+	a.fd = gnn.Grow(a.fd, rows*H)
+	a.pre = gnn.Grow(a.pre, batches*nnz*H)
+	a.alpha = gnn.Grow(a.alpha, batches*nnz*H)
+	a.out = gnn.Reuse(a.out, rows, HD)
 	zz := a.z
 	for r := 0; r < rows; r++ {
 		zr := zz[r*HD : (r+1)*HD]
@@ -163,13 +164,13 @@ func (a *attention) backward(dout *mat.Dense) *mat.Dense {
 		panic(fmt.Sprintf("gat: attention backward got %dx%d, want %dx%d", r, c, rows, HD))
 	}
 	nnz := a.adj.nnz()
-	a.dz = reuse(a.dz, rows, HD)
+	a.dz = gnn.Reuse(a.dz, rows, HD)
 	dz := a.dz.RawMatrix()
 	for r := 0; r < rows; r++ {
 		clear(dz.Data[r*dz.Stride : r*dz.Stride+HD])
 	}
-	a.dfs = grow(a.dfs, rows*H)
-	a.dfd = grow(a.dfd, rows*H)
+	a.dfs = gnn.Grow(a.dfs, rows*H)
+	a.dfd = gnn.Grow(a.dfd, rows*H)
 	clear(a.dfs)
 	clear(a.dfd)
 	g := dout.RawMatrix()
@@ -181,7 +182,7 @@ func (a *attention) backward(dout *mat.Dense) *mat.Dense {
 			pre := a.pre[(b*nnz+lo)*H : (b*nnz+hi)*H]
 			alpha := a.alpha[(b*nnz+lo)*H : (b*nnz+hi)*H]
 			gv := g.Data[(base+v)*g.Stride : (base+v)*g.Stride+HD]
-			*scratch = grow(*scratch, (hi-lo)*H)
+			*scratch = gnn.Grow(*scratch, (hi-lo)*H)
 			da := *scratch
 			for e := lo; e < hi; e++ {
 				u := base + a.adj.src[e]

@@ -1,10 +1,6 @@
 package gat
 
 import (
-	"math"
-
-	"gonum.org/v1/gonum/mat"
-
 	"github.com/sourcewatch/sourcewatch/graph"
 )
 
@@ -80,49 +76,4 @@ func (a *adjacency) propagateT(dst, src []float64, batches int) {
 			}
 		}
 	}
-}
-
-// reuse returns m resized to r x c, reusing its storage when it can. The
-// contents are unspecified.
-func reuse(m *mat.Dense, r, c int) *mat.Dense {
-	if m == nil {
-		return mat.NewDense(r, c, nil)
-	}
-	if mr, mc := m.Dims(); mr == r && mc == c {
-		return m
-	}
-	raw := m.RawMatrix()
-	if cap(raw.Data) >= r*c {
-		return mat.NewDense(r, c, raw.Data[:r*c])
-	}
-	return mat.NewDense(r, c, nil)
-}
-
-// grow returns s with length n, reusing its storage when it can.
-func grow(s []float64, n int) []float64 {
-	if cap(s) >= n {
-		return s[:n]
-	}
-	return make([]float64, n)
-}
-
-// sigmoid is 1 / (1 + exp(-z)) without overflow.
-func sigmoid(z float64) float64 {
-	if z >= 0 {
-		return 1 / (1 + math.Exp(-z))
-	}
-	e := math.Exp(z)
-	return e / (1 + e)
-}
-
-// dense copies the rows of m (which may be a strided view) into a
-// contiguous slice of length r*c, reusing dst.
-func dense(dst []float64, m *mat.Dense) []float64 {
-	r, c := m.Dims()
-	dst = grow(dst, r*c)
-	raw := m.RawMatrix()
-	for i := 0; i < r; i++ {
-		copy(dst[i*c:(i+1)*c], raw.Data[i*raw.Stride:i*raw.Stride+c])
-	}
-	return dst
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/nn"
+	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn"
 )
 
 // network is the GAT of a Model, for one graph and architecture. It maps a
@@ -35,7 +36,7 @@ type network struct {
 	u       [][]float64 // hop counts u_1..u_hops, each batches x n
 	h0      *mat.Dense  // (batches n) x features
 	h1      *mat.Dense  // ELU(att1 output)
-	s       []float64   // sigmoid(o)
+	s       []float64   // gnn.Sigmoid(o)
 	y       *mat.Dense
 	dy      []float64
 	do      *mat.Dense
@@ -81,17 +82,26 @@ func newNetwork(g *graph.Graph, arch Arch, seed uint64) *network {
 	return net
 }
 
-// setOutputBias sets the output bias so an untrained network predicts
+// Params returns the trainable parameters, in state order.
+func (net *network) Params() []*nn.Param { return net.params }
+
+// Arch returns the architecture the network was built with.
+func (net *network) Arch() Arch { return net.arch }
+
+// Nodes returns the number of graph nodes, the width of x.
+func (net *network) Nodes() int { return net.n }
+
+// SetOutputBias sets the output bias so an untrained network predicts
 // probability p for every non-source node.
-func (net *network) setOutputBias(p float64) {
+func (net *network) SetOutputBias(p float64) {
 	p = math.Min(math.Max(p, 1e-3), 1-1e-3)
 	net.lin2.B[0] = math.Log(p / (1 - p))
 	net.lin2.B[1] = 0
 }
 
-// forward returns y = f(x) for each row of x (batches x n), owned by the
+// Forward returns y = f(x) for each row of x (batches x n), owned by the
 // network until the next forward.
-func (net *network) forward(x *mat.Dense) *mat.Dense {
+func (net *network) Forward(x *mat.Dense) *mat.Dense {
 	batches, c := x.Dims()
 	if c != net.n {
 		panic(fmt.Sprintf("gat: input has %d columns for %d nodes", c, net.n))
@@ -99,17 +109,17 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 	n, F := net.n, net.arch.features()
 	rows := batches * n
 	net.batches = batches
-	net.x = dense(net.x, x)
+	net.x = gnn.Contiguous(net.x, x)
 	if len(net.u) != net.arch.Hops {
 		net.u = make([][]float64, net.arch.Hops)
 	}
 	prev := net.x
 	for k := range net.u {
-		net.u[k] = grow(net.u[k], rows)
+		net.u[k] = gnn.Grow(net.u[k], rows)
 		net.adj.propagate(net.u[k], prev, batches)
 		prev = net.u[k]
 	}
-	net.h0 = reuse(net.h0, rows, F)
+	net.h0 = gnn.Reuse(net.h0, rows, F)
 	h0 := net.h0.RawMatrix()
 	for r := 0; r < rows; r++ {
 		row := h0.Data[r*h0.Stride : r*h0.Stride+F]
@@ -123,7 +133,7 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 	hd := net.arch.Heads * net.arch.HeadDim
 	z1 := net.lin1.Forward(net.h0)
 	a1 := net.att1.forward(z1.Slice(0, rows, 0, hd).(*mat.Dense), batches)
-	net.h1 = reuse(net.h1, rows, hd)
+	net.h1 = gnn.Reuse(net.h1, rows, hd)
 	h1, ar, sk := net.h1.RawMatrix(), a1.RawMatrix(), z1.RawMatrix()
 	for r := 0; r < rows; r++ {
 		dst, src := h1.Data[r*h1.Stride:r*h1.Stride+hd], ar.Data[r*ar.Stride:r*ar.Stride+hd]
@@ -140,13 +150,13 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 	o := net.att2.forward(z2.Slice(0, rows, 0, 1).(*mat.Dense), batches).RawMatrix()
 	z2r := z2.RawMatrix()
 
-	net.s = grow(net.s, rows)
-	net.y = reuse(net.y, batches, n)
+	net.s = gnn.Grow(net.s, rows)
+	net.y = gnn.Reuse(net.y, batches, n)
 	y := net.y.RawMatrix()
 	for b := 0; b < batches; b++ {
 		for v := 0; v < n; v++ {
 			r := b*n + v
-			s := sigmoid(o.Data[r*o.Stride] + z2r.Data[r*z2r.Stride+1])
+			s := gnn.Sigmoid(o.Data[r*o.Stride] + z2r.Data[r*z2r.Stride+1])
 			net.s[r] = s
 			xv := net.x[r]
 			y.Data[b*y.Stride+v] = 1 - (1-xv)*(1-s)
@@ -155,18 +165,18 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 	return net.y
 }
 
-// backward takes dL/dy for the last forward, adds the parameter gradients
+// Backward takes dL/dy for the last forward, adds the parameter gradients
 // and returns dL/dx, owned by the network.
-func (net *network) backward(dy *mat.Dense) *mat.Dense {
+func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 	n, batches := net.n, net.batches
 	if r, c := dy.Dims(); r != batches || c != n {
 		panic(fmt.Sprintf("gat: backward got %dx%d, want %dx%d", r, c, batches, n))
 	}
 	rows := batches * n
-	net.dy = dense(net.dy, dy)
-	net.dx = reuse(net.dx, batches, n)
+	net.dy = gnn.Contiguous(net.dy, dy)
+	net.dx = gnn.Reuse(net.dx, batches, n)
 	dx := net.dx.RawMatrix()
-	net.do = reuse(net.do, rows, 1)
+	net.do = gnn.Reuse(net.do, rows, 1)
 	do := net.do.RawMatrix()
 	for r := 0; r < rows; r++ {
 		g, xv, s := net.dy[r], net.x[r], net.s[r]
@@ -175,7 +185,7 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 		do.Data[r*do.Stride] = g * (1 - xv) * s * (1 - s)
 	}
 	da2 := net.att2.backward(net.do).RawMatrix()
-	net.dz2 = reuse(net.dz2, rows, 2)
+	net.dz2 = gnn.Reuse(net.dz2, rows, 2)
 	dz2 := net.dz2.RawMatrix()
 	for r := 0; r < rows; r++ {
 		dz2.Data[r*dz2.Stride] = da2.Data[r*da2.Stride]
@@ -183,7 +193,7 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 	}
 	dh1 := net.lin2.Backward(net.dz2)
 	hd := net.arch.Heads * net.arch.HeadDim
-	net.dh1 = reuse(net.dh1, rows, hd)
+	net.dh1 = gnn.Reuse(net.dh1, rows, hd)
 	d, g, a := net.dh1.RawMatrix(), dh1.RawMatrix(), net.h1.RawMatrix()
 	for r := 0; r < rows; r++ {
 		dr, gr, hr := d.Data[r*d.Stride:r*d.Stride+hd], g.Data[r*g.Stride:r*g.Stride+hd], a.Data[r*a.Stride:r*a.Stride+hd]
@@ -197,7 +207,7 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 		}
 	}
 	da1 := net.att1.backward(net.dh1).RawMatrix()
-	net.dz1 = reuse(net.dz1, rows, 2*hd)
+	net.dz1 = gnn.Reuse(net.dz1, rows, 2*hd)
 	dz1, dpre := net.dz1.RawMatrix(), net.dh1.RawMatrix()
 	for r := 0; r < rows; r++ {
 		copy(dz1.Data[r*dz1.Stride:r*dz1.Stride+hd], da1.Data[r*da1.Stride:r*da1.Stride+hd])
@@ -207,8 +217,8 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 
 	// Hop features: u_k = W u_{k-1}, u_0 = x, feature slog(u_k). Walk
 	// back from the last hop carrying g = dL/du_k.
-	net.g = grow(net.g, rows)
-	net.gt = grow(net.gt, rows)
+	net.g = gnn.Grow(net.g, rows)
+	net.gt = gnn.Grow(net.gt, rows)
 	clear(net.g)
 	for k := net.arch.Hops; k >= 1; k-- {
 		u := net.u[k-1]

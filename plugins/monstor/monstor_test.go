@@ -13,6 +13,7 @@ import (
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/nn"
+	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn"
 )
 
 // randomGraph is an Erdős–Rényi-like graph on n nodes with about m edges,
@@ -65,10 +66,18 @@ func simulateSI(g *graph.Graph, count, k int, beta float64, seed uint64) []forwa
 	return pairs
 }
 
-// fittedModel returns a Model configured with the state of a freshly
-// initialised network, with its weights jittered so no parameter sits at a
-// special value such as a zero bias.
+// fittedModel returns a Model configured with fittedState.
 func fittedModel(t testing.TB, g *graph.Graph, arch Arch, seed uint64) *Model {
+	t.Helper()
+	m := New()
+	require.NoError(t, m.Configure(context.Background(), g, nil, fittedState(t, g, arch, seed)))
+	return m
+}
+
+// fittedState returns the state of a freshly initialised network, with its
+// weights jittered so no parameter sits at a special value such as a zero
+// bias.
+func fittedState(t testing.TB, g *graph.Graph, arch Arch, seed uint64) []byte {
 	t.Helper()
 	net := newNetwork(g, arch, seed)
 	rng := rand.New(rand.NewPCG(seed, 3))
@@ -77,11 +86,9 @@ func fittedModel(t testing.TB, g *graph.Graph, arch Arch, seed uint64) *Model {
 			p.Value[i] += 0.1 * rng.NormFloat64()
 		}
 	}
-	state, err := encodeState(net, g)
+	state, err := spec.EncodeState(net, g)
 	require.NoError(t, err)
-	m := New()
-	require.NoError(t, m.Configure(context.Background(), g, nil, state))
-	return m
+	return state
 }
 
 // indicator returns the 0/1 vector of the union of sets.
@@ -154,16 +161,16 @@ func TestLossGradientMatchesFiniteDifferences(t *testing.T) {
 			p.Value[i] += 0.1 * rng.NormFloat64()
 		}
 	}
-	tr := &trainer{net: net, n: g.N(), lambda: 2}
-	tr.fill(simulateSI(g, 4, 3, 0.4, 9), rng)
+	tr := &gnn.Trainer[Arch, *network]{Net: net, Lambda: 2}
+	tr.Fill(simulateSI(g, 4, 3, 0.4, 9), rng)
 	// Arbitrary second rows instead of subsets, so the hinge of the
 	// penalty is active at many nodes whatever the initial weights.
-	for i := range tr.xs {
-		tr.xs[i] = rng.Float64()
+	for i := range tr.XS {
+		tr.XS[i] = rng.Float64()
 	}
 	// Two pairs per chunk, so the check covers gradient accumulation.
-	tr.chunkRows = 4
-	loss, mse := tr.loss(true)
+	tr.ChunkRows = 4
+	loss, mse := tr.Loss(true)
 	require.Greater(t, loss, mse, "the monotonicity penalty should be active for this check to cover it")
 	// Entries are judged against the largest gradient of all parameters:
 	// some are exactly zero (a_dst . z_v shifts a whole softmax row while
@@ -177,9 +184,9 @@ func TestLossGradientMatchesFiniteDifferences(t *testing.T) {
 		for i := range p.Value {
 			v := p.Value[i]
 			p.Value[i] = v + eps
-			lp, _ := tr.loss(false)
+			lp, _ := tr.Loss(false)
 			p.Value[i] = v - eps
-			lm, _ := tr.loss(false)
+			lm, _ := tr.Loss(false)
 			p.Value[i] = v
 			e := entry{(lp - lm) / (2 * eps), p.Grad[i]}
 			got[p.Name] = append(got[p.Name], e)
@@ -219,7 +226,7 @@ func TestFitReducesValidationMSE(t *testing.T) {
 	// output bias starts from, and the empirical infection rate by hop
 	// distance to the nearest source, learned on the training pairs. The
 	// network must close most of the gap between them.
-	c := backgroundRate(train, g.N())
+	c := gnn.BackgroundRate(train, g.N())
 	byDist := map[int][2]float64{}
 	for _, p := range train {
 		y := indicator(g.N(), p.Infected, p.Sources)
@@ -302,7 +309,7 @@ func TestConfigureRejectsBadState(t *testing.T) {
 	g := randomGraph(12, 20, false, false, 41)
 	other := randomGraph(12, 21, false, false, 42)
 	net := newNetwork(g, DefaultArch(), 1)
-	state, err := encodeState(net, g)
+	state, err := spec.EncodeState(net, g)
 	require.NoError(t, err)
 	flipped := append([]byte(nil), state...)
 	flipped[len(flipped)-9] ^= 0x40
@@ -317,7 +324,7 @@ func TestConfigureRejectsBadState(t *testing.T) {
 		{"not a state", g, []byte("hello"), "missing magic"},
 		{"truncated", g, state[:len(state)-20], "bad forward model state"},
 		{"corrupt weights", g, flipped, "bad forward model state"},
-		{"truncated header", g, state[:len(stateMagic)+6], "header length"},
+		{"truncated header", g, state[:len(spec.StateMagic())+6], "header length"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := New().Configure(ctx, tt.g, nil, tt.state)
@@ -357,7 +364,7 @@ func TestErrors(t *testing.T) {
 		})
 	}
 
-	state, err := encodeState(newNetwork(g, Arch{Stacks: 2, Hidden: 3}, 1), g)
+	state, err := spec.EncodeState(newNetwork(g, Arch{Stacks: 2, Hidden: 3}, 1), g)
 	require.NoError(t, err)
 	require.ErrorContains(t, m.Configure(ctx, g, map[string]string{"stacks": "3"}, state), "param stacks=3 disagrees")
 	require.NoError(t, m.Configure(ctx, g, nil, state))
@@ -413,7 +420,7 @@ func loadShared(b *testing.B, name string) *graph.Graph {
 func TestChunkedBatchesMatchSingleRows(t *testing.T) {
 	ctx := context.Background()
 	g := randomGraph(3000, 6000, false, false, 81)
-	require.Less(t, chunkRows(g.N()), 10)
+	require.Less(t, gnn.ChunkRows(g.N()), 10)
 	m := fittedModel(t, g, Arch{Stacks: 2, Hidden: 4}, 3)
 	rng := rand.New(rand.NewPCG(9, 9))
 	x, dy := randomMatrix(10, g.N(), 0, 1, rng), randomMatrix(10, g.N(), -1, 1, rng)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/nn"
+	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn"
 )
 
 // features is the width of a block's input row: x, the previous estimate
@@ -94,18 +95,27 @@ func newNetwork(g *graph.Graph, arch Arch, seed uint64) *network {
 	return net
 }
 
-// setOutputBias sets every block's output bias so an untrained network
+// Params returns the trainable parameters, in state order.
+func (net *network) Params() []*nn.Param { return net.params }
+
+// Arch returns the architecture the network was built with.
+func (net *network) Arch() Arch { return net.arch }
+
+// Nodes returns the number of graph nodes, the width of x.
+func (net *network) Nodes() int { return net.n }
+
+// SetOutputBias sets every block's output bias so an untrained network
 // predicts probability p for every non-source node.
-func (net *network) setOutputBias(p float64) {
+func (net *network) SetOutputBias(p float64) {
 	p = math.Min(math.Max(p, 1e-3), 1-1e-3)
 	for _, b := range net.blocks {
 		b.b2[0] = math.Log(p / (1 - p))
 	}
 }
 
-// forward returns y = f(x) for each row of x (batches x n), owned by the
+// Forward returns y = f(x) for each row of x (batches x n), owned by the
 // network until the next forward.
-func (net *network) forward(x *mat.Dense) *mat.Dense {
+func (net *network) Forward(x *mat.Dense) *mat.Dense {
 	batches, c := x.Dims()
 	if c != net.n {
 		panic(fmt.Sprintf("monstor: input has %d columns for %d nodes", c, net.n))
@@ -113,16 +123,16 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 	n, hid := net.n, net.arch.Hidden
 	rows := batches * n
 	net.batches = batches
-	net.x = dense(net.x, x)
+	net.x = gnn.Contiguous(net.x, x)
 	prev := net.x
 	for _, b := range net.blocks {
-		b.h0 = reuse(b.h0, rows, features)
+		b.h0 = gnn.Reuse(b.h0, rows, features)
 		h0 := b.h0.RawMatrix()
 		for r := 0; r < rows; r++ {
 			row := h0.Data[r*h0.Stride : r*h0.Stride+features]
 			row[0], row[1], row[2] = net.x[r], prev[r], net.logDeg[r%n]
 		}
-		b.p0 = reuse(b.p0, rows, 2*features)
+		b.p0 = gnn.Reuse(b.p0, rows, 2*features)
 		net.adj.propagate(b.p0.Slice(0, rows, 0, features).(*mat.Dense), b.h0, batches)
 		p0 := b.p0.RawMatrix()
 		for r := 0; r < rows; r++ {
@@ -130,8 +140,8 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 		}
 		b.h1 = b.lin1.Forward(b.p0)
 		h1 := b.h1.RawMatrix()
-		b.t = grow(b.t, rows)
-		b.o = grow(b.o, rows)
+		b.t = gnn.Grow(b.t, rows)
+		b.o = gnn.Grow(b.o, rows)
 		for r := 0; r < rows; r++ {
 			var t, self float64
 			hr := h1.Data[r*h1.Stride : r*h1.Stride+hid]
@@ -145,11 +155,11 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 		for r, v := range b.scratch[:rows] {
 			b.o[r] += v
 		}
-		b.q = grow(b.q, rows)
-		b.p = reuse(b.p, batches, n)
+		b.q = gnn.Grow(b.q, rows)
+		b.p = gnn.Reuse(b.p, batches, n)
 		p := b.p.RawMatrix()
 		for r := 0; r < rows; r++ {
-			q := sigmoid(b.o[r] + b.b2[0])
+			q := gnn.Sigmoid(b.o[r] + b.b2[0])
 			b.q[r] = q
 			p.Data[(r/n)*p.Stride+r%n] = 1 - (1-net.x[r])*(1-q)
 		}
@@ -158,21 +168,21 @@ func (net *network) forward(x *mat.Dense) *mat.Dense {
 	return net.blocks[len(net.blocks)-1].p
 }
 
-// backward takes dL/dy for the last forward, adds the parameter gradients
+// Backward takes dL/dy for the last forward, adds the parameter gradients
 // and returns dL/dx, owned by the network.
-func (net *network) backward(dy *mat.Dense) *mat.Dense {
+func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 	n, batches, hid := net.n, net.batches, net.arch.Hidden
 	if r, c := dy.Dims(); r != batches || c != n {
 		panic(fmt.Sprintf("monstor: backward got %dx%d, want %dx%d", r, c, batches, n))
 	}
 	rows := batches * n
-	net.dp = dense(net.dp, dy)
-	net.dx = reuse(net.dx, batches, n)
+	net.dp = gnn.Contiguous(net.dp, dy)
+	net.dx = gnn.Reuse(net.dx, batches, n)
 	dx := net.dx.RawMatrix().Data // contiguous, stride n
 	clear(dx)
 	for s := len(net.blocks) - 1; s >= 0; s-- {
 		b := net.blocks[s]
-		b.do = grow(b.do, rows)
+		b.do = gnn.Grow(b.do, rows)
 		for r := 0; r < rows; r++ {
 			g, xv, q := net.dp[r], net.x[r], b.q[r]
 			// p = 1 - (1 - x)(1 - q).
@@ -182,9 +192,9 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 			b.do[r] = do
 		}
 		// o = Â t + h1 w_self + b2 with t = h1 w2, so dL/dt = Â^T dL/do.
-		net.dt = grow(net.dt, rows)
+		net.dt = gnn.Grow(net.dt, rows)
 		net.adj.propagateVecT(net.dt, b.do, batches)
-		b.dh1 = reuse(b.dh1, rows, hid)
+		b.dh1 = gnn.Reuse(b.dh1, rows, hid)
 		dh1, h1 := b.dh1.RawMatrix(), b.h1.RawMatrix()
 		for r := 0; r < rows; r++ {
 			dt := net.dt[r]
@@ -197,7 +207,7 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 			}
 		}
 		dp0 := b.lin1.Backward(b.dh1)
-		b.dh0 = reuse(b.dh0, rows, features)
+		b.dh0 = gnn.Reuse(b.dh0, rows, features)
 		net.adj.propagateT(b.dh0, dp0.Slice(0, rows, 0, features).(*mat.Dense), batches)
 		dh0, dself := b.dh0.RawMatrix(), dp0.RawMatrix()
 		for r := 0; r < rows; r++ {
@@ -219,6 +229,6 @@ func (net *network) backward(dy *mat.Dense) *mat.Dense {
 
 // tmp returns the block's scratch vector with length n.
 func (b *block) tmp(n int) []float64 {
-	b.scratch = grow(b.scratch, n)
+	b.scratch = gnn.Grow(b.scratch, n)
 	return b.scratch
 }

@@ -62,9 +62,9 @@ func TestThroughPluginProcess(t *testing.T) {
 func BenchmarkVJP(b *testing.B) {
 	for _, name := range []string{"jazz", "power_grid"} {
 		g := loadShared(b, name)
-		in := fittedModel(b, g, DefaultArch(), 1)
-		state, err := encodeState(in.net, g)
-		require.NoError(b, err)
+		state := fittedState(b, g, DefaultArch(), 1)
+		in := New()
+		require.NoError(b, in.Configure(b.Context(), g, nil, state))
 		p, err := forward.Launch(b.Context(), forwardtest.Build(b, Name))
 		require.NoError(b, err)
 		require.NoError(b, p.Configure(b.Context(), g, nil, state))

@@ -1,4 +1,4 @@
-package monstor
+package gnn
 
 import (
 	"context"
@@ -24,43 +24,44 @@ import (
 // the epoch with the lowest validation MSE and stops after patience epochs
 // without improvement. progress, if not nil, is called after every epoch,
 // with the model locked: it must not call back into the model.
-func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitOptions, progress func(forward.Progress)) (forward.FitResult, error) {
+func (m *Model[A, N]) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitOptions, progress func(forward.Progress)) (forward.FitResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	s, name := m.spec.Defaults, m.spec.Name
 	if m.g == nil {
-		return forward.FitResult{}, fmt.Errorf("monstor: fit: %w", forward.ErrNotConfigured)
+		return forward.FitResult{}, fmt.Errorf("%s: fit: %w", name, forward.ErrNotConfigured)
 	}
 	n := m.g.N()
 	if len(pairs) == 0 {
-		return forward.FitResult{}, fmt.Errorf("monstor: fit: no training pairs")
+		return forward.FitResult{}, fmt.Errorf("%s: fit: no training pairs", name)
 	}
 	if err := checkPairs("training", pairs, n); err != nil {
-		return forward.FitResult{}, fmt.Errorf("monstor: fit: %w", err)
+		return forward.FitResult{}, fmt.Errorf("%s: fit: %w", name, err)
 	}
 	if err := checkPairs("validation", opts.Validation, n); err != nil {
-		return forward.FitResult{}, fmt.Errorf("monstor: fit: %w", err)
+		return forward.FitResult{}, fmt.Errorf("%s: fit: %w", name, err)
 	}
 	epochs, lr, bs, lambda := opts.Epochs, opts.LearningRate, opts.BatchSize, opts.Lambda
 	if epochs <= 0 {
-		epochs = DefaultEpochs
+		epochs = s.Epochs
 	}
 	if lr <= 0 || math.IsNaN(lr) {
-		lr = DefaultLearningRate
+		lr = s.LearningRate
 	}
 	if bs <= 0 {
-		bs = DefaultBatchSize
+		bs = s.BatchSize
 	}
 	bs = min(bs, len(pairs))
 	if lambda == 0 {
-		lambda = DefaultLambda
+		lambda = s.Lambda
 	}
 	lambda = max(lambda, 0)
 
-	net := newNetwork(m.g, m.arch, uint64(opts.Seed))
-	net.setOutputBias(backgroundRate(pairs, n))
-	adam := nn.NewAdam(net.params, lr)
+	net := m.spec.NewNetwork(m.g, m.arch, uint64(opts.Seed))
+	net.SetOutputBias(BackgroundRate(pairs, n))
+	adam := nn.NewAdam(net.Params(), lr)
 	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0x5eed))
-	tr := &trainer{net: net, n: n, lambda: lambda}
+	tr := &Trainer[A, N]{Net: net, Lambda: lambda}
 
 	order := make([]int, len(pairs))
 	for i := range order {
@@ -76,16 +77,16 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 		batches := 0
 		for lo := 0; lo < len(order); lo += bs {
 			if err := ctx.Err(); err != nil {
-				return forward.FitResult{}, fmt.Errorf("monstor: fit: %w", err)
+				return forward.FitResult{}, fmt.Errorf("%s: fit: %w", name, err)
 			}
 			batch := make([]forward.Pair, 0, bs)
 			for _, i := range order[lo:min(lo+bs, len(order))] {
 				batch = append(batch, pairs[i])
 			}
-			tr.fill(batch, rng)
-			loss, _ := tr.loss(true)
+			tr.Fill(batch, rng)
+			loss, _ := tr.Loss(true)
 			if math.IsNaN(loss) || math.IsInf(loss, 0) {
-				return forward.FitResult{}, fmt.Errorf("monstor: fit: training loss is %v at epoch %d", loss, epoch)
+				return forward.FitResult{}, fmt.Errorf("%s: fit: training loss is %v at epoch %d", name, loss, epoch)
 			}
 			adam.Step()
 			sum += loss
@@ -93,15 +94,15 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 		}
 		p := forward.Progress{Epoch: epoch, Epochs: epochs, TrainLoss: sum / float64(batches), ValLoss: math.NaN()}
 		if len(opts.Validation) > 0 {
-			p.ValLoss = tr.mse(opts.Validation, bs)
+			p.ValLoss = tr.MSE(opts.Validation, bs)
 			if p.ValLoss < best {
 				best, bestEpoch, stale = p.ValLoss, epoch, 0
-				snapshot = saveParams(net.params, snapshot)
+				snapshot = saveParams(net.Params(), snapshot)
 			} else {
 				stale++
 			}
 		}
-		m.log.Debug("monstor epoch", zap.Int("epoch", epoch), zap.Float64("train_loss", p.TrainLoss), zap.Float64("val_mse", p.ValLoss))
+		m.log.Debug(name+" epoch", zap.Int("epoch", epoch), zap.Float64("train_loss", p.TrainLoss), zap.Float64("val_mse", p.ValLoss))
 		if progress != nil {
 			progress(p)
 		}
@@ -110,23 +111,23 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 		}
 	}
 	if snapshot != nil {
-		for i, p := range net.params {
+		for i, p := range net.Params() {
 			copy(p.Value, snapshot[i])
 		}
 	}
 	metrics := map[string]float64{
-		"train_mse": tr.mse(pairs, bs),
+		"train_mse": tr.MSE(pairs, bs),
 		"epochs":    float64(epoch),
 	}
 	if len(opts.Validation) > 0 {
 		metrics["val_mse"] = best
 		metrics["best_epoch"] = float64(bestEpoch)
 	}
-	state, err := encodeState(net, m.g)
+	state, err := m.spec.EncodeState(net, m.g)
 	if err != nil {
-		return forward.FitResult{}, fmt.Errorf("monstor: fit: %w", err)
+		return forward.FitResult{}, fmt.Errorf("%s: fit: %w", name, err)
 	}
-	m.net = net
+	m.net, m.fitted = net, true
 	return forward.FitResult{State: state, Metrics: metrics}, nil
 }
 
@@ -147,9 +148,9 @@ func checkPairs(what string, pairs []forward.Pair, n int) error {
 	return nil
 }
 
-// backgroundRate is the fraction of non-source nodes infected over pairs,
+// BackgroundRate is the fraction of non-source nodes infected over pairs,
 // the best constant guess the output bias starts from.
-func backgroundRate(pairs []forward.Pair, n int) float64 {
+func BackgroundRate(pairs []forward.Pair, n int) float64 {
 	var inf, tot float64
 	mark := make([]bool, n)
 	for _, p := range pairs {
@@ -182,65 +183,68 @@ func saveParams(ps []*nn.Param, dst [][]float64) [][]float64 {
 	return dst
 }
 
-// trainer holds one mini-batch: the source vectors x, their subsets x_sub
-// (used when λ > 0) and the observations y, each b x n row-major.
-type trainer struct {
-	net    *network
-	n      int
-	lambda float64
+// Trainer evaluates the training loss of Net on one mini-batch: the
+// source vectors X, their subsets XS (used when Lambda > 0) and the
+// observations y, each b x n row-major.
+type Trainer[A Arch, N Network[A]] struct {
+	Net    N
+	Lambda float64
+	// ChunkRows is the number of rows per forward pass; 0 means
+	// ChunkRows(n).
+	ChunkRows int
 
-	b         int
-	x, xs, y  []float64
-	cx, cd    *mat.Dense
-	chunkRows int // 0: chunkRows(n)
+	b      int
+	X, XS  []float64
+	y      []float64
+	cx, cd *mat.Dense
 }
 
-// fill loads batch into the trainer, drawing the subsets from rng (which
+// Fill loads batch into the trainer, drawing the subsets from rng (which
 // may be nil when λ = 0).
-func (t *trainer) fill(batch []forward.Pair, rng *rand.Rand) {
-	n, b := t.n, len(batch)
+func (t *Trainer[A, N]) Fill(batch []forward.Pair, rng *rand.Rand) {
+	n, b := t.Net.Nodes(), len(batch)
 	t.b = b
-	t.x = grow(t.x, b*n)
-	t.xs = grow(t.xs, b*n)
-	t.y = grow(t.y, b*n)
-	clear(t.x)
-	clear(t.xs)
+	t.X = Grow(t.X, b*n)
+	t.XS = Grow(t.XS, b*n)
+	t.y = Grow(t.y, b*n)
+	clear(t.X)
+	clear(t.XS)
 	clear(t.y)
 	for i, p := range batch {
 		for _, v := range p.Infected {
 			t.y[i*n+v] = 1
 		}
 		for _, v := range p.Sources {
-			t.x[i*n+v] = 1
+			t.X[i*n+v] = 1
 			t.y[i*n+v] = 1
 		}
-		if t.lambda > 0 && len(p.Sources) > 0 {
+		if t.Lambda > 0 && len(p.Sources) > 0 {
 			drop := rng.IntN(len(p.Sources)) // always dropped, so x_sub != x
 			for j, v := range p.Sources {
 				if j == drop || rng.IntN(2) == 0 {
 					continue
 				}
-				t.xs[i*n+v] = 1
+				t.XS[i*n+v] = 1
 			}
 		}
 	}
 }
 
-// loss evaluates the mini-batch loss and its MSE part; with grad it also
+// Loss evaluates the mini-batch loss and its MSE part; with grad it also
 // back-propagates into the parameter gradients (zeroed first). Pairs go
 // through the network in chunks (each with its subsets) so memory stays
 // bounded on large graphs; gradients accumulate over chunks, so the result
 // does not depend on the chunking.
-func (t *trainer) loss(grad bool) (loss, mse float64) {
-	n, b := t.n, t.b
+func (t *Trainer[A, N]) Loss(grad bool) (loss, mse float64) {
+	n, b := t.Net.Nodes(), t.b
 	if grad {
-		nn.ZeroGrad(t.net.params)
+		nn.ZeroGrad(t.Net.Params())
 	}
-	per := t.chunkRows
+	per := t.ChunkRows
 	if per <= 0 {
-		per = chunkRows(n)
+		per = ChunkRows(n)
 	}
-	if t.lambda > 0 {
+	if t.Lambda > 0 {
 		per = max(1, per/2)
 	}
 	scale := 1 / float64(b*n)
@@ -248,18 +252,18 @@ func (t *trainer) loss(grad bool) (loss, mse float64) {
 	for lo := 0; lo < b; lo += per {
 		c := min(per, b-lo)
 		rows := c
-		if t.lambda > 0 {
+		if t.Lambda > 0 {
 			rows = 2 * c
 		}
-		t.cx = reuse(t.cx, rows, n)
+		t.cx = Reuse(t.cx, rows, n)
 		cx := t.cx.RawMatrix().Data
-		copy(cx[:c*n], t.x[lo*n:(lo+c)*n])
-		if t.lambda > 0 {
-			copy(cx[c*n:], t.xs[lo*n:(lo+c)*n])
+		copy(cx[:c*n], t.X[lo*n:(lo+c)*n])
+		if t.Lambda > 0 {
+			copy(cx[c*n:], t.XS[lo*n:(lo+c)*n])
 		}
-		f := t.net.forward(t.cx).RawMatrix()
+		f := t.Net.Forward(t.cx).RawMatrix()
 		if grad {
-			t.cd = reuse(t.cd, rows, n)
+			t.cd = Reuse(t.cd, rows, n)
 		}
 		for i := 0; i < c; i++ {
 			fr := f.Data[i*f.Stride : i*f.Stride+n]
@@ -268,12 +272,12 @@ func (t *trainer) loss(grad bool) (loss, mse float64) {
 				d := fv - y[v]
 				mse += d * d
 				g := 2 * d * scale
-				if t.lambda > 0 {
+				if t.Lambda > 0 {
 					r := max(f.Data[(c+i)*f.Stride+v]-fv, 0)
 					pen += r * r
 					if grad {
-						g -= 2 * t.lambda * r * scale
-						t.cd.Set(c+i, v, 2*t.lambda*r*scale)
+						g -= 2 * t.Lambda * r * scale
+						t.cd.Set(c+i, v, 2*t.Lambda*r*scale)
 					}
 				}
 				if grad {
@@ -282,23 +286,23 @@ func (t *trainer) loss(grad bool) (loss, mse float64) {
 			}
 		}
 		if grad {
-			t.net.backward(t.cd)
+			t.Net.Backward(t.cd)
 		}
 	}
 	mse *= scale
-	return mse + t.lambda*pen*scale, mse
+	return mse + t.Lambda*pen*scale, mse
 }
 
-// mse is the mean over pairs of the per-node squared error of f(x).
-func (t *trainer) mse(pairs []forward.Pair, bs int) float64 {
-	saved := t.lambda
-	t.lambda = 0
-	defer func() { t.lambda = saved }()
+// MSE is the mean over pairs of the per-node squared error of f(x).
+func (t *Trainer[A, N]) MSE(pairs []forward.Pair, bs int) float64 {
+	saved := t.Lambda
+	t.Lambda = 0
+	defer func() { t.Lambda = saved }()
 	var sum float64
 	for lo := 0; lo < len(pairs); lo += bs {
 		batch := pairs[lo:min(lo+bs, len(pairs))]
-		t.fill(batch, nil)
-		_, mse := t.loss(false)
+		t.Fill(batch, nil)
+		_, mse := t.Loss(false)
 		sum += mse * float64(len(batch))
 	}
 	return sum / float64(len(pairs))
