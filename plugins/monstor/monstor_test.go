@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,57 +13,8 @@ import (
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/nn"
 	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn"
+	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn/gnntest"
 )
-
-// randomGraph is an Erdős–Rényi-like graph on n nodes with about m edges,
-// plus a ring so no node is isolated.
-func randomGraph(n, m int, directed, weighted bool, seed uint64) *graph.Graph {
-	rng := rand.New(rand.NewPCG(seed, 1))
-	var edges []graph.Edge
-	for v := 0; v < n; v++ {
-		edges = append(edges, graph.Edge{From: v, To: (v + 1) % n, W: 0.2 + 0.6*rng.Float64()})
-	}
-	for len(edges) < m {
-		a, b := rng.IntN(n), rng.IntN(n)
-		edges = append(edges, graph.Edge{From: a, To: b, W: 0.2 + 0.6*rng.Float64()})
-	}
-	return graph.New(n, edges, nil, directed, weighted)
-}
-
-// simulateSI runs a discrete-time SI cascade per pair: k random sources,
-// each step every infected node infects each out-neighbour with
-// probability beta, observed when the infected fraction first reaches a
-// target drawn from [0.2, 0.5].
-func simulateSI(g *graph.Graph, count, k int, beta float64, seed uint64) []forward.Pair {
-	rng := rand.New(rand.NewPCG(seed, 2))
-	n := g.N()
-	pairs := make([]forward.Pair, count)
-	for c := range pairs {
-		inf := make([]bool, n)
-		src := rng.Perm(n)[:k]
-		var set []int
-		for _, s := range src {
-			inf[s] = true
-			set = append(set, s)
-		}
-		target := int(math.Ceil((0.2 + 0.3*rng.Float64()) * float64(n)))
-		for step := 0; len(set) < target && step < 100; step++ {
-			var next []int
-			for _, u := range set {
-				nbr, _ := g.Out(u)
-				for _, v := range nbr {
-					if !inf[v] && rng.Float64() < beta {
-						inf[v] = true
-						next = append(next, v)
-					}
-				}
-			}
-			set = append(set, next...)
-		}
-		pairs[c] = forward.Pair{Sources: append([]int(nil), src...), Infected: set}
-	}
-	return pairs
-}
 
 // fittedModel returns a Model configured with fittedState.
 func fittedModel(t testing.TB, g *graph.Graph, arch Arch, seed uint64) *Model {
@@ -80,34 +30,10 @@ func fittedModel(t testing.TB, g *graph.Graph, arch Arch, seed uint64) *Model {
 func fittedState(t testing.TB, g *graph.Graph, arch Arch, seed uint64) []byte {
 	t.Helper()
 	net := newNetwork(g, arch, seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
-	for _, p := range net.params {
-		for i := range p.Value {
-			p.Value[i] += 0.1 * rng.NormFloat64()
-		}
-	}
+	gnntest.Jitter(net.params, rand.New(rand.NewPCG(seed, 3)))
 	state, err := spec.EncodeState(net, g)
 	require.NoError(t, err)
 	return state
-}
-
-// indicator returns the 0/1 vector of the union of sets.
-func indicator(n int, sets ...[]int) []float64 {
-	y := make([]float64, n)
-	for _, s := range sets {
-		for _, v := range s {
-			y[v] = 1
-		}
-	}
-	return y
-}
-
-func randomMatrix(r, c int, lo, hi float64, rng *rand.Rand) *mat.Dense {
-	d := make([]float64, r*c)
-	for i := range d {
-		d[i] = lo + (hi-lo)*rng.Float64()
-	}
-	return mat.NewDense(r, c, d)
 }
 
 func TestVJPMatchesFiniteDifferences(t *testing.T) {
@@ -122,11 +48,11 @@ func TestVJPMatchesFiniteDifferences(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
-			g := randomGraph(9, 20, tt.directed, tt.weighted, 7)
+			g := gnntest.RandomGraph(9, 20, tt.directed, tt.weighted, 7)
 			m := fittedModel(t, g, tt.arch, 11)
 			rng := rand.New(rand.NewPCG(5, 5))
-			x := randomMatrix(3, g.N(), 0, 1, rng)
-			dy := randomMatrix(3, g.N(), -1, 1, rng)
+			x := gnntest.RandomMatrix(3, g.N(), 0, 1, rng)
+			dy := gnntest.RandomMatrix(3, g.N(), -1, 1, rng)
 			y, dx, err := m.VJP(ctx, x, dy)
 			require.NoError(t, err)
 			py, err := m.Predict(ctx, x)
@@ -152,54 +78,9 @@ func TestVJPMatchesFiniteDifferences(t *testing.T) {
 }
 
 func TestLossGradientMatchesFiniteDifferences(t *testing.T) {
-	g := randomGraph(10, 24, false, false, 3)
-	arch := Arch{Stacks: 3, Hidden: 4}
-	net := newNetwork(g, arch, 4)
-	rng := rand.New(rand.NewPCG(8, 8))
-	for _, p := range net.params {
-		for i := range p.Value {
-			p.Value[i] += 0.1 * rng.NormFloat64()
-		}
-	}
-	tr := &gnn.Trainer[Arch, *network]{Net: net, Lambda: 2}
-	tr.Fill(simulateSI(g, 4, 3, 0.4, 9), rng)
-	// Arbitrary second rows instead of subsets, so the hinge of the
-	// penalty is active at many nodes whatever the initial weights.
-	for i := range tr.XS {
-		tr.XS[i] = rng.Float64()
-	}
-	// Two pairs per chunk, so the check covers gradient accumulation.
-	tr.ChunkRows = 4
-	loss, mse := tr.Loss(true)
-	require.Greater(t, loss, mse, "the monotonicity penalty should be active for this check to cover it")
-	// Entries are judged against the largest gradient of all parameters:
-	// some are exactly zero (a_dst . z_v shifts a whole softmax row while
-	// every logit of the row is on one side of the LeakyReLU), and their
-	// central differences are round-off only.
-	const eps = 1e-6
-	var scale float64
-	type entry struct{ num, grad float64 }
-	got := map[string][]entry{}
-	for _, p := range net.params {
-		for i := range p.Value {
-			v := p.Value[i]
-			p.Value[i] = v + eps
-			lp, _ := tr.Loss(false)
-			p.Value[i] = v - eps
-			lm, _ := tr.Loss(false)
-			p.Value[i] = v
-			e := entry{(lp - lm) / (2 * eps), p.Grad[i]}
-			got[p.Name] = append(got[p.Name], e)
-			scale = math.Max(scale, math.Max(math.Abs(e.num), math.Abs(e.grad)))
-		}
-	}
-	require.Greater(t, scale, 0.0)
-	for name, es := range got {
-		for i, e := range es {
-			den := math.Max(math.Max(math.Abs(e.num), math.Abs(e.grad)), 1e-4*scale)
-			require.Less(t, math.Abs(e.num-e.grad)/den, 1e-4, "param %s entry %d: numeric %g analytic %g", name, i, e.num, e.grad)
-		}
-	}
+	g := gnntest.RandomGraph(10, 24, false, false, 3)
+	net := newNetwork(g, Arch{Stacks: 3, Hidden: 4}, 4)
+	gnntest.CheckLossGradient[Arch](t, net, gnntest.SimulateSI(g, 4, 3, 0.4, 9), rand.New(rand.NewPCG(8, 8)))
 }
 
 // fitEpochs is enough for the network to close most of the gap between
@@ -208,8 +89,8 @@ const fitEpochs = 20
 
 func TestFitReducesValidationMSE(t *testing.T) {
 	ctx := context.Background()
-	g := randomGraph(60, 150, false, false, 21)
-	pairs := simulateSI(g, 160, 4, 0.3, 22)
+	g := gnntest.RandomGraph(60, 150, false, false, 21)
+	pairs := gnntest.SimulateSI(g, 160, 4, 0.3, 22)
 	train, val := pairs[:120], pairs[120:]
 	m := New()
 	require.NoError(t, m.Configure(ctx, g, map[string]string{"hidden": "16"}, nil))
@@ -229,7 +110,7 @@ func TestFitReducesValidationMSE(t *testing.T) {
 	c := gnn.BackgroundRate(train, g.N())
 	byDist := map[int][2]float64{}
 	for _, p := range train {
-		y := indicator(g.N(), p.Infected, p.Sources)
+		y := gnntest.Indicator(g.N(), p.Infected, p.Sources)
 		for v, d := range g.BFS(p.Sources, nil) {
 			r := byDist[d]
 			r[0] += y[v]
@@ -239,7 +120,7 @@ func TestFitReducesValidationMSE(t *testing.T) {
 	}
 	var constant, hops float64
 	for _, p := range val {
-		y := indicator(g.N(), p.Infected, p.Sources)
+		y := gnntest.Indicator(g.N(), p.Infected, p.Sources)
 		for v, d := range g.BFS(p.Sources, nil) {
 			pc := c
 			if d == 0 {
@@ -268,7 +149,7 @@ func TestFitReducesValidationMSE(t *testing.T) {
 	require.NoError(t, err)
 	var sum float64
 	for i, p := range val {
-		for j, o := range indicator(g.N(), p.Infected, p.Sources) {
+		for j, o := range gnntest.Indicator(g.N(), p.Infected, p.Sources) {
 			d := y.At(i, j) - o
 			sum += d * d
 		}
@@ -278,14 +159,14 @@ func TestFitReducesValidationMSE(t *testing.T) {
 
 func TestStateRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	g := randomGraph(30, 60, false, false, 31)
-	pairs := simulateSI(g, 20, 3, 0.3, 32)
+	g := gnntest.RandomGraph(30, 60, false, false, 31)
+	pairs := gnntest.SimulateSI(g, 20, 3, 0.3, 32)
 	m := New()
 	require.NoError(t, m.Configure(ctx, g, map[string]string{"stacks": "2", "hidden": "6"}, nil))
 	res, err := m.Fit(ctx, pairs, forward.FitOptions{Epochs: 2, Seed: 3}, nil)
 	require.NoError(t, err)
 
-	x := randomMatrix(4, g.N(), 0, 1, rand.New(rand.NewPCG(1, 1)))
+	x := gnntest.RandomMatrix(4, g.N(), 0, 1, rand.New(rand.NewPCG(1, 1)))
 	want, err := m.Predict(ctx, x)
 	require.NoError(t, err)
 
@@ -306,8 +187,8 @@ func TestStateRoundTrip(t *testing.T) {
 
 func TestConfigureRejectsBadState(t *testing.T) {
 	ctx := context.Background()
-	g := randomGraph(12, 20, false, false, 41)
-	other := randomGraph(12, 21, false, false, 42)
+	g := gnntest.RandomGraph(12, 20, false, false, 41)
+	other := gnntest.RandomGraph(12, 21, false, false, 42)
 	net := newNetwork(g, DefaultArch(), 1)
 	state, err := spec.EncodeState(net, g)
 	require.NoError(t, err)
@@ -336,7 +217,7 @@ func TestConfigureRejectsBadState(t *testing.T) {
 
 func TestErrors(t *testing.T) {
 	ctx := context.Background()
-	g := randomGraph(8, 12, false, false, 51)
+	g := gnntest.RandomGraph(8, 12, false, false, 51)
 	x := mat.NewDense(1, g.N(), nil)
 
 	m := New()
@@ -389,7 +270,7 @@ func TestErrors(t *testing.T) {
 
 func TestSourcesAreInfected(t *testing.T) {
 	ctx := context.Background()
-	g := randomGraph(15, 30, false, false, 61)
+	g := gnntest.RandomGraph(15, 30, false, false, 61)
 	m := fittedModel(t, g, DefaultArch(), 2)
 	x := mat.NewDense(2, g.N(), nil)
 	x.Set(0, 4, 1)
@@ -407,23 +288,15 @@ func TestSourcesAreInfected(t *testing.T) {
 	}
 }
 
-func loadShared(b *testing.B, name string) *graph.Graph {
-	g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", name+".edges"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	return g
-}
-
 // A batch larger than one pass's rows is split into chunks; each row's
 // result must not depend on the batch it came in.
 func TestChunkedBatchesMatchSingleRows(t *testing.T) {
 	ctx := context.Background()
-	g := randomGraph(3000, 6000, false, false, 81)
+	g := gnntest.RandomGraph(3000, 6000, false, false, 81)
 	require.Less(t, gnn.ChunkRows(g.N()), 10)
 	m := fittedModel(t, g, Arch{Stacks: 2, Hidden: 4}, 3)
 	rng := rand.New(rand.NewPCG(9, 9))
-	x, dy := randomMatrix(10, g.N(), 0, 1, rng), randomMatrix(10, g.N(), -1, 1, rng)
+	x, dy := gnntest.RandomMatrix(10, g.N(), 0, 1, rng), gnntest.RandomMatrix(10, g.N(), -1, 1, rng)
 	y, dx, err := m.VJP(ctx, x, dy)
 	require.NoError(t, err)
 	for _, i := range []int{0, 9} {

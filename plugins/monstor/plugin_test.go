@@ -9,6 +9,7 @@ import (
 
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn/gnntest"
 )
 
 func TestMain(m *testing.M) { forwardtest.Main(m) }
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) { forwardtest.Main(m) }
 // streamed progress, and its state configures the in-process model.
 func TestThroughPluginProcess(t *testing.T) {
 	ctx := t.Context()
-	g := randomGraph(40, 90, false, false, 71)
+	g := gnntest.RandomGraph(40, 90, false, false, 71)
 	p, err := forward.Launch(ctx, forwardtest.Build(t, Name))
 	require.NoError(t, err)
 	defer p.Close()
@@ -31,7 +32,7 @@ func TestThroughPluginProcess(t *testing.T) {
 
 	params := map[string]string{"hidden": "16"}
 	require.NoError(t, p.Configure(ctx, g, params, nil))
-	pairs := simulateSI(g, 40, 3, 0.3, 72)
+	pairs := gnntest.SimulateSI(g, 40, 3, 0.3, 72)
 	var reports []forward.Progress
 	res, err := p.Fit(ctx, pairs[:30], forward.FitOptions{Epochs: 3, Seed: 9, Validation: pairs[30:]},
 		func(pr forward.Progress) { reports = append(reports, pr) })
@@ -44,7 +45,7 @@ func TestThroughPluginProcess(t *testing.T) {
 	in := New()
 	require.NoError(t, in.Configure(ctx, g, params, res.State))
 	rng := rand.New(rand.NewPCG(5, 6))
-	x, dy := randomMatrix(3, g.N(), 0, 1, rng), randomMatrix(3, g.N(), -1, 1, rng)
+	x, dy := gnntest.RandomMatrix(3, g.N(), 0, 1, rng), gnntest.RandomMatrix(3, g.N(), -1, 1, rng)
 	y1, dx1, err := p.VJP(ctx, x, dy)
 	require.NoError(t, err)
 	y2, dx2, err := in.VJP(ctx, x, dy)
@@ -53,7 +54,7 @@ func TestThroughPluginProcess(t *testing.T) {
 	require.Equal(t, dx2.RawMatrix().Data, dx1.RawMatrix().Data)
 
 	// A state for another graph is refused through the process as well.
-	other := randomGraph(40, 91, false, false, 73)
+	other := gnntest.RandomGraph(40, 91, false, false, 73)
 	require.ErrorIs(t, p.Configure(ctx, other, nil, res.State), forward.ErrBadState)
 }
 
@@ -61,7 +62,7 @@ func TestThroughPluginProcess(t *testing.T) {
 // in-process and through the plugin process, on the shared graphs.
 func BenchmarkVJP(b *testing.B) {
 	for _, name := range []string{"jazz", "power_grid"} {
-		g := loadShared(b, name)
+		g := gnntest.LoadShared(b, name)
 		state := fittedState(b, g, DefaultArch(), 1)
 		in := New()
 		require.NoError(b, in.Configure(b.Context(), g, nil, state))
@@ -69,7 +70,7 @@ func BenchmarkVJP(b *testing.B) {
 		require.NoError(b, err)
 		require.NoError(b, p.Configure(b.Context(), g, nil, state))
 		rng := rand.New(rand.NewPCG(1, 1))
-		x, dy := randomMatrix(8, g.N(), 0, 1, rng), randomMatrix(8, g.N(), -1, 1, rng)
+		x, dy := gnntest.RandomMatrix(8, g.N(), 0, 1, rng), gnntest.RandomMatrix(8, g.N(), -1, 1, rng)
 		for _, m := range []struct {
 			name  string
 			model forward.Model
@@ -89,8 +90,8 @@ func BenchmarkVJP(b *testing.B) {
 // The shipped plugin passes the contract's conformance checks (what
 // `sourcewatch plugin check` runs).
 func TestConformance(t *testing.T) {
-	g := randomGraph(40, 90, false, false, 75)
-	rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, Name), g, simulateSI(g, 40, 3, 0.3, 76),
+	g := gnntest.RandomGraph(40, 90, false, false, 75)
+	rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, Name), g, gnntest.SimulateSI(g, 40, 3, 0.3, 76),
 		forward.PluginCheckOptions{Fit: forward.FitOptions{Epochs: 3, Seed: 1}, Seed: 1})
 	for _, r := range rep.Results {
 		t.Logf("%-18s %-4s %s", r.Name, r.Status, r.Detail)

@@ -1,0 +1,153 @@
+package gnntest
+
+import (
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/nn"
+	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn"
+)
+
+// RandomGraph is an Erdős–Rényi-like graph on n nodes with about m edges,
+// plus a ring so no node is isolated.
+func RandomGraph(n, m int, directed, weighted bool, seed uint64) *graph.Graph {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var edges []graph.Edge
+	for v := 0; v < n; v++ {
+		edges = append(edges, graph.Edge{From: v, To: (v + 1) % n, W: 0.2 + 0.6*rng.Float64()})
+	}
+	for len(edges) < m {
+		a, b := rng.IntN(n), rng.IntN(n)
+		edges = append(edges, graph.Edge{From: a, To: b, W: 0.2 + 0.6*rng.Float64()})
+	}
+	return graph.New(n, edges, nil, directed, weighted)
+}
+
+// SimulateSI runs a discrete-time SI cascade per pair: k random sources,
+// each step every infected node infects each out-neighbour with
+// probability beta, observed when the infected fraction first reaches a
+// target drawn from [0.2, 0.5].
+func SimulateSI(g *graph.Graph, count, k int, beta float64, seed uint64) []forward.Pair {
+	rng := rand.New(rand.NewPCG(seed, 2))
+	n := g.N()
+	pairs := make([]forward.Pair, count)
+	for c := range pairs {
+		inf := make([]bool, n)
+		src := rng.Perm(n)[:k]
+		var set []int
+		for _, s := range src {
+			inf[s] = true
+			set = append(set, s)
+		}
+		target := int(math.Ceil((0.2 + 0.3*rng.Float64()) * float64(n)))
+		for step := 0; len(set) < target && step < 100; step++ {
+			var next []int
+			for _, u := range set {
+				nbr, _ := g.Out(u)
+				for _, v := range nbr {
+					if !inf[v] && rng.Float64() < beta {
+						inf[v] = true
+						next = append(next, v)
+					}
+				}
+			}
+			set = append(set, next...)
+		}
+		pairs[c] = forward.Pair{Sources: append([]int(nil), src...), Infected: set}
+	}
+	return pairs
+}
+
+// Jitter adds 0.1 N(0,1) noise to every parameter so none sits at a
+// special value such as a zero bias.
+func Jitter(params []*nn.Param, rng *rand.Rand) {
+	for _, p := range params {
+		for i := range p.Value {
+			p.Value[i] += 0.1 * rng.NormFloat64()
+		}
+	}
+}
+
+// Indicator returns the 0/1 vector of the union of sets.
+func Indicator(n int, sets ...[]int) []float64 {
+	y := make([]float64, n)
+	for _, s := range sets {
+		for _, v := range s {
+			y[v] = 1
+		}
+	}
+	return y
+}
+
+// RandomMatrix is an r x c matrix of entries uniform in [lo, hi).
+func RandomMatrix(r, c int, lo, hi float64, rng *rand.Rand) *mat.Dense {
+	d := make([]float64, r*c)
+	for i := range d {
+		d[i] = lo + (hi-lo)*rng.Float64()
+	}
+	return mat.NewDense(r, c, d)
+}
+
+// LoadShared loads the shared data set name, from a model package's
+// directory.
+func LoadShared(b *testing.B, name string) *graph.Graph {
+	g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", name+".edges"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g
+}
+
+// CheckLossGradient compares the gradient of the training loss (penalty
+// on, λ = 2) of net on pairs with central differences, for every
+// parameter entry. The weights are jittered first.
+func CheckLossGradient[A gnn.Arch, N gnn.Network[A]](t *testing.T, net N, pairs []forward.Pair, rng *rand.Rand) {
+	t.Helper()
+	Jitter(net.Params(), rng)
+	tr := &gnn.Trainer[A, N]{Net: net, Lambda: 2}
+	tr.Fill(pairs, rng)
+	// Arbitrary second rows instead of subsets, so the hinge of the
+	// penalty is active at many nodes whatever the initial weights.
+	for i := range tr.XS {
+		tr.XS[i] = rng.Float64()
+	}
+	// Two pairs per chunk, so the check covers gradient accumulation.
+	tr.ChunkRows = 4
+	loss, mse := tr.Loss(true)
+	require.Greater(t, loss, mse, "the monotonicity penalty should be active for this check to cover it")
+	// Entries are judged against the largest gradient of all parameters:
+	// some can be exactly zero (in a GAT, a_dst . z_v shifts a whole
+	// softmax row while every logit of the row is on one side of the
+	// LeakyReLU), and their central differences are round-off only.
+	const eps = 1e-6
+	var scale float64
+	type entry struct{ num, grad float64 }
+	got := map[string][]entry{}
+	for _, p := range net.Params() {
+		for i := range p.Value {
+			v := p.Value[i]
+			p.Value[i] = v + eps
+			lp, _ := tr.Loss(false)
+			p.Value[i] = v - eps
+			lm, _ := tr.Loss(false)
+			p.Value[i] = v
+			e := entry{(lp - lm) / (2 * eps), p.Grad[i]}
+			got[p.Name] = append(got[p.Name], e)
+			scale = math.Max(scale, math.Max(math.Abs(e.num), math.Abs(e.grad)))
+		}
+	}
+	require.Greater(t, scale, 0.0)
+	for name, es := range got {
+		for i, e := range es {
+			den := math.Max(math.Max(math.Abs(e.num), math.Abs(e.grad)), 1e-4*scale)
+			require.Less(t, math.Abs(e.num-e.grad)/den, 1e-4, "param %s entry %d: numeric %g analytic %g", name, i, e.num, e.grad)
+		}
+	}
+}
