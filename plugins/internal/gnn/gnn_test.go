@@ -1,0 +1,179 @@
+package gnn_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/nn"
+	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn"
+	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn/gnntest"
+)
+
+// fakeArch and fakeNet are the smallest network the shared code can run:
+// y = σ(x W + b) with a dense n x n W, where Extra only has to survive the
+// state round trip.
+type fakeArch struct {
+	Scale int `json:"scale"`
+	Extra int `json:"extra"`
+}
+
+func (a fakeArch) Validate() error {
+	if a.Scale < 1 || a.Scale > 9 {
+		return fmt.Errorf("scale %d: want 1..9", a.Scale)
+	}
+	return nil
+}
+
+type fakeNet struct {
+	n    int
+	arch fakeArch
+	w, b *nn.Param
+	x, y *mat.Dense
+}
+
+func newFake(g *graph.Graph, arch fakeArch, seed uint64) *fakeNet {
+	n := g.N()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	w := &nn.Param{Name: "w", Value: make([]float64, n*n), Grad: make([]float64, n*n), Rows: n, Cols: n}
+	for i := range w.Value {
+		w.Value[i] = float64(arch.Scale) * 0.1 * rng.NormFloat64()
+	}
+	b := &nn.Param{Name: "b", Value: make([]float64, n), Grad: make([]float64, n), Rows: 1, Cols: n}
+	return &fakeNet{n: n, arch: arch, w: w, b: b}
+}
+
+func (f *fakeNet) Params() []*nn.Param { return []*nn.Param{f.w, f.b} }
+func (f *fakeNet) Arch() fakeArch      { return f.arch }
+func (f *fakeNet) Nodes() int          { return f.n }
+
+func (f *fakeNet) SetOutputBias(p float64) {
+	for i := range f.b.Value {
+		f.b.Value[i] = 0.5 * p
+	}
+}
+
+func (f *fakeNet) Forward(x *mat.Dense) *mat.Dense {
+	r, _ := x.Dims()
+	f.x = mat.DenseCopyOf(x)
+	f.y = mat.NewDense(r, f.n, nil)
+	f.y.Mul(x, mat.NewDense(f.n, f.n, f.w.Value))
+	f.y.Apply(func(_, j int, z float64) float64 { return gnn.Sigmoid(z + f.b.Value[j]) }, f.y)
+	return f.y
+}
+
+func (f *fakeNet) Backward(dy *mat.Dense) *mat.Dense {
+	r, _ := dy.Dims()
+	dz := mat.NewDense(r, f.n, nil)
+	dz.Apply(func(i, j int, g float64) float64 { y := f.y.At(i, j); return g * y * (1 - y) }, dy)
+	var gw mat.Dense
+	gw.Mul(f.x.T(), dz)
+	acc := mat.NewDense(f.n, f.n, f.w.Grad)
+	acc.Add(acc, &gw)
+	for i := 0; i < r; i++ {
+		for j, v := range dz.RawRowView(i) {
+			f.b.Grad[j] += v
+		}
+	}
+	dx := mat.NewDense(r, f.n, nil)
+	dx.Mul(dz, mat.NewDense(f.n, f.n, f.w.Value).T())
+	return dx
+}
+
+func fakeSpec() *gnn.Spec[fakeArch, *fakeNet] {
+	return &gnn.Spec[fakeArch, *fakeNet]{
+		Name: "fake", Version: "0.1.0", StateVersion: 2,
+		Params: []forward.Param{{Name: "scale"}, {Name: "extra"}, {Name: "patience"}},
+		ArchFields: func(a *fakeArch) map[string]*int {
+			return map[string]*int{"scale": &a.Scale, "extra": &a.Extra}
+		},
+		DefaultArch: func() fakeArch { return fakeArch{Scale: 1} },
+		NewNetwork:  newFake,
+		Defaults:    gnn.Defaults{Epochs: 5, LearningRate: 0.05, BatchSize: 4, Lambda: 1, Patience: 3},
+	}
+}
+
+func TestLossGradientMatchesFiniteDifferences(t *testing.T) {
+	g := gnntest.RandomGraph(8, 16, true, false, 1)
+	gnntest.CheckLossGradient[fakeArch](t, newFake(g, fakeArch{Scale: 3}, 2), gnntest.SimulateSI(g, 4, 2, 0.5, 3), rand.New(rand.NewPCG(4, 4)))
+}
+
+func TestConfigureErrors(t *testing.T) {
+	ctx := context.Background()
+	g := gnntest.RandomGraph(8, 16, false, false, 1)
+	spec := fakeSpec()
+	state, err := spec.EncodeState(newFake(g, fakeArch{Scale: 2, Extra: 7}, 1), g)
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		name   string
+		g      *graph.Graph
+		params map[string]string
+		state  []byte
+		want   string
+	}{
+		{"nil graph", nil, nil, nil, "fake: configure: nil graph"},
+		{"unknown", g, map[string]string{"depth": "2"}, nil, `fake: configure: unknown param "depth" (known: scale, extra, patience)`},
+		{"not a number", g, map[string]string{"scale": "x"}, nil, `param scale="x": not an integer`},
+		{"invalid arch", g, map[string]string{"scale": "0"}, nil, "fake: configure: param scale 0: want 1..9"},
+		{"patience", g, map[string]string{"patience": "0"}, nil, "param patience=0: want >= 1"},
+		{"disagrees", g, map[string]string{"extra": "6"}, state, "fake: configure: param extra=6 disagrees with the state's architecture"},
+		{"other model", g, nil, append([]byte("sourcewatch-forward-gat\n"), state[len(spec.StateMagic()):]...), "not a fake state (missing magic)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			require.ErrorContains(t, gnn.NewModel(spec).Configure(ctx, tt.g, tt.params, tt.state), tt.want)
+		})
+	}
+	// A newer build refuses an older state instead of misreading it.
+	newer := fakeSpec()
+	newer.StateVersion = 3
+	err = gnn.NewModel(newer).Configure(ctx, g, nil, state)
+	require.ErrorIs(t, err, forward.ErrBadState)
+	require.ErrorContains(t, err, "state version 2, this build reads 3")
+	// An agreeing explicit parameter is fine and the state's architecture wins.
+	require.NoError(t, gnn.NewModel(spec).Configure(ctx, g, map[string]string{"extra": "7"}, state))
+}
+
+func TestFitPredictAndState(t *testing.T) {
+	ctx := context.Background()
+	g := gnntest.RandomGraph(10, 20, true, false, 5)
+	spec := fakeSpec()
+	m := gnn.NewModel(spec)
+	x := mat.NewDense(1, g.N(), gnntest.Indicator(g.N(), []int{1, 2}))
+	_, err := m.Predict(ctx, x)
+	require.ErrorIs(t, err, forward.ErrNotConfigured)
+	require.NoError(t, m.Configure(ctx, g, map[string]string{"extra": "4"}, nil))
+	_, err = m.Predict(ctx, x)
+	require.ErrorIs(t, err, forward.ErrNotFitted)
+
+	pairs := gnntest.SimulateSI(g, 12, 2, 0.5, 6)
+	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{99}}}, forward.FitOptions{}, nil)
+	require.ErrorContains(t, err, "fake: fit: training pair 0: source node index 99 out of range [0,10)")
+	var epochs []int
+	res, err := m.Fit(ctx, pairs[:8], forward.FitOptions{Validation: pairs[8:], Seed: 1}, func(p forward.Progress) { epochs = append(epochs, p.Epoch) })
+	require.NoError(t, err)
+	require.NotEmpty(t, epochs)
+	require.Equal(t, []int{1, 2, 3, 4, 5}[:len(epochs)], epochs)
+	require.Contains(t, res.Metrics, "val_mse")
+	require.Equal(t, float64(len(epochs)), res.Metrics["epochs"])
+
+	y, err := m.Predict(ctx, x)
+	require.NoError(t, err)
+	_, err = m.Predict(ctx, mat.NewDense(1, 3, nil))
+	require.ErrorContains(t, err, "fake: predict: x has 3 columns, graph has 10 nodes")
+	_, _, err = m.VJP(ctx, x, mat.NewDense(2, g.N(), nil))
+	require.ErrorContains(t, err, "fake: vjp: x has 1 rows, dy has 2")
+
+	// The state of Fit reproduces the fitted model, Extra included.
+	m2 := gnn.NewModel(spec)
+	require.NoError(t, m2.Configure(ctx, g, nil, res.State))
+	y2, err := m2.Predict(ctx, x)
+	require.NoError(t, err)
+	require.Equal(t, y.RawMatrix().Data, y2.RawMatrix().Data)
+	require.ErrorContains(t, m2.Configure(ctx, g, map[string]string{"extra": "5"}, res.State), "param extra=5 disagrees")
+}
