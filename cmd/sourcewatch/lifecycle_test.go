@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
@@ -59,25 +57,7 @@ func TestDaemonPluginLifecycle(t *testing.T) {
 		monitor.WithLocalizerFactory(bundleLocalizers(pluginDir, zap.NewNop())),
 		monitor.WithReload(func(context.Context) (monitor.Config, error) { return reloadTo, nil }))
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatal(err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("daemon not ready")
-	}
-	nc, err := nats.Connect(d.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
+	ctx, js := runDaemon(t, d)
 	got := map[string]chan alerts.Alert{"good": make(chan alerts.Alert, 16), "flaky": make(chan alerts.Alert, 16)}
 	go func() {
 		_ = alerts.Tail(ctx, js, "sourcewatch", "", func(a alerts.Alert) error { got[a.Graph] <- a; return nil })

@@ -54,26 +54,8 @@ func TestServeEndToEnd(t *testing.T) {
 		return l, err
 	}))
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-	select {
-	case <-d.Ready():
-	case err := <-done:
-		t.Fatal(err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("daemon not ready")
-	}
+	ctx, js := runDaemon(t, d)
 
-	nc, err := nats.Connect(d.ClientURL())
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
 	got := make(chan alerts.Alert, 16)
 	go func() {
 		_ = alerts.Tail(ctx, js, "sourcewatch", "club", func(a alerts.Alert) error { got <- a; return nil })
@@ -149,4 +131,31 @@ func requireTrueSourceRanked(t *testing.T, g *graph.Graph, c diffusion.Cascade, 
 		}
 	}
 	t.Fatalf("no true source %v among the top %d %v", g.Names(c.Sources), top, ranked)
+}
+
+// runDaemon runs d until the test ends (then requires a clean shutdown),
+// waits until it is ready and returns the run's context and a JetStream
+// client of its embedded server.
+func runDaemon(t *testing.T, d *monitor.Daemon) (context.Context, jetstream.JetStream) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		t.Fatal(err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("daemon not ready")
+	}
+	nc, err := nats.Connect(d.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return ctx, js
 }
