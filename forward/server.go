@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"gonum.org/v1/gonum/mat"
+
 	"github.com/sourcewatch/sourcewatch/forward/forwardpb"
 )
 
@@ -193,10 +195,7 @@ func (s *server) Predict(ctx context.Context, req *forwardpb.PredictRequest) (_ 
 	defer guard(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkX(req.GetX(), "x"); err != nil {
-		return nil, toStatus(err)
-	}
-	x, err := MatrixFromProto(req.GetX(), "x")
+	x, err := s.decodeX(req.GetX())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -211,10 +210,7 @@ func (s *server) VJP(ctx context.Context, req *forwardpb.VJPRequest) (_ *forward
 	defer guard(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkX(req.GetX(), "x"); err != nil {
-		return nil, toStatus(err)
-	}
-	x, err := MatrixFromProto(req.GetX(), "x")
+	x, err := s.decodeX(req.GetX())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -239,10 +235,7 @@ func (s *server) SquaredErrorVJP(ctx context.Context, req *forwardpb.SquaredErro
 	defer guard(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.checkX(req.GetX(), "x"); err != nil {
-		return nil, toStatus(err)
-	}
-	x, err := MatrixFromProto(req.GetX(), "x")
+	x, err := s.decodeX(req.GetX())
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -259,4 +252,12 @@ func (s *server) SquaredErrorVJP(ctx context.Context, req *forwardpb.SquaredErro
 		return nil, toStatus(err)
 	}
 	return &forwardpb.VJPResponse{Y: MatrixToProto(y), Dx: MatrixToProto(dx)}, nil
+}
+
+// decodeX checks a request's x against the configured graph and decodes it.
+func (s *server) decodeX(m *forwardpb.Matrix) (*mat.Dense, error) {
+	if err := s.checkX(m, "x"); err != nil {
+		return nil, err
+	}
+	return MatrixFromProto(m, "x")
 }
