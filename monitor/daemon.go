@@ -129,7 +129,9 @@ type graphRT struct {
 	// callback touches them until the consumer has stopped.
 	pendingAck jetstream.Msg
 	sinceAck   int
-	outcomes   map[outcome]counter
+	// scratch is the consume callback's decode buffer, reused per message.
+	scratch  []decoded
+	outcomes map[outcome]counter
 }
 
 type counter interface{ Inc() }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -172,58 +173,60 @@ type decoded struct {
 
 var errNotEvent = errors.New("not an event object or array")
 
-// decodeMessage splits a message body into elements, reporting whether
-// they came from an array. A body that is neither an object nor an array
-// is one bad_json element; an array element that is not an object is a
-// bad_json element of its own.
-func decodeMessage(data []byte) ([]decoded, bool) {
-	i := 0
-	for i < len(data) && (data[i] == ' ' || data[i] == '\n' || data[i] == '\t' || data[i] == '\r') {
-		i++
-	}
+// decodeMessage splits a message body into elements, appended to dst[:0]
+// (reused across messages: ingest decodes one message at a time per
+// graph), reporting whether they came from an array. A body that is
+// neither an object nor an array is one bad_json element; an array element
+// that is not an object is a bad_json element of its own.
+//
+// Elements from the fast path hold strings that view data rather than
+// copy it: they are valid while data is, and whatever outlives the message
+// (an event id remembered for deduplication) must be cloned.
+func decodeMessage(dst []decoded, data []byte) ([]decoded, bool) {
+	out := dst[:0]
+	i := skipSpace(data, 0)
 	if i < len(data) && data[i] == '[' {
 		// Fast path: a well-formed array decodes in one pass; only a bad
 		// one is split into elements to find and keep the bad ones.
-		evs, ok := fastArray(data)
-		if !ok && json.Unmarshal(data, &evs) != nil {
-			evs = nil
-		}
-		if evs != nil {
-			out := make([]decoded, len(evs))
-			ok := true
+		if evs, ok := fastArray(out, data); ok {
+			good := true
 			for k := range evs {
-				out[k].ev = evs[k]
-				if evs[k] == (wireEvent{}) {
-					ok = false
+				if evs[k].ev == (wireEvent{}) {
+					good = false
 					break
 				}
 			}
-			if ok {
-				return out, true
+			if good {
+				return evs, true
 			}
 		}
 		var raws []json.RawMessage
 		if err := json.Unmarshal(data, &raws); err != nil {
-			return []decoded{{raw: data, reason: ReasonBadJSON, detail: err.Error()}}, false
+			return append(out[:0], decoded{raw: data, reason: ReasonBadJSON, detail: err.Error()}), false
 		}
-		out := make([]decoded, len(raws))
-		for k, r := range raws {
-			out[k] = decodeOne(r)
+		out = out[:0]
+		for _, r := range raws {
+			out = append(out, decodeOne(r))
 		}
 		return out, true
 	}
-	return []decoded{decodeOne(data)}, false
+	return append(out, decodeOne(data)), false
 }
 
 func decodeOne(raw []byte) decoded {
 	d := decoded{raw: raw}
-	if ev, ok := fastDecode(raw); ok {
-		d.ev = ev
-	} else if err := json.Unmarshal(raw, &d.ev); err != nil {
-		d.reason, d.detail = ReasonBadJSON, err.Error()
-		return d
+	ev, ok := fastDecode(raw)
+	if !ok {
+		// Only this path allocates: the event escapes into encoding/json.
+		slow := new(wireEvent)
+		if err := json.Unmarshal(raw, slow); err != nil {
+			d.reason, d.detail = ReasonBadJSON, err.Error()
+			return d
+		}
+		ev = *slow
 	}
-	if d.ev.Node == "" && d.ev.State == "" && d.ev.TS == "" && d.ev.ID == "" {
+	d.ev = ev
+	if ev == (wireEvent{}) {
 		d.reason, d.detail = ReasonBadJSON, errNotEvent.Error()
 	}
 	return d
@@ -251,34 +254,35 @@ func fastDecode(b []byte) (wireEvent, bool) {
 	return ev, ok && skipSpace(b, i) == len(b)
 }
 
-// fastArray is fastDecode for a JSON array of such objects.
-func fastArray(b []byte) ([]wireEvent, bool) {
+// fastArray is fastDecode for a JSON array of such objects, appending
+// the elements to dst.
+func fastArray(dst []decoded, b []byte) ([]decoded, bool) {
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '[' {
-		return nil, false
+		return dst, false
 	}
-	evs := make([]wireEvent, 0, 1+len(b)/80)
 	i = skipSpace(b, i+1)
 	if i < len(b) && b[i] == ']' {
-		return evs, skipSpace(b, i+1) == len(b)
+		return dst, skipSpace(b, i+1) == len(b)
 	}
 	for {
+		start := i
 		ev, j, ok := fastObject(b, i)
 		if !ok {
-			return nil, false
+			return dst, false
 		}
-		evs = append(evs, ev)
+		dst = append(dst, decoded{raw: b[start:j], ev: ev})
 		i = skipSpace(b, j)
 		if i >= len(b) {
-			return nil, false
+			return dst, false
 		}
 		switch b[i] {
 		case ',':
 			i = skipSpace(b, i+1)
 		case ']':
-			return evs, skipSpace(b, i+1) == len(b)
+			return dst, skipSpace(b, i+1) == len(b)
 		default:
-			return nil, false
+			return dst, false
 		}
 	}
 }
@@ -308,13 +312,13 @@ func fastObject(b []byte, i int) (wireEvent, int, bool) {
 		}
 		switch string(key) {
 		case "node":
-			ev.Node = string(val)
+			ev.Node = view(val)
 		case "state":
-			ev.State = string(val)
+			ev.State = view(val)
 		case "ts":
-			ev.TS = string(val)
+			ev.TS = view(val)
 		case "id":
-			ev.ID = string(val)
+			ev.ID = view(val)
 		default:
 			return ev, 0, false
 		}
@@ -331,6 +335,17 @@ func fastObject(b []byte, i int) (wireEvent, int, bool) {
 			return ev, 0, false
 		}
 	}
+}
+
+// view is b as a string without a copy: ingest decodes several hundred
+// thousand events a second and, but for the event id, nothing it decodes
+// outlives the message, so copying every field would be the largest cost
+// of the path. The caller must not retain the string past b's lifetime.
+func view(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
 }
 
 func skipSpace(b []byte, i int) int {

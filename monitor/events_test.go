@@ -55,7 +55,7 @@ func TestDecodeMessage(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ds, _ := decodeMessage([]byte(tc.in))
+			ds, _ := decodeMessage(nil, []byte(tc.in))
 			var got []string
 			for _, d := range ds {
 				got = append(got, d.reason)
@@ -124,11 +124,18 @@ func TestFastDecodeAgreesWithEncodingJSON(t *testing.T) {
 			p := rng.IntN(len(b))
 			b[p] = alphabet[rng.IntN(len(alphabet))]
 		}
-		fast, ok := fastArray(b)
+		els, ok := fastArray(nil, b)
 		if !ok {
 			continue
 		}
 		accepted++
+		fast := make([]wireEvent, len(els))
+		for k, el := range els {
+			fast[k] = el.ev
+			var one wireEvent
+			require.NoError(t, json.Unmarshal(el.raw, &one), "element %d's raw %q", k, el.raw)
+			require.Equal(t, one, el.ev)
+		}
 		var want []wireEvent
 		require.NoError(t, json.Unmarshal(b, &want), "fast accepted %q", b)
 		require.Equal(t, want, fast, "input %q", b)

@@ -2,7 +2,6 @@ package monitor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -151,7 +150,8 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 	if len(data) > d.cfg.MaxEventBytes {
 		d.deadLetter(gr, m.Subject(), data, ReasonTooLarge, fmt.Sprintf("%d bytes > max_event_bytes %d", len(data), d.cfg.MaxEventBytes), seq, -1)
 	} else {
-		els, array := decodeMessage(data)
+		els, array := decodeMessage(gr.scratch, data)
+		gr.scratch = els[:0]
 		now := d.now()
 		gc := gr.gc.Load()
 		minTS, maxTS := now.Add(-gc.Window).UnixNano(), now.Add(d.cfg.MaxFutureSkew).UnixNano()
@@ -166,10 +166,6 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 				d.check(gr, el, arrival, minTS, maxTS)
 			}
 			if el.reason != "" {
-				if el.raw == nil {
-					// From the fast path: the element re-encoded.
-					el.raw, _ = json.Marshal(el.ev)
-				}
 				d.deadLetter(gr, m.Subject(), el.raw, el.reason, el.detail, seq, idx)
 				continue
 			}

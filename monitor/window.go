@@ -3,6 +3,7 @@ package monitor
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,6 +124,8 @@ func (w *window) rememberLocked(id string) {
 	if _, dup := w.ids[id]; dup {
 		return
 	}
+	// id may view a message buffer (see decodeMessage): keep a copy.
+	id = strings.Clone(id)
 	if old := w.idRing[w.idNext]; old != "" {
 		delete(w.ids, old)
 	}
