@@ -136,7 +136,7 @@ func requireTrueSourceRanked(t *testing.T, g *graph.Graph, c diffusion.Cascade, 
 // runDaemon runs d until the test ends (then requires a clean shutdown),
 // waits until it is ready and returns the run's context and a JetStream
 // client of its embedded server.
-func runDaemon(t *testing.T, d *monitor.Daemon) (context.Context, jetstream.JetStream) {
+func runDaemon(t testing.TB, d *monitor.Daemon) (context.Context, jetstream.JetStream) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)

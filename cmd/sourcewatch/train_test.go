@@ -13,7 +13,7 @@ import (
 	"github.com/sourcewatch/sourcewatch/localize"
 )
 
-func runCmd(t *testing.T, stdin string, args ...string) (string, string, error) {
+func runCmd(t testing.TB, stdin string, args ...string) (string, string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	root := newRootCmd(&stdout, &stderr)
