@@ -34,8 +34,12 @@ type net struct {
 	// In-CSR: arcs u->v for v are inFrom[inOff[v]:inOff[v+1]].
 	inOff, inFrom []int
 	// p0w is P0 per in-arc: the feature hop weights.
-	p0w    []float64
-	logdeg []float64
+	p0w []float64
+	// uniform is whether every arc has the same P0 (an unweighted graph):
+	// then a factor 1 - P y_u depends on u alone and is computed once per
+	// node instead of once per arc.
+	uniform bool
+	logdeg  []float64
 
 	mlp      *nn.MLP
 	logScale *nn.Param // a, with s = exp(a)
@@ -80,6 +84,7 @@ type tape struct {
 	peOK []bool      // P < 1, so dP/da = P (else clamped, 0)
 	// scratch
 	h1, h2, g, gp, hv []float64
+	fac               []float64 // per cell: 1 - P y (forward) or its inverse (backward), uniform P only
 	dq                *mat.Dense
 }
 
@@ -94,6 +99,10 @@ func newNet(g *graph.Graph, a arch, rng *rand.Rand) *net {
 		} else {
 			nt.p0w[k] = a.P
 		}
+	}
+	nt.uniform = len(nt.p0w) > 0
+	for _, wk := range nt.p0w {
+		nt.uniform = nt.uniform && wk == nt.p0w[0]
 	}
 	nt.logdeg = make([]float64, n)
 	for v := 0; v < n; v++ {
@@ -154,10 +163,21 @@ func (nt *net) forward(w *worker, x []float64, rows int, y []float64) {
 		for v := 0; v < n; v++ {
 			acc := cur[v*rows : (v+1)*rows]
 			clear(acc)
-			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-				wa, src := nt.p0w[a], prev[nt.inFrom[a]*rows:][:rows]
-				for b, s := range src {
-					acc[b] += wa * s
+			if nt.uniform {
+				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
+					for b, s := range prev[nt.inFrom[a]*rows:][:rows] {
+						acc[b] += s
+					}
+				}
+				for b := range acc {
+					acc[b] *= nt.p0w[0]
+				}
+			} else {
+				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
+					wa, src := nt.p0w[a], prev[nt.inFrom[a]*rows:][:rows]
+					for b, s := range src {
+						acc[b] += wa * s
+					}
 				}
 			}
 			for b, s := range acc {
@@ -201,21 +221,38 @@ func (nt *net) forward(w *worker, x []float64, rows int, y []float64) {
 		tp.peOK[a] = p < 1
 		tp.pe[a] = math.Min(p, 1)
 	}
+	if nt.uniform {
+		tp.fac = grow(tp.fac, cells)
+	}
 	for t := 1; t <= nt.Steps; t++ {
 		yp, yn, pr := tp.ys[t-1], tp.ys[t], tp.prod[t-1]
+		if nt.uniform {
+			p := tp.pe[0]
+			for c, yu := range yp {
+				tp.fac[c] = math.Max(1-p*yu, minFactor)
+			}
+		}
 		for v := 0; v < n; v++ {
 			prod := pr[v*rows : (v+1)*rows]
 			for b := range prod {
 				prod[b] = 1
 			}
-			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-				p, src := tp.pe[a], yp[nt.inFrom[a]*rows:][:rows]
-				for b, yu := range src {
-					m := 1 - p*yu
-					if m < minFactor {
-						m = minFactor
+			if nt.uniform {
+				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
+					for b, m := range tp.fac[nt.inFrom[a]*rows:][:rows] {
+						prod[b] *= m
 					}
-					prod[b] *= m
+				}
+			} else {
+				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
+					p, src := tp.pe[a], yp[nt.inFrom[a]*rows:][:rows]
+					for b, yu := range src {
+						m := 1 - p*yu
+						if m < minFactor {
+							m = minFactor
+						}
+						prod[b] *= m
+					}
 				}
 			}
 			old, nw := yp[v*rows:(v+1)*rows], yn[v*rows:(v+1)*rows]
@@ -253,9 +290,24 @@ func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 	g, gp, hv := tp.g, tp.gp, tp.hv
 	transpose(g, dy, rows, n)
 	var gScale float64
+	training := dx == nil
+	if nt.uniform {
+		tp.fac = grow(tp.fac, cells)
+	}
 	for t := nt.Steps; t >= 1; t-- {
 		yp, pr := tp.ys[t-1], tp.prod[t-1]
 		clear(gp)
+		if nt.uniform {
+			// inv = 1/m per cell, 0 where m is clamped (no gradient).
+			p := tp.pe[0]
+			for c, yu := range yp {
+				if m := 1 - p*yu; m < minFactor {
+					tp.fac[c] = 0
+				} else {
+					tp.fac[c] = 1 / m
+				}
+			}
+		}
 		for v := 0; v < n; v++ {
 			o := v * rows
 			live := false
@@ -267,6 +319,21 @@ func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 				live = live || hv[b] != 0
 			}
 			if !live {
+				continue
+			}
+			if nt.uniform {
+				p, scaled := tp.pe[0], training && tp.peOK[0]
+				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
+					u := nt.inFrom[a] * rows
+					inv, dst := tp.fac[u:u+rows], gp[u:u+rows]
+					for b, h := range hv {
+						dm := h * inv[b]
+						dst[b] -= dm * p
+						if scaled {
+							gScale -= dm * yp[u+b] * p
+						}
+					}
+				}
 				continue
 			}
 			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
@@ -322,10 +389,22 @@ func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 		for c := 0; c < cells; c++ {
 			nxt[c] = fd[c*F+k-1]
 		}
+		if nt.uniform {
+			for c := range acc {
+				acc[c] *= nt.p0w[0]
+			}
+		}
 		for v := 0; v < n; v++ {
 			d := acc[v*rows : (v+1)*rows]
 			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-				wa, dst := nt.p0w[a], nxt[nt.inFrom[a]*rows:][:rows]
+				dst := nxt[nt.inFrom[a]*rows:][:rows]
+				if nt.uniform {
+					for b, s := range d {
+						dst[b] += s
+					}
+					continue
+				}
+				wa := nt.p0w[a]
 				for b, s := range d {
 					dst[b] += wa * s
 				}
