@@ -176,7 +176,7 @@ type Result struct {
 // Timing splits a solve's time between the forward model and the prior.
 type Timing struct {
 	ForwardSeconds float64 // in Forward calls (plugin compute and round trips)
-	PriorSeconds   float64 // in the prior terms
+	PriorSeconds   float64 // in the prior terms, which overlap the Forward calls
 	TotalSeconds   float64
 }
 
@@ -203,9 +203,59 @@ const (
 
 // evaluate returns the per-row objective of stage s at x and writes its
 // gradient into grad (when non-nil). scratch must be shaped like x.
+//
+// The prior terms do not depend on f(x), so they are computed in a
+// goroutine while the forward call runs; with a plugin process that call
+// is mostly waiting for the other process, and the two overlap.
 func (p *Problem) evaluate(ctx context.Context, s stage, x, grad, scratch *mat.Dense, clock *Timing) ([]float64, error) {
-	r, n := x.Dims()
+	var (
+		pl        []float64
+		priorSecs float64
+		priorDone chan struct{}
+	)
+	if s != stageForward && p.PriorWeight != 0 {
+		priorDone = make(chan struct{})
+		go func() {
+			defer close(priorDone)
+			t := nowSeconds()
+			if s == stageInit {
+				pl = p.Prior.Init(x, scratch)
+			} else {
+				pl = p.Prior.Pred(x, scratch)
+			}
+			priorSecs = nowSeconds() - t
+		}()
+	}
 	t0 := nowSeconds()
+	loss, err := p.dataTerm(ctx, x, grad)
+	clock.ForwardSeconds += nowSeconds() - t0
+	if priorDone == nil {
+		return loss, err
+	}
+	<-priorDone
+	clock.PriorSeconds += priorSecs
+	if err != nil {
+		return nil, err
+	}
+	for i := range loss {
+		loss[i] += p.PriorWeight * pl[i]
+	}
+	if grad != nil {
+		r, _ := x.Dims()
+		for i := 0; i < r; i++ {
+			g, s := grad.RawRowView(i), scratch.RawRowView(i)
+			for v := range g {
+				g[v] += p.PriorWeight * s[v]
+			}
+		}
+	}
+	return loss, nil
+}
+
+// dataTerm returns ||y - f(x)||^2 per row and writes its gradient into
+// grad (when non-nil).
+func (p *Problem) dataTerm(ctx context.Context, x, grad *mat.Dense) ([]float64, error) {
+	r, n := x.Dims()
 	var fy, dx *mat.Dense
 	var err error
 	if grad != nil {
@@ -229,7 +279,6 @@ func (p *Problem) evaluate(ctx context.Context, s stage, x, grad, scratch *mat.D
 		return nil, fmt.Errorf("forward: got %dx%d for %dx%d input: %w", fr, fc, r, n, errShape)
 	}
 	loss := make([]float64, r)
-	// loss <- ||y - f(x)||^2; scratch is left for the prior's gradient.
 	for i := 0; i < r; i++ {
 		var sum float64
 		for v, f := range fy.RawRowView(i) {
@@ -238,29 +287,6 @@ func (p *Problem) evaluate(ctx context.Context, s stage, x, grad, scratch *mat.D
 		}
 		loss[i] = sum
 	}
-	t1 := nowSeconds()
-	clock.ForwardSeconds += t1 - t0
-	if s == stageForward || p.PriorWeight == 0 {
-		return loss, nil
-	}
-	var pl []float64
-	if s == stageInit {
-		pl = p.Prior.Init(x, scratch)
-	} else {
-		pl = p.Prior.Pred(x, scratch)
-	}
-	for i := range loss {
-		loss[i] += p.PriorWeight * pl[i]
-	}
-	if grad != nil {
-		for i := 0; i < r; i++ {
-			g, s := grad.RawRowView(i), scratch.RawRowView(i)
-			for v := range g {
-				g[v] += p.PriorWeight * s[v]
-			}
-		}
-	}
-	clock.PriorSeconds += nowSeconds() - t1
 	return loss, nil
 }
 
