@@ -142,3 +142,45 @@ func SquaredErrorVJP(ctx context.Context, m interface {
 	_, dx, err = m.VJP(ctx, x, dy)
 	return y, dx, err
 }
+
+// SquaredErrorLosser is implemented by models that can return the data
+// term's value per row instead of f(x) with its gradient: the plugin host
+// does, so that a round trip carries a third less on a large graph.
+type SquaredErrorLosser interface {
+	SquaredErrorLoss(ctx context.Context, x, target *mat.Dense) (loss []float64, dx *mat.Dense, err error)
+}
+
+// SquaredErrorLoss computes loss_i = ||target_i - f(x_i)||^2 per row i and
+// dx = (df/dx)^T 2 (f(x) - target), with m's own method when it has one
+// (SquaredErrorLosser), otherwise through SquaredErrorVJP.
+func SquaredErrorLoss(ctx context.Context, m interface {
+	Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error)
+	VJP(ctx context.Context, x, dy *mat.Dense) (y, dx *mat.Dense, err error)
+}, x, target *mat.Dense) (loss []float64, dx *mat.Dense, err error) {
+	if f, ok := m.(SquaredErrorLosser); ok {
+		return f.SquaredErrorLoss(ctx, x, target)
+	}
+	y, dx, err := SquaredErrorVJP(ctx, m, x, target)
+	if err != nil {
+		return nil, nil, err
+	}
+	return squaredErrors(y, target), dx, nil
+}
+
+// squaredErrors returns ||target_i - y_i||^2 per row of y; target has one
+// row or as many as y.
+func squaredErrors(y, target *mat.Dense) []float64 {
+	rows, _ := y.Dims()
+	trows := target.RawMatrix().Rows
+	loss := make([]float64, rows)
+	for i := range loss {
+		t := target.RawRowView(min(i, trows-1))
+		var sum float64
+		for v, f := range y.RawRowView(i) {
+			d := f - t[v]
+			sum += d * d
+		}
+		loss[i] = sum
+	}
+	return loss
+}

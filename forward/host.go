@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"io"
 	"os"
 	"os/exec"
@@ -318,9 +319,9 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 	if st.Code() == codes.Unimplemented {
 		return fmt.Errorf("%s: %w: %s", prefix, errUnimplemented, st.Message())
 	}
-	for _, s := range []error{ErrNotConfigured, ErrNotFitted, ErrBadState} {
+	for _, s := range []error{ErrNotConfigured, ErrNotFitted, ErrBadState, ErrBadOutput} {
 		if strings.Contains(st.Message(), s.Error()) {
-			return fmt.Errorf("%s: %s: %w", prefix, st.Message(), s)
+			return fmt.Errorf("%s: %s: %w", prefix, strings.TrimSuffix(st.Message(), ": "+s.Error()), s)
 		}
 	}
 	return fmt.Errorf("%s: %s: %s", prefix, st.Code(), st.Message())
@@ -506,6 +507,61 @@ func (p *Process) SquaredErrorVJP(ctx context.Context, x, target *mat.Dense) (*m
 		return nil, nil, err
 	}
 	return y, dx, nil
+}
+
+// SquaredErrorLoss implements SquaredErrorLosser in one round trip that
+// brings back the per-row loss instead of f(x). A plugin that predates
+// loss_only sends f(x) anyway and the loss is computed here; one that
+// predates the fused call is served by Predict then VJP.
+func (p *Process) SquaredErrorLoss(ctx context.Context, x, target *mat.Dense) ([]float64, *mat.Dense, error) {
+	r, c := x.Dims()
+	if tr, tc := target.Dims(); (tr != 1 && tr != r) || tc != c {
+		panic("forward: SquaredErrorLoss target shape does not match x")
+	}
+	if p.noFused.Load() {
+		y, dx, err := SquaredErrorVJP(ctx, modelOnly{p}, x, target)
+		if err != nil {
+			return nil, nil, err
+		}
+		return squaredErrors(y, target), dx, nil
+	}
+	p.checkIn(x, nil)
+	const op = "squared-error vjp"
+	var resp *forwardpb.VJPResponse
+	err := p.call(ctx, op, p.batchWork(r), func(ctx context.Context) (err error) {
+		resp, err = p.rpc.SquaredErrorVJP(ctx, &forwardpb.SquaredErrorVJPRequest{X: MatrixToProto(x), Target: MatrixToProto(target), LossOnly: true})
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, errUnimplemented) {
+			p.noFused.Store(true)
+			return p.SquaredErrorLoss(ctx, x, target)
+		}
+		return nil, nil, err
+	}
+	var loss []float64
+	if resp.GetY() != nil {
+		y, err := p.decode(op, "y", resp.GetY(), r, c)
+		if err != nil {
+			return nil, nil, err
+		}
+		loss = squaredErrors(y, target)
+	} else {
+		loss = resp.GetLoss()
+		if len(loss) != r {
+			return nil, nil, fmt.Errorf("forward plugin %s: %s: %d loss values for %d rows: %w", p.name, op, len(loss), r, ErrBadOutput)
+		}
+		for i, l := range loss {
+			if math.IsNaN(l) || math.IsInf(l, 0) || l < 0 {
+				return nil, nil, fmt.Errorf("forward plugin %s: %s: loss[%d] is %v: %w", p.name, op, i, l, ErrBadOutput)
+			}
+		}
+	}
+	dx, err := p.decode(op, "dx", resp.GetDx(), r, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return loss, dx, nil
 }
 
 // errUnimplemented marks a call the plugin does not know (an older build).

@@ -142,10 +142,11 @@ func TestBadOutput(t *testing.T) {
 	g := karate(t)
 	p := launch(t, faulty)
 	x, dy := batch(g.N(), 2, 3)
-	for _, tc := range []struct{ fault, predict, vjp string }{
-		{"nan", "predict: y[0][0] is NaN", "vjp: y[0][0] is NaN"},
-		{"inf", "predict: y[0][0] is +Inf", "vjp: dx[0][0] is +Inf"},
-		{"short", "predict: y is 2x33, want 2x34", "vjp: y is 2x33, want 2x34"},
+	target, _ := batch(g.N(), 1, 5)
+	for _, tc := range []struct{ fault, predict, vjp, loss string }{
+		{"nan", "predict: y[0][0] is NaN", "vjp: y[0][0] is NaN", "squared-error vjp: loss[0] is NaN"},
+		{"inf", "predict: y[0][0] is +Inf", "vjp: dx[0][0] is +Inf", "squared-error vjp: loss[0] is +Inf"},
+		{"short", "predict: y is 2x33, want 2x34", "vjp: y is 2x33, want 2x34", "predict returned 2x33 for 2x34"},
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": tc.fault}, nil))
@@ -155,6 +156,9 @@ func TestBadOutput(t *testing.T) {
 			_, _, err = p.VJP(t.Context(), x, dy)
 			require.ErrorIs(t, err, forward.ErrBadOutput)
 			require.ErrorContains(t, err, tc.vjp)
+			_, _, err = p.SquaredErrorLoss(t.Context(), x, target)
+			require.ErrorIs(t, err, forward.ErrBadOutput)
+			require.ErrorContains(t, err, tc.loss)
 		})
 	}
 	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "none"}, nil))
@@ -362,6 +366,16 @@ func TestForeignPlugin(t *testing.T) {
 	pid := p.Pid()
 	require.NoError(t, p.Close())
 	requireGone(t, pid)
+
+	// Started as ...-foreign-fused it has SquaredErrorVJP but predates its
+	// loss_only flag: it sends y, and the host computes the loss itself.
+	fused := filepath.Join(t.TempDir(), "sourcewatch-forward-foreign-fused")
+	require.NoError(t, os.Symlink(forwardtest.Build(t, faulty), fused))
+	pf, err := forward.Launch(t.Context(), fused)
+	require.NoError(t, err)
+	defer pf.Close()
+	require.NoError(t, pf.Configure(t.Context(), g, map[string]string{"steps": "3"}, nil))
+	requireFusedMatches(t, pf, in, x)
 }
 
 func TestFitIdleTimeout(t *testing.T) {
@@ -398,6 +412,20 @@ func requireFusedMatches(t *testing.T, p *forward.Process, in forward.Model, x *
 		require.NoError(t, err)
 		require.InDeltaSlice(t, wy.RawMatrix().Data, y.RawMatrix().Data, 1e-12)
 		require.InDeltaSlice(t, wdx.RawMatrix().Data, dx.RawMatrix().Data, 1e-12)
+
+		// The lean form of the same call: the loss per row instead of y.
+		loss, ldx, err := p.SquaredErrorLoss(t.Context(), x, target)
+		require.NoError(t, err)
+		require.Len(t, loss, r)
+		for i := 0; i < r; i++ {
+			var want float64
+			for v := 0; v < n; v++ {
+				d := wy.At(i, v) - target.At(min(i, rows-1), v)
+				want += d * d
+			}
+			require.InDelta(t, want, loss[i], 1e-9, "row %d", i)
+		}
+		require.InDeltaSlice(t, wdx.RawMatrix().Data, ldx.RawMatrix().Data, 1e-12)
 	}
 }
 

@@ -251,6 +251,9 @@ func (s *server) SquaredErrorVJP(ctx context.Context, req *forwardpb.SquaredErro
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	if req.GetLossOnly() {
+		return &forwardpb.VJPResponse{Loss: squaredErrors(y, target), Dx: MatrixToProto(dx)}, nil
+	}
 	return &forwardpb.VJPResponse{Y: MatrixToProto(y), Dx: MatrixToProto(dx)}, nil
 }
 

@@ -324,6 +324,12 @@ func (s *Supervised) Pid() int {
 	return s.proc.Pid()
 }
 
+// SquaredErrorLoss implements SquaredErrorLosser through the current process.
+func (s *Supervised) SquaredErrorLoss(ctx context.Context, x, target *mat.Dense) (loss []float64, dx *mat.Dense, err error) {
+	err = s.do(ctx, func(p *Process) error { loss, dx, err = p.SquaredErrorLoss(ctx, x, target); return err })
+	return loss, dx, err
+}
+
 // SquaredErrorVJP implements SquaredErrorVJPer through the current process.
 func (s *Supervised) SquaredErrorVJP(ctx context.Context, x, target *mat.Dense) (y, dx *mat.Dense, err error) {
 	err = s.do(ctx, func(p *Process) error { y, dx, err = p.SquaredErrorVJP(ctx, x, target); return err })

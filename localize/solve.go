@@ -256,23 +256,24 @@ func (p *Problem) evaluate(ctx context.Context, s stage, x, grad, scratch *mat.D
 // grad (when non-nil).
 func (p *Problem) dataTerm(ctx context.Context, x, grad *mat.Dense) ([]float64, error) {
 	r, n := x.Dims()
-	var fy, dx *mat.Dense
-	var err error
 	if grad != nil {
-		// One round trip for f(x) and its gradient: the plugin host's
+		// One round trip for the loss and its gradient: the plugin host's
 		// fused call, or Predict then VJP for a model without it.
 		if p.target == nil {
 			p.target = mat.NewDense(1, n, append([]float64(nil), p.Y...))
 		}
-		fy, dx, err = forward.SquaredErrorVJP(ctx, p.Forward, x, p.target)
+		loss, dx, err := forward.SquaredErrorLoss(ctx, p.Forward, x, p.target)
 		if err != nil {
 			return nil, fmt.Errorf("forward vjp: %w", err)
 		}
-		if gr, gc := dx.Dims(); gr != r || gc != n {
-			return nil, fmt.Errorf("forward vjp: got %dx%d gradient for %dx%d input: %w", gr, gc, r, n, errShape)
+		if gr, gc := dx.Dims(); gr != r || gc != n || len(loss) != r {
+			return nil, fmt.Errorf("forward vjp: got %dx%d gradient and %d losses for %dx%d input: %w", gr, gc, len(loss), r, n, errShape)
 		}
 		grad.Copy(dx)
-	} else if fy, err = p.Forward.Predict(ctx, x); err != nil {
+		return loss, nil
+	}
+	fy, err := p.Forward.Predict(ctx, x)
+	if err != nil {
 		return nil, fmt.Errorf("forward predict: %w", err)
 	}
 	if fr, fc := fy.Dims(); fr != r || fc != n {

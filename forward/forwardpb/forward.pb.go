@@ -1009,9 +1009,14 @@ func (x *VJPRequest) GetDy() *Matrix {
 }
 
 type SquaredErrorVJPRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	X             *Matrix                `protobuf:"bytes,1,opt,name=x,proto3" json:"x,omitempty"`
-	Target        *Matrix                `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	X      *Matrix                `protobuf:"bytes,1,opt,name=x,proto3" json:"x,omitempty"`
+	Target *Matrix                `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
+	// loss_only asks for loss (||target - y||^2 per row) in place of y, a
+	// third of the response on a large graph. Added without a protocol
+	// version bump: a plugin that predates it ignores it and sends y, from
+	// which the host computes the loss itself.
+	LossOnly      bool `protobuf:"varint,3,opt,name=loss_only,json=lossOnly,proto3" json:"loss_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1060,10 +1065,20 @@ func (x *SquaredErrorVJPRequest) GetTarget() *Matrix {
 	return nil
 }
 
+func (x *SquaredErrorVJPRequest) GetLossOnly() bool {
+	if x != nil {
+		return x.LossOnly
+	}
+	return false
+}
+
 type VJPResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Y             *Matrix                `protobuf:"bytes,1,opt,name=y,proto3" json:"y,omitempty"`
-	Dx            *Matrix                `protobuf:"bytes,2,opt,name=dx,proto3" json:"dx,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Y     *Matrix                `protobuf:"bytes,1,opt,name=y,proto3" json:"y,omitempty"`
+	Dx    *Matrix                `protobuf:"bytes,2,opt,name=dx,proto3" json:"dx,omitempty"`
+	// loss: one value per row of x, set only for SquaredErrorVJP with
+	// loss_only (y is then absent).
+	Loss          []float64 `protobuf:"fixed64,3,rep,packed,name=loss,proto3" json:"loss,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1108,6 +1123,13 @@ func (x *VJPResponse) GetY() *Matrix {
 func (x *VJPResponse) GetDx() *Matrix {
 	if x != nil {
 		return x.Dx
+	}
+	return nil
+}
+
+func (x *VJPResponse) GetLoss() []float64 {
+	if x != nil {
+		return x.Loss
 	}
 	return nil
 }
@@ -1189,13 +1211,15 @@ const file_sourcewatch_forward_v1_forward_proto_rawDesc = "" +
 	"\n" +
 	"VJPRequest\x12,\n" +
 	"\x01x\x18\x01 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x01x\x12.\n" +
-	"\x02dy\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dy\"~\n" +
+	"\x02dy\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dy\"\x9b\x01\n" +
 	"\x16SquaredErrorVJPRequest\x12,\n" +
 	"\x01x\x18\x01 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x01x\x126\n" +
-	"\x06target\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x06target\"k\n" +
+	"\x06target\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x06target\x12\x1b\n" +
+	"\tloss_only\x18\x03 \x01(\bR\blossOnly\"\x7f\n" +
 	"\vVJPResponse\x12,\n" +
 	"\x01y\x18\x01 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x01y\x12.\n" +
-	"\x02dx\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dx2\xa1\x04\n" +
+	"\x02dx\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dx\x12\x12\n" +
+	"\x04loss\x18\x03 \x03(\x01R\x04loss2\xa1\x04\n" +
 	"\aForward\x12Q\n" +
 	"\x04Info\x12#.sourcewatch.forward.v1.InfoRequest\x1a$.sourcewatch.forward.v1.InfoResponse\x12`\n" +
 	"\tConfigure\x12(.sourcewatch.forward.v1.ConfigureRequest\x1a).sourcewatch.forward.v1.ConfigureResponse\x12M\n" +

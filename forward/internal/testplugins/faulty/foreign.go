@@ -34,8 +34,10 @@ import (
 // service, hand-made mTLS and the stdout handshake line. The binary does
 // this when it is started under the name sourcewatch-forward-foreign (a
 // link made by the test), which keeps the README honest without building a
-// second test plugin.
-func serveForeign() error {
+// second test plugin. It then acts as a plugin built before the fused
+// SquaredErrorVJP call, or, with fused (the name ...-foreign-fused), as one
+// built before that call's loss_only flag.
+func serveForeign(fused bool) error {
 	if os.Getenv("SOURCEWATCH_FORWARD_PLUGIN") != "b1f3e0a4c7d2.forward.v1" {
 		return fmt.Errorf("this is a sourcewatch forward-model plugin; sourcewatch runs it")
 	}
@@ -76,7 +78,11 @@ func serveForeign() error {
 		return err
 	}
 	s := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
-	forwardpb.RegisterForwardServer(s, olderServer{forward.NewServer(icmf.New())})
+	var impl forwardpb.ForwardServer = olderServer{forward.NewServer(icmf.New())}
+	if fused {
+		impl = beforeLossOnly{forward.NewServer(icmf.New())}
+	}
+	forwardpb.RegisterForwardServer(s, impl)
 	h := health.NewServer()
 	h.SetServingStatus("plugin", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s, h)
@@ -90,4 +96,12 @@ type olderServer struct{ forwardpb.ForwardServer }
 
 func (olderServer) SquaredErrorVJP(context.Context, *forwardpb.SquaredErrorVJPRequest) (*forwardpb.VJPResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SquaredErrorVJP not implemented")
+}
+
+// beforeLossOnly answers like a plugin built after SquaredErrorVJP but
+// before its loss_only flag: the flag never reaches it and it sends y.
+type beforeLossOnly struct{ forwardpb.ForwardServer }
+
+func (s beforeLossOnly) SquaredErrorVJP(ctx context.Context, req *forwardpb.SquaredErrorVJPRequest) (*forwardpb.VJPResponse, error) {
+	return s.ForwardServer.SquaredErrorVJP(ctx, &forwardpb.SquaredErrorVJPRequest{X: req.GetX(), Target: req.GetTarget()})
 }

@@ -24,6 +24,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"strconv"
 	"sync/atomic"
 
@@ -35,8 +36,8 @@ import (
 )
 
 func main() {
-	if filepath.Base(os.Args[0]) == "sourcewatch-forward-foreign" {
-		if err := serveForeign(); err != nil {
+	if name := filepath.Base(os.Args[0]); strings.HasPrefix(name, "sourcewatch-forward-foreign") {
+		if err := serveForeign(name == "sourcewatch-forward-foreign-fused"); err != nil {
 			fmt.Fprintln(os.Stderr, "foreign:", err)
 			os.Exit(1)
 		}
