@@ -24,8 +24,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strings"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"gonum.org/v1/gonum/mat"
