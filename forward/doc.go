@@ -4,7 +4,10 @@
 //
 // A forward model f maps source indicators x in [0,1]^n to infection
 // probabilities y = f(x) in [0,1]^n on one graph; inference needs its
-// vector-Jacobian product dx = (df/dx)^T dy. The pieces:
+// vector-Jacobian product dx = (df/dx)^T dy, and, to save a round trip, the
+// fused form for its data term ||target - f(x)||^2 (SquaredErrorVJP, and
+// SquaredErrorLoss, which returns the loss per row instead of f(x) and so
+// moves a third fewer bytes). The pieces:
 //
 //   - Model (forward.go): the interface, mirrored 1:1 by the gRPC service
 //     sourcewatch.forward.v1.Forward (proto/, generated code in forwardpb).
