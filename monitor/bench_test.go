@@ -179,3 +179,39 @@ func BenchmarkApplyPath(b *testing.B) {
 		gr.win.apply(els[0].node, els[0].state, els[0].ts, els[0].ev.ID)
 	}
 }
+
+// BenchmarkApplyPathArray is BenchmarkApplyPath for a message holding an
+// array of 100 events; reported per event.
+func BenchmarkApplyPathArray(b *testing.B) {
+	g := pathGraph(b, 1000)
+	d, err := New(func() Config {
+		c := DefaultConfig()
+		c.Graphs = []GraphConfig{DefaultGraphConfig("p")}
+		c.Graphs[0].Edges, c.Graphs[0].Bundle = "x", "x"
+		return c
+	}())
+	require.NoError(b, err)
+	gr := &graphRT{name: "p", g: g, win: newWindow(g, time.Hour, 0)}
+	now := time.Now()
+	msgs := make([][]byte, 10)
+	for i := range msgs {
+		evs := make([]Event, 100)
+		for k := range evs {
+			evs[k] = Event{Node: strconv.Itoa(i*100 + k), State: StateInfected, TS: now.Add(time.Duration(i*100+k) * time.Millisecond)}
+		}
+		msgs[i], _ = json.Marshal(evs)
+	}
+	minTS, maxTS := now.Add(-time.Hour).UnixNano(), now.Add(time.Hour).UnixNano()
+	var scratch []decoded
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		els, _ := decodeMessage(scratch, msgs[i%len(msgs)])
+		scratch = els
+		for k := range els {
+			d.check(gr, &els[k], now.UnixNano(), minTS, maxTS)
+			gr.win.apply(els[k].node, els[k].state, els[k].ts, els[k].ev.ID)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/event")
+}
