@@ -80,6 +80,7 @@
 //
 // The NATS micro service "sourcewatch" answers on <prefix>.svc.localize,
 // <prefix>.svc.status and <prefix>.svc.reload; HTTP serves /healthz,
-// /readyz (NATS connected, consumers bound, localizers healthy), /status
-// and /metrics (Prometheus, on a registry of the daemon's own).
+// /readyz (NATS connected, consumers bound, localizers healthy), /status,
+// /metrics (Prometheus, on a registry of the daemon's own) and, at /, a
+// dashboard rendering /status and /readyz for a browser.
 package monitor

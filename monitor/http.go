@@ -74,8 +74,8 @@ func newMetrics() *metrics {
 	return m
 }
 
-// handler serves /healthz, /readyz, /status (as the micro endpoint) and
-// /metrics.
+// handler serves /healthz, /readyz, /status (as the micro endpoint),
+// /metrics and the dashboard at /.
 func (d *Daemon) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -95,5 +95,6 @@ func (d *Daemon) handler() http.Handler {
 		_ = json.NewEncoder(w).Encode(d.Status())
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))
+	mux.HandleFunc("GET /{$}", d.serveDashboard)
 	return mux
 }

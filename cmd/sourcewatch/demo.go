@@ -111,7 +111,7 @@ func runDemo(ctx context.Context, a *app) error {
 		return err
 	}
 	prefix := cfg.Subjects.Prefix
-	fmt.Fprintf(a.stdout, "sourcewatch demo: graph %q (%d nodes), NATS %s, alerts on %s.alerts.%s, metrics on http://%s/metrics\n",
+	fmt.Fprintf(a.stdout, "sourcewatch demo: graph %q (%d nodes), NATS %s, alerts on %s.alerts.%s, dashboard on http://%s/\n",
 		gc.Name, g.N(), url, prefix, gc.Name, d.HTTPAddr())
 	fmt.Fprintf(a.stdout, "watch from another terminal: bin/sourcewatch alerts tail --nats %s --graph %s\n\n", url, gc.Name)
 
