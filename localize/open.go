@@ -89,6 +89,12 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 		sup = append(sup, forward.WithOnRestart(o.OnRestart))
 	}
 	p, err := forward.Supervise(ctx, path, sup...)
+	if errors.Is(err, forward.ErrChecksum) && o.Checksum == "" {
+		// The usual cause: the plugin was rebuilt after the bundle was
+		// trained. Say what to do about it.
+		return nil, fmt.Errorf("%w (bundle %s was trained with another build of %s %s: retrain the bundle with this build, or set allow_unverified to run it anyway)",
+			err, b.Manifest.ID, b.Manifest.Forward.Name, b.Manifest.Forward.Version)
+	}
 	if err != nil {
 		return nil, err
 	}

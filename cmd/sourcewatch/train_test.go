@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
 
@@ -76,6 +77,7 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(other, append(data, 0), 0o755))
 	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", bundle, "--plugin-dir", filepath.Dir(other), "--log-level", "warn")
-	require.Error(t, err)
+	require.ErrorIs(t, err, forward.ErrChecksum)
 	require.ErrorContains(t, err, b.Manifest.Forward.SHA256)
+	require.ErrorContains(t, err, "retrain the bundle with this build, or set allow_unverified", "the error says what to do")
 }
