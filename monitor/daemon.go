@@ -767,6 +767,11 @@ func (d *Daemon) restore(ctx context.Context) error {
 		return fmt.Errorf("%w: reading alert state: %w", ErrNATS, err)
 	}
 	for _, gr := range d.order {
+		// An incident open before the restart is the graph's last alert
+		// (in /status and on the dashboard) until it is updated or resolved.
+		if a, open := d.tracker.Open(gr.name); open {
+			gr.lastAlert.Store(&a)
+		}
 		e, err := d.kv.Get(ctx, "window."+gr.name)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue

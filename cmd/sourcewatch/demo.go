@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -111,19 +113,35 @@ func runDemo(ctx context.Context, a *app) error {
 		return err
 	}
 	prefix := cfg.Subjects.Prefix
-	fmt.Fprintf(a.stdout, "sourcewatch demo: graph %q (%d nodes), NATS %s, alerts on %s.alerts.%s, dashboard on http://%s/\n",
+	// The replayer and the alert printer write concurrently: each writes
+	// whole messages through one lock.
+	out := &lockedWriter{w: a.stdout}
+	fmt.Fprintf(out, "sourcewatch demo: graph %q (%d nodes), NATS %s, alerts on %s.alerts.%s, dashboard on http://%s/\n",
 		gc.Name, g.N(), url, prefix, gc.Name, d.HTTPAddr())
-	fmt.Fprintf(a.stdout, "watch from another terminal: bin/sourcewatch alerts tail --nats %s --graph %s\n\n", url, gc.Name)
+	fmt.Fprintf(out, "watch from another terminal: bin/sourcewatch alerts tail --nats %s --graph %s\n\n", url, gc.Name)
 
 	resolved := make(chan struct{}, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// The daemon's state is durable: an incident a previous, interrupted
+		// demo left open resolves in this one. That resolution is noted but
+		// must not let the replayer move on from its own incident.
+		seen := map[string]bool{}
 		err := alerts.Tail(ctx, js, prefix, gc.Name, func(al alerts.Alert) error {
-			if err := alerts.Format(a.stdout, al); err != nil {
+			if al.Status == alerts.Resolved && !seen[al.Fingerprint] {
+				fmt.Fprintf(out, "(an incident left open by an earlier run resolved: %s)\n\n", al.ID)
+				return nil
+			}
+			seen[al.Fingerprint] = true
+			var buf bytes.Buffer
+			if err := alerts.Format(&buf, al); err != nil {
 				return err
 			}
-			fmt.Fprintln(a.stdout)
+			buf.WriteByte('\n')
+			if _, err := out.Write(buf.Bytes()); err != nil {
+				return err
+			}
 			if al.Status == alerts.Resolved {
 				select {
 				case resolved <- struct{}{}:
@@ -144,6 +162,9 @@ func runDemo(ctx context.Context, a *app) error {
 	speed := a.v.GetFloat64("speed")
 	step := time.Duration(float64(time.Second) / speed)
 	replayErr := func() error {
+		if err := awaitCleanSlate(ctx, out, d, gc); err != nil {
+			return err
+		}
 		for k := 1; a.v.GetInt("cascades") == 0 || k <= a.v.GetInt("cascades"); k++ {
 			cs, _, err := diffusion.Simulate(ctx, g, sim, 1, seed+int64(k))
 			if err != nil {
@@ -151,12 +172,12 @@ func runDemo(ctx context.Context, a *app) error {
 			}
 			c := cs[0]
 			events := monitor.CascadeEvents(g, c, time.Now(), step)
-			fmt.Fprintf(a.stdout, "--- cascade %d: true sources %s; replaying %d events over %s\n\n",
+			fmt.Fprintf(out, "--- cascade %d: true sources %s; replaying %d events over %s\n\n",
 				k, strings.Join(g.Names(c.Sources), ", "), len(events), (time.Duration(c.Step) * step).Round(100*time.Millisecond))
 			if err := monitor.PublishEvents(ctx, js, prefix+".events."+gc.Name, events, 1, nil); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "--- cascade %d fully replayed (true sources %s); the incident resolves when the %s window clears\n\n",
+			fmt.Fprintf(out, "--- cascade %d fully replayed (true sources %s); the incident resolves when the %s window clears\n\n",
 				k, strings.Join(g.Names(c.Sources), ", "), gc.Window)
 			select {
 			case <-resolved:
@@ -174,4 +195,48 @@ func runDemo(ctx context.Context, a *app) error {
 		return replayErr
 	}
 	return err
+}
+
+// awaitCleanSlate waits, before the first cascade, until no incident the
+// daemon restored from an earlier, interrupted demo is open: otherwise the
+// new cascade would merge into it. That takes at most the window plus a few
+// scheduler intervals.
+func awaitCleanSlate(ctx context.Context, out io.Writer, d *monitor.Daemon, gc monitor.GraphConfig) error {
+	open := func() bool {
+		for _, g := range d.Status().Graphs {
+			if g.Name == gc.Name && g.LastAlert != nil && g.LastAlert.Status != alerts.Resolved {
+				return true
+			}
+		}
+		return false
+	}
+	if !open() {
+		return nil
+	}
+	fmt.Fprintf(out, "--- an incident left open by an earlier run is still in the window; waiting for it to resolve (up to %s)\n\n", gc.Window)
+	deadline := time.After(gc.Window + 5*gc.Interval)
+	tick := time.NewTicker(gc.Interval / 4)
+	defer tick.Stop()
+	for open() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-deadline:
+			return nil
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

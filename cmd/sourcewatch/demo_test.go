@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -31,6 +37,20 @@ func trainTestBundle(t *testing.T) (bundle, pluginDir string) {
 // server, a real plugin process, one replayed cascade, its alert and its
 // resolution.
 func TestDemo(t *testing.T) {
+	config := demoConfig(t)
+	out, _, err := runCmd(t, "", "demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "4", "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, `sourcewatch demo: graph "club" (34 nodes)`)
+	require.Contains(t, out, "--- cascade 1: true sources")
+	require.Contains(t, out, "FIRING club")
+	require.Contains(t, out, "RESOLVED club")
+	require.Contains(t, out, "forward icmf")
+}
+
+// demoConfig trains a small bundle and writes a demo config with a 3 s
+// window around it, its data directory in a fresh temporary directory.
+func demoConfig(t *testing.T) string {
+	t.Helper()
 	bundle, pluginDir := trainTestBundle(t)
 	dir := t.TempDir()
 	edges, err := filepath.Abs("../../configs/demo/karate.edges")
@@ -51,11 +71,54 @@ graphs:
     interval: 300ms
     min_infected: 2
 `, filepath.Join(dir, "data"), pluginDir, edges, bundle)), 0o644))
-	out, _, err := runCmd(t, "", "demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "4", "--log-level", "warn")
+	return config
+}
+
+// TestDemoAfterInterruptedRun stops a demo while its incident is open, as
+// Ctrl-C does, and runs it again on the same data: the daemon resolves the
+// old incident (its state is durable), and the demo notes that without
+// taking it for the resolution of its own cascade.
+func TestDemoAfterInterruptedRun(t *testing.T) {
+	config := demoConfig(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	var first lockedBuffer
+	root := newRootCmd(&first, io.Discard)
+	root.SetArgs([]string{"demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "4", "--log-level", "warn"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	require.Eventually(t, func() bool { return strings.Contains(first.String(), "FIRING club") },
+		time.Minute, 20*time.Millisecond, "the first run's incident fires")
+	cancel()
+	if err := <-done; err != nil {
+		require.ErrorIs(t, err, context.Canceled)
+	}
+	require.NotContains(t, first.String(), "RESOLVED club", "interrupted while its incident was open")
+
+	out, _, err := runCmd(t, "", "demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "5", "--log-level", "warn")
 	require.NoError(t, err)
-	require.Contains(t, out, `sourcewatch demo: graph "club" (34 nodes)`)
-	require.Contains(t, out, "--- cascade 1: true sources")
-	require.Contains(t, out, "FIRING club")
-	require.Contains(t, out, "RESOLVED club")
-	require.Contains(t, out, "forward icmf")
+	require.Contains(t, out, "--- an incident left open by an earlier run is still in the window; waiting for it to resolve")
+	require.Contains(t, out, "(an incident left open by an earlier run resolved: ")
+	replayed := strings.Index(out, "--- cascade 1 fully replayed")
+	firing, resolved := strings.Index(out, "FIRING club"), strings.Index(out, "RESOLVED club")
+	require.Positive(t, firing, out)
+	require.Greater(t, resolved, replayed, "the resolution printed is this run's own, after its replay:\n%s", out)
+	require.Equal(t, 1, strings.Count(out, "RESOLVED club"), out)
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
