@@ -36,6 +36,22 @@ type Config struct {
 	// (future_ts beyond).
 	MaxFutureSkew time.Duration `mapstructure:"max_future_skew"`
 	Events        EventsConfig  `mapstructure:"events"`
+	HA            HAConfig      `mapstructure:"ha"`
+}
+
+// HAConfig runs replicas of the daemon as one active and the rest on
+// standby, through a lease in a JetStream KV bucket (LeaseBucket) on a
+// shared NATS server or cluster: the active replica consumes, infers and
+// alerts; a standby waits, and takes over from the KV snapshot when the
+// active one stops (at once) or dies (after LeaseTTL).
+type HAConfig struct {
+	Enabled bool `mapstructure:"enabled"`
+	// Replica is this replica's id, unique among replicas (default
+	// host-pid). A stable id lets a restarted replica reclaim its own
+	// lease at once.
+	Replica string `mapstructure:"replica"`
+	// LeaseTTL is how long a dead active replica's lease lasts.
+	LeaseTTL time.Duration `mapstructure:"lease_ttl"`
 }
 
 // NATSConfig says where NATS is. An empty URL starts an embedded server.
@@ -127,6 +143,7 @@ const (
 	DefaultMinInfected      = 1
 	DefaultRestarts         = 3
 	DefaultWorkers          = 2
+	DefaultLeaseTTL         = 10 * time.Second
 )
 
 // duplicateWindow is the events stream's Nats-Msg-Id deduplication window.
@@ -145,6 +162,7 @@ func DefaultConfig() Config {
 		MaxEventBytes:    DefaultMaxEventBytes,
 		MaxFutureSkew:    DefaultMaxFutureSkew,
 		Events:           EventsConfig{MaxAge: DefaultEventsMaxAge, Replicas: 1},
+		HA:               HAConfig{LeaseTTL: DefaultLeaseTTL},
 	}
 }
 
@@ -187,6 +205,9 @@ func scalarDefaults() map[string]any {
 		"events.max_bytes":  d.Events.MaxBytes,
 		"events.max_msgs":   d.Events.MaxMsgs,
 		"events.replicas":   d.Events.Replicas,
+		"ha.enabled":        false,
+		"ha.replica":        "",
+		"ha.lease_ttl":      d.HA.LeaseTTL,
 	}
 }
 
@@ -295,6 +316,12 @@ func (c Config) Validate() error {
 	}
 	if c.Events.MaxAge > 0 && c.Events.MaxAge < c.SnapshotInterval {
 		return bad("events.max_age", "%v is shorter than snapshot_interval %v: a restart could not replay", c.Events.MaxAge, c.SnapshotInterval)
+	}
+	if c.HA.Enabled && c.NATS.URL == "" {
+		return bad("ha.enabled", "replicas must share a NATS server or cluster: set nats.url")
+	}
+	if c.HA.Enabled && c.HA.LeaseTTL < time.Second {
+		return bad("ha.lease_ttl", "must be >= 1s, got %v", c.HA.LeaseTTL)
 	}
 	if c.Events.Replicas < 0 || c.Events.Replicas > 5 {
 		return bad("events.replicas", "must be in 0..5, got %d", c.Events.Replicas)

@@ -105,6 +105,9 @@ type Daemon struct {
 	// crash makes shutdown skip the final snapshot and the drain, as a
 	// kill -9 would; tests set it.
 	crash atomic.Bool
+	// standby says, while this replica waits for the HA lease, which
+	// replica is active.
+	standby atomic.Pointer[string]
 }
 
 // graphRT is one graph at run time.
@@ -244,6 +247,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if !d.started.CompareAndSwap(false, true) {
 		return errors.New("monitor: Run called twice")
 	}
+	if d.cfg.HA.Enabled && d.cfg.HA.Replica == "" {
+		d.cfg.HA.Replica = defaultReplica()
+	}
 	cfg := d.cfg
 	var cleanup []func()
 	defer func() {
@@ -315,6 +321,56 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	d.pub = alerts.NewPublisher(js, cfg.Subjects.Prefix)
 	d.tracker = alerts.NewTracker(d.now)
+
+	// HTTP comes up before the lease, so a standby answers /healthz and
+	// says in /readyz which replica is active.
+	var httpSrv *http.Server
+	httpDone := make(chan struct{})
+	if cfg.HTTP.Addr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+		if err != nil {
+			return fmt.Errorf("http.addr: %w", err)
+		}
+		d.httpAddr.Store(ln.Addr().String())
+		httpSrv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			defer close(httpDone)
+			if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("http server", zap.Error(err))
+			}
+		}()
+		cleanup = append(cleanup, func() {
+			shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = httpSrv.Shutdown(shCtx)
+			cancel()
+			<-httpDone
+		})
+	} else {
+		close(httpDone)
+	}
+
+	var held *lease
+	lostLease := make(chan error, 1)
+	if cfg.HA.Enabled {
+		l, err := d.acquireLease(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while standing by
+			}
+			return err
+		}
+		held = l
+		d.log.Info("active: holding the lease", zap.String("replica", l.id))
+		leaseCtx, cancelLease := context.WithCancel(context.WithoutCancel(ctx))
+		var keeper sync.WaitGroup
+		keeper.Go(func() { l.keep(leaseCtx, lostLease) })
+		cleanup = append(cleanup, func() { cancelLease(); keeper.Wait() })
+		// The lease is held from here: restore what the previous active
+		// replica snapshotted, with a fresh setup deadline.
+		cancelSetup()
+		setupCtx, cancelSetup = context.WithTimeout(ctx, 30*time.Second)
+		defer cancelSetup()
+	}
 	if err := d.restore(setupCtx); err != nil {
 		return err
 	}
@@ -368,28 +424,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 
-	var httpSrv *http.Server
-	httpDone := make(chan struct{})
-	if cfg.HTTP.Addr != "" {
-		ln, err := net.Listen("tcp", cfg.HTTP.Addr)
-		if err != nil {
-			d.stopConsumers(true)
-			unrouted.Stop()
-			_ = svc.Stop()
-			return fmt.Errorf("http.addr: %w", err)
-		}
-		d.httpAddr.Store(ln.Addr().String())
-		httpSrv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			defer close(httpDone)
-			if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				d.log.Error("http server", zap.Error(err))
-			}
-		}()
-	} else {
-		close(httpDone)
-	}
-
 	var loops sync.WaitGroup
 	loopCtx, cancelLoops := context.WithCancel(workCtx)
 	for _, gr := range d.order {
@@ -401,7 +435,15 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.log.Info("sourcewatch serving", zap.Int("graphs", len(d.order)),
 		zap.String("nats", d.ClientURL()), zap.String("http", d.HTTPAddr()))
 
-	<-ctx.Done()
+	var lost error
+	select {
+	case <-ctx.Done():
+	case lost = <-lostLease:
+		// Another replica may be active already: stop consuming and
+		// inferring at once, and write nothing more.
+		d.log.Error("lost the lease; stopping", zap.Error(lost))
+		d.crash.Store(true)
+	}
 	d.log.Info("shutting down")
 
 	// Stop taking work in, then finish what is in flight.
@@ -418,7 +460,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		nc.Close()
 		cancelLoops()
 		loops.Wait()
-		return nil
+		return lost
 	}
 	// With NATS gone, draining and the final snapshot cannot succeed;
 	// the last periodic snapshot and the stream's replay cover the restart.
@@ -443,6 +485,13 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		defer cancel()
 		if err := d.snapshotAll(finalCtx, true); err != nil {
 			d.log.Error("final snapshot", zap.Error(err))
+		}
+		if held != nil {
+			// After the final snapshot, so the standby that takes over
+			// restores it.
+			if err := held.release(finalCtx); err != nil {
+				d.log.Warn("releasing the lease", zap.Error(err))
+			}
 		}
 		if err := nc.Drain(); err != nil {
 			d.log.Warn("draining nats", zap.Error(err))
@@ -478,6 +527,9 @@ func waitConnected(ctx context.Context, nc *nats.Conn, log *zap.Logger) error {
 // readiness lists what keeps the daemon from being ready.
 func (d *Daemon) readiness() []string {
 	var problems []string
+	if msg := d.standby.Load(); msg != nil {
+		return []string{*msg}
+	}
 	select {
 	case <-d.ready:
 	default:

@@ -83,4 +83,19 @@
 // /readyz (NATS connected, consumers bound, localizers healthy), /status,
 // /metrics (Prometheus, on a registry of the daemon's own) and, at /, a
 // dashboard rendering /status and /readyz for a browser.
+//
+// # Replicas
+//
+// With ha.enabled, replicas sharing a NATS server or cluster run as one
+// active and the rest on standby. The active replica holds the key
+// "active" of the KV bucket LeaseBucket, whose TTL is ha.lease_ttl, and
+// renews it every third of that; a standby retries Create on the key every
+// quarter TTL, which succeeds once the key is deleted (the active replica
+// stopped, after its final snapshot) or expired (it died). The new active
+// replica then starts as after a restart: it restores the windows and the
+// alert state from KV and replays the stream from the snapshot, so no
+// acknowledged event is lost. A replica that cannot renew its lease, or
+// finds another id in it, stops at once without writing anything and Run
+// returns ErrLeaseLost. Replicas do not divide the graphs among themselves:
+// the active one serves them all.
 package monitor

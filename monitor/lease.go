@@ -1,0 +1,136 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+)
+
+// LeaseBucket holds the active replica's lease when ha.enabled is set.
+const LeaseBucket = "sourcewatch_lease"
+
+// leaseKey is the one key of LeaseBucket: the active replica's id.
+const leaseKey = "active"
+
+// ErrLeaseLost is returned by Run when another replica took the lease (or
+// it could not be renewed within its TTL): this replica stopped consuming
+// and inferring, and should be restarted to stand by again.
+var ErrLeaseLost = errors.New("lease lost")
+
+// defaultReplica names a replica that was not given an id: host and pid,
+// unique among live processes.
+func defaultReplica() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "replica"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
+// lease is the active replica's hold on LeaseBucket's key.
+type lease struct {
+	kv  jetstream.KeyValue
+	id  string
+	ttl time.Duration
+	rev uint64
+}
+
+// acquireLease waits until this replica holds the lease: the key is absent
+// (no replica is active, or the active one's lease expired) or holds this
+// replica's own id (left by its previous process). Meanwhile /readyz says
+// which replica is active.
+func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
+	ha := d.cfg.HA
+	kv, err := d.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      LeaseBucket,
+		Description: "sourcewatch active replica (ha.enabled)",
+		History:     1,
+		TTL:         ha.LeaseTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(d.cfg.Events.Replicas, 1),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, LeaseBucket, err)
+	}
+	l := &lease{kv: kv, id: ha.Replica, ttl: ha.LeaseTTL}
+	for {
+		rev, err := kv.Create(ctx, leaseKey, []byte(l.id))
+		if err == nil {
+			l.rev = rev
+			d.standby.Store(nil)
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			if e, gerr := kv.Get(ctx, leaseKey); gerr == nil {
+				holder := string(e.Value())
+				if holder == l.id {
+					// This replica's previous process: take it over at once.
+					if rev, uerr := kv.Update(ctx, leaseKey, []byte(l.id), e.Revision()); uerr == nil {
+						l.rev = rev
+						d.standby.Store(nil)
+						return l, nil
+					}
+				}
+				msg := "standby: replica " + holder + " is active"
+				if d.standby.Swap(&msg) == nil {
+					d.log.Info("standing by", zap.String("active", holder), zap.String("replica", l.id))
+				}
+			}
+		} else {
+			d.limiter.warn("lease", "acquiring the lease", zap.Error(err))
+		}
+		t := time.NewTimer(l.ttl / 4)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// keep renews the lease every third of its TTL until ctx ends. It reports
+// on lost when another replica holds the key, or when no renewal succeeded
+// for two thirds of the TTL (the lease may expire before the next try).
+func (l *lease) keep(ctx context.Context, lost chan<- error) {
+	t := time.NewTicker(l.ttl / 3)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+		rev, err := l.kv.Update(rctx, leaseKey, []byte(l.id), l.rev)
+		cancel()
+		switch {
+		case err == nil:
+			l.rev, last = rev, time.Now()
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+			lost <- fmt.Errorf("%w: another replica holds it: %v", ErrLeaseLost, err)
+			return
+		case time.Since(last) > 2*l.ttl/3:
+			lost <- fmt.Errorf("%w: not renewed for %v: %v", ErrLeaseLost, time.Since(last).Round(time.Millisecond), err)
+			return
+		}
+	}
+}
+
+// release gives the lease up, so a standby takes over at once instead of
+// after the TTL.
+func (l *lease) release(ctx context.Context) error {
+	return l.kv.Delete(ctx, leaseKey, jetstream.LastRevision(l.rev))
+}

@@ -1,0 +1,175 @@
+package monitor
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+)
+
+// replica is a daemon of an HA pair, run by hand: start only returns once
+// a daemon is ready, and a standby is not.
+type replica struct {
+	d      *Daemon
+	f      *factoryOf
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func runReplica(t *testing.T, cfg Config) *replica {
+	t.Helper()
+	r := &replica{f: &factoryOf{}, done: make(chan error, 1)}
+	var err error
+	r.d, err = New(cfg, preload(t, 6, "p"), WithLocalizerFactory(r.f.factory))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go func() { r.done <- r.d.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-r.done:
+		case <-time.After(30 * time.Second):
+			t.Error("replica did not stop")
+		}
+	})
+	require.Eventually(t, func() bool { return r.d.HTTPAddr() != "" }, 30*time.Second, 5*time.Millisecond, "HTTP up")
+	return r
+}
+
+func (r *replica) ready() bool {
+	select {
+	case <-r.d.Ready():
+		return true
+	default:
+		return false
+	}
+}
+
+// stop stops the replica, as a crash (kill -9) when crash is set, and
+// returns Run's error.
+func (r *replica) stop(t *testing.T, crash bool) error {
+	t.Helper()
+	r.d.crash.Store(crash)
+	r.cancel()
+	select {
+	case err := <-r.done:
+		r.done <- err // for the cleanup
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("replica did not stop")
+		return nil
+	}
+}
+
+// TestHAStandbyTakesOver runs three replicas of one configuration on a
+// shared server: one is active, the others stand by (HTTP up, /readyz says
+// who is active, no plugin launched). When the active one stops, a standby
+// takes over at once from its final snapshot and keeps the window and the
+// open incident; when that one dies without a word, the last takes over
+// once the lease expires.
+func TestHAStandbyTakesOver(t *testing.T) {
+	s := runServer(t)
+	nc, js := connectJS(t, s.ClientURL())
+	ttl := 2 * time.Second
+	cfgFor := func(id string) Config {
+		cfg := testConfig(t, "p")
+		cfg.NATS.URL = s.ClientURL()
+		cfg.HA = HAConfig{Enabled: true, Replica: id, LeaseTTL: ttl}
+		cfg.Graphs[0].MinInfected = 2
+		return cfg
+	}
+	publish := func(node string) {
+		(&running{js: js}).publish(t, "p", Event{Node: node, State: StateInfected, TS: time.Now()}, "")
+	}
+	sink := subscribeAlerts(t, nc, "p")
+
+	a := runReplica(t, cfgFor("a"))
+	require.Eventually(t, a.ready, 30*time.Second, 5*time.Millisecond, "the first replica becomes active")
+	b := runReplica(t, cfgFor("b"))
+	c := runReplica(t, cfgFor("c"))
+	for _, r := range []*replica{b, c} {
+		require.Eventually(t, func() bool {
+			code, body := get(t, "http://"+r.d.HTTPAddr()+"/readyz")
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "standby: replica a is active")
+		}, 10*time.Second, 10*time.Millisecond)
+		code, _ := get(t, "http://"+r.d.HTTPAddr()+"/healthz")
+		require.Equal(t, http.StatusOK, code)
+	}
+
+	publish("3")
+	publish("4")
+	require.Equal(t, alerts.Firing, sink.wait(t, 1)[0].Status)
+	require.False(t, b.ready() || c.ready())
+	require.Empty(t, b.f.all(), "a standby launches no plugin")
+
+	// a stops: it writes its final snapshot and gives the lease up, and a
+	// standby takes over at once, well inside the TTL.
+	stopped := time.Now()
+	require.NoError(t, a.stop(t, false))
+	require.Eventually(t, func() bool { return b.ready() || c.ready() }, ttl, 5*time.Millisecond, "a standby takes over at once")
+	next, last := b, c
+	if c.ready() {
+		next, last = c, b
+	}
+	t.Logf("took over %v after the stop", time.Since(stopped).Round(time.Millisecond))
+	st := next.d.Status().Graphs[0]
+	require.Equal(t, 2, st.WindowInfected, "the window continues from the snapshot")
+	require.NotNil(t, st.LastAlert)
+	require.Equal(t, alerts.Firing, st.LastAlert.Status, "the open incident continues")
+	publish("5")
+	waitSeq(t, next.d, "p", 3)
+	require.Equal(t, 3, next.d.Status().Graphs[0].WindowInfected)
+	require.False(t, last.ready())
+
+	// next dies without releasing the lease: the last replica waits for the
+	// lease to expire, then takes over with every acknowledged event.
+	died := time.Now()
+	require.NoError(t, next.stop(t, true))
+	require.Never(t, last.ready, ttl/2, 10*time.Millisecond, "the lease of a dead replica holds for its TTL")
+	require.Eventually(t, last.ready, 5*ttl, 10*time.Millisecond, "then the standby takes over")
+	t.Logf("took over %v after the crash", time.Since(died).Round(time.Millisecond))
+	publish("1")
+	waitSeq(t, last.d, "p", 4)
+	require.Equal(t, 4, last.d.Status().Graphs[0].WindowInfected, "nothing acknowledged was lost")
+}
+
+// TestHALostLease: a replica whose lease is taken from it (here: deleted
+// and re-created by another id) stops with ErrLeaseLost.
+func TestHALostLease(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: time.Second}
+	r := runReplica(t, cfg)
+	require.Eventually(t, r.ready, 30*time.Second, 5*time.Millisecond)
+	kv, err := js.KeyValue(context.Background(), LeaseBucket)
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(context.Background(), leaseKey))
+	_, err = kv.Create(context.Background(), leaseKey, []byte("intruder"))
+	require.NoError(t, err)
+	select {
+	case err := <-r.done:
+		r.done <- err
+		require.ErrorIs(t, err, ErrLeaseLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replica kept running without its lease")
+	}
+}
+
+func TestHAConfig(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.HA.Enabled = true
+	require.ErrorContains(t, cfg.Validate(), "ha.enabled: replicas must share a NATS server or cluster: set nats.url")
+	cfg.NATS.URL = "nats://127.0.0.1:4222"
+	cfg.HA.LeaseTTL = 100 * time.Millisecond
+	require.ErrorContains(t, cfg.Validate(), "ha.lease_ttl: must be >= 1s")
+	cfg.HA.LeaseTTL = DefaultLeaseTTL
+	require.NoError(t, cfg.Validate())
+}
