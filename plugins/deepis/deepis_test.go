@@ -145,31 +145,43 @@ func TestFitIsTheSameOnOneOrManyWorkers(t *testing.T) {
 
 func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 	// Fit relies on backward's parameter gradients, including the learned
-	// edge scale.
-	g := randomGraph(13, 18, false, false, 11)
-	m := New()
-	require.NoError(t, m.Configure(context.Background(), g, map[string]string{"hidden": "4", "layers": "2"}, nil))
-	randomize(m, 12)
-	nt := m.nt
-	rng := rand.New(rand.NewPCG(9, 9))
-	x := randDense(rng, 3, g.N(), 0.05, 0.95).RawMatrix().Data
-	c := randDense(rng, 3, g.N(), -1, 1).RawMatrix().Data
-	out := make([]float64, len(x))
-	loss := func() float64 {
-		var l float64
-		nt.forward(nt.worker(0), x, 3, out)
-		for i, v := range out {
-			l += c[i] * v
-		}
-		return l
-	}
-	nn.ZeroGrad(nt.params)
-	nt.forward(nt.worker(0), x, 3, out)
-	nt.logScale.Grad[0] = nt.backward(nt.worker(0), c, nil)
-	for _, p := range nt.params {
-		grad := append([]float64(nil), p.Grad...)
-		e, i := nn.CheckGradient(loss, p.Value, grad, 1e-5)
-		require.Lessf(t, e, 1e-4, "%s: worst relative error %g at %d", p.Name, e, i)
+	// edge scale, on both propagation paths: one P for every arc
+	// (unweighted) and a P per arc (weighted).
+	for _, tc := range []struct {
+		name string
+		g    *graph.Graph
+	}{
+		{"unweighted", randomGraph(13, 18, false, false, 11)},
+		{"weighted directed", randomGraph(12, 25, true, true, 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := tc.g
+			m := New()
+			require.NoError(t, m.Configure(context.Background(), g, map[string]string{"hidden": "4", "layers": "2"}, nil))
+			randomize(m, 12)
+			nt := m.nt
+			require.Equal(t, !g.Weighted(), nt.uniform)
+			rng := rand.New(rand.NewPCG(9, 9))
+			x := randDense(rng, 3, g.N(), 0.05, 0.95).RawMatrix().Data
+			c := randDense(rng, 3, g.N(), -1, 1).RawMatrix().Data
+			out := make([]float64, len(x))
+			loss := func() float64 {
+				var l float64
+				nt.forward(nt.worker(0), x, 3, out)
+				for i, v := range out {
+					l += c[i] * v
+				}
+				return l
+			}
+			nn.ZeroGrad(nt.params)
+			nt.forward(nt.worker(0), x, 3, out)
+			nt.logScale.Grad[0] = nt.backward(nt.worker(0), c, nil)
+			for _, p := range nt.params {
+				grad := append([]float64(nil), p.Grad...)
+				e, i := nn.CheckGradient(loss, p.Value, grad, 1e-5)
+				require.Lessf(t, e, 1e-4, "%s: worst relative error %g at %d", p.Name, e, i)
+			}
+		})
 	}
 }
 
