@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
@@ -112,7 +113,14 @@ func TestHAStandbyTakesOver(t *testing.T) {
 	// standby takes over at once, well inside the TTL.
 	stopped := time.Now()
 	require.NoError(t, a.stop(t, false))
-	require.Eventually(t, func() bool { return b.ready() || c.ready() }, ttl, 5*time.Millisecond, "a standby takes over at once")
+	kv, err := js.KeyValue(context.Background(), LeaseBucket)
+	require.NoError(t, err)
+	if e, err := kv.Get(context.Background(), leaseKey); err == nil {
+		require.NotEqual(t, "a", string(e.Value()), "a gave its lease up as it stopped")
+	} else {
+		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a gave its lease up as it stopped")
+	}
+	require.Eventually(t, func() bool { return b.ready() || c.ready() }, 3*ttl, 5*time.Millisecond, "a standby takes over")
 	next, last := b, c
 	if c.ready() {
 		next, last = c, b
