@@ -1,0 +1,335 @@
+package eval
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"go.uber.org/zap"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/nn"
+)
+
+func init() { Register("local-mlp", newLocalMLP) }
+
+// localFeatures is the width of a node's feature vector (see
+// nodeFeatures).
+const localFeatures = 10
+
+// maxDepth caps the depth feature: hops from an infected node to the
+// nearest uninfected one.
+const maxDepth = 6
+
+// localMLP is the learned baseline: a per-node classifier trained on the
+// run's training cascades, in the spirit of the paper's GCNSI (a network
+// trained on simulated cascades to label each node source or not) but with
+// fixed neighbourhood aggregates instead of learned graph convolutions.
+// For observation y each node v gets the features of nodeFeatures; an MLP
+// (10 -> hidden -> hidden -> 1, LeakyReLU, sigmoid output) maps them to
+// P(v is a source | features), trained by binary cross-entropy with Adam
+// on mini-batches of (cascade, node) rows, the best step on the validation
+// split's loss kept. The score is that probability; the predicted set is
+// {v : score >= t} with t chosen on validation by mean F1. It never sees
+// the diffusion model or its parameters, only (observation, sources)
+// pairs, exactly the data SL-VAE trains on.
+//
+// Parameters: hidden (default 32), steps (Adam steps, default 4000), batch
+// (rows per step, default 512), lr (default 3e-3).
+type localMLP struct {
+	env    Env
+	g      *graph.Graph
+	hidden int
+	steps  int
+	batch  int
+	lr     float64
+
+	mlp       *nn.MLP
+	threshold float64
+	// feat is Localize's scratch: n x localFeatures.
+	feat *mat.Dense
+	work nodeFeatureScratch
+}
+
+func newLocalMLP(env Env) (Method, error) {
+	p := newParams("local-mlp", env.Params)
+	m := &localMLP{
+		env:    env,
+		hidden: p.int("hidden", 32),
+		steps:  p.int("steps", 4000),
+		batch:  p.int("batch", 512),
+		lr:     p.float("lr", 3e-3),
+	}
+	if err := p.done(); err != nil {
+		return nil, err
+	}
+	if m.hidden < 1 || m.steps < 1 || m.batch < 1 || !(m.lr > 0) {
+		return nil, fmt.Errorf("%w local-mlp: want hidden, steps and batch >= 1 and lr > 0, got %d, %d, %d and %g",
+			ErrBadParam, m.hidden, m.steps, m.batch, m.lr)
+	}
+	return m, nil
+}
+
+func (m *localMLP) Name() string { return "local-mlp" }
+
+// nodeFeatureScratch is reused across observations.
+type nodeFeatureScratch struct {
+	frac, count []float64
+	depth       []int
+	queue       []int
+}
+
+// nodeFeatures writes, for each node v of g under observation y, the row
+// v of dst (n x localFeatures, row-major):
+//
+//	y_v, a_v, log(1 + c_v), log(1 + d_v), ā_v, |y|/n,
+//	y_v·a_v, y_v·ā_v, δ_v, y_v·δ_v
+//
+// with d_v the out-degree, c_v the infected out-neighbours, a_v = c_v/d_v
+// (0 without neighbours), ā_v the mean of a_u over the out-neighbours u,
+// and δ_v = min(h_v, 6)/6 where h_v is the number of hops from v to the
+// nearest uninfected node (0 for an uninfected node, 6 when none is
+// reachable): how deep inside the infected region v sits.
+func nodeFeatures(g *graph.Graph, y []float64, dst []float64, s *nodeFeatureScratch) {
+	n := g.N()
+	if len(y) != n || len(dst) != n*localFeatures {
+		panic(fmt.Sprintf("eval: nodeFeatures: %d observations and %d features for %d nodes", len(y), len(dst), n))
+	}
+	s.frac = growFloats(s.frac, n)
+	s.count = growFloats(s.count, n)
+	if cap(s.depth) < n {
+		s.depth = make([]int, n)
+	}
+	depth := s.depth[:n]
+	var total float64
+	queue := s.queue[:0]
+	for v := 0; v < n; v++ {
+		total += y[v]
+		nbr, _ := g.Out(v)
+		var c float64
+		for _, u := range nbr {
+			c += y[u]
+		}
+		s.count[v] = c
+		s.frac[v] = 0
+		if len(nbr) > 0 {
+			s.frac[v] = c / float64(len(nbr))
+		}
+		depth[v] = -1
+		if y[v] < 0.5 {
+			depth[v] = 0
+			queue = append(queue, v)
+		}
+	}
+	// Multi-source BFS from the uninfected nodes, against arc direction
+	// ignored: depth is about the shape of the infected region.
+	for head := 0; head < len(queue); head++ {
+		v := queue[head]
+		nbr, _ := g.Out(v)
+		for _, u := range nbr {
+			if depth[u] < 0 {
+				depth[u] = depth[v] + 1
+				queue = append(queue, u)
+			}
+		}
+	}
+	s.queue = queue
+	for v := 0; v < n; v++ {
+		nbr, _ := g.Out(v)
+		var near float64
+		for _, u := range nbr {
+			near += s.frac[u]
+		}
+		if len(nbr) > 0 {
+			near /= float64(len(nbr))
+		}
+		d := 1.0
+		if depth[v] >= 0 {
+			d = float64(min(depth[v], maxDepth)) / maxDepth
+		}
+		f := dst[v*localFeatures : (v+1)*localFeatures]
+		f[0] = y[v]
+		f[1] = s.frac[v]
+		f[2] = math.Log1p(s.count[v])
+		f[3] = math.Log1p(float64(len(nbr)))
+		f[4] = near
+		f[5] = total / float64(n)
+		f[6] = y[v] * s.frac[v]
+		f[7] = y[v] * near
+		f[8] = d
+		f[9] = y[v] * d
+	}
+}
+
+func growFloats(s []float64, n int) []float64 {
+	if cap(s) < n {
+		return make([]float64, n)
+	}
+	return s[:n]
+}
+
+// bceGrad returns the binary cross-entropy -[l log p + (1-l) log(1-p)] of
+// a predicted probability p against label l, and its derivative with
+// respect to p; p is clamped away from 0 and 1 so both stay finite.
+func bceGrad(p, l float64) (loss, dp float64) {
+	const eps = 1e-7
+	p = math.Min(math.Max(p, eps), 1-eps)
+	return -(l*math.Log(p) + (1-l)*math.Log(1-p)), (p - l) / (p * (1 - p))
+}
+
+// rowSet is the training rows of a split: float32 features, as a large
+// graph's training split has millions of (cascade, node) rows.
+type rowSet struct {
+	feat  []float32
+	label []float64
+}
+
+func (m *localMLP) rows(cs []diffusion.Cascade) rowSet {
+	n := m.g.N()
+	rs := rowSet{feat: make([]float32, 0, len(cs)*n*localFeatures), label: make([]float64, len(cs)*n)}
+	y := make([]float64, n)
+	buf := make([]float64, n*localFeatures)
+	for i, c := range cs {
+		y = observe(n, c, y)
+		nodeFeatures(m.g, y, buf, &m.work)
+		for _, f := range buf {
+			rs.feat = append(rs.feat, float32(f))
+		}
+		for _, s := range c.Sources {
+			rs.label[i*n+s] = 1
+		}
+	}
+	return rs
+}
+
+// load copies rows idx of rs into x (len(idx) x localFeatures).
+func (rs rowSet) load(x *mat.Dense, idx []int) {
+	for k, i := range idx {
+		row := x.RawRowView(k)
+		for j, f := range rs.feat[i*localFeatures : (i+1)*localFeatures] {
+			row[j] = float64(f)
+		}
+	}
+}
+
+// valLoss is the mean cross-entropy over (up to 20,000 evenly spaced)
+// validation rows.
+func (m *localMLP) valLoss(val rowSet) float64 {
+	total := len(val.label)
+	take := min(total, 20000)
+	idx := make([]int, take)
+	for k := range idx {
+		idx[k] = k * total / take
+	}
+	x := mat.NewDense(take, localFeatures, nil)
+	val.load(x, idx)
+	p := m.mlp.Forward(x).RawMatrix().Data
+	var sum float64
+	for k, i := range idx {
+		l, _ := bceGrad(p[k], val.label[i])
+		sum += l
+	}
+	return sum / float64(take)
+}
+
+func (m *localMLP) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.Cascade) error {
+	if len(train) == 0 || len(val) == 0 {
+		return fmt.Errorf("local-mlp: needs training and validation cascades, got %d and %d", len(train), len(val))
+	}
+	m.g = g
+	rng := rand.New(rand.NewPCG(uint64(m.env.Seed), 0x10ca1))
+	m.mlp = nn.NewMLP([]int{localFeatures, m.hidden, m.hidden, 1}, nn.LeakyReLU, nn.Sigmoid, rng)
+	params := m.mlp.Params()
+	opt := nn.NewAdam(params, m.lr)
+	tr, vr := m.rows(train), m.rows(val)
+
+	best := math.Inf(1)
+	bestParams := snapshot(params)
+	x := mat.NewDense(m.batch, localFeatures, nil)
+	dout := mat.NewDense(m.batch, 1, nil)
+	idx := make([]int, m.batch)
+	const checkEvery = 250
+	for step := 1; step <= m.steps; step++ {
+		if step%checkEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		for k := range idx {
+			idx[k] = rng.IntN(len(tr.label))
+		}
+		tr.load(x, idx)
+		nn.ZeroGrad(params)
+		p := m.mlp.Forward(x).RawMatrix().Data
+		for k, i := range idx {
+			_, dp := bceGrad(p[k], tr.label[i])
+			dout.Set(k, 0, dp/float64(m.batch))
+		}
+		m.mlp.Backward(dout)
+		opt.Step()
+		if step%checkEvery == 0 || step == m.steps {
+			if l := m.valLoss(vr); l < best {
+				best = l
+				bestParams = snapshot(params)
+			}
+		}
+	}
+	restore(params, bestParams)
+
+	scores := make([][]float64, len(val))
+	truths := make([][]int, len(val))
+	y := make([]float64, g.N())
+	for i, c := range val {
+		y = observe(g.N(), c, y)
+		scores[i] = m.score(y)
+		truths[i] = c.Sources
+	}
+	var f1 float64
+	m.threshold, f1 = ChooseThreshold(scores, truths)
+	m.env.Logger.Debug("local-mlp fitted", zap.Float64("val_bce", best), zap.Float64("threshold", m.threshold), zap.Float64("val_f1", f1))
+	return nil
+}
+
+func snapshot(ps []*nn.Param) [][]float64 {
+	out := make([][]float64, len(ps))
+	for i, p := range ps {
+		out[i] = append([]float64(nil), p.Value...)
+	}
+	return out
+}
+
+func restore(ps []*nn.Param, vals [][]float64) {
+	for i, p := range ps {
+		copy(p.Value, vals[i])
+	}
+}
+
+// score returns P(source) per node for observation y.
+func (m *localMLP) score(y []float64) []float64 {
+	n := m.g.N()
+	if m.feat == nil {
+		m.feat = mat.NewDense(n, localFeatures, nil)
+	}
+	nodeFeatures(m.g, y, m.feat.RawMatrix().Data, &m.work)
+	return append([]float64(nil), m.mlp.Forward(m.feat).RawMatrix().Data[:n]...)
+}
+
+func (m *localMLP) Localize(ctx context.Context, y []float64) (Prediction, error) {
+	if m.mlp == nil {
+		return Prediction{}, ErrNotFitted
+	}
+	if err := checkY(m.g.N(), y); err != nil {
+		return Prediction{}, err
+	}
+	s := m.score(y)
+	var src []int
+	for v, p := range s {
+		if p >= m.threshold {
+			src = append(src, v)
+		}
+	}
+	return Prediction{Scores: s, Sources: src}, nil
+}
