@@ -143,11 +143,7 @@ func Simulate(ctx context.Context, g *graph.Graph, cfg Config, count int, seed i
 // until a run reaches the target. It returns the number of failed draws.
 func (s *sim) observe(i int, seed int64, stop func() bool) (Cascade, int, error) {
 	rng := cascadeRNG(seed, i)
-	target := s.cfg.ObserveMin + rng.Float64()*(s.cfg.ObserveMax-s.cfg.ObserveMin)
-	// The tiny slack keeps f n that is an integer up to rounding (0.2 * 35)
-	// from demanding one node more.
-	need := int(math.Ceil(target*float64(s.n) - 1e-9))
-	need = max(1, min(need, s.n))
+	target, need := s.drawTarget(rng)
 	peak := 0
 	for attempt := 0; attempt < s.cfg.MaxRedraws; attempt++ {
 		if stop() {
@@ -162,4 +158,14 @@ func (s *sim) observe(i int, seed int64, stop func() bool) (Cascade, int, error)
 	}
 	return Cascade{}, s.cfg.MaxRedraws, fmt.Errorf("cascade %d: %d draws in a row stayed below the observation target of %d infected nodes (%.0f%%); the most infected at once was %d: %s, or the graph's components too small: %w",
 		i, s.cfg.MaxRedraws, need, 100*target, peak, s.cfg.hint(), ErrUnreachable)
+}
+
+// drawTarget draws an observation's target fraction f ~ U[ObserveMin,
+// ObserveMax] and returns it with the infected count it needs, ceil(f n).
+func (s *sim) drawTarget(rng *rand.Rand) (float64, int) {
+	target := s.cfg.ObserveMin + rng.Float64()*(s.cfg.ObserveMax-s.cfg.ObserveMin)
+	// The tiny slack keeps f n that is an integer up to rounding (0.2 * 35)
+	// from demanding one node more.
+	need := int(math.Ceil(target*float64(s.n) - 1e-9))
+	return target, max(1, min(need, s.n))
 }

@@ -68,5 +68,8 @@
 // Run simulates, splits, fits and scores (see Config), in parallel over
 // methods; results do not depend on the number of workers, timings do
 // (they are wall-clock while other methods run). The Report prints as a
-// table (WriteTable) or JSON (WriteJSON).
+// table (WriteTable) or JSON (WriteJSON). When a method has a forward
+// model (SL-VAE), the report also carries the forward floor
+// (diffusion.ForwardFloor on the test sources): the least test error any
+// forward model can reach, to read its forward_test_mse against.
 package eval

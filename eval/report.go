@@ -21,6 +21,13 @@ type Report struct {
 	Diffusion   string   `json:"diffusion"`
 	Settings    Settings `json:"settings"`
 	Results     []Result `json:"results"`
+	// ForwardFloorMSE, when a method with a forward model ran, is the
+	// smallest test error per node any forward model can reach on these
+	// cascades (diffusion.ForwardFloor over up to FloorSourceSets test
+	// source sets, FloorDraws observations each, mean over runs): set
+	// beside a forward model's forward_test_mse it says how much a better
+	// forward model could still gain.
+	ForwardFloorMSE float64 `json:"forward_floor_mse,omitempty"`
 }
 
 // Settings records how the benchmark was run.
@@ -156,6 +163,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		for _, k := range sortedKeys(res.Extra) {
 			fmt.Fprintf(&b, "%s: %s = %.4g\n", res.Method, k, res.Extra[k])
 		}
+	}
+	if r.ForwardFloorMSE > 0 {
+		fmt.Fprintf(&b, "forward_floor_mse = %.4g: the variance of y given the sources, the least forward_test_mse any forward model can reach here (%d draws from each of up to %d test source sets per run)\n",
+			r.ForwardFloorMSE, FloorDraws, FloorSourceSets)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -242,6 +242,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	}
 	ntrain, nval, _ := cfg.split()
 	results := make([][]methodRun, cfg.Runs) // [run][method]
+	var floors []float64
 	redrawn := 0
 	methodsDone, methodsTotal := 0, cfg.Runs*len(cfg.Methods)
 	o.note = func(note string) {
@@ -261,6 +262,18 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		}
 		redrawn += rep.Redrawn
 		train, val, test := Split(cs, ntrain, nval, seed)
+		if cfg.hasForwardModel() {
+			// The truth is read here only for a diagnostic no method sees.
+			sets := make([][]int, min(len(test), FloorSourceSets))
+			for i := range sets {
+				sets[i] = test[i].Sources
+			}
+			floor, err := diffusion.ForwardFloor(ctx, g, cfg.Sim, sets, FloorDraws, mix(seed, nameSalt("forward-floor")))
+			if err != nil {
+				return nil, fmt.Errorf("run %d: forward floor: %w", r+1, err)
+			}
+			floors = append(floors, floor)
+		}
 
 		results[r] = make([]methodRun, len(cfg.Methods))
 		jobs := make(chan int)
@@ -311,7 +324,30 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			return nil, err
 		}
 	}
-	return buildReport(g, cfg, o.name, redrawn, results), nil
+	rep := buildReport(g, cfg, o.name, redrawn, results)
+	if len(floors) > 0 {
+		rep.ForwardFloorMSE = Summarize(floors).Mean
+	}
+	return rep, nil
+}
+
+// FloorSourceSets and FloorDraws size the forward-floor estimate of a run
+// (Report.ForwardFloorMSE): the first FloorSourceSets test cascades'
+// sources, FloorDraws observations from each.
+const (
+	FloorSourceSets = 60
+	FloorDraws      = 64
+)
+
+// hasForwardModel reports whether a method uses a forward model (SL-VAE or
+// one of its variants), whose error the forward floor puts in context.
+func (c Config) hasForwardModel() bool {
+	for _, m := range c.Methods {
+		if IsSLVAE(m) || strings.Contains(m, "[") {
+			return true
+		}
+	}
+	return false
 }
 
 // runMethod builds, fits and scores one method in one run.

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
 )
 
 // evalKarate is the karate club file kept as diffusion test data.
@@ -128,4 +130,45 @@ func TestEvalCommandErrors(t *testing.T) {
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// SL-VAE (through a real plugin process) and the learned baseline run in
+// eval like every other method, and a run with a forward model reports the
+// forward floor beside the model's test error.
+func TestEvalCommandLearnedMethods(t *testing.T) {
+	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	stdout, _, err := runEvalCmd(t, "--graph", evalKarate, "--cascades", "40", "--runs", "1", "--seed", "2",
+		"--methods", "slvae,local-mlp,infected", "--json", "-", "--log-level", "warn",
+		"--method-param", "slvae.forward=icmf", "--method-param", "slvae.plugin_dir="+pluginDir,
+		"--method-param", "slvae.val_solves=4", "--method-param", "slvae.prior_epochs=3",
+		"--method-param", "local-mlp.steps=300")
+	require.NoError(t, err)
+	var doc struct {
+		ForwardFloorMSE float64 `json:"forward_floor_mse"`
+		Results         []struct {
+			Method string
+			AUC    struct{ Mean float64 }
+			Extra  map[string]float64
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &doc))
+	require.Len(t, doc.Results, 3)
+	require.Equal(t, "slvae", doc.Results[0].Method)
+	require.Equal(t, "local-mlp", doc.Results[1].Method)
+	for _, r := range doc.Results {
+		require.Greater(t, r.AUC.Mean, 0.5, r.Method)
+	}
+	mse := doc.Results[0].Extra["forward_test_mse"]
+	require.Greater(t, mse, 0.0)
+	// A variance of 0/1 outcomes: in (0, 1/4]; icmf is untrained, so it
+	// cannot beat the floor by more than the noise of 8 test cascades.
+	require.Greater(t, doc.ForwardFloorMSE, 0.0)
+	require.LessOrEqual(t, doc.ForwardFloorMSE, 0.25)
+	require.Less(t, doc.ForwardFloorMSE, mse+0.05)
+
+	// Without a forward model there is no floor to report.
+	stdout, _, err = runEvalCmd(t, "--graph", evalKarate, "--cascades", "20", "--runs", "1",
+		"--methods", "lpsi,infected", "--log-level", "warn")
+	require.NoError(t, err)
+	require.NotContains(t, stdout, "forward_floor_mse")
 }
