@@ -280,3 +280,33 @@ func TestSolveUsesOneForwardCallPerStep(t *testing.T) {
 	require.GreaterOrEqual(t, fc.fused, steps)
 	require.LessOrEqual(t, fc.fused+fc.predicts, steps+2)
 }
+
+// Result.Objective is the last stage's objective at the final x, which
+// objective reproduces: with one restart, the final x is Result.Mean.
+func TestObjectiveMatchesSolve(t *testing.T) {
+	const n = 12
+	p, f, pr := testProblem(n, 6, 5)
+	for _, v := range []Variant{Full, NoPriorPred, NoInit, NoPrior} {
+		t.Run(string(v), func(t *testing.T) {
+			opts := DefaultOptions()
+			opts.Variant, opts.Restarts, opts.PriorWeight = v, 1, 0.7
+			res, err := solve(context.Background(), n, 0.5, pr, f, p.Y, opts)
+			require.NoError(t, err)
+			require.Len(t, res.Objective, 1)
+			got, err := objective(context.Background(), n, pr, f, p.Y, mat.NewDense(1, n, res.Mean), opts)
+			require.NoError(t, err)
+			require.InDelta(t, res.Objective[0], got[0], 1e-9)
+
+			// The descent beats a random binary point of its own objective.
+			x := mat.NewDense(1, n, nil)
+			for i := 0; i < n; i += 3 {
+				x.Set(0, i, 1)
+			}
+			other, err := objective(context.Background(), n, pr, f, p.Y, x, opts)
+			require.NoError(t, err)
+			require.Less(t, res.Objective[0], other[0])
+		})
+	}
+	_, err := objective(context.Background(), n, pr, f, p.Y, mat.NewDense(1, n-1, nil), DefaultOptions())
+	require.ErrorIs(t, err, errShape)
+}

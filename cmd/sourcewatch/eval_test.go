@@ -158,6 +158,12 @@ func TestEvalCommandLearnedMethods(t *testing.T) {
 	for _, r := range doc.Results {
 		require.Greater(t, r.AUC.Mean, 0.5, r.Method)
 	}
+	extra := doc.Results[0].Extra
+	for _, k := range []string{"objective_truth", "objective_found", "found_below_truth"} {
+		require.Contains(t, extra, k)
+	}
+	require.GreaterOrEqual(t, extra["found_below_truth"], 0.0)
+	require.LessOrEqual(t, extra["found_below_truth"], 1.0)
 	mse := doc.Results[0].Extra["forward_test_mse"]
 	require.Greater(t, mse, 0.0)
 	// A variance of 0/1 outcomes: in (0, 1/4]; icmf is untrained, so it
