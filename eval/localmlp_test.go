@@ -105,3 +105,15 @@ func TestLocalMLPParams(t *testing.T) {
 	err = m.Fit(context.Background(), path(3), nil, []diffusion.Cascade{{Sources: []int{1}, Infected: []int{0, 1, 2}}})
 	require.ErrorContains(t, err, "training and validation cascades")
 }
+
+func TestSLVAEStepParams(t *testing.T) {
+	f, err := Lookup("slvae")
+	require.NoError(t, err)
+	_, err = f(Env{Graph: path(3), Params: map[string]string{"init_steps": "0", "opt_steps": "0"}})
+	require.ErrorIs(t, err, ErrBadParam)
+	require.ErrorContains(t, err, "slvae.init_steps=0")
+	m, err := f(Env{Graph: path(3), Params: map[string]string{"init_steps": "5", "opt_steps": "10"}})
+	require.NoError(t, err)
+	require.Equal(t, 5, m.(*slvae).solve.InitSteps)
+	require.Equal(t, 10, m.(*slvae).solve.OptSteps)
+}

@@ -27,6 +27,8 @@ import (
 //	epochs       forward-model epochs (0 = plugin default)
 //	prior_epochs VAE epochs (0 = default)
 //	restarts     inference restarts R (default 8)
+//	init_steps   inference steps on L_init (default 20)
+//	opt_steps    inference steps on L_pred (default 50)
 //	val_solves   validation cascades solved to choose delta (default 32)
 var slvaeVariants = map[string]localize.Variant{
 	"slvae":         localize.Full,
@@ -115,9 +117,15 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	m.solve = localize.DefaultOptions()
 	m.solve.Variant = variant
 	m.solve.Restarts = p.int("restarts", m.solve.Restarts)
+	m.solve.InitSteps = p.int("init_steps", m.solve.InitSteps)
+	m.solve.OptSteps = p.int("opt_steps", m.solve.OptSteps)
 	m.valSolves = p.int("val_solves", 32)
 	if err := p.done(); err != nil {
 		return nil, err
+	}
+	if m.solve.InitSteps < 0 || m.solve.OptSteps < 0 || m.solve.InitSteps+m.solve.OptSteps == 0 {
+		return nil, fmt.Errorf("%w %s.init_steps=%d, %s.opt_steps=%d: want non-negative step counts, not both 0",
+			ErrBadParam, name, m.solve.InitSteps, name, m.solve.OptSteps)
 	}
 	return m, nil
 }

@@ -26,7 +26,8 @@ func trainTestBundle(t *testing.T) (bundle, pluginDir string) {
 	out, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
 		"--diffusion", "SI", "--beta", "0.3", "--pattern", "cluster", "--cascades", "60", "--seed", "3",
 		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "5", "--prototypes", "64",
-		"--val-solves", "8", "--test-solves", "8", "--restarts", "4", "--out", bundle, "--log-level", "warn")
+		"--val-solves", "8", "--test-solves", "8", "--restarts", "4", "--init-steps", "10", "--opt-steps", "30",
+		"--out", bundle, "--log-level", "warn")
 	require.NoError(t, err)
 	require.Contains(t, out, "36 train, 12 validation, 12 test")
 	require.Contains(t, out, "forward     icmf")

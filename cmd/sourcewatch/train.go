@@ -49,6 +49,8 @@ everything into one bundle file.`,
 	f.Int("prior-epochs", 0, "VAE training epochs (0 = default)")
 	f.Int("prototypes", 1024, "prototype latents N for the prior term")
 	f.Int("restarts", 8, "inference restarts R")
+	f.Int("init-steps", 20, "inference steps on L_init (n_init); Solve time grows with init-steps + opt-steps")
+	f.Int("opt-steps", 50, "inference steps on L_pred (n_opt)")
 	f.Int("val-solves", 64, "validation cascades solved to choose delta")
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
 	f.String("graph-name", "", "graph name recorded in the bundle (default: the edge file's base name)")
@@ -62,6 +64,10 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	out := v.GetString("out")
 	if out == "" {
 		return fmt.Errorf("--out: the bundle file to write is required")
+	}
+	initSteps, optSteps := v.GetInt("init_steps"), v.GetInt("opt_steps")
+	if initSteps < 0 || optSteps < 0 || initSteps+optSteps == 0 {
+		return fmt.Errorf("--init-steps %d, --opt-steps %d: want non-negative step counts, not both 0", initSteps, optSteps)
 	}
 	g, err := loadGraph(v)
 	if err != nil {
@@ -115,6 +121,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	}
 	solve := localize.DefaultOptions()
 	solve.Restarts = v.GetInt("restarts")
+	solve.InitSteps, solve.OptSteps = initSteps, optSteps
 	cfg := localize.TrainConfig{
 		GraphName: name,
 		Diffusion: provenance,

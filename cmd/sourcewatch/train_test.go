@@ -36,6 +36,14 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.Len(t, b.Manifest.Forward.SHA256, 64)
 	require.Contains(t, b.Manifest.Metrics, "test_f1")
 	require.Contains(t, b.Manifest.Metrics, "val_f1")
+	// The step counts delta was chosen with travel in the bundle, so the
+	// daemon solves with them too.
+	require.Equal(t, 10, b.Manifest.Solve.InitSteps)
+	require.Equal(t, 30, b.Manifest.Solve.OptSteps)
+	require.Equal(t, 10, b.Options().InitSteps)
+	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--init-steps", "0", "--opt-steps", "0",
+		"--out", filepath.Join(dir, "x.swb"), "--log-level", "warn")
+	require.ErrorContains(t, err, "--init-steps 0, --opt-steps 0")
 
 	// JSON output, observation from stdin, two observations as JSONL.
 	obs := `{"infected":["0","1","2","3","7","13"]}` + "\n" + `{"infected":["33","32","8","30"]}` + "\n"
