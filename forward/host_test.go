@@ -439,3 +439,17 @@ func TestSquaredErrorVJPOneCall(t *testing.T) {
 	x, _ := batch(g.N(), 5, 3)
 	requireFusedMatches(t, p, in, x)
 }
+
+// BenchmarkInfoRoundTrip times the smallest call to a real plugin process
+// (Info: empty request, a few hundred bytes back): the floor of every
+// Predict or VJP round trip, whatever the model computes.
+func BenchmarkInfoRoundTrip(b *testing.B) {
+	p, err := forward.Launch(b.Context(), forwardtest.Build(b, "icmf"))
+	require.NoError(b, err)
+	defer func() { _ = p.Close() }()
+	for b.Loop() {
+		if _, err := p.Info(b.Context()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -19,8 +19,9 @@ import (
 // TestMain removes the plugin binaries the benchmarks build.
 func TestMain(m *testing.M) { forwardtest.Main(m) }
 
-// BenchmarkSolve times one Solve (R = 8, 20 + 50 steps) with the deepis
-// forward model, through its real plugin process and in process, on the
+// BenchmarkSolve times one Solve (R = 8, 20 + 50 steps, and 10 + 25 through
+// the process) with the deepis forward model, through its real plugin
+// process and in process, on the
 // shared Jazz and Power Grid graphs (skipped where ../shared is absent:
 // a benchmark, not a test). It reports the split of the time between the
 // forward model (plugin compute plus round trips) and the prior; the
@@ -49,14 +50,22 @@ func BenchmarkSolve(b *testing.B) {
 		if err := proc.Configure(b.Context(), g, nil, state); err != nil {
 			b.Fatal(err)
 		}
+		half := localize.DefaultOptions()
+		half.InitSteps, half.OptSteps = 10, 25
 		for _, mode := range []struct {
 			name string
 			f    localize.Forward
-		}{{"process", proc}, {"inprocess", inproc}} {
+			opts localize.Options
+		}{
+			{"process", proc, localize.DefaultOptions()},
+			{"inprocess", inproc, localize.DefaultOptions()},
+			// Half the paper's steps: a Solve's time is its round trips.
+			{"process/steps=10+25", proc, half},
+		} {
 			b.Run(name+"/"+mode.name, func(b *testing.B) {
 				var fwd, pri float64
 				for b.Loop() {
-					res, err := localize.Solve(b.Context(), bundle, mode.f, y, localize.DefaultOptions())
+					res, err := localize.Solve(b.Context(), bundle, mode.f, y, mode.opts)
 					if err != nil {
 						b.Fatal(err)
 					}
