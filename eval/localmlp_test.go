@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/localize"
 )
 
 func TestNodeFeaturesOnPath(t *testing.T) {
@@ -109,11 +110,16 @@ func TestLocalMLPParams(t *testing.T) {
 func TestSLVAEStepParams(t *testing.T) {
 	f, err := Lookup("slvae")
 	require.NoError(t, err)
-	_, err = f(Env{Graph: path(3), Params: map[string]string{"init_steps": "0", "opt_steps": "0"}})
+	_, err = f(Env{Graph: path(3), Params: map[string]string{"init_steps": "-1"}})
 	require.ErrorIs(t, err, ErrBadParam)
-	require.ErrorContains(t, err, "slvae.init_steps=0")
+	require.ErrorContains(t, err, "slvae.init_steps=-1")
 	m, err := f(Env{Graph: path(3), Params: map[string]string{"init_steps": "5", "opt_steps": "10"}})
 	require.NoError(t, err)
 	require.Equal(t, 5, m.(*slvae).solve.InitSteps)
 	require.Equal(t, 10, m.(*slvae).solve.OptSteps)
+	require.Nil(t, m.(*slvae).optGrid, "a given n_opt is not chosen")
+	m, err = f(Env{Graph: path(3)})
+	require.NoError(t, err)
+	require.Equal(t, localize.DefaultOptStepsGrid(), m.(*slvae).optGrid)
+	require.Equal(t, 50, m.(*slvae).solve.OptSteps)
 }

@@ -28,7 +28,8 @@ import (
 //	prior_epochs VAE epochs (0 = default)
 //	restarts     inference restarts R (default 8)
 //	init_steps   inference steps on L_init (default 20)
-//	opt_steps    inference steps on L_pred (default 50)
+//	opt_steps    inference steps on L_pred (default: chosen with delta on
+//	             validation from localize.DefaultOptStepsGrid, as train does)
 //	val_solves   validation cascades solved to choose delta (default 32)
 var slvaeVariants = map[string]localize.Variant{
 	"slvae":         localize.Full,
@@ -88,6 +89,9 @@ type slvae struct {
 	prior     prior.Config
 	solve     localize.Options
 	valSolves int
+	// optGrid are the n_opt values Train chooses from (nil: opt_steps
+	// was given).
+	optGrid []int
 
 	proc   *forward.Process
 	bundle *localize.Bundle
@@ -118,13 +122,17 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	m.solve.Variant = variant
 	m.solve.Restarts = p.int("restarts", m.solve.Restarts)
 	m.solve.InitSteps = p.int("init_steps", m.solve.InitSteps)
-	m.solve.OptSteps = p.int("opt_steps", m.solve.OptSteps)
+	m.solve.OptSteps = p.int("opt_steps", 0)
+	if m.solve.OptSteps == 0 {
+		m.optGrid = localize.DefaultOptStepsGrid()
+		m.solve.OptSteps = slices.Max(m.optGrid)
+	}
 	m.valSolves = p.int("val_solves", 32)
 	if err := p.done(); err != nil {
 		return nil, err
 	}
-	if m.solve.InitSteps < 0 || m.solve.OptSteps < 0 || m.solve.InitSteps+m.solve.OptSteps == 0 {
-		return nil, fmt.Errorf("%w %s.init_steps=%d, %s.opt_steps=%d: want non-negative step counts, not both 0",
+	if m.solve.InitSteps < 0 || m.solve.OptSteps < 0 {
+		return nil, fmt.Errorf("%w %s.init_steps=%d, %s.opt_steps=%d: want non-negative step counts",
 			ErrBadParam, name, m.solve.InitSteps, name, m.solve.OptSteps)
 	}
 	return m, nil
@@ -170,6 +178,7 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		Prior:            m.prior,
 		Solve:            m.solve,
 		ValidationSolves: m.valSolves,
+		OptStepsGrid:     m.optGrid,
 		Seed:             m.env.Seed,
 	}
 	b, err := localize.Train(ctx, g, proc, cascadePairs(train), cascadePairs(val), cfg, func(p localize.TrainProgress) {
@@ -181,10 +190,12 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		return fmt.Errorf("%s: %w", m.name, err)
 	}
 	m.bundle = b
+	m.solve.OptSteps = b.Manifest.Solve.OptSteps
 	m.extras = map[string]float64{
 		"forward_val_mse": b.Manifest.Metrics["forward_val_mse"],
 		"delta":           b.Manifest.Threshold,
 		"prior_weight":    b.Manifest.Solve.PriorWeight,
+		"opt_steps":       float64(b.Manifest.Solve.OptSteps),
 	}
 	return nil
 }

@@ -76,6 +76,11 @@ type Options struct {
 	Seed      uint64
 	// Trace records the objective after every step.
 	Trace bool
+	// Checkpoints are values of n_opt (each in 1..OptSteps) at which Solve
+	// also records the scores a Solve with that n_opt would return, in
+	// Result.Checkpoints: one descent answers for every step count up to
+	// OptSteps, which is how Train chooses n_opt on validation.
+	Checkpoints []int
 }
 
 // DefaultOptions are the paper's settings, R = 8, n_init = 20, n_opt = 50,
@@ -169,12 +174,20 @@ type Result struct {
 	// Trace is the objective (mean over restarts) after every step, when
 	// Options.Trace is set.
 	Trace []float64
+	// Checkpoints are the scores at Options.Checkpoints, by step count.
+	Checkpoints []Checkpoint
 	// Objective is, per restart, the last stage's objective at the final
 	// x (its minimised value: compare Objective at the true sources, see
 	// the package function Objective).
 	Objective []float64
 	// Timing splits the wall time of the solve.
 	Timing Timing
+}
+
+// Checkpoint is what a Solve with OptSteps = Steps would have scored.
+type Checkpoint struct {
+	Steps  int
+	Scores []float64
 }
 
 // Timing splits a solve's time between the forward model and the prior.
@@ -354,6 +367,11 @@ func newProblem(n int, pr Prior, f Forward, y []float64, opts Options) (*Problem
 		return nil, opts, err
 	}
 	opts = opts.withDefaults()
+	for _, k := range opts.Checkpoints {
+		if k < 1 || k > opts.OptSteps {
+			return nil, opts, fmt.Errorf("checkpoints: %d outside 1..opt_steps (%d)", k, opts.OptSteps)
+		}
+	}
 	if len(y) != n {
 		return nil, opts, fmt.Errorf("%w: %d values for a %d-node graph", ErrBadObservation, len(y), n)
 	}
@@ -375,24 +393,34 @@ func solve(ctx context.Context, n int, delta float64, pr Prior, f Forward, y []f
 		return nil, err
 	}
 	start := nowSeconds()
-	x, grad, final, trace, timing, err := p.descend(ctx, opts)
+	d, err := p.descend(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	res := summarize(x, grad, delta)
-	res.Objective = final
-	res.Trace = trace
-	timing.TotalSeconds = nowSeconds() - start
-	res.Timing = timing
+	res := summarize(d.x, d.grad, delta)
+	res.Objective = d.final
+	res.Trace = d.trace
+	res.Checkpoints = d.checkpoints
+	d.clock.TotalSeconds = nowSeconds() - start
+	res.Timing = d.clock
 	return res, nil
 }
 
-// descend runs the two stages from fresh starts and returns the final x
-// and the last stage's objective (per restart) and gradient there.
-func (p *Problem) descend(ctx context.Context, opts Options) (x, grad *mat.Dense, final, trace []float64, clock Timing, err error) {
+// descent is what descend returns.
+type descent struct {
+	x, grad     *mat.Dense // the final x, and the last stage's gradient there
+	final       []float64  // the last stage's objective per restart at x
+	trace       []float64
+	checkpoints []Checkpoint
+	clock       Timing
+}
+
+// descend runs the two stages from fresh starts.
+func (p *Problem) descend(ctx context.Context, opts Options) (descent, error) {
+	var d descent
 	r, n := opts.Restarts, len(p.Y)
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x5eed))
-	x = mat.NewDense(r, n, nil)
+	x := mat.NewDense(r, n, nil)
 	raw := x.RawMatrix().Data
 	for i := range raw {
 		switch opts.Start {
@@ -419,7 +447,17 @@ func (p *Problem) descend(ctx context.Context, opts Options) (x, grad *mat.Dense
 	case NoPrior:
 		phases = []phase{{stageForward, opts.InitSteps}, {stageForward, opts.OptSteps}}
 	}
-	grad = mat.NewDense(r, n, nil)
+	// A checkpoint for n_opt = k falls after k steps of the last phase,
+	// which for ablation (b) also holds the n_init steps.
+	offset := 0
+	if opts.Variant == NoInit {
+		offset = opts.InitSteps
+	}
+	at := make(map[int]bool, len(opts.Checkpoints))
+	for _, k := range opts.Checkpoints {
+		at[offset+k] = true
+	}
+	grad := mat.NewDense(r, n, nil)
 	scratch := mat.NewDense(r, n, nil)
 	adam := newAdam(r*n, opts.LearningRate)
 	for k, ph := range phases {
@@ -434,33 +472,44 @@ func (p *Problem) descend(ctx context.Context, opts Options) (x, grad *mat.Dense
 			}
 			adam.reset()
 		}
+		last := k == len(phases)-1
 		for step := 0; step < ph.steps; step++ {
 			if err := ctx.Err(); err != nil {
-				return nil, nil, nil, nil, clock, err
+				return d, err
 			}
-			loss, err := p.evaluate(ctx, ph.s, x, grad, scratch, &clock)
+			loss, err := p.evaluate(ctx, ph.s, x, grad, scratch, &d.clock)
 			if err != nil {
-				return nil, nil, nil, nil, clock, err
+				return d, err
+			}
+			if last && at[step] {
+				// x has had step updates and grad is the objective's
+				// gradient there: a shorter Solve's final state.
+				d.checkpoints = append(d.checkpoints, Checkpoint{Steps: step - offset, Scores: summarize(x, grad, 1).Scores})
 			}
 			adam.step(raw, grad.RawMatrix().Data)
 			for i, v := range raw {
 				raw[i] = math.Min(1, math.Max(0, v))
 			}
 			if opts.Trace {
-				trace = append(trace, mean(loss))
+				d.trace = append(d.trace, mean(loss))
 			}
 		}
 	}
 	// One more gradient, at the final x, for the scores' tie-break (the
 	// loop's last gradient is from before its last step).
 	if err := ctx.Err(); err != nil {
-		return nil, nil, nil, nil, clock, err
+		return d, err
 	}
-	final, err = p.evaluate(ctx, phases[len(phases)-1].s, x, grad, scratch, &clock)
+	final, err := p.evaluate(ctx, phases[len(phases)-1].s, x, grad, scratch, &d.clock)
 	if err != nil {
-		return nil, nil, nil, nil, clock, err
+		return d, err
 	}
-	return x, grad, final, trace, clock, nil
+	d.x, d.grad, d.final = x, grad, final
+	if at[offset+opts.OptSteps] {
+		d.checkpoints = append(d.checkpoints, Checkpoint{Steps: opts.OptSteps, Scores: summarize(x, grad, 1).Scores})
+	}
+	sort.Slice(d.checkpoints, func(i, j int) bool { return d.checkpoints[i].Steps < d.checkpoints[j].Steps })
+	return d, nil
 }
 
 // summarize turns the restarts' final x and objective gradient into

@@ -310,3 +310,35 @@ func TestObjectiveMatchesSolve(t *testing.T) {
 	_, err := objective(context.Background(), n, pr, f, p.Y, mat.NewDense(1, n-1, nil), DefaultOptions())
 	require.ErrorIs(t, err, errShape)
 }
+
+// A checkpoint at n_opt = k holds exactly the scores a Solve with OptSteps
+// = k returns, for every variant.
+func TestCheckpointsMatchShorterSolves(t *testing.T) {
+	const n = 12
+	p, f, pr := testProblem(n, 6, 5)
+	for _, v := range []Variant{Full, NoPriorPred, NoInit, NoPrior} {
+		t.Run(string(v), func(t *testing.T) {
+			opts := DefaultOptions()
+			opts.Variant, opts.Restarts, opts.PriorWeight = v, 3, 0.7
+			opts.InitSteps, opts.OptSteps = 6, 12
+			opts.Checkpoints = []int{12, 3, 7}
+			res, err := solve(context.Background(), n, 0.5, pr, f, p.Y, opts)
+			require.NoError(t, err)
+			require.Len(t, res.Checkpoints, 3)
+			for i, k := range []int{3, 7, 12} {
+				cp := res.Checkpoints[i]
+				require.Equal(t, k, cp.Steps)
+				short := opts
+				short.OptSteps, short.Checkpoints = k, nil
+				want, err := solve(context.Background(), n, 0.5, pr, f, p.Y, short)
+				require.NoError(t, err)
+				require.Equal(t, want.Scores, cp.Scores, "n_opt = %d", k)
+			}
+			require.Equal(t, res.Scores, res.Checkpoints[2].Scores)
+		})
+	}
+	opts := DefaultOptions()
+	opts.Checkpoints = []int{51}
+	_, err := solve(context.Background(), n, 0.5, pr, f, p.Y, opts)
+	require.ErrorContains(t, err, "checkpoints: 51 outside 1..opt_steps (50)")
+}

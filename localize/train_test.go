@@ -1,6 +1,7 @@
 package localize_test
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -61,4 +62,67 @@ func TestTrainCalibratesPriorWeight(t *testing.T) {
 			require.Contains(t, localize.Thresholds, b.Manifest.Threshold)
 		})
 	}
+}
+
+// With an OptStepsGrid, Train chooses n_opt with delta on validation: the
+// bundle records the step count whose validation F1 is the best, and
+// delta is the one chosen for it.
+func TestTrainChoosesOptSteps(t *testing.T) {
+	g, err := graph.Load("../configs/demo/karate.edges")
+	require.NoError(t, err)
+	sim := diffusion.DefaultConfig()
+	sim.Beta = 0.25
+	cs, _, err := diffusion.Simulate(t.Context(), g, sim, 40, 3, diffusion.Workers(1))
+	require.NoError(t, err)
+	pairs := make([]forward.Pair, len(cs))
+	for i, c := range cs {
+		pairs[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
+	}
+	pc := prior.DefaultConfig()
+	pc.Hidden, pc.Latent, pc.Epochs = 16, 4, 3
+	m := deepis.New()
+	require.NoError(t, m.Configure(t.Context(), g, nil, nil))
+	opts := localize.DefaultOptions()
+	opts.Restarts, opts.InitSteps = 2, 4
+	grid := []int{12, 2, 6, 6}
+	b, err := localize.Train(t.Context(), g, m, pairs[:30], pairs[30:], localize.TrainConfig{
+		Fit: forward.FitOptions{Epochs: 2}, Prior: pc, Prototypes: 16,
+		Solve: opts, ValidationSolves: 6, Seed: 5, OptStepsGrid: grid,
+	}, nil)
+	require.NoError(t, err)
+	best, bestF1 := 0, -1.0
+	for _, k := range []int{2, 6, 12} {
+		f1, ok := b.Manifest.Metrics["val_f1_opt_steps_"+strconv.Itoa(k)]
+		require.True(t, ok, "val F1 at n_opt = %d", k)
+		if f1 > bestF1+1e-12 {
+			best, bestF1 = k, f1
+		}
+	}
+	require.Equal(t, best, b.Manifest.Solve.OptSteps)
+	require.Equal(t, best, b.Options().OptSteps)
+	require.InDelta(t, bestF1, b.Manifest.Metrics["val_f1"], 1e-12)
+
+	// delta is the one chosen for that n_opt: solving the validation
+	// cascades again with the bundle's settings reproduces its F1.
+	scores := make([][]float64, 6)
+	y := make([]float64, g.N())
+	for i := range scores {
+		clear(y)
+		for _, v := range pairs[30+i].Infected {
+			y[v] = 1
+		}
+		o := b.Options()
+		o.Seed = b.Options().Seed + uint64(i)
+		res, err := localize.Solve(t.Context(), b, m, y, o)
+		require.NoError(t, err)
+		scores[i] = res.Scores
+	}
+	delta, f1 := localize.ChooseThreshold(scores, pairs[30:36], localize.Thresholds)
+	require.Equal(t, b.Manifest.Threshold, delta)
+	require.InDelta(t, bestF1, f1, 1e-12)
+
+	_, err = localize.Train(t.Context(), g, m, pairs[:30], pairs[30:], localize.TrainConfig{
+		Prior: pc, Prototypes: 16, Solve: opts, ValidationSolves: 2, OptStepsGrid: []int{0, 5},
+	}, nil)
+	require.ErrorContains(t, err, "opt steps grid")
 }

@@ -162,6 +162,7 @@ func TestEvalCommandLearnedMethods(t *testing.T) {
 	for _, k := range []string{"objective_truth", "objective_found", "found_below_truth"} {
 		require.Contains(t, extra, k)
 	}
+	require.Contains(t, []float64{10, 25, 50}, extra["opt_steps"], "n_opt chosen on validation")
 	require.GreaterOrEqual(t, extra["found_below_truth"], 0.0)
 	require.LessOrEqual(t, extra["found_below_truth"], 1.0)
 	mse := doc.Results[0].Extra["forward_test_mse"]

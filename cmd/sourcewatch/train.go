@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -50,7 +51,7 @@ everything into one bundle file.`,
 	f.Int("prototypes", 1024, "prototype latents N for the prior term")
 	f.Int("restarts", 8, "inference restarts R")
 	f.Int("init-steps", 20, "inference steps on L_init (n_init); Solve time grows with init-steps + opt-steps")
-	f.Int("opt-steps", 50, "inference steps on L_pred (n_opt)")
+	f.Int("opt-steps", 0, "inference steps on L_pred (n_opt); 0 chooses it with delta on validation from 10, 25 and 50")
 	f.Int("val-solves", 64, "validation cascades solved to choose delta")
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
 	f.String("graph-name", "", "graph name recorded in the bundle (default: the edge file's base name)")
@@ -66,8 +67,13 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		return fmt.Errorf("--out: the bundle file to write is required")
 	}
 	initSteps, optSteps := v.GetInt("init_steps"), v.GetInt("opt_steps")
-	if initSteps < 0 || optSteps < 0 || initSteps+optSteps == 0 {
-		return fmt.Errorf("--init-steps %d, --opt-steps %d: want non-negative step counts, not both 0", initSteps, optSteps)
+	if initSteps < 0 || optSteps < 0 {
+		return fmt.Errorf("--init-steps %d, --opt-steps %d: want non-negative step counts", initSteps, optSteps)
+	}
+	var optGrid []int
+	if optSteps == 0 {
+		optGrid = localize.DefaultOptStepsGrid()
+		optSteps = slices.Max(optGrid)
 	}
 	g, err := loadGraph(v)
 	if err != nil {
@@ -134,6 +140,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		Prototypes:       v.GetInt("prototypes"),
 		Solve:            solve,
 		ValidationSolves: v.GetInt("val_solves"),
+		OptStepsGrid:     optGrid,
 		Seed:             seed,
 	}
 	start := time.Now()
@@ -177,6 +184,15 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	fmt.Fprintf(a.stdout, "prior       VAE hidden %d, latent %d, %d prototypes  val loss %.4g  weight %.3g (2 x forward val MSE)\n",
 		m.Prior.Hidden, m.Prior.Latent, m.Prior.Prototypes, m.Metrics["prior_val_loss"], m.Solve.PriorWeight)
 	fmt.Fprintf(a.stdout, "threshold   delta %.2f (validation F1 %.3f over %d cascades)\n", m.Threshold, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]))
+	steps := fmt.Sprintf("%d + %d steps, %d restarts", m.Solve.InitSteps, m.Solve.OptSteps, m.Solve.Restarts)
+	if len(optGrid) > 1 {
+		var f1s []string
+		for _, k := range optGrid {
+			f1s = append(f1s, fmt.Sprintf("%d: %.3f", k, m.Metrics[fmt.Sprintf("val_f1_opt_steps_%d", k)]))
+		}
+		steps += " (n_opt chosen on validation; F1 at " + strings.Join(f1s, ", ") + ")"
+	}
+	fmt.Fprintf(a.stdout, "inference   %s\n", steps)
 	fmt.Fprintf(a.stdout, "test        F1 %.3f  precision %.3f  recall %.3f  ROC-AUC %.3f  top-k %.3f  (%d held-out cascades)\n",
 		m.Metrics["test_f1"], m.Metrics["test_precision"], m.Metrics["test_recall"], m.Metrics["test_auc"], m.Metrics["test_topk"], int(m.Metrics["test_cascades"]))
 	fmt.Fprintf(a.stdout, "time        %s\n", time.Since(start).Round(100*time.Millisecond))

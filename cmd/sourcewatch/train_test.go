@@ -41,9 +41,9 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.Equal(t, 10, b.Manifest.Solve.InitSteps)
 	require.Equal(t, 30, b.Manifest.Solve.OptSteps)
 	require.Equal(t, 10, b.Options().InitSteps)
-	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--init-steps", "0", "--opt-steps", "0",
+	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--init-steps", "-1",
 		"--out", filepath.Join(dir, "x.swb"), "--log-level", "warn")
-	require.ErrorContains(t, err, "--init-steps 0, --opt-steps 0")
+	require.ErrorContains(t, err, "--init-steps -1")
 
 	// JSON output, observation from stdin, two observations as JSONL.
 	obs := `{"infected":["0","1","2","3","7","13"]}` + "\n" + `{"infected":["33","32","8","30"]}` + "\n"
