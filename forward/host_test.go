@@ -220,6 +220,21 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 	require.Error(t, err)
 }
 
+// A SIGTERM meant for the host's whole process group (a service manager
+// stopping it) does not kill the plugin under the host: the host stops it.
+func TestPluginIgnoresSIGTERM(t *testing.T) {
+	t.Parallel()
+	p := launch(t, "icmf")
+	pid := p.Pid()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGTERM))
+	time.Sleep(200 * time.Millisecond)
+	require.False(t, p.Exited())
+	_, err := p.Info(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+	requireGone(t, pid)
+}
+
 // requireGone checks that pid no longer exists (go-plugin reaps its child,
 // so there is not even a zombie left).
 func requireGone(t *testing.T, pid int) {

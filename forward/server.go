@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/signal"
 	"sync"
+	"syscall"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -42,6 +44,12 @@ var Handshake = plugin.HandshakeConfig{
 // Run by hand (without the host's handshake environment) it prints a
 // message and exits non-zero.
 func Serve(m Model) {
+	// A service manager stopping the host often signals its whole process
+	// group or cgroup (systemd's default), which would kill the plugin under
+	// the host in the middle of its clean shutdown. The host stops its
+	// plugins itself, and the parent-death signal covers a host that dies,
+	// so a plugin ignores SIGTERM, as go-plugin makes it ignore SIGINT.
+	signal.Ignore(syscall.SIGTERM)
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		Plugins:         plugin.PluginSet{pluginName: &grpcPlugin{impl: m}},
