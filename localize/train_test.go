@@ -14,11 +14,10 @@ import (
 	"github.com/sourcewatch/sourcewatch/prior"
 )
 
-// TestTrainCalibratesPriorWeight trains small bundles with the deepis
-// model in process and checks that the prior weight comes from the forward
-// model's validation error unless the caller sets it, and that delta is
-// one of the grid.
-func TestTrainCalibratesPriorWeight(t *testing.T) {
+// karateTraining returns the demo karate graph, 40 simulated SI cascades as
+// (sources, infected) pairs and a small prior configuration.
+func karateTraining(t *testing.T) (*graph.Graph, []forward.Pair, prior.Config) {
+	t.Helper()
 	g, err := graph.Load("../configs/demo/karate.edges")
 	require.NoError(t, err)
 	sim := diffusion.DefaultConfig()
@@ -29,9 +28,18 @@ func TestTrainCalibratesPriorWeight(t *testing.T) {
 	for i, c := range cs {
 		pairs[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
 	}
-	train, val := pairs[:30], pairs[30:]
 	pc := prior.DefaultConfig()
 	pc.Hidden, pc.Latent, pc.Epochs = 16, 4, 3
+	return g, pairs, pc
+}
+
+// TestTrainCalibratesPriorWeight trains small bundles with the deepis
+// model in process and checks that the prior weight comes from the forward
+// model's validation error unless the caller sets it, and that delta is
+// one of the grid.
+func TestTrainCalibratesPriorWeight(t *testing.T) {
+	g, pairs, pc := karateTraining(t)
+	train, val := pairs[:30], pairs[30:]
 	for _, tc := range []struct {
 		name   string
 		weight float64
@@ -68,18 +76,7 @@ func TestTrainCalibratesPriorWeight(t *testing.T) {
 // bundle records the step count whose validation F1 is the best, and
 // delta is the one chosen for it.
 func TestTrainChoosesOptSteps(t *testing.T) {
-	g, err := graph.Load("../configs/demo/karate.edges")
-	require.NoError(t, err)
-	sim := diffusion.DefaultConfig()
-	sim.Beta = 0.25
-	cs, _, err := diffusion.Simulate(t.Context(), g, sim, 40, 3, diffusion.Workers(1))
-	require.NoError(t, err)
-	pairs := make([]forward.Pair, len(cs))
-	for i, c := range cs {
-		pairs[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
-	}
-	pc := prior.DefaultConfig()
-	pc.Hidden, pc.Latent, pc.Epochs = 16, 4, 3
+	g, pairs, pc := karateTraining(t)
 	m := deepis.New()
 	require.NoError(t, m.Configure(t.Context(), g, nil, nil))
 	opts := localize.DefaultOptions()
