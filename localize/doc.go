@@ -18,6 +18,14 @@
 // to [0,1]. Between the stages x is binarised at 1/2, as the paper's
 // Algorithm 1 binarises its initialisation.
 //
+// The paper runs 20 + 50 steps. Train can choose OptSteps on validation
+// together with delta (TrainConfig.OptStepsGrid; train and eval do, from
+// DefaultOptStepsGrid), reading every candidate from checkpoints of the
+// same descents (Options.Checkpoints): the objective's minimum is not the
+// true source set (Solve finds a lower objective than the truth's, see
+// Result.Objective and Objective), so stopping earlier can regularise, and
+// each step saved is a forward round trip saved.
+//
 // The paper's Algorithm 1 also thresholds x inside every step; that makes
 // the gradient steps vanish (a small step cannot cross the threshold), so
 // Solve keeps x continuous within a stage, as the design specifies.
