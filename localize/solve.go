@@ -174,7 +174,8 @@ type Result struct {
 	// Trace is the objective (mean over restarts) after every step, when
 	// Options.Trace is set.
 	Trace []float64
-	// Checkpoints are the scores at Options.Checkpoints, by step count.
+	// Checkpoints are the scores at Options.Checkpoints, one per distinct
+	// value, by step count.
 	Checkpoints []Checkpoint
 	// Objective is, per restart, the last stage's objective at the final
 	// x (its minimised value: compare Objective at the true sources, see

@@ -222,8 +222,8 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		grid = []int{solve.OptSteps}
 	}
 	scores := make([][][]float64, len(grid)) // [grid][cascade]
-	for g := range scores {
-		scores[g] = make([][]float64, limit)
+	for gi := range scores {
+		scores[gi] = make([][]float64, limit)
 	}
 	y := make([]float64, n)
 	for i := 0; i < limit; i++ {
@@ -235,19 +235,19 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		if err != nil {
 			return nil, fmt.Errorf("choosing threshold on validation cascade %d: %w", i, err)
 		}
-		for g, cp := range res.Checkpoints {
-			scores[g][i] = cp.Scores
+		for gi, cp := range res.Checkpoints {
+			scores[gi][i] = cp.Scores
 		}
 		progress(TrainProgress{Stage: "threshold", Done: i + 1, Total: limit, Loss: math.NaN()})
 	}
 	best, delta, f1 := 0, 0.0, math.Inf(-1)
-	for g, k := range grid {
-		d, f := ChooseThreshold(scores[g], val[:limit], Thresholds)
+	for gi, k := range grid {
+		d, f := ChooseThreshold(scores[gi], val[:limit], Thresholds)
 		if len(grid) > 1 {
 			metrics[fmt.Sprintf("val_f1_opt_steps_%d", k)] = f
 		}
 		if f > f1+1e-12 {
-			best, delta, f1 = g, d, f
+			best, delta, f1 = gi, d, f
 		}
 	}
 	b.Manifest.Solve.OptSteps = grid[best]
