@@ -215,24 +215,36 @@ func (rs rowSet) load(x *mat.Dense, idx []int) {
 	}
 }
 
-// valLoss is the mean cross-entropy over (up to 20,000 evenly spaced)
-// validation rows.
-func (m *localMLP) valLoss(val rowSet) float64 {
-	total := len(val.label)
+// valSample is up to 20,000 evenly spaced validation rows, loaded once
+// for the validation loss.
+type valSample struct {
+	x      *mat.Dense
+	labels []float64
+}
+
+func (rs rowSet) sample() valSample {
+	total := len(rs.label)
 	take := min(total, 20000)
 	idx := make([]int, take)
+	labels := make([]float64, take)
 	for k := range idx {
 		idx[k] = k * total / take
+		labels[k] = rs.label[idx[k]]
 	}
 	x := mat.NewDense(take, localFeatures, nil)
-	val.load(x, idx)
-	p := m.mlp.Forward(x).RawMatrix().Data
+	rs.load(x, idx)
+	return valSample{x: x, labels: labels}
+}
+
+// loss is the MLP's mean cross-entropy on the sample.
+func (m *localMLP) loss(s valSample) float64 {
+	p := m.mlp.Forward(s.x).RawMatrix().Data
 	var sum float64
-	for k, i := range idx {
-		l, _ := bceGrad(p[k], val.label[i])
-		sum += l
+	for k, l := range s.labels {
+		v, _ := bceGrad(p[k], l)
+		sum += v
 	}
-	return sum / float64(take)
+	return sum / float64(len(s.labels))
 }
 
 func (m *localMLP) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.Cascade) error {
@@ -244,7 +256,7 @@ func (m *localMLP) Fit(ctx context.Context, g *graph.Graph, train, val []diffusi
 	m.mlp = nn.NewMLP([]int{localFeatures, m.hidden, m.hidden, 1}, nn.LeakyReLU, nn.Sigmoid, rng)
 	params := m.mlp.Params()
 	opt := nn.NewAdam(params, m.lr)
-	tr, vr := m.rows(train), m.rows(val)
+	tr, vs := m.rows(train), m.rows(val).sample()
 
 	best := math.Inf(1)
 	bestParams := snapshot(params)
@@ -271,7 +283,7 @@ func (m *localMLP) Fit(ctx context.Context, g *graph.Graph, train, val []diffusi
 		m.mlp.Backward(dout)
 		opt.Step()
 		if step%checkEvery == 0 || step == m.steps {
-			if l := m.valLoss(vr); l < best {
+			if l := m.loss(vs); l < best {
 				best = l
 				bestParams = snapshot(params)
 			}
