@@ -26,9 +26,10 @@ import (
 // left out. A forward model whose test error is near the floor has nothing
 // left to learn; the gap is what a better one could gain.
 //
-// The result depends only on (g, cfg, sources, draws, seed). It returns an
-// error wrapping ErrUnreachable when no source set reaches its targets.
-func ForwardFloor(ctx context.Context, g *graph.Graph, cfg Config, sources [][]int, draws int, seed int64) (float64, error) {
+// The result depends only on (g, cfg, sources, draws, seed), not on the
+// Workers option (OnProgress is not used). It returns an error wrapping
+// ErrUnreachable when no source set reaches its targets.
+func ForwardFloor(ctx context.Context, g *graph.Graph, cfg Config, sources [][]int, draws int, seed int64, opts ...Option) (float64, error) {
 	if err := cfg.Validate(g); err != nil {
 		return 0, err
 	}
@@ -47,7 +48,15 @@ func ForwardFloor(ctx context.Context, g *graph.Graph, cfg Config, sources [][]i
 	ok := make([]bool, len(sources))
 	jobs := make(chan int)
 	var wg sync.WaitGroup
-	for range max(1, min(runtime.GOMAXPROCS(0), len(sources))) {
+	o := options{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	workers := o.workers
+	if workers < 1 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	for range max(1, min(workers, len(sources))) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -23,9 +23,9 @@ func TestForwardFloor(t *testing.T) {
 	require.NoError(t, err)
 	require.InDelta(t, 4.0/27, floor, 0.01)
 
-	again, err := ForwardFloor(ctx, star, cfg, [][]int{{0}, {0}, {0}, {0}}, 2000, 3)
+	again, err := ForwardFloor(ctx, star, cfg, [][]int{{0}, {0}, {0}, {0}}, 2000, 3, Workers(1))
 	require.NoError(t, err)
-	require.Equal(t, floor, again, "same inputs, same estimate")
+	require.Equal(t, floor, again, "same inputs, same estimate, whatever the workers")
 
 	// With beta 1 the spread is deterministic: nothing to be uncertain of.
 	cfg.Beta = 1

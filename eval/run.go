@@ -268,7 +268,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			for i := range sets {
 				sets[i] = test[i].Sources
 			}
-			floor, err := diffusion.ForwardFloor(ctx, g, cfg.Sim, sets, FloorDraws, mix(seed, nameSalt("forward-floor")))
+			floor, err := diffusion.ForwardFloor(ctx, g, cfg.Sim, sets, FloorDraws, mix(seed, nameSalt("forward-floor")), diffusion.Workers(workers))
 			if err != nil {
 				return nil, fmt.Errorf("run %d: forward floor: %w", r+1, err)
 			}
