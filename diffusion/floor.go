@@ -3,7 +3,6 @@ package diffusion
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 
 	"github.com/sourcewatch/sourcewatch/graph"
@@ -48,15 +47,7 @@ func ForwardFloor(ctx context.Context, g *graph.Graph, cfg Config, sources [][]i
 	ok := make([]bool, len(sources))
 	jobs := make(chan int)
 	var wg sync.WaitGroup
-	o := options{}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	workers := o.workers
-	if workers < 1 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	for range max(1, min(workers, len(sources))) {
+	for range newOptions(opts).workersFor(len(sources)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -37,6 +37,24 @@ func Workers(n int) Option { return func(o *options) { o.workers = n } }
 // far. Calls come from one goroutine, in order, never concurrently.
 func OnProgress(f func(done, total int)) Option { return func(o *options) { o.progress = f } }
 
+func newOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// workersFor is how many goroutines share jobs independent jobs: the
+// Workers option (GOMAXPROCS when unset), at least 1 and at most jobs.
+func (o options) workersFor(jobs int) int {
+	w := o.workers
+	if w < 1 {
+		w = runtime.GOMAXPROCS(0)
+	}
+	return max(1, min(w, jobs))
+}
+
 // cascadeRNG derives cascade i's private stream from the seed, so cascade
 // i is the same whichever worker runs it and however many there are.
 func cascadeRNG(seed int64, i int) *rand.Rand {
@@ -65,15 +83,8 @@ func Simulate(ctx context.Context, g *graph.Graph, cfg Config, count int, seed i
 	if count < 0 {
 		return nil, Report{}, fmt.Errorf("%w: cascade count %d is negative", ErrConfig, count)
 	}
-	o := options{}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	workers := o.workers
-	if workers < 1 {
-		workers = runtime.GOMAXPROCS(0)
-	}
-	workers = max(1, min(workers, count))
+	o := newOptions(opts)
+	workers := o.workersFor(count)
 
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
