@@ -181,6 +181,9 @@ func TestObjectiveGradient(t *testing.T) {
 	}
 }
 
+// allVariants is every Variant Solve accepts.
+var allVariants = []Variant{Full, NoPriorPred, NoInit, NoPrior}
+
 func TestSolveDescendsAndIsDeterministic(t *testing.T) {
 	const n = 12
 	p, f, pr := testProblem(n, 6, 5)
@@ -194,7 +197,7 @@ func TestSolveDescendsAndIsDeterministic(t *testing.T) {
 		require.NoError(t, err)
 		return res
 	}
-	for _, v := range []Variant{Full, NoPriorPred, NoInit, NoPrior} {
+	for _, v := range allVariants {
 		t.Run(string(v), func(t *testing.T) {
 			res := solveWith(v)
 			require.Len(t, res.Scores, n)
@@ -286,7 +289,7 @@ func TestSolveUsesOneForwardCallPerStep(t *testing.T) {
 func TestObjectiveMatchesSolve(t *testing.T) {
 	const n = 12
 	p, f, pr := testProblem(n, 6, 5)
-	for _, v := range []Variant{Full, NoPriorPred, NoInit, NoPrior} {
+	for _, v := range allVariants {
 		t.Run(string(v), func(t *testing.T) {
 			opts := DefaultOptions()
 			opts.Variant, opts.Restarts, opts.PriorWeight = v, 1, 0.7
@@ -316,7 +319,7 @@ func TestObjectiveMatchesSolve(t *testing.T) {
 func TestCheckpointsMatchShorterSolves(t *testing.T) {
 	const n = 12
 	p, f, pr := testProblem(n, 6, 5)
-	for _, v := range []Variant{Full, NoPriorPred, NoInit, NoPrior} {
+	for _, v := range allVariants {
 		t.Run(string(v), func(t *testing.T) {
 			opts := DefaultOptions()
 			opts.Variant, opts.Restarts, opts.PriorWeight = v, 3, 0.7
