@@ -147,6 +147,12 @@ func (d *Dense) Forward(x *mat.Dense) *mat.Dense {
 		blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, x.RawMatrix(), d.W.RawMatrix(), 1, z)
 	}
 	y := d.y.RawMatrix()
+	if y.Stride == out && z.Stride == out {
+		// One call for the batch: a per-row call is most of the cost of a
+		// narrow layer over many rows.
+		d.Act.apply(y.Data[:r*out], z.Data[:r*out])
+		return d.y
+	}
 	for i := 0; i < r; i++ {
 		d.Act.apply(y.Data[i*y.Stride:i*y.Stride+out], z.Data[i*z.Stride:i*z.Stride+out])
 	}
@@ -178,9 +184,16 @@ func (d *Dense) backward(dout *mat.Dense, params, input bool) *mat.Dense {
 	}
 	d.dz = reuse(d.dz, r, c)
 	dz, g, z, y := d.dz.RawMatrix(), dout.RawMatrix(), d.z.RawMatrix(), d.y.RawMatrix()
-	for i := 0; i < r; i++ {
-		d.Act.backward(dz.Data[i*dz.Stride:i*dz.Stride+c], g.Data[i*g.Stride:i*g.Stride+c],
-			z.Data[i*z.Stride:i*z.Stride+c], y.Data[i*y.Stride:i*y.Stride+c])
+	// One activation call for a contiguous batch, as in Forward.
+	packed := dz.Stride == c && g.Stride == c && z.Stride == c && y.Stride == c
+	if packed {
+		d.Act.backward(dz.Data[:r*c], g.Data[:r*c], z.Data[:r*c], y.Data[:r*c])
+	}
+	for i := 0; i < r && (params || !packed); i++ {
+		if !packed {
+			d.Act.backward(dz.Data[i*dz.Stride:i*dz.Stride+c], g.Data[i*g.Stride:i*g.Stride+c],
+				z.Data[i*z.Stride:i*z.Stride+c], y.Data[i*y.Stride:i*y.Stride+c])
+		}
 		if !params {
 			continue
 		}
@@ -314,18 +327,32 @@ func (m *MLP) Params() []*Param {
 // and a layer this small is applied to many rows (one per graph node).
 const smallLayer = 256
 
-// smallMul adds a b to c (row-major, b small).
+// smallMul adds a b to c (row-major, b small). Four output columns at a
+// time stay in registers across the inner sum.
 func smallMul(c, a, b blas64.General) {
+	k, out := a.Cols, c.Cols
 	for i := 0; i < a.Rows; i++ {
-		crow := c.Data[i*c.Stride : i*c.Stride+c.Cols]
-		for l, av := range a.Data[i*a.Stride : i*a.Stride+a.Cols] {
-			if av == 0 {
-				continue
+		arow := a.Data[i*a.Stride : i*a.Stride+k]
+		crow := c.Data[i*c.Stride : i*c.Stride+out]
+		j := 0
+		for ; j+4 <= out; j += 4 {
+			cc := (*[4]float64)(crow[j:])
+			s0, s1, s2, s3 := cc[0], cc[1], cc[2], cc[3]
+			for l, av := range arow {
+				bb := (*[4]float64)(b.Data[l*b.Stride+j:])
+				s0 += av * bb[0]
+				s1 += av * bb[1]
+				s2 += av * bb[2]
+				s3 += av * bb[3]
 			}
-			brow := b.Data[l*b.Stride : l*b.Stride+b.Cols]
-			for j := range crow {
-				crow[j] += av * brow[j]
+			*cc = [4]float64{s0, s1, s2, s3}
+		}
+		for ; j < out; j++ {
+			s := crow[j]
+			for l, av := range arow {
+				s += av * b.Data[l*b.Stride+j]
 			}
+			crow[j] = s
 		}
 	}
 }
@@ -346,18 +373,18 @@ func smallMulTA(c, a, b blas64.General) {
 	}
 }
 
-// smallMulTB sets c = a b^T (b small).
+// smallMulTB sets c = a b^T (b small), as smallMul with b transposed:
+// the four-column blocks keep four independent sums in flight, where one
+// dot product per output would wait on its own chain of additions.
 func smallMulTB(c, a, b blas64.General) {
-	for i := 0; i < a.Rows; i++ {
-		arow := a.Data[i*a.Stride : i*a.Stride+a.Cols]
-		crow := c.Data[i*c.Stride : i*c.Stride+c.Cols]
-		for l := range crow {
-			brow := b.Data[l*b.Stride : l*b.Stride+b.Cols]
-			var s float64
-			for j, av := range arow {
-				s += av * brow[j]
-			}
-			crow[l] = s
+	bt := blas64.General{Rows: b.Cols, Cols: b.Rows, Stride: b.Rows, Data: make([]float64, b.Rows*b.Cols)}
+	for l := 0; l < b.Rows; l++ {
+		for j, v := range b.Data[l*b.Stride : l*b.Stride+b.Cols] {
+			bt.Data[j*bt.Stride+l] = v
 		}
 	}
+	for i := 0; i < c.Rows; i++ {
+		clear(c.Data[i*c.Stride : i*c.Stride+c.Cols])
+	}
+	smallMul(c, a, bt)
 }
