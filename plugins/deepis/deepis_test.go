@@ -63,12 +63,18 @@ func TestVJPMatchesFiniteDifferences(t *testing.T) {
 		g        *graph.Graph
 		params   map[string]string
 		chunking bool
+		rows     int
 	}{
-		{"default", randomGraph(14, 20, false, false, 1), nil, false},
-		{"weighted directed", randomGraph(12, 25, true, true, 2), map[string]string{"hops": "2", "layers": "2", "hidden": "5"}, false},
-		{"no hops linear", randomGraph(10, 8, false, false, 3), map[string]string{"hops": "0", "layers": "0", "steps": "2"}, false},
-		{"no steps", randomGraph(10, 8, false, false, 4), map[string]string{"steps": "0", "p": "0.3"}, false},
-		{"chunked in parallel", randomGraph(11, 15, false, false, 5), map[string]string{"p": "0.4"}, true},
+		{"default", randomGraph(14, 20, false, false, 1), nil, false, 5},
+		// 8 and 19 rows take the 8- and 4-wide gather kernels (19 = 2 x 8 + 3,
+		// 15 = 8 + 4 + 3).
+		{"eight rows", randomGraph(14, 20, false, false, 1), nil, false, 8},
+		{"eight-wide blocks and a remainder", randomGraph(13, 22, true, false, 9), map[string]string{"p": "0.3"}, false, 19},
+		{"eight- and four-wide blocks", randomGraph(13, 22, true, false, 10), nil, false, 15},
+		{"weighted directed", randomGraph(12, 25, true, true, 2), map[string]string{"hops": "2", "layers": "2", "hidden": "5"}, false, 8},
+		{"no hops linear", randomGraph(10, 8, false, false, 3), map[string]string{"hops": "0", "layers": "0", "steps": "2"}, false, 5},
+		{"no steps", randomGraph(10, 8, false, false, 4), map[string]string{"steps": "0", "p": "0.3"}, false, 5},
+		{"chunked in parallel", randomGraph(11, 15, false, false, 5), map[string]string{"p": "0.4"}, true, 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,8 +87,8 @@ func TestVJPMatchesFiniteDifferences(t *testing.T) {
 			}
 			n := tt.g.N()
 			rng := rand.New(rand.NewPCG(8, 8))
-			x := randDense(rng, 5, n, 0.05, 0.95)
-			c := randDense(rng, 5, n, -1, 1)
+			x := randDense(rng, tt.rows, n, 0.05, 0.95)
+			c := randDense(rng, tt.rows, n, -1, 1)
 			y, dx, err := m.VJP(ctx, x, c)
 			require.NoError(t, err)
 			pred, err := m.Predict(ctx, x)
@@ -146,13 +152,16 @@ func TestFitIsTheSameOnOneOrManyWorkers(t *testing.T) {
 func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 	// Fit relies on backward's parameter gradients, including the learned
 	// edge scale, on both propagation paths: one P for every arc
-	// (unweighted) and a P per arc (weighted).
+	// (unweighted, with 3 rows and with the 8-wide kernels of 11 = 8 + 3)
+	// and a P per arc (weighted).
 	for _, tc := range []struct {
 		name string
 		g    *graph.Graph
+		rows int
 	}{
-		{"unweighted", randomGraph(13, 18, false, false, 11)},
-		{"weighted directed", randomGraph(12, 25, true, true, 2)},
+		{"unweighted", randomGraph(13, 18, false, false, 11), 3},
+		{"unweighted directed 11 rows", randomGraph(13, 18, true, false, 11), 11},
+		{"weighted directed", randomGraph(12, 25, true, true, 2), 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := tc.g
@@ -162,19 +171,19 @@ func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 			nt := m.nt
 			require.Equal(t, !g.Weighted(), nt.uniform)
 			rng := rand.New(rand.NewPCG(9, 9))
-			x := randDense(rng, 3, g.N(), 0.05, 0.95).RawMatrix().Data
-			c := randDense(rng, 3, g.N(), -1, 1).RawMatrix().Data
+			x := randDense(rng, tc.rows, g.N(), 0.05, 0.95).RawMatrix().Data
+			c := randDense(rng, tc.rows, g.N(), -1, 1).RawMatrix().Data
 			out := make([]float64, len(x))
 			loss := func() float64 {
 				var l float64
-				nt.forward(nt.worker(0), x, 3, out)
+				nt.forward(nt.worker(0), x, tc.rows, out)
 				for i, v := range out {
 					l += c[i] * v
 				}
 				return l
 			}
 			nn.ZeroGrad(nt.params)
-			nt.forward(nt.worker(0), x, 3, out)
+			nt.forward(nt.worker(0), x, tc.rows, out)
 			nt.logScale.Grad[0] = nt.backward(nt.worker(0), c, nil)
 			for _, p := range nt.params {
 				grad := append([]float64(nil), p.Grad...)
@@ -456,4 +465,34 @@ func TestSquaredErrorVJPMatchesPredictThenVJP(t *testing.T) {
 	}
 	_, _, err := m.SquaredErrorVJP(ctx, x, randDense(rng, 2, g.N(), 0, 1))
 	require.ErrorContains(t, err, "target is 2x50")
+}
+
+func TestGatherKernelsMatchTheirDefinition(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 21))
+	from := []int{3, 0, 5, 3, 1}
+	for _, rows := range []int{1, 3, 4, 8, 11, 15, 16} {
+		src := randDense(rng, 6, rows, 0.1, 1.5).RawMatrix().Data
+		wantSum, wantProd := make([]float64, rows), make([]float64, rows)
+		for b := range rows {
+			wantProd[b] = 1
+			for _, u := range from {
+				wantSum[b] += src[u*rows+b]
+				wantProd[b] *= src[u*rows+b]
+			}
+		}
+		sum, prod := make([]float64, rows), make([]float64, rows)
+		for b := range rows {
+			sum[b], prod[b] = -7, -7 // overwritten, not accumulated
+		}
+		sumGather(sum, src, from, rows)
+		prodGather(prod, src, from, rows)
+		require.Equal(t, wantSum, sum, "rows %d", rows)
+		require.Equal(t, wantProd, prod, "rows %d", rows)
+		sumGather(sum, src, nil, rows)
+		prodGather(prod, src, nil, rows)
+		require.Equal(t, make([]float64, rows), sum, "rows %d, no arcs", rows)
+		for _, v := range prod {
+			require.Equal(t, 1.0, v, "rows %d, no arcs", rows)
+		}
+	}
 }

@@ -39,7 +39,10 @@ type net struct {
 	// then a factor 1 - P y_u depends on u alone and is computed once per
 	// node instead of once per arc.
 	uniform bool
-	logdeg  []float64
+	// Out-CSR, arcs v->w for v are outTo[outOff[v]:outOff[v+1]]: with a
+	// uniform P the backward passes gather over the out-arcs.
+	outOff, outTo []int
+	logdeg        []float64
 
 	mlp      *nn.MLP
 	logScale *nn.Param // a, with s = exp(a)
@@ -84,6 +87,7 @@ type tape struct {
 	peOK []bool      // P < 1, so dP/da = P (else clamped, 0)
 	// scratch
 	h1, h2, g, gp, hv []float64
+	blk               []float64 // one node's rows values
 	fac               []float64 // per cell: 1 - P y (forward) or its inverse (backward), uniform P only
 	dq                *mat.Dense
 }
@@ -103,6 +107,14 @@ func newNet(g *graph.Graph, a arch, rng *rand.Rand) *net {
 	nt.uniform = len(nt.p0w) > 0
 	for _, wk := range nt.p0w {
 		nt.uniform = nt.uniform && wk == nt.p0w[0]
+	}
+	if nt.uniform {
+		nt.outOff = make([]int, n+1)
+		for v := 0; v < n; v++ {
+			nbr, _ := g.Out(v)
+			nt.outTo = append(nt.outTo, nbr...)
+			nt.outOff[v+1] = len(nt.outTo)
+		}
 	}
 	nt.logdeg = make([]float64, n)
 	for v := 0; v < n; v++ {
@@ -162,17 +174,13 @@ func (nt *net) forward(w *worker, x []float64, rows int, y []float64) {
 	for k := 1; k <= nt.Hops; k++ {
 		for v := 0; v < n; v++ {
 			acc := cur[v*rows : (v+1)*rows]
-			clear(acc)
 			if nt.uniform {
-				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-					for b, s := range prev[nt.inFrom[a]*rows:][:rows] {
-						acc[b] += s
-					}
-				}
+				sumGather(acc, prev, nt.inFrom[nt.inOff[v]:nt.inOff[v+1]], rows)
 				for b := range acc {
 					acc[b] *= nt.p0w[0]
 				}
 			} else {
+				clear(acc)
 				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
 					wa, src := nt.p0w[a], prev[nt.inFrom[a]*rows:][:rows]
 					for b, s := range src {
@@ -234,16 +242,12 @@ func (nt *net) forward(w *worker, x []float64, rows int, y []float64) {
 		}
 		for v := 0; v < n; v++ {
 			prod := pr[v*rows : (v+1)*rows]
-			for b := range prod {
-				prod[b] = 1
-			}
 			if nt.uniform {
-				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-					for b, m := range tp.fac[nt.inFrom[a]*rows:][:rows] {
-						prod[b] *= m
-					}
-				}
+				prodGather(prod, tp.fac, nt.inFrom[nt.inOff[v]:nt.inOff[v+1]], rows)
 			} else {
+				for b := range prod {
+					prod[b] = 1
+				}
 				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
 					p, src := tp.pe[a], yp[nt.inFrom[a]*rows:][:rows]
 					for b, yu := range src {
@@ -286,72 +290,16 @@ func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 	rows := tp.rows
 	cells := rows * n
 	tp.g, tp.gp = grow(tp.g, cells), grow(tp.gp, cells)
-	tp.hv = grow(tp.hv, rows)
-	g, gp, hv := tp.g, tp.gp, tp.hv
+	g, gp := tp.g, tp.gp
 	transpose(g, dy, rows, n)
 	var gScale float64
 	training := dx == nil
-	if nt.uniform {
-		tp.fac = grow(tp.fac, cells)
-	}
 	for t := nt.Steps; t >= 1; t-- {
 		yp, pr := tp.ys[t-1], tp.prod[t-1]
-		clear(gp)
 		if nt.uniform {
-			// inv = 1/m per cell, 0 where m is clamped (no gradient).
-			p := tp.pe[0]
-			for c, yu := range yp {
-				if m := 1 - p*yu; m < minFactor {
-					tp.fac[c] = 0
-				} else {
-					tp.fac[c] = 1 / m
-				}
-			}
-		}
-		for v := 0; v < n; v++ {
-			o := v * rows
-			live := false
-			for b := 0; b < rows; b++ {
-				gv, e := g[o+b], pr[o+b]
-				gp[o+b] += gv * e
-				// dL/dm_uv = -g_v (1 - y_v) E_v / m_uv for each factor m_uv.
-				hv[b] = -gv * (1 - yp[o+b]) * e
-				live = live || hv[b] != 0
-			}
-			if !live {
-				continue
-			}
-			if nt.uniform {
-				p, scaled := tp.pe[0], training && tp.peOK[0]
-				for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-					u := nt.inFrom[a] * rows
-					inv, dst := tp.fac[u:u+rows], gp[u:u+rows]
-					for b, h := range hv {
-						dm := h * inv[b]
-						dst[b] -= dm * p
-						if scaled {
-							gScale -= dm * yp[u+b] * p
-						}
-					}
-				}
-				continue
-			}
-			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
-				u := nt.inFrom[a] * rows
-				p, ok := tp.pe[a], tp.peOK[a]
-				src, dst := yp[u:u+rows], gp[u:u+rows]
-				for b, yu := range src {
-					m := 1 - p*yu
-					if m < minFactor || hv[b] == 0 {
-						continue
-					}
-					dm := hv[b] / m
-					dst[b] -= dm * p
-					if ok {
-						gScale -= dm * yu * p
-					}
-				}
-			}
+			gScale += nt.stepBackUniform(tp, g, gp, yp, pr, training)
+		} else {
+			nt.stepBackWeighted(tp, g, gp, yp, pr, training, &gScale)
 		}
 		g, gp = gp, g
 	}
@@ -390,20 +338,22 @@ func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 			nxt[c] = fd[c*F+k-1]
 		}
 		if nt.uniform {
-			for c := range acc {
-				acc[c] *= nt.p0w[0]
+			// dh_{k-1,u} += P0 sum_{u->v} dh_{k,v}, a gather over out-arcs.
+			tp.blk = grow(tp.blk, rows)
+			for u := 0; u < n; u++ {
+				sumGather(tp.blk, acc, nt.outTo[nt.outOff[u]:nt.outOff[u+1]], rows)
+				dst := nxt[u*rows : (u+1)*rows]
+				for b, s := range tp.blk {
+					dst[b] += nt.p0w[0] * s
+				}
 			}
+			acc, nxt = nxt, acc
+			continue
 		}
 		for v := 0; v < n; v++ {
 			d := acc[v*rows : (v+1)*rows]
 			for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
 				dst := nxt[nt.inFrom[a]*rows:][:rows]
-				if nt.uniform {
-					for b, s := range d {
-						dst[b] += s
-					}
-					continue
-				}
 				wa := nt.p0w[a]
 				for b, s := range d {
 					dst[b] += wa * s
@@ -417,4 +367,82 @@ func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 	}
 	transpose(dx, gx, n, rows)
 	return 0
+}
+
+// stepBackUniform takes g = dL/dy^t for one propagation step of a uniform
+// P, y^t_v = 1 - (1 - y^{t-1}_v) E_v with E_v = prod_{u->v} m_u and
+// m_u = 1 - P y^{t-1}_u, and writes dL/dy^{t-1} into gp:
+//
+//	gp_u = g_u E_u - P/m_u sum_{u->v} h_v,   h_v = -g_v (1 - y^{t-1}_v) E_v,
+//
+// the sum a gather over u's out-arcs (0 where m_u is clamped). It returns
+// the step's dL/da for the edge scale when training.
+func (nt *net) stepBackUniform(tp *tape, g, gp, yp, pr []float64, training bool) float64 {
+	rows, cells := tp.rows, len(g)
+	tp.hv, tp.fac = grow(tp.hv, cells), grow(tp.fac, cells)
+	tp.blk = grow(tp.blk, rows)
+	hv, inv, sum := tp.hv, tp.fac, tp.blk
+	p, scaled := tp.pe[0], training && tp.peOK[0]
+	for c, yu := range yp {
+		gv, e := g[c], pr[c]
+		gp[c] = gv * e
+		hv[c] = -gv * (1 - yu) * e
+		if m := 1 - p*yu; m < minFactor {
+			inv[c] = 0
+		} else {
+			inv[c] = 1 / m
+		}
+	}
+	var gScale float64
+	for u := 0; u < nt.n; u++ {
+		sumGather(sum, hv, nt.outTo[nt.outOff[u]:nt.outOff[u+1]], rows)
+		o := u * rows
+		for b, h := range sum {
+			dm := h * inv[o+b]
+			gp[o+b] -= dm * p
+			if scaled {
+				gScale -= dm * yp[o+b] * p
+			}
+		}
+	}
+	return gScale
+}
+
+// stepBackWeighted is stepBackUniform for a P per arc: each factor
+// m_uv = 1 - P_uv y_u has its own value, so the arcs are walked from v.
+func (nt *net) stepBackWeighted(tp *tape, g, gp, yp, pr []float64, training bool, gScale *float64) {
+	rows := tp.rows
+	tp.hv = grow(tp.hv, rows)
+	hv := tp.hv
+	clear(gp)
+	for v := 0; v < nt.n; v++ {
+		o := v * rows
+		live := false
+		for b := 0; b < rows; b++ {
+			gv, e := g[o+b], pr[o+b]
+			gp[o+b] += gv * e
+			// dL/dm_uv = -g_v (1 - y_v) E_v / m_uv for each factor m_uv.
+			hv[b] = -gv * (1 - yp[o+b]) * e
+			live = live || hv[b] != 0
+		}
+		if !live {
+			continue
+		}
+		for a := nt.inOff[v]; a < nt.inOff[v+1]; a++ {
+			u := nt.inFrom[a] * rows
+			p, ok := tp.pe[a], tp.peOK[a] && training
+			src, dst := yp[u:u+rows], gp[u:u+rows]
+			for b, yu := range src {
+				m := 1 - p*yu
+				if m < minFactor || hv[b] == 0 {
+					continue
+				}
+				dm := hv[b] / m
+				dst[b] -= dm * p
+				if ok {
+					*gScale -= dm * yu * p
+				}
+			}
+		}
+	}
 }
