@@ -237,7 +237,11 @@ func (nt *net) forward(w *worker, x []float64, rows int, y []float64) {
 		if nt.uniform {
 			p := tp.pe[0]
 			for c, yu := range yp {
-				tp.fac[c] = math.Max(1-p*yu, minFactor)
+				m := 1 - p*yu
+				if m < minFactor {
+					m = minFactor
+				}
+				tp.fac[c] = m
 			}
 		}
 		for v := 0; v < n; v++ {
@@ -278,7 +282,17 @@ func transpose(dst, src []float64, r, c int) {
 	}
 }
 
-func clamp01(v float64) float64 { return math.Min(math.Max(v, 0), 1) }
+// clamp01 is min(max(v, 0), 1) as comparisons: math.Max and math.Min are
+// calls (they order signed zeros), and this runs once per cell.
+func clamp01(v float64) float64 {
+	if v < 0 {
+		return 0
+	}
+	if v > 1 {
+		return 1
+	}
+	return v
+}
 
 // backward takes dy = dL/df (row-major) for the last forward of w. With dx
 // nil it accumulates the MLP's parameter gradients in w's MLP and returns
