@@ -30,6 +30,11 @@
 // validation pairs. VJP back-propagates by hand through the propagation
 // steps, the MLP and the feature hops.
 //
+// A batch is held node-major (cell v·rows + b), so the restarts of one node
+// are contiguous and every pass over the arcs is a gather of short blocks;
+// with one P for every arc (an unweighted graph) the backward passes gather
+// over out-arcs too (see kernel.go).
+//
 // The state blob is versioned and holds the architecture, the graph's
 // fingerprint and the parameters (nn.WriteParams), so a state made for
 // another graph is rejected with forward.ErrBadState.
