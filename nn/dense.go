@@ -138,7 +138,7 @@ func (d *Dense) Forward(x *mat.Dense) *mat.Dense {
 	}
 	switch {
 	case in*out <= smallLayer:
-		smallMul(z, x.RawMatrix(), d.W.RawMatrix())
+		smallMul(z, x.RawMatrix(), d.W.RawMatrix(), true)
 	case out == 1:
 		// A one-column product as Gemm would run one length-1 axpy per
 		// input element; Gemv is one pass.
@@ -327,9 +327,10 @@ func (m *MLP) Params() []*Param {
 // and a layer this small is applied to many rows (one per graph node).
 const smallLayer = 256
 
-// smallMul adds a b to c (row-major, b small). Four output columns at a
-// time stay in registers across the inner sum.
-func smallMul(c, a, b blas64.General) {
+// smallMul adds a b to c (row-major, b small), or sets c = a b when add is
+// false. Four output columns at a time stay in registers across the inner
+// sum.
+func smallMul(c, a, b blas64.General, add bool) {
 	k, out := a.Cols, c.Cols
 	for i := 0; i < a.Rows; i++ {
 		arow := a.Data[i*a.Stride : i*a.Stride+k]
@@ -337,7 +338,10 @@ func smallMul(c, a, b blas64.General) {
 		j := 0
 		for ; j+4 <= out; j += 4 {
 			cc := (*[4]float64)(crow[j:])
-			s0, s1, s2, s3 := cc[0], cc[1], cc[2], cc[3]
+			var s0, s1, s2, s3 float64
+			if add {
+				s0, s1, s2, s3 = cc[0], cc[1], cc[2], cc[3]
+			}
 			for l, av := range arow {
 				bb := (*[4]float64)(b.Data[l*b.Stride+j:])
 				s0 += av * bb[0]
@@ -348,7 +352,10 @@ func smallMul(c, a, b blas64.General) {
 			*cc = [4]float64{s0, s1, s2, s3}
 		}
 		for ; j < out; j++ {
-			s := crow[j]
+			var s float64
+			if add {
+				s = crow[j]
+			}
 			for l, av := range arow {
 				s += av * b.Data[l*b.Stride+j]
 			}
@@ -383,8 +390,5 @@ func smallMulTB(c, a, b blas64.General) {
 			bt.Data[j*bt.Stride+l] = v
 		}
 	}
-	for i := 0; i < c.Rows; i++ {
-		clear(c.Data[i*c.Stride : i*c.Stride+c.Cols])
-	}
-	smallMul(c, a, bt)
+	smallMul(c, a, bt, false)
 }
