@@ -11,20 +11,6 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// maxDirectEntries bounds the entries of the matrix D that Terms keeps for
-// Pred's direct route: 64 MiB, which holds 1,024 prototypes of a graph of
-// 8,192 nodes.
-const maxDirectEntries = 1 << 23
-
-// route selects Pred's route; the zero value picks the cheaper.
-type route int
-
-const (
-	routeCheaper route = iota
-	routeFactored
-	routeDirect
-)
-
 // DefaultPrototypes is the number of prototypes Terms uses when asked for
 // maxPrototypes <= 0.
 const DefaultPrototypes = 1024
@@ -53,21 +39,13 @@ type Terms struct {
 	b  []float64  // n: the decoder's output bias
 	c  []float64  // protos
 
-	// d is D = H W + 1 b^T (protos x n), nil when larger than
-	// maxDirectEntries: Pred's direct route.
-	d     *mat.Dense
-	route route // tests force one of Pred's routes
-
 	barLogit []float64 // n: a - b0 = logit d(z_bar)
 	sumB0    float64   // sum_i b0_i
 
 	pool sync.Pool // *workspace
 }
 
-type workspace struct {
-	xw, s, ph, val []float64
-	idx            []int
-}
+type workspace struct{ xw, s, ph []float64 }
 
 // newTerms builds Terms from the decoder's last hidden layer h at the
 // prototypes, its output layer (w, b) and the logits at the mean latent. It
@@ -79,18 +57,7 @@ func newTerms(h, w *mat.Dense, b, barLogit []float64) *Terms {
 		panic(fmt.Sprintf("prior: terms shapes h %dx%d, w %dx%d, b %d, bar %d", protos, hidden, hw, n, len(b), len(barLogit)))
 	}
 	t := &Terms{n: n, hidden: hidden, protos: protos, h: h, w: w, b: b, barLogit: barLogit}
-	t.initDerived()
 	t.c = make([]float64, protos)
-	if t.d != nil {
-		for j := range protos {
-			var s float64
-			for _, v := range t.d.RawRowView(j) {
-				s += softplus(v)
-			}
-			t.c[j] = -s
-		}
-		return t
-	}
 	// c needs every logit once; a chunk of rows at a time bounds memory.
 	const chunk = 64
 	pre := mat.NewDense(min(chunk, protos), n, nil)
@@ -107,6 +74,7 @@ func newTerms(h, w *mat.Dense, b, barLogit []float64) *Terms {
 			t.c[j] = -s
 		}
 	}
+	t.initDerived()
 	return t
 }
 
@@ -114,14 +82,6 @@ func newTerms(h, w *mat.Dense, b, barLogit []float64) *Terms {
 func (t *Terms) initDerived() {
 	t.ht = mat.DenseCopyOf(t.h.T())
 	t.wt = mat.DenseCopyOf(t.w.T())
-	t.d = nil
-	if t.protos*t.n <= maxDirectEntries {
-		t.d = mat.NewDense(t.protos, t.n, nil)
-		t.d.Mul(t.h, t.w)
-		for j := range t.protos {
-			floats.Add(t.d.RawRowView(j), t.b)
-		}
-	}
 	t.sumB0 = 0
 	for _, l := range t.barLogit {
 		t.sumB0 -= softplus(l)
@@ -180,16 +140,10 @@ func (t *Terms) Init(x, grad *mat.Dense) []float64 {
 //	L_pred(x) = -logsumexp_j (D x + c)_j
 //
 // and writes dL/dx = -D^T softmax(D x + c) into grad (skipped when grad is
-// nil), where P = softmax(D x + c) by rows sums only the prototypes with a
-// weight of at least 1e-15. Each half takes the cheaper of two routes:
-//
-//	factored  S = (X W^T) H^T + X b + c,   grad = -((P H) W + (P 1) b^T)
-//	direct    S_j = c_j + sum_{i: x_i != 0} D_ji x_i,   grad = -sum_j P_j D_j
-//
-// with D = H W + 1 b^T kept when it has at most maxDirectEntries entries.
-// The restarts of a solve are mostly exact zeros after clamping and the
-// softmax is usually peaked on a few prototypes, so on a small graph the
-// direct route skips most of the work.
+// nil). With D = H W + 1 b^T the batch costs three matrix products and a
+// sparse one: S = (X W^T) H^T, P = softmax(S) by rows, and
+// grad = -((P H) W + (P 1) b^T), where P H sums only the prototypes with a
+// weight of at least 1e-15.
 func (t *Terms) Pred(x, grad *mat.Dense) []float64 {
 	rows := t.check(x, grad)
 	loss := make([]float64, rows)
@@ -200,7 +154,11 @@ func (t *Terms) Pred(x, grad *mat.Dense) []float64 {
 	defer t.pool.Put(ws)
 
 	xr := x.RawMatrix()
+	xw := blas64.General{Rows: rows, Cols: t.hidden, Stride: t.hidden, Data: ws.xw}
 	s := blas64.General{Rows: rows, Cols: t.protos, Stride: t.protos, Data: ws.s}
+	h, w := t.h.RawMatrix(), t.w.RawMatrix()
+	// Clamping to [0, 1] leaves many restarts' entries at exactly 0, and
+	// then X W^T is cheaper as a sum of rows of W^T over the nonzeros.
 	nnz := 0
 	for r := range rows {
 		for _, v := range xr.Data[r*xr.Stride : r*xr.Stride+t.n] {
@@ -209,132 +167,6 @@ func (t *Terms) Pred(x, grad *mat.Dense) []float64 {
 			}
 		}
 	}
-	// The direct scores are scalar gathers from D, about directGatherCost
-	// times a multiply-add of the factored route's assembly products while
-	// D stays in cache, and many times that beyond.
-	if t.protos*t.n <= maxGatherEntries && t.useDirect(directGatherCost*nnz*t.protos, nnz*t.hidden+rows*t.hidden*t.protos) {
-		t.directScores(xr, s, ws)
-	} else {
-		t.factoredScores(xr, s, ws, nnz)
-	}
-
-	active := 0
-	for r := range rows {
-		srow := s.Data[r*t.protos : (r+1)*t.protos]
-		m := math.Inf(-1)
-		for _, v := range srow {
-			m = max(m, v)
-		}
-		var e float64
-		for j, v := range srow {
-			srow[j] = math.Exp(v - m)
-			e += srow[j]
-		}
-		loss[r] = -(m + math.Log(e))
-		// srow becomes the softmax: skipped weights (< N * minWeight in
-		// all) cannot move the gradient.
-		for j, v := range srow {
-			srow[j] = v / e
-			if srow[j] >= minWeight {
-				active++
-			}
-		}
-	}
-	if grad == nil {
-		return loss
-	}
-	gr := grad.RawMatrix()
-	if t.useDirect(active*t.n, active*t.hidden+rows*t.hidden*t.n) {
-		d := t.d.RawMatrix()
-		for r := range rows {
-			g := gr.Data[r*gr.Stride : r*gr.Stride+t.n]
-			clear(g)
-			for j, p := range s.Data[r*t.protos : (r+1)*t.protos] {
-				if p >= minWeight {
-					floats.AddScaled(g, -p, d.Data[j*d.Stride:j*d.Stride+t.n])
-				}
-			}
-		}
-		return loss
-	}
-	h, w := t.h.RawMatrix(), t.w.RawMatrix()
-	psum := ws.xw[:rows] // xw is no longer needed; reuse for sum_j P_rj
-	for r := range rows {
-		ph := ws.ph[r*t.hidden : (r+1)*t.hidden]
-		clear(ph)
-		var ps float64
-		for j, p := range s.Data[r*t.protos : (r+1)*t.protos] {
-			if p >= minWeight {
-				floats.AddScaled(ph, p, h.Data[j*h.Stride:j*h.Stride+t.hidden])
-				ps += p
-			}
-		}
-		psum[r] = ps
-	}
-	ph := blas64.General{Rows: rows, Cols: t.hidden, Stride: t.hidden, Data: ws.ph}
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, -1, ph, w, 0, gr)
-	for r := range rows {
-		g := gr.Data[r*gr.Stride : r*gr.Stride+t.n]
-		for i, v := range t.b {
-			g[i] -= psum[r] * v
-		}
-	}
-	return loss
-}
-
-// directGatherCost weighs a direct score's scalar gather against a
-// multiply-add of an assembly product, and maxGatherEntries is the largest
-// D (2 MiB) the gathers are worth it for. Measured on 1,024 prototypes of
-// an untrained VAE, scores only, 3-20% of x nonzero: on 198 nodes the
-// direct scores took 0.34-0.49 ms and the factored 0.50-0.53 ms; on 4,941
-// nodes (D of 40 MB, gathers missing the cache) 12-23 ms against 0.6-1.0 ms.
-const (
-	directGatherCost = 3
-	maxGatherEntries = 1 << 18
-)
-
-// useDirect says whether Pred takes the direct route, given the two
-// routes' costs in multiply-adds.
-func (t *Terms) useDirect(direct, factored int) bool {
-	switch {
-	case t.d == nil || t.route == routeFactored:
-		return false
-	case t.route == routeDirect:
-		return true
-	}
-	return direct < factored
-}
-
-// directScores sets S_rj = c_j + sum_i D_ji x_ri over the nonzeros of x.
-func (t *Terms) directScores(xr blas64.General, s blas64.General, ws *workspace) {
-	d := t.d.RawMatrix()
-	for r := range xr.Rows {
-		ws.idx, ws.val = ws.idx[:0], ws.val[:0]
-		for i, v := range xr.Data[r*xr.Stride : r*xr.Stride+t.n] {
-			if v != 0 {
-				ws.idx = append(ws.idx, i)
-				ws.val = append(ws.val, v)
-			}
-		}
-		val := ws.val
-		srow := s.Data[r*t.protos : (r+1)*t.protos]
-		for j := range srow {
-			drow := d.Data[j*d.Stride : j*d.Stride+t.n]
-			acc := t.c[j]
-			for k, i := range ws.idx {
-				acc += drow[i] * val[k]
-			}
-			srow[j] = acc
-		}
-	}
-}
-
-// factoredScores sets S = (X W^T) H^T + X b + c.
-func (t *Terms) factoredScores(xr blas64.General, s blas64.General, ws *workspace, nnz int) {
-	rows := xr.Rows
-	xw := blas64.General{Rows: rows, Cols: t.hidden, Stride: t.hidden, Data: ws.xw}
-	// Clamping to [0, 1] leaves many restarts' entries at exactly 0, and
-	// then X W^T is cheaper as a sum of rows of W^T over the nonzeros.
 	if 2*nnz < rows*t.n {
 		wt := t.wt.RawMatrix()
 		for r := range rows {
@@ -347,19 +179,61 @@ func (t *Terms) factoredScores(xr blas64.General, s blas64.General, ws *workspac
 			}
 		}
 	} else {
-		blas64.Gemm(blas.NoTrans, blas.Trans, 1, xr, t.w.RawMatrix(), 0, xw)
+		blas64.Gemm(blas.NoTrans, blas.Trans, 1, xr, w, 0, xw)
 	}
 	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, xw, t.ht.RawMatrix(), 0, s)
+
+	psum := ws.xw[:rows] // xw is no longer needed; reuse for sum_j P_rj
 	for r := range rows {
+		xrow := xr.Data[r*xr.Stride : r*xr.Stride+t.n]
 		var xb float64
-		for i, v := range xr.Data[r*xr.Stride : r*xr.Stride+t.n] {
+		for i, v := range xrow {
 			xb += v * t.b[i]
 		}
 		srow := s.Data[r*t.protos : (r+1)*t.protos]
+		m := math.Inf(-1)
 		for j := range srow {
 			srow[j] += xb + t.c[j]
+			if srow[j] > m {
+				m = srow[j]
+			}
+		}
+		var e float64
+		for j, v := range srow {
+			srow[j] = math.Exp(v - m)
+			e += srow[j]
+		}
+		loss[r] = -(m + math.Log(e))
+		if grad == nil {
+			continue
+		}
+		// P H by rows, skipping negligible weights: softmax over
+		// log-likelihoods is usually peaked on a few prototypes, and the
+		// skipped mass (< N * minWeight) cannot move the gradient.
+		ph := ws.ph[r*t.hidden : (r+1)*t.hidden]
+		clear(ph)
+		var ps float64
+		for j, v := range srow {
+			if p := v / e; p >= minWeight {
+				floats.AddScaled(ph, p, h.Data[j*h.Stride:j*h.Stride+t.hidden])
+				ps += p
+			}
+		}
+		psum[r] = ps
+	}
+	if grad == nil {
+		return loss
+	}
+	ph := blas64.General{Rows: rows, Cols: t.hidden, Stride: t.hidden, Data: ws.ph}
+	gr := grad.RawMatrix()
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, -1, ph, w, 0, gr)
+	for r := range rows {
+		g := gr.Data[r*gr.Stride : r*gr.Stride+t.n]
+		for i, v := range t.b {
+			g[i] -= psum[r] * v
 		}
 	}
+	return loss
 }
 
 func (t *Terms) get(rows int) *workspace {

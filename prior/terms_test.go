@@ -79,35 +79,9 @@ func denseTerms(t *Terms) (a, b0 []float64, A, B *mat.Dense) {
 	return a, b0, A, B
 }
 
-// routes are Pred's ways to the same numbers; "no D" is a graph too large
-// to keep D, where the cheaper route can only be the factored one.
-var routes = []struct {
-	name  string
-	route route
-	noD   bool
-}{
-	{"cheaper", routeCheaper, false},
-	{"factored", routeFactored, false},
-	{"direct", routeDirect, false},
-	{"no D", routeCheaper, true},
-}
-
-// onRoute sets tm to take the given route.
-func onRoute(tm *Terms, r route, noD bool) *Terms {
-	tm.route = r
-	if noD {
-		tm.d = nil
-	}
-	return tm
-}
-
 func TestTermsMatchDenseComputation(t *testing.T) {
 	for _, scale := range []float64{0.01, 1, 20} {
-		for _, rt := range routes {
-			t.Run(fmt.Sprint("scale ", scale, " ", rt.name), func(t *testing.T) {
-				testMatchDense(t, onRoute(scaledTerms(1, 6, 4, 9, scale), rt.route, rt.noD))
-			})
-		}
+		t.Run(fmt.Sprint("scale ", scale), func(t *testing.T) { testMatchDense(t, scaledTerms(1, 6, 4, 9, scale)) })
 	}
 }
 
@@ -162,17 +136,15 @@ func testMatchDenseAt(t *testing.T, tm *Terms, x *mat.Dense) {
 }
 
 func TestTermsGradientCheck(t *testing.T) {
-	type term struct {
+	tm, peaked := randTerms(5, 12, 5, 11), scaledTerms(5, 12, 5, 11, 5)
+	for _, tc := range []struct {
 		name string
 		f    func(x, grad *mat.Dense) []float64
-	}
-	cases := []term{{"init", randTerms(5, 12, 5, 11).Init}}
-	for _, rt := range routes {
-		cases = append(cases,
-			term{"pred " + rt.name, onRoute(randTerms(5, 12, 5, 11), rt.route, rt.noD).Pred},
-			term{"pred peaked " + rt.name, onRoute(scaledTerms(5, 12, 5, 11, 5), rt.route, rt.noD).Pred})
-	}
-	for _, tc := range cases {
+	}{
+		{"init", tm.Init},
+		{"pred", tm.Pred},
+		{"pred peaked", peaked.Pred},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := randX(7, 3, 11)
 			grad := mat.NewDense(3, 11, nil)
@@ -197,12 +169,7 @@ func TestTermsGradientCheck(t *testing.T) {
 }
 
 func TestTermsStridedBatch(t *testing.T) {
-	for _, rt := range routes {
-		t.Run(rt.name, func(t *testing.T) { testStridedBatch(t, onRoute(randTerms(2, 7, 3, 8), rt.route, rt.noD)) })
-	}
-}
-
-func testStridedBatch(t *testing.T, tm *Terms) {
+	tm := randTerms(2, 7, 3, 8)
 	for _, zeros := range []bool{false, true} {
 		big := randX(9, 6, 12)
 		if zeros { // the sparse path of Pred
