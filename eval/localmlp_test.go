@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/prior"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
 
@@ -107,7 +108,7 @@ func TestLocalMLPParams(t *testing.T) {
 	require.ErrorContains(t, err, "training and validation cascades")
 }
 
-func TestSLVAEStepParams(t *testing.T) {
+func TestSLVAEParams(t *testing.T) {
 	f, err := Lookup("slvae")
 	require.NoError(t, err)
 	_, err = f(Env{Graph: path(3), Params: map[string]string{"init_steps": "-1"}})
@@ -118,6 +119,13 @@ func TestSLVAEStepParams(t *testing.T) {
 	require.Equal(t, 5, m.(*slvae).solve.InitSteps)
 	require.Equal(t, 10, m.(*slvae).solve.OptSteps)
 	require.Nil(t, m.(*slvae).optGrid, "a given n_opt is not chosen")
+	require.Equal(t, prior.DefaultPrototypes, m.(*slvae).prototypes)
+	m, err = f(Env{Graph: path(3), Params: map[string]string{"prototypes": "256"}})
+	require.NoError(t, err)
+	require.Equal(t, 256, m.(*slvae).prototypes)
+	_, err = f(Env{Graph: path(3), Params: map[string]string{"prototypes": "0"}})
+	require.ErrorIs(t, err, ErrBadParam)
+	require.ErrorContains(t, err, "slvae.prototypes=0")
 	m, err = f(Env{Graph: path(3)})
 	require.NoError(t, err)
 	require.Equal(t, localize.DefaultOptStepsGrid(), m.(*slvae).optGrid)

@@ -26,6 +26,8 @@ import (
 //	forward.<k>  a parameter of the forward plugin
 //	epochs       forward-model epochs (0 = plugin default)
 //	prior_epochs VAE epochs (0 = default)
+//	prototypes   prototype latents N of the prior term (default 1024, as
+//	             train's --prototypes)
 //	restarts     inference restarts R (default 8)
 //	init_steps   inference steps on L_init (default 20)
 //	opt_steps    inference steps on L_pred (default: chosen with delta on
@@ -89,6 +91,8 @@ type slvae struct {
 	prior     prior.Config
 	solve     localize.Options
 	valSolves int
+	// prototypes is N, the prototype latents of the prior term.
+	prototypes int
 	// optGrid are the n_opt values Train chooses from (nil: opt_steps
 	// was given).
 	optGrid []int
@@ -128,8 +132,12 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 		m.solve.OptSteps = slices.Max(m.optGrid)
 	}
 	m.valSolves = p.int("val_solves", 32)
+	m.prototypes = p.int("prototypes", prior.DefaultPrototypes)
 	if err := p.done(); err != nil {
 		return nil, err
+	}
+	if m.prototypes < 1 {
+		return nil, fmt.Errorf("%w %s.prototypes=%d: want at least 1", ErrBadParam, name, m.prototypes)
 	}
 	if m.solve.InitSteps < 0 || m.solve.OptSteps < 0 {
 		return nil, fmt.Errorf("%w %s.init_steps=%d, %s.opt_steps=%d: want non-negative step counts",
@@ -176,6 +184,7 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		Forward:          localize.ForwardRef{Name: m.forward, Version: info.Version, SHA256: sum, Params: m.fparams},
 		Fit:              m.fit,
 		Prior:            m.prior,
+		Prototypes:       m.prototypes,
 		Solve:            m.solve,
 		ValidationSolves: m.valSolves,
 		OptStepsGrid:     m.optGrid,
