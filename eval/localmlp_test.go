@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
-	"github.com/sourcewatch/sourcewatch/prior"
 	"github.com/sourcewatch/sourcewatch/localize"
+	"github.com/sourcewatch/sourcewatch/prior"
 )
 
 func TestNodeFeaturesOnPath(t *testing.T) {
