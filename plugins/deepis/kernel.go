@@ -9,35 +9,28 @@ package deepis
 // were about half of a VJP call.
 
 // sumGather sets dst[b] = sum over u in from of src[u*rows+b], b < rows.
-func sumGather(dst, src []float64, from []int, rows int) {
-	o := 0
-	for ; o+8 <= rows; o += 8 {
-		sum8((*[8]float64)(dst[o:]), src, from, rows, o)
-	}
-	if o+4 <= rows {
-		sum4((*[4]float64)(dst[o:]), src, from, rows, o)
-		o += 4
-	}
-	if o == rows {
-		return
-	}
-	d := dst[o:rows]
-	clear(d)
-	for _, u := range from {
-		for b, s := range src[u*rows+o : (u+1)*rows] {
-			d[b] += s
-		}
-	}
-}
+func sumGather(dst, src []float64, from []int, rows int) { gather(dst, src, from, rows, false) }
 
 // prodGather sets dst[b] = product over u in from of src[u*rows+b].
-func prodGather(dst, src []float64, from []int, rows int) {
+func prodGather(dst, src []float64, from []int, rows int) { gather(dst, src, from, rows, true) }
+
+// gather is sumGather, or prodGather when product is set: blocks of 8 and
+// then 4 rows through the register kernels, the rest in a plain loop.
+func gather(dst, src []float64, from []int, rows int, product bool) {
 	o := 0
 	for ; o+8 <= rows; o += 8 {
-		prod8((*[8]float64)(dst[o:]), src, from, rows, o)
+		if product {
+			prod8((*[8]float64)(dst[o:]), src, from, rows, o)
+		} else {
+			sum8((*[8]float64)(dst[o:]), src, from, rows, o)
+		}
 	}
 	if o+4 <= rows {
-		prod4((*[4]float64)(dst[o:]), src, from, rows, o)
+		if product {
+			prod4((*[4]float64)(dst[o:]), src, from, rows, o)
+		} else {
+			sum4((*[4]float64)(dst[o:]), src, from, rows, o)
+		}
 		o += 4
 	}
 	if o == rows {
@@ -45,11 +38,18 @@ func prodGather(dst, src []float64, from []int, rows int) {
 	}
 	d := dst[o:rows]
 	for b := range d {
-		d[b] = 1
+		d[b] = 0
+		if product {
+			d[b] = 1
+		}
 	}
 	for _, u := range from {
 		for b, s := range src[u*rows+o : (u+1)*rows] {
-			d[b] *= s
+			if product {
+				d[b] *= s
+			} else {
+				d[b] += s
+			}
 		}
 	}
 }
