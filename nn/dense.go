@@ -184,21 +184,17 @@ func (d *Dense) backward(dout *mat.Dense, params, input bool) *mat.Dense {
 	}
 	d.dz = reuse(d.dz, r, c)
 	dz, g, z, y := d.dz.RawMatrix(), dout.RawMatrix(), d.z.RawMatrix(), d.y.RawMatrix()
-	// One activation call for a contiguous batch, as in Forward.
-	packed := dz.Stride == c && g.Stride == c && z.Stride == c && y.Stride == c
-	if packed {
+	if dz.Stride == c && g.Stride == c && z.Stride == c && y.Stride == c {
+		// One activation call for a contiguous batch, as in Forward.
 		d.Act.backward(dz.Data[:r*c], g.Data[:r*c], z.Data[:r*c], y.Data[:r*c])
-	}
-	for i := 0; i < r && (params || !packed); i++ {
-		if !packed {
+	} else {
+		for i := 0; i < r; i++ {
 			d.Act.backward(dz.Data[i*dz.Stride:i*dz.Stride+c], g.Data[i*g.Stride:i*g.Stride+c],
 				z.Data[i*z.Stride:i*z.Stride+c], y.Data[i*y.Stride:i*y.Stride+c])
 		}
-		if !params {
-			continue
-		}
-		row := dz.Data[i*dz.Stride : i*dz.Stride+c]
-		for j, v := range row {
+	}
+	for i := 0; i < r && params; i++ {
+		for j, v := range dz.Data[i*dz.Stride : i*dz.Stride+c] {
 			d.gb[j] += v
 		}
 	}
