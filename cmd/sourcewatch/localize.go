@@ -43,6 +43,8 @@ node is over the bundle's threshold delta).`,
 
 type observationFile struct {
 	Infected []string `json:"infected"`
+	// where is "file" or "file:line", for errors.
+	where string
 }
 
 type localizeOutput struct {
@@ -84,6 +86,14 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		return err
 	}
+	// Every id is checked before the plugin starts, so a typo in the last
+	// line of a JSONL fails at once and names its line.
+	infected := make([][]int, len(obs))
+	for i, o := range obs {
+		if infected[i], err = b.Graph.Lookup(o.Infected); err != nil {
+			return fmt.Errorf("%s: %w (the bundle's graph: %s)", o.where, err, b.Graph)
+		}
+	}
 	proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
 		PluginDir: v.GetString("plugin_dir"), AllowUnverified: v.GetBool("allow_unverified"), Logger: a.log.Named("plugin"),
 	})
@@ -98,18 +108,14 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	opts.Threshold = v.GetFloat64("threshold")
 	opts.Seed = v.GetUint64("seed")
 	enc := json.NewEncoder(a.stdout)
-	for i, o := range obs {
-		idx, err := b.Graph.Lookup(o.Infected)
-		if err != nil {
-			return fmt.Errorf("observation %d: %w", i+1, err)
-		}
+	for i, idx := range infected {
 		y := make([]float64, b.Graph.N())
 		for _, u := range idx {
 			y[u] = 1
 		}
 		res, err := localize.Solve(ctx, b, proc, y, opts)
 		if err != nil {
-			return fmt.Errorf("observation %d: %w", i+1, err)
+			return fmt.Errorf("%s: %w", obs[i].where, err)
 		}
 		out := localizeOutput{
 			Observation: i + 1, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
@@ -181,6 +187,7 @@ func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
 	}
 	var one observationFile
 	if err := json.Unmarshal(data, &one); err == nil {
+		one.where = path
 		return []observationFile{one}, nil
 	}
 	var out []observationFile
@@ -191,9 +198,9 @@ func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
 		if len(text) == 0 {
 			continue
 		}
-		var o observationFile
+		o := observationFile{where: fmt.Sprintf("%s:%d", path, line)}
 		if err := json.Unmarshal(text, &o); err != nil {
-			return nil, fmt.Errorf(`%s:%d: want {"infected":[ids...]}: %v`, path, line, err)
+			return nil, fmt.Errorf(`%s: want {"infected":[ids...]}: %v`, o.where, err)
 		}
 		out = append(out, o)
 	}

@@ -72,7 +72,12 @@ func TestTrainThenLocalize(t *testing.T) {
 
 	// Bad input is named.
 	_, _, err = runCmd(t, `{"infected":["0","nope"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
-	require.ErrorContains(t, err, `"nope"`)
+	require.ErrorContains(t, err, `stdin: unknown node "nope"`)
+	// Every line's ids are checked before the plugin starts: a bad id on
+	// line 3 is reported even with no plugin to start.
+	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\n\n{\"infected\":[\"1\",\"nope\"]}\n", "localize", "--bundle", bundle,
+		"--plugin-dir", t.TempDir(), "--log-level", "warn")
+	require.ErrorContains(t, err, `stdin:3: unknown node "nope" (the bundle's graph: `)
 	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\nnot json\n", "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 	require.ErrorContains(t, err, "stdin:2")
 	_, _, err = runCmd(t, "", "localize", "--bundle", bundle, "--graph", "../../diffusion/testdata/karate.edges", "--directed",
