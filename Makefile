@@ -21,21 +21,19 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # The demo: train a small bundle for Zachary's karate club when it is
-# missing or was trained with another build of the deepis plugin (the
-# bundle records the plugin's SHA-256 and the daemon refuses a mismatch),
-# then run the daemon on the embedded NATS server, replay simulated
-# cascades into it and print the alerts. Ctrl-C stops it.
+# missing, damaged or was trained with another build of the deepis plugin
+# (the bundle records the plugin's SHA-256 and the daemon refuses a
+# mismatch; `bundle inspect` checks all three), then run the daemon on the
+# embedded NATS server, replay simulated cascades into it and print the
+# alerts. Ctrl-C stops it.
 DEMO_GRAPH  := configs/demo/karate.edges
 DEMO_BUNDLE := data/demo/karate.swb
-DEMO_PLUGIN := $(BIN)/sourcewatch-forward-deepis
 
 run: build
-	@sum=$$(sha256sum $(DEMO_PLUGIN) | cut -d' ' -f1); \
-	if [ ! -f $(DEMO_BUNDLE) ] || [ "$$(cat $(DEMO_BUNDLE).plugin-sha256 2>/dev/null)" != "$$sum" ]; then \
+	@if ! $(BIN)/sourcewatch bundle inspect $(DEMO_BUNDLE) --plugin-dir $(BIN) >/dev/null 2>&1; then \
 		mkdir -p $(dir $(DEMO_BUNDLE)) && \
 		$(BIN)/sourcewatch train --graph $(DEMO_GRAPH) --diffusion SI --beta 0.25 --pattern cluster \
-			--cascades 300 --seed 7 --forward deepis --out $(DEMO_BUNDLE) && \
-		echo $$sum > $(DEMO_BUNDLE).plugin-sha256; \
+			--cascades 300 --seed 7 --forward deepis --out $(DEMO_BUNDLE); \
 	fi
 	$(BIN)/sourcewatch demo --config configs/demo.yaml --log-level warn
 

@@ -48,6 +48,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newEvalCmd(a),
 		newTrainCmd(a),
 		newLocalizeCmd(a),
+		newBundleCmd(a),
 		newServeCmd(a),
 		newPluginCmd(a),
 		newAlertsCmd(a),

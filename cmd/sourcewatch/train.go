@@ -176,25 +176,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	if err := b.WriteFile(out); err != nil {
 		return err
 	}
-	m := b.Manifest
-	fmt.Fprintf(a.stdout, "bundle      %s  (%s)\n", out, m.ID)
-	fmt.Fprintf(a.stdout, "graph       %s: %d nodes, %d edges, fingerprint %.12s\n", m.Graph.Name, m.Graph.Nodes, m.Graph.Edges, m.Graph.Fingerprint)
-	fmt.Fprintf(a.stdout, "cascades    %d train, %d validation, %d test\n", len(train), len(val), len(test))
-	fmt.Fprintf(a.stdout, "forward     %s %s  val MSE %.4f\n", m.Forward.Name, m.Forward.Version, m.Metrics["forward_val_mse"])
-	fmt.Fprintf(a.stdout, "prior       VAE hidden %d, latent %d, %d prototypes  val loss %.4g  weight %.3g (2 x forward val MSE)\n",
-		m.Prior.Hidden, m.Prior.Latent, m.Prior.Prototypes, m.Metrics["prior_val_loss"], m.Solve.PriorWeight)
-	fmt.Fprintf(a.stdout, "threshold   delta %.2f (validation F1 %.3f over %d cascades)\n", m.Threshold, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]))
-	steps := fmt.Sprintf("%d + %d steps, %d restarts", m.Solve.InitSteps, m.Solve.OptSteps, m.Solve.Restarts)
-	if len(optGrid) > 1 {
-		var f1s []string
-		for _, k := range optGrid {
-			f1s = append(f1s, fmt.Sprintf("%d: %.3f", k, m.Metrics[fmt.Sprintf("val_f1_opt_steps_%d", k)]))
-		}
-		steps += " (n_opt chosen on validation; F1 at " + strings.Join(f1s, ", ") + ")"
-	}
-	fmt.Fprintf(a.stdout, "inference   %s\n", steps)
-	fmt.Fprintf(a.stdout, "test        F1 %.3f  precision %.3f  recall %.3f  ROC-AUC %.3f  top-k %.3f  (%d held-out cascades)\n",
-		m.Metrics["test_f1"], m.Metrics["test_precision"], m.Metrics["test_recall"], m.Metrics["test_auc"], m.Metrics["test_topk"], int(m.Metrics["test_cascades"]))
+	printBundleSummary(a.stdout, out, b.Manifest, fmt.Sprintf("%d train, %d validation, %d test", len(train), len(val), len(test)))
 	fmt.Fprintf(a.stdout, "time        %s\n", time.Since(start).Round(100*time.Millisecond))
 	return nil
 }

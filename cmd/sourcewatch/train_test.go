@@ -93,4 +93,36 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.ErrorIs(t, err, forward.ErrChecksum)
 	require.ErrorContains(t, err, b.Manifest.Forward.SHA256)
 	require.ErrorContains(t, err, "retrain the bundle with this build, or set allow_unverified", "the error says what to do")
+
+	// bundle inspect reads the bundle as localize does, prints what train
+	// printed, and fails when the plugin is not the recorded build.
+	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
+	require.NoError(t, err)
+	for _, want := range []string{"bundle      " + bundle + "  (" + b.Manifest.ID + ")", "graph       karate: 34 nodes, 78 edges",
+		"inference   10 + 30 steps", "test        F1 ", `"cascades":`, "plugin      " + filepath.Join(pluginDir, "sourcewatch-forward-icmf") + ": match"} {
+		require.Contains(t, out, want)
+	}
+	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", filepath.Dir(other))
+	require.ErrorIs(t, err, errPluginMismatch)
+	require.Contains(t, out, ": differs (recorded "+b.Manifest.Forward.SHA256[:12])
+	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", t.TempDir())
+	require.ErrorIs(t, err, errPluginMismatch)
+	require.ErrorContains(t, err, "missing")
+	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", "", "--json")
+	require.NoError(t, err, "no plugin check without a plugin dir")
+	var report struct {
+		Manifest localize.Manifest `json:"manifest"`
+		Plugin   *pluginCheck      `json:"plugin"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &report))
+	require.Equal(t, b.Manifest.ID, report.Manifest.ID)
+	require.Equal(t, b.Manifest.Metrics, report.Manifest.Metrics)
+	require.Nil(t, report.Plugin)
+	corrupt := filepath.Join(t.TempDir(), "corrupt.swb")
+	raw, err := os.ReadFile(bundle)
+	require.NoError(t, err)
+	raw[len(raw)/2] ^= 0xff
+	require.NoError(t, os.WriteFile(corrupt, raw, 0o644))
+	_, _, err = runCmd(t, "", "bundle", "inspect", corrupt, "--plugin-dir", pluginDir)
+	require.ErrorContains(t, err, `loading bundle "`+corrupt+`"`)
 }

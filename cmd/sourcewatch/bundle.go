@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/localize"
+)
+
+func newBundleCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bundle",
+		Short: "Work with trained bundles",
+	}
+	cmd.AddCommand(newBundleInspectCmd(a))
+	return cmd
+}
+
+func newBundleInspectCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "inspect FILE",
+		Short: "Check a bundle and print what it was trained on, with what, and how well",
+		Long: `inspect reads a bundle as localize and serve do (format version, the
+checksum of every entry) and prints its manifest: the graph, the training
+cascades, the forward plugin, the prior, the threshold and inference
+settings, and the validation and test metrics recorded by train.
+
+It also looks for the forward plugin the bundle was trained with in
+--plugin-dir and compares the binary's SHA-256 with the one the bundle
+recorded: localize and serve refuse a different binary, so inspect exits
+non-zero when the plugin is missing or differs (after printing the rest).
+Pass --plugin-dir "" to skip that check.`,
+		Example: `  sourcewatch bundle inspect karate.swb
+  sourcewatch bundle inspect karate.swb --json | jq .manifest.metrics`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return a.bundleInspect(args[0]) },
+	}
+	f := cmd.Flags()
+	f.String("plugin-dir", "bin", `directory holding the forward-model plugin binaries ("" skips the plugin check)`)
+	f.Bool("json", false, "print the manifest and the plugin check as JSON")
+	return cmd
+}
+
+// errPluginMismatch is inspect's verdict on a bundle whose plugin binary
+// is missing or differs from the recorded one.
+var errPluginMismatch = errors.New("the bundle's forward plugin is missing or not the build it was trained with")
+
+// pluginCheck is the state of the forward plugin a bundle names.
+type pluginCheck struct {
+	Path   string `json:"path"`
+	Status string `json:"status"` // match, differs, unrecorded, missing
+	SHA256 string `json:"sha256,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func (a *app) bundleInspect(path string) error {
+	b, err := localize.LoadBundle(path, nil)
+	if err != nil {
+		return err
+	}
+	var check *pluginCheck
+	if dir := a.v.GetString("plugin_dir"); dir != "" {
+		check = checkBundlePlugin(dir, b.Manifest)
+	}
+	if a.v.GetBool("json") {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			File     string             `json:"file"`
+			Manifest localize.Manifest `json:"manifest"`
+			Plugin   *pluginCheck       `json:"plugin,omitempty"`
+		}{path, b.Manifest, check}); err != nil {
+			return err
+		}
+	} else {
+		m := b.Manifest
+		printBundleSummary(a.stdout, path, m, compactJSON(m.Diffusion))
+		fmt.Fprintf(a.stdout, "created     %s\n", m.CreatedAt.Format(time.RFC3339))
+		if len(m.Forward.Params) > 0 {
+			keys := make([]string, 0, len(m.Forward.Params))
+			for k := range m.Forward.Params {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			var kv []string
+			for _, k := range keys {
+				kv = append(kv, k+"="+m.Forward.Params[k])
+			}
+			fmt.Fprintf(a.stdout, "params      %s\n", strings.Join(kv, " "))
+		}
+		if check != nil {
+			fmt.Fprintf(a.stdout, "plugin      %s: %s", check.Path, check.Status)
+			if check.Detail != "" {
+				fmt.Fprintf(a.stdout, " (%s)", check.Detail)
+			}
+			fmt.Fprintln(a.stdout)
+		}
+	}
+	if check != nil && check.Status != "match" && check.Status != "unrecorded" {
+		return fmt.Errorf("bundle %s: %s: %s: %w", path, check.Path, check.Status, errPluginMismatch)
+	}
+	return nil
+}
+
+// checkBundlePlugin compares the plugin binary in dir with the SHA-256
+// the manifest recorded.
+func checkBundlePlugin(dir string, m localize.Manifest) *pluginCheck {
+	path, err := forward.PluginPath(dir, m.Forward.Name)
+	if err != nil {
+		return &pluginCheck{Path: dir + "/" + forward.BinaryPrefix + m.Forward.Name, Status: "missing", Detail: err.Error()}
+	}
+	sum, err := forward.FileSHA256(path)
+	if err != nil {
+		return &pluginCheck{Path: path, Status: "missing", Detail: err.Error()}
+	}
+	got := hex.EncodeToString(sum)
+	switch {
+	case m.Forward.SHA256 == "":
+		return &pluginCheck{Path: path, Status: "unrecorded", SHA256: got,
+			Detail: "the bundle records no SHA-256; localize and serve run it only with allow_unverified"}
+	case m.Forward.SHA256 == got:
+		return &pluginCheck{Path: path, Status: "match", SHA256: got}
+	default:
+		return &pluginCheck{Path: path, Status: "differs", SHA256: got,
+			Detail: fmt.Sprintf("recorded %.12s, file %.12s: localize and serve refuse it; retrain with this build", m.Forward.SHA256, got)}
+	}
+}
+
+// printBundleSummary prints what train reports about a bundle, from its
+// manifest and a description of the training cascades ("" for none).
+func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades string) {
+	fmt.Fprintf(w, "bundle      %s  (%s)\n", path, m.ID)
+	fmt.Fprintf(w, "graph       %s: %d nodes, %d edges, fingerprint %.12s\n", m.Graph.Name, m.Graph.Nodes, m.Graph.Edges, m.Graph.Fingerprint)
+	if cascades != "" {
+		fmt.Fprintf(w, "cascades    %s\n", cascades)
+	}
+	fmt.Fprintf(w, "forward     %s %s  val MSE %.4f\n", m.Forward.Name, m.Forward.Version, m.Metrics["forward_val_mse"])
+	fmt.Fprintf(w, "prior       VAE hidden %d, latent %d, %d prototypes  val loss %.4g  weight %.3g (2 x forward val MSE)\n",
+		m.Prior.Hidden, m.Prior.Latent, m.Prior.Prototypes, m.Metrics["prior_val_loss"], m.Solve.PriorWeight)
+	fmt.Fprintf(w, "threshold   delta %.2f (validation F1 %.3f over %d cascades)\n", m.Threshold, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]))
+	steps := fmt.Sprintf("%d + %d steps, %d restarts", m.Solve.InitSteps, m.Solve.OptSteps, m.Solve.Restarts)
+	if grid := optStepsGrid(m.Metrics); len(grid) > 1 {
+		var f1s []string
+		for _, k := range grid {
+			f1s = append(f1s, fmt.Sprintf("%d: %.3f", k, m.Metrics[optStepsMetric(k)]))
+		}
+		steps += " (n_opt chosen on validation; F1 at " + strings.Join(f1s, ", ") + ")"
+	}
+	fmt.Fprintf(w, "inference   %s\n", steps)
+	if _, ok := m.Metrics["test_f1"]; ok {
+		fmt.Fprintf(w, "test        F1 %.3f  precision %.3f  recall %.3f  ROC-AUC %.3f  top-k %.3f  (%d held-out cascades)\n",
+			m.Metrics["test_f1"], m.Metrics["test_precision"], m.Metrics["test_recall"], m.Metrics["test_auc"], m.Metrics["test_topk"], int(m.Metrics["test_cascades"]))
+	}
+}
+
+const optStepsMetricPrefix = "val_f1_opt_steps_"
+
+func optStepsMetric(k int) string { return optStepsMetricPrefix + strconv.Itoa(k) }
+
+// optStepsGrid returns the values of n_opt whose validation F1 the
+// metrics record, ascending.
+func optStepsGrid(metrics map[string]float64) []int {
+	var grid []int
+	for key := range metrics {
+		if k, err := strconv.Atoi(strings.TrimPrefix(key, optStepsMetricPrefix)); err == nil && strings.HasPrefix(key, optStepsMetricPrefix) {
+			grid = append(grid, k)
+		}
+	}
+	sort.Ints(grid)
+	return grid
+}
+
+// compactJSON returns raw on one line, or as it is if it is not JSON.
+func compactJSON(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return string(raw)
+	}
+	return buf.String()
+}
