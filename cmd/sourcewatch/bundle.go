@@ -77,9 +77,9 @@ func (a *app) bundleInspect(path string) error {
 		enc := json.NewEncoder(a.stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(struct {
-			File     string             `json:"file"`
+			File     string            `json:"file"`
 			Manifest localize.Manifest `json:"manifest"`
-			Plugin   *pluginCheck       `json:"plugin,omitempty"`
+			Plugin   *pluginCheck      `json:"plugin,omitempty"`
 		}{path, b.Manifest, check}); err != nil {
 			return err
 		}
