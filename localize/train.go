@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
@@ -244,7 +245,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	for gi, k := range grid {
 		d, f := ChooseThreshold(scores[gi], val[:limit], Thresholds)
 		if len(grid) > 1 {
-			metrics[fmt.Sprintf("val_f1_opt_steps_%d", k)] = f
+			metrics[OptStepsMetric(k)] = f
 		}
 		if f > f1+1e-12 {
 			best, delta, f1 = gi, d, f
@@ -386,3 +387,11 @@ func newBatch(ps []forward.Pair, n int, set func(forward.Pair) []int) *mat.Dense
 	}
 	return m
 }
+
+// OptStepsMetricPrefix starts the name of the manifest metric holding the
+// validation F1 of one candidate n_opt (OptStepsMetric).
+const OptStepsMetricPrefix = "val_f1_opt_steps_"
+
+// OptStepsMetric names the manifest metric holding the validation F1 with
+// n_opt = k, recorded when Train chooses n_opt from several values.
+func OptStepsMetric(k int) string { return OptStepsMetricPrefix + strconv.Itoa(k) }

@@ -153,7 +153,7 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	if grid := optStepsGrid(m.Metrics); len(grid) > 1 {
 		var f1s []string
 		for _, k := range grid {
-			f1s = append(f1s, fmt.Sprintf("%d: %.3f", k, m.Metrics[optStepsMetric(k)]))
+			f1s = append(f1s, fmt.Sprintf("%d: %.3f", k, m.Metrics[localize.OptStepsMetric(k)]))
 		}
 		steps += " (n_opt chosen on validation; F1 at " + strings.Join(f1s, ", ") + ")"
 	}
@@ -164,16 +164,12 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	}
 }
 
-const optStepsMetricPrefix = "val_f1_opt_steps_"
-
-func optStepsMetric(k int) string { return optStepsMetricPrefix + strconv.Itoa(k) }
-
 // optStepsGrid returns the values of n_opt whose validation F1 the
 // metrics record, ascending.
 func optStepsGrid(metrics map[string]float64) []int {
 	var grid []int
 	for key := range metrics {
-		if k, err := strconv.Atoi(strings.TrimPrefix(key, optStepsMetricPrefix)); err == nil && strings.HasPrefix(key, optStepsMetricPrefix) {
+		if k, err := strconv.Atoi(strings.TrimPrefix(key, localize.OptStepsMetricPrefix)); err == nil && strings.HasPrefix(key, localize.OptStepsMetricPrefix) {
 			grid = append(grid, k)
 		}
 	}
