@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,7 +119,7 @@ func (a *app) bundleInspect(path string) error {
 func checkBundlePlugin(dir string, m localize.Manifest) *pluginCheck {
 	path, err := forward.PluginPath(dir, m.Forward.Name)
 	if err != nil {
-		return &pluginCheck{Path: dir + "/" + forward.BinaryPrefix + m.Forward.Name, Status: "missing", Detail: err.Error()}
+		return &pluginCheck{Path: filepath.Join(dir, forward.BinaryPrefix+m.Forward.Name), Status: "missing", Detail: err.Error()}
 	}
 	sum, err := forward.FileSHA256(path)
 	if err != nil {
