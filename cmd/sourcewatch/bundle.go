@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
 
@@ -41,7 +42,8 @@ It also looks for the forward plugin the bundle was trained with in
 --plugin-dir and compares the binary's SHA-256 with the one the bundle
 recorded: localize and serve refuse a different binary, so inspect exits
 non-zero when the plugin is missing or differs (after printing the rest).
-Pass --plugin-dir "" to skip that check.`,
+Pass --plugin-dir "" to skip that check. With --graph it also checks that
+the bundle was trained on that edge list (the graph's fingerprint).`,
 		Example: `  sourcewatch bundle inspect karate.swb
   sourcewatch bundle inspect karate.swb --json | jq .manifest.metrics`,
 		Args: cobra.ExactArgs(1),
@@ -49,6 +51,8 @@ Pass --plugin-dir "" to skip that check.`,
 	}
 	f := cmd.Flags()
 	f.String("plugin-dir", "bin", `directory holding the forward-model plugin binaries ("" skips the plugin check)`)
+	f.String("graph", "", "edge list file the bundle must have been trained on (as localize --graph)")
+	f.Bool("directed", false, "treat each line u v of --graph as an arc u->v")
 	f.Bool("json", false, "print the manifest and the plugin check as JSON")
 	return cmd
 }
@@ -66,7 +70,14 @@ type pluginCheck struct {
 }
 
 func (a *app) bundleInspect(path string) error {
-	b, err := localize.LoadBundle(path, nil)
+	var g *graph.Graph
+	if a.v.GetString("graph") != "" {
+		var err error
+		if g, err = loadGraph(a.v); err != nil {
+			return err
+		}
+	}
+	b, err := localize.LoadBundle(path, g)
 	if err != nil {
 		return err
 	}

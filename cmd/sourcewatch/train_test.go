@@ -125,4 +125,8 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.NoError(t, os.WriteFile(corrupt, raw, 0o644))
 	_, _, err = runCmd(t, "", "bundle", "inspect", corrupt, "--plugin-dir", pluginDir)
 	require.ErrorContains(t, err, `loading bundle "`+corrupt+`"`)
+	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir, "--graph", "../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir, "--graph", "../../configs/demo/karate.edges", "--directed")
+	require.ErrorIs(t, err, localize.ErrGraphMismatch)
 }
