@@ -71,6 +71,78 @@ type Result struct {
 	EmptyPredictions int `json:"empty_predictions"`
 	// Extra holds a method's own numbers (Extraser), averaged over runs.
 	Extra map[string]float64 `json:"extra,omitempty"`
+	// VsInfected compares a method with the infected control on the same
+	// test cascades (absent for the controls, or when infected did not
+	// run).
+	VsInfected *Paired `json:"vs_infected,omitempty"`
+}
+
+// Paired is a method's lead over a reference method, cascade by cascade
+// on the same test cascades: the mean difference and its 95% confidence
+// interval, which say whether a lead of 0.05 is a lead or noise.
+type Paired struct {
+	Reference string     `json:"reference"`
+	F1        Difference `json:"f1"`
+	AUC       Difference `json:"auc"`
+}
+
+// Difference is the mean over n paired cascades of method minus reference,
+// with the half-width of its 95% confidence interval, 1.96·sd/√n (a normal
+// approximation: n is the test cascades of every run, in the hundreds).
+// Cascades where either value is undefined are left out.
+type Difference struct {
+	Mean float64 `json:"mean"`
+	CI95 float64 `json:"ci95"`
+	N    int     `json:"n"`
+}
+
+// pairedDifference summarises a[i] - b[i] over the i where both are defined.
+func pairedDifference(a, b []float64) Difference {
+	d := make([]float64, 0, len(a))
+	for i := range a {
+		if !math.IsNaN(a[i]) && !math.IsNaN(b[i]) {
+			d = append(d, a[i]-b[i])
+		}
+	}
+	st := Summarize(d)
+	if st.N == 0 {
+		return Difference{Mean: math.NaN(), CI95: math.NaN()}
+	}
+	return Difference{Mean: st.Mean, CI95: 1.96 * st.SD / math.Sqrt(float64(st.N)), N: st.N}
+}
+
+// MarshalJSON writes an undefined mean or interval as null.
+func (d Difference) MarshalJSON() ([]byte, error) {
+	num := func(v float64) any {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil
+		}
+		return v
+	}
+	return json.Marshal(struct {
+		Mean any `json:"mean"`
+		CI95 any `json:"ci95"`
+		N    int `json:"n"`
+	}{num(d.Mean), num(d.CI95), d.N})
+}
+
+// UnmarshalJSON reads null back as NaN.
+func (d *Difference) UnmarshalJSON(b []byte) error {
+	var raw struct {
+		Mean, CI95 *float64
+		N          int
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*d = Difference{Mean: math.NaN(), CI95: math.NaN(), N: raw.N}
+	if raw.Mean != nil {
+		d.Mean = *raw.Mean
+	}
+	if raw.CI95 != nil {
+		d.CI95 = *raw.CI95
+	}
+	return nil
 }
 
 // MarshalJSON writes an undefined (NaN) mean or sd as null, which
@@ -155,6 +227,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	if controls {
 		b.WriteString("\n* control: a reference point, not a localizer; a method localizes only where it beats infected and prior.\n")
+	}
+	for _, res := range r.Results {
+		if v := res.VsInfected; v != nil {
+			fmt.Fprintf(&b, "%s - %s: F1 %+.3f ± %.3f, AUC %+.3f ± %.3f (95%% CI, paired over %d test cascades)\n",
+				res.Method, v.Reference, v.F1.Mean, v.F1.CI95, v.AUC.Mean, v.AUC.CI95, v.AUC.N)
+		}
 	}
 	for _, res := range r.Results {
 		if res.AUC.Undefined > 0 {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -458,6 +459,18 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 	if rep.Settings.Pattern == "" {
 		rep.Settings.Pattern = string(diffusion.Uniform)
 	}
+	// Every method is scored on the same test cascades in the same order,
+	// so a method's values pair with the infected control's.
+	perCascade := func(mi int, get func(Metrics) float64) []float64 {
+		var out []float64
+		for run := range results {
+			for _, c := range results[run][mi].cascades {
+				out = append(out, get(c.m))
+			}
+		}
+		return out
+	}
+	infected := slices.Index(cfg.Methods, "infected")
 	for mi, name := range cfg.Methods {
 		var p, r, f1, auc, topk, ed, sec, fit []float64
 		empty := 0
@@ -489,6 +502,15 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 			res.Extra = map[string]float64{}
 			for k, v := range extraSum {
 				res.Extra[k] = v / float64(extraN[k])
+			}
+		}
+		if infected >= 0 && !res.Control {
+			f1Of := func(m Metrics) float64 { return m.F1 }
+			aucOf := func(m Metrics) float64 { return m.AUC }
+			res.VsInfected = &Paired{
+				Reference: "infected",
+				F1:        pairedDifference(perCascade(mi, f1Of), perCascade(infected, f1Of)),
+				AUC:       pairedDifference(perCascade(mi, aucOf), perCascade(infected, aucOf)),
 			}
 		}
 		rep.Results = append(rep.Results, res)

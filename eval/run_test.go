@@ -232,3 +232,54 @@ func TestInfectedAUCIdentity(t *testing.T) {
 		require.InDelta(t, ((n-i)+(i-s)/2)/(n-s), Score(g, c.Sources, p).AUC, 1e-12)
 	}
 }
+
+// A method's lead over infected is paired cascade by cascade across runs:
+// its mean and 95% interval come from the differences, cascades where
+// either AUC is undefined are left out, and controls get none.
+func TestPairedLeadOverInfected(t *testing.T) {
+	g := randomGraph(30, 30, 5)
+	cfg := testConfig()
+	cfg.Methods = []string{"lpsi", "infected", "random"}
+	casc := func(f1, auc float64) cascadeResult { return cascadeResult{m: Metrics{F1: f1, AUC: auc}} }
+	nan := math.NaN()
+	results := [][]methodRun{
+		{ // run 1
+			{cascades: []cascadeResult{casc(0.5, 0.9), casc(0.4, 0.8)}},
+			{cascades: []cascadeResult{casc(0.3, 0.7), casc(0.3, 0.75)}},
+			{cascades: []cascadeResult{casc(0.1, 0.5), casc(0.1, 0.5)}},
+		},
+		{ // run 2
+			{cascades: []cascadeResult{casc(0.6, nan), casc(0.2, 0.6)}},
+			{cascades: []cascadeResult{casc(0.4, 0.8), casc(0.3, 0.65)}},
+			{cascades: []cascadeResult{casc(0.1, 0.5), casc(0.1, 0.5)}},
+		},
+	}
+	rep := buildReport(g, cfg, "g", 0, results)
+	lead := rep.Results[0].VsInfected
+	require.NotNil(t, lead)
+	require.Equal(t, "infected", lead.Reference)
+	// F1 differences 0.2, 0.1, 0.2, -0.1; AUC 0.2, 0.05, (undefined), -0.05
+	require.Equal(t, 4, lead.F1.N)
+	require.InDelta(t, 0.1, lead.F1.Mean, 1e-12)
+	sd := math.Sqrt((0.01 + 0 + 0.01 + 0.04) / 3)
+	require.InDelta(t, 1.96*sd/2, lead.F1.CI95, 1e-12)
+	require.Equal(t, 3, lead.AUC.N)
+	require.InDelta(t, 0.2/3, lead.AUC.Mean, 1e-12)
+	require.Nil(t, rep.Results[1].VsInfected, "infected is a control")
+	require.Nil(t, rep.Results[2].VsInfected, "random is a control")
+
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "lpsi - infected: F1 +0.100 ± ")
+	require.Contains(t, buf.String(), "AUC +0.067 ± ")
+	require.Contains(t, buf.String(), "paired over 3 test cascades")
+	buf.Reset()
+	require.NoError(t, rep.WriteJSON(&buf))
+	var back Report
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &back))
+	require.Equal(t, lead, back.Results[0].VsInfected)
+
+	cfg.Methods = []string{"lpsi", "random"}
+	rep = buildReport(g, cfg, "g", 0, [][]methodRun{{results[0][0], results[0][2]}})
+	require.Nil(t, rep.Results[0].VsInfected, "no infected run, no comparison")
+}
