@@ -71,10 +71,11 @@ type Result struct {
 	EmptyPredictions int `json:"empty_predictions"`
 	// Extra holds a method's own numbers (Extraser), averaged over runs.
 	Extra map[string]float64 `json:"extra,omitempty"`
-	// VsInfected compares a method with the infected control on the same
-	// test cascades (absent for the controls, or when infected did not
-	// run).
-	VsInfected *Paired `json:"vs_infected,omitempty"`
+	// Paired compares a method with the reference method (Config.PairedWith,
+	// by default the infected control) on the same test cascades; absent
+	// for the controls, for the reference itself, and when the reference
+	// did not run.
+	Paired *Paired `json:"paired,omitempty"`
 }
 
 // Paired is a method's lead over a reference method, cascade by cascade
@@ -229,7 +230,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		b.WriteString("\n* control: a reference point, not a localizer; a method localizes only where it beats infected and prior.\n")
 	}
 	for _, res := range r.Results {
-		if v := res.VsInfected; v != nil {
+		if v := res.Paired; v != nil {
 			fmt.Fprintf(&b, "%s - %s: F1 %+.3f ± %.3f, AUC %+.3f ± %.3f (95%% CI, paired over %d test cascades)\n",
 				res.Method, v.Reference, v.F1.Mean, v.F1.CI95, v.AUC.Mean, v.AUC.CI95, v.AUC.N)
 		}

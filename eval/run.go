@@ -38,6 +38,10 @@ type Config struct {
 	// Workers bounds the parallelism of simulation and of methods
 	// (< 1: GOMAXPROCS). Results do not depend on it; timings do.
 	Workers int
+	// PairedWith is the method every other one is compared with cascade by
+	// cascade (Result.Paired); "" means infected. No comparison is made
+	// when it is not among Methods.
+	PairedWith string
 }
 
 // DefaultConfig is 300 SI cascades with the diffusion defaults, 3 runs, a
@@ -460,7 +464,7 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 		rep.Settings.Pattern = string(diffusion.Uniform)
 	}
 	// Every method is scored on the same test cascades in the same order,
-	// so a method's values pair with the infected control's.
+	// so a method's values pair with the reference method's.
 	perCascade := func(mi int, get func(Metrics) float64) []float64 {
 		var out []float64
 		for run := range results {
@@ -470,7 +474,11 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 		}
 		return out
 	}
-	infected := slices.Index(cfg.Methods, "infected")
+	refName := cfg.PairedWith
+	if refName == "" {
+		refName = "infected"
+	}
+	ref := slices.Index(cfg.Methods, refName)
 	for mi, name := range cfg.Methods {
 		var p, r, f1, auc, topk, ed, sec, fit []float64
 		empty := 0
@@ -504,13 +512,13 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 				res.Extra[k] = v / float64(extraN[k])
 			}
 		}
-		if infected >= 0 && !res.Control {
+		if ref >= 0 && mi != ref && !res.Control {
 			f1Of := func(m Metrics) float64 { return m.F1 }
 			aucOf := func(m Metrics) float64 { return m.AUC }
-			res.VsInfected = &Paired{
-				Reference: "infected",
-				F1:        pairedDifference(perCascade(mi, f1Of), perCascade(infected, f1Of)),
-				AUC:       pairedDifference(perCascade(mi, aucOf), perCascade(infected, aucOf)),
+			res.Paired = &Paired{
+				Reference: refName,
+				F1:        pairedDifference(perCascade(mi, f1Of), perCascade(ref, f1Of)),
+				AUC:       pairedDifference(perCascade(mi, aucOf), perCascade(ref, aucOf)),
 			}
 		}
 		rep.Results = append(rep.Results, res)

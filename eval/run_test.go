@@ -233,9 +233,10 @@ func TestInfectedAUCIdentity(t *testing.T) {
 	}
 }
 
-// A method's lead over infected is paired cascade by cascade across runs:
-// its mean and 95% interval come from the differences, cascades where
-// either AUC is undefined are left out, and controls get none.
+// A method's lead over the reference (infected by default) is paired
+// cascade by cascade across runs: its mean and 95% interval come from the
+// differences, cascades where either AUC is undefined are left out, and
+// controls get none.
 func TestPairedLeadOverInfected(t *testing.T) {
 	g := randomGraph(30, 30, 5)
 	cfg := testConfig()
@@ -255,7 +256,7 @@ func TestPairedLeadOverInfected(t *testing.T) {
 		},
 	}
 	rep := buildReport(g, cfg, "g", 0, results)
-	lead := rep.Results[0].VsInfected
+	lead := rep.Results[0].Paired
 	require.NotNil(t, lead)
 	require.Equal(t, "infected", lead.Reference)
 	// F1 differences 0.2, 0.1, 0.2, -0.1; AUC 0.2, 0.05, (undefined), -0.05
@@ -265,8 +266,8 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	require.InDelta(t, 1.96*sd/2, lead.F1.CI95, 1e-12)
 	require.Equal(t, 3, lead.AUC.N)
 	require.InDelta(t, 0.2/3, lead.AUC.Mean, 1e-12)
-	require.Nil(t, rep.Results[1].VsInfected, "infected is a control")
-	require.Nil(t, rep.Results[2].VsInfected, "random is a control")
+	require.Nil(t, rep.Results[1].Paired, "infected is a control")
+	require.Nil(t, rep.Results[2].Paired, "random is a control")
 
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteTable(&buf))
@@ -277,9 +278,17 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	require.NoError(t, rep.WriteJSON(&buf))
 	var back Report
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &back))
-	require.Equal(t, lead, back.Results[0].VsInfected)
+	require.Equal(t, lead, back.Results[0].Paired)
 
 	cfg.Methods = []string{"lpsi", "random"}
 	rep = buildReport(g, cfg, "g", 0, [][]methodRun{{results[0][0], results[0][2]}})
-	require.Nil(t, rep.Results[0].VsInfected, "no infected run, no comparison")
+	require.Nil(t, rep.Results[0].Paired, "no infected run, no comparison")
+
+	// Against another method, here jordan: the runs below hand lpsi's
+	// slot infected's numbers and jordan's slot lpsi's.
+	cfg.Methods, cfg.PairedWith = []string{"lpsi", "jordan"}, "jordan"
+	rep = buildReport(g, cfg, "g", 0, [][]methodRun{{results[0][1], results[0][0]}, {results[1][1], results[1][0]}})
+	require.Nil(t, rep.Results[1].Paired, "the reference is not compared with itself")
+	require.Equal(t, "jordan", rep.Results[0].Paired.Reference)
+	require.InDelta(t, -0.1, rep.Results[0].Paired.F1.Mean, 1e-12)
 }

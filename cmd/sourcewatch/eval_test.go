@@ -50,6 +50,15 @@ func TestEvalCommand(t *testing.T) {
 		// aligned: every row as wide as the header
 		require.Equal(t, len([]rune(lines[header])), len([]rune(row)))
 	}
+	// the methods' paired leads over infected, the controls' none
+	require.Contains(t, stdout, "lpsi - infected: F1 ")
+	require.Contains(t, stdout, "jordan - infected: F1 ")
+	require.NotContains(t, stdout, "prior - infected")
+	stdout, _, err = runEvalCmd(t, "--graph", evalKarate, "--cascades", "30", "--runs", "1", "--seed", "3",
+		"--methods", "lpsi,jordan,infected", "--paired-with", "jordan")
+	require.NoError(t, err)
+	require.Contains(t, stdout, "lpsi - jordan: F1 ")
+	require.NotContains(t, stdout, " - infected:")
 
 	raw, err := os.ReadFile(out)
 	require.NoError(t, err)
@@ -124,6 +133,8 @@ func TestEvalCommandErrors(t *testing.T) {
 		{"bad runs", []string{"--graph", evalKarate, "--runs", "0"}, "--runs"},
 		{"split", []string{"--graph", evalKarate, "--train-frac", "0.9", "--val-frac", "0.2"}, "train fraction"},
 		{"bad diffusion", []string{"--graph", evalKarate, "--diffusion", "XY"}, "--diffusion"},
+		{"paired with a method not run", []string{"--graph", evalKarate, "--methods", "lpsi,infected", "--paired-with", "jordan"},
+			"--paired-with jordan: not among the methods evaluated (lpsi,infected)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := runEvalCmd(t, tc.args...)
