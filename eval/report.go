@@ -231,8 +231,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	for _, res := range r.Results {
 		if v := res.Paired; v != nil {
-			fmt.Fprintf(&b, "%s - %s: F1 %+.3f ± %.3f, AUC %+.3f ± %.3f (95%% CI, paired over %d test cascades)\n",
-				res.Method, v.Reference, v.F1.Mean, v.F1.CI95, v.AUC.Mean, v.AUC.CI95, v.AUC.N)
+			over := fmt.Sprintf("%d test cascades", v.F1.N)
+			if v.AUC.N != v.F1.N {
+				over += fmt.Sprintf(", %d for AUC", v.AUC.N)
+			}
+			fmt.Fprintf(&b, "%s - %s: F1 %+.3f ± %.3f, AUC %+.3f ± %.3f (95%% CI, paired over %s)\n",
+				res.Method, v.Reference, v.F1.Mean, v.F1.CI95, v.AUC.Mean, v.AUC.CI95, over)
 		}
 	}
 	for _, res := range r.Results {

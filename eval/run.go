@@ -138,6 +138,9 @@ func (c Config) Validate(g *graph.Graph) error {
 		}
 		seen[m] = true
 	}
+	if c.PairedWith != "" && c.PairedWith != "infected" && !seen[c.PairedWith] {
+		return bad("paired with %q: not among the methods", c.PairedWith)
+	}
 	for k := range c.Params {
 		m, key, ok := strings.Cut(k, ".")
 		if !ok || key == "" {

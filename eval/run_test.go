@@ -84,6 +84,7 @@ func TestConfigValidate(t *testing.T) {
 		want string
 	}{
 		{"runs", func(c *Config) { c.Runs = 0 }, "runs 0"},
+		{"paired with", func(c *Config) { c.PairedWith = "magic" }, `paired with "magic": not among the methods`},
 		{"fractions", func(c *Config) { c.TrainFrac, c.ValFrac = 0.7, 0.3 }, "train fraction"},
 		{"empty split", func(c *Config) { c.Cascades = 3 }, "cascades 3"},
 		{"no methods", func(c *Config) { c.Methods = nil }, "methods: none"},
@@ -273,7 +274,7 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	require.NoError(t, rep.WriteTable(&buf))
 	require.Contains(t, buf.String(), "lpsi - infected: F1 +0.100 ± ")
 	require.Contains(t, buf.String(), "AUC +0.067 ± ")
-	require.Contains(t, buf.String(), "paired over 3 test cascades")
+	require.Contains(t, buf.String(), "paired over 4 test cascades, 3 for AUC")
 	buf.Reset()
 	require.NoError(t, rep.WriteJSON(&buf))
 	var back Report
