@@ -114,17 +114,11 @@ func pairedDifference(a, b []float64) Difference {
 
 // MarshalJSON writes an undefined mean or interval as null.
 func (d Difference) MarshalJSON() ([]byte, error) {
-	num := func(v float64) any {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil
-		}
-		return v
-	}
 	return json.Marshal(struct {
 		Mean any `json:"mean"`
 		CI95 any `json:"ci95"`
 		N    int `json:"n"`
-	}{num(d.Mean), num(d.CI95), d.N})
+	}{jsonNumber(d.Mean), jsonNumber(d.CI95), d.N})
 }
 
 // UnmarshalJSON reads null back as NaN.
@@ -136,31 +130,19 @@ func (d *Difference) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
-	*d = Difference{Mean: math.NaN(), CI95: math.NaN(), N: raw.N}
-	if raw.Mean != nil {
-		d.Mean = *raw.Mean
-	}
-	if raw.CI95 != nil {
-		d.CI95 = *raw.CI95
-	}
+	*d = Difference{Mean: orNaN(raw.Mean), CI95: orNaN(raw.CI95), N: raw.N}
 	return nil
 }
 
 // MarshalJSON writes an undefined (NaN) mean or sd as null, which
 // encoding/json cannot do for a float64.
 func (s Stat) MarshalJSON() ([]byte, error) {
-	num := func(v float64) any {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil
-		}
-		return v
-	}
 	return json.Marshal(struct {
 		Mean      any `json:"mean"`
 		SD        any `json:"sd"`
 		N         int `json:"n"`
 		Undefined int `json:"undefined,omitempty"`
-	}{num(s.Mean), num(s.SD), s.N, s.Undefined})
+	}{jsonNumber(s.Mean), jsonNumber(s.SD), s.N, s.Undefined})
 }
 
 // UnmarshalJSON reads null back as NaN.
@@ -173,14 +155,25 @@ func (s *Stat) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
-	*s = Stat{Mean: math.NaN(), SD: math.NaN(), N: raw.N, Undefined: raw.Undefined}
-	if raw.Mean != nil {
-		s.Mean = *raw.Mean
-	}
-	if raw.SD != nil {
-		s.SD = *raw.SD
-	}
+	*s = Stat{Mean: orNaN(raw.Mean), SD: orNaN(raw.SD), N: raw.N, Undefined: raw.Undefined}
 	return nil
+}
+
+// jsonNumber is v for encoding/json, or nil (null) for NaN and ±Inf, which
+// it cannot write.
+func jsonNumber(v float64) any {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return v
+}
+
+// orNaN is *p, or NaN for a JSON null.
+func orNaN(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
 }
 
 // WriteJSON writes the report as indented JSON.
