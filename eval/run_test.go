@@ -293,3 +293,21 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	require.Equal(t, "jordan", rep.Results[0].Paired.Reference)
 	require.InDelta(t, -0.1, rep.Results[0].Paired.F1.Mean, 1e-12)
 }
+
+// An undefined mean or interval travels as JSON null and comes back NaN.
+func TestUndefinedNumbersAreNull(t *testing.T) {
+	nan := math.NaN()
+	raw, err := json.Marshal(struct {
+		S Stat
+		D Difference
+	}{Stat{Mean: nan, SD: nan, Undefined: 3}, Difference{Mean: nan, CI95: math.Inf(1), N: 0}})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"S":{"mean":null,"sd":null,"n":0,"undefined":3},"D":{"mean":null,"ci95":null,"n":0}}`, string(raw))
+	var back struct {
+		S Stat
+		D Difference
+	}
+	require.NoError(t, json.Unmarshal(raw, &back))
+	require.True(t, math.IsNaN(back.S.Mean) && math.IsNaN(back.S.SD) && math.IsNaN(back.D.Mean) && math.IsNaN(back.D.CI95))
+	require.Equal(t, 3, back.S.Undefined)
+}
