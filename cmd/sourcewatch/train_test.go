@@ -129,4 +129,14 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir, "--graph", "../../configs/demo/karate.edges", "--directed")
 	require.ErrorIs(t, err, localize.ErrGraphMismatch)
+	// A bundle that records no plugin checksum is reported, not refused:
+	// localize and serve run it with allow_unverified.
+	unrecorded, err := localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	unrecorded.Manifest.Forward.SHA256 = ""
+	path := filepath.Join(t.TempDir(), "unrecorded.swb")
+	require.NoError(t, unrecorded.WriteFile(path))
+	out, _, err = runCmd(t, "", "bundle", "inspect", path, "--plugin-dir", pluginDir)
+	require.NoError(t, err)
+	require.Contains(t, out, ": unrecorded (the bundle records no SHA-256; localize and serve run it only with allow_unverified)")
 }
