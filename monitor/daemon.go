@@ -417,7 +417,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	d.bound.Store(true)
 
-	svc, err := d.startService()
+	svc, err := d.startService(workCtx, setupCtx)
 	if err != nil {
 		d.stopConsumers(true)
 		unrouted.Stop()

@@ -95,8 +95,12 @@ func (d *Daemon) Localize(ctx context.Context, req LocalizeRequest) (LocalizeRes
 }
 
 // startService registers the micro service "sourcewatch" with endpoints
-// <prefix>.svc.localize, .status and .reload.
-func (d *Daemon) startService() (micro.Service, error) {
+// <prefix>.svc.localize, .status and .reload. Handlers derive their
+// deadlines from ctx, so shutdown cancels requests in flight. It returns
+// only once the server has the endpoint subscriptions (a flush bounded by
+// setupCtx), so a client on another connection that sees the daemon ready
+// finds responders.
+func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, error) {
 	svc, err := micro.AddService(d.nc, micro.Config{
 		Name:        "sourcewatch",
 		Version:     Version,
@@ -127,14 +131,14 @@ func (d *Daemon) startService() (micro.Service, error) {
 				respond(r, nil, fmt.Errorf("%w: %w", errBadRequest, err))
 				return
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
 			resp, err := d.Localize(ctx, req)
 			respond(r, resp, err)
 		}},
 		{"status", func(r micro.Request) { respond(r, d.Status(), nil) }},
 		{"reload", func(r micro.Request) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
 			err := d.Reload(ctx)
 			respond(r, map[string]bool{"reloaded": err == nil}, err)
@@ -145,6 +149,10 @@ func (d *Daemon) startService() (micro.Service, error) {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("%w: endpoint %s: %w", ErrNATS, ep.name, err)
 		}
+	}
+	if err := d.nc.FlushWithContext(setupCtx); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("%w: micro service: %w", ErrNATS, err)
 	}
 	return svc, nil
 }
