@@ -25,9 +25,15 @@ import (
 // left out. A forward model whose test error is near the floor has nothing
 // left to learn; the gap is what a better one could gain.
 //
-// The result depends only on (g, cfg, sources, draws, seed), not on the
-// Workers option (OnProgress is not used). It returns an error wrapping
-// ErrUnreachable when no source set reaches its targets.
+// With the ObservedCounts option every observation of source set i is
+// taken at counts[i] infected nodes instead: the floor given the
+// observation time, which a forward model told |y| could reach. The gap
+// between the two floors is the part of a forward model's error that
+// comes from not knowing when the snapshot was taken.
+//
+// The result depends only on (g, cfg, sources, draws, seed) and the
+// counts, not on the Workers option (OnProgress is not used). It returns
+// an error wrapping ErrUnreachable when no source set reaches its targets.
 func ForwardFloor(ctx context.Context, g *graph.Graph, cfg Config, sources [][]int, draws int, seed int64, opts ...Option) (float64, error) {
 	if err := cfg.Validate(g); err != nil {
 		return 0, err
@@ -43,11 +49,22 @@ func ForwardFloor(ctx context.Context, g *graph.Graph, cfg Config, sources [][]i
 			}
 		}
 	}
+	o := newOptions(opts)
+	if o.counts != nil {
+		if len(o.counts) != len(sources) {
+			return 0, fmt.Errorf("%w: forward floor: %d observed counts for %d source sets", ErrConfig, len(o.counts), len(sources))
+		}
+		for i, k := range o.counts {
+			if k < 1 || k > n {
+				return 0, fmt.Errorf("%w: forward floor: source set %d: observed count %d outside 1..%d", ErrConfig, i, k, n)
+			}
+		}
+	}
 	terms := make([]float64, len(sources))
 	ok := make([]bool, len(sources))
 	jobs := make(chan int)
 	var wg sync.WaitGroup
-	for range newOptions(opts).workersFor(len(sources)) {
+	for range o.workersFor(len(sources)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -55,7 +72,11 @@ func ForwardFloor(ctx context.Context, g *graph.Graph, cfg Config, sources [][]i
 			hits := make([]float64, n)
 			stop := func() bool { return ctx.Err() != nil }
 			for i := range jobs {
-				terms[i], ok[i] = s.variance(sources[i], draws, seed, i, hits, stop)
+				count := 0 // a target drawn per observation
+				if o.counts != nil {
+					count = o.counts[i]
+				}
+				terms[i], ok[i] = s.variance(sources[i], count, draws, seed, i, hits, stop)
 			}
 		}()
 	}
@@ -88,12 +109,17 @@ feed:
 
 // variance returns (1/n) sum_v p_v (1 - p_v) draws/(draws-1) for source
 // set i, with p_v the fraction of draws observations in which v is
-// infected, and false when the source set cannot reach its targets.
-func (s *sim) variance(sources []int, draws int, seed int64, i int, hits []float64, stop func() bool) (float64, bool) {
+// infected, and false when the source set cannot reach its targets. Each
+// observation is taken at count infected nodes, or at a target drawn as
+// Simulate draws it when count is 0.
+func (s *sim) variance(sources []int, count, draws int, seed int64, i int, hits []float64, stop func() bool) (float64, bool) {
 	rng := cascadeRNG(seed, i)
 	clear(hits)
 	for d := 0; d < draws; d++ {
-		_, need := s.drawTarget(rng)
+		need := count
+		if need == 0 {
+			_, need = s.drawTarget(rng)
+		}
 		reached := false
 		for attempt := 0; attempt < s.cfg.MaxRedraws && !reached; attempt++ {
 			if stop() {

@@ -34,6 +34,42 @@ func TestForwardFloor(t *testing.T) {
 	require.Zero(t, floor)
 }
 
+// TestForwardFloorObservedCounts checks the floor given the observation
+// time against the same star. Held at 2 infected nodes it is 4/27 (above);
+// held at 3 every node is infected, so 0. Drawing the target from
+// U[0.5, 1] instead needs 2 nodes with probability 1/3 and 3 otherwise, so
+// a leaf is infected with probability 1/3·2/3 + 2/3 = 8/9 and the floor is
+// (2·8/9·1/9)/3 = 16/243; told the count, the same mixture's floor is
+// 1/3·4/27 = 4/81: not knowing the time costs the difference.
+func TestForwardFloorObservedCounts(t *testing.T) {
+	ctx := context.Background()
+	star := graph.New(3, []graph.Edge{{From: 0, To: 1}, {From: 0, To: 2}}, nil, false, false)
+	cfg := DefaultConfig()
+	cfg.Beta = 0.5
+	cfg.ObserveMin, cfg.ObserveMax = 0.5, 1
+	sets := [][]int{{0}, {0}, {0}}
+
+	drawn, err := ForwardFloor(ctx, star, cfg, sets, 3000, 5)
+	require.NoError(t, err)
+	require.InDelta(t, 16.0/243, drawn, 0.008)
+
+	told, err := ForwardFloor(ctx, star, cfg, sets, 3000, 5, ObservedCounts([]int{2, 3, 3}))
+	require.NoError(t, err)
+	require.InDelta(t, 4.0/81, told, 0.008)
+
+	at2, err := ForwardFloor(ctx, star, cfg, sets, 3000, 5, ObservedCounts([]int{2, 2, 2}))
+	require.NoError(t, err)
+	require.InDelta(t, 4.0/27, at2, 0.01)
+
+	at3, err := ForwardFloor(ctx, star, cfg, sets, 50, 5, ObservedCounts([]int{3, 3, 3}))
+	require.NoError(t, err)
+	require.Zero(t, at3)
+
+	again, err := ForwardFloor(ctx, star, cfg, sets, 3000, 5, ObservedCounts([]int{2, 3, 3}), Workers(1))
+	require.NoError(t, err)
+	require.Equal(t, told, again, "same inputs, same estimate, whatever the workers")
+}
+
 func TestForwardFloorErrors(t *testing.T) {
 	ctx := context.Background()
 	g := loadKarate(t)
@@ -43,6 +79,15 @@ func TestForwardFloorErrors(t *testing.T) {
 	_, err = ForwardFloor(ctx, g, cfg, [][]int{{0}, {34}}, 8, 1)
 	require.ErrorIs(t, err, ErrConfig)
 	require.ErrorContains(t, err, "node 34")
+
+	_, err = ForwardFloor(ctx, g, cfg, [][]int{{0}, {1}}, 8, 1, ObservedCounts([]int{5}))
+	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorContains(t, err, "1 observed counts for 2 source sets")
+	_, err = ForwardFloor(ctx, g, cfg, [][]int{{0}, {1}}, 8, 1, ObservedCounts([]int{5, 35}))
+	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorContains(t, err, "source set 1: observed count 35 outside 1..34")
+	_, err = ForwardFloor(ctx, g, cfg, [][]int{{0}}, 8, 1, ObservedCounts([]int{0}))
+	require.ErrorContains(t, err, "observed count 0")
 
 	// An isolated source can never infect half of the graph.
 	lonely := graph.New(4, []graph.Edge{{From: 1, To: 2}, {From: 2, To: 3}}, nil, false, false)

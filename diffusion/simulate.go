@@ -27,6 +27,7 @@ type Option func(*options)
 type options struct {
 	workers  int
 	progress func(done, total int)
+	counts   []int
 }
 
 // Workers sets how many cascades run in parallel; n < 1 means GOMAXPROCS.
@@ -36,6 +37,13 @@ func Workers(n int) Option { return func(o *options) { o.workers = n } }
 // OnProgress is called after each finished cascade with the number done so
 // far. Calls come from one goroutine, in order, never concurrently.
 func OnProgress(f func(done, total int)) Option { return func(o *options) { o.progress = f } }
+
+// ObservedCounts makes ForwardFloor observe source set i at counts[i]
+// infected nodes (the snapshot at the first step with at least that many)
+// instead of at a target fraction drawn per observation: the floor of a
+// forward model that is also told how many nodes were infected when the
+// snapshot was taken. Simulate ignores it.
+func ObservedCounts(counts []int) Option { return func(o *options) { o.counts = counts } }
 
 func newOptions(opts []Option) options {
 	var o options

@@ -71,5 +71,7 @@
 // table (WriteTable) or JSON (WriteJSON). When a method has a forward
 // model (SL-VAE), the report also carries the forward floor
 // (diffusion.ForwardFloor on the test sources): the least test error any
-// forward model can reach, to read its forward_test_mse against.
+// forward model can reach, to read its forward_test_mse against, and the
+// same floor given the observed infected count (diffusion.ObservedCounts),
+// which tells how much of that error is the unknown observation time.
 package eval

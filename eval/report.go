@@ -28,6 +28,13 @@ type Report struct {
 	// beside a forward model's forward_test_mse it says how much a better
 	// forward model could still gain.
 	ForwardFloorMSE float64 `json:"forward_floor_mse,omitempty"`
+	// ForwardFloorAtCountMSE is the same floor with each source set
+	// observed at its test cascade's infected count instead of at a drawn
+	// target (diffusion.ObservedCounts): the least error of a forward
+	// model that is also told when the snapshot was taken. Its gap to
+	// ForwardFloorMSE is the part of the floor that the observation time
+	// accounts for.
+	ForwardFloorAtCountMSE float64 `json:"forward_floor_at_count_mse,omitempty"`
 }
 
 // Settings records how the benchmark was run.
@@ -243,6 +250,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.ForwardFloorMSE > 0 {
 		fmt.Fprintf(&b, "forward_floor_mse = %.4g: the variance of y given the sources, the least forward_test_mse any forward model can reach here (%d draws from each of up to %d test source sets per run)\n",
 			r.ForwardFloorMSE, FloorDraws, FloorSourceSets)
+	}
+	if r.ForwardFloorAtCountMSE > 0 {
+		fmt.Fprintf(&b, "forward_floor_at_count_mse = %.4g: the same floor for a forward model also told the observed infected count (each test source set observed at its cascade's count); the gap to forward_floor_mse is what not knowing the observation time costs\n",
+			r.ForwardFloorAtCountMSE)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -250,7 +250,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	}
 	ntrain, nval, _ := cfg.split()
 	results := make([][]methodRun, cfg.Runs) // [run][method]
-	var floors []float64
+	var floors, countFloors []float64
 	redrawn := 0
 	methodsDone, methodsTotal := 0, cfg.Runs*len(cfg.Methods)
 	o.note = func(note string) {
@@ -281,6 +281,17 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 				return nil, fmt.Errorf("run %d: forward floor: %w", r+1, err)
 			}
 			floors = append(floors, floor)
+			// The same sets observed at their own infected counts: what a
+			// forward model told the observation time could reach.
+			counts := make([]int, len(sets))
+			for i := range counts {
+				counts[i] = len(test[i].Infected)
+			}
+			floor, err = diffusion.ForwardFloor(ctx, g, cfg.Sim, sets, FloorDraws, mix(seed, nameSalt("forward-floor")), diffusion.Workers(workers), diffusion.ObservedCounts(counts))
+			if err != nil {
+				return nil, fmt.Errorf("run %d: forward floor at the observed counts: %w", r+1, err)
+			}
+			countFloors = append(countFloors, floor)
 		}
 
 		results[r] = make([]methodRun, len(cfg.Methods))
@@ -335,13 +346,15 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	rep := buildReport(g, cfg, o.name, redrawn, results)
 	if len(floors) > 0 {
 		rep.ForwardFloorMSE = Summarize(floors).Mean
+		rep.ForwardFloorAtCountMSE = Summarize(countFloors).Mean
 	}
 	return rep, nil
 }
 
-// FloorSourceSets and FloorDraws size the forward-floor estimate of a run
-// (Report.ForwardFloorMSE): the first FloorSourceSets test cascades'
-// sources, FloorDraws observations from each.
+// FloorSourceSets and FloorDraws size the forward-floor estimates of a run
+// (Report.ForwardFloorMSE and ForwardFloorAtCountMSE): the first
+// FloorSourceSets test cascades' sources, FloorDraws observations from
+// each.
 const (
 	FloorSourceSets = 60
 	FloorDraws      = 64

@@ -155,8 +155,9 @@ func TestEvalCommandLearnedMethods(t *testing.T) {
 		"--method-param", "local-mlp.steps=300")
 	require.NoError(t, err)
 	var doc struct {
-		ForwardFloorMSE float64 `json:"forward_floor_mse"`
-		Results         []struct {
+		ForwardFloorMSE        float64 `json:"forward_floor_mse"`
+		ForwardFloorAtCountMSE float64 `json:"forward_floor_at_count_mse"`
+		Results                []struct {
 			Method string
 			AUC    struct{ Mean float64 }
 			Extra  map[string]float64
@@ -183,10 +184,16 @@ func TestEvalCommandLearnedMethods(t *testing.T) {
 	require.Greater(t, doc.ForwardFloorMSE, 0.0)
 	require.LessOrEqual(t, doc.ForwardFloorMSE, 0.25)
 	require.Less(t, doc.ForwardFloorMSE, mse+0.05)
+	// Told the observation time, a forward model can only do better: by
+	// the law of total variance the floor at the observed counts is lower
+	// in expectation (up to the noise of 8 source sets).
+	require.Greater(t, doc.ForwardFloorAtCountMSE, 0.0)
+	require.LessOrEqual(t, doc.ForwardFloorAtCountMSE, doc.ForwardFloorMSE+0.02)
 
 	// Without a forward model there is no floor to report.
 	stdout, _, err = runEvalCmd(t, "--graph", evalKarate, "--cascades", "20", "--runs", "1",
 		"--methods", "lpsi,infected", "--log-level", "warn")
 	require.NoError(t, err)
 	require.NotContains(t, stdout, "forward_floor_mse")
+	require.NotContains(t, stdout, "forward_floor_at_count_mse")
 }
