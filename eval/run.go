@@ -250,7 +250,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	}
 	ntrain, nval, _ := cfg.split()
 	results := make([][]methodRun, cfg.Runs) // [run][method]
-	var floors, countFloors []float64
+	var floors, countFloors, observed []float64
 	redrawn := 0
 	methodsDone, methodsTotal := 0, cfg.Runs*len(cfg.Methods)
 	o.note = func(note string) {
@@ -270,6 +270,9 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		}
 		redrawn += rep.Redrawn
 		train, val, test := Split(cs, ntrain, nval, seed)
+		for _, c := range test {
+			observed = append(observed, float64(len(c.Infected))/float64(g.N()))
+		}
 		if cfg.hasForwardModel() {
 			// The truth is read here only for a diagnostic no method sees.
 			sets := make([][]int, min(len(test), FloorSourceSets))
@@ -344,6 +347,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		}
 	}
 	rep := buildReport(g, cfg, o.name, redrawn, results)
+	rep.Settings.ObservedInfected = Summarize(observed)
 	if len(floors) > 0 {
 		rep.ForwardFloorMSE = Summarize(floors).Mean
 		rep.ForwardFloorAtCountMSE = Summarize(countFloors).Mean

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -133,7 +134,13 @@ func TestRun(t *testing.T) {
 	require.Equal(t, 80, rep.Nodes)
 	require.Equal(t, Settings{Cascades: 40, Runs: 2, Seed: 11, Train: 24, Validation: 8, Test: 8,
 		Sources: "ratio 0.1", Pattern: "uniform", Beta: 0.1, Gamma: 0.05, P: 0.1, Threshold: -1,
-		Observe: [2]float64{0.2, 0.5}, Methods: cfg.Methods, Params: cfg.Params, Redrawn: rep.Settings.Redrawn}, rep.Settings)
+		Observe: [2]float64{0.2, 0.5}, ObservedInfected: rep.Settings.ObservedInfected,
+		Methods: cfg.Methods, Params: cfg.Params, Redrawn: rep.Settings.Redrawn}, rep.Settings)
+	// Every test snapshot is at or above its target of at least 20%.
+	require.Equal(t, 16, rep.Settings.ObservedInfected.N)
+	require.GreaterOrEqual(t, rep.Settings.ObservedInfected.Mean, 0.2)
+	require.LessOrEqual(t, rep.Settings.ObservedInfected.Mean, 1.0)
+	require.Positive(t, rep.Settings.ObservedInfected.SD)
 	require.Len(t, rep.Results, len(cfg.Methods))
 	byName := map[string]Result{}
 	for i, res := range rep.Results {
@@ -175,6 +182,7 @@ func TestRun(t *testing.T) {
 	require.Contains(t, table, "random *")
 	require.Contains(t, table, "test-extras: train_size = 3")
 	require.Contains(t, table, "rand.edges: 80 nodes")
+	require.Contains(t, table, fmt.Sprintf("test snapshots held %.3f", rep.Settings.ObservedInfected.Mean))
 
 	buf.Reset()
 	require.NoError(t, rep.WriteJSON(&buf))
