@@ -15,7 +15,7 @@ func TestForwardFloor(t *testing.T) {
 	// snapshot is the first step at which a leaf is infected; with beta
 	// 1/2 both, only 1 and only 2 are equally likely, so p = (1, 2/3, 2/3)
 	// and the floor is (0 + 2/9 + 2/9) / 3 = 4/27.
-	star := graph.New(3, []graph.Edge{{From: 0, To: 1}, {From: 0, To: 2}}, nil, false, false)
+	star := threeStar()
 	cfg := DefaultConfig()
 	cfg.Beta = 0.5
 	cfg.ObserveMin, cfg.ObserveMax = 0.5, 0.5
@@ -43,7 +43,7 @@ func TestForwardFloor(t *testing.T) {
 // 1/3·4/27 = 4/81: not knowing the time costs the difference.
 func TestForwardFloorObservedCounts(t *testing.T) {
 	ctx := context.Background()
-	star := graph.New(3, []graph.Edge{{From: 0, To: 1}, {From: 0, To: 2}}, nil, false, false)
+	star := threeStar()
 	cfg := DefaultConfig()
 	cfg.Beta = 0.5
 	cfg.ObserveMin, cfg.ObserveMax = 0.5, 1
@@ -68,6 +68,11 @@ func TestForwardFloorObservedCounts(t *testing.T) {
 	again, err := ForwardFloor(ctx, star, cfg, sets, 3000, 5, ObservedCounts([]int{2, 3, 3}), Workers(1))
 	require.NoError(t, err)
 	require.Equal(t, told, again, "same inputs, same estimate, whatever the workers")
+}
+
+// threeStar is centre 0 with leaves 1 and 2.
+func threeStar() *graph.Graph {
+	return graph.New(3, []graph.Edge{{From: 0, To: 1}, {From: 0, To: 2}}, nil, false, false)
 }
 
 func TestForwardFloorErrors(t *testing.T) {
