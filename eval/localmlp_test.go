@@ -126,8 +126,17 @@ func TestSLVAEParams(t *testing.T) {
 	_, err = f(Env{Graph: path(3), Params: map[string]string{"prototypes": "0"}})
 	require.ErrorIs(t, err, ErrBadParam)
 	require.ErrorContains(t, err, "slvae.prototypes=0")
+	m, err = f(Env{Graph: path(3), Params: map[string]string{"prior_weight_scale": "0.5"}})
+	require.NoError(t, err)
+	require.Equal(t, 0.5, m.(*slvae).weightScale)
+	for _, bad := range []string{"0", "-2", "x"} {
+		_, err = f(Env{Graph: path(3), Params: map[string]string{"prior_weight_scale": bad}})
+		require.ErrorIs(t, err, ErrBadParam)
+		require.ErrorContains(t, err, "slvae.prior_weight_scale=", bad)
+	}
 	m, err = f(Env{Graph: path(3)})
 	require.NoError(t, err)
+	require.Equal(t, 1.0, m.(*slvae).weightScale)
 	require.Equal(t, localize.DefaultOptStepsGrid(), m.(*slvae).optGrid)
 	require.Equal(t, 50, m.(*slvae).solve.OptSteps)
 }

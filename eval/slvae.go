@@ -28,6 +28,8 @@ import (
 //	prior_epochs VAE epochs (0 = default)
 //	prototypes   prototype latents N of the prior term (default 1024, as
 //	             train's --prototypes)
+//	prior_weight_scale  s in the prior weight w = s·2σ² (default 1: the
+//	             calibrated weight, σ² the forward model's validation MSE)
 //	restarts     inference restarts R (default 8)
 //	init_steps   inference steps on L_init (default 20)
 //	opt_steps    inference steps on L_pred (default: chosen with delta on
@@ -93,6 +95,8 @@ type slvae struct {
 	valSolves int
 	// prototypes is N, the prototype latents of the prior term.
 	prototypes int
+	// weightScale multiplies the calibrated prior weight.
+	weightScale float64
 	// optGrid are the n_opt values Train chooses from (nil: opt_steps
 	// was given).
 	optGrid []int
@@ -133,8 +137,12 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	}
 	m.valSolves = p.int("val_solves", 32)
 	m.prototypes = p.int("prototypes", prior.DefaultPrototypes)
+	m.weightScale = p.float("prior_weight_scale", 1)
 	if err := p.done(); err != nil {
 		return nil, err
+	}
+	if m.weightScale <= 0 {
+		return nil, fmt.Errorf("%w %s.prior_weight_scale=%g: want a value > 0", ErrBadParam, name, m.weightScale)
 	}
 	if m.prototypes < 1 {
 		return nil, fmt.Errorf("%w %s.prototypes=%d: want at least 1", ErrBadParam, name, m.prototypes)
@@ -185,6 +193,7 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		Fit:              m.fit,
 		Prior:            m.prior,
 		Prototypes:       m.prototypes,
+		PriorWeightScale: m.weightScale,
 		Solve:            m.solve,
 		ValidationSolves: m.valSolves,
 		OptStepsGrid:     m.optGrid,

@@ -37,6 +37,9 @@ type TrainConfig struct {
 	// Solve are the inference settings delta is chosen with. A zero
 	// PriorWeight is calibrated (see Train).
 	Solve Options
+	// PriorWeightScale multiplies the calibrated prior weight: w = s·2σ²
+	// (0 means 1). It has no effect when Solve.PriorWeight is set.
+	PriorWeightScale float64
 	// ValidationSolves caps how many validation cascades are solved to
 	// choose delta (default 64); the rest of the validation split is unused.
 	ValidationSolves int
@@ -98,6 +101,9 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	}
 	if err := cfg.Solve.Validate(); err != nil {
 		return nil, fmt.Errorf("training: solve options: %w", err)
+	}
+	if cfg.PriorWeightScale < 0 || math.IsNaN(cfg.PriorWeightScale) || math.IsInf(cfg.PriorWeightScale, 0) {
+		return nil, fmt.Errorf("training: prior weight scale %g: want a finite value > 0", cfg.PriorWeightScale)
 	}
 	for _, k := range cfg.OptStepsGrid {
 		if k < 1 {
@@ -180,6 +186,9 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	solve := cfg.Solve
 	if solve.PriorWeight == 0 {
 		solve.PriorWeight = CalibratedPriorWeight(noise)
+		if cfg.PriorWeightScale > 0 {
+			solve.PriorWeight *= cfg.PriorWeightScale
+		}
 	}
 	solve = solve.withDefaults()
 	metrics["prior_weight"] = solve.PriorWeight

@@ -35,15 +35,16 @@ func karateTraining(t *testing.T) (*graph.Graph, []forward.Pair, prior.Config) {
 
 // TestTrainCalibratesPriorWeight trains small bundles with the deepis
 // model in process and checks that the prior weight comes from the forward
-// model's validation error unless the caller sets it, and that delta is
-// one of the grid.
+// model's validation error, times the scale, unless the caller sets it,
+// and that delta is one of the grid.
 func TestTrainCalibratesPriorWeight(t *testing.T) {
 	g, pairs, pc := karateTraining(t)
 	train, val := pairs[:30], pairs[30:]
 	for _, tc := range []struct {
 		name   string
 		weight float64
-	}{{"calibrated", 0}, {"explicit", 0.7}} {
+		scale  float64
+	}{{"calibrated", 0, 0}, {"scaled", 0, 0.25}, {"explicit", 0.7, 0}, {"explicit wins over scale", 0.7, 0.25}} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := deepis.New()
 			require.NoError(t, m.Configure(t.Context(), g, nil, nil))
@@ -52,7 +53,7 @@ func TestTrainCalibratesPriorWeight(t *testing.T) {
 			opts.Restarts = 2
 			b, err := localize.Train(t.Context(), g, m, train, val, localize.TrainConfig{
 				Fit: forward.FitOptions{Epochs: 2}, Prior: pc, Prototypes: 16,
-				Solve: opts, ValidationSolves: 3, Seed: 5,
+				Solve: opts, ValidationSolves: 3, Seed: 5, PriorWeightScale: tc.scale,
 			}, nil)
 			require.NoError(t, err)
 			mse, err := localize.ForwardMSE(t.Context(), m, g.N(), val)
@@ -63,6 +64,9 @@ func TestTrainCalibratesPriorWeight(t *testing.T) {
 				want = localize.CalibratedPriorWeight(mse)
 				require.Greater(t, mse, 0.0)
 				require.InDelta(t, 2*mse, want, 1e-12)
+				if tc.scale > 0 {
+					want *= tc.scale
+				}
 			}
 			require.InDelta(t, want, b.Manifest.Solve.PriorWeight, 1e-12)
 			require.InDelta(t, want, b.Manifest.Metrics["prior_weight"], 1e-12)
@@ -70,6 +74,16 @@ func TestTrainCalibratesPriorWeight(t *testing.T) {
 			require.Contains(t, localize.Thresholds, b.Manifest.Threshold)
 		})
 	}
+}
+
+func TestTrainRejectsBadPriorWeightScale(t *testing.T) {
+	g, pairs, pc := karateTraining(t)
+	m := deepis.New()
+	require.NoError(t, m.Configure(t.Context(), g, nil, nil))
+	_, err := localize.Train(t.Context(), g, m, pairs[:30], pairs[30:], localize.TrainConfig{
+		Prior: pc, Solve: localize.DefaultOptions(), PriorWeightScale: -1,
+	}, nil)
+	require.ErrorContains(t, err, "prior weight scale -1")
 }
 
 // With an OptStepsGrid, Train chooses n_opt with delta on validation: the
