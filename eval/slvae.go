@@ -28,8 +28,9 @@ import (
 //	prior_epochs VAE epochs (0 = default)
 //	prototypes   prototype latents N of the prior term (default 1024, as
 //	             train's --prototypes)
-//	prior_weight_scale  s in the prior weight w = s·2σ² (default 1: the
-//	             calibrated weight, σ² the forward model's validation MSE)
+//	prior_weight_scale
+//	             s in the prior weight w = s·2σ² (default 1: the calibrated
+//	             weight, σ² the forward model's validation MSE)
 //	restarts     inference restarts R (default 8)
 //	init_steps   inference steps on L_init (default 20)
 //	opt_steps    inference steps on L_pred (default: chosen with delta on
