@@ -41,6 +41,8 @@ var slvaeVariants = map[string]localize.Variant{
 	"slvae-a":       localize.NoPriorPred,
 	"slvae-b":       localize.NoInit,
 	"slvae-noprior": localize.NoPrior,
+	// Not one of the paper's: stage 1 on the forward term alone.
+	"slvae-datainit": localize.DataInit,
 }
 
 func init() {

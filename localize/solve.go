@@ -54,6 +54,10 @@ const (
 	// NoPrior drops the prior in both stages: the forward term alone. It
 	// shows what the learned prior contributes.
 	NoPrior Variant = "noprior"
+	// DataInit starts stage 2 (L_pred) from a stage 1 on the forward term
+	// alone instead of L_init: the descent first finds where the data
+	// points, then the prior's prototypes act from there.
+	DataInit Variant = "datainit"
 )
 
 // ErrBadObservation is returned when y has the wrong length or a value
@@ -131,9 +135,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("start: want %q or %q, got %q", Bernoulli, SigmoidNoise, o.Start)
 	}
 	switch o.Variant {
-	case "", Full, NoPriorPred, NoInit, NoPrior:
+	case "", Full, NoPriorPred, NoInit, NoPrior, DataInit:
 	default:
-		return fmt.Errorf("variant: want full, a, b or noprior, got %q", o.Variant)
+		return fmt.Errorf("variant: want full, a, b, noprior or datainit, got %q", o.Variant)
 	}
 	if o.Threshold < 0 || o.Threshold > 1 {
 		return fmt.Errorf("threshold: %g outside [0, 1]", o.Threshold)
@@ -447,6 +451,8 @@ func (p *Problem) descend(ctx context.Context, opts Options) (descent, error) {
 		phases = []phase{{stagePred, opts.InitSteps + opts.OptSteps}}
 	case NoPrior:
 		phases = []phase{{stageForward, opts.InitSteps}, {stageForward, opts.OptSteps}}
+	case DataInit:
+		phases = []phase{{stageForward, opts.InitSteps}, {stagePred, opts.OptSteps}}
 	}
 	// A checkpoint for n_opt = k falls after k steps of the last phase,
 	// which for ablation (b) also holds the n_init steps.

@@ -182,7 +182,7 @@ func TestObjectiveGradient(t *testing.T) {
 }
 
 // allVariants is every Variant Solve accepts.
-var allVariants = []Variant{Full, NoPriorPred, NoInit, NoPrior}
+var allVariants = []Variant{Full, NoPriorPred, NoInit, NoPrior, DataInit}
 
 func TestSolveDescendsAndIsDeterministic(t *testing.T) {
 	const n = 12

@@ -30,7 +30,8 @@ random. A method localizes only where it beats infected and prior.
 
 Methods: all (` + strings.Join(eval.DefaultMethods(), ", ") + `),
 or a comma-separated list that may also name SL-VAE's ablations slvae-a
-(L_init only), slvae-b (no initialisation stage) and slvae-noprior.
+(L_init only), slvae-b (no initialisation stage), slvae-noprior and
+slvae-datainit (stage 1 on the forward term alone, then L_pred).
 SL-VAE trains a bundle per run with the forward plugin of slvae.forward
 (default deepis; --forward deepis,gat,monstor,icmf compares plugins).
 Method parameters: --method-param method.key=value, e.g. lpsi.alpha=0.5,
@@ -141,7 +142,7 @@ func expandForwards(cfg *eval.Config, list string) error {
 		}
 	}
 	if !expanded {
-		return fmt.Errorf("--forward: no SL-VAE method (slvae, slvae-a, slvae-b, slvae-noprior) in --methods")
+		return fmt.Errorf("--forward: no SL-VAE method (slvae, slvae-a, slvae-b, slvae-noprior, slvae-datainit) in --methods")
 	}
 	cfg.Methods = methods
 	return nil
