@@ -105,6 +105,9 @@ type SolveRef struct {
 	OptSteps     int     `json:"opt_steps"`
 	LearningRate float64 `json:"learning_rate"`
 	PriorWeight  float64 `json:"prior_weight"`
+	// Variant is the inference schedule (Full or DataInit); bundles made
+	// before it was recorded use Full.
+	Variant Variant `json:"variant,omitempty"`
 }
 
 // Bundle is a trained SL-VAE model for one graph: the prior, the forward
@@ -142,6 +145,9 @@ func (b *Bundle) Options() Options {
 	}
 	if s.PriorWeight > 0 {
 		o.PriorWeight = s.PriorWeight
+	}
+	if s.Variant != "" {
+		o.Variant = s.Variant
 	}
 	return o
 }
@@ -284,6 +290,9 @@ func ReadBundle(r io.ReaderAt, size int64) (*Bundle, error) {
 	}
 	if m.Format != FormatVersion {
 		return nil, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d", ErrBundleVersion, m.Format, FormatVersion)
+	}
+	if err := (Options{Variant: m.Solve.Variant}).Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %s: solve.%v", ErrBadBundle, entryManifest, err)
 	}
 	names := make([]string, 0, len(m.Checksums))
 	for name := range m.Checksums {

@@ -3,6 +3,7 @@ package localize
 import (
 	"archive/zip"
 	"bytes"
+	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -150,6 +151,12 @@ func TestBundleRefusesDamage(t *testing.T) {
 			}
 			return body
 		}), ErrBundleVersion, "format 2"},
+		{"unknown schedule", rewrite(t, good, func(name string, body []byte) []byte {
+			if name == entryManifest {
+				return bytes.Replace(body, []byte(`"prior_weight":`), []byte(`"variant": "fast", "prior_weight":`), 1)
+			}
+			return body
+		}), ErrBadBundle, `solve.variant: want full, a, b, noprior or datainit, got "fast"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "bad.swb")
@@ -172,4 +179,19 @@ func TestSolveWithBundlePrior(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 0.9, res2.Threshold)
 	require.Equal(t, res.Scores, res2.Scores)
+}
+
+// A manifest without a recorded schedule (bundles from before it was
+// recorded) solves with the paper's; a recorded one is used.
+func TestBundleOptionsVariant(t *testing.T) {
+	var b Bundle
+	require.Equal(t, Full, b.Options().Variant)
+	b.Manifest.Solve.Variant = DataInit
+	require.Equal(t, DataInit, b.Options().Variant)
+
+	var m Manifest
+	require.NoError(t, json.Unmarshal([]byte(`{"solve":{"restarts":8,"init_steps":20,"opt_steps":25}}`), &m))
+	require.Empty(t, m.Solve.Variant)
+	require.NoError(t, json.Unmarshal([]byte(`{"solve":{"variant":"datainit"}}`), &m))
+	require.Equal(t, DataInit, m.Solve.Variant)
 }

@@ -208,6 +208,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 			Solve: SolveRef{
 				Restarts: solve.Restarts, InitSteps: solve.InitSteps, OptSteps: solve.OptSteps,
 				LearningRate: solve.LearningRate, PriorWeight: solve.PriorWeight,
+				Variant: solve.Variant,
 			},
 			Metrics: metrics,
 		},

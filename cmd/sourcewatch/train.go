@@ -52,6 +52,7 @@ everything into one bundle file.`,
 	f.Int("restarts", 8, "inference restarts R")
 	f.Int("init-steps", 20, "inference steps on L_init (n_init); Solve time grows with init-steps + opt-steps")
 	f.Int("opt-steps", 0, "inference steps on L_pred (n_opt); 0 chooses it with delta on validation from 10, 25 and 50")
+	f.String("schedule", "paper", "inference schedule recorded in the bundle: paper (L_init, then L_pred: Algorithm 1) or datainit (the data term alone, then L_pred)")
 	f.Int("val-solves", 64, "validation cascades solved to choose delta")
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
 	f.String("graph-name", "", "graph name recorded in the bundle (default: the edge file's base name)")
@@ -65,6 +66,14 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	out := v.GetString("out")
 	if out == "" {
 		return fmt.Errorf("--out: the bundle file to write is required")
+	}
+	variant := localize.Full
+	switch sch := v.GetString("schedule"); sch {
+	case "paper":
+	case "datainit":
+		variant = localize.DataInit
+	default:
+		return fmt.Errorf("--schedule %q: want paper or datainit", sch)
 	}
 	initSteps, optSteps := v.GetInt("init_steps"), v.GetInt("opt_steps")
 	if initSteps < 0 || optSteps < 0 {
@@ -126,6 +135,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		pcfg.Epochs = e
 	}
 	solve := localize.DefaultOptions()
+	solve.Variant = variant
 	solve.Restarts = v.GetInt("restarts")
 	solve.InitSteps, solve.OptSteps = initSteps, optSteps
 	cfg := localize.TrainConfig{

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
 
@@ -26,6 +27,32 @@ func runCmd(t testing.TB, stdin string, args ...string) (string, string, error) 
 
 // TestTrainThenLocalize trains a small bundle on karate with the real icmf
 // plugin process, then localizes observations with it from the CLI.
+// train --schedule datainit records the schedule in the bundle; bundle
+// inspect shows it and localize solves with it.
+func TestTrainScheduleDataInit(t *testing.T) {
+	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	bundle := filepath.Join(t.TempDir(), "karate.swb")
+	out, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
+		"--diffusion", "SI", "--beta", "0.3", "--pattern", "cluster", "--cascades", "40", "--seed", "3",
+		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "3", "--prototypes", "32",
+		"--val-solves", "4", "--test-solves", "4", "--restarts", "4", "--init-steps", "5", "--opt-steps", "10",
+		"--schedule", "datainit", "--out", bundle, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "schedule datainit")
+	b, err := localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	require.Equal(t, localize.DataInit, b.Manifest.Solve.Variant)
+	require.Equal(t, localize.DataInit, b.Options().Variant)
+	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
+	require.NoError(t, err)
+	require.Contains(t, out, "5 + 10 steps, 4 restarts, schedule datainit")
+	out, _, err = runCmd(t, `{"infected":["0","1","2","3","7","13"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
+	require.NoError(t, err)
+	var got localizeOutput
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.NotEmpty(t, got.Top)
+}
+
 func TestTrainThenLocalize(t *testing.T) {
 	bundle, pluginDir := trainTestBundle(t)
 	dir := t.TempDir()
@@ -41,9 +68,15 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.Equal(t, 10, b.Manifest.Solve.InitSteps)
 	require.Equal(t, 30, b.Manifest.Solve.OptSteps)
 	require.Equal(t, 10, b.Options().InitSteps)
+	require.Equal(t, localize.Full, b.Options().Variant, "the paper's schedule unless --schedule says otherwise")
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--init-steps", "-1",
 		"--out", filepath.Join(dir, "x.swb"), "--log-level", "warn")
 	require.ErrorContains(t, err, "--init-steps -1")
+	// A bad schedule is refused before any cascade is simulated or plugin
+	// started (there is no plugin directory here).
+	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--schedule", "fast",
+		"--plugin-dir", t.TempDir(), "--out", filepath.Join(dir, "x.swb"), "--log-level", "warn")
+	require.ErrorContains(t, err, `--schedule "fast": want paper or datainit`)
 
 	// JSON output, observation from stdin, two observations as JSONL.
 	obs := `{"infected":["0","1","2","3","7","13"]}` + "\n" + `{"infected":["33","32","8","30"]}` + "\n"
