@@ -139,4 +139,12 @@ func TestSLVAEParams(t *testing.T) {
 	require.Equal(t, 1.0, m.(*slvae).weightScale)
 	require.Equal(t, localize.DefaultOptStepsGrid(), m.(*slvae).optGrid)
 	require.Equal(t, 50, m.(*slvae).solve.OptSteps)
+	// slvae solves as a bundle from `sourcewatch train` does by default;
+	// slvae-paper is the paper's Algorithm 1.
+	require.Equal(t, localize.DataInit, m.(*slvae).solve.Variant)
+	paper, err := Lookup("slvae-paper")
+	require.NoError(t, err)
+	m, err = paper(Env{Graph: path(3)})
+	require.NoError(t, err)
+	require.Equal(t, localize.Full, m.(*slvae).solve.Variant)
 }

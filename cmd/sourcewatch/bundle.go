@@ -162,8 +162,11 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		m.Prior.Hidden, m.Prior.Latent, m.Prior.Prototypes, m.Metrics["prior_val_loss"], m.Solve.PriorWeight)
 	fmt.Fprintf(w, "threshold   delta %.2f (validation F1 %.3f over %d cascades)\n", m.Threshold, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]))
 	steps := fmt.Sprintf("%d + %d steps, %d restarts", m.Solve.InitSteps, m.Solve.OptSteps, m.Solve.Restarts)
-	if m.Solve.Variant == localize.DataInit {
+	switch m.Solve.Variant {
+	case localize.DataInit:
 		steps += ", schedule datainit (the data term alone, then L_pred)"
+	case localize.Full, "":
+		steps += ", schedule paper (L_init, then L_pred)"
 	}
 	if grid := optStepsGrid(m.Metrics); len(grid) > 1 {
 		var f1s []string

@@ -29,9 +29,11 @@ degree, prior (training source frequency, never looks at the observation) and
 random. A method localizes only where it beats infected and prior.
 
 Methods: all (` + strings.Join(eval.DefaultMethods(), ", ") + `),
-or a comma-separated list that may also name SL-VAE's ablations slvae-a
-(L_init only), slvae-b (no initialisation stage), slvae-noprior and
-slvae-datainit (stage 1 on the forward term alone, then L_pred).
+or a comma-separated list that may also name slvae-paper (SL-VAE with the
+paper's schedule, Algorithm 1: L_init, then L_pred; slvae runs stage 1 on
+the forward term alone, then L_pred, as train's default --schedule) and
+SL-VAE's ablations slvae-a (L_init only), slvae-b (no initialisation stage)
+and slvae-noprior.
 SL-VAE trains a bundle per run with the forward plugin of slvae.forward
 (default deepis; --forward deepis,gat,monstor,icmf compares plugins).
 Method parameters: --method-param method.key=value, e.g. lpsi.alpha=0.5,
@@ -142,7 +144,7 @@ func expandForwards(cfg *eval.Config, list string) error {
 		}
 	}
 	if !expanded {
-		return fmt.Errorf("--forward: no SL-VAE method (slvae, slvae-a, slvae-b, slvae-noprior, slvae-datainit) in --methods")
+		return fmt.Errorf("--forward: no SL-VAE method (slvae, slvae-paper, slvae-a, slvae-b, slvae-noprior) in --methods")
 	}
 	cfg.Methods = methods
 	return nil

@@ -50,9 +50,9 @@ everything into one bundle file.`,
 	f.Int("prior-epochs", 0, "VAE training epochs (0 = default)")
 	f.Int("prototypes", 1024, "prototype latents N for the prior term")
 	f.Int("restarts", 8, "inference restarts R")
-	f.Int("init-steps", 20, "inference steps on L_init (n_init); Solve time grows with init-steps + opt-steps")
+	f.Int("init-steps", 20, "inference steps of stage 1 (n_init; on the data term under --schedule datainit, on L_init under paper); Solve time grows with init-steps + opt-steps")
 	f.Int("opt-steps", 0, "inference steps on L_pred (n_opt); 0 chooses it with delta on validation from 10, 25 and 50")
-	f.String("schedule", "paper", "inference schedule recorded in the bundle: paper (L_init, then L_pred: Algorithm 1) or datainit (the data term alone, then L_pred)")
+	f.String("schedule", "datainit", "inference schedule recorded in the bundle: datainit (the data term alone, then L_pred) or paper (L_init, then L_pred: the paper's Algorithm 1)")
 	f.Int("val-solves", 64, "validation cascades solved to choose delta")
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
 	f.String("graph-name", "", "graph name recorded in the bundle (default: the edge file's base name)")
@@ -73,7 +73,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	case "datainit":
 		variant = localize.DataInit
 	default:
-		return fmt.Errorf("--schedule %q: want paper or datainit", sch)
+		return fmt.Errorf("--schedule %q: want datainit or paper", sch)
 	}
 	initSteps, optSteps := v.GetInt("init_steps"), v.GetInt("opt_steps")
 	if initSteps < 0 || optSteps < 0 {

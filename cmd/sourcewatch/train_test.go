@@ -25,27 +25,25 @@ func runCmd(t testing.TB, stdin string, args ...string) (string, string, error) 
 	return stdout.String(), stderr.String(), err
 }
 
-// TestTrainThenLocalize trains a small bundle on karate with the real icmf
-// plugin process, then localizes observations with it from the CLI.
-// train --schedule datainit records the schedule in the bundle; bundle
+// train --schedule paper records the paper's schedule in the bundle; bundle
 // inspect shows it and localize solves with it.
-func TestTrainScheduleDataInit(t *testing.T) {
+func TestTrainSchedulePaper(t *testing.T) {
 	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
 	bundle := filepath.Join(t.TempDir(), "karate.swb")
 	out, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
 		"--diffusion", "SI", "--beta", "0.3", "--pattern", "cluster", "--cascades", "40", "--seed", "3",
 		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "3", "--prototypes", "32",
 		"--val-solves", "4", "--test-solves", "4", "--restarts", "4", "--init-steps", "5", "--opt-steps", "10",
-		"--schedule", "datainit", "--out", bundle, "--log-level", "warn")
+		"--schedule", "paper", "--out", bundle, "--log-level", "warn")
 	require.NoError(t, err)
-	require.Contains(t, out, "schedule datainit")
+	require.Contains(t, out, "schedule paper")
 	b, err := localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
-	require.Equal(t, localize.DataInit, b.Manifest.Solve.Variant)
-	require.Equal(t, localize.DataInit, b.Options().Variant)
+	require.Equal(t, localize.Full, b.Manifest.Solve.Variant)
+	require.Equal(t, localize.Full, b.Options().Variant)
 	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
 	require.NoError(t, err)
-	require.Contains(t, out, "5 + 10 steps, 4 restarts, schedule datainit")
+	require.Contains(t, out, "5 + 10 steps, 4 restarts, schedule paper")
 	out, _, err = runCmd(t, `{"infected":["0","1","2","3","7","13"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
 	require.NoError(t, err)
 	var got localizeOutput
@@ -53,6 +51,8 @@ func TestTrainScheduleDataInit(t *testing.T) {
 	require.NotEmpty(t, got.Top)
 }
 
+// TestTrainThenLocalize trains a small bundle on karate with the real icmf
+// plugin process, then localizes observations with it from the CLI.
 func TestTrainThenLocalize(t *testing.T) {
 	bundle, pluginDir := trainTestBundle(t)
 	dir := t.TempDir()
@@ -68,7 +68,7 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.Equal(t, 10, b.Manifest.Solve.InitSteps)
 	require.Equal(t, 30, b.Manifest.Solve.OptSteps)
 	require.Equal(t, 10, b.Options().InitSteps)
-	require.Equal(t, localize.Full, b.Options().Variant, "the paper's schedule unless --schedule says otherwise")
+	require.Equal(t, localize.DataInit, b.Options().Variant, "datainit unless --schedule says otherwise")
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--init-steps", "-1",
 		"--out", filepath.Join(dir, "x.swb"), "--log-level", "warn")
 	require.ErrorContains(t, err, "--init-steps -1")
@@ -76,7 +76,7 @@ func TestTrainThenLocalize(t *testing.T) {
 	// started (there is no plugin directory here).
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--schedule", "fast",
 		"--plugin-dir", t.TempDir(), "--out", filepath.Join(dir, "x.swb"), "--log-level", "warn")
-	require.ErrorContains(t, err, `--schedule "fast": want paper or datainit`)
+	require.ErrorContains(t, err, `--schedule "fast": want datainit or paper`)
 
 	// JSON output, observation from stdin, two observations as JSONL.
 	obs := `{"infected":["0","1","2","3","7","13"]}` + "\n" + `{"infected":["33","32","8","30"]}` + "\n"
