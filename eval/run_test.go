@@ -319,3 +319,18 @@ func TestUndefinedNumbersAreNull(t *testing.T) {
 	require.True(t, math.IsNaN(back.S.Mean) && math.IsNaN(back.S.SD) && math.IsNaN(back.D.Mean) && math.IsNaN(back.D.CI95))
 	require.Equal(t, 3, back.S.Undefined)
 }
+
+// A renamed method keeps the seed of the name its published numbers were
+// measured under; every other method is salted by its own name, so two
+// methods never share a seed by accident.
+func TestMethodSalt(t *testing.T) {
+	require.Equal(t, nameSalt("slvae-datainit"), methodSalt("slvae"))
+	require.Equal(t, nameSalt("slvae"), methodSalt("slvae-paper"))
+	require.Equal(t, nameSalt("slvae-noprior"), methodSalt("slvae-noprior"))
+	salts := map[uint64]string{}
+	for _, name := range append(DefaultMethods(), "slvae-paper", "slvae-a", "slvae-b", "slvae-noprior") {
+		s := methodSalt(name)
+		require.NotContains(t, salts, s, "%s and %s", name, salts[s])
+		salts[s] = name
+	}
+}
