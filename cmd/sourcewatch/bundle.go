@@ -161,19 +161,17 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	fmt.Fprintf(w, "prior       VAE hidden %d, latent %d, %d prototypes  val loss %.4g  weight %.3g (2 x forward val MSE)\n",
 		m.Prior.Hidden, m.Prior.Latent, m.Prior.Prototypes, m.Metrics["prior_val_loss"], m.Solve.PriorWeight)
 	fmt.Fprintf(w, "threshold   delta %.2f (validation F1 %.3f over %d cascades)\n", m.Threshold, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]))
-	steps := fmt.Sprintf("%d + %d steps, %d restarts", m.Solve.InitSteps, m.Solve.OptSteps, m.Solve.Restarts)
-	switch m.Solve.Variant {
-	case localize.DataInit:
-		steps += ", schedule datainit (the data term alone, then L_pred)"
-	case localize.Full, "":
-		steps += ", schedule paper (L_init, then L_pred)"
+	schedule := "paper (L_init, then L_pred)"
+	if m.Solve.Variant == localize.DataInit {
+		schedule = "datainit (the data term, then L_pred)"
 	}
+	steps := fmt.Sprintf("%d + %d steps, %d restarts, schedule %s", m.Solve.InitSteps, m.Solve.OptSteps, m.Solve.Restarts, schedule)
 	if grid := optStepsGrid(m.Metrics); len(grid) > 1 {
 		var f1s []string
 		for _, k := range grid {
 			f1s = append(f1s, fmt.Sprintf("%d: %.3f", k, m.Metrics[localize.OptStepsMetric(k)]))
 		}
-		steps += " (n_opt chosen on validation; F1 at " + strings.Join(f1s, ", ") + ")"
+		steps += "; n_opt chosen on validation, F1 at " + strings.Join(f1s, ", ")
 	}
 	fmt.Fprintf(w, "inference   %s\n", steps)
 	if _, ok := m.Metrics["test_f1"]; ok {

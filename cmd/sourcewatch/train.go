@@ -67,6 +67,10 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	if out == "" {
 		return fmt.Errorf("--out: the bundle file to write is required")
 	}
+	// Refused now rather than after minutes of training.
+	if fi, err := os.Stat(filepath.Dir(out)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--out %s: directory %s does not exist", out, filepath.Dir(out))
+	}
 	variant := localize.Full
 	switch sch := v.GetString("schedule"); sch {
 	case "paper":

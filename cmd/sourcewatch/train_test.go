@@ -69,6 +69,9 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.Equal(t, 30, b.Manifest.Solve.OptSteps)
 	require.Equal(t, 10, b.Options().InitSteps)
 	require.Equal(t, localize.DataInit, b.Options().Variant, "datainit unless --schedule says otherwise")
+	out, _, err := runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
+	require.NoError(t, err)
+	require.Contains(t, out, "10 + 30 steps, 4 restarts, schedule datainit (the data term, then L_pred)")
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--init-steps", "-1",
 		"--out", filepath.Join(dir, "x.swb"), "--log-level", "warn")
 	require.ErrorContains(t, err, "--init-steps -1")
@@ -77,10 +80,14 @@ func TestTrainThenLocalize(t *testing.T) {
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--schedule", "fast",
 		"--plugin-dir", t.TempDir(), "--out", filepath.Join(dir, "x.swb"), "--log-level", "warn")
 	require.ErrorContains(t, err, `--schedule "fast": want datainit or paper`)
+	// So is an output directory that does not exist.
+	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
+		"--plugin-dir", t.TempDir(), "--out", filepath.Join(dir, "missing", "x.swb"), "--log-level", "warn")
+	require.ErrorContains(t, err, "directory "+filepath.Join(dir, "missing")+" does not exist")
 
 	// JSON output, observation from stdin, two observations as JSONL.
 	obs := `{"infected":["0","1","2","3","7","13"]}` + "\n" + `{"infected":["33","32","8","30"]}` + "\n"
-	out, _, err := runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
+	out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	require.Len(t, lines, 2)
