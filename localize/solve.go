@@ -40,7 +40,9 @@ const (
 	SigmoidNoise Start = "sigmoid"
 )
 
-// Variant selects the full method or one of the paper's ablations (Table 4).
+// Variant selects the inference schedule: the paper's (Full), DataInit (the
+// one `sourcewatch train` records by default), or one of the paper's
+// ablations (Table 4).
 type Variant string
 
 const (
@@ -87,8 +89,10 @@ type Options struct {
 	Checkpoints []int
 }
 
-// DefaultOptions are the paper's settings, R = 8, n_init = 20, n_opt = 50,
-// with the prior weight left to the bundle (PriorWeight 0).
+// DefaultOptions are the paper's settings: its schedule (Full, with which
+// bundles made before the schedule was recorded are solved), R = 8,
+// n_init = 20, n_opt = 50, with the prior weight left to the bundle
+// (PriorWeight 0).
 func DefaultOptions() Options {
 	return Options{
 		Restarts:     8,
@@ -315,8 +319,9 @@ func (p *Problem) dataTerm(ctx context.Context, x, grad *mat.Dense) ([]float64, 
 
 var errShape = errors.New("shape mismatch")
 
-// Solve runs Algorithm 1 for observation y with the bundle's prior and
-// threshold and the forward model f. See the package documentation for the
+// Solve runs SL-VAE inference (Algorithm 1, or the schedule opts.Variant
+// names) for observation y with the bundle's prior and threshold and the
+// forward model f. See the package documentation for the
 // objective.
 func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options) (*Result, error) {
 	delta := b.Manifest.Threshold
