@@ -67,9 +67,9 @@ func BenchmarkSolve(b *testing.B) {
 			// n_opt = 25, as validation chooses on Cora-ML and Power Grid
 			// under the paper's schedule: a Solve's time is its round trips.
 			{"process/steps=20+25", proc, half},
-			// The schedule train records by default: stage 1 computes no
-			// prior terms. Under it validation chooses n_opt = 10 on
-			// Cora-ML and Power Grid (uniform sources).
+			// The schedule train records by default, and the n_opt = 10
+			// validation chooses with it on Cora-ML and Power Grid under
+			// uniform sources (in eval's runs).
 			{"process/datainit", proc, dataInit},
 			{"inprocess/datainit", inproc, dataInit},
 			{"process/datainit/steps=20+10", proc, dataInitShort},

@@ -26,8 +26,8 @@
 // clusters far from the test one (Power Grid with clustered sources) L_init
 // holds x near them and 50 steps of L_pred do not cross to the truth, which
 // the objective favours; DataInit reaches it, and elsewhere it measures
-// level with Full (see the README's results). It is also cheaper: stage 1
-// computes no prior terms.
+// level with Full (see the README's results). A step costs the same under
+// both: L_init's prior term is a dot product, L_pred's is the prior's cost.
 //
 // The paper runs 20 + 50 steps. Train can choose OptSteps on validation
 // together with delta (TrainConfig.OptStepsGrid; train and eval do, from
