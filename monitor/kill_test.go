@@ -55,7 +55,9 @@ func TestKill9LosesNoAcknowledgedEvent(t *testing.T) {
 	s := runServer(t)
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Helper$", "-test.count=1")
-	cmd.Env = append(os.Environ(), helperEnv+"=1", helperURL+"="+s.ClientURL(), helperDir+"="+dir)
+	// The child's own temporary directories go under ours: SIGKILL leaves
+	// it no chance to remove them.
+	cmd.Env = append(os.Environ(), helperEnv+"=1", helperURL+"="+s.ClientURL(), helperDir+"="+dir, "TMPDIR="+t.TempDir())
 	require.NoError(t, cmd.Start())
 	killed := false
 	t.Cleanup(func() {
