@@ -147,4 +147,10 @@ func TestSLVAEParams(t *testing.T) {
 	m, err = paper(Env{Graph: path(3)})
 	require.NoError(t, err)
 	require.Equal(t, localize.Full, m.(*slvae).solve.Variant)
+	m, err = f(Env{Graph: path(3), Params: map[string]string{"opt_steps_rule": "1se"}})
+	require.NoError(t, err)
+	require.True(t, m.(*slvae).fewestSteps)
+	_, err = f(Env{Graph: path(3), Params: map[string]string{"opt_steps_rule": "least"}})
+	require.ErrorIs(t, err, ErrBadParam)
+	require.ErrorContains(t, err, "slvae.opt_steps_rule=least")
 }

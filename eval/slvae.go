@@ -38,6 +38,10 @@ import (
 //	init_steps   inference steps of stage 1 (default 20)
 //	opt_steps    inference steps on L_pred (default: chosen with delta on
 //	             validation from localize.DefaultOptStepsGrid, as train does)
+//	opt_steps_rule
+//	             how n_opt is chosen on validation: best (the highest F1,
+//	             default) or 1se (the fewest steps within one standard
+//	             error of it, as train's --opt-steps-rule)
 //	val_solves   validation cascades solved to choose delta (default 32)
 var slvaeVariants = map[string]localize.Variant{
 	// Stage 1 on the forward term alone, then L_pred: it does what the
@@ -109,6 +113,8 @@ type slvae struct {
 	// optGrid are the n_opt values Train chooses from (nil: opt_steps
 	// was given).
 	optGrid []int
+	// fewestSteps is opt_steps_rule=1se.
+	fewestSteps bool
 
 	proc   *forward.Process
 	bundle *localize.Bundle
@@ -144,11 +150,19 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 		m.optGrid = localize.DefaultOptStepsGrid()
 		m.solve.OptSteps = slices.Max(m.optGrid)
 	}
+	rule := p.str("opt_steps_rule", "best")
 	m.valSolves = p.int("val_solves", 32)
 	m.prototypes = p.int("prototypes", prior.DefaultPrototypes)
 	m.weightScale = p.float("prior_weight_scale", 1)
 	if err := p.done(); err != nil {
 		return nil, err
+	}
+	switch rule {
+	case "best":
+	case "1se":
+		m.fewestSteps = true
+	default:
+		return nil, fmt.Errorf("%w %s.opt_steps_rule=%s: want best or 1se", ErrBadParam, name, rule)
 	}
 	if m.weightScale <= 0 {
 		return nil, fmt.Errorf("%w %s.prior_weight_scale=%g: want a value > 0", ErrBadParam, name, m.weightScale)
@@ -198,15 +212,16 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		return fmt.Errorf("%s: configuring forward plugin: %w", m.name, err)
 	}
 	cfg := localize.TrainConfig{
-		Forward:          localize.ForwardRef{Name: m.forward, Version: info.Version, SHA256: sum, Params: m.fparams},
-		Fit:              m.fit,
-		Prior:            m.prior,
-		Prototypes:       m.prototypes,
-		PriorWeightScale: m.weightScale,
-		Solve:            m.solve,
-		ValidationSolves: m.valSolves,
-		OptStepsGrid:     m.optGrid,
-		Seed:             m.env.Seed,
+		Forward:                localize.ForwardRef{Name: m.forward, Version: info.Version, SHA256: sum, Params: m.fparams},
+		Fit:                    m.fit,
+		Prior:                  m.prior,
+		Prototypes:             m.prototypes,
+		PriorWeightScale:       m.weightScale,
+		Solve:                  m.solve,
+		ValidationSolves:       m.valSolves,
+		OptStepsGrid:           m.optGrid,
+		FewestStepsWithinNoise: m.fewestSteps,
+		Seed:                   m.env.Seed,
 	}
 	b, err := localize.Train(ctx, g, proc, cascadePairs(train), cascadePairs(val), cfg, func(p localize.TrainProgress) {
 		if m.env.Progress != nil && p.Done == p.Total {

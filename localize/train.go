@@ -49,7 +49,13 @@ type TrainConfig struct {
 	// validation cascades are solved once, with the largest, and the
 	// others read from checkpoints of the same descents.
 	OptStepsGrid []int
-	Seed         int64
+	// FewestStepsWithinNoise chooses, instead of the n_opt with the best
+	// validation F1, the fewest steps whose F1 is within one standard
+	// error of the best (the one-standard-error rule, on the paired
+	// per-cascade differences): a shorter Solve where validation cannot
+	// tell the step counts apart. See ChooseOptSteps.
+	FewestStepsWithinNoise bool
+	Seed                   int64
 	// Now stamps the bundle; time.Now when nil.
 	Now func() time.Time
 }
@@ -251,19 +257,26 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		}
 		progress(TrainProgress{Stage: "threshold", Done: i + 1, Total: limit, Loss: math.NaN()})
 	}
-	best, delta, f1 := 0, 0.0, math.Inf(-1)
+	deltas := make([]float64, len(grid))
+	perCascade := make([][]float64, len(grid))
 	for gi, k := range grid {
 		d, f := ChooseThreshold(scores[gi], val[:limit], Thresholds)
 		if len(grid) > 1 {
 			metrics[OptStepsMetric(k)] = f
 		}
-		if f > f1+1e-12 {
-			best, delta, f1 = gi, d, f
+		deltas[gi] = d
+		perCascade[gi] = make([]float64, limit)
+		for i := range perCascade[gi] {
+			perCascade[gi][i] = f1At(scores[gi][i], val[i].Sources, d)
 		}
 	}
+	best := ChooseOptSteps(perCascade, cfg.FewestStepsWithinNoise)
+	if cfg.FewestStepsWithinNoise && len(grid) > 1 {
+		metrics[OptStepsWithinNoiseMetric] = 1
+	}
 	b.Manifest.Solve.OptSteps = grid[best]
-	b.Manifest.Threshold = delta
-	metrics["val_f1"] = f1
+	b.Manifest.Threshold = deltas[best]
+	metrics["val_f1"] = mean(perCascade[best])
 	metrics["val_cascades"] = float64(limit)
 	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
 	return b, nil
@@ -281,6 +294,51 @@ func CalibratedPriorWeight(mse float64) float64 {
 		return 1
 	}
 	return math.Max(minPriorWeight, 2*mse)
+}
+
+// OptStepsWithinNoiseMetric is set to 1 in a bundle's metrics when n_opt
+// was chosen as the fewest steps within noise of the best.
+const OptStepsWithinNoiseMetric = "opt_steps_within_noise"
+
+// ChooseOptSteps returns the index of the chosen step count, given f1[k][i],
+// the validation F1 of cascade i with the k-th step count (in increasing
+// order) at its chosen threshold. It is the k with the highest mean F1
+// (ties to fewer steps) or, withinNoise, the smallest k whose mean F1 is
+// at most one standard error below that best one's, the standard error of
+// the mean paired difference f1[best][i] - f1[k][i].
+func ChooseOptSteps(f1 [][]float64, withinNoise bool) int {
+	best := 0
+	for k := range f1 {
+		if mean(f1[k]) > mean(f1[best])+1e-12 {
+			best = k
+		}
+	}
+	if !withinNoise {
+		return best
+	}
+	for k := 0; k < best; k++ {
+		diff := make([]float64, len(f1[k]))
+		for i := range diff {
+			diff[i] = f1[best][i] - f1[k][i]
+		}
+		if mean(diff) <= stderr(diff) {
+			return k
+		}
+	}
+	return best
+}
+
+// stderr is the standard error of the mean of xs (0 for fewer than two).
+func stderr(xs []float64) float64 {
+	if len(xs) < 2 {
+		return 0
+	}
+	m := mean(xs)
+	var ss float64
+	for _, x := range xs {
+		ss += (x - m) * (x - m)
+	}
+	return math.Sqrt(ss / float64(len(xs)-1) / float64(len(xs)))
 }
 
 // ChooseThreshold returns the threshold of grid with the highest mean F1

@@ -137,3 +137,33 @@ func TestTrainChoosesOptSteps(t *testing.T) {
 	}, nil)
 	require.ErrorContains(t, err, "opt steps grid")
 }
+
+func TestChooseOptSteps(t *testing.T) {
+	// Three step counts over four validation cascades.
+	level := [][]float64{
+		{0.50, 0.40, 0.60, 0.30}, // mean 0.45
+		{0.55, 0.35, 0.60, 0.34}, // mean 0.46: differences 0.05, -0.05, 0, 0.04
+		{0.20, 0.20, 0.20, 0.20}, // mean 0.20
+	}
+	clear := [][]float64{
+		{0.30, 0.30, 0.30, 0.30},
+		{0.50, 0.52, 0.49, 0.51},
+		{0.50, 0.52, 0.49, 0.51}, // tied with the second: fewer steps win
+	}
+	for _, tc := range []struct {
+		name        string
+		f1          [][]float64
+		withinNoise bool
+		want        int
+	}{
+		{"best", level, false, 1},
+		{"within noise of the best", level, true, 0},
+		{"ties go to fewer steps", clear, false, 1},
+		{"a clear loss is not noise", clear, true, 1},
+		{"one step count", [][]float64{{0.1, 0.2}}, true, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, localize.ChooseOptSteps(tc.f1, tc.withinNoise))
+		})
+	}
+}

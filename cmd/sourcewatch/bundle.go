@@ -171,7 +171,11 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		for _, k := range grid {
 			f1s = append(f1s, fmt.Sprintf("%d: %.3f", k, m.Metrics[localize.OptStepsMetric(k)]))
 		}
-		steps += "; n_opt chosen on validation, F1 at " + strings.Join(f1s, ", ")
+		rule := "n_opt chosen on validation"
+		if m.Metrics[localize.OptStepsWithinNoiseMetric] == 1 {
+			rule = "n_opt chosen on validation, the fewest steps within one standard error of the best"
+		}
+		steps += "; " + rule + ", F1 at " + strings.Join(f1s, ", ")
 	}
 	fmt.Fprintf(w, "inference   %s\n", steps)
 	if _, ok := m.Metrics["test_f1"]; ok {

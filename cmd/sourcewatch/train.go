@@ -52,6 +52,7 @@ everything into one bundle file.`,
 	f.Int("restarts", 8, "inference restarts R")
 	f.Int("init-steps", 20, "inference steps of stage 1 (n_init; on the data term under --schedule datainit, on L_init under paper); Solve time grows with init-steps + opt-steps")
 	f.Int("opt-steps", 0, "inference steps on L_pred (n_opt); 0 chooses it with delta on validation from 10, 25 and 50")
+	f.String("opt-steps-rule", "best", "how validation chooses n_opt when --opt-steps is 0: best (the highest F1) or 1se (the fewest steps within one standard error of it: a shorter Solve where validation cannot tell them apart)")
 	f.String("schedule", "datainit", "inference schedule recorded in the bundle: datainit (the data term alone, then L_pred) or paper (L_init, then L_pred: the paper's Algorithm 1)")
 	f.Int("val-solves", 64, "validation cascades solved to choose delta")
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
@@ -78,6 +79,14 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		variant = localize.DataInit
 	default:
 		return fmt.Errorf("--schedule %q: want datainit or paper", sch)
+	}
+	var fewestSteps bool
+	switch rule := v.GetString("opt_steps_rule"); rule {
+	case "best":
+	case "1se":
+		fewestSteps = true
+	default:
+		return fmt.Errorf("--opt-steps-rule %q: want best or 1se", rule)
 	}
 	initSteps, optSteps := v.GetInt("init_steps"), v.GetInt("opt_steps")
 	if initSteps < 0 || optSteps < 0 {
@@ -150,12 +159,13 @@ func runTrain(cmd *cobra.Command, a *app) error {
 			Epochs: v.GetInt("forward_epochs"), LearningRate: v.GetFloat64("forward_lr"),
 			Lambda: v.GetFloat64("lambda"), Seed: seed,
 		},
-		Prior:            pcfg,
-		Prototypes:       v.GetInt("prototypes"),
-		Solve:            solve,
-		ValidationSolves: v.GetInt("val_solves"),
-		OptStepsGrid:     optGrid,
-		Seed:             seed,
+		Prior:                  pcfg,
+		Prototypes:             v.GetInt("prototypes"),
+		Solve:                  solve,
+		ValidationSolves:       v.GetInt("val_solves"),
+		OptStepsGrid:           optGrid,
+		FewestStepsWithinNoise: fewestSteps,
+		Seed:                   seed,
 	}
 	start := time.Now()
 	bars := map[string]*progress{}

@@ -51,6 +51,35 @@ func TestTrainSchedulePaper(t *testing.T) {
 	require.NotEmpty(t, got.Top)
 }
 
+// train --opt-steps-rule 1se chooses n_opt as the fewest steps within one
+// standard error of the best on validation and says so.
+func TestTrainOptStepsRule1SE(t *testing.T) {
+	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	bundle := filepath.Join(t.TempDir(), "karate.swb")
+	out, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
+		"--diffusion", "SI", "--beta", "0.3", "--pattern", "cluster", "--cascades", "40", "--seed", "3",
+		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "3", "--prototypes", "32",
+		"--val-solves", "8", "--test-solves", "4", "--restarts", "4", "--init-steps", "5",
+		"--opt-steps-rule", "1se", "--out", bundle, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "the fewest steps within one standard error of the best, F1 at 10: ")
+	b, err := localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, b.Manifest.Metrics[localize.OptStepsWithinNoiseMetric])
+	// The chosen n_opt is no worse on validation than one standard error
+	// allows: at most the best step count's.
+	best := 0.0
+	for _, k := range localize.DefaultOptStepsGrid() {
+		best = max(best, b.Manifest.Metrics[localize.OptStepsMetric(k)])
+	}
+	require.LessOrEqual(t, b.Manifest.Metrics["val_f1"], best)
+	require.Contains(t, localize.DefaultOptStepsGrid(), b.Manifest.Solve.OptSteps)
+
+	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--opt-steps-rule", "fast",
+		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
+	require.ErrorContains(t, err, `--opt-steps-rule "fast": want best or 1se`)
+}
+
 // TestTrainThenLocalize trains a small bundle on karate with the real icmf
 // plugin process, then localizes observations with it from the CLI.
 func TestTrainThenLocalize(t *testing.T) {
