@@ -152,5 +152,5 @@ func TestSLVAEParams(t *testing.T) {
 	require.True(t, m.(*slvae).fewestSteps)
 	_, err = f(Env{Graph: path(3), Params: map[string]string{"opt_steps_rule": "least"}})
 	require.ErrorIs(t, err, ErrBadParam)
-	require.ErrorContains(t, err, "slvae.opt_steps_rule=least")
+	require.ErrorContains(t, err, `slvae.opt_steps_rule: want best or 1se, got "least"`)
 }

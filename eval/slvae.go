@@ -157,12 +157,9 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	if err := p.done(); err != nil {
 		return nil, err
 	}
-	switch rule {
-	case "best":
-	case "1se":
-		m.fewestSteps = true
-	default:
-		return nil, fmt.Errorf("%w %s.opt_steps_rule=%s: want best or 1se", ErrBadParam, name, rule)
+	var err error
+	if m.fewestSteps, err = localize.ParseOptStepsRule(rule); err != nil {
+		return nil, fmt.Errorf("%w %s.opt_steps_rule: %w", ErrBadParam, name, err)
 	}
 	if m.weightScale <= 0 {
 		return nil, fmt.Errorf("%w %s.prior_weight_scale=%g: want a value > 0", ErrBadParam, name, m.weightScale)

@@ -296,6 +296,18 @@ func CalibratedPriorWeight(mse float64) float64 {
 	return math.Max(minPriorWeight, 2*mse)
 }
 
+// ParseOptStepsRule reads the name of a rule for choosing n_opt: "best"
+// (the highest validation F1) or "1se" (TrainConfig.FewestStepsWithinNoise).
+func ParseOptStepsRule(name string) (withinNoise bool, err error) {
+	switch name {
+	case "best":
+		return false, nil
+	case "1se":
+		return true, nil
+	}
+	return false, fmt.Errorf("want best or 1se, got %q", name)
+}
+
 // OptStepsWithinNoiseMetric is set to 1 in a bundle's metrics when n_opt
 // was chosen as the fewest steps within noise of the best.
 const OptStepsWithinNoiseMetric = "opt_steps_within_noise"

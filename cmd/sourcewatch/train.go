@@ -80,13 +80,9 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	default:
 		return fmt.Errorf("--schedule %q: want datainit or paper", sch)
 	}
-	var fewestSteps bool
-	switch rule := v.GetString("opt_steps_rule"); rule {
-	case "best":
-	case "1se":
-		fewestSteps = true
-	default:
-		return fmt.Errorf("--opt-steps-rule %q: want best or 1se", rule)
+	fewestSteps, err := localize.ParseOptStepsRule(v.GetString("opt_steps_rule"))
+	if err != nil {
+		return fmt.Errorf("--opt-steps-rule: %w", err)
 	}
 	initSteps, optSteps := v.GetInt("init_steps"), v.GetInt("opt_steps")
 	if initSteps < 0 || optSteps < 0 {

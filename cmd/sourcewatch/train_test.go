@@ -77,7 +77,7 @@ func TestTrainOptStepsRule1SE(t *testing.T) {
 
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--opt-steps-rule", "fast",
 		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
-	require.ErrorContains(t, err, `--opt-steps-rule "fast": want best or 1se`)
+	require.ErrorContains(t, err, `--opt-steps-rule: want best or 1se, got "fast"`)
 }
 
 // TestTrainThenLocalize trains a small bundle on karate with the real icmf
