@@ -136,8 +136,12 @@ type Process struct {
 
 	client *plugin.Client
 	cmd    *exec.Cmd
-	rpc    forwardpb.ForwardClient
-	hung   atomic.Bool // a call timed out: Close kills without the grace period
+	// sockDir holds the plugin's unix socket; Close removes it, so a
+	// plugin that was killed (and never removed its socket) leaves nothing
+	// behind in a daemon that restarts crashed plugins for months.
+	sockDir string
+	rpc     forwardpb.ForwardClient
+	hung    atomic.Bool // a call timed out: Close kills without the grace period
 	// noFused: the plugin predates SquaredErrorVJP; use Predict then VJP.
 	noFused atomic.Bool
 
@@ -176,7 +180,12 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		}
 		secure = &plugin.SecureConfig{Checksum: o.checksum, Hash: sha256.New()}
 	}
+	sockDir, err := os.MkdirTemp("", "sourcewatch-plugin-")
+	if err != nil {
+		return nil, fmt.Errorf("forward plugin %s: socket directory: %w", name, err)
+	}
 	cmd := exec.Command(path)
+	cmd.Env = []string{plugin.EnvUnixSocketDir + "=" + sockDir}
 	setParentDeathSignal(cmd)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
@@ -210,18 +219,21 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	case <-ctx.Done():
 		client.Kill()
 		<-done
+		_ = os.RemoveAll(sockDir)
 		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, ctx.Err())
 	}
 	if err != nil {
 		client.Kill()
+		_ = os.RemoveAll(sockDir)
 		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, err)
 	}
 	rpc, ok := raw.(forwardpb.ForwardClient)
 	if !ok {
 		client.Kill()
+		_ = os.RemoveAll(sockDir)
 		return nil, fmt.Errorf("forward plugin %s: launch: dispensed %T, not a forward client", name, raw)
 	}
-	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, rpc: rpc}
+	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc}
 	// The first call also sets up the TLS connection, so it gets the start
 	// timeout rather than the call timeout.
 	err = p.callWithin(ctx, "info", max(o.startTimeout, p.deadline(0)), func(ctx context.Context) error {
@@ -259,6 +271,7 @@ func (p *Process) Close() error {
 			_ = p.cmd.Process.Kill()
 		}
 		p.client.Kill()
+		_ = os.RemoveAll(p.sockDir)
 	})
 	return nil
 }

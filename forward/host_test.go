@@ -220,6 +220,30 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 	require.Error(t, err)
 }
 
+// A plugin killed outright cannot remove its unix socket; closing it in the
+// host does, so a daemon restarting crashed plugins for months leaves no
+// sockets behind.
+func TestKilledPluginLeavesNoSocket(t *testing.T) {
+	bin := forwardtest.Build(t, "icmf")
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	p, err := forward.Launch(t.Context(), bin)
+	require.NoError(t, err)
+	sockets := func() []string {
+		dirs, err := filepath.Glob(filepath.Join(tmp, "sourcewatch-plugin-*", "plugin*"))
+		require.NoError(t, err)
+		return dirs
+	}
+	require.Len(t, sockets(), 1, "the plugin's socket is in a directory of its own")
+	require.NoError(t, syscall.Kill(p.Pid(), syscall.SIGKILL))
+	require.Eventually(t, p.Exited, 5*time.Second, 10*time.Millisecond)
+	require.Len(t, sockets(), 1, "a killed plugin leaves its socket")
+	require.NoError(t, p.Close())
+	left, err := filepath.Glob(filepath.Join(tmp, "sourcewatch-plugin-*"))
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
+
 // A SIGTERM meant for the host's whole process group (a service manager
 // stopping it) does not kill the plugin under the host: the host stops it.
 func TestPluginIgnoresSIGTERM(t *testing.T) {
