@@ -25,17 +25,27 @@ func runCmd(t testing.TB, stdin string, args ...string) (string, string, error) 
 	return stdout.String(), stderr.String(), err
 }
 
+// trainSmall trains a small karate bundle with the real icmf plugin and
+// the given extra flags, returning train's output, the bundle file and the
+// plugin directory.
+func trainSmall(t *testing.T, flags ...string) (out, bundle, pluginDir string) {
+	t.Helper()
+	pluginDir = filepath.Dir(forwardtest.Build(t, "icmf"))
+	bundle = filepath.Join(t.TempDir(), "karate.swb")
+	args := append([]string{"train", "--graph", "../../configs/demo/karate.edges",
+		"--diffusion", "SI", "--beta", "0.3", "--pattern", "cluster", "--cascades", "40", "--seed", "3",
+		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "3", "--prototypes", "32",
+		"--test-solves", "4", "--restarts", "4", "--init-steps", "5",
+		"--out", bundle, "--log-level", "warn"}, flags...)
+	out, _, err := runCmd(t, "", args...)
+	require.NoError(t, err)
+	return out, bundle, pluginDir
+}
+
 // train --schedule paper records the paper's schedule in the bundle; bundle
 // inspect shows it and localize solves with it.
 func TestTrainSchedulePaper(t *testing.T) {
-	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
-	bundle := filepath.Join(t.TempDir(), "karate.swb")
-	out, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
-		"--diffusion", "SI", "--beta", "0.3", "--pattern", "cluster", "--cascades", "40", "--seed", "3",
-		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "3", "--prototypes", "32",
-		"--val-solves", "4", "--test-solves", "4", "--restarts", "4", "--init-steps", "5", "--opt-steps", "10",
-		"--schedule", "paper", "--out", bundle, "--log-level", "warn")
-	require.NoError(t, err)
+	out, bundle, pluginDir := trainSmall(t, "--val-solves", "4", "--opt-steps", "10", "--schedule", "paper")
 	require.Contains(t, out, "schedule paper")
 	b, err := localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
@@ -54,14 +64,7 @@ func TestTrainSchedulePaper(t *testing.T) {
 // train --opt-steps-rule 1se chooses n_opt as the fewest steps within one
 // standard error of the best on validation and says so.
 func TestTrainOptStepsRule1SE(t *testing.T) {
-	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
-	bundle := filepath.Join(t.TempDir(), "karate.swb")
-	out, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
-		"--diffusion", "SI", "--beta", "0.3", "--pattern", "cluster", "--cascades", "40", "--seed", "3",
-		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "3", "--prototypes", "32",
-		"--val-solves", "8", "--test-solves", "4", "--restarts", "4", "--init-steps", "5",
-		"--opt-steps-rule", "1se", "--out", bundle, "--log-level", "warn")
-	require.NoError(t, err)
+	out, bundle, _ := trainSmall(t, "--val-solves", "8", "--opt-steps-rule", "1se")
 	require.Contains(t, out, "the fewest steps within one standard error of the best, F1 at 10: ")
 	b, err := localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
