@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -69,8 +71,13 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		return fmt.Errorf("--out: the bundle file to write is required")
 	}
 	// Refused now rather than after minutes of training.
-	if fi, err := os.Stat(filepath.Dir(out)); err != nil || !fi.IsDir() {
+	switch fi, err := os.Stat(filepath.Dir(out)); {
+	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("--out %s: directory %s does not exist", out, filepath.Dir(out))
+	case err != nil:
+		return fmt.Errorf("--out %s: %w", out, err)
+	case !fi.IsDir():
+		return fmt.Errorf("--out %s: %s is not a directory", out, filepath.Dir(out))
 	}
 	variant := localize.Full
 	switch sch := v.GetString("schedule"); sch {

@@ -116,6 +116,12 @@ func TestTrainThenLocalize(t *testing.T) {
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
 		"--plugin-dir", t.TempDir(), "--out", filepath.Join(dir, "missing", "x.swb"), "--log-level", "warn")
 	require.ErrorContains(t, err, "directory "+filepath.Join(dir, "missing")+" does not exist")
+	// And a path whose directory is a file.
+	file := filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(file, nil, 0o600))
+	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
+		"--plugin-dir", t.TempDir(), "--out", filepath.Join(file, "x.swb"), "--log-level", "warn")
+	require.ErrorContains(t, err, file+" is not a directory")
 
 	// JSON output, observation from stdin, two observations as JSONL.
 	obs := `{"infected":["0","1","2","3","7","13"]}` + "\n" + `{"infected":["33","32","8","30"]}` + "\n"
