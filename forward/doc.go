@@ -17,6 +17,9 @@
 //     handshake, a SHA-256 check, AutoMTLS and a parent-death signal; every
 //     call has a deadline and every answer is checked for shape, NaN and Inf
 //     (ErrBadOutput), so a broken plugin is an error naming it.
+//   - The shared batch region (shared.go): on Linux a memfd the plugin
+//     inherits, through which the fused calls' x, target and dx travel
+//     instead of gRPC when the plugin says in Info that it mapped it.
 //   - Supervised (supervise.go): a Model that relaunches a crashed or hung
 //     plugin with capped exponential backoff, re-Configures it and retries
 //     the interrupted call once.

@@ -87,12 +87,19 @@ type launchOptions struct {
 	callTimeout  time.Duration
 	fitIdle      time.Duration
 	startTimeout time.Duration
+	noShared     bool
 }
 
 // WithLogger routes go-plugin's messages and the plugin's stderr into log.
 // The default discards them.
 func WithLogger(log *zap.Logger) LaunchOption {
 	return func(o *launchOptions) { o.log = log }
+}
+
+// WithoutSharedMemory sends every batch through gRPC, as to a plugin that
+// cannot map the shared region: for comparisons, or to rule it out.
+func WithoutSharedMemory() LaunchOption {
+	return func(o *launchOptions) { o.noShared = true }
 }
 
 // WithChecksum makes Launch refuse a binary whose SHA-256 is not sum; it is
@@ -141,7 +148,10 @@ type Process struct {
 	// behind in a daemon that restarts crashed plugins for months.
 	sockDir string
 	rpc     forwardpb.ForwardClient
-	hung    atomic.Bool // a call timed out: Close kills without the grace period
+	// shared is the batch region the plugin maps (nil when it does not):
+	// the fused calls' x, target and gradient travel there.
+	shared *hostShared
+	hung   atomic.Bool // a call timed out: Close kills without the grace period
 	// noFused: the plugin predates SquaredErrorVJP; use Predict then VJP.
 	noFused atomic.Bool
 
@@ -187,6 +197,16 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	cmd := exec.Command(path)
 	cmd.Env = []string{plugin.EnvUnixSocketDir + "=" + sockDir}
 	setParentDeathSignal(cmd)
+	var shared *hostShared
+	if !o.noShared && sharedSupported {
+		if shared, err = newHostShared(); err != nil {
+			o.log.Debug("forward plugin batches travel through gRPC", zap.String("plugin", name), zap.Error(err))
+		} else {
+			// The first of ExtraFiles is the child's descriptor 3.
+			cmd.ExtraFiles = []*os.File{shared.region.file}
+			cmd.Env = append(cmd.Env, SharedMemoryEnv+"=3")
+		}
+	}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		Plugins:          plugin.PluginSet{pluginName: &grpcPlugin{}},
@@ -201,6 +221,14 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
 	})
+	fail := func(err error) (*Process, error) {
+		client.Kill()
+		_ = os.RemoveAll(sockDir)
+		if shared != nil {
+			shared.region.close()
+		}
+		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, err)
+	}
 	// go-plugin's handshake ignores contexts, so it runs in a goroutine that
 	// this function always waits for, and a cancelled ctx kills the child.
 	var (
@@ -219,30 +247,32 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	case <-ctx.Done():
 		client.Kill()
 		<-done
-		_ = os.RemoveAll(sockDir)
-		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, ctx.Err())
+		return fail(ctx.Err())
 	}
 	if err != nil {
-		client.Kill()
-		_ = os.RemoveAll(sockDir)
-		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, err)
+		return fail(err)
 	}
 	rpc, ok := raw.(forwardpb.ForwardClient)
 	if !ok {
-		client.Kill()
-		_ = os.RemoveAll(sockDir)
-		return nil, fmt.Errorf("forward plugin %s: launch: dispensed %T, not a forward client", name, raw)
+		return fail(fmt.Errorf("dispensed %T, not a forward client", raw))
 	}
-	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc}
+	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc, shared: shared}
 	// The first call also sets up the TLS connection, so it gets the start
 	// timeout rather than the call timeout.
-	err = p.callWithin(ctx, "info", max(o.startTimeout, p.deadline(0)), func(ctx context.Context) error {
-		_, err := p.rpc.Info(ctx, &forwardpb.InfoRequest{})
+	var info *forwardpb.InfoResponse
+	err = p.callWithin(ctx, "info", max(o.startTimeout, p.deadline(0)), func(ctx context.Context) (err error) {
+		info, err = p.rpc.Info(ctx, &forwardpb.InfoRequest{})
 		return err
 	})
 	if err != nil {
 		_ = p.Close()
 		return nil, err
+	}
+	if shared != nil && !info.GetSharedMemory() {
+		// A plugin in another language, or built before the region existed.
+		o.log.Debug("forward plugin does not map the shared region; batches travel through gRPC", zap.String("plugin", name))
+		p.shared = nil
+		shared.region.close()
 	}
 	o.log.Debug("forward plugin launched", zap.String("path", path))
 	return p, nil
@@ -272,6 +302,10 @@ func (p *Process) Close() error {
 		}
 		p.client.Kill()
 		_ = os.RemoveAll(p.sockDir)
+		if p.shared != nil {
+			// The plugin is gone, so no call is using the region.
+			p.shared.region.close()
+		}
 	})
 	return nil
 }
@@ -440,13 +474,23 @@ func (p *Process) checkOut(op, field string, m *mat.Dense, rows, cols int) error
 	return nil
 }
 
-// decode unpacks an answer matrix, reporting undecodable bytes as bad output.
+// decode unpacks an answer matrix and checks it (checkOut), reporting
+// undecodable bytes as bad output.
 func (p *Process) decode(op, field string, m *forwardpb.Matrix, rows, cols int) (*mat.Dense, error) {
+	d, err := p.unpack(op, field, m)
+	if err != nil {
+		return nil, err
+	}
+	return d, p.checkOut(op, field, d, rows, cols)
+}
+
+// unpack is decode without the shape and finiteness check.
+func (p *Process) unpack(op, field string, m *forwardpb.Matrix) (*mat.Dense, error) {
 	d, err := MatrixFromProto(m, field)
 	if err != nil {
 		return nil, fmt.Errorf("forward plugin %s: %s: %v: %w", p.name, op, err, ErrBadOutput)
 	}
-	return d, p.checkOut(op, field, d, rows, cols)
+	return d, nil
 }
 
 // Predict implements Model.
@@ -499,11 +543,7 @@ func (p *Process) SquaredErrorVJP(ctx context.Context, x, target *mat.Dense) (*m
 		return SquaredErrorVJP(ctx, modelOnly{p}, x, target)
 	}
 	p.checkIn(x, nil)
-	var resp *forwardpb.VJPResponse
-	err := p.call(ctx, "squared-error vjp", p.batchWork(r), func(ctx context.Context) (err error) {
-		resp, err = p.rpc.SquaredErrorVJP(ctx, &forwardpb.SquaredErrorVJPRequest{X: MatrixToProto(x), Target: MatrixToProto(target)})
-		return err
-	})
+	resp, dx, err := p.fused(ctx, x, target, false)
 	if err != nil {
 		if errors.Is(err, errUnimplemented) {
 			p.noFused.Store(true)
@@ -511,15 +551,78 @@ func (p *Process) SquaredErrorVJP(ctx context.Context, x, target *mat.Dense) (*m
 		}
 		return nil, nil, err
 	}
-	y, err := p.decode("squared-error vjp", "y", resp.GetY(), r, c)
+	y, err := p.decode(fusedOp, "y", resp.GetY(), r, c)
 	if err != nil {
 		return nil, nil, err
 	}
-	dx, err := p.decode("squared-error vjp", "dx", resp.GetDx(), r, c)
-	if err != nil {
+	if err := p.checkOut(fusedOp, "dx", dx, r, c); err != nil {
 		return nil, nil, err
 	}
 	return y, dx, nil
+}
+
+const fusedOp = "squared-error vjp"
+
+// fused makes the SquaredErrorVJP call and returns its response and dx,
+// decoded but not yet checked (the caller checks y or the loss first, then
+// dx, so a fault is reported where it first shows). The batches go through the shared region when the
+// plugin maps one and no other call is using it, and as bytes otherwise.
+func (p *Process) fused(ctx context.Context, x, target *mat.Dense, lossOnly bool) (*forwardpb.VJPResponse, *mat.Dense, error) {
+	r, c := x.Dims()
+	tr, _ := target.Dims()
+	var resp *forwardpb.VJPResponse
+	if sh := p.shared; sh != nil && !sh.retired.Load() && sh.mu.TryLock() {
+		defer sh.mu.Unlock()
+		if xOff, targetOff, dxOff, size, ok := sharedLayout(r, c, tr); ok {
+			mem, err := sh.region.grow(size)
+			if err != nil {
+				sh.retired.Store(true)
+				p.log.Warn("forward plugin batches travel through gRPC from now on", zap.String("plugin", p.name), zap.Error(err))
+			} else {
+				putDense(mem, xOff, x)
+				putDense(mem, targetOff, target)
+				req := &forwardpb.SquaredErrorVJPRequest{LossOnly: lossOnly, Shared: &forwardpb.SharedBatch{
+					Rows: uint32(r), Cols: uint32(c), TargetRows: uint32(tr)}}
+				err := p.call(ctx, fusedOp, p.batchWork(r), func(ctx context.Context) (err error) {
+					resp, err = p.rpc.SquaredErrorVJP(ctx, req)
+					return err
+				})
+				if err != nil {
+					// A call that timed out or was cancelled may still be
+					// running in the plugin, reading x or writing dx: the next
+					// call must not write there.
+					sh.retired.Store(true)
+					return nil, nil, err
+				}
+				sh.calls.Add(1)
+				if !resp.GetDxShared() {
+					dx, err := p.unpack(fusedOp, "dx", resp.GetDx())
+					return resp, dx, err
+				}
+				return resp, denseAt(mem, dxOff, r, c), nil
+			}
+		}
+	}
+	req := &forwardpb.SquaredErrorVJPRequest{X: MatrixToProto(x), Target: MatrixToProto(target), LossOnly: lossOnly}
+	err := p.call(ctx, fusedOp, p.batchWork(r), func(ctx context.Context) (err error) {
+		resp, err = p.rpc.SquaredErrorVJP(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	dx, err := p.unpack(fusedOp, "dx", resp.GetDx())
+	return resp, dx, err
+}
+
+// SharedCalls returns how many fused calls have passed their batches
+// through the shared region rather than gRPC: zero for a plugin that does
+// not map it or a process launched WithoutSharedMemory.
+func (p *Process) SharedCalls() int64 {
+	if p.shared == nil {
+		return 0
+	}
+	return p.shared.calls.Load()
 }
 
 // SquaredErrorLoss implements SquaredErrorLosser in one round trip that
@@ -539,12 +642,8 @@ func (p *Process) SquaredErrorLoss(ctx context.Context, x, target *mat.Dense) ([
 		return squaredErrors(y, target), dx, nil
 	}
 	p.checkIn(x, nil)
-	const op = "squared-error vjp"
-	var resp *forwardpb.VJPResponse
-	err := p.call(ctx, op, p.batchWork(r), func(ctx context.Context) (err error) {
-		resp, err = p.rpc.SquaredErrorVJP(ctx, &forwardpb.SquaredErrorVJPRequest{X: MatrixToProto(x), Target: MatrixToProto(target), LossOnly: true})
-		return err
-	})
+	const op = fusedOp
+	resp, dx, err := p.fused(ctx, x, target, true)
 	if err != nil {
 		if errors.Is(err, errUnimplemented) {
 			p.noFused.Store(true)
@@ -570,8 +669,7 @@ func (p *Process) SquaredErrorLoss(ctx context.Context, x, target *mat.Dense) ([
 			}
 		}
 	}
-	dx, err := p.decode(op, "dx", resp.GetDx(), r, c)
-	if err != nil {
+	if err := p.checkOut(op, "dx", dx, r, c); err != nil {
 		return nil, nil, err
 	}
 	return loss, dx, nil

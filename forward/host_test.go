@@ -402,6 +402,7 @@ func TestForeignPlugin(t *testing.T) {
 	require.Equal(t, wdx.RawMatrix().Data, dx.RawMatrix().Data)
 	// It predates SquaredErrorVJP: the host falls back to Predict + VJP.
 	requireFusedMatches(t, p, in, x)
+	require.Zero(t, p.SharedCalls(), "it did not claim the shared region")
 	pid := p.Pid()
 	require.NoError(t, p.Close())
 	requireGone(t, pid)
@@ -415,6 +416,7 @@ func TestForeignPlugin(t *testing.T) {
 	defer pf.Close()
 	require.NoError(t, pf.Configure(t.Context(), g, map[string]string{"steps": "3"}, nil))
 	requireFusedMatches(t, pf, in, x)
+	require.Zero(t, pf.SharedCalls())
 }
 
 func TestFitIdleTimeout(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/signal"
 	"sync"
 	"syscall"
@@ -50,9 +51,14 @@ func Serve(m Model) {
 	// plugins itself, and the parent-death signal covers a host that dies,
 	// so a plugin ignores SIGTERM, as go-plugin makes it ignore SIGINT.
 	signal.Ignore(syscall.SIGTERM)
+	shared, err := pluginShared()
+	if err != nil {
+		// The host sends bytes to a plugin that does not claim the region.
+		fmt.Fprintf(os.Stderr, "batches travel through gRPC: %v\n", err)
+	}
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: Handshake,
-		Plugins:         plugin.PluginSet{pluginName: &grpcPlugin{impl: m}},
+		Plugins:         plugin.PluginSet{pluginName: &grpcPlugin{impl: m, shared: shared}},
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return plugin.DefaultGRPCServer(append(opts,
 				grpc.MaxRecvMsgSize(MaxMessageBytes),
@@ -64,11 +70,12 @@ func Serve(m Model) {
 // grpcPlugin binds the Forward service to go-plugin on both sides.
 type grpcPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
-	impl Model // plugin side only
+	impl   Model         // plugin side only
+	shared *sharedRegion // plugin side only; nil without a region
 }
 
 func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	forwardpb.RegisterForwardServer(s, NewServer(p.impl))
+	forwardpb.RegisterForwardServer(s, &server{m: p.impl, shared: p.shared})
 	return nil
 }
 
@@ -86,9 +93,10 @@ func NewServer(m Model) forwardpb.ForwardServer {
 
 type server struct {
 	forwardpb.UnimplementedForwardServer
-	m  Model
-	mu sync.Mutex
-	n  int // nodes of the configured graph; 0 before Configure
+	m      Model
+	mu     sync.Mutex
+	n      int           // nodes of the configured graph; 0 before Configure
+	shared *sharedRegion // the host's batch region, if it handed one over
 }
 
 // toStatus maps an error to a gRPC status whose message keeps the sentinel
@@ -127,7 +135,9 @@ func (s *server) Info(ctx context.Context, _ *forwardpb.InfoRequest) (_ *forward
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return infoToProto(in), nil
+	resp := infoToProto(in)
+	resp.SharedMemory = s.shared != nil
+	return resp, nil
 }
 
 func (s *server) Configure(ctx context.Context, req *forwardpb.ConfigureRequest) (_ *forwardpb.ConfigureResponse, err error) {
@@ -243,6 +253,10 @@ func (s *server) SquaredErrorVJP(ctx context.Context, req *forwardpb.SquaredErro
 	defer guard(&err)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if sh := req.GetShared(); sh != nil {
+		resp, err := s.sharedSquaredErrorVJP(ctx, sh, req.GetLossOnly())
+		return resp, toStatus(err)
+	}
 	x, err := s.decodeX(req.GetX())
 	if err != nil {
 		return nil, toStatus(err)
@@ -271,4 +285,46 @@ func (s *server) decodeX(m *forwardpb.Matrix) (*mat.Dense, error) {
 		return nil, err
 	}
 	return MatrixFromProto(m, "x")
+}
+
+// sharedSquaredErrorVJP answers a fused call whose x and target are in the
+// shared region (SharedBatch's layout), writing dx there.
+func (s *server) sharedSquaredErrorVJP(ctx context.Context, sh *forwardpb.SharedBatch, lossOnly bool) (*forwardpb.VJPResponse, error) {
+	if s.shared == nil {
+		return nil, fmt.Errorf("shared: this plugin has no shared memory region: %w", ErrBadMessage)
+	}
+	if s.n == 0 {
+		return nil, fmt.Errorf("x: %w", ErrNotConfigured)
+	}
+	rows, cols, targetRows := int(sh.GetRows()), int(sh.GetCols()), int(sh.GetTargetRows())
+	if cols != s.n {
+		return nil, fmt.Errorf("shared: %d columns for a %d-node graph: %w", cols, s.n, ErrBadMessage)
+	}
+	if targetRows != 1 && targetRows != rows {
+		return nil, fmt.Errorf("shared: %d target rows for %d rows of x: %w", targetRows, rows, ErrBadMessage)
+	}
+	xOff, targetOff, dxOff, size, ok := sharedLayout(rows, cols, targetRows)
+	if !ok {
+		return nil, fmt.Errorf("shared: a %dx%d batch does not fit the region: %w", rows, cols, ErrBadMessage)
+	}
+	mem, err := s.shared.view(size)
+	if err != nil {
+		return nil, err
+	}
+	// Copies, not views: a model may keep what it is given, and the host
+	// writes the next call's batch here.
+	x := denseAt(mem, xOff, rows, cols)
+	target := denseAt(mem, targetOff, targetRows, cols)
+	y, dx, err := SquaredErrorVJP(ctx, s.m, x, target)
+	if err != nil {
+		return nil, err
+	}
+	if r, c := dx.Dims(); r != rows || c != cols {
+		return nil, fmt.Errorf("shared: the model's dx is %dx%d for x %dx%d: %w", r, c, rows, cols, ErrBadOutput)
+	}
+	putDense(mem, dxOff, dx)
+	if lossOnly {
+		return &forwardpb.VJPResponse{Loss: squaredErrors(y, target), DxShared: true}, nil
+	}
+	return &forwardpb.VJPResponse{Y: MatrixToProto(y), DxShared: true}, nil
 }

@@ -21,7 +21,8 @@ func TestMain(m *testing.M) { forwardtest.Main(m) }
 // BenchmarkSolve times one Solve (R = 8, 20 + 50 steps under the paper's
 // schedule and under DataInit, and the shorter n_opt validation chooses,
 // through the process) with a trained bundle's deepis forward model, through its
-// real plugin process and in process, on the shared Jazz and Power Grid
+// real plugin process (batches in the shared region, and as bytes through
+// gRPC) and in process, on the shared Jazz and Power Grid
 // graphs (skipped where ../shared is absent:
 // a benchmark, not a test). It reports the split of the time between the
 // forward model (plugin compute plus round trips) and the prior; the
@@ -50,6 +51,15 @@ func BenchmarkSolve(b *testing.B) {
 		if err := proc.Configure(b.Context(), g, nil, state); err != nil {
 			b.Fatal(err)
 		}
+		// The same plugin with every batch as bytes through gRPC, as for a
+		// plugin that does not map the shared region.
+		procBytes, err := forward.Launch(b.Context(), forwardtest.Build(b, "deepis"), forward.WithoutSharedMemory())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := procBytes.Configure(b.Context(), g, nil, state); err != nil {
+			b.Fatal(err)
+		}
 		paper := localize.DefaultOptions()
 		half := paper
 		half.OptSteps = 25
@@ -73,6 +83,7 @@ func BenchmarkSolve(b *testing.B) {
 			{"process/datainit", proc, dataInit},
 			{"inprocess/datainit", inproc, dataInit},
 			{"process/datainit/steps=20+10", proc, dataInitShort},
+			{"process-bytes/datainit/steps=20+10", procBytes, dataInitShort},
 		} {
 			b.Run(name+"/"+mode.name, func(b *testing.B) {
 				var fwd, pri float64
@@ -89,6 +100,7 @@ func BenchmarkSolve(b *testing.B) {
 			})
 		}
 		proc.Close()
+		procBytes.Close()
 	}
 }
 

@@ -309,11 +309,15 @@ func (*InfoRequest) Descriptor() ([]byte, []int) {
 }
 
 type InfoResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
-	Trainable     bool                   `protobuf:"varint,3,opt,name=trainable,proto3" json:"trainable,omitempty"`
-	Params        []*Param               `protobuf:"bytes,4,rep,name=params,proto3" json:"params,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Version   string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	Trainable bool                   `protobuf:"varint,3,opt,name=trainable,proto3" json:"trainable,omitempty"`
+	Params    []*Param               `protobuf:"bytes,4,rep,name=params,proto3" json:"params,omitempty"`
+	// shared_memory: the plugin mapped the memory region the host handed it
+	// at launch and accepts SquaredErrorVJPRequest.shared (see SharedBatch).
+	// A plugin that does not set it is sent every matrix as bytes.
+	SharedMemory  bool `protobuf:"varint,5,opt,name=shared_memory,json=sharedMemory,proto3" json:"shared_memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +378,13 @@ func (x *InfoResponse) GetParams() []*Param {
 		return x.Params
 	}
 	return nil
+}
+
+func (x *InfoResponse) GetSharedMemory() bool {
+	if x != nil {
+		return x.SharedMemory
+	}
+	return false
 }
 
 type ConfigureRequest struct {
@@ -1016,7 +1027,11 @@ type SquaredErrorVJPRequest struct {
 	// third of the response on a large graph. Added without a protocol
 	// version bump: a plugin that predates it ignores it and sends y, from
 	// which the host computes the loss itself.
-	LossOnly      bool `protobuf:"varint,3,opt,name=loss_only,json=lossOnly,proto3" json:"loss_only,omitempty"`
+	LossOnly bool `protobuf:"varint,3,opt,name=loss_only,json=lossOnly,proto3" json:"loss_only,omitempty"`
+	// shared: x and target are in the shared memory region instead of in
+	// this message, and dx is to be written there (see SharedBatch). Sent
+	// only to a plugin whose Info set shared_memory.
+	Shared        *SharedBatch `protobuf:"bytes,4,opt,name=shared,proto3" json:"shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1072,20 +1087,100 @@ func (x *SquaredErrorVJPRequest) GetLossOnly() bool {
 	return false
 }
 
+func (x *SquaredErrorVJPRequest) GetShared() *SharedBatch {
+	if x != nil {
+		return x.Shared
+	}
+	return nil
+}
+
+// SharedBatch places a fused call's matrices in the memory region the host
+// shares with the plugin, so the batches of a large graph do not travel
+// through gRPC (on a 5,000-node graph, about 670 KB a call each way in
+// all). The region is a file descriptor the plugin inherits at launch; its
+// number is in the environment variable SOURCEWATCH_FORWARD_SHM_FD. The
+// layout, native-endian float64 row-major, from byte 0: x (rows x cols),
+// then target (target_rows x cols), then dx (rows x cols), written by the
+// plugin. The host grows the region before a call needs more; a plugin
+// whose mapping is smaller maps it again. Added without a protocol version
+// bump: the host uses it only with a plugin that says so in Info.
+type SharedBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	TargetRows    uint32                 `protobuf:"varint,3,opt,name=target_rows,json=targetRows,proto3" json:"target_rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SharedBatch) Reset() {
+	*x = SharedBatch{}
+	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SharedBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SharedBatch) ProtoMessage() {}
+
+func (x *SharedBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SharedBatch.ProtoReflect.Descriptor instead.
+func (*SharedBatch) Descriptor() ([]byte, []int) {
+	return file_sourcewatch_forward_v1_forward_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SharedBatch) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *SharedBatch) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+func (x *SharedBatch) GetTargetRows() uint32 {
+	if x != nil {
+		return x.TargetRows
+	}
+	return 0
+}
+
 type VJPResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Y     *Matrix                `protobuf:"bytes,1,opt,name=y,proto3" json:"y,omitempty"`
 	Dx    *Matrix                `protobuf:"bytes,2,opt,name=dx,proto3" json:"dx,omitempty"`
 	// loss: one value per row of x, set only for SquaredErrorVJP with
 	// loss_only (y is then absent).
-	Loss          []float64 `protobuf:"fixed64,3,rep,packed,name=loss,proto3" json:"loss,omitempty"`
+	Loss []float64 `protobuf:"fixed64,3,rep,packed,name=loss,proto3" json:"loss,omitempty"`
+	// dx_shared: dx was written to the shared region (SharedBatch) and the
+	// dx field is absent.
+	DxShared      bool `protobuf:"varint,4,opt,name=dx_shared,json=dxShared,proto3" json:"dx_shared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *VJPResponse) Reset() {
 	*x = VJPResponse{}
-	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[17]
+	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1192,7 @@ func (x *VJPResponse) String() string {
 func (*VJPResponse) ProtoMessage() {}
 
 func (x *VJPResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[17]
+	mi := &file_sourcewatch_forward_v1_forward_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1205,7 @@ func (x *VJPResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VJPResponse.ProtoReflect.Descriptor instead.
 func (*VJPResponse) Descriptor() ([]byte, []int) {
-	return file_sourcewatch_forward_v1_forward_proto_rawDescGZIP(), []int{17}
+	return file_sourcewatch_forward_v1_forward_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *VJPResponse) GetY() *Matrix {
@@ -1132,6 +1227,13 @@ func (x *VJPResponse) GetLoss() []float64 {
 		return x.Loss
 	}
 	return nil
+}
+
+func (x *VJPResponse) GetDxShared() bool {
+	if x != nil {
+		return x.DxShared
+	}
+	return false
 }
 
 var File_sourcewatch_forward_v1_forward_proto protoreflect.FileDescriptor
@@ -1156,12 +1258,13 @@ const file_sourcewatch_forward_v1_forward_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rdefault_value\x18\x02 \x01(\tR\fdefaultValue\x12\x12\n" +
 	"\x04help\x18\x03 \x01(\tR\x04help\"\r\n" +
-	"\vInfoRequest\"\x91\x01\n" +
+	"\vInfoRequest\"\xb6\x01\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x1c\n" +
 	"\ttrainable\x18\x03 \x01(\bR\ttrainable\x125\n" +
-	"\x06params\x18\x04 \x03(\v2\x1d.sourcewatch.forward.v1.ParamR\x06params\"\xe6\x01\n" +
+	"\x06params\x18\x04 \x03(\v2\x1d.sourcewatch.forward.v1.ParamR\x06params\x12#\n" +
+	"\rshared_memory\x18\x05 \x01(\bR\fsharedMemory\"\xe6\x01\n" +
 	"\x10ConfigureRequest\x123\n" +
 	"\x05graph\x18\x01 \x01(\v2\x1d.sourcewatch.forward.v1.GraphR\x05graph\x12L\n" +
 	"\x06params\x18\x02 \x03(\v24.sourcewatch.forward.v1.ConfigureRequest.ParamsEntryR\x06params\x12\x14\n" +
@@ -1211,15 +1314,22 @@ const file_sourcewatch_forward_v1_forward_proto_rawDesc = "" +
 	"\n" +
 	"VJPRequest\x12,\n" +
 	"\x01x\x18\x01 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x01x\x12.\n" +
-	"\x02dy\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dy\"\x9b\x01\n" +
+	"\x02dy\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dy\"\xd8\x01\n" +
 	"\x16SquaredErrorVJPRequest\x12,\n" +
 	"\x01x\x18\x01 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x01x\x126\n" +
 	"\x06target\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x06target\x12\x1b\n" +
-	"\tloss_only\x18\x03 \x01(\bR\blossOnly\"\x7f\n" +
+	"\tloss_only\x18\x03 \x01(\bR\blossOnly\x12;\n" +
+	"\x06shared\x18\x04 \x01(\v2#.sourcewatch.forward.v1.SharedBatchR\x06shared\"V\n" +
+	"\vSharedBatch\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\x12\x1f\n" +
+	"\vtarget_rows\x18\x03 \x01(\rR\n" +
+	"targetRows\"\x9c\x01\n" +
 	"\vVJPResponse\x12,\n" +
 	"\x01y\x18\x01 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x01y\x12.\n" +
 	"\x02dx\x18\x02 \x01(\v2\x1e.sourcewatch.forward.v1.MatrixR\x02dx\x12\x12\n" +
-	"\x04loss\x18\x03 \x03(\x01R\x04loss2\xa1\x04\n" +
+	"\x04loss\x18\x03 \x03(\x01R\x04loss\x12\x1b\n" +
+	"\tdx_shared\x18\x04 \x01(\bR\bdxShared2\xa1\x04\n" +
 	"\aForward\x12Q\n" +
 	"\x04Info\x12#.sourcewatch.forward.v1.InfoRequest\x1a$.sourcewatch.forward.v1.InfoResponse\x12`\n" +
 	"\tConfigure\x12(.sourcewatch.forward.v1.ConfigureRequest\x1a).sourcewatch.forward.v1.ConfigureResponse\x12M\n" +
@@ -1240,7 +1350,7 @@ func file_sourcewatch_forward_v1_forward_proto_rawDescGZIP() []byte {
 	return file_sourcewatch_forward_v1_forward_proto_rawDescData
 }
 
-var file_sourcewatch_forward_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_sourcewatch_forward_v1_forward_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_sourcewatch_forward_v1_forward_proto_goTypes = []any{
 	(*Matrix)(nil),                 // 0: sourcewatch.forward.v1.Matrix
 	(*Graph)(nil),                  // 1: sourcewatch.forward.v1.Graph
@@ -1259,18 +1369,19 @@ var file_sourcewatch_forward_v1_forward_proto_goTypes = []any{
 	(*PredictResponse)(nil),        // 14: sourcewatch.forward.v1.PredictResponse
 	(*VJPRequest)(nil),             // 15: sourcewatch.forward.v1.VJPRequest
 	(*SquaredErrorVJPRequest)(nil), // 16: sourcewatch.forward.v1.SquaredErrorVJPRequest
-	(*VJPResponse)(nil),            // 17: sourcewatch.forward.v1.VJPResponse
-	nil,                            // 18: sourcewatch.forward.v1.ConfigureRequest.ParamsEntry
-	nil,                            // 19: sourcewatch.forward.v1.FitResult.MetricsEntry
+	(*SharedBatch)(nil),            // 17: sourcewatch.forward.v1.SharedBatch
+	(*VJPResponse)(nil),            // 18: sourcewatch.forward.v1.VJPResponse
+	nil,                            // 19: sourcewatch.forward.v1.ConfigureRequest.ParamsEntry
+	nil,                            // 20: sourcewatch.forward.v1.FitResult.MetricsEntry
 }
 var file_sourcewatch_forward_v1_forward_proto_depIdxs = []int32{
 	2,  // 0: sourcewatch.forward.v1.InfoResponse.params:type_name -> sourcewatch.forward.v1.Param
 	1,  // 1: sourcewatch.forward.v1.ConfigureRequest.graph:type_name -> sourcewatch.forward.v1.Graph
-	18, // 2: sourcewatch.forward.v1.ConfigureRequest.params:type_name -> sourcewatch.forward.v1.ConfigureRequest.ParamsEntry
+	19, // 2: sourcewatch.forward.v1.ConfigureRequest.params:type_name -> sourcewatch.forward.v1.ConfigureRequest.ParamsEntry
 	7,  // 3: sourcewatch.forward.v1.FitOptions.validation:type_name -> sourcewatch.forward.v1.Pair
 	7,  // 4: sourcewatch.forward.v1.FitRequest.pairs:type_name -> sourcewatch.forward.v1.Pair
 	8,  // 5: sourcewatch.forward.v1.FitRequest.options:type_name -> sourcewatch.forward.v1.FitOptions
-	19, // 6: sourcewatch.forward.v1.FitResult.metrics:type_name -> sourcewatch.forward.v1.FitResult.MetricsEntry
+	20, // 6: sourcewatch.forward.v1.FitResult.metrics:type_name -> sourcewatch.forward.v1.FitResult.MetricsEntry
 	10, // 7: sourcewatch.forward.v1.FitEvent.progress:type_name -> sourcewatch.forward.v1.FitProgress
 	11, // 8: sourcewatch.forward.v1.FitEvent.result:type_name -> sourcewatch.forward.v1.FitResult
 	0,  // 9: sourcewatch.forward.v1.PredictRequest.x:type_name -> sourcewatch.forward.v1.Matrix
@@ -1279,25 +1390,26 @@ var file_sourcewatch_forward_v1_forward_proto_depIdxs = []int32{
 	0,  // 12: sourcewatch.forward.v1.VJPRequest.dy:type_name -> sourcewatch.forward.v1.Matrix
 	0,  // 13: sourcewatch.forward.v1.SquaredErrorVJPRequest.x:type_name -> sourcewatch.forward.v1.Matrix
 	0,  // 14: sourcewatch.forward.v1.SquaredErrorVJPRequest.target:type_name -> sourcewatch.forward.v1.Matrix
-	0,  // 15: sourcewatch.forward.v1.VJPResponse.y:type_name -> sourcewatch.forward.v1.Matrix
-	0,  // 16: sourcewatch.forward.v1.VJPResponse.dx:type_name -> sourcewatch.forward.v1.Matrix
-	3,  // 17: sourcewatch.forward.v1.Forward.Info:input_type -> sourcewatch.forward.v1.InfoRequest
-	5,  // 18: sourcewatch.forward.v1.Forward.Configure:input_type -> sourcewatch.forward.v1.ConfigureRequest
-	9,  // 19: sourcewatch.forward.v1.Forward.Fit:input_type -> sourcewatch.forward.v1.FitRequest
-	13, // 20: sourcewatch.forward.v1.Forward.Predict:input_type -> sourcewatch.forward.v1.PredictRequest
-	15, // 21: sourcewatch.forward.v1.Forward.VJP:input_type -> sourcewatch.forward.v1.VJPRequest
-	16, // 22: sourcewatch.forward.v1.Forward.SquaredErrorVJP:input_type -> sourcewatch.forward.v1.SquaredErrorVJPRequest
-	4,  // 23: sourcewatch.forward.v1.Forward.Info:output_type -> sourcewatch.forward.v1.InfoResponse
-	6,  // 24: sourcewatch.forward.v1.Forward.Configure:output_type -> sourcewatch.forward.v1.ConfigureResponse
-	12, // 25: sourcewatch.forward.v1.Forward.Fit:output_type -> sourcewatch.forward.v1.FitEvent
-	14, // 26: sourcewatch.forward.v1.Forward.Predict:output_type -> sourcewatch.forward.v1.PredictResponse
-	17, // 27: sourcewatch.forward.v1.Forward.VJP:output_type -> sourcewatch.forward.v1.VJPResponse
-	17, // 28: sourcewatch.forward.v1.Forward.SquaredErrorVJP:output_type -> sourcewatch.forward.v1.VJPResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	17, // 15: sourcewatch.forward.v1.SquaredErrorVJPRequest.shared:type_name -> sourcewatch.forward.v1.SharedBatch
+	0,  // 16: sourcewatch.forward.v1.VJPResponse.y:type_name -> sourcewatch.forward.v1.Matrix
+	0,  // 17: sourcewatch.forward.v1.VJPResponse.dx:type_name -> sourcewatch.forward.v1.Matrix
+	3,  // 18: sourcewatch.forward.v1.Forward.Info:input_type -> sourcewatch.forward.v1.InfoRequest
+	5,  // 19: sourcewatch.forward.v1.Forward.Configure:input_type -> sourcewatch.forward.v1.ConfigureRequest
+	9,  // 20: sourcewatch.forward.v1.Forward.Fit:input_type -> sourcewatch.forward.v1.FitRequest
+	13, // 21: sourcewatch.forward.v1.Forward.Predict:input_type -> sourcewatch.forward.v1.PredictRequest
+	15, // 22: sourcewatch.forward.v1.Forward.VJP:input_type -> sourcewatch.forward.v1.VJPRequest
+	16, // 23: sourcewatch.forward.v1.Forward.SquaredErrorVJP:input_type -> sourcewatch.forward.v1.SquaredErrorVJPRequest
+	4,  // 24: sourcewatch.forward.v1.Forward.Info:output_type -> sourcewatch.forward.v1.InfoResponse
+	6,  // 25: sourcewatch.forward.v1.Forward.Configure:output_type -> sourcewatch.forward.v1.ConfigureResponse
+	12, // 26: sourcewatch.forward.v1.Forward.Fit:output_type -> sourcewatch.forward.v1.FitEvent
+	14, // 27: sourcewatch.forward.v1.Forward.Predict:output_type -> sourcewatch.forward.v1.PredictResponse
+	18, // 28: sourcewatch.forward.v1.Forward.VJP:output_type -> sourcewatch.forward.v1.VJPResponse
+	18, // 29: sourcewatch.forward.v1.Forward.SquaredErrorVJP:output_type -> sourcewatch.forward.v1.VJPResponse
+	24, // [24:30] is the sub-list for method output_type
+	18, // [18:24] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_sourcewatch_forward_v1_forward_proto_init() }
@@ -1315,7 +1427,7 @@ func file_sourcewatch_forward_v1_forward_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sourcewatch_forward_v1_forward_proto_rawDesc), len(file_sourcewatch_forward_v1_forward_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

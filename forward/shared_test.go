@@ -1,0 +1,154 @@
+package forward_test
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+)
+
+// The shared region is a transport: a fused call through it answers
+// exactly what the same call answers as bytes, for a batch that outgrows
+// the region and with both target shapes.
+func TestSharedMemoryMatchesBytes(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("the shared region needs Linux's memfd")
+	}
+	g := karate(t)
+	shared := launch(t, "icmf")
+	viaBytes := launch(t, "icmf", forward.WithoutSharedMemory())
+	for _, p := range []*forward.Process{shared, viaBytes} {
+		require.NoError(t, p.Configure(t.Context(), g, map[string]string{"steps": "3"}, nil))
+	}
+	calls := 0
+	for _, rows := range []int{2, 40} {
+		x, _ := batch(g.N(), rows, uint64(rows))
+		for _, targetRows := range []int{1, rows} {
+			target, _ := batch(g.N(), targetRows, 7)
+			loss, dx, err := shared.SquaredErrorLoss(t.Context(), x, target)
+			require.NoError(t, err)
+			wantLoss, wantDx, err := viaBytes.SquaredErrorLoss(t.Context(), x, target)
+			require.NoError(t, err)
+			require.Equal(t, wantLoss, loss)
+			require.Equal(t, wantDx.RawMatrix().Data, dx.RawMatrix().Data)
+
+			y, dx, err := shared.SquaredErrorVJP(t.Context(), x, target)
+			require.NoError(t, err)
+			wantY, wantDx, err := viaBytes.SquaredErrorVJP(t.Context(), x, target)
+			require.NoError(t, err)
+			require.Equal(t, wantY.RawMatrix().Data, y.RawMatrix().Data)
+			require.Equal(t, wantDx.RawMatrix().Data, dx.RawMatrix().Data)
+			calls += 2
+		}
+	}
+	require.EqualValues(t, calls, shared.SharedCalls(), "every call went through the region")
+	require.Zero(t, viaBytes.SharedCalls())
+}
+
+// Concurrent calls on one process share one region: one call uses it and
+// the others send bytes, and every caller gets its own answer.
+func TestSharedMemoryConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p := launch(t, "icmf")
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	const callers = 6
+	var (
+		want [callers]*mat.Dense
+		got  [callers]*mat.Dense
+		errs [callers]error
+		xs   [callers]*mat.Dense
+	)
+	target, _ := batch(g.N(), 1, 99)
+	for i := range xs {
+		xs[i], _ = batch(g.N(), 8, uint64(100+i))
+		_, want[i], errs[i] = p.SquaredErrorLoss(t.Context(), xs[i], target)
+		require.NoError(t, errs[i])
+	}
+	var wg sync.WaitGroup
+	for i := range xs {
+		wg.Go(func() {
+			for range 20 {
+				_, got[i], errs[i] = p.SquaredErrorLoss(t.Context(), xs[i], target)
+				if errs[i] != nil || !mat.Equal(got[i], want[i]) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i := range xs {
+		require.NoError(t, errs[i])
+		require.Equal(t, want[i].RawMatrix().Data, got[i].RawMatrix().Data, "caller %d", i)
+	}
+}
+
+// After a call through the region fails, the process stops using it (the
+// plugin might still be reading or writing it, had the call timed out) and
+// its later calls travel as bytes.
+func TestSharedMemoryRetiredAfterFailure(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("the shared region needs Linux's memfd")
+	}
+	g := karate(t)
+	p := launch(t, "icmf")
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	x, _ := batch(g.N(), 3, 1)
+	target, _ := batch(g.N(), 1, 2)
+	want, wantDx, err := p.SquaredErrorLoss(t.Context(), x, target)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, p.SharedCalls())
+
+	// A failed Configure leaves the plugin unconfigured: the next call fails.
+	require.Error(t, p.Configure(t.Context(), g, map[string]string{"steps": "-1"}, nil))
+	_, _, err = p.SquaredErrorLoss(t.Context(), x, target)
+	require.ErrorIs(t, err, forward.ErrNotConfigured)
+
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	loss, dx, err := p.SquaredErrorLoss(t.Context(), x, target)
+	require.NoError(t, err)
+	require.Equal(t, want, loss)
+	require.Equal(t, wantDx.RawMatrix().Data, dx.RawMatrix().Data)
+	require.EqualValues(t, 1, p.SharedCalls(), "the retired region is not used again")
+}
+
+// Not parallel: it counts the test process's memory files, which the
+// parallel tests' plugins would add to.
+func TestSharedMemoryClosedWithProcess(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the shared region needs Linux's memfd")
+	}
+	memfds := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		n := 0
+		for _, e := range entries {
+			if target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name())); err == nil &&
+				strings.Contains(target, "sourcewatch-forward-batches") {
+				n++
+			}
+		}
+		return n
+	}
+	before := memfds()
+	g := karate(t)
+	for range 3 {
+		p := launch(t, "icmf")
+		require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+		x, _ := batch(g.N(), 2, 3)
+		_, _, err := p.SquaredErrorLoss(t.Context(), x, x.Slice(0, 1, 0, g.N()).(*mat.Dense))
+		require.NoError(t, err)
+		require.Equal(t, before+1, memfds(), "one region per running plugin")
+		require.NoError(t, p.Close())
+		require.Equal(t, before, memfds(), "Close releases the region")
+	}
+}
