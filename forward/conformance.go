@@ -72,7 +72,8 @@ type PluginCheckOptions struct {
 // CheckPlugin launches the plugin at path and checks it against the
 // contract on g: the handshake, Info, Configure, Fit on pairs (its state
 // must restore the same model through Configure), Predict shape and range,
-// VJP against finite differences, monotonicity on subsets of source sets,
+// VJP against finite differences, the fused data-term call against Predict
+// and VJP, monotonicity on subsets of source sets,
 // empty and full x, determinism, and timing. It never returns an error:
 // every problem is a failing line of the report, so a plugin author sees
 // all of them at once.
@@ -111,7 +112,7 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			rep.Results = append(rep.Results, CheckResult{Name: n, Status: CheckSkip, Detail: why})
 		}
 	}
-	all := []string{"handshake", "info", "configure", "fit", "restore state", "predict", "empty and full x", "determinism", "vjp", "monotonicity", "timing"}
+	all := []string{"handshake", "info", "configure", "fit", "restore state", "predict", "empty and full x", "determinism", "vjp", "fused call", "monotonicity", "timing"}
 
 	if !run("handshake", func() (CheckStatus, string, error) {
 		var err error
@@ -273,6 +274,56 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			return CheckFail, res.String(), nil
 		}
 		return CheckPass, res.String(), nil
+	})
+
+	run("fused call", func() (CheckStatus, string, error) {
+		// Inference calls SquaredErrorVJP with loss_only on every step, with
+		// its batches in the shared region when the plugin maps it, so it
+		// must agree with Predict and VJP, the calls checked above.
+		target := mat.NewDense(1, n, nil)
+		for j := 0; j < n; j++ {
+			if rng.Float64() < 0.3 {
+				target.Set(0, j, 1)
+			}
+		}
+		before := p.SharedCalls()
+		loss, dx, err := p.SquaredErrorLoss(ctx, x, target)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		y, err := p.Predict(ctx, x)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		dy := mat.NewDense(o.Batch, n, nil)
+		wantLoss := make([]float64, o.Batch)
+		for i := 0; i < o.Batch; i++ {
+			for j := 0; j < n; j++ {
+				d := y.At(i, j) - target.At(0, j)
+				dy.Set(i, j, 2*d)
+				wantLoss[i] += d * d
+			}
+		}
+		_, wantDx, err := p.VJP(ctx, x, dy)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		for i, l := range loss {
+			if math.Abs(l-wantLoss[i]) > 1e-9*math.Max(1, wantLoss[i]) {
+				return CheckFail, fmt.Sprintf("loss[%d] = %.12g, Predict gives %.12g", i, l, wantLoss[i]), nil
+			}
+		}
+		if d := maxAbsDiff(dx, wantDx); d > 1e-9*math.Max(1, mat.Norm(wantDx, math.Inf(1))) {
+			return CheckFail, fmt.Sprintf("dx differs by up to %.3g from VJP(x, 2(f(x) - target))", d), nil
+		}
+		how := "batches as bytes: the plugin does not map the shared region"
+		switch {
+		case p.noFused.Load():
+			how = "not implemented: the host uses Predict then VJP, two round trips a step"
+		case p.SharedCalls() > before:
+			how = "batches through the shared region"
+		}
+		return CheckPass, "loss and dx agree with Predict and VJP; " + how, nil
 	})
 
 	run("monotonicity", func() (CheckStatus, string, error) {

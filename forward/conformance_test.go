@@ -1,6 +1,7 @@
 package forward_test
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -38,7 +39,11 @@ func TestCheckPlugin(t *testing.T) {
 		rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, "icmf"), g, pairs, forward.PluginCheckOptions{})
 		require.True(t, rep.Passed(), rep.String())
 		require.Equal(t, "icmf", rep.Info.Name)
-		require.Len(t, rep.Results, 11)
+		require.Len(t, rep.Results, 12)
+		require.Contains(t, detail(rep, "fused call"), "agree with Predict and VJP")
+		if runtime.GOOS == "linux" {
+			require.Contains(t, detail(rep, "fused call"), "through the shared region")
+		}
 		for name, st := range statuses(rep) {
 			require.Equal(t, forward.CheckPass, st, "%s: %s", name, detail(rep, name))
 		}

@@ -34,7 +34,9 @@ sourcewatch-forward-NAME in --plugin-dir) and checks it against the contract:
 the handshake, Info, Configure, Fit on a small simulated set (and that the
 fitted state restores the same model), Predict shape and range, behaviour on
 an empty and a full x, determinism, the VJP against finite differences,
-monotonicity on subsets of source sets, and timing. It prints one line per
+the fused data-term call of inference against Predict and VJP (and whether
+its batches pass through the shared memory region), monotonicity on subsets
+of source sets, and timing. It prints one line per
 check and exits non-zero if any check fails. A WARN is legal behaviour that
 inference will suffer from (a learned model that is not monotone).
 
