@@ -90,3 +90,46 @@ func BenchmarkVJP(b *testing.B) {
 		require.NoError(b, p.Close())
 	}
 }
+
+// BenchmarkSquaredErrorLoss times inference's per-step call (the fused
+// data term with loss_only, batch 8) in process, through the plugin process
+// with the batches in the shared region, and with them as bytes through
+// gRPC: the differences are the cost of a round trip and of moving the
+// batches.
+func BenchmarkSquaredErrorLoss(b *testing.B) {
+	for _, name := range []string{"jazz", "power_grid"} {
+		g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", name+".edges"))
+		require.NoError(b, err)
+		in := New()
+		require.NoError(b, in.Configure(b.Context(), g, nil, nil))
+		in.fitted = true
+		state, err := encodeState(g, in.nt)
+		require.NoError(b, err)
+		shared, err := forward.Launch(b.Context(), forwardtest.Build(b, Name))
+		require.NoError(b, err)
+		require.NoError(b, shared.Configure(b.Context(), g, nil, state))
+		viaBytes, err := forward.Launch(b.Context(), forwardtest.Build(b, Name), forward.WithoutSharedMemory())
+		require.NoError(b, err)
+		require.NoError(b, viaBytes.Configure(b.Context(), g, nil, state))
+		rng := rand.New(rand.NewPCG(1, 1))
+		x, target := randDense(rng, 8, g.N(), 0, 1), randDense(rng, 1, g.N(), 0, 1)
+		for _, m := range []struct {
+			name  string
+			model forward.Model
+		}{{"inprocess", in}, {"process", shared}, {"process-bytes", viaBytes}} {
+			b.Run(name+"/"+m.name, func(b *testing.B) {
+				for b.Loop() {
+					if _, _, err := forward.SquaredErrorLoss(b.Context(), m.model, x, target); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if m.model == shared {
+					require.NotZero(b, shared.SharedCalls(), "the batches went through the shared region")
+				}
+			})
+		}
+		require.NoError(b, shared.Close())
+		require.NoError(b, viaBytes.Close())
+	}
+}
+
