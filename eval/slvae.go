@@ -39,9 +39,11 @@ import (
 //	opt_steps    inference steps on L_pred (default: chosen with delta on
 //	             validation from localize.DefaultOptStepsGrid, as train does)
 //	opt_steps_rule
-//	             how n_opt is chosen on validation: best (the highest F1,
-//	             default) or 1se (the fewest steps within one standard
-//	             error of it, as train's --opt-steps-rule)
+//	             how n_opt is chosen on validation: best (the highest F1)
+//	             or 1se (the fewest steps within one standard error of
+//	             it, as train's --opt-steps-rule); default 1se for slvae
+//	             and slvae-noprior, as train, and best for the paper's
+//	             variants (slvae-paper, slvae-a, slvae-b)
 //	val_solves   validation cascades solved to choose delta (default 32)
 var slvaeVariants = map[string]localize.Variant{
 	// Stage 1 on the forward term alone, then L_pred: it does what the
@@ -59,6 +61,18 @@ func init() {
 	for name, variant := range slvaeVariants {
 		Register(name, func(env Env) (Method, error) { return newSLVAE(env, name, variant) })
 	}
+}
+
+// defaultOptStepsRule is how a variant chooses n_opt unless told: slvae
+// solves as a bundle of `sourcewatch train` does, and its no-prior
+// ablation must differ from it only by the prior; the paper's variants
+// keep the rule their published rows were made with.
+func defaultOptStepsRule(name string) string {
+	base, _, _ := strings.Cut(name, "[")
+	if base == "slvae" || base == "slvae-noprior" {
+		return "1se"
+	}
+	return "best"
 }
 
 // IsSLVAE reports whether name is SL-VAE or one of its ablations.
@@ -150,7 +164,7 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 		m.optGrid = localize.DefaultOptStepsGrid()
 		m.solve.OptSteps = slices.Max(m.optGrid)
 	}
-	rule := p.str("opt_steps_rule", "best")
+	rule := p.str("opt_steps_rule", defaultOptStepsRule(name))
 	m.valSolves = p.int("val_solves", 32)
 	m.prototypes = p.int("prototypes", prior.DefaultPrototypes)
 	m.weightScale = p.float("prior_weight_scale", 1)

@@ -54,7 +54,7 @@ everything into one bundle file.`,
 	f.Int("restarts", 8, "inference restarts R")
 	f.Int("init-steps", 20, "inference steps of stage 1 (n_init; on the data term under --schedule datainit, on L_init under paper); Solve time grows with init-steps + opt-steps")
 	f.Int("opt-steps", 0, "inference steps on L_pred (n_opt); 0 chooses it with delta on validation from 10, 25 and 50")
-	f.String("opt-steps-rule", "best", "how validation chooses n_opt when --opt-steps is 0: best (the highest F1) or 1se (the fewest steps within one standard error of it: a shorter Solve where validation cannot tell them apart)")
+	f.String("opt-steps-rule", "1se", "how validation chooses n_opt when --opt-steps is 0: 1se (the fewest steps within one standard error of the best F1: a shorter Solve where validation cannot tell them apart) or best (the highest F1)")
 	f.String("schedule", "datainit", "inference schedule recorded in the bundle: datainit (the data term alone, then L_pred) or paper (L_init, then L_pred: the paper's Algorithm 1)")
 	f.Int("val-solves", 64, "validation cascades solved to choose delta")
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")

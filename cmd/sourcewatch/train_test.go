@@ -61,10 +61,11 @@ func TestTrainSchedulePaper(t *testing.T) {
 	require.NotEmpty(t, got.Top)
 }
 
-// train --opt-steps-rule 1se chooses n_opt as the fewest steps within one
-// standard error of the best on validation and says so.
-func TestTrainOptStepsRule1SE(t *testing.T) {
-	out, bundle, _ := trainSmall(t, "--val-solves", "8", "--opt-steps-rule", "1se")
+// train chooses n_opt by default as the fewest steps within one standard
+// error of the best on validation (--opt-steps-rule 1se) and says so;
+// --opt-steps-rule best takes the highest F1.
+func TestTrainOptStepsRule(t *testing.T) {
+	out, bundle, _ := trainSmall(t, "--val-solves", "8")
 	require.Contains(t, out, "the fewest steps within one standard error of the best, F1 at 10: ")
 	b, err := localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
@@ -77,6 +78,16 @@ func TestTrainOptStepsRule1SE(t *testing.T) {
 	}
 	require.LessOrEqual(t, b.Manifest.Metrics["val_f1"], best)
 	require.Contains(t, localize.DefaultOptStepsGrid(), b.Manifest.Solve.OptSteps)
+
+	out, bundle, _ = trainSmall(t, "--val-solves", "8", "--opt-steps-rule", "best")
+	require.NotContains(t, out, "within one standard error")
+	require.Contains(t, out, "n_opt chosen on validation, F1 at 10: ")
+	b, err = localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	require.NotContains(t, b.Manifest.Metrics, localize.OptStepsWithinNoiseMetric)
+	for _, k := range localize.DefaultOptStepsGrid() {
+		require.LessOrEqual(t, b.Manifest.Metrics[localize.OptStepsMetric(k)], b.Manifest.Metrics["val_f1"], "n_opt %d", k)
+	}
 
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--opt-steps-rule", "fast",
 		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
