@@ -132,4 +132,3 @@ func BenchmarkSquaredErrorLoss(b *testing.B) {
 		require.NoError(b, viaBytes.Close())
 	}
 }
-
