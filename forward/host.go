@@ -302,9 +302,13 @@ func (p *Process) Close() error {
 		}
 		p.client.Kill()
 		_ = os.RemoveAll(p.sockDir)
-		if p.shared != nil {
-			// The plugin is gone, so no call is using the region.
-			p.shared.region.close()
+		if sh := p.shared; sh != nil {
+			// The plugin is gone, so a call using the region fails now;
+			// wait for it to let go before unmapping under it.
+			sh.mu.Lock()
+			sh.retired.Store(true)
+			sh.region.close()
+			sh.mu.Unlock()
 		}
 	})
 	return nil

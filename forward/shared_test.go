@@ -12,6 +12,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
 )
 
 // The shared region is a transport: a fused call through it answers
@@ -150,5 +151,39 @@ func TestSharedMemoryClosedWithProcess(t *testing.T) {
 		require.Equal(t, before+1, memfds(), "one region per running plugin")
 		require.NoError(t, p.Close())
 		require.Equal(t, before, memfds(), "Close releases the region")
+	}
+}
+
+// Close while calls are using the region: every caller gets
+// ErrPluginExited. (Close also waits for the call holding the region
+// before unmapping it; the window in which that matters, between the
+// answer and the copy of dx, is too short for a test to hit reliably.)
+func TestSharedMemoryCloseDuringCalls(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p, err := forward.Launch(t.Context(), forwardtest.Build(t, "icmf"))
+	require.NoError(t, err)
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	x, _ := batch(g.N(), 8, 5)
+	target, _ := batch(g.N(), 1, 6)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			for {
+				if _, _, err := p.SquaredErrorLoss(t.Context(), x, target); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	for p.SharedCalls() < 20 {
+		runtime.Gosched()
+	}
+	require.NoError(t, p.Close())
+	wg.Wait()
+	for _, err := range errs {
+		require.ErrorIs(t, err, forward.ErrPluginExited)
 	}
 }
