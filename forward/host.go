@@ -569,45 +569,20 @@ const fusedOp = "squared-error vjp"
 
 // fused makes the SquaredErrorVJP call and returns its response and dx,
 // decoded but not yet checked (the caller checks y or the loss first, then
-// dx, so a fault is reported where it first shows). The batches go through the shared region when the
-// plugin maps one and no other call is using it, and as bytes otherwise.
+// dx, so a fault is reported where it first shows). The batches go through
+// the shared region when the plugin maps one and no other call is using
+// it, and as bytes otherwise.
 func (p *Process) fused(ctx context.Context, x, target *mat.Dense, lossOnly bool) (*forwardpb.VJPResponse, *mat.Dense, error) {
-	r, c := x.Dims()
-	tr, _ := target.Dims()
-	var resp *forwardpb.VJPResponse
 	if sh := p.shared; sh != nil && !sh.retired.Load() && sh.mu.TryLock() {
-		defer sh.mu.Unlock()
-		if xOff, targetOff, dxOff, size, ok := sharedLayout(r, c, tr); ok {
-			mem, err := sh.region.grow(size)
-			if err != nil {
-				sh.retired.Store(true)
-				p.log.Warn("forward plugin batches travel through gRPC from now on", zap.String("plugin", p.name), zap.Error(err))
-			} else {
-				putDense(mem, xOff, x)
-				putDense(mem, targetOff, target)
-				req := &forwardpb.SquaredErrorVJPRequest{LossOnly: lossOnly, Shared: &forwardpb.SharedBatch{
-					Rows: uint32(r), Cols: uint32(c), TargetRows: uint32(tr)}}
-				err := p.call(ctx, fusedOp, p.batchWork(r), func(ctx context.Context) (err error) {
-					resp, err = p.rpc.SquaredErrorVJP(ctx, req)
-					return err
-				})
-				if err != nil {
-					// A call that timed out or was cancelled may still be
-					// running in the plugin, reading x or writing dx: the next
-					// call must not write there.
-					sh.retired.Store(true)
-					return nil, nil, err
-				}
-				sh.calls.Add(1)
-				if !resp.GetDxShared() {
-					dx, err := p.unpack(fusedOp, "dx", resp.GetDx())
-					return resp, dx, err
-				}
-				return resp, denseAt(mem, dxOff, r, c), nil
-			}
+		resp, dx, sent, err := p.fusedShared(ctx, sh, x, target, lossOnly)
+		sh.mu.Unlock()
+		if sent {
+			return resp, dx, err
 		}
 	}
+	r, _ := x.Dims()
 	req := &forwardpb.SquaredErrorVJPRequest{X: MatrixToProto(x), Target: MatrixToProto(target), LossOnly: lossOnly}
+	var resp *forwardpb.VJPResponse
 	err := p.call(ctx, fusedOp, p.batchWork(r), func(ctx context.Context) (err error) {
 		resp, err = p.rpc.SquaredErrorVJP(ctx, req)
 		return err
@@ -617,6 +592,44 @@ func (p *Process) fused(ctx context.Context, x, target *mat.Dense, lossOnly bool
 	}
 	dx, err := p.unpack(fusedOp, "dx", resp.GetDx())
 	return resp, dx, err
+}
+
+// fusedShared is fused through the shared region, whose lock the caller
+// holds; sent is false when the batch does not fit there and should
+// travel as bytes.
+func (p *Process) fusedShared(ctx context.Context, sh *hostShared, x, target *mat.Dense, lossOnly bool) (resp *forwardpb.VJPResponse, dx *mat.Dense, sent bool, err error) {
+	r, c := x.Dims()
+	tr, _ := target.Dims()
+	xOff, targetOff, dxOff, size, ok := sharedLayout(r, c, tr)
+	if !ok {
+		return nil, nil, false, nil
+	}
+	mem, err := sh.region.grow(size)
+	if err != nil {
+		sh.retired.Store(true)
+		p.log.Warn("forward plugin batches travel through gRPC from now on", zap.String("plugin", p.name), zap.Error(err))
+		return nil, nil, false, nil
+	}
+	putDense(mem, xOff, x)
+	putDense(mem, targetOff, target)
+	req := &forwardpb.SquaredErrorVJPRequest{LossOnly: lossOnly, Shared: &forwardpb.SharedBatch{
+		Rows: uint32(r), Cols: uint32(c), TargetRows: uint32(tr)}}
+	err = p.call(ctx, fusedOp, p.batchWork(r), func(ctx context.Context) (err error) {
+		resp, err = p.rpc.SquaredErrorVJP(ctx, req)
+		return err
+	})
+	if err != nil {
+		// A call that timed out or was cancelled may still be running in
+		// the plugin, reading x or writing dx: no later call may write there.
+		sh.retired.Store(true)
+		return nil, nil, true, err
+	}
+	sh.calls.Add(1)
+	if !resp.GetDxShared() {
+		dx, err = p.unpack(fusedOp, "dx", resp.GetDx())
+		return resp, dx, true, err
+	}
+	return resp, denseAt(mem, dxOff, r, c), true, nil
 }
 
 // SharedCalls returns how many fused calls have passed their batches
