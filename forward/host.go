@@ -190,7 +190,14 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		}
 		secure = &plugin.SecureConfig{Checksum: o.checksum, Hash: sha256.New()}
 	}
-	sockDir, err := os.MkdirTemp("", "sourcewatch-plugin-")
+	sweepOnce.Do(func() {
+		if n, err := sweepStaleSocketDirs(os.TempDir(), time.Now()); err != nil {
+			o.log.Debug("not sweeping stale plugin socket directories", zap.Error(err))
+		} else if n > 0 {
+			o.log.Info("removed socket directories of plugins whose host was killed", zap.Int("count", n), zap.String("dir", os.TempDir()))
+		}
+	})
+	sockDir, err := os.MkdirTemp("", socketDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("forward plugin %s: socket directory: %w", name, err)
 	}
