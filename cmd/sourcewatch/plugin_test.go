@@ -16,6 +16,7 @@ func TestPluginCheck(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "graph: undirected graph, 34 nodes, 78 edges")
 	require.Contains(t, out, "PASS  vjp")
+	require.Contains(t, out, "PASS  fused call        loss and dx agree with Predict and VJP")
 	require.Contains(t, out, "\nPASS\n")
 
 	// By name in a plugin directory, on the built-in graph, as JSON.
@@ -29,7 +30,7 @@ func TestPluginCheck(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	require.True(t, rep.Passed)
 	require.Equal(t, "icmf", rep.Info.Name)
-	require.Len(t, rep.Results, 11)
+	require.Len(t, rep.Results, 12)
 
 	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
 	out, _, err = runCmd(t, "", "plugin", "check", faulty, "--param", "fault=nan", "--log-level", "warn")
