@@ -59,26 +59,40 @@ func TestThroughPluginProcess(t *testing.T) {
 	require.ErrorIs(t, p.Configure(ctx, other, nil, res.State), forward.ErrBadState)
 }
 
+// benchModels loads a shared graph and returns an untrained (but usable)
+// model in process and the same model in launched plugin processes, one
+// per set of launch options; the processes close with the benchmark.
+func benchModels(b *testing.B, name string, launches ...[]forward.LaunchOption) (*graph.Graph, *Model, []*forward.Process) {
+	b.Helper()
+	g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", name+".edges"))
+	require.NoError(b, err)
+	in := New()
+	require.NoError(b, in.Configure(b.Context(), g, nil, nil))
+	in.fitted = true
+	state, err := encodeState(g, in.nt)
+	require.NoError(b, err)
+	procs := make([]*forward.Process, len(launches))
+	for i, opts := range launches {
+		p, err := forward.Launch(b.Context(), forwardtest.Build(b, Name), opts...)
+		require.NoError(b, err)
+		b.Cleanup(func() { _ = p.Close() })
+		require.NoError(b, p.Configure(b.Context(), g, nil, state))
+		procs[i] = p
+	}
+	return g, in, procs
+}
+
 // BenchmarkVJP times one VJP of a batch of 8 (the default restarts),
 // in-process and through the plugin process, on the shared graphs.
 func BenchmarkVJP(b *testing.B) {
 	for _, name := range []string{"jazz", "power_grid"} {
-		g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", name+".edges"))
-		require.NoError(b, err)
-		in := New()
-		require.NoError(b, in.Configure(b.Context(), g, nil, nil))
-		in.fitted = true
-		state, err := encodeState(g, in.nt)
-		require.NoError(b, err)
-		p, err := forward.Launch(b.Context(), forwardtest.Build(b, Name))
-		require.NoError(b, err)
-		require.NoError(b, p.Configure(b.Context(), g, nil, state))
+		g, in, procs := benchModels(b, name, nil)
 		rng := rand.New(rand.NewPCG(1, 1))
 		x, dy := randDense(rng, 8, g.N(), 0, 1), randDense(rng, 8, g.N(), -1, 1)
 		for _, m := range []struct {
 			name  string
 			model forward.Model
-		}{{"inprocess", in}, {"process", p}} {
+		}{{"inprocess", in}, {"process", procs[0]}} {
 			b.Run(name+"/"+m.name, func(b *testing.B) {
 				for b.Loop() {
 					if _, _, err := m.model.VJP(context.Background(), x, dy); err != nil {
@@ -87,7 +101,6 @@ func BenchmarkVJP(b *testing.B) {
 				}
 			})
 		}
-		require.NoError(b, p.Close())
 	}
 }
 
@@ -98,19 +111,8 @@ func BenchmarkVJP(b *testing.B) {
 // batches.
 func BenchmarkSquaredErrorLoss(b *testing.B) {
 	for _, name := range []string{"jazz", "power_grid"} {
-		g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", name+".edges"))
-		require.NoError(b, err)
-		in := New()
-		require.NoError(b, in.Configure(b.Context(), g, nil, nil))
-		in.fitted = true
-		state, err := encodeState(g, in.nt)
-		require.NoError(b, err)
-		shared, err := forward.Launch(b.Context(), forwardtest.Build(b, Name))
-		require.NoError(b, err)
-		require.NoError(b, shared.Configure(b.Context(), g, nil, state))
-		viaBytes, err := forward.Launch(b.Context(), forwardtest.Build(b, Name), forward.WithoutSharedMemory())
-		require.NoError(b, err)
-		require.NoError(b, viaBytes.Configure(b.Context(), g, nil, state))
+		g, in, procs := benchModels(b, name, nil, []forward.LaunchOption{forward.WithoutSharedMemory()})
+		shared, viaBytes := procs[0], procs[1]
 		rng := rand.New(rand.NewPCG(1, 1))
 		x, target := randDense(rng, 8, g.N(), 0, 1), randDense(rng, 1, g.N(), 0, 1)
 		for _, m := range []struct {
@@ -128,7 +130,5 @@ func BenchmarkSquaredErrorLoss(b *testing.B) {
 				}
 			})
 		}
-		require.NoError(b, shared.Close())
-		require.NoError(b, viaBytes.Close())
 	}
 }
