@@ -181,3 +181,38 @@ func TestSupervisedConcurrentCallers(t *testing.T) {
 	require.EqualValues(t, 1, s.Restarts(), "callers failing together share one relaunch")
 	require.True(t, s.Healthy())
 }
+
+// The fused call of inference recovers too, through a new plugin and its
+// new shared region: the faulty plugin answers it with Predict then VJP,
+// two counted calls, so with fault_after=3 every fused call but the first
+// of a process crashes or hangs it.
+func TestSupervisedRecoversFusedCall(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	in := icmf.New()
+	require.NoError(t, in.Configure(t.Context(), g, nil, nil))
+	x, _ := batch(g.N(), 4, 9)
+	target, _ := batch(g.N(), 1, 10)
+	wantLoss, wantDX, err := forward.SquaredErrorLoss(t.Context(), in, x, target)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		fault string
+		opts  []forward.LaunchOption
+	}{
+		{"crash", nil},
+		{"hang", []forward.LaunchOption{forward.WithCallTimeout(2 * time.Second)}},
+	} {
+		t.Run(tc.fault, func(t *testing.T) {
+			var rec sleeps
+			s := supervise(t, forwardtest.Build(t, faulty), forward.WithLaunchOptions(tc.opts...), forward.WithSleep(rec.sleep))
+			require.NoError(t, s.Configure(t.Context(), g, map[string]string{"fault": tc.fault, "fault_after": "3"}, nil))
+			for call := 1; call <= 3; call++ {
+				loss, dx, err := s.SquaredErrorLoss(t.Context(), x, target)
+				require.NoError(t, err, "call %d", call)
+				require.InDeltaSlice(t, wantLoss, loss, 1e-12)
+				require.Equal(t, wantDX.RawMatrix().Data, dx.RawMatrix().Data)
+			}
+			require.EqualValues(t, 2, s.Restarts())
+		})
+	}
+}
