@@ -165,6 +165,7 @@ func pluginShared() (*sharedRegion, error) {
 	if !sharedSupported {
 		return nil, fmt.Errorf("shared memory: not supported on this platform")
 	}
+	closeOnExec(fd)
 	f := os.NewFile(uintptr(fd), "shared batches")
 	if _, err := f.Stat(); err != nil {
 		return nil, fmt.Errorf("shared memory: descriptor %d: %w", fd, err)

@@ -25,3 +25,7 @@ func mapShared(f *os.File, size int) ([]byte, error) {
 }
 
 func unmapShared(mem []byte) error { return unix.Munmap(mem) }
+
+// closeOnExec keeps the region from leaking into processes the plugin
+// itself starts: the descriptor arrives without the flag.
+func closeOnExec(fd int) { unix.CloseOnExec(fd) }

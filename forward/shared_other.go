@@ -15,3 +15,5 @@ func createSharedFile() (*os.File, error) { return nil, errors.ErrUnsupported }
 func mapShared(*os.File, int) ([]byte, error) { return nil, errors.ErrUnsupported }
 
 func unmapShared([]byte) error { return errors.ErrUnsupported }
+
+func closeOnExec(int) {}
