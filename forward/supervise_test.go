@@ -37,6 +37,16 @@ func supervise(t *testing.T, path string, opts ...forward.SuperviseOption) *forw
 	return s
 }
 
+// recoverableFaults are the faulty plugin's faults a supervisor recovers
+// from, with the launch options that let it notice them.
+var recoverableFaults = []struct {
+	fault string
+	opts  []forward.LaunchOption
+}{
+	{"crash", nil},
+	{"hang", []forward.LaunchOption{forward.WithCallTimeout(2 * time.Second)}},
+}
+
 func TestSupervisedRecovers(t *testing.T) {
 	t.Parallel()
 	g := karate(t)
@@ -49,13 +59,7 @@ func TestSupervisedRecovers(t *testing.T) {
 	wantY, wantDX, err := in.VJP(t.Context(), x, dy)
 	require.NoError(t, err)
 
-	for _, tc := range []struct {
-		fault string
-		opts  []forward.LaunchOption
-	}{
-		{"crash", nil},
-		{"hang", []forward.LaunchOption{forward.WithCallTimeout(2 * time.Second)}},
-	} {
+	for _, tc := range recoverableFaults {
 		t.Run(tc.fault, func(t *testing.T) {
 			var causes []error
 			var rec sleeps
@@ -195,13 +199,7 @@ func TestSupervisedRecoversFusedCall(t *testing.T) {
 	target, _ := batch(g.N(), 1, 10)
 	wantLoss, wantDX, err := forward.SquaredErrorLoss(t.Context(), in, x, target)
 	require.NoError(t, err)
-	for _, tc := range []struct {
-		fault string
-		opts  []forward.LaunchOption
-	}{
-		{"crash", nil},
-		{"hang", []forward.LaunchOption{forward.WithCallTimeout(2 * time.Second)}},
-	} {
+	for _, tc := range recoverableFaults {
 		t.Run(tc.fault, func(t *testing.T) {
 			var rec sleeps
 			s := supervise(t, forwardtest.Build(t, faulty), forward.WithLaunchOptions(tc.opts...), forward.WithSleep(rec.sleep))
