@@ -13,7 +13,9 @@
 //
 //	"directed\n" or "undirected\n", then one line "u\tv\tw\n" per edge,
 //	sorted by (u, v) as strings, with u <= v for undirected graphs and w
-//	formatted with strconv 'g' -1 (omitted, with its tab, when unweighted).
+//	formatted with strconv 'g' -1 (omitted, with its tab, when unweighted),
+//	and one line "node\tu\n" per node on no edge (an edge list names such
+//	a node only in a self-loop, which is dropped), all lines sorted together,
 //
 // so it depends on the edges and their ids, not on the order of the file,
 // its comments or its whitespace.

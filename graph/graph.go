@@ -168,8 +168,10 @@ func (b byIndex) Swap(i, j int) {
 }
 
 func fingerprint(ids []string, edges []Edge, directed, weighted bool) string {
-	lines := make([]string, len(edges))
+	lines := make([]string, len(edges), len(edges)+1)
+	touched := make([]bool, len(ids))
 	for i, e := range edges {
+		touched[e.From], touched[e.To] = true, true
 		a, b := ids[e.From], ids[e.To]
 		if !directed && a > b {
 			a, b = b, a
@@ -178,6 +180,14 @@ func fingerprint(ids []string, edges []Edge, directed, weighted bool) string {
 			lines[i] = a + "\t" + b + "\t" + strconv.FormatFloat(e.W, 'g', -1, 64) + "\n"
 		} else {
 			lines[i] = a + "\t" + b + "\n"
+		}
+	}
+	// A node on no edge (in a file, one named only by a self-loop) counts
+	// in n and in the numbering, so it must count in the fingerprint; a
+	// graph without one keeps the fingerprint of its edges alone.
+	for i, t := range touched {
+		if !t {
+			lines = append(lines, "node\t"+ids[i]+"\n")
 		}
 	}
 	sort.Strings(lines)

@@ -99,6 +99,15 @@ func TestFingerprintIsCanonical(t *testing.T) {
 	w, err := Read(strings.NewReader("1 2 1\n2 3 1\n3 1 1\n"), "w")
 	require.NoError(t, err)
 	require.NotEqual(t, a.Fingerprint(), w.Fingerprint(), "weighted and unweighted graphs must differ")
+
+	// A node on no edge counts: it changes n and, here, the numbering.
+	iso, err := Read(strings.NewReader("1 2\n2 3\n3 1\n10 10\n"), "iso")
+	require.NoError(t, err)
+	require.Equal(t, 4, iso.N())
+	require.NotEqual(t, a.Fingerprint(), iso.Fingerprint())
+	iso2, err := Read(strings.NewReader("10 10\n3 1\n2 3\n1 2\n"), "iso2")
+	require.NoError(t, err)
+	require.Equal(t, iso.Fingerprint(), iso2.Fingerprint())
 }
 
 func TestBFSAndComponents(t *testing.T) {

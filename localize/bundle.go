@@ -155,7 +155,7 @@ func (b *Bundle) Options() Options {
 // CheckGraph reports whether g is the graph the bundle was trained on.
 func (b *Bundle) CheckGraph(g *graph.Graph) error {
 	m := b.Manifest.Graph
-	if fp := g.Fingerprint(); fp != m.Fingerprint {
+	if fp := g.Fingerprint(); fp != m.Fingerprint || g.N() != m.Nodes {
 		return fmt.Errorf("%w: bundle %s is for graph %q (fingerprint %.12s, %d nodes), given graph has fingerprint %.12s and %d nodes",
 			ErrGraphMismatch, b.Manifest.ID, m.Name, m.Fingerprint, m.Nodes, fp, g.N())
 	}
@@ -342,6 +342,22 @@ func sha256Hex(data []byte) string {
 func writeEdges(w io.Writer, g *graph.Graph) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "# %d nodes, written by sourcewatch\n", g.N())
+	// A node on no edge is written as a self-loop, the one line that
+	// names it: the loader keeps the node and drops the loop.
+	onEdge := make([]bool, g.N())
+	for _, e := range g.Edges() {
+		onEdge[e.From], onEdge[e.To] = true, true
+	}
+	for v, ok := range onEdge {
+		if ok {
+			continue
+		}
+		if g.Weighted() {
+			fmt.Fprintf(bw, "%s %s 0\n", g.ID(v), g.ID(v))
+		} else {
+			fmt.Fprintf(bw, "%s %s\n", g.ID(v), g.ID(v))
+		}
+	}
 	for _, e := range g.Edges() {
 		if g.Weighted() {
 			fmt.Fprintf(bw, "%s %s %s\n", g.ID(e.From), g.ID(e.To), strconv.FormatFloat(e.W, 'g', -1, 64))

@@ -37,7 +37,13 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // testBundle trains a tiny prior on a ring graph.
 func testBundle(t *testing.T) *Bundle {
 	t.Helper()
-	g := ringGraph(t, 12)
+	return testBundleOn(t, ringGraph(t, 12))
+}
+
+// testBundleOn trains a tiny prior on g, whose first 12 nodes form the
+// training source sets.
+func testBundleOn(t *testing.T, g *graph.Graph) *Bundle {
+	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var train [][]int
 	for i := 0; i < 40; i++ {
@@ -86,6 +92,38 @@ func TestBundleRoundTrip(t *testing.T) {
 	_, err = LoadBundle(path, ringGraph(t, 13))
 	require.ErrorIs(t, err, ErrGraphMismatch)
 	require.ErrorContains(t, err, path)
+}
+
+// A node on no edge (named in the file only by a self-loop) is part of
+// the graph: the bundle keeps it, and a graph without it is refused
+// although its edges are the same.
+func TestBundleKeepsNodesOnNoEdge(t *testing.T) {
+	for _, tc := range []struct{ name, weight, loop string }{
+		{"unweighted", "", "12 12"},
+		{"weighted", " 0.5", "12 12 0.3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ring strings.Builder
+			for i := 0; i < 12; i++ {
+				ring.WriteString(itoa(i) + " " + itoa((i+1)%12) + tc.weight + "\n")
+			}
+			g, err := graph.Read(strings.NewReader(ring.String()+tc.loop+"\n"), "ring-isolated.edges")
+			require.NoError(t, err)
+			edgesOnly, err := graph.Read(strings.NewReader(ring.String()), "ring.edges")
+			require.NoError(t, err)
+			require.Equal(t, 13, g.N())
+			require.NotEqual(t, edgesOnly.Fingerprint(), g.Fingerprint())
+
+			path := filepath.Join(t.TempDir(), "ring.swb")
+			require.NoError(t, testBundleOn(t, g).WriteFile(path))
+			got, err := LoadBundle(path, g)
+			require.NoError(t, err)
+			require.Equal(t, 13, got.Graph.N())
+			require.Equal(t, g.Fingerprint(), got.Graph.Fingerprint())
+			_, err = LoadBundle(path, edgesOnly)
+			require.ErrorIs(t, err, ErrGraphMismatch)
+		})
+	}
 }
 
 // rewrite copies a bundle archive, passing each entry through edit.
