@@ -86,8 +86,10 @@ func MatrixFromProto(p *forwardpb.Matrix, field string) (*mat.Dense, error) {
 	if r == 0 || c == 0 {
 		return nil, fmt.Errorf("%s: empty %dx%d matrix: %w", field, r, c, ErrBadMessage)
 	}
-	if want := 8 * r * c; len(p.GetData()) != want {
-		return nil, fmt.Errorf("%s: %dx%d matrix needs %d bytes, got %d: %w", field, r, c, want, len(p.GetData()), ErrBadMessage)
+	// rows and cols are uint32, so their product fits a uint64; 8 times it
+	// need not, and an int would wrap to a length that passes.
+	if n := len(p.GetData()); n%8 != 0 || uint64(n/8) != uint64(r)*uint64(c) {
+		return nil, fmt.Errorf("%s: %dx%d matrix needs %d values, got %d bytes: %w", field, r, c, uint64(r)*uint64(c), n, ErrBadMessage)
 	}
 	data := make([]float64, r*c)
 	getFloats(data, p.GetData())
@@ -119,6 +121,10 @@ func GraphToProto(g *graph.Graph) *forwardpb.Graph {
 	return p
 }
 
+// MaxNodesWithoutIDs is the most nodes a Graph message may name without
+// sending their ids. GraphToProto always sends them.
+const MaxNodesWithoutIDs = 1 << 20
+
 // GraphFromProto rebuilds a graph, validating everything graph.New would
 // panic on, and checks the rebuilt fingerprint against the sent one so a
 // plugin never serves a different graph than the host thinks.
@@ -129,6 +135,12 @@ func GraphFromProto(p *forwardpb.Graph) (*graph.Graph, error) {
 	n := int(p.GetNodes())
 	if n == 0 {
 		return nil, fmt.Errorf("graph: no nodes: %w", ErrBadMessage)
+	}
+	if len(p.GetIds()) == 0 && n > MaxNodesWithoutIDs {
+		// Nothing in the message bounds n then, and the graph would
+		// allocate every default id: a 10-byte message could exhaust
+		// the plugin's memory.
+		return nil, fmt.Errorf("graph: %d nodes and no ids; send the ids (above %d nodes they are required): %w", n, MaxNodesWithoutIDs, ErrBadMessage)
 	}
 	src, err := unpackIndices(p.GetSrc(), n, "graph.src")
 	if err != nil {

@@ -60,6 +60,10 @@ func TestGraphFromProtoRejects(t *testing.T) {
 		{"ids count", func(p *forwardpb.Graph) { p.Ids = []string{"a"} }, "graph.ids: 1 ids for 3 nodes"},
 		{"duplicate ids", func(p *forwardpb.Graph) { p.Ids = []string{"a", "b", "a"} }, `duplicate id "a"`},
 		{"fingerprint", func(p *forwardpb.Graph) { p.Fingerprint = "00" }, "graph: fingerprint 00 sent"},
+		// Without ids nothing in the message bounds the node count.
+		{"huge n without ids", func(p *forwardpb.Graph) {
+			*p = forwardpb.Graph{Nodes: 1<<32 - 1}
+		}, "graph: 4294967295 nodes and no ids"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var p *forwardpb.Graph
@@ -87,7 +91,11 @@ func TestMatrixRoundTrip(t *testing.T) {
 	p.Data = p.Data[:len(p.Data)-1]
 	_, err := forward.MatrixFromProto(p, "dy")
 	require.ErrorIs(t, err, forward.ErrBadMessage)
-	require.ErrorContains(t, err, "dy: 3x4 matrix needs 96 bytes, got 95")
+	require.ErrorContains(t, err, "dy: 3x4 matrix needs 12 values, got 95 bytes")
+	// 8·rows·cols wraps to 0 in 64 bits: an empty payload must not pass.
+	_, err = forward.MatrixFromProto(&forwardpb.Matrix{Rows: 1 << 31, Cols: 1 << 30}, "y")
+	require.ErrorIs(t, err, forward.ErrBadMessage)
+	require.ErrorContains(t, err, "y: 2147483648x1073741824 matrix needs 2305843009213693952 values, got 0 bytes")
 	_, err = forward.MatrixFromProto(&forwardpb.Matrix{}, "x")
 	require.ErrorContains(t, err, "x: empty 0x0 matrix")
 	_, err = forward.MatrixFromProto(nil, "y")

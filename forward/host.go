@@ -581,10 +581,17 @@ const fusedOp = "squared-error vjp"
 // it, and as bytes otherwise.
 func (p *Process) fused(ctx context.Context, x, target *mat.Dense, lossOnly bool) (*forwardpb.VJPResponse, *mat.Dense, error) {
 	if sh := p.shared; sh != nil && !sh.retired.Load() && sh.mu.TryLock() {
-		resp, dx, sent, err := p.fusedShared(ctx, sh, x, target, lossOnly)
-		sh.mu.Unlock()
-		if sent {
-			return resp, dx, err
+		// Checked again under the lock: a call that failed (and may
+		// still be running in the plugin) retires the region before it
+		// unlocks, and this call must not write a batch under it.
+		if !sh.retired.Load() {
+			resp, dx, sent, err := p.fusedShared(ctx, sh, x, target, lossOnly)
+			sh.mu.Unlock()
+			if sent {
+				return resp, dx, err
+			}
+		} else {
+			sh.mu.Unlock()
 		}
 	}
 	r, _ := x.Dims()

@@ -120,7 +120,8 @@ type Graph struct {
 	// Hex SHA-256 content fingerprint of the graph as the host computed it
 	// (see package graph). A Go plugin rebuilds the graph and checks it.
 	Fingerprint string `protobuf:"bytes,7,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
-	// External node ids in index order (len nodes); empty means "0".."n-1".
+	// External node ids in index order (len nodes); empty means "0".."n-1",
+	// allowed up to 1,048,576 nodes (forward.MaxNodesWithoutIDs).
 	Ids           []string `protobuf:"bytes,8,rep,name=ids,proto3" json:"ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

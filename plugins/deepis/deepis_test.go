@@ -149,6 +149,24 @@ func TestFitIsTheSameOnOneOrManyWorkers(t *testing.T) {
 	}
 }
 
+// A batch size beyond the data, as a host may send, trains on batches of
+// the data's size: the same fit as BatchSize = len(pairs), without sizing
+// buffers by the request.
+func TestFitCapsBatchSizeAtTheData(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(30, 40, false, false, 3)
+	train := cascades(t, g, 12, 1)
+	var results []forward.FitResult
+	for _, batch := range []int{len(train), math.MaxInt32} {
+		m := New()
+		require.NoError(t, m.Configure(ctx, g, nil, nil))
+		res, err := m.Fit(ctx, train, forward.FitOptions{Epochs: 2, BatchSize: batch, Seed: 4}, nil)
+		require.NoError(t, err)
+		results = append(results, res)
+	}
+	require.Equal(t, results[0].State, results[1].State)
+}
+
 func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 	// Fit relies on backward's parameter gradients, including the learned
 	// edge scale, on both propagation paths: one P for every arc

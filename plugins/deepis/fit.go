@@ -59,7 +59,9 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 		return forward.FitResult{}, err
 	}
 	epochs := orDefault(opts.Epochs, DefaultEpochs)
-	batch := orDefault(opts.BatchSize, DefaultBatchSize)
+	// No batch is larger than the data; the cap also keeps a huge
+	// BatchSize from the wire from sizing the per-batch buffers.
+	batch := min(orDefault(opts.BatchSize, DefaultBatchSize), max(len(pairs), 1))
 	lr, lambda := opts.LearningRate, opts.Lambda
 	if lr <= 0 {
 		lr = DefaultLearningRate
