@@ -134,20 +134,42 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 	}, opts...)
 }
 
+// natsSection returns the config's nats.* keys, from the file and from the
+// SOURCEWATCH_NATS_* environment, the environment winning. The --nats
+// flag (and SOURCEWATCH_NATS, its environment binding) shadows the nested
+// keys in v: once it holds a value, v.Sub("nats") is nil and the file's
+// credentials would be lost, so the section is read from the file itself.
+func natsSection(v *viper.Viper) (*viper.Viper, error) {
+	nv := viper.New()
+	nv.SetEnvPrefix("SOURCEWATCH_NATS")
+	nv.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
+	nv.AutomaticEnv()
+	path := v.ConfigFileUsed()
+	if path == "" {
+		return nv, nil
+	}
+	fv := viper.New()
+	fv.SetConfigFile(path)
+	if err := fv.ReadInConfig(); err != nil {
+		return nil, fmt.Errorf("reading config %q: %w", path, err)
+	}
+	if section := fv.GetStringMap("nats"); len(section) > 0 {
+		if err := nv.MergeConfigMap(section); err != nil {
+			return nil, fmt.Errorf("config %q: nats: %w", path, err)
+		}
+	}
+	return nv, nil
+}
+
 // tailConnection finds the server and credentials the way serve does, so
 // that `alerts tail --config the-serve-config.yaml` reaches its server:
 // an explicit --nats, else nats.url (file or SOURCEWATCH_NATS_URL), else
 // the embedded server's nats.listen, else the default address. --creds, or
 // nats.creds / nkey / user / password / tls from the config, authenticate.
-// The --nats flag shadows the nested nats.* keys in viper, hence Sub.
 func tailConnection(cmd *cobra.Command, v *viper.Viper) (string, []nats.Option, error) {
-	nv := v.Sub("nats")
-	if nv == nil {
-		// No nats section in the file: the environment still counts.
-		nv = viper.New()
-		nv.SetEnvPrefix("SOURCEWATCH_NATS")
-		nv.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
-		nv.AutomaticEnv()
+	nv, err := natsSection(v)
+	if err != nil {
+		return "", nil, err
 	}
 	url := nv.GetString("url")
 	if f := cmd.Flags().Lookup("nats"); f != nil && f.Changed {

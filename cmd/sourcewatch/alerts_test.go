@@ -39,14 +39,26 @@ func (b *alertsSyncBuffer) String() string {
 
 func startAlertsNATS(t *testing.T, prefix string) (string, jetstream.JetStream) {
 	t.Helper()
+	return startAlertsNATSWith(t, prefix, "", "")
+}
+
+// startAlertsNATSWith is startAlertsNATS for a server that wants user and
+// password when user is set.
+func startAlertsNATSWith(t *testing.T, prefix, user, password string) (string, jetstream.JetStream) {
+	t.Helper()
 	s, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Username: user, Password: password,
 	})
 	require.NoError(t, err)
 	go s.Start()
 	require.True(t, s.ReadyForConnections(10*time.Second))
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
+	var copts []nats.Option
+	if user != "" {
+		copts = append(copts, nats.UserInfo(user, password))
+	}
+	nc, err := nats.Connect(s.ClientURL(), copts...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
@@ -248,6 +260,52 @@ func TestAlertsTailServeConfig(t *testing.T) {
 	root = newRootCmd(&alertsSyncBuffer{}, &alertsSyncBuffer{})
 	root.SetArgs([]string{"alerts", "tail", "--config", cfg})
 	require.ErrorContains(t, root.ExecuteContext(ctx), `nats.listen "-1"`)
+}
+
+// TestAlertsTailFileCredentials authenticates with the config file's
+// nats.user and nats.password however the server's address is given: in
+// the file, by --nats, or by SOURCEWATCH_NATS (which used to shadow the
+// file's nats section and lose its credentials).
+func TestAlertsTailFileCredentials(t *testing.T) {
+	url, js := startAlertsNATSWith(t, "sourcewatch", "tail", "s3cret")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := observe(t, alerts.NewTracker(nil), "karate", "3")
+	require.NoError(t, alerts.NewPublisher(js, "sourcewatch").Publish(ctx, a))
+
+	tests := []struct {
+		name string
+		yaml string
+		args []string
+		env  map[string]string
+	}{
+		{"url in file", "nats:\n  url: " + url + "\n  user: tail\n  password: s3cret\n", nil, nil},
+		{"url by flag", "nats:\n  user: tail\n  password: s3cret\n", []string{"--nats", url}, nil},
+		{"url by SOURCEWATCH_NATS", "nats:\n  user: tail\n  password: s3cret\n", nil, map[string]string{"SOURCEWATCH_NATS": url}},
+		{"password by environment", "nats:\n  user: tail\n  password: wrong\n", []string{"--nats", url},
+			map[string]string{"SOURCEWATCH_NATS_PASSWORD": "s3cret"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, val := range tt.env {
+				t.Setenv(k, val)
+			}
+			cfg := filepath.Join(t.TempDir(), "serve.yaml")
+			require.NoError(t, os.WriteFile(cfg, []byte(tt.yaml), 0o600))
+			args := append([]string{"--json", "--from-start", "--config", cfg}, tt.args...)
+			stdout, stderr, stop := runAlertsTail(t, args...)
+			require.Eventually(t, func() bool { return strings.Contains(stdout.String(), a.ID) },
+				10*time.Second, 5*time.Millisecond, "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+			require.NoError(t, stop())
+		})
+	}
+
+	// Without the credentials the server refuses, and the error says so.
+	cfg := filepath.Join(t.TempDir(), "serve.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("nats:\n  url: "+url+"\n"), 0o600))
+	root := newRootCmd(&alertsSyncBuffer{}, &alertsSyncBuffer{})
+	root.SetArgs([]string{"alerts", "tail", "--config", cfg})
+	require.ErrorContains(t, root.ExecuteContext(ctx), "uthorization")
 }
 
 func TestParseSince(t *testing.T) {
