@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"io"
 	"strings"
 	"sync"
@@ -71,6 +72,14 @@ func runDemo(ctx context.Context, a *app) error {
 	}
 	if err := sim.Validate(g); err != nil {
 		return err
+	}
+	// Checked before the daemon starts: a speed of 0 would stamp every
+	// event centuries in the past, and the daemon would dead-letter them.
+	if speed := a.v.GetFloat64("speed"); !(speed > 0) || math.IsInf(speed, 1) {
+		return fmt.Errorf("--speed: want simulation steps per second > 0, got %g", speed)
+	}
+	if n := a.v.GetInt("cascades"); n < 0 {
+		return fmt.Errorf("--cascades: want a count >= 0 (0: until Ctrl-C), got %d", n)
 	}
 
 	d, err := monitor.New(cfg,

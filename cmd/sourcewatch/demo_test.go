@@ -123,3 +123,37 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestDemoRejectsBadFlags refuses a replay speed or cascade count that
+// cannot work before starting the daemon (a speed of 0 used to stamp every
+// event centuries ago, and the daemon dead-lettered them all).
+func TestDemoRejectsBadFlags(t *testing.T) {
+	dir := t.TempDir()
+	edges, err := filepath.Abs("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	config := filepath.Join(dir, "demo.yaml")
+	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`
+nats:
+  listen: 127.0.0.1:0
+http:
+  addr: ""
+data_dir: %s
+graphs:
+  - name: club
+    edges: %s
+    bundle: %s
+`, filepath.Join(dir, "data"), edges, filepath.Join(dir, "missing.swb"))), 0o644))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--speed", "0"}, "--speed: want simulation steps per second > 0, got 0"},
+		{[]string{"--speed", "-2"}, "got -2"},
+		{[]string{"--cascades", "-1"}, "--cascades: want a count >= 0"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, _, err := runCmd(t, "", append([]string{"demo", "--config", config, "--log-level", "warn"}, tc.args...)...)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}

@@ -116,7 +116,10 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 	}
 	pairs := toPairs(cascades)
 	split := max(1, len(pairs)*4/5)
-	params, _ := cmd.Flags().GetStringToString("param")
+	params, err := stringMap(v, "param")
+	if err != nil {
+		return err
+	}
 	rep := forward.CheckPlugin(ctx, path, g, pairs[:split], forward.PluginCheckOptions{
 		Launch: launch,
 		Params: params,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -36,6 +37,25 @@ func TestPluginCheck(t *testing.T) {
 	out, _, err = runCmd(t, "", "plugin", "check", faulty, "--param", "fault=nan", "--log-level", "warn")
 	require.ErrorContains(t, err, "predict: forward plugin sourcewatch-forward-faulty: predict: y[0][0] is NaN")
 	require.Contains(t, out, "FAIL  predict")
+
+	// The parameters come from the environment or a config file too.
+	t.Run("param from environment", func(t *testing.T) {
+		t.Setenv("SOURCEWATCH_PARAM", "fault=nan")
+		out, _, err := runCmd(t, "", "plugin", "check", faulty, "--log-level", "warn")
+		require.ErrorContains(t, err, "y[0][0] is NaN")
+		require.Contains(t, out, "FAIL  predict")
+	})
+	t.Run("param from config", func(t *testing.T) {
+		cfg := filepath.Join(t.TempDir(), "check.yaml")
+		require.NoError(t, os.WriteFile(cfg, []byte("param:\n  fault: nan\n"), 0o600))
+		_, _, err := runCmd(t, "", "plugin", "check", faulty, "--config", cfg, "--log-level", "warn")
+		require.ErrorContains(t, err, "y[0][0] is NaN")
+	})
+	t.Run("malformed param in environment", func(t *testing.T) {
+		t.Setenv("SOURCEWATCH_PARAM", "fault")
+		_, _, err := runCmd(t, "", "plugin", "check", faulty, "--log-level", "warn")
+		require.ErrorContains(t, err, `param: want name=value[,name=value...], got "fault"`)
+	})
 
 	_, _, err = runCmd(t, "", "plugin", "check", faulty, "--sha256", "00", "--log-level", "warn")
 	require.ErrorContains(t, err, "--sha256 \"00\": want 64 hex digits")

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strings"
 
@@ -120,4 +121,37 @@ func newLogger(w io.Writer, level, format string, terminal bool) (*zap.Logger, e
 		return nil, errors.New(`log_format: want auto, console or json, got "` + format + `"`)
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
+}
+
+// stringMap reads a name=value flag (pflag's StringToString) from viper
+// like every other flag: the flag when given, else SOURCEWATCH_<KEY> as
+// "name=value,name2=value2", else the config file's map of the key (dashes
+// as underscores), else the flag's default.
+func stringMap(v *viper.Viper, flag string) (map[string]string, error) {
+	key := strings.ReplaceAll(flag, "-", "_")
+	out := map[string]string{}
+	switch raw := v.Get(key).(type) {
+	case nil:
+	case map[string]any:
+		for k, val := range raw {
+			out[k] = fmt.Sprint(val)
+		}
+	case map[string]string:
+		maps.Copy(out, raw)
+	case string:
+		s := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(raw), "["), "]")
+		for _, kv := range strings.Split(s, ",") {
+			if strings.TrimSpace(kv) == "" {
+				continue
+			}
+			k, val, ok := strings.Cut(kv, "=")
+			if !ok || strings.TrimSpace(k) == "" {
+				return nil, fmt.Errorf("%s: want name=value[,name=value...], got %q", key, raw)
+			}
+			out[strings.TrimSpace(k)] = strings.TrimSpace(val)
+		}
+	default:
+		return nil, fmt.Errorf("%s: want a map of name: value, got %T", key, raw)
+	}
+	return out, nil
 }

@@ -154,9 +154,15 @@ func parseSources(s string) (diffusion.SourceSpec, error) {
 
 // parseFraction reads "MIN-MAX" or a single value, both in (0, 1].
 func parseFraction(s string) (lo, hi float64, err error) {
-	a, b, isRange := strings.Cut(strings.TrimSpace(s), "-")
-	if !isRange {
-		b = a
+	// The range's dash is the first one that is not an exponent's sign
+	// (3e-1 is a number) nor a leading minus.
+	t := strings.TrimSpace(s)
+	a, b := t, t
+	for i := 1; i < len(t); i++ {
+		if t[i] == '-' && t[i-1] != 'e' && t[i-1] != 'E' {
+			a, b = t[:i], t[i+1:]
+			break
+		}
 	}
 	lo, err1 := strconv.ParseFloat(strings.TrimSpace(a), 64)
 	hi, err2 := strconv.ParseFloat(strings.TrimSpace(b), 64)

@@ -157,3 +157,31 @@ func TestSimulateCommandPrecedence(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, stderr, "simulate: 4 LT cascades")
 }
+
+func TestParseFraction(t *testing.T) {
+	for _, tc := range []struct {
+		in     string
+		lo, hi float64
+		err    string
+	}{
+		{in: "0.2-0.5", lo: 0.2, hi: 0.5},
+		{in: " 0.3 ", lo: 0.3, hi: 0.3},
+		{in: "3e-1", lo: 0.3, hi: 0.3},
+		{in: "2E-1-5e-1", lo: 0.2, hi: 0.5},
+		{in: "1e-1 - 0.4", lo: 0.1, hi: 0.4},
+		{in: "0.5-0.2", err: "range 0.5-0.2 needs 0 < MIN <= MAX <= 1"},
+		{in: "-0.2", err: "range -0.2--0.2 needs"},
+		{in: "a-b", err: `want a fraction range like 0.2-0.5, got "a-b"`},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			lo, hi, err := parseFraction(tc.in)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.InDelta(t, tc.lo, lo, 1e-15)
+			require.InDelta(t, tc.hi, hi, 1e-15)
+		})
+	}
+}

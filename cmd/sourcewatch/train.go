@@ -120,7 +120,10 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	}
 
 	fwdName := v.GetString("forward")
-	params, _ := cmd.Flags().GetStringToString("forward-param")
+	params, err := stringMap(v, "forward-param")
+	if err != nil {
+		return err
+	}
 	pluginDir := v.GetString("plugin_dir")
 	sum, err := localize.PluginChecksum(pluginDir, fwdName)
 	if err != nil {
