@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -93,6 +94,10 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 		if infected[i], err = b.Graph.Lookup(o.Infected); err != nil {
 			return fmt.Errorf("%s: %w (the bundle's graph: %s)", o.where, err, b.Graph)
 		}
+		// A node listed twice is infected once (exports of event logs
+		// repeat nodes), and counts once.
+		slices.Sort(infected[i])
+		infected[i] = slices.Compact(infected[i])
 	}
 	proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
 		PluginDir: v.GetString("plugin_dir"), AllowUnverified: v.GetBool("allow_unverified"), Logger: a.log.Named("plugin"),
@@ -172,7 +177,9 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 }
 
 // readObservations reads one JSON object or JSONL of them from path ("-"
-// is stdin). Errors name the file and line.
+// is stdin). Each object must have a non-empty "infected" list and no
+// other field (a misspelt key would otherwise read as nothing infected).
+// Errors name the file and line.
 func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
 	var data []byte
 	var err error
@@ -185,27 +192,58 @@ func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading observation %q: %w", path, err)
 	}
-	var one observationFile
-	if err := json.Unmarshal(data, &one); err == nil {
-		one.where = path
+	if json.Valid(data) {
+		// One JSON value (perhaps over many lines): one observation.
+		one, err := decodeObservation(data, path)
+		if err != nil {
+			return nil, err
+		}
 		return []observationFile{one}, nil
 	}
 	var out []observationFile
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 1<<20), 1<<30)
-	for line := 1; sc.Scan(); line++ {
+	line := 0
+	for sc.Scan() {
+		line++
 		text := bytes.TrimSpace(sc.Bytes())
 		if len(text) == 0 {
 			continue
 		}
-		o := observationFile{where: fmt.Sprintf("%s:%d", path, line)}
-		if err := json.Unmarshal(text, &o); err != nil {
-			return nil, fmt.Errorf(`%s: want {"infected":[ids...]}: %v`, o.where, err)
+		o, err := decodeObservation(text, fmt.Sprintf("%s:%d", path, line))
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, o)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s:%d: %w", path, line+1, err)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf(`%s: no observation; want {"infected":[ids...]} or JSONL of them`, path)
 	}
 	return out, nil
+}
+
+// decodeObservation decodes one {"infected":[ids...]} object, where names
+// it in errors.
+func decodeObservation(data []byte, where string) (observationFile, error) {
+	var raw struct {
+		Infected *[]string `json:"infected"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return observationFile{}, fmt.Errorf(`%s: want {"infected":[ids...]}: %v`, where, err)
+	}
+	if dec.More() {
+		return observationFile{}, fmt.Errorf(`%s: want one {"infected":[ids...]} object per line`, where)
+	}
+	if raw.Infected == nil {
+		return observationFile{}, fmt.Errorf(`%s: no "infected" field; want {"infected":[ids...]}`, where)
+	}
+	if len(*raw.Infected) == 0 {
+		return observationFile{}, fmt.Errorf(`%s: "infected" is empty: no infected node, nothing to localize`, where)
+	}
+	return observationFile{Infected: *raw.Infected, where: where}, nil
 }

@@ -169,6 +169,23 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.ErrorContains(t, err, `stdin:3: unknown node "nope" (the bundle's graph: `)
 	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\nnot json\n", "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 	require.ErrorContains(t, err, "stdin:2")
+	// An observation that says nothing is refused, not localized as
+	// "0 infected".
+	for _, tc := range []struct{ in, want string }{
+		{`{}`, `stdin: no "infected" field`},
+		{`null`, `stdin: no "infected" field`},
+		{`{"infected":[]}`, `stdin: "infected" is empty`},
+		{`{"infectd":["0"]}`, `stdin: want {"infected":[ids...]}: json: unknown field "infectd"`},
+		{"{\"infected\":[\"0\"]}\n{\"infected\":[\"1\"],\"extra\":1}\n", `stdin:2: want {"infected":[ids...]}: json: unknown field "extra"`},
+		{"{\n  \"infected\": []\n}\n", `stdin: "infected" is empty`},
+	} {
+		_, _, err = runCmd(t, tc.in, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+		require.ErrorContains(t, err, tc.want, "input %q", tc.in)
+	}
+	// A node listed twice counts once.
+	out, _, err = runCmd(t, `{"infected":["33","32","8","33","8"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "3 infected; threshold delta")
 	_, _, err = runCmd(t, "", "localize", "--bundle", bundle, "--graph", "../../diffusion/testdata/karate.edges", "--directed",
 		"--plugin-dir", pluginDir, "--log-level", "warn")
 	require.ErrorIs(t, err, localize.ErrGraphMismatch)
