@@ -29,6 +29,10 @@ import (
 //	forward.<k>  a parameter of the forward plugin
 //	epochs       forward-model epochs (0 = plugin default)
 //	prior_epochs VAE epochs (0 = default)
+//	prior_seed   the VAE's seed (initialisation, shuffling, noise); default
+//	             1 in every run, which is how the README's tables were
+//	             made; 0 takes the run's seed, so the prior varies from run
+//	             to run as the forward fit and the cascades do
 //	prototypes   prototype latents N of the prior term (default 1024, as
 //	             train's --prototypes)
 //	prior_weight_scale
@@ -154,6 +158,11 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	m.prior = prior.DefaultConfig()
 	if e := p.int("prior_epochs", 0); e > 0 {
 		m.prior.Epochs = e
+	}
+	if seed := p.int("prior_seed", int(m.prior.Seed)); seed != 0 {
+		m.prior.Seed = int64(seed)
+	} else {
+		m.prior.Seed = env.Seed
 	}
 	m.solve = localize.DefaultOptions()
 	m.solve.Variant = variant

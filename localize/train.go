@@ -124,9 +124,14 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		now = time.Now
 	}
 	n := g.N()
-	for i, p := range append(append([]forward.Pair(nil), train...), val...) {
-		if err := checkPair(p, n); err != nil {
-			return nil, fmt.Errorf("training: cascade %d: %w", i, err)
+	for _, split := range []struct {
+		name  string
+		pairs []forward.Pair
+	}{{"training", train}, {"validation", val}} {
+		for i, p := range split.pairs {
+			if err := checkPair(p, n); err != nil {
+				return nil, fmt.Errorf("%s pair %d: %w", split.name, i, err)
+			}
 		}
 	}
 	metrics := make(map[string]float64)
@@ -443,10 +448,17 @@ func checkPair(p forward.Pair, n int) error {
 	if len(p.Sources) == 0 {
 		return fmt.Errorf("no sources")
 	}
+	// A repeated source would count twice in F1 (above 1) and in the
+	// prior's training sets.
+	seen := make(map[int]bool, len(p.Sources))
 	for _, v := range p.Sources {
 		if v < 0 || v >= n {
 			return fmt.Errorf("source index %d outside [0, %d)", v, n)
 		}
+		if seen[v] {
+			return fmt.Errorf("source index %d listed twice", v)
+		}
+		seen[v] = true
 	}
 	for _, v := range p.Infected {
 		if v < 0 || v >= n {

@@ -86,6 +86,30 @@ func TestTrainRejectsBadPriorWeightScale(t *testing.T) {
 	require.ErrorContains(t, err, "prior weight scale -1")
 }
 
+func TestTrainRejectsBadPairs(t *testing.T) {
+	g, pairs, pc := karateTraining(t)
+	m := deepis.New()
+	require.NoError(t, m.Configure(t.Context(), g, nil, nil))
+	for _, tc := range []struct {
+		name string
+		pair forward.Pair
+		want string
+	}{
+		{"no sources", forward.Pair{Infected: []int{1}}, "no sources"},
+		{"source twice", forward.Pair{Sources: []int{3, 3}, Infected: []int{3}}, "source index 3 listed twice"},
+		{"source outside", forward.Pair{Sources: []int{34}, Infected: []int{1}}, "source index 34 outside [0, 34)"},
+		{"infected outside", forward.Pair{Sources: []int{1}, Infected: []int{-1}}, "infected index -1 outside [0, 34)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			val := append(append([]forward.Pair(nil), pairs[30:32]...), tc.pair)
+			_, err := localize.Train(t.Context(), g, m, pairs[:30], val, localize.TrainConfig{
+				Prior: pc, Solve: localize.DefaultOptions(),
+			}, nil)
+			require.ErrorContains(t, err, "validation pair 2: "+tc.want)
+		})
+	}
+}
+
 // With an OptStepsGrid, Train chooses n_opt with delta on validation: the
 // bundle records the step count whose validation F1 is the best, and
 // delta is the one chosen for it.

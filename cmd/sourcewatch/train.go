@@ -144,6 +144,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	}
 
 	pcfg := prior.DefaultConfig()
+	pcfg.Seed = seed // --seed reaches the VAE's initialisation and noise too
 	if h := v.GetInt("prior_hidden"); h > 0 {
 		pcfg.Hidden = h
 	}

@@ -112,6 +112,7 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.Equal(t, 30, b.Manifest.Solve.OptSteps)
 	require.Equal(t, 10, b.Options().InitSteps)
 	require.Equal(t, localize.DataInit, b.Options().Variant, "datainit unless --schedule says otherwise")
+	require.Equal(t, int64(3), b.VAE.Config().Seed, "--seed 3 seeds the prior too")
 	out, _, err := runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
 	require.NoError(t, err)
 	require.Contains(t, out, "10 + 30 steps, 4 restarts, schedule datainit (the data term, then L_pred)")
