@@ -147,6 +147,11 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 	if jc.Sources == nil {
 		return Cascade{}, errors.New(`missing "sources"`)
 	}
+	if len(*jc.Sources) == 0 {
+		// Every simulated cascade has one; a recorded cascade without
+		// its sources can neither train nor score a localizer.
+		return Cascade{}, errors.New(`"sources" is empty: a cascade needs at least one source`)
+	}
 	if jc.Infected == nil {
 		return Cascade{}, errors.New(`missing "infected"`)
 	}

@@ -60,6 +60,7 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 		{"bad JSON", `{"sources":["a"],`, `c.jsonl:2: bad JSON`},
 		{"wrong type", `{"sources":"a","infected":[]}`, `c.jsonl:2: bad JSON`},
 		{"missing sources", `{"infected":["a"]}`, `c.jsonl:2: missing "sources"`},
+		{"empty sources", `{"sources":[],"infected":["a"]}`, `c.jsonl:2: "sources" is empty`},
 		{"missing infected", `{"sources":["a"]}`, `c.jsonl:2: missing "infected"`},
 		{"duplicate", `{"sources":["a","a"],"infected":["a"]}`, `c.jsonl:2: node "a" listed twice in sources`},
 		{"negative step", `{"sources":["a"],"infected":["a"],"times":{"a":-2}}`, `c.jsonl:2: node "a" has negative step -2 in times`},
