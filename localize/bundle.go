@@ -11,9 +11,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"time"
 
@@ -239,11 +240,18 @@ func (b *Bundle) WriteFile(path string) error {
 // trained on (same fingerprint) and becomes the bundle's Graph; when g is
 // nil the bundle's own copy of the graph is used.
 func LoadBundle(path string, g *graph.Graph) (*Bundle, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("loading bundle %q: %w", path, err)
 	}
-	b, err := ReadBundle(bytes.NewReader(data), int64(len(data)))
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("loading bundle %q: %w", path, err)
+	}
+	// The archive is read in place: entries ReadBundle skips are never
+	// read at all.
+	b, err := ReadBundle(f, fi.Size())
 	if err != nil {
 		return nil, fmt.Errorf("loading bundle %q: %w", path, err)
 	}
@@ -256,28 +264,98 @@ func LoadBundle(path string, g *graph.Graph) (*Bundle, error) {
 	return b, nil
 }
 
+// Limits of bundle loading. An entry's size is what it holds decompressed.
+// A prior for an n-node graph takes about 8·n·(3·hidden) bytes (VAE and
+// terms, about 15 MB at 5,000 nodes and the default hidden 128, 60 MB at
+// the paper's 512) and a forward state a few MB there, so a bundle over
+// maxBundleBytes is not one Train made for any graph sourcewatch localizes
+// on; refusing it keeps a hostile archive (a zip bomb) from exhausting
+// memory.
+const (
+	// maxBundleBytes caps the entries of a bundle together.
+	maxBundleBytes = 1 << 30
+	// maxManifestBytes caps manifest.json, a few KB of JSON.
+	maxManifestBytes = 1 << 20
+	// maxGraphBytes caps graph.edges, an edge list (about 20 bytes an
+	// edge: 13 million edges).
+	maxGraphBytes = 256 << 20
+)
+
+// Limits of a bundle's solve settings: far above any Train records (R = 8,
+// 20 + 50 steps), low enough that a hostile manifest cannot make Solve
+// allocate R·n-sized buffers or step for hours.
+const (
+	maxRestarts = 4096
+	maxSteps    = 100000
+)
+
+// readLimits bounds the bytes ReadBundle reads: each entry of the format
+// (others are skipped) and their total.
+type readLimits struct {
+	total int64
+	entry map[string]int64
+}
+
+func defaultReadLimits() readLimits {
+	return readLimits{total: maxBundleBytes, entry: map[string]int64{
+		entryManifest: maxManifestBytes,
+		entryGraph:    maxGraphBytes,
+		entryVAE:      maxBundleBytes,
+		entryTerms:    maxBundleBytes,
+		entryForward:  maxBundleBytes,
+	}}
+}
+
 // ReadBundle decodes a bundle archive and verifies its format version and
-// checksums. It does not check the graph; see CheckGraph.
+// checksums, that its settings are in range and that its parts agree on
+// the graph's size. It does not check the graph; see CheckGraph.
+//
+// Entries other than those of the format are skipped unread. An entry
+// holding more than the format allows (1 GiB for the bundle, 1 MiB for
+// the manifest, 256 MiB for the graph) is refused before it is read.
 func ReadBundle(r io.ReaderAt, size int64) (*Bundle, error) {
+	return readBundle(r, size, defaultReadLimits())
+}
+
+func readBundle(r io.ReaderAt, size int64, lim readLimits) (*Bundle, error) {
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return nil, fmt.Errorf("%w: not a bundle archive: %v", ErrBadBundle, err)
 	}
-	raw := make(map[string][]byte)
+	raw := make(map[string][]byte, len(lim.entry))
+	var total int64
 	for _, f := range zr.File {
-		if f.UncompressedSize64 > 1<<34 {
-			return nil, fmt.Errorf("%w: entry %s claims %d bytes", ErrBadBundle, f.Name, f.UncompressedSize64)
+		limit, ok := lim.entry[f.Name]
+		if !ok {
+			continue
 		}
+		if _, dup := raw[f.Name]; dup {
+			return nil, fmt.Errorf("%w: entry %s appears twice", ErrBadBundle, f.Name)
+		}
+		if f.UncompressedSize64 > uint64(limit) {
+			return nil, fmt.Errorf("%w: entry %s holds %d bytes, over its limit of %d", ErrBadBundle, f.Name, f.UncompressedSize64, limit)
+		}
+		if f.UncompressedSize64 > uint64(lim.total-total) {
+			return nil, fmt.Errorf("%w: entry %s holds %d bytes, over the %d left of the bundle's limit of %d",
+				ErrBadBundle, f.Name, f.UncompressedSize64, lim.total-total, lim.total)
+		}
+		limit = min(limit, lim.total-total)
 		rc, err := f.Open()
 		if err != nil {
 			return nil, fmt.Errorf("%w: entry %s: %v", ErrBadBundle, f.Name, err)
 		}
-		data, err := io.ReadAll(rc)
+		// archive/zip stops at the declared size; the limit holds
+		// whatever the header says.
+		data, err := io.ReadAll(io.LimitReader(rc, limit+1))
 		rc.Close()
 		if err != nil {
 			// archive/zip checks each entry's CRC-32 on read.
 			return nil, fmt.Errorf("%w: entry %s: %v", ErrBundleChecksum, f.Name, err)
 		}
+		if int64(len(data)) > limit {
+			return nil, fmt.Errorf("%w: entry %s holds more than its limit of %d bytes", ErrBadBundle, f.Name, limit)
+		}
+		total += int64(len(data))
 		raw[f.Name] = data
 	}
 	mdata, ok := raw[entryManifest]
@@ -291,20 +369,21 @@ func ReadBundle(r io.ReaderAt, size int64) (*Bundle, error) {
 	if m.Format != FormatVersion {
 		return nil, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d", ErrBundleVersion, m.Format, FormatVersion)
 	}
-	if err := (Options{Variant: m.Solve.Variant}).Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %s: solve.%v", ErrBadBundle, entryManifest, err)
+	if err := m.check(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryManifest, err)
 	}
-	names := make([]string, 0, len(m.Checksums))
+	checked := []string{entryGraph, entryVAE, entryTerms, entryForward}
 	for name := range m.Checksums {
-		names = append(names, name)
+		if !slices.Contains(checked, name) {
+			return nil, fmt.Errorf("%w: manifest has a checksum for %s, not an entry of the format", ErrBadBundle, name)
+		}
 	}
-	sort.Strings(names)
-	for _, name := range []string{entryVAE, entryTerms, entryForward, entryGraph} {
+	for _, name := range checked {
 		if _, ok := m.Checksums[name]; !ok {
 			return nil, fmt.Errorf("%w: manifest has no checksum for %s", ErrBadBundle, name)
 		}
 	}
-	for _, name := range names {
+	for _, name := range checked {
 		data, ok := raw[name]
 		if !ok {
 			return nil, fmt.Errorf("%w: entry %s missing", ErrBadBundle, name)
@@ -329,7 +408,63 @@ func ReadBundle(r io.ReaderAt, size int64) (*Bundle, error) {
 			ErrBadBundle, g.N(), g.Fingerprint(), m.Graph.Nodes, m.Graph.Fingerprint)
 	}
 	b.Graph = g
+	if err := b.checkSizes(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadBundle, err)
+	}
 	return b, nil
+}
+
+// check reports the first of the manifest's threshold and solve settings
+// out of range, naming its JSON field. A zero solve setting is unset (see
+// Options).
+func (m *Manifest) check() error {
+	s := m.Solve
+	switch {
+	case !(m.Threshold > 0 && m.Threshold <= 1):
+		return fmt.Errorf("threshold: %g outside (0, 1]", m.Threshold)
+	case s.Restarts < 0 || s.Restarts > maxRestarts:
+		return fmt.Errorf("solve.restarts: %d outside 0..%d", s.Restarts, maxRestarts)
+	case s.InitSteps < 0 || s.InitSteps > maxSteps:
+		return fmt.Errorf("solve.init_steps: %d outside 0..%d", s.InitSteps, maxSteps)
+	case s.OptSteps < 0 || s.OptSteps > maxSteps:
+		return fmt.Errorf("solve.opt_steps: %d outside 0..%d", s.OptSteps, maxSteps)
+	case !(s.LearningRate >= 0) || math.IsInf(s.LearningRate, 1):
+		return fmt.Errorf("solve.learning_rate: %g, want a finite value >= 0", s.LearningRate)
+	case !(s.PriorWeight >= 0) || math.IsInf(s.PriorWeight, 1):
+		return fmt.Errorf("solve.prior_weight: %g, want a finite value >= 0", s.PriorWeight)
+	}
+	if err := (Options{Variant: s.Variant}).Validate(); err != nil {
+		return fmt.Errorf("solve.%w", err)
+	}
+	return nil
+}
+
+// checkSizes reports parts of the bundle that disagree on the graph's size
+// or the prior's: Solve sizes x by the graph and multiplies it by the
+// terms, so a mismatch would fail there, in the middle of a solve.
+func (b *Bundle) checkSizes() error {
+	n := b.Graph.N()
+	vc := b.VAE.Config()
+	switch {
+	case b.VAE.Nodes() != n:
+		return fmt.Errorf("%s is for %d nodes, %s has %d", entryVAE, b.VAE.Nodes(), entryGraph, n)
+	case b.Terms.Nodes() != n:
+		return fmt.Errorf("%s are for %d nodes, %s has %d", entryTerms, b.Terms.Nodes(), entryGraph, n)
+	case b.Terms.Hidden() != vc.Hidden:
+		return fmt.Errorf("%s have hidden size %d, %s has %d", entryTerms, b.Terms.Hidden(), entryVAE, vc.Hidden)
+	}
+	// Sizes the manifest records (bundles Train wrote do) must be the ones
+	// of the entries, or inspect would show others than the ones used.
+	p := b.Manifest.Prior
+	switch {
+	case p.Hidden != 0 && p.Hidden != vc.Hidden:
+		return fmt.Errorf("%s: prior.hidden is %d, %s has %d", entryManifest, p.Hidden, entryVAE, vc.Hidden)
+	case p.Latent != 0 && p.Latent != vc.Latent:
+		return fmt.Errorf("%s: prior.latent is %d, %s has %d", entryManifest, p.Latent, entryVAE, vc.Latent)
+	case p.Prototypes != 0 && p.Prototypes != b.Terms.Prototypes():
+		return fmt.Errorf("%s: prior.prototypes is %d, %s have %d", entryManifest, p.Prototypes, entryTerms, b.Terms.Prototypes())
+	}
+	return nil
 }
 
 func sha256Hex(data []byte) string {

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -232,4 +233,212 @@ func TestBundleOptionsVariant(t *testing.T) {
 	require.Empty(t, m.Solve.Variant)
 	require.NoError(t, json.Unmarshal([]byte(`{"solve":{"variant":"datainit"}}`), &m))
 	require.Equal(t, DataInit, m.Solve.Variant)
+}
+
+// readBytes decodes a bundle archive held in memory.
+func readBytes(data []byte) (*Bundle, error) {
+	return ReadBundle(bytes.NewReader(data), int64(len(data)))
+}
+
+func encodeBundle(t *testing.T, b *Bundle) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	require.NoError(t, b.Write(&buf))
+	return buf.Bytes()
+}
+
+// editManifest rewrites a bundle's manifest.json through edit, as JSON
+// fields (the manifest is not checksummed).
+func editManifest(t *testing.T, data []byte, edit func(m map[string]any)) []byte {
+	t.Helper()
+	return rewrite(t, data, func(name string, body []byte) []byte {
+		if name != entryManifest {
+			return body
+		}
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(body, &m))
+		edit(m)
+		body, err := json.Marshal(m)
+		require.NoError(t, err)
+		return body
+	})
+}
+
+// A bundle whose parts disagree on the graph's size (or the prior's) is
+// refused when it is read, naming both sizes; it used to load and then
+// crash the process in the middle of a Solve.
+func TestBundleRefusesInconsistentSizes(t *testing.T) {
+	thirteen := testBundleOn(t, ringGraph(t, 13))
+	narrow := prior.DefaultConfig()
+	narrow.Hidden, narrow.Latent = 5, 3
+	for _, tc := range []struct {
+		name string
+		edit func(b *Bundle)
+		text string // empty: the bundle loads
+	}{
+		{"consistent", func(b *Bundle) {}, ""},
+		{"terms for another graph", func(b *Bundle) { b.Terms = thirteen.Terms }, "prior/terms.bin are for 13 nodes, graph.edges has 12"},
+		{"vae for another graph", func(b *Bundle) { b.VAE = thirteen.VAE }, "prior/vae.bin is for 13 nodes, graph.edges has 12"},
+		{"terms of another width", func(b *Bundle) { b.VAE = prior.NewVAE(12, narrow) }, "prior/terms.bin have hidden size 8, prior/vae.bin has 5"},
+		{"manifest records the sizes", func(b *Bundle) { b.Manifest.Prior = PriorRef{Hidden: 8, Latent: 3, Prototypes: 16} }, ""},
+		{"manifest records another width", func(b *Bundle) { b.Manifest.Prior = PriorRef{Hidden: 128, Latent: 3, Prototypes: 16} }, "manifest.json: prior.hidden is 128, prior/vae.bin has 8"},
+		{"manifest records another latent", func(b *Bundle) { b.Manifest.Prior = PriorRef{Hidden: 8, Latent: 32, Prototypes: 16} }, "manifest.json: prior.latent is 32, prior/vae.bin has 3"},
+		{"manifest records other prototypes", func(b *Bundle) { b.Manifest.Prior = PriorRef{Prototypes: 1024} }, "manifest.json: prior.prototypes is 1024, prior/terms.bin have 16"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBundle(t)
+			tc.edit(b)
+			got, err := readBytes(encodeBundle(t, b))
+			if tc.text == "" {
+				require.NoError(t, err)
+				require.Equal(t, 12, got.Terms.Nodes())
+				return
+			}
+			require.ErrorIs(t, err, ErrBadBundle)
+			require.ErrorContains(t, err, tc.text)
+		})
+	}
+}
+
+// The threshold and solve settings of a manifest are range-checked when
+// it is read, naming the field; a zero solve setting is unset (Options
+// takes the default).
+func TestBundleRefusesBadSettings(t *testing.T) {
+	good := encodeBundle(t, testBundle(t))
+	set := func(path ...any) []byte {
+		return editManifest(t, good, func(m map[string]any) {
+			for i := 0; i+1 < len(path); i += 2 {
+				key, v := path[i].(string), path[i+1]
+				if s, ok := strings.CutPrefix(key, "solve."); ok {
+					m["solve"].(map[string]any)[s] = v
+				} else {
+					m[key] = v
+				}
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		text string // empty: the bundle loads
+	}{
+		{"zero settings", good, ""},
+		{"settings Train records", set("threshold", 0.05, "solve.restarts", 8, "solve.init_steps", 20, "solve.opt_steps", 10,
+			"solve.learning_rate", 0.05, "solve.prior_weight", 1e-3, "solve.variant", "datainit"), ""},
+		{"largest settings", set("threshold", 1, "solve.restarts", maxRestarts, "solve.init_steps", maxSteps, "solve.opt_steps", maxSteps,
+			"solve.learning_rate", 10, "solve.prior_weight", 1e6), ""},
+		{"threshold above 1", set("threshold", 1.5), "manifest.json: threshold: 1.5 outside (0, 1]"},
+		{"negative threshold", set("threshold", -3), "threshold: -3 outside (0, 1]"},
+		{"zero threshold", set("threshold", 0), "threshold: 0 outside (0, 1]"},
+		{"many restarts", set("solve.restarts", 1e8), "manifest.json: solve.restarts: 100000000 outside 0..4096"},
+		{"restarts 2^60", set("solve.restarts", json.Number("1152921504606846976")), "solve.restarts: 1152921504606846976 outside 0..4096"},
+		{"negative restarts", set("solve.restarts", -1), "solve.restarts: -1 outside 0..4096"},
+		{"negative init steps", set("solve.init_steps", -1, "solve.opt_steps", 50), "solve.init_steps: -1 outside 0..100000"},
+		{"many opt steps", set("solve.opt_steps", 1e9), "solve.opt_steps: 1000000000 outside 0..100000"},
+		{"negative learning rate", set("solve.learning_rate", -0.1), "solve.learning_rate: -0.1, want a finite value >= 0"},
+		{"negative prior weight", set("solve.prior_weight", -1), "solve.prior_weight: -1, want a finite value >= 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := readBytes(tc.data)
+			if tc.text == "" {
+				require.NoError(t, err)
+				require.NoError(t, b.Options().Validate())
+				return
+			}
+			require.ErrorIs(t, err, ErrBadBundle)
+			require.ErrorContains(t, err, tc.text)
+		})
+	}
+	// JSON has no infinities: an overflowing number does not decode.
+	_, err := readBytes(set("solve.prior_weight", json.Number("1e400")))
+	require.ErrorIs(t, err, ErrBadBundle)
+	require.ErrorContains(t, err, "manifest.json")
+}
+
+// withEntry copies a bundle archive and adds one raw (already compressed)
+// entry with the given header.
+func withEntry(t *testing.T, data []byte, h *zip.FileHeader, raw []byte) []byte {
+	t.Helper()
+	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
+	require.NoError(t, err)
+	var out bytes.Buffer
+	zw := zip.NewWriter(&out)
+	for _, f := range zr.File {
+		require.NoError(t, zw.Copy(f))
+	}
+	w, err := zw.CreateRaw(h)
+	require.NoError(t, err)
+	_, err = w.Write(raw)
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	return out.Bytes()
+}
+
+// Entries of other names are skipped unread, and the format's entries are
+// capped (each and together) before they are read: a small archive cannot
+// make loading read gigabytes.
+func TestBundleEntryLimits(t *testing.T) {
+	b := testBundle(t)
+	good := encodeBundle(t, b)
+
+	// An unknown entry claiming 3 GiB (its 10 bytes would fail the read at
+	// once if it were read).
+	junk := withEntry(t, good, &zip.FileHeader{Name: "junk.bin", Method: zip.Store,
+		CRC32: 1, CompressedSize64: 10, UncompressedSize64: 3 << 30}, make([]byte, 10))
+
+	// A highly compressible forward state: 4 MiB of zeros.
+	big := testBundle(t)
+	big.ForwardState = make([]byte, 4<<20)
+	bigData := encodeBundle(t, big)
+	require.Less(t, len(bigData), 64<<10)
+
+	// A manifest padded past its 1 MiB limit.
+	padded := testBundle(t)
+	padded.Manifest.Diffusion = json.RawMessage(`{"note": "` + strings.Repeat("a", 2<<20) + `"}`)
+	paddedData := encodeBundle(t, padded)
+	zr, err := zip.NewReader(bytes.NewReader(paddedData), int64(len(paddedData)))
+	require.NoError(t, err)
+	require.Equal(t, entryManifest, zr.File[0].Name)
+	paddedManifest := zr.File[0].UncompressedSize64
+	require.Greater(t, paddedManifest, uint64(2<<20))
+
+	dup := withEntry(t, good, &zip.FileHeader{Name: entryManifest, Method: zip.Store}, nil)
+
+	limits := func(total int64, entry map[string]int64) readLimits {
+		l := defaultReadLimits()
+		l.total = total
+		for name, max := range entry {
+			l.entry[name] = max
+		}
+		return l
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		lim  readLimits
+		text string // empty: the bundle loads
+	}{
+		{"within the limits", bigData, defaultReadLimits(), ""},
+		{"unknown entry of 3 GiB", junk, defaultReadLimits(), ""},
+		{"over the bundle's limit", bigData, limits(1<<20, nil),
+			"entry forward/state.bin holds 4194304 bytes, over the"},
+		{"over an entry's limit", good, limits(maxBundleBytes, map[string]int64{entryForward: 4}),
+			"entry forward/state.bin holds 5 bytes, over its limit of 4"},
+		{"manifest over its limit", paddedData, defaultReadLimits(),
+			fmt.Sprintf("entry manifest.json holds %d bytes, over its limit of 1048576", paddedManifest)},
+		{"duplicate entry", dup, defaultReadLimits(), "entry manifest.json appears twice"},
+		{"checksum for an unknown entry", editManifest(t, good, func(m map[string]any) {
+			m["checksums"].(map[string]any)["junk.bin"] = strings.Repeat("0", 64)
+		}), defaultReadLimits(), "manifest has a checksum for junk.bin, not an entry of the format"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := readBundle(bytes.NewReader(tc.data), int64(len(tc.data)), tc.lim)
+			if tc.text == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrBadBundle)
+			require.ErrorContains(t, err, tc.text)
+		})
+	}
 }

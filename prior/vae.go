@@ -555,15 +555,36 @@ func (v *VAE) UnmarshalBinary(data []byte) error {
 	if err := c.Validate(); err != nil {
 		return fmt.Errorf("vae: %w", err)
 	}
-	if uint64(n)*uint64(c.Hidden) > uint64(len(data)) {
-		return fmt.Errorf("vae: %d nodes x %d hidden exceeds the %d-byte encoding: %w", n, c.Hidden, len(data), ErrFormat)
+	// NewVAE allocates (twice, with the gradients) and initialises every
+	// parameter, so the stream must be able to hold them before it is
+	// called: a header alone cannot ask for gigabytes.
+	if count := paramCount(n, c.Hidden, c.Latent); uint64(len(ps)) < 8*count {
+		return fmt.Errorf("vae: parameters: %d bytes cannot hold the %d values of %d nodes, hidden %d, latent %d: %w",
+			len(ps), count, n, c.Hidden, c.Latent, ErrFormat)
 	}
 	nv := NewVAE(n, c)
-	if err := nn.ReadParams(bytes.NewReader(ps), nv.params); err != nil {
+	pr := bytes.NewReader(ps)
+	if err := nn.ReadParams(pr, nv.params); err != nil {
 		return fmt.Errorf("vae: %w", err)
+	}
+	if pr.Len() != 0 {
+		return fmt.Errorf("vae: parameters: %d trailing bytes: %w", pr.Len(), ErrFormat)
 	}
 	*v = *nv
 	return nil
+}
+
+// paramCount returns the number of parameter values of a VAE for n nodes
+// with the given hidden and latent widths (see NewVAE):
+//
+//	enc1 n·h + h, enc2 h·h + h, head h·2k + 2k,
+//	dec  k·h + h, h·h + h, h·n + n.
+//
+// With n <= maxDim = 2^24 and h, k <= maxWidth = 2^14, as UnmarshalBinary
+// checks, the count is below 2^41 and 8 times it does not overflow.
+func paramCount(n, h, k int) uint64 {
+	un, uh, uk := uint64(n), uint64(h), uint64(k)
+	return 2*un*uh + 2*uh*uh + 3*uh*uk + 4*uh + 2*uk + un
 }
 
 // reuse returns m resized to r x c, reusing its storage when it can.

@@ -2,8 +2,10 @@ package prior
 
 import (
 	"context"
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -363,12 +365,72 @@ func TestVAEUnmarshalRejectsBadData(t *testing.T) {
 		}), ErrConfig, "learning rate = -1"},
 		{"wrong nodes", edit(func(b []byte) []byte { b[8] = 7; return reseal(b) }), nn.ErrParamMismatch, "vae:"},
 		{"truncated", edit(func(b []byte) []byte { return reseal(b[:len(b)-20]) }), ErrFormat, "truncated at parameters"},
+		{"trailing parameter bytes", edit(func(b []byte) []byte {
+			// The parameter stream's length is at offset 72 (magic,
+			// version, 8 fields); grow the stream by 3 bytes of junk.
+			const lenAt = 72
+			k := binary.LittleEndian.Uint64(b[lenAt:])
+			binary.LittleEndian.PutUint64(b[lenAt:], k+3)
+			b = append(b[:len(b)-4], 1, 2, 3, 0, 0, 0, 0)
+			return reseal(b)
+		}), ErrFormat, "parameters: 3 trailing bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var v VAE
 			err := v.UnmarshalBinary(tc.data)
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorContains(t, err, tc.msg)
+		})
+	}
+}
+
+// paramCount is the number of values NewVAE allocates.
+func TestVAEParamCount(t *testing.T) {
+	for _, tc := range []struct{ n, h, k int }{{1, 1, 1}, {6, 6, 3}, {34, 128, 32}, {7, 3, 11}} {
+		cfg := tinyConfig()
+		cfg.Hidden, cfg.Latent = tc.h, tc.k
+		var got uint64
+		for _, p := range NewVAE(tc.n, cfg).params {
+			got += uint64(len(p.Value))
+		}
+		require.Equal(t, got, paramCount(tc.n, tc.h, tc.k), "n=%d hidden=%d latent=%d", tc.n, tc.h, tc.k)
+	}
+}
+
+// A header asking for a wide network is refused before the network is
+// allocated, however the sizes multiply: the parameter stream must hold
+// every value. (Refused only by ReadParams, n=1 with widths 4096 took
+// 1.3 GB.)
+func TestVAEUnmarshalBoundsAllocation(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Hidden, cfg.Latent = 16, 4
+	good, err := NewVAE(1, cfg).MarshalBinary()
+	require.NoError(t, err)
+	require.Greater(t, len(good), 4096) // nodes x hidden fits the encoding
+	for _, tc := range []struct {
+		name    string
+		n, h, k uint64
+		msg     string
+	}{
+		{"wide", 1, 4096, 4096, "cannot hold the 83918849 values of 1 nodes, hidden 4096, latent 4096"},
+		{"widest", 1 << 24, 1 << 14, 1 << 14, "cannot hold the 551114866688 values of 16777216 nodes, hidden 16384, latent 16384"},
+		{"wide hidden", 1, 1 << 14, 1, "hidden 16384, latent 1"},
+		{"wide latent", 1, 1, 1 << 14, "hidden 1, latent 16384"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := append([]byte(nil), good...)
+			binary.LittleEndian.PutUint64(b[8:], tc.n)
+			binary.LittleEndian.PutUint64(b[16:], tc.h)
+			binary.LittleEndian.PutUint64(b[24:], tc.k)
+			reseal(b)
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			var v VAE
+			err := v.UnmarshalBinary(b)
+			runtime.ReadMemStats(&after)
+			require.ErrorIs(t, err, ErrFormat)
+			require.ErrorContains(t, err, tc.msg)
+			require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(16<<20), "bytes allocated")
 		})
 	}
 }
