@@ -135,6 +135,13 @@ func (r *reader) size(field string, lo, hi int) int {
 }
 
 // floats reads k finite float64 values.
+// maxMagnitude bounds every stored value. Trained weights and logits are
+// many orders of magnitude smaller; finite values near the float64 limit
+// would make the prior terms' sums overflow to Inf - Inf = NaN in a
+// solve, while under this bound they stay finite at the largest sizes the
+// format allows.
+const maxMagnitude = 1e30
+
 func (r *reader) floats(k int, field string) []float64 {
 	if r.err != nil {
 		return nil
@@ -149,6 +156,10 @@ func (r *reader) floats(k int, field string) []float64 {
 		r.off += 8
 		if math.IsNaN(out[i]) || math.IsInf(out[i], 0) {
 			r.fail("%s[%d] is not finite", field, i)
+			return nil
+		}
+		if math.Abs(out[i]) > maxMagnitude {
+			r.fail("%s[%d] = %g is beyond ±%g", field, i, out[i], maxMagnitude)
 			return nil
 		}
 	}

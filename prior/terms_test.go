@@ -266,6 +266,10 @@ func TestTermsUnmarshalRejectsBadData(t *testing.T) {
 			binary.LittleEndian.PutUint64(b[32:], math.Float64bits(math.NaN()))
 			return reseal(b)
 		}), ErrFormat, "H[0] is not finite"},
+		{"finite but huge", edit(func(b []byte) []byte {
+			binary.LittleEndian.PutUint64(b[32:], math.Float64bits(-1e300))
+			return reseal(b)
+		}), ErrFormat, "H[0] = -1e+300 is beyond ±1e+30"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var back Terms
