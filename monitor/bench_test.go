@@ -144,7 +144,7 @@ func daemonConsume(b *testing.B, js jetstream.JetStream, stream jetstream.Stream
 		time.Sleep(100 * time.Microsecond)
 	}
 	took := time.Since(start)
-	d.stopConsumers(false)
+	d.stopConsumers(false, nil)
 	if got := value(b, d.metrics.events.WithLabelValues("p", "deadletter")); got != 0 {
 		b.Fatalf("%v dead letters", got)
 	}
@@ -154,10 +154,10 @@ func daemonConsume(b *testing.B, js jetstream.JetStream, stream jetstream.Stream
 // applyBench is the ingest path without NATS for a graph "p" of 1,000
 // nodes: a daemon for its checks and a window to apply to.
 type applyBench struct {
-	d            *Daemon
-	gr           *graphRT
-	now          time.Time
-	minTS, maxTS int64
+	d          *Daemon
+	gr         *graphRT
+	now        time.Time
+	minT, maxT time.Time
 }
 
 func newApplyBench(b *testing.B) *applyBench {
@@ -170,7 +170,7 @@ func newApplyBench(b *testing.B) *applyBench {
 	now := time.Now()
 	return &applyBench{
 		d: d, gr: &graphRT{name: "p", g: g, win: newWindow(g, time.Hour, 0)}, now: now,
-		minTS: now.Add(-time.Hour).UnixNano(), maxTS: now.Add(time.Hour).UnixNano(),
+		minT: now.Add(-time.Hour), maxT: now.Add(time.Hour),
 	}
 }
 
@@ -184,7 +184,7 @@ func (ab *applyBench) run(b *testing.B, msgs [][]byte) {
 		els, _ := decodeMessage(scratch, msgs[i%len(msgs)])
 		scratch = els
 		for k := range els {
-			ab.d.check(ab.gr, &els[k], ab.now.UnixNano(), ab.minTS, ab.maxTS)
+			ab.d.check(ab.gr, &els[k], ab.now, ab.minT, ab.maxT)
 			ab.gr.win.apply(els[k].node, els[k].state, els[k].ts, els[k].ev.ID)
 		}
 	}

@@ -337,6 +337,10 @@ func (c Config) Validate() error {
 			return bad(key("name"), "must be set")
 		case !graphName.MatchString(g.Name):
 			return bad(key("name"), "%q: want letters, digits, '_' or '-' (it is a subject token)", g.Name)
+		case consumerName(g.Name) == unroutedConsumer:
+			// Its consumer would be the catch-all one, which startUnrouted
+			// would then reconfigure to headers only on every subject.
+			return bad(key("name"), "%q is reserved: its consumer name %s is the one for events on unconfigured subjects", g.Name, unroutedConsumer)
 		}
 		if j, dup := seen[g.Name]; dup {
 			return bad(key("name"), "%q already used by graphs[%d]", g.Name, j)

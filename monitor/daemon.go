@@ -108,6 +108,15 @@ type Daemon struct {
 	// standby says, while this replica waits for the HA lease, which
 	// replica is active.
 	standby atomic.Pointer[string]
+
+	// ingestCtx is what the consume callbacks check: shutdown cancels it
+	// (stopIngest) once it stops waiting for them, so a callback stuck in
+	// dead-letter retries gives up instead of outliving Run.
+	ingestCtx  context.Context
+	stopIngest context.CancelFunc
+	// drainTimeout and abandonTimeout bound shutdown's wait for the
+	// consumers (see stopConsumers); tests shorten them.
+	drainTimeout, abandonTimeout time.Duration
 }
 
 // graphRT is one graph at run time.
@@ -200,7 +209,11 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 		preloaded: map[string]*graph.Graph{},
 		ready:     make(chan struct{}),
 		metrics:   newMetrics(),
+
+		drainTimeout:   drainTimeout,
+		abandonTimeout: abandonTimeout,
 	}
+	d.ingestCtx, d.stopIngest = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(d)
 	}
@@ -251,7 +264,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.cfg.HA.Replica = defaultReplica()
 	}
 	cfg := d.cfg
-	var cleanup []func()
+	// Whatever way Run returns, no consume callback goes on working.
+	cleanup := []func(){d.stopIngest}
 	defer func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
 			cleanup[i]()
@@ -361,10 +375,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 		held = l
 		d.log.Info("active: holding the lease", zap.String("replica", l.id))
-		leaseCtx, cancelLease := context.WithCancel(context.WithoutCancel(ctx))
-		var keeper sync.WaitGroup
-		keeper.Go(func() { l.keep(leaseCtx, lostLease) })
-		cleanup = append(cleanup, func() { cancelLease(); keeper.Wait() })
+		l.startKeeping(context.WithoutCancel(ctx), lostLease)
+		cleanup = append(cleanup, l.stopKeeping)
 		// The lease is held from here: restore what the previous active
 		// replica snapshotted, with a fresh setup deadline.
 		cancelSetup()
@@ -412,15 +424,14 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	unrouted, err := d.startUnrouted(setupCtx)
 	if err != nil {
-		d.stopConsumers(true)
+		d.stopConsumers(true, nil)
 		return err
 	}
 	d.bound.Store(true)
 
 	svc, err := d.startService(workCtx, setupCtx)
 	if err != nil {
-		d.stopConsumers(true)
-		unrouted.Stop()
+		d.stopConsumers(true, unrouted)
 		return err
 	}
 
@@ -457,6 +468,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	_ = svc.Stop()
 	if d.crash.Load() {
 		// As after kill -9: nothing more is written or acknowledged.
+		d.stopIngest()
 		nc.Close()
 		cancelLoops()
 		loops.Wait()
@@ -469,16 +481,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// drained.
 	cancelLoops()
 	loops.Wait()
-	d.stopConsumers(connected)
-	if connected {
-		unrouted.Drain()
-	} else {
-		unrouted.Stop()
-	}
-	select {
-	case <-unrouted.Closed():
-	case <-time.After(5 * time.Second):
-	}
+	d.stopConsumers(connected, unrouted)
 	stopWork()
 	if connected {
 		finalCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -839,7 +842,7 @@ func (d *Daemon) restore(ctx context.Context) error {
 		skipped, err := gr.win.restore(s)
 		if err != nil {
 			d.log.Warn("snapshot unusable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
-			gr.win = newWindow(gr.g, gr.gc.Load().Window, gr.gc.Load().Decay)
+			gr.win.reset()
 			continue
 		}
 		if len(skipped) > 0 {

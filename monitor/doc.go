@@ -14,8 +14,13 @@
 // the JetStream arrival time, so replays see the same time). Every bad
 // message or array element is republished to <prefix>.deadletter with the
 // header Sourcewatch-Reason (bad_json, unknown_graph, unknown_node,
-// bad_state, future_ts, too_old, too_large) and Sourcewatch-Subject (the
-// original subject), and counted in sourcewatch_deadletters_total.
+// bad_state, future_ts, too_old, too_large, too_many_bad) and
+// Sourcewatch-Subject (the original subject), and counted in
+// sourcewatch_deadletters_total. An array's first 100 bad elements are
+// dead-lettered one by one; beyond that the whole message is dead-lettered
+// once more, with reason too_many_bad and the count in Sourcewatch-Detail,
+// so a huge array of bad elements costs a bounded number of publishes. The
+// good elements of an array are applied either way.
 //
 // # Consumers
 //
@@ -25,9 +30,13 @@
 // consumer, sourcewatch-unrouted, on <prefix>.events.> in headers-only mode:
 // it sees every message but only its headers, acks routed ones in bulk, and
 // fetches the body by stream sequence only for the (rare) unrouted message
-// it dead-letters. Acks are AckAll: a graph consumer acks the last message
-// it has applied every 64 messages and whenever nothing more is pending, so
-// an acknowledged event has always been applied to the window.
+// it dead-letters. A graph may therefore not be named unrouted. Acks are
+// AckAll: a graph consumer acks the last message it has applied every 64
+// messages and whenever nothing more is pending, so an acknowledged event
+// has always been applied to the window. On shutdown the consumers drain
+// for up to 10 s; a callback still busy then (dead-lettering into an
+// unresponsive server) gives up and leaves its message unacknowledged, to
+// be applied again, idempotently, by the next run.
 //
 // # Window
 //
@@ -39,10 +48,12 @@
 //	y_v = 0                       otherwise (recovered, susceptible, expired)
 //
 // An event older than the node's last change is stale and does not
-// override it, so the window is a function of the set of events, not of
-// their arrival order; applying an event twice is a no-op. Recent event ids
-// are remembered too, so a duplicate id is dropped even when its content
-// differs.
+// override it. Two events of a node at the same time are ordered by state:
+// the later in susceptible -> infected -> recovered wins (infected and
+// recovered at one instant is recovered). So the window is a function of
+// the set of events, not of their arrival order; applying an event twice
+// is a no-op. Recent event ids are remembered too, so a duplicate id is
+// dropped even when its content differs.
 //
 // # Durability
 //
@@ -98,4 +109,13 @@
 // finds another id in it, stops at once without writing anything and Run
 // returns ErrLeaseLost. Replicas do not divide the graphs among themselves:
 // the active one serves them all.
+//
+// # One deployment per account
+//
+// The streams (SOURCEWATCH_EVENTS, SOURCEWATCH_DEADLETTER,
+// SOURCEWATCH_ALERTS) and buckets have fixed names, so one NATS account
+// holds one deployment (its replicas included). A daemon whose
+// subjects.prefix differs from the subjects of an existing stream does not
+// take the stream over: Run fails with ErrStreamInUse naming the stream,
+// its subjects and the prefix.
 package monitor

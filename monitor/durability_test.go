@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
 )
 
 // randomEvents is a stream of state changes with out-of-order times,
@@ -117,4 +121,58 @@ func TestCrashLosesNoAcknowledgedEvent(t *testing.T) {
 	_, _, seq := r3.d.graphs["p"].win.counts()
 	require.Equal(t, last, seq)
 	require.True(t, sameWindow(ref, r3.d.graphs["p"].win))
+}
+
+// TestRestoreWhileStatusIsRead restores a usable and an unusable
+// snapshot while the status endpoint is being read, as on a standby taking
+// over (its HTTP is up before the lease): each window is replaced or reset
+// in place under its lock, so under -race no reader sees it change
+// unsynchronized.
+func TestRestoreWhileStatusIsRead(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
+	require.NoError(t, err)
+	g := pathGraph(t, 4)
+	snaps := map[string]snapshot{
+		"good": {Graph: "good", Seq: 7, Nodes: []snapshotEntry{{Node: "1", State: StateInfected, TS: time.Now().UnixNano()}}},
+		"bad":  {Graph: "bad", Seq: 7, Nodes: []snapshotEntry{{Node: "1", State: "zombie", TS: 1}}},
+	}
+	cfg := testConfig(t, "good", "bad")
+	d, err := New(cfg)
+	require.NoError(t, err)
+	d.kv, d.tracker, d.graphs = kv, alerts.NewTracker(time.Now), map[string]*graphRT{}
+	wins := map[string]*window{}
+	for i, gc := range cfg.Graphs {
+		data, err := json.Marshal(snaps[gc.Name])
+		require.NoError(t, err)
+		_, err = kv.Put(ctx, "window."+gc.Name, data)
+		require.NoError(t, err)
+		gr := &graphRT{name: gc.Name, g: g, win: newWindow(g, time.Hour, 0)}
+		gr.gc.Store(&cfg.Graphs[i])
+		d.order = append(d.order, gr)
+		d.graphs[gc.Name] = gr
+		wins[gc.Name] = gr.win
+	}
+
+	var stop atomic.Bool
+	reads := make(chan int)
+	go func() {
+		n := 0
+		for !stop.Load() {
+			_ = d.Status()
+			n++
+		}
+		reads <- n
+	}()
+	require.NoError(t, d.restore(ctx))
+	stop.Store(true)
+	t.Logf("%d status reads", <-reads)
+	for name, want := range map[string]uint64{"good": 7, "bad": 0} {
+		gr := d.graphs[name]
+		require.Same(t, wins[name], gr.win, "graph %s keeps its window", name)
+		_, _, seq := gr.win.counts()
+		require.Equal(t, want, seq, name)
+	}
 }

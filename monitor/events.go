@@ -146,9 +146,13 @@ const (
 	ReasonFutureTS     = "future_ts"
 	ReasonTooOld       = "too_old"
 	ReasonTooLarge     = "too_large"
+	// ReasonTooManyBad is the whole message whose array had more bad
+	// elements than are dead-lettered one by one (maxBadElements); its
+	// detail says how many.
+	ReasonTooManyBad = "too_many_bad"
 )
 
-var deadReasons = []string{ReasonBadJSON, ReasonUnknownGraph, ReasonUnknownNode, ReasonBadState, ReasonFutureTS, ReasonTooOld, ReasonTooLarge}
+var deadReasons = []string{ReasonBadJSON, ReasonUnknownGraph, ReasonUnknownNode, ReasonBadState, ReasonFutureTS, ReasonTooOld, ReasonTooLarge, ReasonTooManyBad}
 
 // wireEvent is an event as decoded, before checks.
 type wireEvent struct {

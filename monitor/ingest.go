@@ -21,6 +21,19 @@ const (
 	unroutedConsumer = "sourcewatch-unrouted"
 	maxAckPending    = 20000
 	consumeBatch     = 500
+	// maxBadElements is how many bad elements of one message are
+	// dead-lettered one by one. Past it the whole message is dead-lettered
+	// once more (too_many_bad): a huge array of bad elements would
+	// otherwise cost one synchronous publish each, outlast AckWait, and be
+	// redelivered and reprocessed over and over.
+	maxBadElements = 100
+	// progressEvery is how often a message still being dead-lettered
+	// tells the server it is in progress, well within the 30 s AckWait.
+	progressEvery = 10 * time.Second
+	// drainTimeout bounds how long shutdown waits for the consumers to
+	// drain before it makes their callbacks give up (abandonTimeout more).
+	drainTimeout   = 10 * time.Second
+	abandonTimeout = 2 * time.Second
 )
 
 func consumerName(graph string) string { return "sourcewatch-" + graph }
@@ -104,20 +117,39 @@ func (d *Daemon) rebindIfStopped(ctx context.Context, gr *graphRT) {
 	d.log.Warn("consumer stopped; rebound", zap.String("graph", gr.name), zap.Uint64("from_seq", seq+1))
 }
 
-// stopConsumers drains every graph consumer, waits for its callback to
-// finish, and acknowledges what was applied but not yet acked.
-func (d *Daemon) stopConsumers(drain bool) {
+// stopConsumers drains (or stops) every graph consumer and the unrouted
+// one (when not nil), waits for their callbacks to finish, and
+// acknowledges what was applied but not yet acked. One deadline bounds the
+// wait for all of them together; past it the ingest context is cancelled,
+// so a callback stuck dead-lettering gives up and leaves its message
+// unacknowledged (it is redelivered and applied again, idempotently), and
+// the wait ends abandonTimeout later at the latest.
+func (d *Daemon) stopConsumers(drain bool, unrouted jetstream.ConsumeContext) {
+	all := make([]jetstream.ConsumeContext, 0, len(d.order)+1)
 	for _, gr := range d.order {
-		h := gr.cons.Load()
-		switch {
-		case h == nil:
-		case drain:
-			h.cc.Drain()
-		default:
-			h.cc.Stop()
+		if h := gr.cons.Load(); h != nil {
+			all = append(all, h.cc)
 		}
 	}
-	deadline := time.After(10 * time.Second)
+	if unrouted != nil {
+		all = append(all, unrouted)
+	}
+	for _, cc := range all {
+		if drain {
+			cc.Drain()
+		} else {
+			cc.Stop()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d.drainTimeout)
+	defer cancel()
+	if !waitClosed(ctx, all) {
+		d.log.Warn("consumers did not drain in time; abandoning their messages", zap.Duration("waited", d.drainTimeout))
+		d.stopIngest()
+		actx, acancel := context.WithTimeout(context.Background(), d.abandonTimeout)
+		defer acancel()
+		waitClosed(actx, all)
+	}
 	for _, gr := range d.order {
 		h := gr.cons.Load()
 		if h == nil {
@@ -125,8 +157,9 @@ func (d *Daemon) stopConsumers(drain bool) {
 		}
 		select {
 		case <-h.cc.Closed():
-		case <-deadline:
-			d.log.Warn("consumer did not drain", zap.String("graph", gr.name))
+		default:
+			// Its callback may still run: its ack state is not ours.
+			d.log.Warn("consumer did not stop", zap.String("graph", gr.name))
 			continue
 		}
 		if gr.pendingAck != nil && drain {
@@ -136,9 +169,27 @@ func (d *Daemon) stopConsumers(drain bool) {
 	}
 }
 
+// waitClosed waits until every one of ccs has closed or ctx ends, and
+// reports whether all closed.
+func waitClosed(ctx context.Context, ccs []jetstream.ConsumeContext) bool {
+	for _, cc := range ccs {
+		select {
+		case <-cc.Closed():
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
 // handle applies one message to gr's window. It runs in the consumer's
-// callback, one message at a time.
+// callback, one message at a time. Once the ingest context is cancelled
+// (shutdown gave up waiting) it returns without acknowledging: the message
+// is redelivered to the next run, which applies it again idempotently.
 func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
+	if d.ingestCtx.Err() != nil {
+		return
+	}
 	meta, err := m.Metadata()
 	if err != nil {
 		// Not a JetStream message: nothing to apply or acknowledge.
@@ -148,28 +199,46 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 	seq := meta.Sequence.Stream
 	data := m.Data()
 	if len(data) > d.cfg.MaxEventBytes {
-		d.deadLetter(gr, m.Subject(), data, ReasonTooLarge, fmt.Sprintf("%d bytes > max_event_bytes %d", len(data), d.cfg.MaxEventBytes), seq, -1)
+		if d.deadLetter(gr, m.Subject(), data, ReasonTooLarge, fmt.Sprintf("%d bytes > max_event_bytes %d", len(data), d.cfg.MaxEventBytes), seq, -1) != nil {
+			return
+		}
 	} else {
 		els, array := decodeMessage(gr.scratch, data)
 		gr.scratch = els[:0]
 		now := d.now()
 		gc := gr.gc.Load()
-		minTS, maxTS := now.Add(-gc.Window).UnixNano(), now.Add(d.cfg.MaxFutureSkew).UnixNano()
-		arrival := meta.Timestamp.UnixNano()
+		minT, maxT := now.Add(-gc.Window), now.Add(d.cfg.MaxFutureSkew)
+		bad := 0
+		progressed := time.Now()
 		for i := range els {
 			el := &els[i]
+			if el.reason == "" {
+				d.check(gr, el, meta.Timestamp, minT, maxT)
+			}
+			if el.reason == "" {
+				gr.outcomes[gr.win.apply(el.node, el.state, el.ts, el.ev.ID)].Inc()
+				continue
+			}
+			if bad++; bad > maxBadElements {
+				continue // dead-lettered with the whole message below
+			}
 			idx := -1
 			if array {
 				idx = i
 			}
-			if el.reason == "" {
-				d.check(gr, el, arrival, minTS, maxTS)
+			if d.deadLetter(gr, m.Subject(), el.raw, el.reason, el.detail, seq, idx) != nil {
+				return
 			}
-			if el.reason != "" {
-				d.deadLetter(gr, m.Subject(), el.raw, el.reason, el.detail, seq, idx)
-				continue
+			if time.Since(progressed) >= progressEvery {
+				d.inProgress(gr, m)
+				progressed = time.Now()
 			}
-			gr.outcomes[gr.win.apply(el.node, el.state, el.ts, el.ev.ID)].Inc()
+		}
+		if bad > maxBadElements {
+			detail := fmt.Sprintf("%d of %d elements bad: the first %d were dead-lettered one by one, the rest only in this whole message; the good elements were applied", bad, len(els), maxBadElements)
+			if d.deadLetter(gr, m.Subject(), data, ReasonTooManyBad, detail, seq, -1) != nil {
+				return
+			}
 		}
 	}
 	gr.win.markSeq(seq)
@@ -186,9 +255,26 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 	}
 }
 
-// check validates a decoded event against the graph and the clock, and
-// fills its node, state and time, or its reason.
-func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minTS, maxTS int64) {
+// inProgress keeps m from being redelivered while it is still being
+// dead-lettered, and acknowledges the messages applied before it, whose
+// AckWait runs too.
+func (d *Daemon) inProgress(gr *graphRT, m jetstream.Msg) {
+	if gr.pendingAck != nil {
+		_ = gr.pendingAck.Ack()
+		gr.pendingAck, gr.sinceAck = nil, 0
+	}
+	if err := m.InProgress(); err != nil {
+		d.limiter.warn("progress."+gr.name, "in-progress ack failed", zap.String("graph", gr.name), zap.Error(err))
+	}
+}
+
+// check validates a decoded event against the graph and the clock
+// (arrival is the message's JetStream time, used when the event has none;
+// minT and maxT bound the event time), and fills its node, state and time,
+// or its reason. The bounds are compared as time.Time: UnixNano is only
+// defined for 1678-2262 and wraps around outside, so a time like year 2611
+// would otherwise pass as a recent one.
+func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) {
 	v, ok := gr.g.Index(el.ev.Node)
 	if !ok {
 		el.reason, el.detail = ReasonUnknownNode, fmt.Sprintf("graph %q has no node %q", gr.name, el.ev.Node)
@@ -199,30 +285,34 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minTS, maxTS int64) {
 		el.reason, el.detail = ReasonBadState, fmt.Sprintf("state %q: want infected, recovered or susceptible", el.ev.State)
 		return
 	}
-	ts := arrival
+	t := arrival
 	if el.ev.TS != "" {
-		t, err := time.Parse(time.RFC3339Nano, el.ev.TS)
-		if err != nil {
+		var err error
+		if t, err = time.Parse(time.RFC3339Nano, el.ev.TS); err != nil {
 			el.reason, el.detail = ReasonBadJSON, fmt.Sprintf("ts %q: want RFC 3339", el.ev.TS)
 			return
 		}
-		ts = t.UnixNano()
 	}
 	switch {
-	case ts > maxTS:
-		el.reason, el.detail = ReasonFutureTS, fmt.Sprintf("ts %s is beyond max_future_skew", el.ev.TS)
+	case t.After(maxT):
+		el.reason, el.detail = ReasonFutureTS, fmt.Sprintf("ts %s is beyond max_future_skew", t.UTC().Format(time.RFC3339Nano))
 		return
-	case ts < minTS:
-		el.reason, el.detail = ReasonTooOld, fmt.Sprintf("ts %s is older than the window", time.Unix(0, ts).UTC().Format(time.RFC3339Nano))
+	case t.Before(minT):
+		el.reason, el.detail = ReasonTooOld, fmt.Sprintf("ts %s is older than the window", t.UTC().Format(time.RFC3339Nano))
 		return
 	}
-	el.node, el.state, el.ts = v, st, ts
+	// Within [minT, maxT], both near the clock: UnixNano cannot wrap.
+	el.node, el.state, el.ts = v, st, t.UnixNano()
 }
 
 // deadLetter republishes a rejected message or array element with the
 // reason in a header. Its Nats-Msg-Id is derived from the stream sequence,
-// so a redelivery after a crash does not dead-letter it twice.
-func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, detail string, seq uint64, idx int) {
+// so a redelivery after a crash does not dead-letter it twice. A dead
+// letter that cannot be published after retries is counted and logged,
+// and nil returned: the message goes on. Only when the ingest context is
+// cancelled (shutdown) does it give up early and return its error, and the
+// caller must then leave the message unacknowledged.
+func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, detail string, seq uint64, idx int) error {
 	d.metrics.deadLetters.WithLabelValues(reason).Inc()
 	graphName := ""
 	if gr != nil {
@@ -247,17 +337,23 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 	var err error
 	for attempt := range 3 {
 		if attempt > 0 {
-			time.Sleep(time.Duration(attempt) * 100 * time.Millisecond)
+			if serr := SleepContext(d.ingestCtx, time.Duration(attempt)*100*time.Millisecond); serr != nil {
+				return fmt.Errorf("dead-lettering seq %d: %w", seq, serr)
+			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(d.ingestCtx, 5*time.Second)
 		_, err = d.js.PublishMsg(ctx, msg)
 		cancel()
 		if err == nil {
-			return
+			return nil
+		}
+		if cerr := d.ingestCtx.Err(); cerr != nil {
+			return fmt.Errorf("dead-lettering seq %d: %w", seq, cerr)
 		}
 	}
 	d.metrics.dlFailed.Inc()
 	d.log.Error("dead letter lost", zap.String("reason", reason), zap.String("subject", subject), zap.Error(err))
+	return nil
 }
 
 // startUnrouted consumes the headers of every event message and
@@ -281,13 +377,18 @@ func (d *Daemon) startUnrouted(ctx context.Context) (jetstream.ConsumeContext, e
 	prefix := d.cfg.Subjects.Prefix + ".events."
 	since := 0
 	cc, err := cons.Consume(func(m jetstream.Msg) {
+		if d.ingestCtx.Err() != nil {
+			return // shutting down: left unacknowledged, redelivered
+		}
 		meta, err := m.Metadata()
 		if err != nil {
 			return
 		}
 		name := strings.TrimPrefix(m.Subject(), prefix)
 		if _, ok := d.graphs[name]; !ok {
-			d.deadLetterUnrouted(ctx, m.Subject(), meta.Sequence.Stream)
+			if d.deadLetterUnrouted(m.Subject(), meta.Sequence.Stream) != nil {
+				return
+			}
 		}
 		since++
 		if since >= ackEvery*4 || meta.NumPending == 0 {
@@ -304,15 +405,18 @@ func (d *Daemon) startUnrouted(ctx context.Context) (jetstream.ConsumeContext, e
 	return cc, nil
 }
 
-func (d *Daemon) deadLetterUnrouted(ctx context.Context, subject string, seq uint64) {
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+func (d *Daemon) deadLetterUnrouted(subject string, seq uint64) error {
+	gctx, cancel := context.WithTimeout(d.ingestCtx, 5*time.Second)
 	raw, err := d.stream.GetMsg(gctx, seq)
 	cancel()
 	var data []byte
-	if err == nil {
+	switch {
+	case err == nil:
 		data = raw.Data
-	} else {
+	case d.ingestCtx.Err() != nil:
+		return fmt.Errorf("fetching unrouted seq %d: %w", seq, d.ingestCtx.Err())
+	default:
 		d.log.Warn("fetching unrouted message", zap.Uint64("seq", seq), zap.Error(err))
 	}
-	d.deadLetter(nil, subject, data, ReasonUnknownGraph, "no graph is configured for this subject", seq, -1)
+	return d.deadLetter(nil, subject, data, ReasonUnknownGraph, "no graph is configured for this subject", seq, -1)
 }

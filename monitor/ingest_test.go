@@ -2,12 +2,15 @@ package monitor
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
@@ -185,4 +188,198 @@ func TestConsumerDeletedIsRebound(t *testing.T) {
 	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
 	_, err = s.Consumer(context.Background(), consumerName("p"))
 	require.NoError(t, err)
+}
+
+// TestCheckFarOffTimestamps: event times outside the years UnixNano can
+// hold (1678-2262) are rejected by the same bounds as near ones, not
+// wrapped around into the window.
+func TestCheckFarOffTimestamps(t *testing.T) {
+	cfg := testConfig(t, "p")
+	d, err := New(cfg)
+	require.NoError(t, err)
+	gr := &graphRT{name: "p", g: pathGraph(t, 3)}
+	now := time.Now().UTC()
+	minT, maxT := now.Add(-time.Hour), now.Add(time.Minute)
+	tests := []struct {
+		name, ts, reason string
+	}{
+		{"year 2611", "2611-03-01T12:00:00Z", ReasonFutureTS},
+		{"year 9999", "9999-12-31T23:59:59.999999999Z", ReasonFutureTS},
+		{"year 1500", "1500-01-01T00:00:00Z", ReasonTooOld},
+		{"year 1", "0001-01-01T00:00:00Z", ReasonTooOld},
+		{"an hour ahead", now.Add(time.Hour).Format(time.RFC3339Nano), ReasonFutureTS},
+		{"two hours ago", now.Add(-2 * time.Hour).Format(time.RFC3339Nano), ReasonTooOld},
+		{"now", now.Format(time.RFC3339Nano), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			el := decoded{ev: wireEvent{Node: "1", State: StateInfected, TS: tc.ts}}
+			d.check(gr, &el, now, minT, maxT)
+			require.Equal(t, tc.reason, el.reason, el.detail)
+			if tc.reason == "" {
+				require.Equal(t, now.UnixNano(), el.ts)
+			} else {
+				require.Contains(t, el.detail, tc.ts[:4], "the detail names the time")
+			}
+		})
+	}
+}
+
+// TestIngestCapsBadElements: an array with more bad elements than
+// maxBadElements dead-letters the first ones one by one and then the whole
+// message once, and still applies its good elements.
+func TestIngestCapsBadElements(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory))
+
+	const bad = 3 * maxBadElements
+	var b strings.Builder
+	b.WriteString(`[{"node":"1","state":"infected"}`)
+	for i := range bad {
+		b.WriteString(`,{"node":"ghost-` + itoa(i) + `","state":"infected"}`)
+		if i == bad/2 {
+			b.WriteString(`,{"node":"2","state":"infected"}`)
+		}
+	}
+	b.WriteString(`,{"node":"3","state":"infected"}]`)
+	body := b.String()
+	r.publish(t, "p", body, "")
+	waitSeq(t, r.d, "p", 1)
+
+	s, err := r.js.Stream(context.Background(), DeadLetterStream)
+	require.NoError(t, err)
+	info, err := s.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, uint64(maxBadElements+1), info.State.Msgs, "the first %d bad elements, then the message", maxBadElements)
+	for seq := uint64(1); seq <= maxBadElements; seq++ {
+		m, err := s.GetMsg(context.Background(), seq)
+		require.NoError(t, err)
+		require.Equal(t, ReasonUnknownNode, m.Header.Get(HeaderReason))
+		require.NotEmpty(t, m.Header.Get(HeaderIndex))
+	}
+	last, err := s.GetMsg(context.Background(), maxBadElements+1)
+	require.NoError(t, err)
+	require.Equal(t, ReasonTooManyBad, last.Header.Get(HeaderReason))
+	require.Empty(t, last.Header.Get(HeaderIndex))
+	require.Equal(t, EventsSubject(DefaultPrefix, "p"), last.Header.Get(HeaderSubject))
+	require.Contains(t, last.Header.Get(HeaderDetail), fmt.Sprintf("%d of %d elements bad", bad, bad+3))
+	require.Equal(t, body, string(last.Data), "the whole message")
+
+	require.Equal(t, []float64{0, 1, 1, 1, 0}, r.d.graphs["p"].win.observe(now, nil).y, "the good elements are applied")
+	m := r.d.metrics
+	require.Equal(t, float64(maxBadElements), value(t, m.deadLetters.WithLabelValues(ReasonUnknownNode)))
+	require.Equal(t, 1.0, value(t, m.deadLetters.WithLabelValues(ReasonTooManyBad)))
+}
+
+// TestStopAbandonsStuckDeadLetter: a dead letter that the server never
+// acknowledges (the dead-letter stream is gone and a plain subscriber
+// swallows the publishes) does not keep the consume callback running past
+// shutdown: Run returns once the drain deadline has passed, and the
+// message, left unacknowledged, is applied and dead-lettered by the next
+// run.
+func TestStopAbandonsStuckDeadLetter(t *testing.T) {
+	now := time.Now()
+	s := runServer(t)
+	nc, js := connectJS(t, s.ClientURL())
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+
+	require.NoError(t, js.DeleteStream(context.Background(), DeadLetterStream))
+	var swallowed atomic.Int32
+	sub, err := nc.Subscribe(DeadLetterSubject(DefaultPrefix), func(*nats.Msg) { swallowed.Add(1) })
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: now}, "")
+	waitSeq(t, r.d, "p", 1)
+	r.publish(t, "p", `[{"node":"2","state":"infected"},{"node":"ghost","state":"infected"},{"node":"3","state":"infected"}]`, "")
+	require.Eventually(t, func() bool { return swallowed.Load() > 0 }, 10*time.Second, 5*time.Millisecond, "the callback is publishing the dead letter")
+
+	r.d.drainTimeout, r.d.abandonTimeout = 200*time.Millisecond, 2*time.Second
+	stopping := time.Now()
+	r.stop(t)
+	took := time.Since(stopping)
+	require.Less(t, took, 4*time.Second, "Run waited for the stuck callback")
+	require.NoError(t, sub.Unsubscribe())
+
+	cons, err := js.Consumer(context.Background(), EventsStream, consumerName("p"))
+	require.NoError(t, err)
+	info, err := cons.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.AckFloor.Stream, "the abandoned message is not acknowledged")
+
+	// The next run replays it: applied, and its bad element dead-lettered.
+	r2 := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	waitSeq(t, r2.d, "p", 2)
+	require.Equal(t, []float64{0, 1, 1, 1, 0}, r2.d.graphs["p"].win.observe(now, nil).y)
+	dl, err := js.Stream(context.Background(), DeadLetterStream)
+	require.NoError(t, err)
+	dlInfo, err := dl.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), dlInfo.State.Msgs)
+}
+
+// stuckConsume is a ConsumeContext whose callback never returns until
+// told (close closed).
+type stuckConsume struct {
+	jetstream.ConsumeContext
+	closed chan struct{}
+}
+
+func (s *stuckConsume) Drain()                  {}
+func (s *stuckConsume) Stop()                   {}
+func (s *stuckConsume) Closed() <-chan struct{} { return s.closed }
+
+// ackCounter is an applied message waiting for its AckAll.
+type ackCounter struct {
+	jetstream.Msg
+	acks atomic.Int32
+}
+
+func (m *ackCounter) Ack() error { m.acks.Add(1); return nil }
+
+// TestStopConsumersBoundsTheWholeWait: with several consumers that do not
+// drain, shutdown waits drainTimeout once for all of them (not once per
+// consumer, nor forever from the second on), then cancels the ingest
+// context so the callbacks give up, and waits abandonTimeout at most for
+// that. Only a consumer that did stop has its applied messages acked.
+func TestStopConsumersBoundsTheWholeWait(t *testing.T) {
+	cfg := testConfig(t, "done", "breaks", "stuck", "stuck2")
+	d, err := New(cfg)
+	require.NoError(t, err)
+	d.drainTimeout, d.abandonTimeout = 100*time.Millisecond, 100*time.Millisecond
+	closedOn := map[string]string{"done": "now", "breaks": "abandon", "stuck": "never", "stuck2": "never"}
+	acks := map[string]*ackCounter{}
+	for _, gc := range cfg.Graphs {
+		cc := &stuckConsume{closed: make(chan struct{})}
+		switch closedOn[gc.Name] {
+		case "now":
+			close(cc.closed)
+		case "abandon":
+			go func() { <-d.ingestCtx.Done(); close(cc.closed) }()
+		}
+		acks[gc.Name] = &ackCounter{}
+		gr := &graphRT{name: gc.Name, pendingAck: acks[gc.Name]}
+		gr.cons.Store(&consHandle{cc})
+		d.order = append(d.order, gr)
+	}
+	unrouted := &stuckConsume{closed: make(chan struct{})}
+
+	done := make(chan struct{})
+	began := time.Now()
+	go func() { defer close(done); d.stopConsumers(true, unrouted) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("stopConsumers did not return")
+	}
+	require.Less(t, time.Since(began), 2*time.Second)
+	require.Error(t, d.ingestCtx.Err(), "the callbacks were told to give up")
+	for name, want := range map[string]int32{"done": 1, "breaks": 1, "stuck": 0, "stuck2": 0} {
+		require.Equal(t, want, acks[name].acks.Load(), name)
+	}
 }

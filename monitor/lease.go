@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,7 +39,12 @@ type lease struct {
 	kv  jetstream.KeyValue
 	id  string
 	ttl time.Duration
+	// rev is the revision of the lease's last write. While the keeper runs
+	// only it touches rev, so release stops it first.
 	rev uint64
+
+	cancelKeeper context.CancelFunc
+	keeper       sync.WaitGroup
 }
 
 // acquireLease waits until this replica holds the lease: the key is absent
@@ -98,6 +104,22 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 	}
 }
 
+// startKeeping renews the lease in a goroutine of the lease's own (keep)
+// until stopKeeping or release.
+func (l *lease) startKeeping(ctx context.Context, lost chan<- error) {
+	ctx, l.cancelKeeper = context.WithCancel(ctx)
+	l.keeper.Go(func() { l.keep(ctx, lost) })
+}
+
+// stopKeeping stops the renewals and waits for the keeper to return, so
+// no renewal is in flight afterwards. Calling it again is harmless.
+func (l *lease) stopKeeping() {
+	if l.cancelKeeper != nil {
+		l.cancelKeeper()
+	}
+	l.keeper.Wait()
+}
+
 // keep renews the lease every third of its TTL until ctx ends. It reports
 // on lost when another replica holds the key, or when no renewal succeeded
 // for two thirds of the TTL (the lease may expire before the next try).
@@ -129,8 +151,31 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 	}
 }
 
-// release gives the lease up, so a standby takes over at once instead of
-// after the TTL.
+// release stops the renewals and gives the lease up, so a standby takes
+// over at once instead of after the TTL. The keeper is waited for first: a
+// renewal racing the Delete would change the revision under it. A renewal
+// the server applied but whose reply the stop cut off leaves rev one
+// behind; the lease is then still this replica's, at the revision Get
+// reports, and is deleted at that one.
 func (l *lease) release(ctx context.Context) error {
-	return l.kv.Delete(ctx, leaseKey, jetstream.LastRevision(l.rev))
+	l.stopKeeping()
+	err := l.kv.Delete(ctx, leaseKey, jetstream.LastRevision(l.rev))
+	if err == nil {
+		return nil
+	}
+	e, gerr := l.kv.Get(ctx, leaseKey)
+	switch {
+	case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		return nil // expired, or already deleted: nothing left to release
+	case gerr != nil:
+		return fmt.Errorf("releasing the lease: %w", err)
+	case string(e.Value()) != l.id:
+		return fmt.Errorf("releasing the lease: replica %s holds it now", e.Value())
+	case e.Revision() == l.rev:
+		return fmt.Errorf("releasing the lease: %w", err)
+	}
+	if err := l.kv.Delete(ctx, leaseKey, jetstream.LastRevision(e.Revision())); err != nil {
+		return fmt.Errorf("releasing the lease: %w", err)
+	}
+	return nil
 }

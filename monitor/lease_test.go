@@ -181,3 +181,79 @@ func TestHAConfig(t *testing.T) {
 	cfg.HA.LeaseTTL = DefaultLeaseTTL
 	require.NoError(t, cfg.Validate())
 }
+
+// TestHAStopReleasesAfterRenewals stops an active replica that has renewed
+// its lease a few times: the lease is released (a standby could take over
+// at once), and under -race the release does not overlap the keeper's
+// renewals (it waits for the keeper first).
+func TestHAStopReleasesAfterRenewals(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: time.Second}
+	r := runReplica(t, cfg)
+	require.Eventually(t, r.ready, 30*time.Second, 5*time.Millisecond)
+	kv, err := js.KeyValue(context.Background(), LeaseBucket)
+	require.NoError(t, err)
+	first, err := kv.Get(context.Background(), leaseKey)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(context.Background(), leaseKey)
+		return err == nil && e.Revision() >= first.Revision()+2
+	}, 5*time.Second, 10*time.Millisecond, "renewed twice")
+	require.NoError(t, r.stop(t, false))
+	_, err = kv.Get(context.Background(), leaseKey)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the lease was released")
+}
+
+// cutOffKV applies a renewal on the server but loses its reply when the
+// keeper is stopped meanwhile, as a renewal racing shutdown can.
+type cutOffKV struct {
+	jetstream.KeyValue
+	entered chan struct{}
+}
+
+func (k *cutOffKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	close(k.entered)
+	<-ctx.Done()
+	if _, err := k.KeyValue.Update(context.Background(), key, value, rev); err != nil {
+		return 0, err
+	}
+	return 0, ctx.Err()
+}
+
+// TestLeaseReleaseAfterCutOffRenewal: release stops the keeper before it
+// deletes, and a renewal that landed on the server though the keeper never
+// learnt its revision does not make the release fail (which would leave a
+// standby waiting a whole TTL).
+func TestLeaseReleaseAfterCutOffRenewal(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: LeaseBucket, History: 1})
+	require.NoError(t, err)
+	rev, err := kv.Create(ctx, leaseKey, []byte("a"))
+	require.NoError(t, err)
+	ckv := &cutOffKV{KeyValue: kv, entered: make(chan struct{})}
+	l := &lease{kv: ckv, id: "a", ttl: 1200 * time.Millisecond, rev: rev}
+	lost := make(chan error, 1)
+	l.startKeeping(ctx, lost)
+	select {
+	case <-ckv.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no renewal")
+	}
+	require.NoError(t, l.release(ctx))
+	_, err = kv.Get(ctx, leaseKey)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
+	require.Empty(t, lost)
+
+	// Held by another replica by now: release says so and deletes nothing.
+	_, err = kv.Create(ctx, leaseKey, []byte("b"))
+	require.NoError(t, err)
+	require.ErrorContains(t, l.release(ctx), "replica b holds it now")
+	e, err := kv.Get(ctx, leaseKey)
+	require.NoError(t, err)
+	require.Equal(t, "b", string(e.Value()))
+}

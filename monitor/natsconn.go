@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
 )
 
 // Names of what the daemon creates in JetStream.
@@ -36,6 +38,11 @@ func DeadLetterSubject(prefix string) string { return prefix + ".deadletter" }
 
 // ErrNATS is wrapped by failures to reach or set up NATS.
 var ErrNATS = errors.New("nats")
+
+// ErrStreamInUse is returned by Run when one of the daemon's streams
+// exists with the subjects of another prefix: another deployment uses the
+// NATS account, and updating the stream would take its events away.
+var ErrStreamInUse = errors.New("stream in use by another deployment")
 
 // startEmbedded runs an in-process nats-server with JetStream in
 // <data_dir>/nats.
@@ -135,9 +142,24 @@ func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func()) (*n
 }
 
 // ensureJetStream creates, or updates to the configured limits, the events
-// and dead-letter streams and the state bucket.
+// and dead-letter streams and the state bucket. The stream names are
+// fixed, so one NATS account holds one deployment: a stream that exists
+// with another prefix's subjects fails the start instead of being
+// updated, the alert stream (which alerts.EnsureStream updates) included.
 func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, jetstream.KeyValue, error) {
 	p := cfg.Subjects.Prefix
+	for _, want := range []struct {
+		name    string
+		subject string
+	}{
+		{EventsStream, p + ".events.>"},
+		{DeadLetterStream, DeadLetterSubject(p)},
+		{alerts.StreamName, alerts.StreamConfig(p).Subjects[0]},
+	} {
+		if err := checkStreamSubjects(ctx, js, want.name, want.subject, p); err != nil {
+			return nil, nil, err
+		}
+	}
 	ev := jetstream.StreamConfig{
 		Name:        EventsStream,
 		Description: "sourcewatch node-state events",
@@ -182,4 +204,22 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config) (j
 		return nil, nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, StateBucket, err)
 	}
 	return stream, kv, nil
+}
+
+// checkStreamSubjects fails when stream exists with subjects other than
+// the one subject this deployment's prefix gives it.
+func checkStreamSubjects(ctx context.Context, js jetstream.JetStream, stream, subject, prefix string) error {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: stream %s: %w", ErrNATS, stream, err)
+	}
+	have := s.CachedInfo().Config.Subjects
+	if len(have) == 1 && have[0] == subject {
+		return nil
+	}
+	return fmt.Errorf("%w: stream %s has subjects %q, but subjects.prefix %q needs %q; one deployment per NATS account is supported (to change the prefix, delete the stream or edit its subjects)",
+		ErrStreamInUse, stream, have, prefix, []string{subject})
 }

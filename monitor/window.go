@@ -30,6 +30,11 @@ func (s nodeState) String() string {
 	return StateSusceptible
 }
 
+// outranks reports whether s wins over t for two events of one node at
+// the same event time: the state further along susceptible -> infected ->
+// recovered does.
+func (s nodeState) outranks(t nodeState) bool { return s > t }
+
 // outcome is what applying one event did.
 type outcome string
 
@@ -37,7 +42,7 @@ const (
 	outApplied   outcome = "applied"   // the node's state changed
 	outRefreshed outcome = "refreshed" // same state, newer time
 	outUnchanged outcome = "unchanged" // the same event again
-	outStale     outcome = "stale"     // older than the node's last change
+	outStale     outcome = "stale"     // older than the node's last change, or outranked at the same time
 	outDuplicate outcome = "duplicate" // an event id seen before
 )
 
@@ -87,6 +92,13 @@ func newWindow(g *graph.Graph, length, decay time.Duration) *window {
 // apply records that node v entered state s at event time ts (unix ns).
 // It is idempotent: applying an event a second time, or an event older
 // than the node's last change, leaves the window as it was.
+//
+// Two events of one node at the same time are ordered by state, the later
+// one in susceptible -> infected -> recovered winning (outranks): a node
+// reported infected and recovered at one instant is recovered, one
+// reported susceptible and infected is infected, whichever arrives first.
+// Otherwise the last to arrive would win, and a redelivery could flip the
+// node back and forth.
 func (w *window) apply(v int, s nodeState, ts int64, id string) outcome {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -102,6 +114,8 @@ func (w *window) apply(v int, s nodeState, ts int64, id string) outcome {
 		return outStale
 	case ts == cur.ts && s == cur.state:
 		return outUnchanged
+	case ts == cur.ts && !s.outranks(cur.state):
+		return outStale
 	}
 	if ts > w.latest {
 		w.latest = ts
@@ -163,7 +177,9 @@ type observation struct {
 // y_v = exp(-age/decay) (1 without decay) for nodes infected within the
 // window, 0 otherwise.
 func (w *window) observe(now time.Time, dst []float64) observation {
-	n := len(w.nodes)
+	// The graph's size, not len(w.nodes): restore and reset replace
+	// w.nodes (same length) under the lock, which is not held yet.
+	n := w.g.N()
 	if cap(dst) < n {
 		dst = make([]float64, n)
 	}
@@ -241,6 +257,18 @@ func (w *window) snapshot(name string) snapshot {
 		}
 	}
 	return s
+}
+
+// reset empties the window, in place: readers (the status endpoint, on a
+// standby taking over) hold the same *window and only its lock.
+func (w *window) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.nodes = make([]entry, w.g.N())
+	w.ids = make(map[string]struct{})
+	w.idRing = make([]string, recentIDs)
+	w.idNext, w.infected = 0, 0
+	w.changes, w.lastSeq, w.latest = 0, 0, 0
 }
 
 // restore replaces the window's contents by s. Nodes the graph no longer

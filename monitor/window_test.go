@@ -71,6 +71,10 @@ func TestWindowApply(t *testing.T) {
 		{"newer infected refreshes time", []ev{{0, infected, at(0), "", outApplied}, {0, infected, at(50), "", outRefreshed}}, t0.Add(100 * time.Minute), []float64{1, 0, 0, 0}, 1},
 		{"expired infection counts 0", []ev{{0, infected, at(0), "", outApplied}, {1, infected, at(30), "", outApplied}}, t0.Add(61 * time.Minute), []float64{0, 1, 0, 0}, 2},
 		{"susceptible again", []ev{{0, infected, at(0), "", outApplied}, {0, susceptible, at(1), "", outApplied}}, t0.Add(time.Minute), []float64{0, 0, 0, 0}, 2},
+		{"infected then recovered at one time", []ev{{1, infected, at(0), "", outApplied}, {1, recovered, at(0), "", outApplied}}, t0, []float64{0, 0, 0, 0}, 2},
+		{"recovered then infected at one time", []ev{{1, recovered, at(0), "", outApplied}, {1, infected, at(0), "", outStale}}, t0, []float64{0, 0, 0, 0}, 1},
+		{"susceptible then infected at one time", []ev{{2, susceptible, at(0), "", outRefreshed}, {2, infected, at(0), "", outApplied}}, t0, []float64{0, 0, 1, 0}, 1},
+		{"infected then susceptible at one time", []ev{{2, infected, at(0), "", outApplied}, {2, susceptible, at(0), "", outStale}}, t0, []float64{0, 0, 1, 0}, 1},
 	}
 	g := pathGraph(t, 4)
 	for _, tc := range tests {
@@ -133,4 +137,53 @@ func TestWindowSnapshotRoundTrip(t *testing.T) {
 	s.Nodes[0].State = "zombie"
 	_, err = r.restore(s)
 	require.ErrorContains(t, err, `bad state "zombie"`)
+}
+
+// TestWindowSameTimeIsOrderIndependent applies every order of a node's
+// events that share one time, then all of them again (a redelivery): the
+// state is the same whatever the order, and the redelivery changes
+// nothing.
+func TestWindowSameTimeIsOrderIndependent(t *testing.T) {
+	g := pathGraph(t, 2)
+	ts := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC).UnixNano()
+	tests := []struct {
+		name   string
+		states []nodeState
+		want   nodeState
+	}{
+		{"infected, recovered", []nodeState{infected, recovered}, recovered},
+		{"susceptible, infected", []nodeState{susceptible, infected}, infected},
+		{"susceptible, recovered", []nodeState{susceptible, recovered}, recovered},
+		{"all three", []nodeState{susceptible, infected, recovered}, recovered},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, order := range permutations(tc.states) {
+				w := newWindow(g, time.Hour, 0)
+				for _, s := range order {
+					w.apply(0, s, ts, "")
+				}
+				require.Equal(t, entry{state: tc.want, ts: ts}, w.nodes[0], "order %v", order)
+				before := w.snapshot("p")
+				for _, s := range order {
+					require.NotEqual(t, outApplied, w.apply(0, s, ts, ""), "redelivered %v of %v", s, order)
+				}
+				require.Equal(t, before, w.snapshot("p"), "order %v", order)
+			}
+		})
+	}
+}
+
+func permutations(s []nodeState) [][]nodeState {
+	if len(s) <= 1 {
+		return [][]nodeState{append([]nodeState(nil), s...)}
+	}
+	var out [][]nodeState
+	for i := range s {
+		rest := append(append([]nodeState(nil), s[:i]...), s[i+1:]...)
+		for _, p := range permutations(rest) {
+			out = append(out, append([]nodeState{s[i]}, p...))
+		}
+	}
+	return out
 }

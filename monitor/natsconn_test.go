@@ -1,0 +1,55 @@
+package monitor
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+)
+
+// TestStreamOfAnotherPrefixFailsStart: a stream of the daemon's that
+// another deployment created under another prefix fails the start, with
+// the stream, its subjects and the configured prefix named, and is left
+// as it was.
+func TestStreamOfAnotherPrefixFailsStart(t *testing.T) {
+	tests := []struct {
+		stream, subject string
+	}{
+		{EventsStream, "other.events.>"},
+		{DeadLetterStream, "other.deadletter"},
+		{alerts.StreamName, "other.alerts.>"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.stream, func(t *testing.T) {
+			s := runServer(t)
+			_, js := connectJS(t, s.ClientURL())
+			ctx := context.Background()
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: tc.stream, Subjects: []string{tc.subject}})
+			require.NoError(t, err)
+
+			cfg := testConfig(t, "p")
+			cfg.NATS.URL = s.ClientURL()
+			d, err := New(cfg, preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+			require.NoError(t, err)
+			runCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			err = d.Run(runCtx)
+			require.ErrorIs(t, err, ErrStreamInUse)
+			for _, want := range []string{tc.stream, tc.subject, `subjects.prefix "` + DefaultPrefix + `"`} {
+				require.ErrorContains(t, err, want)
+			}
+
+			st, err := js.Stream(ctx, tc.stream)
+			require.NoError(t, err)
+			require.Equal(t, []string{tc.subject}, st.CachedInfo().Config.Subjects, "the other deployment's stream is untouched")
+			_, err = js.Stream(ctx, EventsStream)
+			if tc.stream != EventsStream {
+				require.ErrorIs(t, err, jetstream.ErrStreamNotFound, "nothing was created before the check")
+			}
+		})
+	}
+}
