@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -225,6 +227,9 @@ func Load(v *viper.Viper) (Config, error) {
 	if err := v.Unmarshal(&cfg); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	if err := unknownKeys(v); err != nil {
+		return Config{}, err
+	}
 	raw, _ := v.Get("graphs").([]any)
 	for i := range cfg.Graphs {
 		var keys map[string]any
@@ -237,6 +242,70 @@ func Load(v *viper.Viper) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// unknownKeys reports the first key of a config section (nats, http, ha,
+// the graph entries, ...) that no field of Config reads: a misspelt key
+// such as graphs[0].intervall or a dashed min-infected would otherwise be
+// ignored without a word and its default used. Top-level scalar keys are
+// not checked, since the command's flags share that namespace.
+func unknownKeys(v *viper.Viper) error {
+	t := reflect.TypeOf(Config{})
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key := f.Tag.Get("mapstructure")
+		if key == "" {
+			continue
+		}
+		if err := checkKeys(v.Get(key), f.Type, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// checkKeys walks raw along t (structs and slices of them; maps and
+// scalars are the field's own business).
+func checkKeys(raw any, t reflect.Type, path string) error {
+	switch {
+	case t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct:
+		items, _ := raw.([]any)
+		for i, item := range items {
+			if err := checkKeys(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Struct && t != durationType:
+		m, ok := raw.(map[string]any)
+		if !ok {
+			return nil // absent, or a value Unmarshal already judged
+		}
+		fields := make(map[string]reflect.Type, t.NumField())
+		var known []string
+		for i := 0; i < t.NumField(); i++ {
+			if tag := t.Field(i).Tag.Get("mapstructure"); tag != "" {
+				fields[tag] = t.Field(i).Type
+				known = append(known, tag)
+			}
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			ft, ok := fields[strings.ToLower(k)]
+			if !ok {
+				return fmt.Errorf("%w: %s: unknown key %q (known: %s)", ErrConfig, path, k, strings.Join(known, ", "))
+			}
+			if err := checkKeys(m[k], ft, path+"."+strings.ToLower(k)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // fillDefaults sets the keys absent from the raw map, so an explicit zero

@@ -84,6 +84,27 @@ graphs:
 	require.True(t, l.off)
 }
 
+// A misspelt or dashed key in a section is an error naming it, not a
+// silent default.
+func TestLoadRefusesUnknownKeys(t *testing.T) {
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"graph key", minimalYAML + "    intervall: 1s\n", `graphs[0]: unknown key "intervall" (known: name, edges`},
+		{"dashed graph key", minimalYAML + "    min-infected: 4\n", `graphs[0]: unknown key "min-infected"`},
+		{"nested section", "nats:\n  tls:\n    cafile: ca.pem\n" + minimalYAML, `nats.tls: unknown key "cafile" (known: cert, key, ca)`},
+		{"section", "ha:\n  enable: true\n" + minimalYAML, `ha: unknown key "enable"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadYAML(t, tc.yaml, nil)
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	// Top-level keys are shared with the command's flags and not checked;
+	// maps (forward_params) hold the plugin's own keys.
+	_, err := loadYAML(t, "log_level: debug\n"+minimalYAML+"    forward_params: {anything: \"1\"}\n", nil)
+	require.NoError(t, err)
+}
+
 func TestValidateNamesTheKey(t *testing.T) {
 	two := minimalYAML + `
   - name: jazz
