@@ -161,6 +161,22 @@ type Process struct {
 
 var _ Model = (*Process)(nil)
 
+// pluginEnv is the plugin's environment: the host's, without the
+// variables through which Launch hands the plugin its own socket directory
+// and shared region (a host that inherited them, say because a plugin
+// started it, must not pass its values on), followed by own.
+func pluginEnv(host []string, own ...string) []string {
+	env := make([]string, 0, len(host)+len(own)+1)
+	for _, kv := range host {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == plugin.EnvUnixSocketDir || k == SharedMemoryEnv {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, own...)
+}
+
 // Launch starts the plugin at path, completes the handshake (protocol
 // version, AutoMTLS) and checks it answers Info. ctx bounds the launch
 // only; the process lives until Close (or until the host dies: on Linux it
@@ -202,7 +218,7 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		return nil, fmt.Errorf("forward plugin %s: socket directory: %w", name, err)
 	}
 	cmd := exec.Command(path)
-	cmd.Env = []string{plugin.EnvUnixSocketDir + "=" + sockDir}
+	cmd.Env = pluginEnv(os.Environ(), plugin.EnvUnixSocketDir+"="+sockDir)
 	setParentDeathSignal(cmd)
 	var shared *hostShared
 	if !o.noShared && sharedSupported {
@@ -221,6 +237,9 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		SecureConfig:     secure,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
+		// cmd.Env already holds the host's environment (see pluginEnv);
+		// go-plugin would append it after ours, and the last value wins.
+		SkipHostEnv: true,
 		StartTimeout:     o.startTimeout,
 		Logger:           newZapHCLog(o.log),
 		SyncStdout:       &lineLog{z: o.log.Named(name).With(zap.String("stream", "stdout"))},

@@ -187,3 +187,23 @@ func TestSharedMemoryCloseDuringCalls(t *testing.T) {
 		require.ErrorIs(t, err, forward.ErrPluginExited)
 	}
 }
+
+// A host that itself inherited the variables through which Launch hands a
+// plugin its socket directory and region (say, because a plugin started
+// it) does not pass its own values on: go-plugin would append the host's
+// environment after Launch's, and the last value wins.
+func TestLaunchEnvironmentWinsOverTheHosts(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the shared region needs Linux's memfd")
+	}
+	t.Setenv(forward.SharedMemoryEnv, "9")
+	t.Setenv("PLUGIN_UNIX_SOCKET_DIR", filepath.Join(t.TempDir(), "missing"))
+	g := karate(t)
+	p := launch(t, "icmf")
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	x, _ := batch(g.N(), 2, 1)
+	target, _ := batch(g.N(), 1, 2)
+	_, _, err := p.SquaredErrorLoss(t.Context(), x, target)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, p.SharedCalls(), "the plugin mapped the region Launch gave it")
+}
