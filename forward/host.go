@@ -239,11 +239,11 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		AutoMTLS:         true,
 		// cmd.Env already holds the host's environment (see pluginEnv);
 		// go-plugin would append it after ours, and the last value wins.
-		SkipHostEnv: true,
-		StartTimeout:     o.startTimeout,
-		Logger:           newZapHCLog(o.log),
-		SyncStdout:       &lineLog{z: o.log.Named(name).With(zap.String("stream", "stdout"))},
-		SyncStderr:       &lineLog{z: o.log.Named(name).With(zap.String("stream", "stderr"))},
+		SkipHostEnv:  true,
+		StartTimeout: o.startTimeout,
+		Logger:       newZapHCLog(o.log),
+		SyncStdout:   &lineLog{z: o.log.Named(name).With(zap.String("stream", "stdout"))},
+		SyncStderr:   &lineLog{z: o.log.Named(name).With(zap.String("stream", "stderr"))},
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
 	})
