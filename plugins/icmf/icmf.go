@@ -26,10 +26,6 @@ const (
 	MaxSteps = 1000
 )
 
-// saturation caps w_uv y_u below 1 so log1p(-w y) stays finite; at the cap
-// the term is flat and contributes no gradient.
-const saturation = 1 - 1e-12
-
 // Model is the mean-field IC forward model. Predict, VJP and Fit may run
 // concurrently with each other, but not with Configure.
 type Model struct {
@@ -114,59 +110,92 @@ func (m *Model) checkShape(x, dy *mat.Dense) {
 	}
 }
 
-// tape holds one row's forward pass: y[t] = y^t for t = 0..T and
-// e[t] = prod_u (1 - w_uv y^t_u), the factor that made y^{t+1}.
+// tape holds one row's forward pass: y[t] = y^t for t = 0..T, and for the
+// factors f_uv = 1 - w_uv y^t_u of e_v = prod_u f_uv, which made y^{t+1}:
+// prod[t][v], the product of v's non-zero factors, and zeros[t][v], how
+// many are zero (w_uv y_u = 1: an arc of probability 1 from a node
+// infected for sure). e_v is prod when zeros is 0 and 0 otherwise; keeping
+// the two apart gives the exact gradient there, where a cap or a log
+// would lose it.
 type tape struct {
-	y [][]float64
-	e [][]float64
-	// node is per-node scratch of the uniform case: log1p(-p y_u).
+	y     [][]float64
+	prod  [][]float64
+	zeros [][]int32
+	// node is per-node scratch of the uniform case: 1 - p y_u.
 	node []float64
+	// sum and sumOne are per-sender scratch of back's uniform case.
+	sum, sumOne []float64
 }
 
 func (m *Model) newTape() *tape {
-	t := &tape{y: make([][]float64, m.steps+1), e: make([][]float64, m.steps)}
-	buf := make([]float64, (2*m.steps+2)*m.n)
+	t := &tape{y: make([][]float64, m.steps+1), prod: make([][]float64, m.steps), zeros: make([][]int32, m.steps)}
+	buf := make([]float64, (2*m.steps+4)*m.n)
 	t.node, buf = buf[:m.n], buf[m.n:]
+	t.sum, buf = buf[:m.n], buf[m.n:]
+	t.sumOne, buf = buf[:m.n], buf[m.n:]
 	for i := range t.y {
 		t.y[i], buf = buf[:m.n], buf[m.n:]
 	}
-	for i := range t.e {
-		t.e[i], buf = buf[:m.n], buf[m.n:]
+	for i := range t.prod {
+		t.prod[i], buf = buf[:m.n], buf[m.n:]
+	}
+	zbuf := make([]int32, m.steps*m.n)
+	for i := range t.zeros {
+		t.zeros[i], zbuf = zbuf[:m.n], zbuf[m.n:]
 	}
 	return t
+}
+
+// factor is 1 - a for a = w·y in [0, 1], never below 0.
+func factor(a float64) float64 { return max(0, 1-a) }
+
+// effective is e_v from its tape entries.
+func effective(prod float64, zeros int32) float64 {
+	if zeros > 0 {
+		return 0
+	}
+	return prod
 }
 
 // run fills the tape for one row x and returns y^T (aliasing the tape).
 func (m *Model) run(t *tape, x []float64) []float64 {
 	copy(t.y[0], x)
 	for s := 0; s < m.steps; s++ {
-		prev, next, e := t.y[s], t.y[s+1], t.e[s]
+		prev, next, prod, zeros := t.y[s], t.y[s+1], t.prod[s], t.zeros[s]
 		if m.uniform {
 			for u, yu := range prev {
-				t.node[u] = math.Log1p(-min(m.p*yu, saturation))
+				t.node[u] = factor(m.p * yu)
 			}
 		}
 		for v := 0; v < m.n; v++ {
-			var logProd float64
-			if m.uniform {
-				for _, u := range m.from[m.off[v]:m.off[v+1]] {
-					logProd += t.node[u]
+			pv, zv := 1.0, int32(0)
+			for k := m.off[v]; k < m.off[v+1]; k++ {
+				var f float64
+				if m.uniform {
+					f = t.node[m.from[k]]
+				} else {
+					f = factor(m.w[k] * prev[m.from[k]])
 				}
-			} else {
-				for k := m.off[v]; k < m.off[v+1]; k++ {
-					logProd += math.Log1p(-min(m.w[k]*prev[m.from[k]], saturation))
+				if f == 0 {
+					zv++
+				} else {
+					pv *= f
 				}
 			}
-			e[v] = math.Exp(logProd)
-			next[v] = 1 - (1-x[v])*e[v]
+			prod[v], zeros[v] = pv, zv
+			next[v] = 1 - (1-x[v])*effective(pv, zv)
 		}
 	}
 	return t.y[m.steps]
 }
 
 // back writes dx = (df/dx)^T dy for the row on the tape. Per step, with
-// s_v = log e_v: dL/dx_v += g_v e_v, dL/ds_v = -g_v (1 - x_v) e_v, and
-// dL/dy^t_u = sum_{u->v} dL/ds_v * (-w_uv / (1 - w_uv y^t_u)); finally
+// g = dL/dy^{t+1}: dL/dx_v += g_v e_v, dL/de_v = -g_v (1 - x_v), and
+//
+//	dL/dy^t_u = sum_{u->v} dL/de_v · (-w_uv) · prod_{u'->v, u' != u} f_u'v,
+//
+// the product of v's other factors: prod_v / f_uv when v has no zero
+// factor, prod_v when f_uv is its only zero one, 0 otherwise. Finally
 // y^0 = x adds dL/dy^0 to dx. g and tmp are scratch of length n.
 func (m *Model) back(t *tape, x, dy, dx, g, tmp []float64) {
 	copy(g, dy)
@@ -174,38 +203,55 @@ func (m *Model) back(t *tape, x, dy, dx, g, tmp []float64) {
 		dx[i] = 0
 	}
 	for s := m.steps - 1; s >= 0; s-- {
-		prev, e := t.y[s], t.e[s]
+		prev, prod, zeros := t.y[s], t.prod[s], t.zeros[s]
 		for i := range tmp {
 			tmp[i] = 0
+		}
+		if m.uniform {
+			clear(t.sum)
+			clear(t.sumOne)
 		}
 		for v := 0; v < m.n; v++ {
 			if g[v] == 0 {
 				continue
 			}
-			dx[v] += g[v] * e[v]
-			ds := -g[v] * (1 - x[v]) * e[v]
+			dx[v] += g[v] * effective(prod[v], zeros[v])
+			de := -g[v] * (1 - x[v])
+			if zeros[v] > 1 {
+				continue // every factor has another zero beside it
+			}
 			if m.uniform {
-				// Sum dL/ds over receivers; the sender's factor comes below.
+				// The sender's factor is the same on all its arcs:
+				// sum de·prod over receivers now, divide below.
 				for _, u := range m.from[m.off[v]:m.off[v+1]] {
-					tmp[u] += ds
+					if zeros[v] == 0 {
+						t.sum[u] += de * prod[v]
+					} else {
+						t.sumOne[u] += de * prod[v]
+					}
 				}
 				continue
 			}
 			for k := m.off[v]; k < m.off[v+1]; k++ {
 				u := m.from[k]
-				a := m.w[k] * prev[u]
-				if a > saturation {
-					continue
+				f := factor(m.w[k] * prev[u])
+				switch {
+				case zeros[v] == 0:
+					tmp[u] -= de * m.w[k] * prod[v] / f
+				case f == 0:
+					tmp[u] -= de * m.w[k] * prod[v]
 				}
-				tmp[u] -= ds * m.w[k] / (1 - a)
 			}
 		}
 		if m.uniform {
 			for u, yu := range prev {
-				if a := m.p * yu; a > saturation {
-					tmp[u] = 0
+				// A zero factor's receivers all have a zero (sum holds
+				// none of them); a non-zero one's single-zero receivers
+				// have their zero elsewhere (sumOne's are not its).
+				if f := factor(m.p * yu); f == 0 {
+					tmp[u] = -m.p * t.sumOne[u]
 				} else {
-					tmp[u] *= -m.p / (1 - a)
+					tmp[u] = -m.p * t.sum[u] / f
 				}
 			}
 		}

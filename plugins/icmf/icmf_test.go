@@ -32,7 +32,7 @@ func configured(t testing.TB, g *graph.Graph, params map[string]string) *icmf.Mo
 }
 
 // randomWeighted is a small random directed weighted graph, including
-// weights of 1, where the saturation cap can bind.
+// weights of 1, where a factor 1 - w y can reach 0.
 func randomWeighted(seed uint64) *graph.Graph {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	var edges []graph.Edge
@@ -63,6 +63,55 @@ func TestVJPFiniteDifference(t *testing.T) {
 			m := configured(t, tc.g, tc.params)
 			res := forwardtest.CheckVJP(t, m, tc.g, forward.VJPCheckOptions{Rows: 3})
 			require.Equal(t, 3*tc.g.N(), res.Checked)
+		})
+	}
+}
+
+// Where an arc of probability 1 leaves a node infected for sure (x_u = 1),
+// its factor 1 - w y_u is exactly 0 and the gradient through it is not:
+// lowering x_u raises the factor at rate w. The VJP must match the
+// left-sided difference there (x <= 1, and lowering any x_i lowers every
+// y, so each factor moves along one side).
+func TestVJPAtCertainInfection(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		g      *graph.Graph
+		params map[string]string
+	}{
+		{"path p=1 one step", graph.New(2, []graph.Edge{{From: 0, To: 1}}, nil, true, false), map[string]string{"p": "1", "steps": "1"}},
+		{"karate p=1", karate(t), map[string]string{"p": "1", "steps": "3"}},
+		{"karate p=0.6", karate(t), map[string]string{"p": "0.6", "steps": "3"}},
+		{"directed weighted", randomWeighted(3), map[string]string{"steps": "4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := configured(t, tc.g, tc.params)
+			n := tc.g.N()
+			rng := rand.New(rand.NewPCG(5, 6))
+			x := mat.NewDense(1, n, nil)
+			dy := mat.NewDense(1, n, nil)
+			for v := 0; v < n; v++ {
+				x.Set(0, v, 0.05+0.9*rng.Float64())
+				if v%3 == 0 {
+					x.Set(0, v, 1) // certain: its out-arcs of weight 1 saturate
+				}
+				dy.Set(0, v, rng.NormFloat64())
+			}
+			_, dx, err := m.VJP(t.Context(), x, dy)
+			require.NoError(t, err)
+			y0, err := m.Predict(t.Context(), x)
+			require.NoError(t, err)
+			const h = 1e-7
+			for i := 0; i < n; i++ {
+				xm := mat.DenseCopyOf(x)
+				xm.Set(0, i, x.At(0, i)-h)
+				ym, err := m.Predict(t.Context(), xm)
+				require.NoError(t, err)
+				var num float64
+				for v := 0; v < n; v++ {
+					num += dy.At(0, v) * (y0.At(0, v) - ym.At(0, v)) / h
+				}
+				require.InDelta(t, num, dx.At(0, i), 1e-5*(1+math.Abs(num)), "node %d (x = %g)", i, x.At(0, i))
+			}
 		})
 	}
 }
