@@ -165,6 +165,16 @@ func TestFitCapsBatchSizeAtTheData(t *testing.T) {
 		results = append(results, res)
 	}
 	require.Equal(t, results[0].State, results[1].State)
+
+	// Options that are not numbers are refused by name, not as a NaN loss.
+	m := New()
+	require.NoError(t, m.Configure(ctx, g, nil, nil))
+	for _, opts := range []forward.FitOptions{
+		{Lambda: math.NaN()}, {Lambda: math.Inf(1)}, {LearningRate: math.Inf(-1)}, {LearningRate: math.NaN()},
+	} {
+		_, err := m.Fit(ctx, train, opts, nil)
+		require.ErrorContains(t, err, "deepis: fit: learning rate")
+	}
 }
 
 func TestParamGradientMatchesFiniteDifferences(t *testing.T) {

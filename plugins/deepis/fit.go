@@ -63,6 +63,9 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	// BatchSize from the wire from sizing the per-batch buffers.
 	batch := min(orDefault(opts.BatchSize, DefaultBatchSize), max(len(pairs), 1))
 	lr, lambda := opts.LearningRate, opts.Lambda
+	if math.IsNaN(lr) || math.IsInf(lr, 0) || math.IsNaN(lambda) || math.IsInf(lambda, 0) {
+		return forward.FitResult{}, fmt.Errorf("deepis: fit: learning rate %g and lambda %g: want finite values", lr, lambda)
+	}
 	if lr <= 0 {
 		lr = DefaultLearningRate
 	}

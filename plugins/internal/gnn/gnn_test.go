@@ -2,6 +2,7 @@ package gnn_test
 
 import (
 	"context"
+	"math"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -176,4 +177,17 @@ func TestFitPredictAndState(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, y.RawMatrix().Data, y2.RawMatrix().Data)
 	require.ErrorContains(t, m2.Configure(ctx, g, map[string]string{"extra": "5"}, res.State), "param extra=5 disagrees")
+	// Bytes after the parameters are not a state this package wrote.
+	err = m2.Configure(ctx, g, nil, append(append([]byte(nil), res.State...), "trailing garbage"...))
+	require.ErrorIs(t, err, forward.ErrBadState)
+	require.ErrorContains(t, err, "16 bytes after the parameters")
+
+	// Options that are not numbers are refused by name, not as a NaN loss.
+	for _, opts := range []forward.FitOptions{
+		{Lambda: math.NaN()}, {Lambda: math.Inf(1)}, {LearningRate: math.Inf(1)},
+	} {
+		_, err = m.Fit(ctx, pairs[:8], opts, nil)
+		require.ErrorContains(t, err, "fake: fit: learning rate")
+		require.ErrorContains(t, err, "want finite values")
+	}
 }

@@ -82,8 +82,14 @@ func (s *Spec[A, N]) DecodeState(state []byte, g *graph.Graph) (N, error) {
 		return none, bad("architecture: %v", err)
 	}
 	net := s.NewNetwork(g, h.Arch, 0)
-	if err := nn.ReadParams(bytes.NewReader(rest[hl:]), net.Params()); err != nil {
+	pr := bytes.NewReader(rest[hl:])
+	if err := nn.ReadParams(pr, net.Params()); err != nil {
 		return none, fmt.Errorf("%w: %w", forward.ErrBadState, err)
+	}
+	// ReadParams reads only its own stream; whatever follows is not a
+	// state this package wrote.
+	if pr.Len() != 0 {
+		return none, bad("%d bytes after the parameters", pr.Len())
 	}
 	return net, nil
 }

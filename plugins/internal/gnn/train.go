@@ -42,6 +42,11 @@ func (m *Model[A, N]) Fit(ctx context.Context, pairs []forward.Pair, opts forwar
 		return forward.FitResult{}, fmt.Errorf("%s: fit: %w", name, err)
 	}
 	epochs, lr, bs, lambda := opts.Epochs, opts.LearningRate, opts.BatchSize, opts.Lambda
+	if math.IsInf(lr, 0) || math.IsInf(lambda, 0) || math.IsNaN(lambda) {
+		// Go's max(NaN, 0) is NaN: the loss would turn NaN and the error
+		// would blame the model, not the option.
+		return forward.FitResult{}, fmt.Errorf("%s: fit: learning rate %g and lambda %g: want finite values", name, lr, lambda)
+	}
 	if epochs <= 0 {
 		epochs = s.Epochs
 	}
