@@ -2,8 +2,8 @@ package gnn_test
 
 import (
 	"context"
-	"math"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
