@@ -3,6 +3,7 @@ package eval
 import (
 	"context"
 	"math"
+	"slices"
 	"math/rand/v2"
 	"sort"
 	"testing"
@@ -215,12 +216,44 @@ func TestNetSleuth(t *testing.T) {
 	p, err := m.Localize(ctx, yOf(9, 1, 2, 3, 4, 5))
 	require.NoError(t, err)
 	require.Equal(t, []int{3}, p.Sources)
-	require.InDelta(t, 1, p.Scores[3], 1e-9)
-	// sin(pi j/6) for j = 1..5, scaled to max 1
+	require.InDelta(t, 2, p.Scores[3], 1e-9)
+	// 1 + sin(pi j/6) for j = 1..5: the arch scaled to max 1, above the
+	// uninfected nodes' 0
 	for j := 1; j <= 5; j++ {
-		require.InDelta(t, math.Sin(math.Pi*float64(j)/6), p.Scores[j], 1e-6)
+		require.InDelta(t, 1+math.Sin(math.Pi*float64(j)/6), p.Scores[j], 1e-6)
 	}
 	require.Zero(t, p.Scores[0])
+
+	// An infected path of 2,000 nodes whose nodes, all but the middle 20,
+	// each have an uninfected leaf: the leaves' boundary makes the
+	// eigenvector decay exponentially away from the middle, far below what
+	// Lanczos resolves, and the tails come out 0. Every infected node still
+	// ranks above every uninfected one (the tails tied with them before).
+	const pathLen = 2000
+	var comb []graph.Edge
+	for i := 0; i+1 < pathLen; i++ {
+		comb = append(comb, graph.Edge{From: i, To: i + 1})
+	}
+	leaf := pathLen
+	for i := 0; i < pathLen; i++ {
+		if i < 990 || i >= 1010 {
+			comb = append(comb, graph.Edge{From: i, To: leaf})
+			leaf++
+		}
+	}
+	cg := graph.New(leaf, comb, nil, false, false)
+	m = newMethod(t, "netsleuth", cg, map[string]string{"k": "1"})
+	require.NoError(t, m.Fit(ctx, cg, nil, nil))
+	infected := make([]int, pathLen)
+	for i := range infected {
+		infected[i] = i
+	}
+	p, err = m.Localize(ctx, yOf(leaf, infected...))
+	require.NoError(t, err)
+	maxLeaf := slices.Max(p.Scores[pathLen:])
+	for _, v := range infected {
+		require.Greater(t, p.Scores[v], maxLeaf, "infected node %d", v)
+	}
 
 	// past max_k picks the ranking continues by score
 	m = newMethod(t, "netsleuth", g, map[string]string{"k": "3", "max_k": "1"})
@@ -249,7 +282,7 @@ func TestNetSleuth(t *testing.T) {
 	p, err = m.Localize(ctx, yOf(300, mid...))
 	require.NoError(t, err)
 	require.Equal(t, []int{150}, p.Sources)
-	require.InDelta(t, math.Sin(math.Pi*51/202), p.Scores[100], 1e-3)
+	require.InDelta(t, 1+math.Sin(math.Pi*51/202), p.Scores[100], 1e-3)
 
 	// on a larger graph the Lanczos eigenpair agrees with the dense one
 	g = randomGraph(120, 150, 9)

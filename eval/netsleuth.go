@@ -34,8 +34,15 @@ func init() { Register("netsleuth", newNetSleuth) }
 // node to the boundary (which may split its component), recompute the
 // affected components, repeat.
 //
-// Scores are the first round's eigenvector entries, each component scaled
-// to a maximum of 1, and 0 for uninfected nodes.
+// Scores are 1 plus the first round's eigenvector entries, each component
+// scaled to a maximum of 1 (so in [1, 2]), and 0 for uninfected nodes. The
+// offset keeps every infected node above every uninfected one, as LPSI and
+// degree do: on a large path-like component the eigenvector decays
+// exponentially towards the edges, below what Lanczos resolves, and its
+// tail entries come out 0 (they are clipped at 0 as round-off); without
+// the offset they tied with the uninfected nodes, true sources among them
+// (Power Grid SI: ROC-AUC 0.806 with a Lanczos solve against 0.850 dense;
+// with the offset both 0.856).
 //
 // Simplification: instead of stopping by the MDL score, the number of
 // seeds k is chosen on validation unless given as "k". At most "max_k"
@@ -149,9 +156,9 @@ func (l *lanczos) seeds(ctx context.Context, m *rankMethod, infected []int, maxP
 		}
 		for a, v := range c.nodes {
 			if top > 0 {
-				scores[v] = c.u[a] / top
+				scores[v] = 1 + c.u[a]/top
 			} else {
-				scores[v] = 1
+				scores[v] = 2
 			}
 		}
 	}
