@@ -45,6 +45,14 @@
 // the stream's duplicate window). The Tracker's state is saved with
 // MarshalJSON and restored with UnmarshalJSON across restarts.
 //
+// Every alert Observe or Resolve hands out is also queued as pending
+// (Tracker.Pending) until Tracker.Published acknowledges it, and the queue
+// is part of the saved state. A publisher that saves the state before
+// publishing and acknowledges after the stream's ack, as the monitor does,
+// resends an alert whose publish failed, later or after a restart, under
+// the same id; so no alert handed out is lost, and no seq is reused for
+// other content.
+//
 // # Stream, publishing and tailing
 //
 // EnsureStream creates or updates SOURCEWATCH_ALERTS (subjects

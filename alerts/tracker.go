@@ -26,6 +26,14 @@ const stateSchema = "sourcewatch.alert-tracker.v1"
 // published for one incident: 1 for firing, then +1 per update and for the
 // resolve; a new incident starts again at 1 with a new fingerprint.
 //
+// Every alert Observe or Resolve hands out to publish is also queued as
+// pending for its graph until Published acknowledges it, and the queue is
+// part of the MarshalJSON snapshot. So a caller that saves the snapshot
+// before publishing (write-ahead) and calls Published after the stream's
+// acknowledgement can resend an alert whose publish failed, in a later
+// attempt or after a restart, under the same id; an alert handed out is
+// never lost and its seq never reused for other content.
+//
 // A Tracker is safe for concurrent use.
 type Tracker struct {
 	now func() time.Time
@@ -42,6 +50,9 @@ type graphState struct {
 	// Open is the open incident's latest state: the fields of its last
 	// published alert (status, seq, id) with the latest observation's data.
 	Open *Alert `json:"open,omitempty"`
+	// Pending are the alerts handed out to publish and not yet
+	// acknowledged through Published, oldest first.
+	Pending []Alert `json:"pending,omitempty"`
 }
 
 // NewTracker returns an empty Tracker that stamps alerts with now (time.Now
@@ -87,9 +98,10 @@ func ID(fingerprint string, seq uint64) string {
 // Observe records an inference result. It reports true, with the alert to
 // publish, when the observation opens an incident (Firing) or changes the
 // open incident's source set — the node ids of o.Sources, order and scores
-// ignored (Updated). Otherwise it returns false with the incident's current
-// state (last published status, seq and id, latest data) and publishes
-// nothing; the latest data is still remembered for a later resolve.
+// ignored (Updated); that alert is queued as pending (see Pending). Otherwise
+// it returns false with the incident's current state (last status, seq and
+// id handed out, latest data) and publishes nothing; the latest data is
+// still remembered for a later resolve.
 func (t *Tracker) Observe(o Observation) (Alert, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -120,6 +132,7 @@ func (t *Tracker) Observe(o Observation) (Alert, bool) {
 		a.ID = ID(a.Fingerprint, a.Seq)
 		a = a.utc()
 		gs.Open = &a
+		gs.Pending = append(gs.Pending, cloneAlert(a))
 		return cloneAlert(a), true
 	}
 	prev := gs.Open
@@ -135,13 +148,14 @@ func (t *Tracker) Observe(o Observation) (Alert, bool) {
 	a.ID = ID(a.Fingerprint, a.Seq)
 	a = a.utc()
 	gs.Open = &a
+	gs.Pending = append(gs.Pending, cloneAlert(a))
 	return cloneAlert(a), true
 }
 
 // Resolve closes the graph's open incident, reporting true with the Resolved
-// alert to publish; it carries the incident's latest sources and model with
-// the given window and infected count. Without an open incident it returns
-// false and a zero Alert.
+// alert to publish, which is queued as pending (see Pending); it carries the
+// incident's latest sources and model with the given window and infected
+// count. Without an open incident it returns false and a zero Alert.
 func (t *Tracker) Resolve(graph string, w Window, infected int) (Alert, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -157,12 +171,54 @@ func (t *Tracker) Resolve(graph string, w Window, infected int) (Alert, bool) {
 	a.Window = w
 	a.Infected = infected
 	a.ObservedAt = t.now()
+	a = a.utc()
 	gs.Open = nil
-	return a.utc(), true
+	gs.Pending = append(gs.Pending, cloneAlert(a))
+	return a, true
+}
+
+// Pending returns the graph's alerts handed out by Observe and Resolve and
+// not yet acknowledged through Published, oldest first: they are to be
+// (re)published in this order, each under its own id.
+func (t *Tracker) Pending(graph string) []Alert {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gs := t.graphs[graph]
+	if gs == nil || len(gs.Pending) == 0 {
+		return nil
+	}
+	out := make([]Alert, len(gs.Pending))
+	for i, a := range gs.Pending {
+		out[i] = cloneAlert(a)
+	}
+	return out
+}
+
+// Published acknowledges the graph's pending alert with the given id: it
+// was stored by the stream and is no longer pending. It reports whether
+// such an alert was pending.
+func (t *Tracker) Published(graph, id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gs := t.graphs[graph]
+	if gs == nil {
+		return false
+	}
+	for i, a := range gs.Pending {
+		if a.ID == id {
+			gs.Pending = slices.Delete(gs.Pending, i, i+1)
+			if len(gs.Pending) == 0 {
+				gs.Pending = nil
+			}
+			return true
+		}
+	}
+	return false
 }
 
 // Open returns the graph's open incident as Observe last left it, and
-// whether there is one.
+// whether there is one. Its status, seq and id are those of the last alert
+// handed out, which may still be pending.
 func (t *Tracker) Open(graph string) (Alert, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -178,8 +234,9 @@ type trackerState struct {
 	Graphs map[string]*graphState `json:"graphs"`
 }
 
-// MarshalJSON snapshots the tracker (open incidents and incident counters)
-// so that a restarted monitor continues the same incidents.
+// MarshalJSON snapshots the tracker (open incidents, incident counters and
+// pending alerts) so that a restarted monitor continues the same incidents
+// and resends what was not acknowledged.
 func (t *Tracker) MarshalJSON() ([]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -211,6 +268,16 @@ func (t *Tracker) UnmarshalJSON(data []byte) error {
 				return fmt.Errorf("%w: graph %q: open incident has status %q", ErrState, name, o.Status)
 			}
 		}
+		for i, p := range gs.Pending {
+			switch {
+			case p.Graph != name:
+				return fmt.Errorf("%w: graph %q: pending alert %d names graph %q", ErrState, name, i, p.Graph)
+			case p.Fingerprint == "" || p.Seq == 0 || p.ID != ID(p.Fingerprint, p.Seq):
+				return fmt.Errorf("%w: graph %q: pending alert %d has id %q for fingerprint %q seq %d", ErrState, name, i, p.ID, p.Fingerprint, p.Seq)
+			case p.Status != Firing && p.Status != Updated && p.Status != Resolved:
+				return fmt.Errorf("%w: graph %q: pending alert %d has status %q", ErrState, name, i, p.Status)
+			}
+		}
 	}
 	if s.Graphs == nil {
 		s.Graphs = map[string]*graphState{}
@@ -222,7 +289,8 @@ func (t *Tracker) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// Graphs returns the names of graphs with an open incident, sorted.
+// Graphs returns the names of graphs with an open incident, sorted. A graph
+// whose only state is a pending resolve is not among them.
 func (t *Tracker) Graphs() []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"encoding/json"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -266,6 +267,9 @@ func TestTrackerUnmarshalErrors(t *testing.T) {
 		{"graph mismatch", `{"schema":"sourcewatch.alert-tracker.v1","graphs":{"g":{"incidents":1,"open":{"graph":"h","fingerprint":"f","seq":1,"status":"firing"}}}}`, `open incident names graph "h"`},
 		{"no seq", `{"schema":"sourcewatch.alert-tracker.v1","graphs":{"g":{"incidents":1,"open":{"graph":"g","fingerprint":"f","status":"firing"}}}}`, "without fingerprint or seq"},
 		{"resolved open", `{"schema":"sourcewatch.alert-tracker.v1","graphs":{"g":{"incidents":1,"open":{"graph":"g","fingerprint":"f","seq":2,"status":"resolved"}}}}`, `status "resolved"`},
+		{"pending graph mismatch", `{"schema":"sourcewatch.alert-tracker.v1","graphs":{"g":{"incidents":1,"pending":[{"graph":"h","id":"f-1","fingerprint":"f","seq":1,"status":"firing"}]}}}`, `pending alert 0 names graph "h"`},
+		{"pending id mismatch", `{"schema":"sourcewatch.alert-tracker.v1","graphs":{"g":{"incidents":1,"pending":[{"graph":"g","id":"f-2","fingerprint":"f","seq":1,"status":"firing"}]}}}`, `pending alert 0 has id "f-2"`},
+		{"pending bad status", `{"schema":"sourcewatch.alert-tracker.v1","graphs":{"g":{"incidents":1,"pending":[{"graph":"g","id":"f-1","fingerprint":"f","seq":1,"status":"gone"}]}}}`, `pending alert 0 has status "gone"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -277,6 +281,95 @@ func TestTrackerUnmarshalErrors(t *testing.T) {
 			require.Equal(t, []string{"keep"}, tr.Graphs(), "a failed restore must leave the state alone")
 		})
 	}
+}
+
+// TestTrackerPending checks the queue of alerts handed out and not yet
+// acknowledged: every published alert is queued in order, Published removes
+// exactly the acknowledged one, and the queue survives a snapshot, so a
+// restarted monitor resends the same alerts under the same ids.
+func TestTrackerPending(t *testing.T) {
+	type step struct {
+		observe []string // nodes to observe; nil with resolve
+		resolve bool
+		ack     int // acknowledge this many pending alerts (oldest first) after the step
+		// want is the pending queue after the step, as status/seq.
+		want []string
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"acknowledged alerts leave the queue", []step{
+			{observe: []string{"a"}, want: []string{"firing/1"}},
+			{observe: []string{"a"}, ack: 1, want: nil},
+			{observe: []string{"b"}, ack: 1, want: nil},
+			{resolve: true, ack: 1, want: nil},
+		}},
+		{"unacknowledged alerts queue in seq order", []step{
+			{observe: []string{"a"}, want: []string{"firing/1"}},
+			{observe: []string{"a"}, want: []string{"firing/1"}},
+			{observe: []string{"b"}, want: []string{"firing/1", "updated/2"}},
+			{resolve: true, want: []string{"firing/1", "updated/2", "resolved/3"}},
+			{observe: []string{"c"}, want: []string{"firing/1", "updated/2", "resolved/3", "firing/1"}},
+			{observe: []string{"c"}, ack: 2, want: []string{"resolved/3", "firing/1"}},
+		}},
+		{"a pending resolve outlives the incident", []step{
+			{observe: []string{"a"}, ack: 1},
+			{resolve: true, want: []string{"resolved/2"}},
+			{resolve: true, want: []string{"resolved/2"}},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &clock{t: time.Date(2026, 5, 6, 7, 8, 9, 0, time.UTC)}
+			tr := NewTracker(c.now)
+			var handed []Alert
+			for i, st := range tt.steps {
+				c.add(time.Second)
+				var a Alert
+				var ok bool
+				if st.resolve {
+					a, ok = tr.Resolve("g", Window{}, 0)
+				} else {
+					a, ok = tr.Observe(obs("g", st.observe...))
+				}
+				if ok {
+					handed = append(handed, a)
+				}
+				for range st.ack {
+					p := tr.Pending("g")
+					require.NotEmpty(t, p, "step %d", i)
+					require.True(t, tr.Published("g", p[0].ID), "step %d", i)
+					require.False(t, tr.Published("g", p[0].ID), "step %d: acknowledged twice", i)
+				}
+				var got []string
+				for _, p := range tr.Pending("g") {
+					got = append(got, string(p.Status)+"/"+strconv.FormatUint(p.Seq, 10))
+				}
+				require.Equal(t, st.want, got, "step %d", i)
+			}
+			// The queue holds exactly the handed-out alerts not acknowledged,
+			// with their content, and round-trips through a snapshot.
+			pending := tr.Pending("g")
+			if len(pending) > 0 {
+				require.Equal(t, handed[len(handed)-len(pending):], pending)
+			}
+			snap, err := tr.MarshalJSON()
+			require.NoError(t, err)
+			tr2 := NewTracker(c.now)
+			require.NoError(t, tr2.UnmarshalJSON(snap))
+			require.Equal(t, pending, tr2.Pending("g"))
+		})
+	}
+	t.Run("copies", func(t *testing.T) {
+		tr := NewTracker(nil)
+		tr.Observe(obs("g", "a"))
+		p := tr.Pending("g")
+		p[0].Sources[0].Node = "z"
+		require.Equal(t, "a", tr.Pending("g")[0].Sources[0].Node)
+		require.Nil(t, tr.Pending("other"))
+		require.False(t, tr.Published("other", p[0].ID))
+	})
 }
 
 func TestTrackerConcurrent(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,9 @@ type Daemon struct {
 	bound     atomic.Bool  // every consumer is consuming
 	started   atomic.Bool
 	reloadMu  sync.Mutex
+	// saveMu is held across marshalling the tracker and writing it to KV,
+	// so saves land in the order their states were taken.
+	saveMu sync.Mutex
 
 	// Set up by Run.
 	srv     *server.Server
@@ -117,6 +121,10 @@ type Daemon struct {
 	// drainTimeout and abandonTimeout bound shutdown's wait for the
 	// consumers (see stopConsumers); tests shorten them.
 	drainTimeout, abandonTimeout time.Duration
+	// publishAttempts bounds the tries of a new alert's first publish;
+	// after them it stays pending and every scheduler tick tries once
+	// more. Tests lower it.
+	publishAttempts int
 }
 
 // graphRT is one graph at run time.
@@ -189,6 +197,8 @@ const (
 	jobInfer jobKind = iota
 	jobResolve
 	jobRelaunch
+	// jobFlush retries the graph's pending alerts.
+	jobFlush
 )
 
 type job struct {
@@ -210,8 +220,9 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 		ready:     make(chan struct{}),
 		metrics:   newMetrics(),
 
-		drainTimeout:   drainTimeout,
-		abandonTimeout: abandonTimeout,
+		drainTimeout:    drainTimeout,
+		abandonTimeout:  abandonTimeout,
+		publishAttempts: 5,
 	}
 	d.ingestCtx, d.stopIngest = context.WithCancel(context.Background())
 	for _, o := range opts {
@@ -484,6 +495,14 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.stopConsumers(connected, unrouted)
 	stopWork()
 	if connected {
+		// One more try at alerts still pending (stopWork may have cut a
+		// publish short); what stays pending is saved by the final
+		// snapshot, for the next run to send.
+		drainCtx, cancelDrain := context.WithTimeout(context.Background(), 5*time.Second)
+		for _, gr := range d.order {
+			d.flush(drainCtx, gr, 1)
+		}
+		cancelDrain()
 		finalCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := d.snapshotAll(finalCtx, true); err != nil {
@@ -600,6 +619,10 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 			// The plugin died between inferences: bring it back before
 			// it is needed, so /readyz recovers too.
 			kind = jobRelaunch
+		case len(d.tracker.Pending(gr.name)) > 0:
+			// An alert a job could not publish goes out before any new
+			// one is made, so subscribers see every seq in order.
+			kind = jobFlush
 		case o.infected >= gc.MinInfected && o.changes-gr.inferredAt.Load() >= uint64(gc.MinChanges):
 			kind = jobInfer
 		case o.infected < gc.MinInfected:
@@ -631,6 +654,8 @@ func (d *Daemon) worker(ctx context.Context) {
 				if err := d.relaunch(ctx, j.gr); err != nil && ctx.Err() == nil {
 					d.log.Error("relaunching localizer", zap.String("graph", j.gr.name), zap.Error(err))
 				}
+			case jobFlush:
+				d.flush(ctx, j.gr, 1)
 			}
 			j.gr.inflight.Store(false)
 		}
@@ -716,6 +741,11 @@ func (d *Daemon) relaunch(ctx context.Context, gr *graphRT) error {
 }
 
 func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
+	// While an earlier alert cannot be published, no new one is made: it
+	// would take the next seq behind one subscribers have not seen.
+	if !d.flush(ctx, gr, 1) {
+		return
+	}
 	o := gr.win.observe(d.now(), nil)
 	inf, srcs, dur, err := d.localize(ctx, gr, o.y)
 	if err != nil && ctx.Err() == nil && !gr.healthy() {
@@ -747,7 +777,7 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		d.log.Debug("inference found no sources", zap.String("graph", gr.name))
 		return
 	}
-	a, publish := d.tracker.Observe(alerts.Observation{
+	_, publish := d.tracker.Observe(alerts.Observation{
 		Graph:       gr.name,
 		Window:      alerts.Window{From: o.from, To: o.to},
 		Infected:    o.infected,
@@ -757,74 +787,118 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		InferenceMS: float64(dur.Microseconds()) / 1000,
 	})
 	if publish {
-		d.publish(ctx, gr, a)
+		d.flush(ctx, gr, d.publishAttempts)
 	}
 }
 
 func (d *Daemon) resolve(ctx context.Context, gr *graphRT) {
+	if !d.flush(ctx, gr, 1) {
+		return
+	}
 	o := gr.win.observe(d.now(), nil)
-	if a, ok := d.tracker.Resolve(gr.name, alerts.Window{From: o.from, To: o.to}, o.infected); ok {
-		d.publish(ctx, gr, a)
+	if _, ok := d.tracker.Resolve(gr.name, alerts.Window{From: o.from, To: o.to}, o.infected); ok {
+		d.flush(ctx, gr, d.publishAttempts)
 	}
 }
 
-// publish sends a, retrying briefly: the tracker has already moved on, so
-// a lost publish would be an alert nobody sees.
-func (d *Daemon) publish(ctx context.Context, gr *graphRT, a alerts.Alert) {
+// flush publishes gr's pending alerts, oldest first, and reports whether
+// none is left. Write-ahead: the tracker state holding them is saved before
+// the first try, so after a crash the restarted daemon resends each under
+// the same id (JetStream drops the copy of one that had landed) instead of
+// losing it or reusing its seq for other content; when that save fails,
+// nothing is published. An alert stops being pending only once the stream
+// has acknowledged it, and the state is saved again then. attempts bounds
+// the tries per alert.
+func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
+	pending := d.tracker.Pending(gr.name)
+	if len(pending) == 0 {
+		return true
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	if err := d.saveTracker(ctx); err != nil {
+		d.limiter.warn("alert_state", "alert not published: saving the alert state first failed; retrying next tick",
+			zap.String("graph", gr.name), zap.String("id", pending[0].ID), zap.Error(err))
+		return false
+	}
+	for _, a := range pending {
+		if err := d.publishAlert(ctx, a, attempts); err != nil {
+			if ctx.Err() == nil {
+				d.limiter.warn("alert_publish", "alert not published; retrying next tick",
+					zap.String("graph", gr.name), zap.String("id", a.ID), zap.Error(err))
+			}
+			return false
+		}
+		d.tracker.Published(gr.name, a.ID)
+		gr.lastAlert.Store(&a)
+		d.metrics.alerts.WithLabelValues(gr.name, string(a.Status)).Inc()
+		d.log.Info("alert", zap.String("graph", gr.name), zap.String("status", string(a.Status)),
+			zap.String("id", a.ID), zap.Int("sources", len(a.Sources)), zap.Int("infected", a.Infected))
+	}
+	// Failing here only leaves acknowledged alerts pending in KV: a
+	// restart resends them under their ids, and the stream drops them.
+	if err := d.saveTracker(ctx); err != nil {
+		d.log.Warn("saving alert state", zap.String("graph", gr.name), zap.Error(err))
+	}
+	return true
+}
+
+// publishAlert sends a and waits for the stream's acknowledgement, up to
+// attempts times with a growing pause between them.
+func (d *Daemon) publishAlert(ctx context.Context, a alerts.Alert, attempts int) error {
 	var err error
-	for attempt := range 5 {
+	for attempt := range attempts {
 		if attempt > 0 {
 			if SleepContext(ctx, time.Duration(attempt)*200*time.Millisecond) != nil {
-				break
+				return err
 			}
 		}
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err = d.pub.Publish(pctx, a)
 		cancel()
 		if err == nil {
-			break
+			return nil
 		}
 	}
-	if err != nil {
-		d.log.Error("publishing alert", zap.String("graph", gr.name), zap.String("id", a.ID), zap.Error(err))
-		return
-	}
-	gr.lastAlert.Store(&a)
-	d.metrics.alerts.WithLabelValues(gr.name, string(a.Status)).Inc()
-	d.log.Info("alert", zap.String("graph", gr.name), zap.String("status", string(a.Status)),
-		zap.String("id", a.ID), zap.Int("sources", len(a.Sources)), zap.Int("infected", a.Infected))
-	// The tracker's state is saved with each alert, so a restart continues
-	// the same incident instead of opening a new one.
-	if err := d.saveTracker(ctx); err != nil {
-		d.log.Warn("saving alert state", zap.Error(err))
-	}
+	return err
 }
 
+// saveTracker writes the tracker's state to KV. Marshal and Put happen
+// under saveMu, so two workers' saves cannot land out of order and leave KV
+// older than a state already written. A cancelled ctx still gets its save
+// (bounded by 5 s): a job stopped at shutdown leaves a consistent state.
 func (d *Daemon) saveTracker(ctx context.Context) error {
+	d.saveMu.Lock()
+	defer d.saveMu.Unlock()
 	data, err := d.tracker.MarshalJSON()
 	if err != nil {
-		return err
+		return fmt.Errorf("encoding alert state: %w", err)
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_, err = d.kv.Put(sctx, "tracker", data)
-	return err
+	if _, err := d.kv.Put(sctx, "tracker", data); err != nil {
+		return fmt.Errorf("saving alert state: %w", err)
+	}
+	return nil
 }
 
 // restore loads window snapshots and the alert tracker from KV.
 func (d *Daemon) restore(ctx context.Context) error {
 	if e, err := d.kv.Get(ctx, "tracker"); err == nil {
+		// A failed UnmarshalJSON leaves the (still empty) tracker as it
+		// was; it is not replaced, since /status may be reading it.
 		if err := d.tracker.UnmarshalJSON(e.Value()); err != nil {
 			d.log.Warn("alert state in KV unreadable; starting afresh", zap.Error(err))
-			d.tracker = alerts.NewTracker(d.now)
 		}
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("%w: reading alert state: %w", ErrNATS, err)
 	}
 	for _, gr := range d.order {
 		// An incident open before the restart is the graph's last alert
-		// (in /status and on the dashboard) until it is updated or resolved.
-		if a, open := d.tracker.Open(gr.name); open {
+		// (in /status and on the dashboard) until it is updated or resolved,
+		// unless its last alert is still pending: /status lists that apart.
+		if a, open := d.tracker.Open(gr.name); open && !slices.ContainsFunc(d.tracker.Pending(gr.name), func(p alerts.Alert) bool { return p.ID == a.ID }) {
 			gr.lastAlert.Store(&a)
 		}
 		e, err := d.kv.Get(ctx, "window."+gr.name)

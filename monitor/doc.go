@@ -75,6 +75,20 @@
 // window falls below min_infected an open incident is resolved. An
 // inference that finds no source above the threshold publishes nothing.
 //
+// No alert is lost to a failed publish. An alert the tracker makes is
+// pending until the alerts stream acknowledges it: the tracker state in KV
+// (key tracker), which holds the pending alerts, is saved before the first
+// try (write-ahead; while that save fails nothing is published), the
+// publish is tried 5 times, and then once more on every tick of the graph,
+// once at shutdown, and after a restart or takeover from the saved state.
+// While an alert of a graph is pending, the graph makes no new one: it
+// neither infers nor resolves until the pending alert is out, so
+// subscribers see every seq of an incident, in order, each with the content
+// it was made with (a retry whose earlier try did land is dropped by
+// JetStream's duplicate window, the id being the same). /status lists a
+// graph's pending alerts apart from its last published one. Saves of the
+// tracker state are serialized, so KV never goes back to an older state.
+//
 // A Localizer that reports Healthy() == false (its plugin process died) is
 // replaced through the LocalizerFactory — at once when it fails an
 // inference, which is then retried, or at the next tick when it dies
@@ -93,7 +107,10 @@
 // <prefix>.svc.status and <prefix>.svc.reload; HTTP serves /healthz,
 // /readyz (NATS connected, consumers bound, localizers healthy), /status,
 // /metrics (Prometheus, on a registry of the daemon's own) and, at /, a
-// dashboard rendering /status and /readyz for a browser.
+// dashboard rendering /status and /readyz for a browser. An error answer
+// echoes at most 64 bytes of a caller's graph name or node id, and an
+// answer too large for the server's max_payload is replaced by a short 500
+// error, so every request gets a reply.
 //
 // # Replicas
 //

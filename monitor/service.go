@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 )
@@ -30,15 +34,20 @@ type LocalizeResponse struct {
 
 // GraphStatus is one graph in the status answer.
 type GraphStatus struct {
-	Name            string        `json:"name"`
-	Nodes           int           `json:"nodes"`
-	WindowInfected  int           `json:"window_infected"`
-	Changes         uint64        `json:"changes"`
-	Seq             uint64        `json:"seq"`
-	Inflight        bool          `json:"inflight"`
-	LocalizerHealth bool          `json:"localizer_healthy"`
-	LastError       string        `json:"last_error,omitempty"`
-	LastAlert       *alerts.Alert `json:"last_alert,omitempty"`
+	Name            string `json:"name"`
+	Nodes           int    `json:"nodes"`
+	WindowInfected  int    `json:"window_infected"`
+	Changes         uint64 `json:"changes"`
+	Seq             uint64 `json:"seq"`
+	Inflight        bool   `json:"inflight"`
+	LocalizerHealth bool   `json:"localizer_healthy"`
+	LastError       string `json:"last_error,omitempty"`
+	// LastAlert is the last alert the stream acknowledged (after a
+	// restart: the open incident's, unless that one is pending).
+	LastAlert *alerts.Alert `json:"last_alert,omitempty"`
+	// PendingAlerts are alerts made but not yet acknowledged by the
+	// stream, oldest first; they are retried every interval.
+	PendingAlerts []alerts.Alert `json:"pending_alerts,omitempty"`
 }
 
 // Status is the answer of <prefix>.svc.status.
@@ -58,6 +67,7 @@ func (d *Daemon) Status() Status {
 		gs := GraphStatus{
 			Name: gr.name, Nodes: gr.g.N(), WindowInfected: o.infected, Changes: ch, Seq: seq,
 			Inflight: gr.inflight.Load(), LocalizerHealth: gr.healthy(), LastAlert: gr.lastAlert.Load(),
+			PendingAlerts: d.tracker.Pending(gr.name),
 		}
 		if e := gr.lastErr.Load(); e != nil {
 			gs.LastError = *e
@@ -73,13 +83,13 @@ func (d *Daemon) Status() Status {
 func (d *Daemon) Localize(ctx context.Context, req LocalizeRequest) (LocalizeResponse, error) {
 	gr, ok := d.graphs[req.Graph]
 	if !ok {
-		return LocalizeResponse{}, fmt.Errorf("%w: %q", ErrUnknownGraph, req.Graph)
+		return LocalizeResponse{}, fmt.Errorf("%w: %q", ErrUnknownGraph, clip(req.Graph))
 	}
 	y := make([]float64, gr.g.N())
 	for _, id := range req.Infected {
 		v, ok := gr.g.Index(id)
 		if !ok {
-			return LocalizeResponse{}, fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, req.Graph, id)
+			return LocalizeResponse{}, fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, req.Graph, clip(id))
 		}
 		y[v] = 1
 	}
@@ -110,16 +120,33 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 		return nil, fmt.Errorf("%w: micro service: %w", ErrNATS, err)
 	}
 	grp := svc.AddGroup(d.cfg.Subjects.Prefix + ".svc")
+	// respond answers r with v or err. An answer that cannot be sent (over
+	// the server's max_payload) is replaced by a short error, so the caller
+	// gets a reply instead of a timeout.
 	respond := func(r micro.Request, v any, err error) {
+		var serr error
 		if err != nil {
 			code := "500"
 			if errors.Is(err, ErrUnknownGraph) || errors.Is(err, ErrUnknownNode) || errors.Is(err, errBadRequest) {
 				code = "400"
 			}
-			_ = r.Error(code, err.Error(), nil)
+			serr = r.Error(code, clipN(err.Error(), maxErrorText), nil)
+		} else {
+			serr = r.RespondJSON(v)
+		}
+		if serr == nil {
 			return
 		}
-		_ = r.RespondJSON(v)
+		// Rate-limited: callers choose what makes an answer too large.
+		d.limiter.warn("svc_respond", "service response not sent; answering with an error", zap.String("subject", r.Subject()), zap.Error(serr))
+		msg := "response not sent: " + clipN(serr.Error(), clipLen)
+		// micro wraps the client's error as text only.
+		if errors.Is(serr, nats.ErrMaxPayload) || strings.Contains(serr.Error(), nats.ErrMaxPayload.Error()) {
+			msg = fmt.Sprintf("response too large (max_payload %d bytes)", d.nc.MaxPayload())
+		}
+		if ferr := r.Error("500", msg, nil); ferr != nil {
+			d.log.Error("service error response not sent", zap.String("subject", r.Subject()), zap.Error(ferr))
+		}
 	}
 	eps := []struct {
 		name string
@@ -158,3 +185,28 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 }
 
 var errBadRequest = errors.New("bad request")
+
+// clipLen is how many bytes of a caller's graph name or node id an error
+// text echoes, and maxErrorText how long a service error text may be: it
+// travels in a header, and a reply over max_payload would not be sent.
+const (
+	clipLen      = 64
+	maxErrorText = 1024
+)
+
+// clip shortens a caller-provided name for an error text.
+func clip(s string) string { return clipN(s, clipLen) }
+
+// clipN cuts s to at most n bytes on a rune boundary, marking the cut with
+// an ellipsis.
+func clipN(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const ellipsis = "…"
+	cut := n - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
+}

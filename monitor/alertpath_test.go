@@ -1,0 +1,326 @@
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+)
+
+// storedAlerts reads every alert of graph the alert stream holds, in stream
+// order (none while the stream is missing).
+func storedAlerts(t *testing.T, js jetstream.JetStream, graphName string) []alerts.Alert {
+	t.Helper()
+	ctx := context.Background()
+	s, err := js.Stream(ctx, alerts.StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	var out []alerts.Alert
+	for seq := info.State.FirstSeq; info.State.Msgs > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := s.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		require.NoError(t, err)
+		if m.Subject != alerts.Subject(DefaultPrefix, graphName) {
+			continue
+		}
+		var a alerts.Alert
+		require.NoError(t, json.Unmarshal(m.Data, &a))
+		out = append(out, a)
+	}
+	return out
+}
+
+func waitStored(t *testing.T, js jetstream.JetStream, graphName string, n int) []alerts.Alert {
+	t.Helper()
+	var got []alerts.Alert
+	require.Eventually(t, func() bool {
+		got = storedAlerts(t, js, graphName)
+		return len(got) >= n
+	}, 20*time.Second, 10*time.Millisecond, "want %d alerts stored, have %d", n, len(got))
+	return got
+}
+
+// summary is status/seq/first source of each alert, for comparing
+// sequences at a glance.
+func summary(as []alerts.Alert) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = string(a.Status) + "/" + strconv.FormatUint(a.Seq, 10)
+		if a.Status != alerts.Resolved && len(a.Sources) > 0 {
+			out[i] += "/" + a.Sources[0].Node
+		}
+	}
+	return out
+}
+
+// TestAlertsSurviveAStreamOutage deletes the alert stream while an incident
+// changes and then recovers: the update made during the outage is sent once
+// the stream is back, before any later alert, so the stream holds every seq
+// of the incident in order, each with its own content, and the resolve.
+func TestAlertsSurviveAStreamOutage(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	f := &factoryOf{}
+	// One try per job: the outage below outlasts it without a long wait.
+	oneTry := func(d *Daemon) { d.publishAttempts = 1 }
+	r := start(t, cfg, preload(t, 6, "p"), WithLocalizerFactory(f.factory), oneTry)
+	ctx := context.Background()
+	infect := func(node int, state string, at time.Duration) {
+		r.publish(t, "p", Event{Node: strconv.Itoa(node), State: state, TS: now.Add(at)}, "")
+	}
+
+	infect(3, StateInfected, 0)
+	fired := waitStored(t, r.js, "p", 1)
+	require.Equal(t, []string{"firing/1/3"}, summary(fired))
+
+	require.NoError(t, r.js.DeleteStream(ctx, alerts.StreamName))
+	// A new lowest infected node: updated, seq 2, which cannot be stored.
+	infect(1, StateInfected, time.Second)
+	require.Eventually(t, func() bool {
+		a, open := r.d.tracker.Open("p")
+		return open && a.Seq == 2
+	}, 10*time.Second, 5*time.Millisecond)
+	// /status shows it pending, and the last alert actually stored.
+	require.Eventually(t, func() bool {
+		g := r.d.Status().Graphs[0]
+		return len(g.PendingAlerts) == 1 && g.PendingAlerts[0].Seq == 2 && g.LastAlert != nil && g.LastAlert.Seq == 1
+	}, 10*time.Second, 5*time.Millisecond)
+	// Longer than the job's own try lasts (the client retries a publish
+	// nobody answers for 0.5 s).
+	time.Sleep(1500 * time.Millisecond)
+	// The source set changes again while seq 2 is not out.
+	infect(0, StateInfected, 2*time.Second)
+	time.Sleep(300 * time.Millisecond)
+
+	_, err := alerts.EnsureStream(ctx, r.js, DefaultPrefix)
+	require.NoError(t, err)
+	// The new stream holds what was published from then on.
+	got := waitStored(t, r.js, "p", 2)
+	require.Equal(t, []string{"updated/2/1", "updated/3/0"}, summary(got),
+		"seq 2 is sent with its own content, then the change made during the outage")
+
+	for _, v := range []int{0, 1, 3} {
+		infect(v, StateRecovered, 3*time.Second)
+	}
+	got = waitStored(t, r.js, "p", 3)
+	require.Equal(t, "resolved/4", summary(got)[2])
+	for _, a := range got {
+		require.Equal(t, fired[0].Fingerprint, a.Fingerprint)
+	}
+	time.Sleep(100 * time.Millisecond)
+	require.Len(t, storedAlerts(t, r.js, "p"), 3, "nothing is stored twice")
+	g := r.d.Status().Graphs[0]
+	require.Empty(t, g.PendingAlerts)
+	require.Equal(t, uint64(4), g.LastAlert.Seq)
+	require.Equal(t, 1.0, value(t, r.d.metrics.alerts.WithLabelValues("p", "resolved")))
+}
+
+// TestPendingAlertIsSentAfterRestart stops the daemon while a resolve cannot
+// be published: the final snapshot keeps it pending, and the next run sends
+// it once the stream is back.
+func TestPendingAlertIsSentAfterRestart(t *testing.T) {
+	now := time.Now()
+	s := runServer(t)
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	f := &factoryOf{}
+	opts := []Option{preload(t, 4, "p"), WithLocalizerFactory(f.factory)}
+	ctx := context.Background()
+
+	r1 := start(t, cfg, opts...)
+	r1.publish(t, "p", Event{Node: "2", State: StateInfected, TS: now}, "")
+	fired := waitStored(t, r1.js, "p", 1)[0]
+	require.NoError(t, r1.js.DeleteStream(ctx, alerts.StreamName))
+	r1.publish(t, "p", Event{Node: "2", State: StateRecovered, TS: now.Add(time.Second)}, "")
+	require.Eventually(t, func() bool {
+		_, open := r1.d.tracker.Open("p")
+		return !open
+	}, 10*time.Second, 5*time.Millisecond)
+	r1.stop(t) // while the resolve is being retried
+
+	_, js := connectJS(t, s.ClientURL())
+	_, err := alerts.EnsureStream(ctx, js, DefaultPrefix)
+	require.NoError(t, err)
+	start(t, cfg, opts...)
+	got := waitStored(t, js, "p", 1)
+	require.Equal(t, []string{"resolved/2"}, summary(got))
+	require.Equal(t, fired.Fingerprint, got[0].Fingerprint)
+}
+
+// TestAlertWaitsForItsStateToBeSaved removes the state bucket: an alert is
+// not published before the state holding it is saved (write-ahead), and
+// goes out once saving works again.
+func TestAlertWaitsForItsStateToBeSaved(t *testing.T) {
+	cfg := testConfig(t, "p")
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+	ctx := context.Background()
+	require.NoError(t, r.js.DeleteKeyValue(ctx, StateBucket))
+
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return len(r.d.tracker.Pending("p")) == 1 }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // several ticks
+	require.Empty(t, storedAlerts(t, r.js, "p"), "published before its state was saved")
+
+	kv, err := r.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
+	require.NoError(t, err)
+	require.Equal(t, []string{"firing/1/2"}, summary(waitStored(t, r.js, "p", 1)))
+	// The saved state holds the incident, no longer pending.
+	require.Eventually(t, func() bool {
+		e, err := kv.Get(ctx, "tracker")
+		if err != nil {
+			return false
+		}
+		tr := alerts.NewTracker(nil)
+		require.NoError(t, tr.UnmarshalJSON(e.Value()))
+		_, open := tr.Open("p")
+		return open && len(tr.Pending("p")) == 0
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// gatedKV holds the first Put until release is closed.
+type gatedKV struct {
+	jetstream.KeyValue
+	entered chan struct{}
+	release chan struct{}
+	first   chan struct{} // closed once a Put took the gate
+}
+
+func (k *gatedKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	select {
+	case <-k.first:
+	default:
+		close(k.first)
+		close(k.entered)
+		<-k.release
+	}
+	return k.KeyValue.Put(ctx, key, value)
+}
+
+// TestSaveTrackerKeepsOrder holds one worker's save in its Put while
+// another worker changes the tracker and saves: whatever the timing, KV
+// ends with the newest state, never the older one written last.
+func TestSaveTrackerKeepsOrder(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
+	require.NoError(t, err)
+	d, err := New(testConfig(t, "a", "b"))
+	require.NoError(t, err)
+	gk := &gatedKV{KeyValue: kv, entered: make(chan struct{}), release: make(chan struct{}), first: make(chan struct{})}
+	d.kv, d.tracker = gk, alerts.NewTracker(nil)
+	obs := func(g string) {
+		_, ok := d.tracker.Observe(alerts.Observation{Graph: g, Sources: []alerts.Source{{Node: "1", Probability: 1}}})
+		require.True(t, ok)
+	}
+
+	obs("a")
+	first := make(chan error, 1)
+	go func() { first <- d.saveTracker(ctx) }()
+	<-gk.entered
+	obs("b")
+	second := make(chan error, 1)
+	go func() { second <- d.saveTracker(ctx) }()
+	// Give the second save every chance to overtake the first.
+	select {
+	case err := <-second:
+		second <- err
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(gk.release)
+	require.NoError(t, <-first)
+	require.NoError(t, <-second)
+
+	want, err := d.tracker.MarshalJSON()
+	require.NoError(t, err)
+	e, err := kv.Get(ctx, "tracker")
+	require.NoError(t, err)
+	require.JSONEq(t, string(want), string(e.Value()), "KV went back to an older tracker state")
+}
+
+// TestServiceAnswersOversized sends requests whose error text would echo a
+// huge name, and one whose answer is over max_payload: each gets a short
+// error reply instead of none.
+func TestServiceAnswersOversized(t *testing.T) {
+	cfg := testConfig(t, "p", "big")
+	for i := range cfg.Graphs {
+		cfg.Graphs[i].MinInfected = 1000
+	}
+	var maxPayload atomic.Int64
+	f := &factoryOf{script: func(gc GraphConfig) func([]float64) Inference {
+		script := infectedAreSources(gc.Bundle)
+		return func(y []float64) Inference {
+			inf := script(y)
+			if gc.Name == "big" {
+				inf.Model.Bundle = strings.Repeat("b", 2*int(maxPayload.Load()))
+			}
+			return inf
+		}
+	}}
+	r := start(t, cfg, preload(t, 5, "p", "big"), WithLocalizerFactory(f.factory))
+	maxPayload.Store(r.nc.MaxPayload())
+	// U+00AD is 2 bytes in JSON and 6 (\u00ad) quoted by %q: the request
+	// fits in max_payload, an error text echoing it whole would not.
+	huge := strings.Repeat("\u00ad", int(maxPayload.Load())/3)
+
+	tests := []struct {
+		name       string
+		req        LocalizeRequest
+		code, want string
+	}{
+		{"unknown graph", LocalizeRequest{Graph: huge}, "400", "unknown graph"},
+		{"unknown node", LocalizeRequest{Graph: "p", Infected: []string{huge}}, "400", `graph "p" has no node`},
+		{"answer too large", LocalizeRequest{Graph: "big", Infected: []string{"1"}}, "500", "response too large"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			data, err := json.Marshal(tt.req)
+			require.NoError(t, err)
+			require.Less(t, int64(len(data)), maxPayload.Load())
+			m, err := r.nc.Request("sourcewatch.svc.localize", data, 5*time.Second)
+			require.NoError(t, err, "no reply")
+			require.Equal(t, tt.code, m.Header.Get(micro.ErrorCodeHeader))
+			desc := m.Header.Get(micro.ErrorHeader)
+			require.Contains(t, desc, tt.want)
+			require.Less(t, len(desc), 1024)
+		})
+	}
+	// A small request still gets its full answer.
+	m := request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "p", Infected: []string{"3"}})
+	require.Empty(t, m.Header.Get(micro.ErrorHeader))
+}
+
+func TestClip(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 64, "short"},
+		{strings.Repeat("a", 64), 64, strings.Repeat("a", 64)},
+		{strings.Repeat("a", 65), 64, strings.Repeat("a", 61) + "…"},
+		{"ab" + strings.Repeat("é", 10), 8, "abé…"}, // never cuts a rune
+	}
+	for _, tt := range tests {
+		got := clipN(tt.in, tt.n)
+		require.Equal(t, tt.want, got)
+		require.LessOrEqual(t, len(got), tt.n)
+	}
+}
