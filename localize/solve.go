@@ -80,7 +80,7 @@ type Options struct {
 	// Threshold overrides the bundle's delta when positive.
 	Threshold float64
 	Seed      uint64
-	// Trace records the objective after every step.
+	// Trace records the objective at every step, before its update.
 	Trace bool
 	// Checkpoints are values of n_opt (each in 1..OptSteps) at which Solve
 	// also records the scores a Solve with that n_opt would return, in
@@ -146,8 +146,14 @@ func (o Options) Validate() error {
 	if o.Threshold < 0 || o.Threshold > 1 {
 		return fmt.Errorf("threshold: %g outside [0, 1]", o.Threshold)
 	}
+	if o.InitSteps < 0 {
+		return fmt.Errorf("init_steps: %d is negative", o.InitSteps)
+	}
 	if o.OptSteps < 0 {
 		return fmt.Errorf("opt_steps: %d is negative", o.OptSteps)
+	}
+	if !(o.PriorWeight >= 0) || math.IsInf(o.PriorWeight, 1) {
+		return fmt.Errorf("prior_weight: %g, want a finite value >= 0 (0: the default 1)", o.PriorWeight)
 	}
 	return nil
 }
@@ -179,8 +185,9 @@ type Result struct {
 	Sources []int
 	// Threshold is the delta used.
 	Threshold float64
-	// Trace is the objective (mean over restarts) after every step, when
-	// Options.Trace is set.
+	// Trace is the objective (mean over restarts) at every step, before
+	// its update (so Trace[0] is at the starting x), when Options.Trace is
+	// set; Objective is the one at the final x.
 	Trace []float64
 	// Checkpoints are the scores at Options.Checkpoints, one per distinct
 	// value, by step count.

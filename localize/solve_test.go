@@ -237,6 +237,29 @@ func TestSolveRejectsBadObservation(t *testing.T) {
 	require.ErrorIs(t, err, ErrBadObservation)
 }
 
+// Settings that withDefaults would silently replace are refused by name.
+func TestOptionsValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*Options)
+		want string
+	}{
+		{"negative init steps", func(o *Options) { o.InitSteps = -1 }, "init_steps: -1 is negative"},
+		{"negative opt steps", func(o *Options) { o.OptSteps = -2 }, "opt_steps: -2 is negative"},
+		{"negative prior weight", func(o *Options) { o.PriorWeight = -0.5 }, "prior_weight: -0.5"},
+		{"NaN prior weight", func(o *Options) { o.PriorWeight = math.NaN() }, "prior_weight: NaN"},
+		{"variant", func(o *Options) { o.Variant = "fast" }, `variant: want full, a, b, noprior or datainit, got "fast"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := DefaultOptions()
+			tc.edit(&o)
+			require.ErrorContains(t, o.Validate(), tc.want)
+		})
+	}
+	require.NoError(t, DefaultOptions().Validate())
+	require.NoError(t, Options{}.Validate(), "zero fields take the defaults")
+}
+
 func TestChooseThresholdUsesOnlyGivenPairs(t *testing.T) {
 	scores := [][]float64{{0.9, 0.6, 0.1}, {0.2, 0.8, 0.7}}
 	pairs := []forward.Pair{{Sources: []int{0}}, {Sources: []int{1, 2}}}
