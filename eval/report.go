@@ -261,7 +261,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			r.ForwardFloorMSE, FloorDraws, FloorSourceSets)
 	}
 	if r.ForwardFloorAtCountMSE > 0 {
-		fmt.Fprintf(&b, "forward_floor_at_count_mse = %.4g: the same floor for a forward model also told the observed infected count (each test source set observed at its cascade's count); the gap to forward_floor_mse is what not knowing the observation time costs\n",
+		fmt.Fprintf(&b, "forward_floor_at_count_mse = %.4g: the same floor with each test source set observed at the first step with at least its cascade's infected count, a proxy for a forward model also told the count (a step can overshoot it, so this is not the exact-count floor); its gap to forward_floor_mse estimates what not knowing the observation time costs\n",
 			r.ForwardFloorAtCountMSE)
 	}
 	_, err := io.WriteString(w, b.String())
