@@ -178,7 +178,9 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 
 // readObservations reads one JSON object or JSONL of them from path ("-"
 // is stdin). Each object must have a non-empty "infected" list and no
-// other field (a misspelt key would otherwise read as nothing infected).
+// other field (a misspelt key would otherwise read as nothing infected)
+// but those of a cascade file (sources, times, recovered), which are
+// ignored, so `simulate`'s output can be localized as it is.
 // Errors name the file and line.
 func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
 	var data []byte
@@ -228,8 +230,13 @@ func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
 // decodeObservation decodes one {"infected":[ids...]} object, where names
 // it in errors.
 func decodeObservation(data []byte, where string) (observationFile, error) {
+	// A cascade file's line (simulate's output) is an observation too:
+	// its infected list is read and its sources and times are not.
 	var raw struct {
-		Infected *[]string `json:"infected"`
+		Infected  *[]string       `json:"infected"`
+		Sources   json.RawMessage `json:"sources"`
+		Times     json.RawMessage `json:"times"`
+		Recovered json.RawMessage `json:"recovered"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()

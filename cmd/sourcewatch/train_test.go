@@ -183,6 +183,10 @@ func TestTrainThenLocalize(t *testing.T) {
 		_, _, err = runCmd(t, tc.in, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 		require.ErrorContains(t, err, tc.want, "input %q", tc.in)
 	}
+	// A cascade file's line is an observation: its sources are not read.
+	out, _, err = runCmd(t, `{"sources":["33"],"infected":["33","32","8"],"times":{"33":0,"32":1,"8":1}}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "3 infected; threshold delta")
 	// A node listed twice counts once.
 	out, _, err = runCmd(t, `{"infected":["33","32","8","33","8"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 	require.NoError(t, err)
