@@ -306,6 +306,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 
 	if cfg.NATS.URL == "" {
+		unlock, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		cleanup = append(cleanup, unlock)
 		s, err := startEmbedded(cfg)
 		if err != nil {
 			return err

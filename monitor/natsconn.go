@@ -44,6 +44,10 @@ var ErrNATS = errors.New("nats")
 // NATS account, and updating the stream would take its events away.
 var ErrStreamInUse = errors.New("stream in use by another deployment")
 
+// ErrDataDirInUse is returned by Run when another daemon holds the
+// data_dir its embedded server would store in.
+var ErrDataDirInUse = errors.New("data_dir in use by another sourcewatch daemon")
+
 // startEmbedded runs an in-process nats-server with JetStream in
 // <data_dir>/nats.
 func startEmbedded(cfg Config) (*server.Server, error) {

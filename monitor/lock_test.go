@@ -1,0 +1,38 @@
+//go:build unix
+
+package monitor
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A second daemon on the same data_dir is refused before it touches the
+// embedded server's store, naming the holder; once the first stops, the
+// data_dir is free again.
+func TestDataDirIsLocked(t *testing.T) {
+	cfg := testConfig(t, "p")
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 6, "p"), WithLocalizerFactory(f.factory))
+
+	second, err := New(cfg, preload(t, 6, "p"), WithLocalizerFactory(f.factory))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = second.Run(ctx)
+	require.ErrorIs(t, err, ErrDataDirInUse)
+	require.ErrorContains(t, err, fmt.Sprintf("held by pid %d", os.Getpid()))
+	require.ErrorContains(t, err, cfg.DataDir)
+
+	r.stop(t)
+	third := start(t, cfg, preload(t, 6, "p"), WithLocalizerFactory(f.factory))
+	third.stop(t)
+	_, err = os.Stat(filepath.Join(cfg.DataDir, "LOCK"))
+	require.NoError(t, err, "the lock file stays; the lock does not")
+}
