@@ -264,6 +264,20 @@ func unknownKeys(v *viper.Viper) error {
 	return nil
 }
 
+// Keys returns the top-level config keys the daemon reads (nats, graphs,
+// data_dir, ...). A command checks a config file's top-level keys against
+// them and its own flags, which share that namespace.
+func Keys() []string {
+	t := reflect.TypeOf(Config{})
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		if tag := t.Field(i).Tag.Get("mapstructure"); tag != "" {
+			keys = append(keys, tag)
+		}
+	}
+	return keys
+}
+
 var durationType = reflect.TypeOf(time.Duration(0))
 
 // checkKeys walks raw along t (structs and slices of them; maps and

@@ -33,7 +33,7 @@ sources, waits for the window to clear and the incident to resolve, and starts
 the next cascade. Ctrl-C stops everything cleanly.`,
 		Example: `  sourcewatch demo --config configs/demo.yaml`,
 		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return runDemo(cmd.Context(), a) },
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runDemo(cmd, a) },
 	}
 	f := cmd.Flags()
 	f.String("diffusion", "SI", "diffusion model of the replayed cascades")
@@ -46,8 +46,9 @@ the next cascade. Ctrl-C stops everything cleanly.`,
 	return cmd
 }
 
-func runDemo(ctx context.Context, a *app) error {
-	cfg, err := monitor.Load(a.v)
+func runDemo(cmd *cobra.Command, a *app) error {
+	ctx := cmd.Context()
+	cfg, err := loadDaemonConfig(cmd, a.v)
 	if err != nil {
 		return err
 	}
@@ -86,7 +87,7 @@ func runDemo(ctx context.Context, a *app) error {
 		monitor.WithLogger(a.log),
 		monitor.WithGraphs(map[string]*graph.Graph{gc.Name: g}),
 		monitor.WithLocalizerFactory(bundleLocalizers(cfg.PluginDir, a.log)),
-		monitor.WithReload(func(context.Context) (monitor.Config, error) { return monitor.Load(a.v) }))
+		monitor.WithReload(func(context.Context) (monitor.Config, error) { return loadDaemonConfig(cmd, a.v) }))
 	if err != nil {
 		return err
 	}

@@ -157,3 +157,28 @@ graphs:
 		})
 	}
 }
+
+// A misspelt top-level key in a daemon config is an error naming it; the
+// command's own flags (log_level) and the daemon's keys are not.
+func TestDaemonConfigRefusesUnknownTopLevelKeys(t *testing.T) {
+	dir := t.TempDir()
+	edges, err := filepath.Abs("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	body := fmt.Sprintf("nats:\n  listen: 127.0.0.1:0\nhttp:\n  addr: \"\"\ndata_dir: %s\nlog_level: warn\ngraphs:\n  - name: club\n    edges: %s\n    bundle: %s\n",
+		filepath.Join(dir, "data"), edges, filepath.Join(dir, "missing.swb"))
+	for _, cmdName := range []string{"serve", "demo"} {
+		t.Run(cmdName, func(t *testing.T) {
+			config := filepath.Join(t.TempDir(), "c.yaml")
+			require.NoError(t, os.WriteFile(config, []byte(body+"wrkers: 3\n"), 0o644))
+			_, _, err := runCmd(t, "", cmdName, "--config", config)
+			require.ErrorContains(t, err, `unknown key "wrkers" (known: `)
+			require.ErrorContains(t, err, "workers")
+		})
+	}
+	// Without the typo the demo gets past the config (and stops at its
+	// own flag check).
+	config := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(config, []byte(body), 0o644))
+	_, _, err = runCmd(t, "", "demo", "--config", config, "--speed", "0")
+	require.ErrorContains(t, err, "--speed")
+}

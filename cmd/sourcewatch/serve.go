@@ -4,11 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
+	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/monitor"
@@ -43,7 +49,7 @@ the environment: nats.url is SOURCEWATCH_NATS_URL.`,
 					a.v.Set(key, f.Value.String())
 				}
 			}
-			cfg, err := monitor.Load(a.v)
+			cfg, err := loadDaemonConfig(cmd, a.v)
 			if err != nil {
 				return err
 			}
@@ -51,7 +57,7 @@ the environment: nats.url is SOURCEWATCH_NATS_URL.`,
 			if factory == nil {
 				factory = bundleLocalizers(cfg.PluginDir, a.log)
 			}
-			return serve(cmd.Context(), a, cfg, factory)
+			return serve(cmd, a, cfg, factory)
 		},
 	}
 	f := cmd.Flags()
@@ -68,7 +74,8 @@ var localizerFactory monitor.LocalizerFactory
 // errNoLocalizer is returned when serve has no way to build localizers.
 var errNoLocalizer = errors.New("serve: no localizer")
 
-func serve(ctx context.Context, a *app, cfg monitor.Config, factory monitor.LocalizerFactory) error {
+func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.LocalizerFactory) error {
+	ctx := cmd.Context()
 	if factory == nil {
 		return errNoLocalizer
 	}
@@ -78,7 +85,7 @@ func serve(ctx context.Context, a *app, cfg monitor.Config, factory monitor.Loca
 				return monitor.Config{}, fmt.Errorf("re-reading %s: %w", path, err)
 			}
 		}
-		return monitor.Load(a.v)
+		return loadDaemonConfig(cmd, a.v)
 	}
 	d, err := monitor.New(cfg,
 		monitor.WithLogger(a.log),
@@ -108,4 +115,44 @@ func serve(ctx context.Context, a *app, cfg monitor.Config, factory monitor.Loca
 			}
 		}
 	}
+}
+
+// loadDaemonConfig is monitor.Load plus a check of the config file's
+// top-level keys: monitor checks inside sections, and a top-level key is
+// either one the daemon reads or one of the command's flags (log_level,
+// ...), so a misspelt one (wrkers, plugin_dirr) would otherwise be ignored
+// and its default used.
+func loadDaemonConfig(cmd *cobra.Command, v *viper.Viper) (monitor.Config, error) {
+	cfg, err := monitor.Load(v)
+	if err != nil {
+		return cfg, err
+	}
+	path := v.ConfigFileUsed()
+	if path == "" {
+		return cfg, nil
+	}
+	fv := viper.New()
+	fv.SetConfigFile(path)
+	if err := fv.ReadInConfig(); err != nil {
+		return cfg, fmt.Errorf("reading config %q: %w", path, err)
+	}
+	known := map[string]bool{}
+	for _, k := range monitor.Keys() {
+		known[k] = true
+	}
+	add := func(f *pflag.Flag) { known[strings.ReplaceAll(f.Name, "-", "_")] = true }
+	cmd.Flags().VisitAll(add)
+	cmd.InheritedFlags().VisitAll(add)
+	var unknown []string
+	for k := range fv.AllSettings() {
+		if !known[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		names := slices.Sorted(maps.Keys(known))
+		return cfg, fmt.Errorf("%w: %s: unknown key %q (known: %s)", monitor.ErrConfig, path, unknown[0], strings.Join(names, ", "))
+	}
+	return cfg, nil
 }
