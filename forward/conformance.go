@@ -176,7 +176,11 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			keys = append(keys, fmt.Sprintf("%s=%.4g", k, v))
 		}
 		sort.Strings(keys)
-		return CheckPass, fmt.Sprintf("%d pairs, %d progress reports, %d-byte state, %s", len(pairs), epochs, len(state), strings.Join(keys, " ")), nil
+		detail := fmt.Sprintf("%d pairs, %d progress reports, %d-byte state", len(pairs), epochs, len(state))
+		if len(keys) > 0 {
+			detail += ", " + strings.Join(keys, " ")
+		}
+		return CheckPass, detail, nil
 	}) {
 		skipRest(all[4:]...)
 		return rep

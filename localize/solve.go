@@ -208,9 +208,9 @@ type Checkpoint struct {
 
 // Timing splits a solve's time between the forward model and the prior.
 type Timing struct {
-	ForwardSeconds float64 // in Forward calls (plugin compute and round trips)
-	PriorSeconds   float64 // in the prior terms, which overlap the Forward calls
-	TotalSeconds   float64
+	ForwardSeconds float64 `json:"forward_seconds"` // in Forward calls (plugin compute and round trips)
+	PriorSeconds   float64 `json:"prior_seconds"`   // in the prior terms, which overlap the Forward calls
+	TotalSeconds   float64 `json:"total_seconds"`
 }
 
 // Problem is one inference problem: a forward model, a prior and an

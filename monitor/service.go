@@ -168,6 +168,13 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
 			err := d.Reload(ctx)
+			if err != nil {
+				// The caller gets the error; the operator should see it too,
+				// as after a SIGHUP.
+				d.log.Error("reload requested through the service failed; keeping the running setup", zap.Error(err))
+			} else {
+				d.log.Info("reloaded through the service")
+			}
 			respond(r, map[string]bool{"reloaded": err == nil}, err)
 		}},
 	}

@@ -82,7 +82,12 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 	copts = append(copts,
 		nats.Name("sourcewatch alerts tail"),
 		nats.MaxReconnects(-1),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+		nats.DisconnectErrHandler(func(c *nats.Conn, err error) {
+			// Closing the connection on the way out (Ctrl-C) reports a
+			// disconnect too; only a lost connection is worth a warning.
+			if c.IsClosed() || cmd.Context().Err() != nil {
+				return
+			}
 			a.log.Warn("disconnected from NATS", zap.Error(err))
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {

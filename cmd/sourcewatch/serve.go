@@ -111,7 +111,7 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 		case <-hup:
 			a.log.Info("SIGHUP: reloading")
 			if err := d.Reload(ctx); err != nil {
-				a.log.Error("reload failed; keeping the running setup", zap.Error(err))
+				a.log.Error("keeping the running setup", zap.Error(err))
 			}
 		}
 	}
