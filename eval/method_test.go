@@ -3,8 +3,8 @@ package eval
 import (
 	"context"
 	"math"
-	"slices"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 

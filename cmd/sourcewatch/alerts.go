@@ -149,15 +149,11 @@ func natsSection(v *viper.Viper) (*viper.Viper, error) {
 	nv.SetEnvPrefix("SOURCEWATCH_NATS")
 	nv.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
 	nv.AutomaticEnv()
-	path := v.ConfigFileUsed()
-	if path == "" {
-		return nv, nil
+	fv, err := configFile(v)
+	if err != nil || fv == nil {
+		return nv, err
 	}
-	fv := viper.New()
-	fv.SetConfigFile(path)
-	if err := fv.ReadInConfig(); err != nil {
-		return nil, fmt.Errorf("reading config %q: %w", path, err)
-	}
+	path := fv.ConfigFileUsed()
 	if section := fv.GetStringMap("nats"); len(section) > 0 {
 		if err := nv.MergeConfigMap(section); err != nil {
 			return nil, fmt.Errorf("config %q: nats: %w", path, err)

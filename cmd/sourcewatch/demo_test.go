@@ -128,21 +128,7 @@ func (l *lockedBuffer) String() string {
 // cannot work before starting the daemon (a speed of 0 used to stamp every
 // event centuries ago, and the daemon dead-lettered them all).
 func TestDemoRejectsBadFlags(t *testing.T) {
-	dir := t.TempDir()
-	edges, err := filepath.Abs("../../configs/demo/karate.edges")
-	require.NoError(t, err)
-	config := filepath.Join(dir, "demo.yaml")
-	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(`
-nats:
-  listen: 127.0.0.1:0
-http:
-  addr: ""
-data_dir: %s
-graphs:
-  - name: club
-    edges: %s
-    bundle: %s
-`, filepath.Join(dir, "data"), edges, filepath.Join(dir, "missing.swb"))), 0o644))
+	config := configWithoutBundle(t, "")
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -161,15 +147,9 @@ graphs:
 // A misspelt top-level key in a daemon config is an error naming it; the
 // command's own flags (log_level) and the daemon's keys are not.
 func TestDaemonConfigRefusesUnknownTopLevelKeys(t *testing.T) {
-	dir := t.TempDir()
-	edges, err := filepath.Abs("../../configs/demo/karate.edges")
-	require.NoError(t, err)
-	body := fmt.Sprintf("nats:\n  listen: 127.0.0.1:0\nhttp:\n  addr: \"\"\ndata_dir: %s\nlog_level: warn\ngraphs:\n  - name: club\n    edges: %s\n    bundle: %s\n",
-		filepath.Join(dir, "data"), edges, filepath.Join(dir, "missing.swb"))
 	for _, cmdName := range []string{"serve", "demo"} {
 		t.Run(cmdName, func(t *testing.T) {
-			config := filepath.Join(t.TempDir(), "c.yaml")
-			require.NoError(t, os.WriteFile(config, []byte(body+"wrkers: 3\n"), 0o644))
+			config := configWithoutBundle(t, "log_level: warn\nwrkers: 3\n")
 			_, _, err := runCmd(t, "", cmdName, "--config", config)
 			require.ErrorContains(t, err, `unknown key "wrkers" (known: `)
 			require.ErrorContains(t, err, "workers")
@@ -177,8 +157,21 @@ func TestDaemonConfigRefusesUnknownTopLevelKeys(t *testing.T) {
 	}
 	// Without the typo the demo gets past the config (and stops at its
 	// own flag check).
-	config := filepath.Join(t.TempDir(), "c.yaml")
-	require.NoError(t, os.WriteFile(config, []byte(body), 0o644))
-	_, _, err = runCmd(t, "", "demo", "--config", config, "--speed", "0")
+	_, _, err := runCmd(t, "", "demo", "--config", configWithoutBundle(t, "log_level: warn\n"), "--speed", "0")
 	require.ErrorContains(t, err, "--speed")
+}
+
+// configWithoutBundle writes a daemon config for the demo graph whose
+// bundle does not exist, with extra top-level lines, for tests that stop
+// before the daemon starts.
+func configWithoutBundle(t *testing.T, extra string) string {
+	t.Helper()
+	dir := t.TempDir()
+	edges, err := filepath.Abs("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	config := filepath.Join(dir, "c.yaml")
+	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(
+		"nats:\n  listen: 127.0.0.1:0\nhttp:\n  addr: \"\"\ndata_dir: %s\n%sgraphs:\n  - name: club\n    edges: %s\n    bundle: %s\n",
+		filepath.Join(dir, "data"), extra, edges, filepath.Join(dir, "missing.swb"))), 0o644))
+	return config
 }

@@ -155,3 +155,20 @@ func stringMap(v *viper.Viper, flag string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// configFile reads v's config file on its own, without the environment
+// and flags viper layers over it (nil when there is no file): what the
+// file itself says, for checks of its keys and for sections a flag
+// shadows in v.
+func configFile(v *viper.Viper) (*viper.Viper, error) {
+	path := v.ConfigFileUsed()
+	if path == "" {
+		return nil, nil
+	}
+	fv := viper.New()
+	fv.SetConfigFile(path)
+	if err := fv.ReadInConfig(); err != nil {
+		return nil, fmt.Errorf("reading config %q: %w", path, err)
+	}
+	return fv, nil
+}

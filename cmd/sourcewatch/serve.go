@@ -127,14 +127,9 @@ func loadDaemonConfig(cmd *cobra.Command, v *viper.Viper) (monitor.Config, error
 	if err != nil {
 		return cfg, err
 	}
-	path := v.ConfigFileUsed()
-	if path == "" {
-		return cfg, nil
-	}
-	fv := viper.New()
-	fv.SetConfigFile(path)
-	if err := fv.ReadInConfig(); err != nil {
-		return cfg, fmt.Errorf("reading config %q: %w", path, err)
+	fv, err := configFile(v)
+	if err != nil || fv == nil {
+		return cfg, err
 	}
 	known := map[string]bool{}
 	for _, k := range monitor.Keys() {
@@ -152,7 +147,7 @@ func loadDaemonConfig(cmd *cobra.Command, v *viper.Viper) (monitor.Config, error
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		names := slices.Sorted(maps.Keys(known))
-		return cfg, fmt.Errorf("%w: %s: unknown key %q (known: %s)", monitor.ErrConfig, path, unknown[0], strings.Join(names, ", "))
+		return cfg, fmt.Errorf("%w: %s: unknown key %q (known: %s)", monitor.ErrConfig, fv.ConfigFileUsed(), unknown[0], strings.Join(names, ", "))
 	}
 	return cfg, nil
 }
