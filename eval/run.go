@@ -153,6 +153,19 @@ func (c Config) Validate(g *graph.Graph) error {
 	if err := c.Sim.Validate(g); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	// Each method's constructor checks its parameters (unknown keys, bad
+	// values): build each once now, so a typo fails before any cascade is
+	// simulated rather than after. Constructors start no processes.
+	for _, m := range c.Methods {
+		f, _ := Lookup(m)
+		built, err := f(Env{Graph: g, Params: c.paramsFor(m), Logger: zap.NewNop()})
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", ErrConfig, m, err)
+		}
+		if cl, ok := built.(io.Closer); ok {
+			_ = cl.Close()
+		}
+	}
 	return nil
 }
 

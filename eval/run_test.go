@@ -126,7 +126,8 @@ func TestRun(t *testing.T) {
 	}
 	closed := extrasClosed.Load()
 	rep := run(1)
-	require.Equal(t, closed+2, extrasClosed.Load(), "closed once per run")
+	// once per run, and once after Validate built it to check its params
+	require.Equal(t, closed+3, extrasClosed.Load(), "closed once per method built")
 	require.Contains(t, stages, "test-extras: fitted")
 	require.Equal(t, [2]int{80, 80}, last["simulate"])
 	require.Equal(t, [2]int{18, 18}, last["methods"])
@@ -211,7 +212,17 @@ func TestRunErrors(t *testing.T) {
 	_, err := Run(context.Background(), g, cfg)
 	require.ErrorIs(t, err, ErrBadPrediction)
 	require.ErrorContains(t, err, "test-nan")
-	require.Equal(t, closed+1, nanClosed.Load(), "closed after failing")
+	require.Equal(t, closed+2, nanClosed.Load(), "closed after Validate's check and after failing")
+
+	// A method's unknown parameter fails before any cascade is simulated.
+	bad := testConfig()
+	bad.Methods = []string{"lpsi", "infected"}
+	bad.Params = map[string]string{"lpsi.beta": "1"}
+	simulated := false
+	_, err = Run(context.Background(), g, bad, OnProgress(func(stage string, _, _ int) { simulated = simulated || stage == "simulate" }))
+	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorContains(t, err, "lpsi.beta")
+	require.False(t, simulated, "refused before simulating")
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
