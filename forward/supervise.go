@@ -275,30 +275,48 @@ func (s *Supervised) Info(ctx context.Context) (in Info, err error) {
 // Configure implements Model; the graph, params and state are remembered
 // for relaunches.
 func (s *Supervised) Configure(ctx context.Context, g *graph.Graph, params map[string]string, state []byte) error {
-	err := s.do(ctx, func(p *Process) error { return p.Configure(ctx, g, params, state) })
+	var done *Process
+	err := s.do(ctx, func(p *Process) error { done = p; return p.Configure(ctx, g, params, state) })
 	if err != nil {
 		return err
 	}
-	if err := s.acquire(ctx); err != nil {
-		return err
-	}
-	s.configured, s.g, s.params, s.state = true, g, maps.Clone(params), append([]byte(nil), state...)
-	s.release()
-	return nil
+	return s.remember(ctx, done, g, maps.Clone(params), append([]byte(nil), state...))
 }
 
 // Fit implements Model; the fitted state replaces the remembered one.
 func (s *Supervised) Fit(ctx context.Context, pairs []Pair, opts FitOptions, progress func(Progress)) (res FitResult, err error) {
-	err = s.do(ctx, func(p *Process) error { res, err = p.Fit(ctx, pairs, opts, progress); return err })
+	var done *Process
+	err = s.do(ctx, func(p *Process) error { done = p; res, err = p.Fit(ctx, pairs, opts, progress); return err })
 	if err != nil {
 		return res, err
 	}
-	if err := s.acquire(ctx); err != nil {
+	if err := s.acquire(context.WithoutCancel(ctx)); err != nil {
 		return res, err
 	}
-	s.state = append([]byte(nil), res.State...)
+	g, params := s.g, s.params
 	s.release()
-	return res, nil
+	return res, s.remember(ctx, done, g, params, append([]byte(nil), res.State...))
+}
+
+// remember records the configuration done now has, for relaunches. A
+// process relaunched meanwhile (by a call that crashed beside this one)
+// was configured with the previous one; it is brought up to date here,
+// under the lock relaunches hold, so the live process and the record never
+// disagree. The lock is taken whatever ctx says: done already has the
+// configuration, and the record must follow it.
+func (s *Supervised) remember(ctx context.Context, done *Process, g *graph.Graph, params map[string]string, state []byte) error {
+	_ = s.acquire(context.WithoutCancel(ctx))
+	defer s.release()
+	s.configured, s.g, s.params, s.state = true, g, params, state
+	if cur := s.proc; cur != nil && cur != done && !cur.Exited() {
+		if err := cur.Configure(ctx, g, params, state); err != nil {
+			// The next call finds it dead and relaunches it with the
+			// record.
+			_ = cur.Close()
+			return fmt.Errorf("configuring the relaunched forward plugin %s: %w", s.path, err)
+		}
+	}
+	return nil
 }
 
 // Predict implements Model.
