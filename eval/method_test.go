@@ -255,12 +255,6 @@ func TestNetSleuth(t *testing.T) {
 		require.Greater(t, p.Scores[v], maxLeaf, "infected node %d", v)
 	}
 
-	f, err := Lookup("netsleuth")
-	require.NoError(t, err)
-	_, err = f(Env{Graph: g, Logger: zap.NewNop(), Params: map[string]string{"max_k": "-1"}})
-	require.ErrorIs(t, err, ErrBadParam)
-	require.ErrorContains(t, err, "twice the largest training source count")
-
 	// past max_k picks the ranking continues by score
 	m = newMethod(t, "netsleuth", g, map[string]string{"k": "3", "max_k": "1"})
 	require.NoError(t, m.Fit(ctx, g, nil, nil))

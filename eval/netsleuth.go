@@ -46,47 +46,29 @@ func init() { Register("netsleuth", newNetSleuth) }
 //
 // Simplification: instead of stopping by the MDL score, the number of
 // seeds k is chosen on validation unless given as "k". At most "max_k"
-// seeds are picked, since each costs an eigen-solve; a larger k continues
-// the ranking by score after the picks. The default is twice the largest
-// source count among the training cascades, and at least 100: a fixed 100
-// (the default before) was far below the ~281 and ~494 sources of Cora-ML and Power
-// Grid at a ratio of 0.1, so validation never saw a pick list as long as
-// the truth and chose k = every infected node, NetSleuth's F1 then equal
-// to the infected control's. Needs an undirected graph.
+// (default 100) seeds are picked, since each costs an eigen-solve; a
+// larger k continues the ranking by score after the picks. Needs an
+// undirected graph.
 func newNetSleuth(env Env) (Method, error) {
 	p := newParams("netsleuth", env.Params)
 	m := &rankMethod{name: "netsleuth", env: env, usesY: true, fixed: p.count("k", 0)}
-	maxPicks := p.int("max_k", 0)
+	maxPicks := p.int("max_k", 100)
 	if err := p.done(); err != nil {
 		return nil, err
 	}
-	if maxPicks < 0 {
-		return nil, fmt.Errorf("%w netsleuth.max_k=%d: want >= 1, or 0 for twice the largest training source count (at least 100)", ErrBadParam, maxPicks)
+	if maxPicks < 1 {
+		return nil, fmt.Errorf("%w netsleuth.max_k=%d: want >= 1", ErrBadParam, maxPicks)
 	}
-	var (
-		ls    *lanczos
-		limit int // picks per observation: maxPicks, or sized by train
-	)
-	m.prepare = func(train []diffusion.Cascade) error {
+	var ls *lanczos
+	m.prepare = func([]diffusion.Cascade) error {
 		if m.g.Directed() {
 			return errors.New("netsleuth: needs an undirected graph")
 		}
 		ls = newLanczos(m.g.N())
-		limit = maxPicks
-		if limit == 0 {
-			limit = 100 // no training cascades to size it by
-			if len(train) > 0 {
-				most := 0
-				for _, c := range train {
-					most = max(most, len(c.Sources))
-				}
-				limit = max(100, 2*most)
-			}
-		}
 		return nil
 	}
 	m.rank = func(ctx context.Context, _ []float64, infected []int, want int, scores []float64) ([]int, error) {
-		picks, err := ls.seeds(ctx, m, infected, min(want, limit), scores)
+		picks, err := ls.seeds(ctx, m, infected, min(want, maxPicks), scores)
 		if err != nil {
 			return nil, err
 		}
