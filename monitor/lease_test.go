@@ -150,6 +150,23 @@ func TestHAStandbyTakesOver(t *testing.T) {
 // TestHALostLease: a replica whose lease is taken from it (here: deleted
 // and re-created by another id) stops with ErrLeaseLost.
 func TestHALostLease(t *testing.T) {
+	r, kv := activeReplica(t)
+	require.NoError(t, kv.Delete(context.Background(), leaseKey))
+	_, err := kv.Create(context.Background(), leaseKey, []byte("intruder"))
+	require.NoError(t, err)
+	select {
+	case err := <-r.done:
+		r.done <- err
+		require.ErrorIs(t, err, ErrLeaseLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the replica kept running without its lease")
+	}
+}
+
+// activeReplica runs replica "a" with a 1 s lease on a server of its own
+// until it is active, and returns it with the lease bucket.
+func activeReplica(t *testing.T) (*replica, jetstream.KeyValue) {
+	t.Helper()
 	s := runServer(t)
 	_, js := connectJS(t, s.ClientURL())
 	cfg := testConfig(t, "p")
@@ -159,16 +176,7 @@ func TestHALostLease(t *testing.T) {
 	require.Eventually(t, r.ready, 30*time.Second, 5*time.Millisecond)
 	kv, err := js.KeyValue(context.Background(), LeaseBucket)
 	require.NoError(t, err)
-	require.NoError(t, kv.Delete(context.Background(), leaseKey))
-	_, err = kv.Create(context.Background(), leaseKey, []byte("intruder"))
-	require.NoError(t, err)
-	select {
-	case err := <-r.done:
-		r.done <- err
-		require.ErrorIs(t, err, ErrLeaseLost)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the replica kept running without its lease")
-	}
+	return r, kv
 }
 
 func TestHAConfig(t *testing.T) {
@@ -187,15 +195,7 @@ func TestHAConfig(t *testing.T) {
 // at once), and under -race the release does not overlap the keeper's
 // renewals (it waits for the keeper first).
 func TestHAStopReleasesAfterRenewals(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
-	cfg := testConfig(t, "p")
-	cfg.NATS.URL = s.ClientURL()
-	cfg.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: time.Second}
-	r := runReplica(t, cfg)
-	require.Eventually(t, r.ready, 30*time.Second, 5*time.Millisecond)
-	kv, err := js.KeyValue(context.Background(), LeaseBucket)
-	require.NoError(t, err)
+	r, kv := activeReplica(t)
 	first, err := kv.Get(context.Background(), leaseKey)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
