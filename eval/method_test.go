@@ -541,3 +541,72 @@ func TestNetSleuthWarmStartMatchesCold(t *testing.T) {
 		require.Equal(t, cold, warm, "seed %d", seed)
 	}
 }
+
+// TestRankMethodChoosesSetting checks that a method with alternative
+// orders keeps the setting whose order scores the higher validation F1,
+// the first on a tie, and reports it.
+func TestRankMethodChoosesSetting(t *testing.T) {
+	ctx := context.Background()
+	g := path(6)
+	val := []diffusion.Cascade{
+		{Sources: []int{4}, Infected: []int{3, 4, 5}},
+		{Sources: []int{4}, Infected: []int{2, 3, 4}},
+	}
+	for _, tc := range []struct {
+		name   string
+		orders [][]int
+		want   int
+	}{
+		{"second better", [][]int{{0, 1, 2, 3, 4, 5}, {4, 0, 1, 2, 3, 5}}, 1},
+		{"first better", [][]int{{4, 0, 1, 2, 3, 5}, {0, 1, 2, 3, 4, 5}}, 0},
+		{"tie to first", [][]int{{4, 0, 1, 2, 3, 5}, {4, 0, 1, 2, 3, 5}}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chosen := -1
+			m := &rankMethod{name: "fake", env: Env{Seed: 1, Logger: zap.NewNop()}, usesY: true}
+			m.rank = func(_ context.Context, _ []float64, _ []int, _ int, _ []float64) ([]int, error) {
+				return tc.orders[chosen], nil
+			}
+			m.alternatives = func(_ context.Context, _ []float64, _ []int, _ int, _ []float64) ([][]int, error) {
+				return tc.orders, nil
+			}
+			m.choose = func(i int) { chosen = i }
+			require.NoError(t, m.Fit(ctx, g, nil, val))
+			require.Equal(t, tc.want, chosen)
+			p, err := m.Localize(ctx, yOf(6, 3, 4, 5))
+			require.NoError(t, err)
+			// the kept order puts 4 first, so it is among the sources
+			require.Contains(t, p.Sources, 4)
+		})
+	}
+}
+
+// TestNetSleuthPickCap checks which pick caps NetSleuth's validation
+// chooses from: 100 alone when twice the largest training source count is
+// not above it, else 100 and that count; a fixed max_k is kept.
+func TestNetSleuthPickCap(t *testing.T) {
+	ctx := context.Background()
+	g := path(400)
+	few := siCascades(g, 6, 40, 0.5, 0.3, 3)
+	many := siCascades(g, 6, 80, 0.5, 0.4, 4)
+	for _, tc := range []struct {
+		name   string
+		params map[string]string
+		train  []diffusion.Cascade
+		want   []float64
+	}{
+		{"few sources", nil, few, []float64{100}},
+		{"many sources", nil, many, []float64{100, 160}},
+		{"fixed", map[string]string{"max_k": "7"}, many, []float64{7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMethod(t, "netsleuth", g, tc.params)
+			require.NoError(t, m.Fit(ctx, g, tc.train, tc.train))
+			got := m.(Extraser).Extras()["max_k"]
+			require.Contains(t, tc.want, got)
+			p, err := m.Localize(ctx, observe(g.N(), tc.train[0], nil))
+			require.NoError(t, err)
+			require.NotEmpty(t, p.Sources)
+		})
+	}
+}

@@ -14,6 +14,9 @@ import (
 
 func init() { Register("netsleuth", newNetSleuth) }
 
+// defaultNetSleuthCap is the pick cap NetSleuth's validation prefers.
+const defaultNetSleuthCap = 100
+
 // newNetSleuth follows NetSleuth (Prakash, Vreeken and Faloutsos, ICDM
 // 2012). For a set C of infected nodes let L_C be the rows and columns of
 // the graph Laplacian L = D - A on C, degrees taken in the whole graph, so
@@ -45,38 +48,73 @@ func init() { Register("netsleuth", newNetSleuth) }
 // with the offset both 0.856).
 //
 // Simplification: instead of stopping by the MDL score, the number of
-// seeds k is chosen on validation unless given as "k". At most "max_k"
-// (default 100) seeds are picked, since each costs an eigen-solve; a
-// larger k continues the ranking by score after the picks. The cap is a
-// trade-off the default does not resolve: on Cora-ML and Power Grid (~281
-// and ~494 sources at a ratio of 0.1) twice the source count lifts F1
-// under uniform sources by 0.02-0.05 but drops it under clustered sources
-// on Power Grid from 0.739 to 0.520 (see the README); choosing it on
-// validation is not built. Needs an undirected graph.
+// seeds k is chosen on validation unless given as "k". Each pick costs an
+// eigen-solve, so at most a cap of seeds are picked and a larger k
+// continues the ranking by score after the picks. The cap is a trade-off:
+// on Cora-ML and Power Grid (~281 and ~494 sources at a ratio of 0.1) a
+// cap of twice the source count lifts F1 under uniform sources by
+// 0.02-0.05 over a cap of 100, but under clustered sources on Power Grid
+// drops it from 0.739 to 0.520 (the picks beyond 100 spread over the
+// blob's rim). So unless "max_k" fixes it, the cap is chosen on
+// validation with k: the validation cascades are picked greedily up to
+// twice the largest training source count (at least 100), which gives
+// both orders at once (the first 100 picks are the same either way), and
+// the cap whose order has the higher validation F1 is kept (ties to 100).
+// Scores, and so ROC-AUC and top-k, do not depend on the cap. Needs an
+// undirected graph.
 func newNetSleuth(env Env) (Method, error) {
 	p := newParams("netsleuth", env.Params)
 	m := &rankMethod{name: "netsleuth", env: env, usesY: true, fixed: p.count("k", 0)}
-	maxPicks := p.int("max_k", 100)
+	maxPicks := p.int("max_k", 0)
 	if err := p.done(); err != nil {
 		return nil, err
 	}
-	if maxPicks < 1 {
-		return nil, fmt.Errorf("%w netsleuth.max_k=%d: want >= 1", ErrBadParam, maxPicks)
+	if maxPicks < 0 {
+		return nil, fmt.Errorf("%w netsleuth.max_k=%d: want >= 1 (0: chosen on validation)", ErrBadParam, maxPicks)
+	}
+	// caps are the pick caps validation chooses from, the default first.
+	caps := []int{defaultNetSleuthCap}
+	if maxPicks > 0 {
+		caps = []int{maxPicks}
 	}
 	var ls *lanczos
-	m.prepare = func([]diffusion.Cascade) error {
+	m.prepare = func(train []diffusion.Cascade) error {
 		if m.g.Directed() {
 			return errors.New("netsleuth: needs an undirected graph")
 		}
 		ls = newLanczos(m.g.N())
+		if maxPicks == 0 {
+			largest := 0
+			for _, c := range train {
+				largest = max(largest, len(c.Sources))
+			}
+			if wide := 2 * largest; wide > defaultNetSleuthCap {
+				caps = []int{defaultNetSleuthCap, wide}
+			}
+		}
 		return nil
 	}
 	m.rank = func(ctx context.Context, _ []float64, infected []int, want int, scores []float64) ([]int, error) {
-		picks, err := ls.seeds(ctx, m, infected, min(want, maxPicks), scores)
+		picks, err := ls.seeds(ctx, m, infected, min(want, caps[0]), scores)
 		if err != nil {
 			return nil, err
 		}
 		return m.rk.extend(picks, scores), nil
+	}
+	m.alternatives = func(ctx context.Context, _ []float64, infected []int, want int, scores []float64) ([][]int, error) {
+		picks, err := ls.seeds(ctx, m, infected, min(want, caps[len(caps)-1]), scores)
+		if err != nil {
+			return nil, err
+		}
+		orders := make([][]int, len(caps))
+		for i, c := range caps {
+			orders[i] = m.rk.extend(picks[:min(c, len(picks))], scores)
+		}
+		return orders, nil
+	}
+	m.choose = func(i int) {
+		caps = caps[i : i+1]
+		m.extras = map[string]float64{"max_k": float64(caps[0])}
 	}
 	return m, nil
 }

@@ -3,6 +3,7 @@ package eval
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 
 	"go.uber.org/zap"
@@ -30,7 +31,20 @@ type rankMethod struct {
 	// order, best first, at least maxPicks long when possible. The slice
 	// may be reused by the next call.
 	rank func(ctx context.Context, y []float64, infected []int, maxPicks int, scores []float64) ([]int, error)
+	// alternatives, if set, replaces rank on validation when k is not
+	// fixed: it returns one order per setting of the method (NetSleuth's
+	// pick cap), all from one computation, with the setting's name. Fit
+	// chooses the setting whose order has the highest validation F1 (ties
+	// to the first) and calls choose with its index.
+	alternatives func(ctx context.Context, y []float64, infected []int, maxPicks int, scores []float64) ([][]int, error)
+	choose       func(i int)
+	// extras are the settings Fit chose, for Extras.
+	extras map[string]float64
 }
+
+// Extras reports the settings chosen on validation beside k (NetSleuth's
+// pick cap); nil for methods without any.
+func (m *rankMethod) Extras() map[string]float64 { return m.extras }
 
 func (m *rankMethod) Name() string { return m.name }
 
@@ -67,7 +81,14 @@ func (m *rankMethod) Fit(ctx context.Context, g *graph.Graph, train, val []diffu
 			maxK = max(maxK, len(c.Infected))
 		}
 	}
-	ranked := make([][]int, len(val))
+	alternatives := m.alternatives
+	if alternatives == nil {
+		alternatives = func(ctx context.Context, y []float64, infected []int, maxPicks int, scores []float64) ([][]int, error) {
+			order, err := m.rank(ctx, y, infected, maxPicks, scores)
+			return [][]int{order}, err
+		}
+	}
+	var ranked [][][]int // [setting][cascade]
 	truths := make([][]int, len(val))
 	var counts []int
 	if m.usesY {
@@ -80,18 +101,41 @@ func (m *rankMethod) Fit(ctx context.Context, g *graph.Graph, train, val []diffu
 			return err
 		}
 		y = observe(n, cas, y)
-		order, err := m.rank(ctx, y, cas.Infected, maxK, scores)
+		orders, err := alternatives(ctx, y, cas.Infected, maxK, scores)
 		if err != nil {
 			return fmt.Errorf("%s: validation cascade %d: %w", m.name, c, err)
 		}
-		ranked[c] = append([]int(nil), order...)
+		if ranked == nil {
+			ranked = make([][][]int, len(orders))
+			for i := range ranked {
+				ranked[i] = make([][]int, len(val))
+			}
+		}
+		if len(orders) != len(ranked) {
+			panic(fmt.Sprintf("eval: %s: %d alternative orders, %d before", m.name, len(orders), len(ranked)))
+		}
+		for i, order := range orders {
+			ranked[i][c] = append([]int(nil), order...)
+		}
 		truths[c] = cas.Sources
 		if counts != nil {
 			counts[c] = len(cas.Infected)
 		}
 	}
-	m.rule, _ = ChooseK(ranked, truths, counts, maxK)
-	m.env.Logger.Debug("k chosen on validation", zap.String("method", m.name), zap.String("rule", m.rule.String()))
+	if ranked == nil { // no validation cascades
+		ranked = [][][]int{nil}
+	}
+	best, bestF1 := 0, math.Inf(-1)
+	for i, r := range ranked {
+		rule, f1 := ChooseK(r, truths, counts, maxK)
+		if i == 0 || f1 > bestF1 {
+			best, bestF1, m.rule = i, f1, rule
+		}
+	}
+	if m.choose != nil {
+		m.choose(best)
+	}
+	m.env.Logger.Debug("k chosen on validation", zap.String("method", m.name), zap.String("rule", m.rule.String()), zap.Int("setting", best))
 	return nil
 }
 
