@@ -49,6 +49,10 @@ import (
 //	             and slvae-noprior, as train, and best for the paper's
 //	             variants (slvae-paper, slvae-a, slvae-b)
 //	val_solves   validation cascades solved to choose delta (default 32)
+//	source_rule  auto (the threshold or a count of top scores, by
+//	             validation F1, as train's --source-rule) or threshold
+//	             (delta alone); default auto for slvae and slvae-noprior,
+//	             as train, and threshold for the paper's variants
 var slvaeVariants = map[string]localize.Variant{
 	// Stage 1 on the forward term alone, then L_pred: it does what the
 	// paper's schedule does where that works and reaches the sources its
@@ -77,6 +81,16 @@ func defaultOptStepsRule(name string) string {
 		return "1se"
 	}
 	return "best"
+}
+
+// defaultSourceRule is how a variant cuts its source set unless told: as
+// train does for slvae and its no-prior ablation, by delta alone for the
+// paper's variants, whose rows were made with it.
+func defaultSourceRule(name string) string {
+	if defaultOptStepsRule(name) == "1se" {
+		return "auto"
+	}
+	return "threshold"
 }
 
 // IsSLVAE reports whether name is SL-VAE or one of its ablations.
@@ -133,6 +147,8 @@ type slvae struct {
 	optGrid []int
 	// fewestSteps is opt_steps_rule=1se.
 	fewestSteps bool
+	// thresholdOnly is source_rule=threshold.
+	thresholdOnly bool
 
 	proc   *forward.Process
 	bundle *localize.Bundle
@@ -177,12 +193,16 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	m.valSolves = p.int("val_solves", 32)
 	m.prototypes = p.int("prototypes", prior.DefaultPrototypes)
 	m.weightScale = p.float("prior_weight_scale", 1)
+	sourceRule := p.str("source_rule", defaultSourceRule(name))
 	if err := p.done(); err != nil {
 		return nil, err
 	}
 	var err error
 	if m.fewestSteps, err = localize.ParseOptStepsRule(rule); err != nil {
 		return nil, fmt.Errorf("%w %s.opt_steps_rule: %w", ErrBadParam, name, err)
+	}
+	if m.thresholdOnly, err = localize.ParseSourceRuleChoice(sourceRule); err != nil {
+		return nil, fmt.Errorf("%w %s.source_rule: %w", ErrBadParam, name, err)
 	}
 	if m.weightScale <= 0 {
 		return nil, fmt.Errorf("%w %s.prior_weight_scale=%g: want a value > 0", ErrBadParam, name, m.weightScale)
@@ -241,6 +261,7 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		ValidationSolves:       m.valSolves,
 		OptStepsGrid:           m.optGrid,
 		FewestStepsWithinNoise: m.fewestSteps,
+		ThresholdOnly:          m.thresholdOnly,
 		Seed:                   m.env.Seed,
 	}
 	b, err := localize.Train(ctx, g, proc, cascadePairs(train), cascadePairs(val), cfg, func(p localize.TrainProgress) {
@@ -258,6 +279,8 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		"delta":           b.Manifest.Threshold,
 		"prior_weight":    b.Manifest.Solve.PriorWeight,
 		"opt_steps":       float64(b.Manifest.Solve.OptSteps),
+		// 1 where validation chose a count rule over the threshold
+		"count_rule": boolFloat(!b.Manifest.SourceRule.IsThreshold()),
 	}
 	return nil
 }
@@ -336,4 +359,11 @@ func cascadePairs(cs []diffusion.Cascade) []forward.Pair {
 		ps[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
 	}
 	return ps
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

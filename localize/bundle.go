@@ -22,10 +22,16 @@ import (
 	"github.com/sourcewatch/sourcewatch/prior"
 )
 
-// FormatVersion is the bundle format this package writes and reads. It is
-// bumped whenever an entry changes meaning; older or newer bundles are
-// refused rather than misread.
-const FormatVersion = 1
+// FormatVersion is the bundle format this package writes. It is bumped
+// whenever an entry changes meaning; newer bundles, and ones older than
+// minFormatVersion, are refused rather than misread. Format 2 added the
+// manifest's source_rule, which a reader of format 1 would ignore and
+// so report another source set than the one validation chose.
+const FormatVersion = 2
+
+// minFormatVersion is the oldest format this package reads: a format 1
+// bundle is a format 2 one with the threshold rule.
+const minFormatVersion = 1
 
 // Sentinel errors of bundle loading.
 var (
@@ -65,6 +71,9 @@ type Manifest struct {
 	Prior     PriorRef        `json:"prior"`
 	// Threshold is delta, chosen on the validation split.
 	Threshold float64 `json:"threshold"`
+	// SourceRule is how the source set is cut from the scores, chosen on
+	// the validation split with delta; the zero rule is the threshold.
+	SourceRule SourceRule `json:"source_rule,omitzero"`
 	// Solve holds the inference settings used when delta was chosen; a
 	// caller that changes them should choose delta again.
 	Solve SolveRef `json:"solve"`
@@ -366,8 +375,8 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits) (*Bundle, error) {
 	if err := json.Unmarshal(mdata, &m); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryManifest, err)
 	}
-	if m.Format != FormatVersion {
-		return nil, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d", ErrBundleVersion, m.Format, FormatVersion)
+	if m.Format < minFormatVersion || m.Format > FormatVersion {
+		return nil, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d to %d", ErrBundleVersion, m.Format, minFormatVersion, FormatVersion)
 	}
 	if err := m.check(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryManifest, err)
@@ -436,7 +445,7 @@ func (m *Manifest) check() error {
 	if err := (Options{Variant: s.Variant}).Validate(); err != nil {
 		return fmt.Errorf("solve.%w", err)
 	}
-	return nil
+	return m.SourceRule.check(m.Graph.Nodes)
 }
 
 // checkSizes reports parts of the bundle that disagree on the graph's size

@@ -186,10 +186,28 @@ func TestBundleRefusesDamage(t *testing.T) {
 		}), ErrBadBundle, entryVAE},
 		{"future format", rewrite(t, good, func(name string, body []byte) []byte {
 			if name == entryManifest {
-				return bytes.Replace(body, []byte(`"format": 1`), []byte(`"format": 2`), 1)
+				return bytes.Replace(body, []byte(`"format": 2`), []byte(`"format": 3`), 1)
 			}
 			return body
-		}), ErrBundleVersion, "format 2"},
+		}), ErrBundleVersion, "format 3"},
+		{"format 0", rewrite(t, good, func(name string, body []byte) []byte {
+			if name == entryManifest {
+				return bytes.Replace(body, []byte(`"format": 2`), []byte(`"format": 0`), 1)
+			}
+			return body
+		}), ErrBundleVersion, "format 0"},
+		{"source rule count and fraction", rewrite(t, good, func(name string, body []byte) []byte {
+			if name == entryManifest {
+				return bytes.Replace(body, []byte(`"prior": {`), []byte(`"source_rule": {"count": 3, "fraction_of_infected": 0.5}, "prior": {`), 1)
+			}
+			return body
+		}), ErrBadBundle, "source_rule: count and fraction_of_infected both set"},
+		{"source rule count over nodes", rewrite(t, good, func(name string, body []byte) []byte {
+			if name == entryManifest {
+				return bytes.Replace(body, []byte(`"prior": {`), []byte(`"source_rule": {"count": 100000}, "prior": {`), 1)
+			}
+			return body
+		}), ErrBadBundle, "source_rule.count: 100000 outside"},
 		{"unknown schedule", rewrite(t, good, func(name string, body []byte) []byte {
 			if name == entryManifest {
 				return bytes.Replace(body, []byte(`"prior_weight":`), []byte(`"variant": "fast", "prior_weight":`), 1)

@@ -44,7 +44,11 @@
 // The output is, per node, a score, the fraction of restarts in which
 // x_v >= delta (the source probability), and the source set
 // {v : score_v >= delta}. delta is chosen on a validation split when the
-// bundle is trained and stored in it. The score is the mean of the final x
+// bundle is trained and stored in it. Train may record a count rule
+// instead (SourceRule): the K highest scores, K fixed or a fraction of the
+// infected count, when that cut has the higher F1 on the same validation
+// solves; a vote of R restarts can only be thresholded into R + 1 set
+// sizes, and a count cuts the ranking where the baselines cut theirs. The score is the mean of the final x
 // over the restarts, with ties broken by the gradient of the objective at
 // the final x (see Result.Scores), a first-order estimate of which node
 // the descent would raise next: Adam's normalised steps drive almost every

@@ -179,11 +179,12 @@ type Result struct {
 	// A node whose mean sits exactly at delta (k of R restarts) is a
 	// source when the tie-break keeps its score there.
 	Scores []float64
-	// Probability is, per node, the fraction of restarts with x_v >= Threshold.
+	// Probability is, per node, the fraction of restarts with x_v >= delta.
 	Probability []float64
 	// Sources are the nodes with Scores >= Threshold, highest score first.
 	Sources []int
-	// Threshold is the delta used.
+	// Threshold is the cut of the scores: delta under the threshold rule,
+	// the K-th highest score under a count rule (see SourceRule).
 	Threshold float64
 	// Trace is the objective (mean over restarts) at every step, before
 	// its update (so Trace[0] is at the starting x), when Options.Trace is
@@ -327,8 +328,8 @@ func (p *Problem) dataTerm(ctx context.Context, x, grad *mat.Dense) ([]float64, 
 var errShape = errors.New("shape mismatch")
 
 // Solve runs SL-VAE inference (Algorithm 1, or the schedule opts.Variant
-// names) for observation y with the bundle's prior and threshold and the
-// forward model f. See the package documentation for the
+// names) for observation y with the bundle's prior, threshold and source
+// rule and the forward model f. See the package documentation for the
 // objective.
 func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options) (*Result, error) {
 	delta := b.Manifest.Threshold
@@ -338,7 +339,15 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	if opts.PriorWeight == 0 {
 		opts.PriorWeight = b.Manifest.Solve.PriorWeight
 	}
-	return solve(ctx, b.Manifest.Graph.Nodes, delta, b.Prior(), f, y, opts)
+	res, err := solve(ctx, b.Manifest.Graph.Nodes, delta, b.Prior(), f, y, opts)
+	if err != nil {
+		return nil, err
+	}
+	// An explicit threshold overrides the bundle's rule, whichever it is.
+	if opts.Threshold == 0 && !b.Manifest.SourceRule.IsThreshold() {
+		b.Manifest.SourceRule.cut(res, y)
+	}
+	return res, nil
 }
 
 // Objective returns, per row of x, the objective the last stage of Solve

@@ -55,7 +55,11 @@ type TrainConfig struct {
 	// per-cascade differences): a shorter Solve where validation cannot
 	// tell the step counts apart. See ChooseOptSteps.
 	FewestStepsWithinNoise bool
-	Seed                   int64
+	// ThresholdOnly keeps the threshold rule for the source set; otherwise
+	// a count rule (SourceRule) replaces it when its validation F1, on the
+	// same solves, is higher.
+	ThresholdOnly bool
+	Seed          int64
 	// Now stamps the bundle; time.Now when nil.
 	Now func() time.Time
 }
@@ -97,7 +101,10 @@ var Thresholds = []float64{0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5
 //     ValidationSolves) validation cascades, solved with cfg.Solve; with
 //     an OptStepsGrid, jointly with n_opt from that grid (the descent
 //     stopped early is a regulariser: the objective's minimum is not the
-//     truth, see Result.Objective). The test split is never seen.
+//     truth, see Result.Objective). The test split is never seen;
+//  6. unless cfg.ThresholdOnly, the count rules of ChooseSourceRule are
+//     scored on the same solves (at the chosen n_opt) and the best one
+//     replaces the threshold when its F1 is higher.
 func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []forward.Pair, cfg TrainConfig, progress func(TrainProgress)) (*Bundle, error) {
 	if len(train) == 0 {
 		return nil, fmt.Errorf("training: no training cascades")
@@ -282,10 +289,22 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	b.Manifest.Solve.OptSteps = grid[best]
 	b.Manifest.Threshold = deltas[best]
 	metrics["val_f1"] = mean(perCascade[best])
+	if !cfg.ThresholdOnly {
+		metrics[ThresholdF1Metric] = metrics["val_f1"]
+		rule, f1 := ChooseSourceRule(scores[best], val[:limit])
+		if mean(f1) > metrics["val_f1"]+1e-12 {
+			b.Manifest.SourceRule = rule
+			metrics["val_f1"] = mean(f1)
+		}
+	}
 	metrics["val_cascades"] = float64(limit)
 	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
 	return b, nil
 }
+
+// ThresholdF1Metric names the manifest metric holding the validation F1
+// of the threshold rule when Train also tried the count rules.
+const ThresholdF1Metric = "val_f1_threshold"
 
 // minPriorWeight keeps the prior in play when the forward model fits the
 // validation pairs (nearly) exactly.
@@ -311,6 +330,19 @@ func ParseOptStepsRule(name string) (withinNoise bool, err error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("want best or 1se, got %q", name)
+}
+
+// ParseSourceRuleChoice reads how Train may cut the source set: "auto" (the
+// threshold or a count rule, by validation F1) or "threshold" (delta
+// alone; TrainConfig.ThresholdOnly).
+func ParseSourceRuleChoice(name string) (thresholdOnly bool, err error) {
+	switch name {
+	case "auto":
+		return false, nil
+	case "threshold":
+		return true, nil
+	}
+	return false, fmt.Errorf("want auto or threshold, got %q", name)
 }
 
 // OptStepsWithinNoiseMetric is set to 1 in a bundle's metrics when n_opt

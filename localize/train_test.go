@@ -135,7 +135,7 @@ func TestTrainChoosesOptSteps(t *testing.T) {
 	}
 	require.Equal(t, best, b.Manifest.Solve.OptSteps)
 	require.Equal(t, best, b.Options().OptSteps)
-	require.InDelta(t, bestF1, b.Manifest.Metrics["val_f1"], 1e-12)
+	require.InDelta(t, bestF1, b.Manifest.Metrics[localize.ThresholdF1Metric], 1e-12)
 
 	// delta is the one chosen for that n_opt: solving the validation
 	// cascades again with the bundle's settings reproduces its F1.
@@ -155,6 +155,16 @@ func TestTrainChoosesOptSteps(t *testing.T) {
 	delta, f1 := localize.ChooseThreshold(scores, pairs[30:36], localize.Thresholds)
 	require.Equal(t, b.Manifest.Threshold, delta)
 	require.InDelta(t, bestF1, f1, 1e-12)
+	// and the source rule is the count rule's best on those solves when
+	// that beats the threshold, else the threshold.
+	rule, ruleF1 := localize.ChooseSourceRule(scores, pairs[30:36])
+	if mean(ruleF1) > bestF1+1e-12 {
+		require.Equal(t, rule, b.Manifest.SourceRule)
+		require.InDelta(t, mean(ruleF1), b.Manifest.Metrics["val_f1"], 1e-12)
+	} else {
+		require.True(t, b.Manifest.SourceRule.IsThreshold())
+		require.InDelta(t, bestF1, b.Manifest.Metrics["val_f1"], 1e-12)
+	}
 
 	_, err = localize.Train(t.Context(), g, m, pairs[:30], pairs[30:], localize.TrainConfig{
 		Prior: pc, Prototypes: 16, Solve: opts, ValidationSolves: 2, OptStepsGrid: []int{0, 5},
@@ -190,4 +200,12 @@ func TestChooseOptSteps(t *testing.T) {
 			require.Equal(t, tc.want, localize.ChooseOptSteps(tc.f1, tc.withinNoise))
 		})
 	}
+}
+
+func mean(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
 }

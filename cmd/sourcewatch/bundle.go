@@ -160,7 +160,12 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	fmt.Fprintf(w, "forward     %s %s  val MSE %.4f\n", m.Forward.Name, m.Forward.Version, m.Metrics["forward_val_mse"])
 	fmt.Fprintf(w, "prior       VAE hidden %d, latent %d, %d prototypes  val loss %.4g  weight %.3g (2 x forward val MSE)\n",
 		m.Prior.Hidden, m.Prior.Latent, m.Prior.Prototypes, m.Metrics["prior_val_loss"], m.Solve.PriorWeight)
-	fmt.Fprintf(w, "threshold   delta %.2f (validation F1 %.3f over %d cascades)\n", m.Threshold, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]))
+	if m.SourceRule.IsThreshold() {
+		fmt.Fprintf(w, "threshold   delta %.2f (validation F1 %.3f over %d cascades)\n", m.Threshold, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]))
+	} else {
+		fmt.Fprintf(w, "sources     %s (validation F1 %.3f over %d cascades; delta %.2f: %.3f)\n",
+			m.SourceRule, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]), m.Threshold, m.Metrics[localize.ThresholdF1Metric])
+	}
 	schedule := "paper (L_init, then L_pred)"
 	if m.Solve.Variant == localize.DataInit {
 		schedule = "datainit (the data term, then L_pred)"

@@ -27,6 +27,10 @@ func trainTestBundle(t *testing.T) (bundle, pluginDir string) {
 		"--diffusion", "SI", "--beta", "0.3", "--pattern", "cluster", "--cascades", "60", "--seed", "3",
 		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "5", "--prototypes", "64",
 		"--val-solves", "8", "--test-solves", "8", "--restarts", "4", "--init-steps", "10", "--opt-steps", "30",
+		// The daemon tests replay cascades into one window and wait for the
+		// source set to change; a count rule (with these clusters' two
+		// sources, likely "the 2 highest scores") can keep the same set.
+		"--source-rule", "threshold",
 		"--out", bundle, "--log-level", "warn")
 	require.NoError(t, err)
 	require.Contains(t, out, "36 train, 12 validation, 12 test")

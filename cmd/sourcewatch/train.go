@@ -55,6 +55,7 @@ everything into one bundle file.`,
 	f.Int("init-steps", 20, "inference steps of stage 1 (n_init; on the data term under --schedule datainit, on L_init under paper); Solve time grows with init-steps + opt-steps")
 	f.Int("opt-steps", 0, "inference steps on L_pred (n_opt); 0 chooses it with delta on validation from 10, 25 and 50")
 	f.String("opt-steps-rule", "1se", "how validation chooses n_opt when --opt-steps is 0: 1se (the fewest steps within one standard error of the best F1: a shorter Solve where validation cannot tell them apart) or best (the highest F1)")
+	f.String("source-rule", "auto", "how the source set is cut from the scores: auto (the threshold delta, or the count of top scores, fixed or a fraction of the infected count, whichever has the higher validation F1) or threshold (delta alone)")
 	f.String("schedule", "datainit", "inference schedule recorded in the bundle: datainit (the data term alone, then L_pred) or paper (L_init, then L_pred: the paper's Algorithm 1)")
 	f.Int("val-solves", 64, "validation cascades solved to choose delta")
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
@@ -90,6 +91,10 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	fewestSteps, err := localize.ParseOptStepsRule(v.GetString("opt_steps_rule"))
 	if err != nil {
 		return fmt.Errorf("--opt-steps-rule: %w", err)
+	}
+	thresholdOnly, err := localize.ParseSourceRuleChoice(v.GetString("source_rule"))
+	if err != nil {
+		return fmt.Errorf("--source-rule: %w", err)
 	}
 	initSteps, optSteps := v.GetInt("init_steps"), v.GetInt("opt_steps")
 	if initSteps < 0 || optSteps < 0 {
@@ -172,6 +177,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		ValidationSolves:       v.GetInt("val_solves"),
 		OptStepsGrid:           optGrid,
 		FewestStepsWithinNoise: fewestSteps,
+		ThresholdOnly:          thresholdOnly,
 		Seed:                   seed,
 	}
 	start := time.Now()

@@ -76,7 +76,7 @@ func TestTrainOptStepsRule(t *testing.T) {
 	for _, k := range localize.DefaultOptStepsGrid() {
 		best = max(best, b.Manifest.Metrics[localize.OptStepsMetric(k)])
 	}
-	require.LessOrEqual(t, b.Manifest.Metrics["val_f1"], best)
+	require.LessOrEqual(t, b.Manifest.Metrics[localize.ThresholdF1Metric], best)
 	require.Contains(t, localize.DefaultOptStepsGrid(), b.Manifest.Solve.OptSteps)
 
 	out, bundle, _ = trainSmall(t, "--val-solves", "8", "--opt-steps-rule", "best")
@@ -92,6 +92,36 @@ func TestTrainOptStepsRule(t *testing.T) {
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--opt-steps-rule", "fast",
 		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
 	require.ErrorContains(t, err, `--opt-steps-rule: want best or 1se, got "fast"`)
+}
+
+// train cuts the source set by the threshold or by a count of top scores,
+// whichever validation prefers (--source-rule auto), and records which;
+// --source-rule threshold keeps delta.
+func TestTrainSourceRule(t *testing.T) {
+	_, bundle, pluginDir := trainSmall(t, "--val-solves", "8", "--opt-steps", "10")
+	b, err := localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	thresholdF1, ok := b.Manifest.Metrics[localize.ThresholdF1Metric]
+	require.True(t, ok)
+	inspect, _, err := runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
+	require.NoError(t, err)
+	if b.Manifest.SourceRule.IsThreshold() {
+		require.Equal(t, thresholdF1, b.Manifest.Metrics["val_f1"])
+		require.Contains(t, inspect, "threshold   delta")
+	} else {
+		require.Greater(t, b.Manifest.Metrics["val_f1"], thresholdF1)
+		require.Contains(t, inspect, "sources     "+b.Manifest.SourceRule.String())
+	}
+
+	_, bundle, _ = trainSmall(t, "--val-solves", "8", "--opt-steps", "10", "--source-rule", "threshold")
+	b, err = localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	require.True(t, b.Manifest.SourceRule.IsThreshold())
+	require.NotContains(t, b.Manifest.Metrics, localize.ThresholdF1Metric)
+
+	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--source-rule", "top",
+		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
+	require.ErrorContains(t, err, `--source-rule: want auto or threshold, got "top"`)
 }
 
 // TestTrainThenLocalize trains a small bundle on karate with the real icmf

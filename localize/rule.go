@@ -1,0 +1,159 @@
+package localize
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+)
+
+// SourceRule is how Solve cuts the scores into the source set. The zero
+// rule is the threshold, {v : score_v >= delta}. Train may choose instead,
+// on the same validation solves and by the same F1, a number of
+// top-scored nodes: Count of them, or Fraction of the observed infected
+// nodes (rounded, at least 1). A score is mostly a vote of R restarts, so
+// a threshold on it can only take R + 1 sizes of set per observation; a
+// count cuts the ranking where the baselines of `eval` cut theirs.
+type SourceRule struct {
+	Count    int     `json:"count,omitempty"`
+	Fraction float64 `json:"fraction_of_infected,omitempty"`
+}
+
+// IsThreshold reports whether r is the threshold rule (the zero rule).
+func (r SourceRule) IsThreshold() bool { return r == SourceRule{} }
+
+// K is the number of nodes r predicts for an observation with infected
+// infected nodes (0 for the threshold rule).
+func (r SourceRule) K(infected int) int {
+	switch {
+	case r.Count > 0:
+		return r.Count
+	case r.Fraction > 0:
+		return max(1, int(math.Round(r.Fraction*float64(infected))))
+	}
+	return 0
+}
+
+func (r SourceRule) String() string {
+	switch {
+	case r.Count > 0:
+		return "the " + strconv.Itoa(r.Count) + " highest scores"
+	case r.Fraction > 0:
+		return "the highest scores, " + strconv.FormatFloat(r.Fraction, 'g', 3, 64) + " of the infected count"
+	}
+	return "scores >= delta"
+}
+
+// check reports a rule out of range for an n-node graph.
+func (r SourceRule) check(n int) error {
+	switch {
+	case r.Count < 0 || r.Count > n:
+		return fmt.Errorf("source_rule.count: %d outside 0..%d (the graph's nodes)", r.Count, n)
+	case !(r.Fraction >= 0 && r.Fraction <= 1):
+		return fmt.Errorf("source_rule.fraction_of_infected: %g outside [0, 1]", r.Fraction)
+	case r.Count > 0 && r.Fraction > 0:
+		return fmt.Errorf("source_rule: count and fraction_of_infected both set")
+	}
+	return nil
+}
+
+// sourceFractions are the fractions of the infected count ChooseSourceRule
+// tries.
+var sourceFractions = []float64{0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1}
+
+// cut replaces res's source set with r's: the K highest scores (with any
+// node tied with the K-th), K from the number of nodes with y_v >= 1/2.
+// res.Threshold becomes the K-th score, so Sources stay {v : score_v >=
+// Threshold}.
+func (r SourceRule) cut(res *Result, y []float64) {
+	infected := 0
+	for _, v := range y {
+		if v >= 0.5 {
+			infected++
+		}
+	}
+	order := byScore(res.Scores)
+	k := min(r.K(infected), len(order))
+	if k == 0 {
+		return
+	}
+	res.Threshold = res.Scores[order[k-1]]
+	res.Sources = res.Sources[:0]
+	for _, v := range order {
+		if res.Scores[v] < res.Threshold {
+			break
+		}
+		res.Sources = append(res.Sources, v)
+	}
+}
+
+// byScore returns the nodes by descending score, ties by index.
+func byScore(scores []float64) []int {
+	order := make([]int, len(scores))
+	for v := range order {
+		order[v] = v
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
+	return order
+}
+
+// ChooseSourceRule returns the count rule (a Count up to the largest
+// infected count, or a Fraction of sourceFractions) with the highest mean
+// F1 of its set against the pairs' true sources, given each validation
+// cascade's scores, and that rule's F1 per cascade. Ties go to the smaller
+// count, then to a count over a fraction.
+func ChooseSourceRule(scores [][]float64, pairs []forward.Pair) (SourceRule, []float64) {
+	if len(scores) == 0 {
+		return SourceRule{Count: 1}, nil
+	}
+	maxK := 1
+	for _, p := range pairs[:len(scores)] {
+		maxK = max(maxK, len(p.Infected))
+	}
+	// hits[c][k] are the true sources among cascade c's k highest scores.
+	hits := make([][]int, len(scores))
+	for c, s := range scores {
+		truth := make(map[int]bool, len(pairs[c].Sources))
+		for _, v := range pairs[c].Sources {
+			truth[v] = true
+		}
+		order := byScore(s)
+		h := make([]int, len(order)+1)
+		for i, v := range order {
+			h[i+1] = h[i]
+			if truth[v] {
+				h[i+1]++
+			}
+		}
+		hits[c] = h
+	}
+	f1s := func(r SourceRule) []float64 {
+		out := make([]float64, len(scores))
+		for c, h := range hits {
+			k := min(r.K(len(pairs[c].Infected)), len(h)-1)
+			if t := len(pairs[c].Sources); k > 0 && h[k] > 0 {
+				out[c] = 2 * float64(h[k]) / float64(k+t)
+			}
+		}
+		return out
+	}
+	candidates := make([]SourceRule, 0, maxK+len(sourceFractions))
+	for k := 1; k <= maxK; k++ {
+		candidates = append(candidates, SourceRule{Count: k})
+	}
+	for _, f := range sourceFractions {
+		candidates = append(candidates, SourceRule{Fraction: f})
+	}
+	var best SourceRule
+	var bestF1 []float64
+	for _, r := range candidates {
+		f := f1s(r)
+		if bestF1 == nil || mean(f) > mean(bestF1)+1e-12 {
+			best, bestF1 = r, f
+		}
+	}
+	return best, bestF1
+}

@@ -1,0 +1,112 @@
+package localize
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+)
+
+func TestChooseSourceRule(t *testing.T) {
+	// Six nodes; the true sources are the two best-scored in every
+	// cascade, so the count 2 is exact, and a fraction can match it only
+	// where the infected counts allow.
+	scores := [][]float64{
+		{0.9, 0.8, 0.3, 0.2, 0.1, 0},
+		{0.1, 0.2, 0.95, 0.9, 0.3, 0},
+		{0.7, 0.1, 0.2, 0.3, 0.6, 0},
+	}
+	pairs := []forward.Pair{
+		{Sources: []int{0, 1}, Infected: []int{0, 1, 2}},
+		{Sources: []int{2, 3}, Infected: []int{1, 2, 3, 4, 5}},
+		{Sources: []int{0, 4}, Infected: []int{0, 4}},
+	}
+	rule, f1 := ChooseSourceRule(scores, pairs)
+	require.Equal(t, SourceRule{Count: 2}, rule)
+	require.Equal(t, []float64{1, 1, 1}, f1)
+
+	// With the infected counts (5 and 10) proportional to the source
+	// counts (1 and 2), a fraction fits where no single count does: 0.15
+	// is the first of the grid that rounds to 1 and 2 (0.1 gives 1 and 1).
+	pairs = []forward.Pair{
+		{Sources: []int{0}, Infected: []int{0, 1, 2, 3, 4}},
+		{Sources: []int{2, 3}, Infected: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
+	}
+	scores = scores[:2]
+	rule, f1 = ChooseSourceRule(scores, pairs)
+	require.Equal(t, SourceRule{Fraction: 0.15}, rule)
+	require.Equal(t, []float64{1, 1}, f1)
+}
+
+func TestSourceRuleCut(t *testing.T) {
+	y := []float64{1, 1, 1, 1, 0, 0}
+	for _, tc := range []struct {
+		name    string
+		rule    SourceRule
+		scores  []float64
+		sources []int
+		cut     float64
+	}{
+		{"count", SourceRule{Count: 2}, []float64{0.1, 0.9, 0.5, 0.7, 0, 0}, []int{1, 3}, 0.7},
+		{"tie with the k-th kept", SourceRule{Count: 2}, []float64{0.1, 0.9, 0.7, 0.7, 0, 0}, []int{1, 2, 3}, 0.7},
+		{"fraction of four infected", SourceRule{Fraction: 0.5}, []float64{0.1, 0.9, 0.5, 0.7, 0, 0}, []int{1, 3}, 0.7},
+		{"at least one", SourceRule{Fraction: 0.02}, []float64{0.1, 0.9, 0.5, 0.7, 0, 0}, []int{1}, 0.9},
+		{"count over n", SourceRule{Count: 9}, []float64{0.1, 0.9, 0.5, 0.7, 0.2, 0}, []int{1, 3, 2, 4, 0, 5}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := &Result{Scores: tc.scores, Sources: []int{1}, Threshold: 0.95}
+			tc.rule.cut(res, y)
+			require.Equal(t, tc.sources, res.Sources)
+			require.Equal(t, tc.cut, res.Threshold)
+		})
+	}
+}
+
+// A bundle's count rule cuts Solve's source set, survives a write and a
+// read, and an explicit threshold overrides it.
+func TestSolveWithSourceRule(t *testing.T) {
+	b := testBundle(t)
+	b.Manifest.SourceRule = SourceRule{Count: 3}
+	var buf bytes.Buffer
+	require.NoError(t, b.Write(&buf))
+	got, err := readBytes(buf.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, SourceRule{Count: 3}, got.Manifest.SourceRule)
+
+	p, f, _ := testProblem(12, 2, 4)
+	res, err := Solve(t.Context(), got, f, p.Y, DefaultOptions())
+	require.NoError(t, err)
+	require.Len(t, res.Sources, 3)
+	for _, v := range res.Sources {
+		require.GreaterOrEqual(t, res.Scores[v], res.Threshold)
+	}
+	for v, s := range res.Scores {
+		if s >= res.Threshold {
+			require.Contains(t, res.Sources, v)
+		}
+	}
+	res2, err := Solve(t.Context(), got, f, p.Y, Options{Threshold: 0.9})
+	require.NoError(t, err)
+	require.Equal(t, 0.9, res2.Threshold)
+	for _, v := range res2.Sources {
+		require.GreaterOrEqual(t, res2.Scores[v], 0.9)
+	}
+}
+
+// A format 1 bundle, written before source rules, still loads, with the
+// threshold rule.
+func TestReadFormat1Bundle(t *testing.T) {
+	good := encodeBundle(t, testBundle(t))
+	old := rewrite(t, good, func(name string, body []byte) []byte {
+		if name == entryManifest {
+			return bytes.Replace(body, []byte(`"format": 2`), []byte(`"format": 1`), 1)
+		}
+		return body
+	})
+	b, err := readBytes(old)
+	require.NoError(t, err)
+	require.Equal(t, 1, b.Manifest.Format)
+	require.True(t, b.Manifest.SourceRule.IsThreshold())
+}
