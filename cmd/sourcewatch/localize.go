@@ -49,14 +49,17 @@ type observationFile struct {
 }
 
 type localizeOutput struct {
-	Observation int                 `json:"observation"`
-	Infected    int                 `json:"infected"`
-	Threshold   float64             `json:"threshold"`
-	Sources     []rankedSource      `json:"sources"`
-	Top         []rankedSource      `json:"top"`
-	Bundle      string              `json:"bundle"`
-	Timing      localize.Timing     `json:"timing"`
-	Forward     localize.ForwardRef `json:"forward"`
+	Observation int     `json:"observation"`
+	Infected    int     `json:"infected"`
+	Threshold   float64 `json:"threshold"`
+	// SourceRule describes a count rule that cut the sources (Threshold
+	// is then the last source's score); empty when delta did.
+	SourceRule string              `json:"source_rule,omitempty"`
+	Sources    []rankedSource      `json:"sources"`
+	Top        []rankedSource      `json:"top"`
+	Bundle     string              `json:"bundle"`
+	Timing     localize.Timing     `json:"timing"`
+	Forward    localize.ForwardRef `json:"forward"`
 }
 
 type rankedSource struct {
@@ -124,7 +127,8 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 		}
 		out := localizeOutput{
 			Observation: i + 1, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
-			Timing: res.Timing, Forward: b.Manifest.Forward,
+			SourceRule: sourceRuleUsed(b, opts),
+			Timing:     res.Timing, Forward: b.Manifest.Forward,
 			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
 		}
 		if v.GetBool("json") {
@@ -136,6 +140,15 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 		printLocalized(a.stdout, out, len(obs) > 1)
 	}
 	return nil
+}
+
+// sourceRuleUsed describes the bundle's count rule when Solve cut by it
+// (no --threshold given), else "".
+func sourceRuleUsed(b *localize.Bundle, opts localize.Options) string {
+	if opts.Threshold > 0 || b.Manifest.SourceRule.IsThreshold() {
+		return ""
+	}
+	return b.Manifest.SourceRule.String()
 }
 
 func ranked(g *graph.Graph, res *localize.Result, nodes []int) []rankedSource {
@@ -163,8 +176,12 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	if numbered {
 		fmt.Fprintf(w, "observation %d\n", o.Observation)
 	}
-	fmt.Fprintf(w, "%d infected; threshold delta %.2f; %d suspected source(s); %s (forward %s)\n",
-		o.Infected, o.Threshold, len(o.Sources), time.Duration(o.Timing.TotalSeconds*float64(time.Second)).Round(time.Millisecond), o.Forward.Name)
+	cut := fmt.Sprintf("threshold delta %.2f", o.Threshold)
+	if o.SourceRule != "" {
+		cut = fmt.Sprintf("%s (score >= %.3f)", o.SourceRule, o.Threshold)
+	}
+	fmt.Fprintf(w, "%d infected; %s; %d suspected source(s); %s (forward %s)\n",
+		o.Infected, cut, len(o.Sources), time.Duration(o.Timing.TotalSeconds*float64(time.Second)).Round(time.Millisecond), o.Forward.Name)
 	list := o.Sources
 	if len(list) == 0 {
 		fmt.Fprintf(w, "no node is over delta; the top-scored nodes are:\n")

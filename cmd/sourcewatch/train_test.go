@@ -113,6 +113,27 @@ func TestTrainSourceRule(t *testing.T) {
 		require.Contains(t, inspect, "sources     "+b.Manifest.SourceRule.String())
 	}
 
+	// localize cuts by a bundle's count rule and says so; --threshold
+	// overrides it.
+	b.Manifest.SourceRule = localize.SourceRule{Count: 2}
+	require.NoError(t, b.WriteFile(bundle))
+	obs := `{"infected":["0","1","2","3","7","13"]}`
+	out, _, err := runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "6 infected; the 2 highest scores (score >= ")
+	out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
+	require.NoError(t, err)
+	var got localizeOutput
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, "the 2 highest scores", got.SourceRule)
+	require.GreaterOrEqual(t, len(got.Sources), 2)
+	for _, s := range got.Sources {
+		require.GreaterOrEqual(t, s.Score, got.Threshold)
+	}
+	out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--threshold", "0.5", "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "6 infected; threshold delta 0.50;")
+
 	_, bundle, _ = trainSmall(t, "--val-solves", "8", "--opt-steps", "10", "--source-rule", "threshold")
 	b, err = localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
