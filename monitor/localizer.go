@@ -8,8 +8,9 @@ import (
 
 // Inference is what a Localizer finds in one observation y: per-node
 // scores (mean of x over restarts) and source probabilities, the indices
-// of the nodes it calls sources, the threshold delta that selected them,
-// and which model produced it.
+// of the nodes it calls sources, the score cut that selected them (the
+// bundle's delta, or the last source's score under a count rule), and
+// which model produced it.
 type Inference struct {
 	Scores, Probability []float64
 	Sources             []int
