@@ -33,9 +33,9 @@ type rankMethod struct {
 	rank func(ctx context.Context, y []float64, infected []int, maxPicks int, scores []float64) ([]int, error)
 	// alternatives, if set, replaces rank on validation when k is not
 	// fixed: it returns one order per setting of the method (NetSleuth's
-	// pick cap), all from one computation, with the setting's name. Fit
-	// chooses the setting whose order has the highest validation F1 (ties
-	// to the first) and calls choose with its index.
+	// pick cap), all from one computation, in the same order every call.
+	// Fit chooses the setting whose order has the highest validation F1
+	// (ties to the first) and calls choose with its index.
 	alternatives func(ctx context.Context, y []float64, infected []int, maxPicks int, scores []float64) ([][]int, error)
 	choose       func(i int)
 	// extras are the settings Fit chose, for Extras.
