@@ -16,6 +16,7 @@ import (
 	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
 	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
@@ -158,4 +159,59 @@ func runDaemon(t testing.TB, d *monitor.Daemon) (context.Context, jetstream.JetS
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return ctx, js
+}
+
+// TestServeCountRule runs the daemon on a bundle whose source rule is a
+// count: its alert names that many sources (more only on a tie with the
+// last), and its threshold is the last source's score.
+func TestServeCountRule(t *testing.T) {
+	trained, pluginDir := trainTestBundle(t)
+	b, err := localize.LoadBundle(trained, nil)
+	require.NoError(t, err)
+	b.Manifest.SourceRule = localize.SourceRule{Count: 3}
+	bundle := filepath.Join(t.TempDir(), "count.swb")
+	require.NoError(t, b.WriteFile(bundle))
+	edges, err := filepath.Abs("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	g, err := graph.Load(edges)
+	require.NoError(t, err)
+
+	cfg := monitor.DefaultConfig()
+	cfg.NATS.Listen = "127.0.0.1:0"
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	cfg.PluginDir = pluginDir
+	gc := monitor.DefaultGraphConfig("club")
+	gc.Edges, gc.Bundle = edges, bundle
+	gc.Window, gc.Interval, gc.MinInfected = time.Hour, 200*time.Millisecond, 2
+	cfg.Graphs = []monitor.GraphConfig{gc}
+	d, err := monitor.New(cfg, monitor.WithLocalizerFactory(bundleLocalizers(pluginDir, zap.NewNop())))
+	require.NoError(t, err)
+	ctx, js := runDaemon(t, d)
+	got := make(chan alerts.Alert, 16)
+	go func() {
+		_ = alerts.Tail(ctx, js, "sourcewatch", "club", func(a alerts.Alert) error { got <- a; return nil })
+	}()
+
+	sim := diffusion.DefaultConfig()
+	sim.Beta, sim.Pattern = 0.3, diffusion.Cluster
+	sim.Sources = diffusion.SourceSpec{Count: 2}
+	cs, _, err := diffusion.Simulate(ctx, g, sim, 1, 11)
+	require.NoError(t, err)
+	events := monitor.CascadeEvents(g, cs[0], time.Now(), 10*time.Millisecond)
+	require.NoError(t, monitor.PublishEvents(ctx, js, "sourcewatch.events.club", events, 1, nil))
+
+	var a alerts.Alert
+	select {
+	case a = <-got:
+	case <-time.After(60 * time.Second):
+		t.Fatal("no alert")
+	}
+	require.Equal(t, alerts.Firing, a.Status)
+	require.GreaterOrEqual(t, len(a.Sources), 3)
+	last := a.Sources[len(a.Sources)-1].Score
+	require.Equal(t, last, a.Threshold)
+	for _, s := range a.Sources[3:] {
+		require.Equal(t, last, s.Score, "a source past the third ties with the last")
+	}
 }
