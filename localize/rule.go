@@ -106,6 +106,9 @@ func byScore(scores []float64) []int {
 // cascade's scores, and that rule's F1 per cascade. Ties go to the smaller
 // count, then to a count over a fraction.
 func ChooseSourceRule(scores [][]float64, pairs []forward.Pair) (SourceRule, []float64) {
+	if len(pairs) < len(scores) {
+		panic(fmt.Sprintf("localize: ChooseSourceRule: %d score vectors for %d pairs", len(scores), len(pairs)))
+	}
 	if len(scores) == 0 {
 		return SourceRule{Count: 1}, nil
 	}
