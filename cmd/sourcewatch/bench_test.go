@@ -43,15 +43,10 @@ func BenchmarkBurstToAlert(b *testing.B) {
 	require.NoError(b, err)
 
 	const interval = time.Second
-	cfg := monitor.DefaultConfig()
-	cfg.NATS.Listen = "127.0.0.1:0"
-	cfg.HTTP.Addr = "127.0.0.1:0"
-	cfg.DataDir = b.TempDir()
-	cfg.PluginDir = pluginDir
 	gc := monitor.DefaultGraphConfig("jazz")
 	gc.Edges, gc.Bundle = edges, bundle
 	gc.Interval, gc.MinInfected = interval, 2
-	cfg.Graphs = []monitor.GraphConfig{gc}
+	cfg := testDaemonConfig(b, pluginDir, gc)
 	d, err := monitor.New(cfg, monitor.WithLocalizerFactory(bundleLocalizers(pluginDir, zap.NewNop())))
 	require.NoError(b, err)
 	ctx, js := runDaemon(b, d)

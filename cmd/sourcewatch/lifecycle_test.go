@@ -15,9 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
-	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
-	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
@@ -31,16 +29,8 @@ func TestDaemonPluginLifecycle(t *testing.T) {
 	pluginDir := t.TempDir()
 	require.NoError(t, os.Symlink(filepath.Join(icmfDir, "sourcewatch-forward-icmf"), filepath.Join(pluginDir, "sourcewatch-forward-icmf")))
 	require.NoError(t, os.Symlink(forwardtest.Build(t, "./forward/internal/testplugins/faulty"), filepath.Join(pluginDir, "sourcewatch-forward-faulty")))
-	edges, err := filepath.Abs("../../configs/demo/karate.edges")
-	require.NoError(t, err)
-	g, err := graph.Load(edges)
-	require.NoError(t, err)
-
-	cfg := monitor.DefaultConfig()
-	cfg.NATS.Listen = "127.0.0.1:0"
-	cfg.HTTP.Addr = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.PluginDir = pluginDir
+	edges, g := karateGraph(t)
+	cfg := testDaemonConfig(t, pluginDir)
 	graphCfg := func(name string) monitor.GraphConfig {
 		gc := monitor.DefaultGraphConfig(name)
 		gc.Edges, gc.Bundle = edges, bundle
@@ -72,15 +62,9 @@ func TestDaemonPluginLifecycle(t *testing.T) {
 			return alerts.Alert{}
 		}
 	}
-	sim := diffusion.DefaultConfig()
-	sim.Beta, sim.Pattern = 0.3, diffusion.Cluster
-	sim.Sources = diffusion.SourceSpec{Count: 2}
 	replay := func(graph string, seed int64) {
 		t.Helper()
-		cs, _, err := diffusion.Simulate(ctx, g, sim, 1, seed)
-		require.NoError(t, err)
-		events := monitor.CascadeEvents(g, cs[0], time.Now(), 10*time.Millisecond)
-		require.NoError(t, monitor.PublishEvents(ctx, js, "sourcewatch.events."+graph, events, 1, nil))
+		replayCluster(ctx, t, js, g, graph, seed)
 	}
 
 	replay("good", 5)

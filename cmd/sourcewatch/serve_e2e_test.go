@@ -27,20 +27,11 @@ import (
 // the daemon relaunches it and the next incident's alert still arrives.
 func TestServeEndToEnd(t *testing.T) {
 	bundle, pluginDir := trainTestBundle(t)
-	edges, err := filepath.Abs("../../configs/demo/karate.edges")
-	require.NoError(t, err)
-	g, err := graph.Load(edges)
-	require.NoError(t, err)
-
-	cfg := monitor.DefaultConfig()
-	cfg.NATS.Listen = "127.0.0.1:0"
-	cfg.HTTP.Addr = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.PluginDir = pluginDir
+	edges, g := karateGraph(t)
 	gc := monitor.DefaultGraphConfig("club")
 	gc.Edges, gc.Bundle = edges, bundle
 	gc.Window, gc.Interval, gc.MinInfected = 3*time.Second, 200*time.Millisecond, 2
-	cfg.Graphs = []monitor.GraphConfig{gc}
+	cfg := testDaemonConfig(t, pluginDir, gc)
 
 	var mu sync.Mutex
 	var launched []*bundleLocalizer
@@ -75,16 +66,9 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 	}
 
-	sim := diffusion.DefaultConfig()
-	sim.Beta, sim.Pattern = 0.3, diffusion.Cluster
-	sim.Sources = diffusion.SourceSpec{Count: 2}
 	replay := func(seed int64) diffusion.Cascade {
 		t.Helper()
-		cs, _, err := diffusion.Simulate(ctx, g, sim, 1, seed)
-		require.NoError(t, err)
-		events := monitor.CascadeEvents(g, cs[0], time.Now(), 10*time.Millisecond)
-		require.NoError(t, monitor.PublishEvents(ctx, js, "sourcewatch.events.club", events, 1, nil))
-		return cs[0]
+		return replayCluster(ctx, t, js, g, "club", seed)
 	}
 
 	// 1. An incident: its alert names a true source among the top five.
@@ -171,21 +155,11 @@ func TestServeCountRule(t *testing.T) {
 	b.Manifest.SourceRule = localize.SourceRule{Count: 3}
 	bundle := filepath.Join(t.TempDir(), "count.swb")
 	require.NoError(t, b.WriteFile(bundle))
-	edges, err := filepath.Abs("../../configs/demo/karate.edges")
-	require.NoError(t, err)
-	g, err := graph.Load(edges)
-	require.NoError(t, err)
-
-	cfg := monitor.DefaultConfig()
-	cfg.NATS.Listen = "127.0.0.1:0"
-	cfg.HTTP.Addr = "127.0.0.1:0"
-	cfg.DataDir = t.TempDir()
-	cfg.PluginDir = pluginDir
+	edges, g := karateGraph(t)
 	gc := monitor.DefaultGraphConfig("club")
 	gc.Edges, gc.Bundle = edges, bundle
 	gc.Window, gc.Interval, gc.MinInfected = time.Hour, 200*time.Millisecond, 2
-	cfg.Graphs = []monitor.GraphConfig{gc}
-	d, err := monitor.New(cfg, monitor.WithLocalizerFactory(bundleLocalizers(pluginDir, zap.NewNop())))
+	d, err := monitor.New(testDaemonConfig(t, pluginDir, gc), monitor.WithLocalizerFactory(bundleLocalizers(pluginDir, zap.NewNop())))
 	require.NoError(t, err)
 	ctx, js := runDaemon(t, d)
 	got := make(chan alerts.Alert, 16)
@@ -193,13 +167,7 @@ func TestServeCountRule(t *testing.T) {
 		_ = alerts.Tail(ctx, js, "sourcewatch", "club", func(a alerts.Alert) error { got <- a; return nil })
 	}()
 
-	sim := diffusion.DefaultConfig()
-	sim.Beta, sim.Pattern = 0.3, diffusion.Cluster
-	sim.Sources = diffusion.SourceSpec{Count: 2}
-	cs, _, err := diffusion.Simulate(ctx, g, sim, 1, 11)
-	require.NoError(t, err)
-	events := monitor.CascadeEvents(g, cs[0], time.Now(), 10*time.Millisecond)
-	require.NoError(t, monitor.PublishEvents(ctx, js, "sourcewatch.events.club", events, 1, nil))
+	replayCluster(ctx, t, js, g, "club", 11)
 
 	var a alerts.Alert
 	select {
@@ -214,4 +182,41 @@ func TestServeCountRule(t *testing.T) {
 	for _, s := range a.Sources[3:] {
 		require.Equal(t, last, s.Score, "a source past the third ties with the last")
 	}
+}
+
+// karateGraph returns the demo graph's absolute edge-file path and the
+// graph.
+func karateGraph(t testing.TB) (string, *graph.Graph) {
+	t.Helper()
+	edges, err := filepath.Abs("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	g, err := graph.Load(edges)
+	require.NoError(t, err)
+	return edges, g
+}
+
+// testDaemonConfig is a daemon on loopback ports, with a fresh data
+// directory, the plugins of pluginDir and the given graphs.
+func testDaemonConfig(t testing.TB, pluginDir string, graphs ...monitor.GraphConfig) monitor.Config {
+	cfg := monitor.DefaultConfig()
+	cfg.NATS.Listen = "127.0.0.1:0"
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	cfg.PluginDir = pluginDir
+	cfg.Graphs = graphs
+	return cfg
+}
+
+// replayCluster simulates one SI cascade from two clustered sources (beta
+// 0.3) and publishes it as events of graph name, 10 ms apart.
+func replayCluster(ctx context.Context, t testing.TB, js jetstream.JetStream, g *graph.Graph, name string, seed int64) diffusion.Cascade {
+	t.Helper()
+	sim := diffusion.DefaultConfig()
+	sim.Beta, sim.Pattern = 0.3, diffusion.Cluster
+	sim.Sources = diffusion.SourceSpec{Count: 2}
+	cs, _, err := diffusion.Simulate(ctx, g, sim, 1, seed)
+	require.NoError(t, err)
+	events := monitor.CascadeEvents(g, cs[0], time.Now(), 10*time.Millisecond)
+	require.NoError(t, monitor.PublishEvents(ctx, js, "sourcewatch.events."+name, events, 1, nil))
+	return cs[0]
 }
