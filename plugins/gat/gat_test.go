@@ -293,8 +293,13 @@ func TestSourcesAreInfected(t *testing.T) {
 func TestChunkedBatchesMatchSingleRows(t *testing.T) {
 	ctx := context.Background()
 	g := gnntest.RandomGraph(3000, 6000, false, false, 81)
-	require.Less(t, gnn.ChunkRows(g.N()), 10)
-	m := fittedModel(t, g, Arch{Heads: 2, HeadDim: 2, Hops: 1}, 3)
+	arch := DefaultArch()
+	// Several chunks of several rows each, so both the boundaries and
+	// the rows sharing a pass are covered.
+	per := gnn.ChunkRows(g.N(), newNetwork(g, arch, 3).CacheFloats())
+	require.Greater(t, per, 1)
+	require.Less(t, per, 10)
+	m := fittedModel(t, g, arch, 3)
 	rng := rand.New(rand.NewPCG(9, 9))
 	x, dy := gnntest.RandomMatrix(10, g.N(), 0, 1, rng), gnntest.RandomMatrix(10, g.N(), -1, 1, rng)
 	y, dx, err := m.VJP(ctx, x, dy)
@@ -305,4 +310,73 @@ func TestChunkedBatchesMatchSingleRows(t *testing.T) {
 		require.InDeltaSlice(t, yi.RawRowView(0), y.RawRowView(i), 1e-12)
 		require.InDeltaSlice(t, dxi.RawRowView(0), dx.RawRowView(i), 1e-12)
 	}
+}
+
+// CacheFloats is what a pass holds per node and row, measured over every
+// buffer the network keeps.
+func TestCacheFloats(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		directed bool
+		arch     Arch
+	}{
+		{"narrowest", false, Arch{Heads: 1, HeadDim: 1, Hops: 0}},
+		{"default", false, DefaultArch()},
+		{"directed", true, Arch{Heads: 3, HeadDim: 5, Hops: 4}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := gnntest.RandomGraph(12, 40, tt.directed, false, 91)
+			newNet := func() *network { return newNetwork(g, tt.arch, 1) }
+			held, got := gnntest.RowFloats[Arch](t, newNet), newNet().CacheFloats()
+			require.LessOrEqual(t, held, float64(got))
+			// Tight too (CacheFloats only rounds the edge term up), so a
+			// buffer added or dropped without the formula fails here.
+			require.Less(t, float64(got), held+1)
+		})
+	}
+}
+
+// Every dimension of the architecture widens what a pass holds per node
+// and row, so a pass takes fewer rows and stays within gnn.PassFloats.
+func TestCacheFloatsGrowsWithWidth(t *testing.T) {
+	g := gnntest.RandomGraph(4941, 6594, false, false, 93)
+	for _, tt := range []struct {
+		name  string
+		archs []Arch
+	}{
+		{"heads", []Arch{{Heads: 1, HeadDim: 8, Hops: 2}, {Heads: 8, HeadDim: 8, Hops: 2}, {Heads: 64, HeadDim: 8, Hops: 2}}},
+		{"head_dim", []Arch{{Heads: 8, HeadDim: 1, Hops: 2}, {Heads: 8, HeadDim: 8, Hops: 2}, {Heads: 8, HeadDim: 256, Hops: 2}}},
+		{"hops", []Arch{{Heads: 8, HeadDim: 8, Hops: 0}, {Heads: 8, HeadDim: 8, Hops: 2}, {Heads: 8, HeadDim: 8, Hops: 16}}},
+		{"widest", []Arch{{Heads: 1, HeadDim: 1, Hops: 0}, {Heads: 64, HeadDim: 256, Hops: 16}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			prevFloats, prevRows := 0, math.MaxInt
+			for _, a := range tt.archs {
+				floats := newNetwork(g, a, 1).CacheFloats()
+				rows := gnn.ChunkRows(g.N(), floats)
+				t.Logf("%+v: %d floats per node and row, %d rows per pass", a, floats, rows)
+				require.Greater(t, floats, prevFloats, "%+v", a)
+				require.LessOrEqual(t, rows, prevRows, "%+v", a)
+				require.GreaterOrEqual(t, rows, 1)
+				if rows > 1 {
+					require.LessOrEqual(t, rows*g.N()*floats, gnn.PassFloats, "%+v", a)
+				}
+				prevFloats, prevRows = floats, rows
+			}
+		})
+	}
+}
+
+// On a graph of Power Grid's size (4941 nodes, 6594 edges) the default
+// architecture takes about as many rows per pass as under the earlier
+// fixed bound of 2^14 node-rows, whatever the width: not fewer, which
+// would cost speed (attention runs a pass's rows in parallel), nor many
+// more, which would cost memory.
+func TestChunkRowsAtDefaultArch(t *testing.T) {
+	g := gnntest.RandomGraph(4941, 6594, false, false, 95)
+	before := (1 << 14) / g.N()
+	rows := gnn.ChunkRows(g.N(), newNetwork(g, DefaultArch(), 1).CacheFloats())
+	t.Logf("%d rows per pass, %d before", rows, before)
+	require.GreaterOrEqual(t, rows, before)
+	require.LessOrEqual(t, rows, 3*before)
 }

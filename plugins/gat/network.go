@@ -91,6 +91,25 @@ func (net *network) Arch() Arch { return net.arch }
 // Nodes returns the number of graph nodes, the width of x.
 func (net *network) Nodes() int { return net.n }
 
+// CacheFloats is the floats the forward caches and backward buffers of a
+// pass hold per node and row, rounded up:
+//
+//	14 heads head_dim + 4 heads + 3 hops + 27 + ceil(2 (heads + 1) E / n)
+//
+// with E the adjacency entries (arcs plus the n self-loops). Per node,
+// 14 rows of heads head_dim: h1, dh1 and dz1 (4, dz1 is doubled by the
+// skip), lin1's z, y and dz (6, as wide as dz1), att1's z, out and dz (3)
+// and lin2's dx (1). Per entry and head, both attention layers keep the
+// logit before the LeakyReLU and α. The rest are the hop counts, the
+// input rows and their gradient (3 hops + 4), att1's per-head
+// projections and their gradients (4 heads), and single columns.
+// TestCacheFloats measures it.
+func (net *network) CacheFloats() int {
+	a := net.arch
+	edges := 2 * (a.Heads + 1) * net.adj.nnz()
+	return 14*a.Heads*a.HeadDim + 4*a.Heads + 3*a.Hops + 27 + (edges+net.n-1)/net.n
+}
+
 // SetOutputBias sets the output bias so an untrained network predicts
 // probability p for every non-source node.
 func (net *network) SetOutputBias(p float64) {

@@ -293,8 +293,13 @@ func TestSourcesAreInfected(t *testing.T) {
 func TestChunkedBatchesMatchSingleRows(t *testing.T) {
 	ctx := context.Background()
 	g := gnntest.RandomGraph(3000, 6000, false, false, 81)
-	require.Less(t, gnn.ChunkRows(g.N()), 10)
-	m := fittedModel(t, g, Arch{Stacks: 2, Hidden: 4}, 3)
+	arch := Arch{Stacks: 3, Hidden: 64}
+	// Several chunks of several rows each, so both the boundaries and
+	// the rows sharing a pass are covered.
+	per := gnn.ChunkRows(g.N(), newNetwork(g, arch, 3).CacheFloats())
+	require.Greater(t, per, 1)
+	require.Less(t, per, 10)
+	m := fittedModel(t, g, arch, 3)
 	rng := rand.New(rand.NewPCG(9, 9))
 	x, dy := gnntest.RandomMatrix(10, g.N(), 0, 1, rng), gnntest.RandomMatrix(10, g.N(), -1, 1, rng)
 	y, dx, err := m.VJP(ctx, x, dy)
@@ -305,4 +310,71 @@ func TestChunkedBatchesMatchSingleRows(t *testing.T) {
 		require.InDeltaSlice(t, yi.RawRowView(0), y.RawRowView(i), 1e-12)
 		require.InDeltaSlice(t, dxi.RawRowView(0), dx.RawRowView(i), 1e-12)
 	}
+}
+
+// CacheFloats is what a pass holds per node and row, measured over every
+// buffer the network keeps.
+func TestCacheFloats(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		directed bool
+		arch     Arch
+	}{
+		{"narrowest", false, Arch{Stacks: 1, Hidden: 1}},
+		{"default", false, DefaultArch()},
+		{"directed", true, Arch{Stacks: 2, Hidden: 7}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := gnntest.RandomGraph(12, 40, tt.directed, false, 91)
+			newNet := func() *network { return newNetwork(g, tt.arch, 1) }
+			held, got := gnntest.RowFloats[Arch](t, newNet), newNet().CacheFloats()
+			require.LessOrEqual(t, held, float64(got))
+			// Tight too, so a buffer added or dropped without the formula
+			// fails here.
+			require.Less(t, float64(got), held+1)
+		})
+	}
+}
+
+// Both dimensions of the architecture widen what a pass holds per node
+// and row, so a pass takes fewer rows and stays within gnn.PassFloats.
+func TestCacheFloatsGrowsWithWidth(t *testing.T) {
+	g := gnntest.RandomGraph(4941, 6594, false, false, 93)
+	for _, tt := range []struct {
+		name  string
+		archs []Arch
+	}{
+		{"hidden", []Arch{{Stacks: 3, Hidden: 1}, {Stacks: 3, Hidden: 32}, {Stacks: 3, Hidden: 1024}}},
+		{"stacks", []Arch{{Stacks: 1, Hidden: 32}, {Stacks: 3, Hidden: 32}, {Stacks: 16, Hidden: 32}}},
+		{"widest", []Arch{{Stacks: 1, Hidden: 1}, {Stacks: 16, Hidden: 1024}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			prevFloats, prevRows := 0, math.MaxInt
+			for _, a := range tt.archs {
+				floats := newNetwork(g, a, 1).CacheFloats()
+				rows := gnn.ChunkRows(g.N(), floats)
+				t.Logf("%+v: %d floats per node and row, %d rows per pass", a, floats, rows)
+				require.Greater(t, floats, prevFloats, "%+v", a)
+				require.LessOrEqual(t, rows, prevRows, "%+v", a)
+				require.GreaterOrEqual(t, rows, 1)
+				if rows > 1 {
+					require.LessOrEqual(t, rows*g.N()*floats, gnn.PassFloats, "%+v", a)
+				}
+				prevFloats, prevRows = floats, rows
+			}
+		})
+	}
+}
+
+// On a graph of Power Grid's size (4941 nodes, 6594 edges) the default
+// architecture takes about as many rows per pass as under the earlier
+// fixed bound of 2^14 node-rows, whatever the width: not fewer, which
+// would cost speed, nor many more, which would cost memory.
+func TestChunkRowsAtDefaultArch(t *testing.T) {
+	g := gnntest.RandomGraph(4941, 6594, false, false, 95)
+	before := (1 << 14) / g.N()
+	rows := gnn.ChunkRows(g.N(), newNetwork(g, DefaultArch(), 1).CacheFloats())
+	t.Logf("%d rows per pass, %d before", rows, before)
+	require.GreaterOrEqual(t, rows, before)
+	require.LessOrEqual(t, rows, 3*before)
 }

@@ -104,6 +104,19 @@ func (net *network) Arch() Arch { return net.arch }
 // Nodes returns the number of graph nodes, the width of x.
 func (net *network) Nodes() int { return net.n }
 
+// CacheFloats is the floats the forward caches and backward buffers of a
+// pass hold per node and row:
+//
+//	stacks (4 hidden + 24) + 4
+//
+// Per block, lin1's z, y and dz and the block's dh1 are hidden wide; the
+// input rows h0 and [Â h0, h0], lin1's dx and dh0 (3 + 6 + 6 + 3) and six
+// scalars (t, o, q, p, do and the propagation scratch) make the 24; x, dp,
+// dt and dx the 4. TestCacheFloats measures it.
+func (net *network) CacheFloats() int {
+	return net.arch.Stacks*(4*net.arch.Hidden+24) + 4
+}
+
 // SetOutputBias sets every block's output bias so an untrained network
 // predicts probability p for every non-source node.
 func (net *network) SetOutputBias(p float64) {

@@ -54,6 +54,9 @@ func (f *fakeNet) Params() []*nn.Param { return []*nn.Param{f.w, f.b} }
 func (f *fakeNet) Arch() fakeArch      { return f.arch }
 func (f *fakeNet) Nodes() int          { return f.n }
 
+// CacheFloats counts x, y, dz and dx.
+func (f *fakeNet) CacheFloats() int { return 4 }
+
 func (f *fakeNet) SetOutputBias(p float64) {
 	for i := range f.b.Value {
 		f.b.Value[i] = 0.5 * p
@@ -190,4 +193,26 @@ func TestFitPredictAndState(t *testing.T) {
 		require.ErrorContains(t, err, "fake: fit: learning rate")
 		require.ErrorContains(t, err, "want finite values")
 	}
+}
+
+func TestChunkRows(t *testing.T) {
+	// Power Grid's 4941 nodes, from a one-column network through the
+	// default MONSTOR (460) and GAT (about 1,030) to the widest GAT.
+	const n = 4941
+	prev := math.MaxInt
+	for _, tt := range []struct{ perNode, want int }{
+		{1, 3395}, {460, 7}, {1028, 3}, {3000, 1}, {3400, 1}, {230000, 1},
+	} {
+		t.Run(fmt.Sprint(tt.perNode), func(t *testing.T) {
+			per := gnn.ChunkRows(n, tt.perNode)
+			require.Equal(t, tt.want, per)
+			require.LessOrEqual(t, per, prev, "wider networks get fewer rows per pass")
+			if n*tt.perNode <= gnn.PassFloats {
+				require.LessOrEqual(t, per*n*tt.perNode, gnn.PassFloats)
+			}
+			prev = per
+		})
+	}
+	require.PanicsWithValue(t, "gnn: ChunkRows(4941, 0): want positive sizes", func() { gnn.ChunkRows(n, 0) })
+	require.PanicsWithValue(t, "gnn: ChunkRows(0, 10): want positive sizes", func() { gnn.ChunkRows(0, 10) })
 }

@@ -33,6 +33,10 @@ type Network[A Arch] interface {
 	Backward(dy *mat.Dense) *mat.Dense
 	// SetOutputBias makes an untrained network predict about p everywhere.
 	SetOutputBias(p float64)
+	// CacheFloats is an upper estimate of the floats the forward caches
+	// and backward buffers hold per node and row of a pass; ChunkRows
+	// sizes passes by it, so a wide architecture gets fewer rows per pass.
+	CacheFloats() int
 	Params() []*nn.Param
 	Arch() A
 	Nodes() int
@@ -219,7 +223,7 @@ func (m *Model[A, N]) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, er
 	}
 	r, n := x.Dims()
 	y := mat.NewDense(r, n, nil)
-	per := ChunkRows(n)
+	per := ChunkRows(n, net.CacheFloats())
 	for lo := 0; lo < r; lo += per {
 		hi := min(lo+per, r)
 		y.Slice(lo, hi, 0, n).(*mat.Dense).Copy(net.Forward(x.Slice(lo, hi, 0, n).(*mat.Dense)))
@@ -252,7 +256,7 @@ func (m *Model[A, N]) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *m
 	}
 	n := net.Nodes()
 	y, dx := mat.NewDense(xr, n, nil), mat.NewDense(xr, n, nil)
-	per := ChunkRows(n)
+	per := ChunkRows(n, net.CacheFloats())
 	for lo := 0; lo < xr; lo += per {
 		hi := min(lo+per, xr)
 		y.Slice(lo, hi, 0, n).(*mat.Dense).Copy(net.Forward(x.Slice(lo, hi, 0, n).(*mat.Dense)))
@@ -261,11 +265,28 @@ func (m *Model[A, N]) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *m
 	return y, dx, nil
 }
 
-// nodeRows bounds the rows x nodes one forward pass handles: the caches
-// hold several hundred values per node and row, so larger batches are
-// split into chunks of rows, which keeps a pass on a large graph to about
-// a hundred megabytes.
-const nodeRows = 1 << 14
+// PassFloats bounds the floats the network's buffers hold in one pass:
+// 2^24 floats, 128 MiB. That is what the default GAT (8 heads x 8, about
+// 1,030 floats per node and row on Power Grid) held in its passes of 3
+// rows on Power Grid's 4941 nodes when a pass was capped at 2^14
+// node-rows whatever the width, so that pass, and its speed, stay as they
+// were; the default MONSTOR (460 per node and row) now takes 7 rows per
+// pass there instead of 3, within the same bound. A wider architecture
+// gets proportionally fewer rows, down to one: the widest GAT (64 heads x
+// 256, over 200,000 per node and row) exceeds the bound with one row on
+// 73 nodes or more, which splitting rows cannot help.
+const PassFloats = 1 << 24
 
-// ChunkRows is the number of rows of x per forward pass on n nodes.
-func ChunkRows(n int) int { return max(1, nodeRows/n) }
+// ChunkRows is the number of rows of x per pass on n nodes for a network
+// whose buffers hold perNode floats per node and row (its CacheFloats):
+//
+//	max(1, PassFloats / (n perNode))
+//
+// Rows are not split, so a single row holding more than PassFloats still
+// makes a pass of its own.
+func ChunkRows(n, perNode int) int {
+	if n < 1 || perNode < 1 {
+		panic(fmt.Sprintf("gnn: ChunkRows(%d, %d): want positive sizes", n, perNode))
+	}
+	return max(1, PassFloats/(n*perNode))
+}

@@ -195,7 +195,7 @@ type Trainer[A Arch, N Network[A]] struct {
 	Net    N
 	Lambda float64
 	// ChunkRows is the number of rows per forward pass; 0 means
-	// ChunkRows(n).
+	// ChunkRows(n, Net.CacheFloats()).
 	ChunkRows int
 
 	b      int
@@ -247,7 +247,7 @@ func (t *Trainer[A, N]) Loss(grad bool) (loss, mse float64) {
 	}
 	per := t.ChunkRows
 	if per <= 0 {
-		per = ChunkRows(n)
+		per = ChunkRows(n, t.Net.CacheFloats())
 	}
 	if t.Lambda > 0 {
 		per = max(1, per/2)

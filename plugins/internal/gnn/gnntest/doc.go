@@ -1,4 +1,6 @@
 // Package gnntest holds the test fixtures the gnn forward models share:
-// small random graphs, SI cascades to train on, and the finite-difference
-// check of the training loss gradient (gnn.Trainer).
+// small random graphs, SI cascades to train on, the finite-difference
+// check of the training loss gradient (gnn.Trainer) and the measure of
+// what a network's buffers hold per node and row (RowFloats), which each
+// model's CacheFloats is checked against.
 package gnntest

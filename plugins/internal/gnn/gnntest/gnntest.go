@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -150,4 +152,74 @@ func CheckLossGradient[A gnn.Arch, N gnn.Network[A]](t *testing.T, net N, pairs 
 			require.Less(t, math.Abs(e.num-e.grad)/den, 1e-4, "param %s entry %d: numeric %g analytic %g", name, i, e.num, e.grad)
 		}
 	}
+}
+
+// RowFloats measures the floats a network's buffers hold per node and row
+// of a pass: it runs Forward and Backward on two networks from newNet, one
+// on b rows and one on 2b, and divides the difference of what every
+// float64 slice reachable from them holds (each backing array counted
+// once, by capacity) by b n. What does not grow with the rows (weights,
+// gradients, the graph) cancels; b = GOMAXPROCS, so both passes run as
+// many workers and per-worker scratch cancels too.
+func RowFloats[A gnn.Arch, N gnn.Network[A]](t *testing.T, newNet func() N) float64 {
+	t.Helper()
+	b := runtime.GOMAXPROCS(0)
+	held := func(rows int) int {
+		net := newNet()
+		n := net.Nodes()
+		rng := rand.New(rand.NewPCG(uint64(rows), 7))
+		net.Forward(RandomMatrix(rows, n, 0, 1, rng))
+		net.Backward(RandomMatrix(rows, n, -1, 1, rng))
+		return heldFloats(reflect.ValueOf(net))
+	}
+	small, large := held(b), held(2*b)
+	return float64(large-small) / float64(b*newNet().Nodes())
+}
+
+// heldFloats sums the capacities of the distinct float64 backing arrays
+// reachable from v, unexported fields included.
+func heldFloats(v reflect.Value) int {
+	arrays := map[uintptr]int{}
+	seen := map[uintptr]bool{}
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer:
+			if v.IsNil() || seen[v.Pointer()] {
+				return
+			}
+			seen[v.Pointer()] = true
+			walk(v.Elem())
+		case reflect.Interface:
+			if !v.IsNil() {
+				walk(v.Elem())
+			}
+		case reflect.Struct:
+			for i := 0; i < v.NumField(); i++ {
+				walk(v.Field(i))
+			}
+		case reflect.Slice:
+			if v.IsNil() || v.Cap() == 0 {
+				return
+			}
+			if v.Type().Elem().Kind() == reflect.Float64 {
+				p := v.Pointer()
+				arrays[p] = max(arrays[p], v.Cap())
+				return
+			}
+			for i := 0; i < v.Len(); i++ {
+				walk(v.Index(i))
+			}
+		case reflect.Array:
+			for i := 0; i < v.Len(); i++ {
+				walk(v.Index(i))
+			}
+		}
+	}
+	walk(v)
+	var sum int
+	for _, c := range arrays {
+		sum += c
+	}
+	return sum
 }
