@@ -13,12 +13,11 @@
 //	q_s  = sigmoid(Â h1 w2 + h1 w_self + b2)
 //	p_s  = 1 - (1 - x)(1 - q_s)
 //
-// Each layer also weighs the node's own features apart from the
-// propagated ones (a root weight, as in GraphSAGE, which MONSTOR stacks):
-// Â mixes a node with neighbours at weight 1/sqrt(d_v d_u), and learning
-// to separate them again is slow.
 // and y = p_S, so sources are always infected and every block sees two more
-// hops than the one before (S = 3 reaches six). Propagation is sparse,
+// hops than the one before (S = 3 reaches six). Each layer also weighs the
+// node's own features apart from the propagated ones (a root weight, as in
+// GraphSAGE, which MONSTOR stacks): Â mixes a node with neighbours at
+// weight 1/sqrt(d_v d_u), and learning to separate them again is slow. Propagation is sparse,
 // O((n + E) width) per row of the batch; rows of x (restarts) are one
 // batch. VJP is a hand-written backward pass through the blocks.
 //

@@ -65,10 +65,10 @@ var spec = &gnn.Spec[Arch, *network]{
 	Defaults: gnn.Defaults{Epochs: DefaultEpochs, LearningRate: DefaultLearningRate, BatchSize: DefaultBatchSize, Lambda: DefaultLambda, Patience: DefaultPatience},
 }
 
-// Model is the GAT-style stacked GCN forward model. Info, Configure, Fit, Predict and VJP
-// are gnn.Model's (see there for the training loss); it implements
-// forward.Model in-process and is safe for concurrent use (calls are
-// serialised).
+// Model is the MONSTOR-style stacked GCN forward model. Info, Configure,
+// Fit, Predict and VJP are gnn.Model's (see there for the training loss);
+// it implements forward.Model in-process and is safe for concurrent use
+// (calls are serialised).
 type Model struct {
 	*gnn.Model[Arch, *network]
 }
