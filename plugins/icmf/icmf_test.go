@@ -296,7 +296,7 @@ func TestThroughPluginProcess(t *testing.T) {
 
 func BenchmarkVJP(b *testing.B) {
 	for _, name := range []string{"jazz", "power_grid"} {
-		g, err := graph.Load("/work/shared/data/" + name + ".edges")
+		g, err := graph.Load("../../../shared/data/" + name + ".edges")
 		require.NoError(b, err)
 		x, dy := mat.NewDense(8, g.N(), nil), mat.NewDense(8, g.N(), nil)
 		rng := rand.New(rand.NewPCG(1, 1))
