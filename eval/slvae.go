@@ -53,6 +53,11 @@ import (
 //	             validation F1, as train's --source-rule) or threshold
 //	             (delta alone); default auto for slvae and slvae-noprior,
 //	             as train, and threshold for the paper's variants
+//	ranking      auto (nodes observed uninfected below every infected one
+//	             when that raises the validation ROC-AUC, as train's
+//	             --ranking) or score (the descent's scores); default auto
+//	             for slvae and slvae-noprior, score for the paper's
+//	             variants
 var slvaeVariants = map[string]localize.Variant{
 	// Stage 1 on the forward term alone, then L_pred: it does what the
 	// paper's schedule does where that works and reaches the sources its
@@ -91,6 +96,15 @@ func defaultSourceRule(name string) string {
 		return "auto"
 	}
 	return "threshold"
+}
+
+// defaultRanking is how a variant ranks unless told, by the same split as
+// defaultSourceRule.
+func defaultRanking(name string) string {
+	if defaultOptStepsRule(name) == "1se" {
+		return "auto"
+	}
+	return "score"
 }
 
 // IsSLVAE reports whether name is SL-VAE or one of its ablations.
@@ -149,6 +163,8 @@ type slvae struct {
 	fewestSteps bool
 	// thresholdOnly is source_rule=threshold.
 	thresholdOnly bool
+	// scoreRankingOnly is ranking=score.
+	scoreRankingOnly bool
 
 	proc   *forward.Process
 	bundle *localize.Bundle
@@ -194,6 +210,7 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	m.prototypes = p.int("prototypes", prior.DefaultPrototypes)
 	m.weightScale = p.float("prior_weight_scale", 1)
 	sourceRule := p.str("source_rule", defaultSourceRule(name))
+	ranking := p.str("ranking", defaultRanking(name))
 	if err := p.done(); err != nil {
 		return nil, err
 	}
@@ -203,6 +220,9 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	}
 	if m.thresholdOnly, err = localize.ParseSourceRuleChoice(sourceRule); err != nil {
 		return nil, fmt.Errorf("%w %s.source_rule: %w", ErrBadParam, name, err)
+	}
+	if m.scoreRankingOnly, err = localize.ParseRankingChoice(ranking); err != nil {
+		return nil, fmt.Errorf("%w %s.ranking: %w", ErrBadParam, name, err)
 	}
 	if m.weightScale <= 0 {
 		return nil, fmt.Errorf("%w %s.prior_weight_scale=%g: want a value > 0", ErrBadParam, name, m.weightScale)
@@ -262,6 +282,7 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		OptStepsGrid:           m.optGrid,
 		FewestStepsWithinNoise: m.fewestSteps,
 		ThresholdOnly:          m.thresholdOnly,
+		ScoreRankingOnly:       m.scoreRankingOnly,
 		Seed:                   m.env.Seed,
 	}
 	b, err := localize.Train(ctx, g, proc, cascadePairs(train), cascadePairs(val), cfg, func(p localize.TrainProgress) {
@@ -281,6 +302,8 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		"opt_steps":       float64(b.Manifest.Solve.OptSteps),
 		// 1 where validation chose a count rule over the threshold
 		"count_rule": boolFloat(!b.Manifest.SourceRule.IsThreshold()),
+		// 1 where validation ranked the observed-uninfected nodes last
+		"infected_first": boolFloat(b.Manifest.Ranking == localize.InfectedFirst),
 	}
 	return nil
 }

@@ -26,11 +26,14 @@ import (
 // whenever an entry changes meaning; newer bundles, and ones older than
 // minFormatVersion, are refused rather than misread. Format 2 added the
 // manifest's source_rule, which a reader of format 1 would ignore and
-// so report another source set than the one validation chose.
-const FormatVersion = 2
+// so report another source set than the one validation chose; format 3
+// added ranking, which a reader of format 2 would ignore and so rank
+// (and, under a count rule, cut) otherwise.
+const FormatVersion = 3
 
 // minFormatVersion is the oldest format this package reads: a format 1
-// bundle is a format 2 one with the threshold rule.
+// bundle is a format 3 one with the threshold rule and the descent's own
+// ranking, a format 2 one with the descent's ranking.
 const minFormatVersion = 1
 
 // Sentinel errors of bundle loading.
@@ -74,6 +77,9 @@ type Manifest struct {
 	// SourceRule is how the source set is cut from the scores, chosen on
 	// the validation split with delta; the zero rule is the threshold.
 	SourceRule SourceRule `json:"source_rule,omitzero"`
+	// Ranking is how the observed-uninfected nodes rank against the
+	// infected ones, chosen on the validation split before delta.
+	Ranking Ranking `json:"ranking,omitempty"`
 	// Solve holds the inference settings used when delta was chosen; a
 	// caller that changes them should choose delta again.
 	Solve SolveRef `json:"solve"`
@@ -444,6 +450,9 @@ func (m *Manifest) check() error {
 	}
 	if err := (Options{Variant: s.Variant}).Validate(); err != nil {
 		return fmt.Errorf("solve.%w", err)
+	}
+	if err := m.Ranking.check(); err != nil {
+		return err
 	}
 	return m.SourceRule.check(m.Graph.Nodes)
 }

@@ -184,18 +184,8 @@ func TestBundleRefusesDamage(t *testing.T) {
 			}
 			return body
 		}), ErrBadBundle, entryVAE},
-		{"future format", rewrite(t, good, func(name string, body []byte) []byte {
-			if name == entryManifest {
-				return bytes.Replace(body, []byte(`"format": 2`), []byte(`"format": 3`), 1)
-			}
-			return body
-		}), ErrBundleVersion, "format 3"},
-		{"format 0", rewrite(t, good, func(name string, body []byte) []byte {
-			if name == entryManifest {
-				return bytes.Replace(body, []byte(`"format": 2`), []byte(`"format": 0`), 1)
-			}
-			return body
-		}), ErrBundleVersion, "format 0"},
+		{"future format", withFormat(t, good, FormatVersion+1), ErrBundleVersion, "format " + itoa(FormatVersion+1)},
+		{"format 0", withFormat(t, good, 0), ErrBundleVersion, "format 0"},
 		{"source rule count and fraction", rewrite(t, good, func(name string, body []byte) []byte {
 			if name == entryManifest {
 				return bytes.Replace(body, []byte(`"prior": {`), []byte(`"source_rule": {"count": 3, "fraction_of_infected": 0.5}, "prior": {`), 1)
@@ -355,6 +345,8 @@ func TestBundleRefusesBadSettings(t *testing.T) {
 		{"many opt steps", set("solve.opt_steps", 1e9), "solve.opt_steps: 1000000000 outside 0..100000"},
 		{"negative learning rate", set("solve.learning_rate", -0.1), "solve.learning_rate: -0.1, want a finite value >= 0"},
 		{"negative prior weight", set("solve.prior_weight", -1), "solve.prior_weight: -1, want a finite value >= 0"},
+		{"infected-first ranking", set("ranking", "infected-first"), ""},
+		{"unknown ranking", set("ranking", "degree"), `manifest.json: ranking: "degree", want "infected-first" or absent`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := readBytes(tc.data)
@@ -371,6 +363,19 @@ func TestBundleRefusesBadSettings(t *testing.T) {
 	_, err := readBytes(set("solve.prior_weight", json.Number("1e400")))
 	require.ErrorIs(t, err, ErrBadBundle)
 	require.ErrorContains(t, err, "manifest.json")
+}
+
+// withFormat rewrites a bundle's format version to format.
+func withFormat(t *testing.T, data []byte, format int) []byte {
+	t.Helper()
+	current := `"format": ` + itoa(FormatVersion)
+	return rewrite(t, data, func(name string, body []byte) []byte {
+		if name == entryManifest {
+			require.Contains(t, string(body), current)
+			return bytes.Replace(body, []byte(current), []byte(`"format": `+itoa(format)), 1)
+		}
+		return body
+	})
 }
 
 // withEntry copies a bundle archive and adds one raw (already compressed)

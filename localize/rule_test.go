@@ -95,18 +95,16 @@ func TestSolveWithSourceRule(t *testing.T) {
 	}
 }
 
-// A format 1 bundle, written before source rules, still loads, with the
-// threshold rule.
-func TestReadFormat1Bundle(t *testing.T) {
+// Bundles of formats 1 (before source rules) and 2 (before rankings)
+// still load, with the threshold rule and the descent's ranking.
+func TestReadOlderFormatBundles(t *testing.T) {
 	good := encodeBundle(t, testBundle(t))
-	old := rewrite(t, good, func(name string, body []byte) []byte {
-		if name == entryManifest {
-			return bytes.Replace(body, []byte(`"format": 2`), []byte(`"format": 1`), 1)
-		}
-		return body
-	})
-	b, err := readBytes(old)
-	require.NoError(t, err)
-	require.Equal(t, 1, b.Manifest.Format)
-	require.True(t, b.Manifest.SourceRule.IsThreshold())
+	for _, format := range []int{1, 2} {
+		old := withFormat(t, good, format)
+		b, err := readBytes(old)
+		require.NoError(t, err)
+		require.Equal(t, format, b.Manifest.Format)
+		require.True(t, b.Manifest.SourceRule.IsThreshold())
+		require.Equal(t, RankByScore, b.Manifest.Ranking)
+	}
 }

@@ -328,8 +328,8 @@ func (p *Problem) dataTerm(ctx context.Context, x, grad *mat.Dense) ([]float64, 
 var errShape = errors.New("shape mismatch")
 
 // Solve runs SL-VAE inference (Algorithm 1, or the schedule opts.Variant
-// names) for observation y with the bundle's prior, threshold and source
-// rule and the forward model f. See the package documentation for the
+// names) for observation y with the bundle's prior, threshold, ranking
+// and source rule and the forward model f. See the package documentation for the
 // objective.
 func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options) (*Result, error) {
 	delta := b.Manifest.Threshold
@@ -342,6 +342,19 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	res, err := solve(ctx, b.Manifest.Graph.Nodes, delta, b.Prior(), f, y, opts)
 	if err != nil {
 		return nil, err
+	}
+	if r := b.Manifest.Ranking; r != RankByScore {
+		r.apply(res.Scores, y)
+		for _, cp := range res.Checkpoints {
+			r.apply(cp.Scores, y)
+		}
+		res.Sources = res.Sources[:0]
+		for _, v := range byScore(res.Scores) {
+			if res.Scores[v] < delta {
+				break
+			}
+			res.Sources = append(res.Sources, v)
+		}
 	}
 	// An explicit threshold overrides the bundle's rule, whichever it is.
 	if opts.Threshold == 0 && !b.Manifest.SourceRule.IsThreshold() {

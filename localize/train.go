@@ -59,7 +59,11 @@ type TrainConfig struct {
 	// a count rule (SourceRule) replaces it when its validation F1, on the
 	// same solves, is higher.
 	ThresholdOnly bool
-	Seed          int64
+	// ScoreRankingOnly keeps the descent's ranking; otherwise InfectedFirst
+	// replaces it when its mean validation ROC-AUC, on the same solves, is
+	// higher (see ChooseRanking).
+	ScoreRankingOnly bool
+	Seed             int64
 	// Now stamps the bundle; time.Now when nil.
 	Now func() time.Time
 }
@@ -96,13 +100,16 @@ var Thresholds = []float64{0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5
 //     error per node on the validation pairs (at their true sources). The
 //     paper's w = 1 amounts to sigma^2 = 1/2, a forward model no better
 //     than a coin; with a useful one the unscaled prior drowns the data;
-//  5. delta is chosen as the threshold of the grid Thresholds that
+//  5. unless cfg.ScoreRankingOnly, the ranking is chosen on validation
+//     solves (ChooseRanking, over the scores of every n_opt of the grid)
+//     and applied to them before the choices below;
+//  6. delta is chosen as the threshold of the grid Thresholds that
 //     maximises mean F1 of {v : score_v >= delta} over (up to
 //     ValidationSolves) validation cascades, solved with cfg.Solve; with
 //     an OptStepsGrid, jointly with n_opt from that grid (the descent
 //     stopped early is a regulariser: the objective's minimum is not the
 //     truth, see Result.Objective). The test split is never seen;
-//  6. unless cfg.ThresholdOnly, the count rules of ChooseSourceRule are
+//  7. unless cfg.ThresholdOnly, the count rules of ChooseSourceRule are
 //     scored on the same solves (at the chosen n_opt) and the best one
 //     replaces the threshold when its F1 is higher.
 func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []forward.Pair, cfg TrainConfig, progress func(TrainProgress)) (*Bundle, error) {
@@ -269,6 +276,26 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		}
 		progress(TrainProgress{Stage: "threshold", Done: i + 1, Total: limit, Loss: math.NaN()})
 	}
+	if !cfg.ScoreRankingOnly {
+		var all [][]float64
+		var pairs []forward.Pair
+		for gi := range grid {
+			all = append(all, scores[gi]...)
+			pairs = append(pairs, val[:limit]...)
+		}
+		rank, byScore, first := ChooseRanking(all, pairs)
+		if !math.IsNaN(byScore) {
+			metrics[RankingAUCMetric(RankByScore)] = byScore
+			metrics[RankingAUCMetric(InfectedFirst)] = first
+		}
+		b.Manifest.Ranking = rank
+		for gi := range grid {
+			for i := range scores[gi] {
+				observe(y, val[i].Infected)
+				rank.apply(scores[gi][i], y)
+			}
+		}
+	}
 	deltas := make([]float64, len(grid))
 	perCascade := make([][]float64, len(grid))
 	for gi, k := range grid {
@@ -300,6 +327,16 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	metrics["val_cascades"] = float64(limit)
 	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
 	return b, nil
+}
+
+// RankingAUCMetric names the manifest metric holding the mean validation
+// ROC-AUC with ranking r, over every n_opt tried: "val_auc_by_score" or
+// "val_auc_infected_first".
+func RankingAUCMetric(r Ranking) string {
+	if r == RankByScore {
+		return "val_auc_by_score"
+	}
+	return "val_auc_infected_first"
 }
 
 // ThresholdF1Metric names the manifest metric holding the validation F1

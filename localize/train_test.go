@@ -166,6 +166,32 @@ func TestTrainChoosesOptSteps(t *testing.T) {
 		require.InDelta(t, bestF1, b.Manifest.Metrics["val_f1"], 1e-12)
 	}
 
+	// The ranking is the one with the higher validation ROC-AUC, and the
+	// re-solved scores are ranked by it.
+	by, ok := b.Manifest.Metrics[localize.RankingAUCMetric(localize.RankByScore)]
+	require.True(t, ok)
+	first := b.Manifest.Metrics[localize.RankingAUCMetric(localize.InfectedFirst)]
+	t.Logf("validation ROC-AUC: by score %.4f, infected first %.4f", by, first)
+	require.GreaterOrEqual(t, first, by-1e-12, "where sources are always infected (SI) the infected first cannot rank worse")
+	if first > by+1e-12 {
+		require.Equal(t, localize.InfectedFirst, b.Manifest.Ranking)
+		for i, s := range scores {
+			infected := map[int]bool{}
+			lowest := 2.0
+			for _, v := range pairs[30+i].Infected {
+				infected[v] = true
+				lowest = min(lowest, s[v])
+			}
+			for v, sv := range s {
+				if !infected[v] {
+					require.Less(t, sv, lowest, "cascade %d node %d", i, v)
+				}
+			}
+		}
+	} else {
+		require.Equal(t, localize.RankByScore, b.Manifest.Ranking)
+	}
+
 	_, err = localize.Train(t.Context(), g, m, pairs[:30], pairs[30:], localize.TrainConfig{
 		Prior: pc, Prototypes: 16, Solve: opts, ValidationSolves: 2, OptStepsGrid: []int{0, 5},
 	}, nil)

@@ -166,6 +166,15 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		fmt.Fprintf(w, "sources     %s (validation F1 %.3f over %d cascades; delta %.2f: %.3f)\n",
 			m.SourceRule, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]), m.Threshold, m.Metrics[localize.ThresholdF1Metric])
 	}
+	if auc, ok := m.Metrics[localize.RankingAUCMetric(m.Ranking)]; ok {
+		other := localize.InfectedFirst
+		if m.Ranking == localize.InfectedFirst {
+			other = localize.RankByScore
+		}
+		fmt.Fprintf(w, "ranking     %s (validation ROC-AUC %.3f; %s: %.3f)\n", m.Ranking, auc, other, m.Metrics[localize.RankingAUCMetric(other)])
+	} else if m.Ranking != localize.RankByScore {
+		fmt.Fprintf(w, "ranking     %s\n", m.Ranking)
+	}
 	schedule := "paper (L_init, then L_pred)"
 	if m.Solve.Variant == localize.DataInit {
 		schedule = "datainit (the data term, then L_pred)"

@@ -54,12 +54,15 @@ type localizeOutput struct {
 	Threshold   float64 `json:"threshold"`
 	// SourceRule describes a count rule that cut the sources (Threshold
 	// is then the last source's score); empty when delta did.
-	SourceRule string              `json:"source_rule,omitempty"`
-	Sources    []rankedSource      `json:"sources"`
-	Top        []rankedSource      `json:"top"`
-	Bundle     string              `json:"bundle"`
-	Timing     localize.Timing     `json:"timing"`
-	Forward    localize.ForwardRef `json:"forward"`
+	SourceRule string `json:"source_rule,omitempty"`
+	// Ranking is "infected-first" when the bundle ranks every node
+	// observed uninfected below every infected one.
+	Ranking localize.Ranking    `json:"ranking,omitempty"`
+	Sources []rankedSource      `json:"sources"`
+	Top     []rankedSource      `json:"top"`
+	Bundle  string              `json:"bundle"`
+	Timing  localize.Timing     `json:"timing"`
+	Forward localize.ForwardRef `json:"forward"`
 }
 
 type rankedSource struct {
@@ -127,8 +130,8 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 		}
 		out := localizeOutput{
 			Observation: i + 1, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
-			SourceRule: sourceRuleUsed(b, opts),
-			Timing:     res.Timing, Forward: b.Manifest.Forward,
+			SourceRule: sourceRuleUsed(b, opts), Ranking: b.Manifest.Ranking,
+			Timing: res.Timing, Forward: b.Manifest.Forward,
 			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
 		}
 		if v.GetBool("json") {
@@ -179,6 +182,9 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	cut := fmt.Sprintf("threshold delta %.2f", o.Threshold)
 	if o.SourceRule != "" {
 		cut = fmt.Sprintf("%s (score >= %.3f)", o.SourceRule, o.Threshold)
+	}
+	if o.Ranking != localize.RankByScore {
+		cut += "; " + string(o.Ranking)
 	}
 	fmt.Fprintf(w, "%d infected; %s; %d suspected source(s); %s (forward %s)\n",
 		o.Infected, cut, len(o.Sources), time.Duration(o.Timing.TotalSeconds*float64(time.Second)).Round(time.Millisecond), o.Forward.Name)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,6 +144,57 @@ func TestTrainSourceRule(t *testing.T) {
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--source-rule", "top",
 		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
 	require.ErrorContains(t, err, `--source-rule: want auto or threshold, got "top"`)
+}
+
+// train records the ranking validation prefers, with both ROC-AUCs;
+// inspect and localize say which; --ranking score keeps the descent's.
+func TestTrainRanking(t *testing.T) {
+	_, bundle, pluginDir := trainSmall(t, "--val-solves", "8", "--opt-steps", "10")
+	b, err := localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	by, ok := b.Manifest.Metrics[localize.RankingAUCMetric(localize.RankByScore)]
+	require.True(t, ok)
+	first, ok := b.Manifest.Metrics[localize.RankingAUCMetric(localize.InfectedFirst)]
+	require.True(t, ok)
+	other := localize.InfectedFirst
+	if first > by+1e-12 {
+		require.Equal(t, localize.InfectedFirst, b.Manifest.Ranking)
+		other = localize.RankByScore
+	} else {
+		require.Equal(t, localize.RankByScore, b.Manifest.Ranking)
+	}
+	inspect, _, err := runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
+	require.NoError(t, err)
+	require.Contains(t, inspect, fmt.Sprintf("ranking     %s (validation ROC-AUC %.3f; %s: %.3f)",
+		b.Manifest.Ranking, b.Manifest.Metrics[localize.RankingAUCMetric(b.Manifest.Ranking)],
+		other, b.Manifest.Metrics[localize.RankingAUCMetric(other)]))
+
+	b.Manifest.Ranking = localize.InfectedFirst
+	require.NoError(t, b.WriteFile(bundle))
+	obs := `{"infected":["0","1","2","3","7","13"]}`
+	out, _, err := runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Regexp(t, `6 infected; .*; infected-first; \d+ suspected source`, out)
+	out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--top", "10", "--log-level", "warn")
+	require.NoError(t, err)
+	var got localizeOutput
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, localize.InfectedFirst, got.Ranking)
+	require.Len(t, got.Top, 10)
+	infected := map[string]bool{"0": true, "1": true, "2": true, "3": true, "7": true, "13": true}
+	for i, s := range got.Top {
+		require.Equal(t, i < 6, infected[s.Node], "rank %d is node %s", i+1, s.Node)
+	}
+
+	_, bundle, _ = trainSmall(t, "--val-solves", "8", "--opt-steps", "10", "--ranking", "score")
+	b, err = localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	require.Equal(t, localize.RankByScore, b.Manifest.Ranking)
+	require.NotContains(t, b.Manifest.Metrics, localize.RankingAUCMetric(localize.InfectedFirst))
+
+	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--ranking", "infected",
+		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
+	require.ErrorContains(t, err, `--ranking: want auto or score, got "infected"`)
 }
 
 // TestTrainThenLocalize trains a small bundle on karate with the real icmf

@@ -1,0 +1,172 @@
+package localize
+
+import (
+	"bytes"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+)
+
+func TestInfectedFirstApply(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		scores []float64
+		y      []float64
+		want   []float64
+	}{
+		{"uninfected below the lowest infected, order kept",
+			[]float64{0.9, 0.2, 0.6, 0.4, 0},
+			[]float64{0, 1, 0, 1, 0},
+			[]float64{0.2 * 0.9 / 1.9, 0.2, 0.2 * 0.6 / 1.6, 0.4, 0}},
+		{"already first: infected scores untouched",
+			[]float64{0.1, 0.8, 0.05},
+			[]float64{0, 1, 0},
+			[]float64{0.8 * 0.1 / 1.1, 0.8, 0.8 * 0.05 / 1.05}},
+		{"an infected node at 0 sends the uninfected to 0",
+			[]float64{0.5, 0, 1},
+			[]float64{0, 1, 1},
+			[]float64{0, 0, 1}},
+		{"nothing infected: unchanged",
+			[]float64{0.3, 0.7},
+			[]float64{0, 0},
+			[]float64{0.3, 0.7}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := append([]float64(nil), tc.scores...)
+			InfectedFirst.apply(s, tc.y)
+			require.InDeltaSlice(t, tc.want, s, 1e-15)
+			s = append(s[:0], tc.scores...)
+			RankByScore.apply(s, tc.y)
+			require.Equal(t, tc.scores, s, "by score leaves the scores alone")
+		})
+	}
+	require.PanicsWithValue(t, "localize: ranking: 2 scores for 3 observations", func() {
+		InfectedFirst.apply(make([]float64, 2), make([]float64, 3))
+	})
+}
+
+func TestRocAUC(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		scores  []float64
+		sources []int
+		want    float64
+		ok      bool
+	}{
+		{"perfect", []float64{0.9, 0.1, 0.8, 0.2}, []int{0, 2}, 1, true},
+		{"reversed", []float64{0.1, 0.9, 0.2, 0.8}, []int{0, 2}, 0, true},
+		{"ties count a half", []float64{0.5, 0.5, 0.5}, []int{1}, 0.5, true},
+		{"one of two pairs", []float64{0.6, 0.9, 0.3}, []int{0}, 0.5, true},
+		{"a repeated source counts once", []float64{0.9, 0.1, 0.8, 0.2}, []int{0, 0, 2}, 1, true},
+		{"no sources", []float64{0.1, 0.2}, nil, 0, false},
+		{"all sources", []float64{0.1, 0.2}, []int{0, 1}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := rocAUC(tc.scores, tc.sources)
+			require.Equal(t, tc.ok, ok)
+			require.InDelta(t, tc.want, got, 1e-15)
+		})
+	}
+}
+
+func TestChooseRanking(t *testing.T) {
+	pair := func(sources, infected []int) forward.Pair {
+		return forward.Pair{Sources: sources, Infected: infected}
+	}
+	// Node 0 is an uninfected non-source the descent scores high: putting
+	// the infected first fixes the ranking.
+	helps := [][]float64{{0.9, 0.8, 0.1, 0.05}}
+	helpsPairs := []forward.Pair{pair([]int{1}, []int{1, 2})}
+	r, by, first := ChooseRanking(helps, helpsPairs)
+	require.Equal(t, InfectedFirst, r)
+	require.InDelta(t, 2.0/3, by, 1e-12)
+	require.InDelta(t, 1, first, 1e-12)
+
+	// A source the observation calls uninfected (recovered, under SIR)
+	// loses by it: the descent's ranking stays.
+	hurts := [][]float64{{0.9, 0.3, 0.1, 0.05}}
+	hurtsPairs := []forward.Pair{pair([]int{0}, []int{1, 2})}
+	r, by, first = ChooseRanking(hurts, hurtsPairs)
+	require.Equal(t, RankByScore, r)
+	require.InDelta(t, 1, by, 1e-12)
+	require.InDelta(t, 1.0/3, first, 1e-12)
+
+	// No change (every infected node already first) keeps the descent's.
+	level := [][]float64{{0.1, 0.8, 0.9, 0.05}}
+	r, by, first = ChooseRanking(level, []forward.Pair{pair([]int{1}, []int{1, 2})})
+	require.Equal(t, RankByScore, r)
+	require.Equal(t, by, first)
+
+	// The means are over every cascade; the scores are not changed.
+	both := append(append([][]float64(nil), helps...), hurts...)
+	r, by, first = ChooseRanking(both, append(append([]forward.Pair(nil), helpsPairs...), hurtsPairs...))
+	require.Equal(t, RankByScore, r)
+	require.InDelta(t, (2.0/3+1)/2, by, 1e-12)
+	require.InDelta(t, (1+1.0/3)/2, first, 1e-12)
+	require.Equal(t, []float64{0.9, 0.8, 0.1, 0.05}, both[0])
+
+	r, by, _ = ChooseRanking(nil, nil)
+	require.Equal(t, RankByScore, r)
+	require.True(t, math.IsNaN(by))
+	require.PanicsWithValue(t, "localize: ChooseRanking: 2 score vectors for 1 pairs", func() {
+		ChooseRanking(both, helpsPairs)
+	})
+}
+
+func TestParseRankingChoice(t *testing.T) {
+	scoreOnly, err := ParseRankingChoice("auto")
+	require.NoError(t, err)
+	require.False(t, scoreOnly)
+	scoreOnly, err = ParseRankingChoice("score")
+	require.NoError(t, err)
+	require.True(t, scoreOnly)
+	_, err = ParseRankingChoice("infected")
+	require.EqualError(t, err, `want auto or score, got "infected"`)
+}
+
+// A bundle ranking the infected first survives a write and a read, and
+// Solve puts every infected node above every uninfected one, with the
+// source set still {score >= Threshold}, under the threshold rule and a
+// count rule.
+func TestSolveWithInfectedFirst(t *testing.T) {
+	b := testBundle(t)
+	b.Manifest.Ranking = InfectedFirst
+	var buf bytes.Buffer
+	require.NoError(t, b.Write(&buf))
+	got, err := readBytes(buf.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, InfectedFirst, got.Manifest.Ranking)
+
+	p, f, _ := testProblem(12, 2, 4)
+	plain := testBundle(t)
+	before, err := Solve(t.Context(), plain, f, p.Y, DefaultOptions())
+	require.NoError(t, err)
+	for _, rule := range []SourceRule{{}, {Count: 3}} {
+		got.Manifest.SourceRule = rule
+		res, err := Solve(t.Context(), got, f, p.Y, DefaultOptions())
+		require.NoError(t, err)
+		lowestInfected := 2.0
+		for v, s := range res.Scores {
+			if p.Y[v] == 1 {
+				lowestInfected = min(lowestInfected, s)
+				require.Equal(t, before.Scores[v], s, "an infected node's score is the descent's")
+			}
+		}
+		for v, s := range res.Scores {
+			if p.Y[v] == 0 {
+				require.Less(t, s, lowestInfected, "uninfected node %d", v)
+			}
+			require.Equal(t, s >= res.Threshold, slices.Contains(res.Sources, v), "node %d", v)
+		}
+		for i := 1; i < len(res.Sources); i++ {
+			require.GreaterOrEqual(t, res.Scores[res.Sources[i-1]], res.Scores[res.Sources[i]])
+		}
+		if rule.Count > 0 {
+			require.Len(t, res.Sources, 3)
+		}
+	}
+}
