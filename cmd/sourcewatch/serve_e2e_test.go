@@ -153,6 +153,7 @@ func TestServeCountRule(t *testing.T) {
 	b, err := localize.LoadBundle(trained, nil)
 	require.NoError(t, err)
 	b.Manifest.SourceRule = localize.SourceRule{Count: 3}
+	b.Manifest.Ranking = localize.InfectedFirst
 	bundle := filepath.Join(t.TempDir(), "count.swb")
 	require.NoError(t, b.WriteFile(bundle))
 	edges, g := karateGraph(t)
@@ -167,7 +168,7 @@ func TestServeCountRule(t *testing.T) {
 		_ = alerts.Tail(ctx, js, "sourcewatch", "club", func(a alerts.Alert) error { got <- a; return nil })
 	}()
 
-	replayCluster(ctx, t, js, g, "club", 11)
+	c := replayCluster(ctx, t, js, g, "club", 11)
 
 	var a alerts.Alert
 	select {
@@ -181,6 +182,15 @@ func TestServeCountRule(t *testing.T) {
 	require.Equal(t, last, a.Threshold)
 	for _, s := range a.Sources[3:] {
 		require.Equal(t, last, s.Score, "a source past the third ties with the last")
+	}
+	// Ranked infected first: the alert's first sources, as many as it saw
+	// infected, are nodes the cascade infected.
+	infected := map[string]bool{}
+	for _, v := range c.Infected {
+		infected[g.ID(v)] = true
+	}
+	for _, s := range a.Sources[:min(len(a.Sources), a.Infected)] {
+		require.True(t, infected[s.Node], "source %s was never infected", s.Node)
 	}
 }
 
