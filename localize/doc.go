@@ -48,10 +48,15 @@
 // instead (SourceRule): the K highest scores, K fixed or a fraction of the
 // infected count, when that cut has the higher F1 on the same validation
 // solves; a vote of R restarts can only be thresholded into R + 1 set
-// sizes, and a count cuts the ranking where the baselines cut theirs. The score is the mean of the final x
-// over the restarts, with ties broken by the gradient of the objective at
+// sizes, and a count cuts the ranking where the baselines cut theirs.
+// The score is the mean of the final x over the restarts, with ties broken by the gradient of the objective at
 // the final x (see Result.Scores), a first-order estimate of which node
 // the descent would raise next: Adam's normalised steps drive almost every
 // x_v to exactly 0 or 1, so the mean alone takes few values (k/R) and ties
-// heavily, which ruins any ranking metric.
+// heavily, which ruins any ranking metric. The descent may also set x_v = 1
+// on a node the observation calls uninfected, to explain its infected
+// neighbours; Train may then record the ranking InfectedFirst, which puts
+// every such node below every infected one, when that raises the mean
+// ROC-AUC of the same validation solves (under SI a source is always
+// observed infected, so it cannot lower it there).
 package localize
