@@ -31,9 +31,9 @@ import (
 // (and, under a count rule, cut) otherwise.
 const FormatVersion = 3
 
-// minFormatVersion is the oldest format this package reads: a format 1
-// bundle is a format 3 one with the threshold rule and the descent's own
-// ranking, a format 2 one with the descent's ranking.
+// minFormatVersion is the oldest format this package reads: format 1
+// bundles read as format 3 ones with the threshold rule and the descent's
+// ranking, format 2 ones with the descent's ranking.
 const minFormatVersion = 1
 
 // Sentinel errors of bundle loading.

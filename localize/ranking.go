@@ -85,7 +85,13 @@ func ChooseRanking(scores [][]float64, pairs []forward.Pair) (r Ranking, byScore
 	for c, s := range scores {
 		p := pairs[c]
 		y = growTo(y, len(s))
-		observe(y, p.Infected)
+		clear(y)
+		for _, v := range p.Infected {
+			if v < 0 || v >= len(y) {
+				panic(fmt.Sprintf("localize: ChooseRanking: cascade %d: infected node %d outside 0..%d", c, v, len(y)-1))
+			}
+			y[v] = 1
+		}
 		a, ok := rocAUC(s, p.Sources)
 		if !ok {
 			continue // every node or no node a source: no ranking to judge

@@ -115,6 +115,9 @@ func TestChooseRanking(t *testing.T) {
 	require.PanicsWithValue(t, "localize: ChooseRanking: 2 score vectors for 1 pairs", func() {
 		ChooseRanking(both, helpsPairs)
 	})
+	require.PanicsWithValue(t, "localize: ChooseRanking: cascade 0: infected node 4 outside 0..3", func() {
+		ChooseRanking(helps, []forward.Pair{pair([]int{1}, []int{1, 4})})
+	})
 }
 
 func TestParseRankingChoice(t *testing.T) {

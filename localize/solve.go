@@ -177,7 +177,9 @@ type Result struct {
 	// restarts left at the same x (most end at exactly 0 or 1) the one the
 	// objective would raise first comes first. Scores lie in [0, 1].
 	// A node whose mean sits exactly at delta (k of R restarts) is a
-	// source when the tie-break keeps its score there.
+	// source when the tie-break keeps its score there. A bundle whose
+	// ranking is InfectedFirst has the scores of the nodes observed
+	// uninfected rescaled below every infected node's (see InfectedFirst).
 	Scores []float64
 	// Probability is, per node, the fraction of restarts with x_v >= delta.
 	Probability []float64
@@ -329,8 +331,8 @@ var errShape = errors.New("shape mismatch")
 
 // Solve runs SL-VAE inference (Algorithm 1, or the schedule opts.Variant
 // names) for observation y with the bundle's prior, threshold, ranking
-// and source rule and the forward model f. See the package documentation for the
-// objective.
+// and source rule and the forward model f. See the package documentation
+// for the objective.
 func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options) (*Result, error) {
 	delta := b.Manifest.Threshold
 	if opts.Threshold > 0 {
