@@ -326,12 +326,7 @@ func TestCacheFloats(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := gnntest.RandomGraph(12, 40, tt.directed, false, 91)
-			newNet := func() *network { return newNetwork(g, tt.arch, 1) }
-			held, got := gnntest.RowFloats[Arch](t, newNet), newNet().CacheFloats()
-			require.LessOrEqual(t, held, float64(got))
-			// Tight too (CacheFloats only rounds the edge term up), so a
-			// buffer added or dropped without the formula fails here.
-			require.Less(t, float64(got), held+1)
+			gnntest.CheckCacheFloats[Arch](t, func() *network { return newNetwork(g, tt.arch, 1) })
 		})
 	}
 }
@@ -350,19 +345,11 @@ func TestCacheFloatsGrowsWithWidth(t *testing.T) {
 		{"widest", []Arch{{Heads: 1, HeadDim: 1, Hops: 0}, {Heads: 64, HeadDim: 256, Hops: 16}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			prevFloats, prevRows := 0, math.MaxInt
-			for _, a := range tt.archs {
-				floats := newNetwork(g, a, 1).CacheFloats()
-				rows := gnn.ChunkRows(g.N(), floats)
-				t.Logf("%+v: %d floats per node and row, %d rows per pass", a, floats, rows)
-				require.Greater(t, floats, prevFloats, "%+v", a)
-				require.LessOrEqual(t, rows, prevRows, "%+v", a)
-				require.GreaterOrEqual(t, rows, 1)
-				if rows > 1 {
-					require.LessOrEqual(t, rows*g.N()*floats, gnn.PassFloats, "%+v", a)
-				}
-				prevFloats, prevRows = floats, rows
+			nets := make([]*network, len(tt.archs))
+			for i, a := range tt.archs {
+				nets[i] = newNetwork(g, a, 1)
 			}
+			gnntest.CheckWidening[Arch](t, nets)
 		})
 	}
 }

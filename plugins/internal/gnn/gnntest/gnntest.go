@@ -223,3 +223,36 @@ func heldFloats(v reflect.Value) int {
 	}
 	return sum
 }
+
+// CheckCacheFloats requires the CacheFloats of newNet's networks to bound
+// what a pass holds per node and row (RowFloats), and to be tight within
+// one float (it may only round up), so a buffer added or dropped without
+// the formula fails.
+func CheckCacheFloats[A gnn.Arch, N gnn.Network[A]](t *testing.T, newNet func() N) {
+	t.Helper()
+	held, got := RowFloats[A](t, newNet), newNet().CacheFloats()
+	require.LessOrEqual(t, held, float64(got))
+	require.Less(t, float64(got), held+1)
+}
+
+// CheckWidening requires each of nets, built on one graph from ever wider
+// architectures, to hold more floats per node and row than the one
+// before, to take no more rows per pass (gnn.ChunkRows), at least one,
+// and to keep a pass of more than one row within gnn.PassFloats.
+func CheckWidening[A gnn.Arch, N gnn.Network[A]](t *testing.T, nets []N) {
+	t.Helper()
+	prevFloats, prevRows := 0, math.MaxInt
+	for _, net := range nets {
+		a, n := net.Arch(), net.Nodes()
+		floats := net.CacheFloats()
+		rows := gnn.ChunkRows(n, floats)
+		t.Logf("%+v: %d floats per node and row, %d rows per pass", a, floats, rows)
+		require.Greater(t, floats, prevFloats, "%+v", a)
+		require.LessOrEqual(t, rows, prevRows, "%+v", a)
+		require.GreaterOrEqual(t, rows, 1)
+		if rows > 1 {
+			require.LessOrEqual(t, rows*n*floats, gnn.PassFloats, "%+v", a)
+		}
+		prevFloats, prevRows = floats, rows
+	}
+}
