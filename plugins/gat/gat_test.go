@@ -345,11 +345,7 @@ func TestCacheFloatsGrowsWithWidth(t *testing.T) {
 		{"widest", []Arch{{Heads: 1, HeadDim: 1, Hops: 0}, {Heads: 64, HeadDim: 256, Hops: 16}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			nets := make([]*network, len(tt.archs))
-			for i, a := range tt.archs {
-				nets[i] = newNetwork(g, a, 1)
-			}
-			gnntest.CheckWidening[Arch](t, nets)
+			gnntest.CheckWidening(t, tt.archs, func(a Arch) *network { return newNetwork(g, a, 1) })
 		})
 	}
 }
@@ -361,9 +357,5 @@ func TestCacheFloatsGrowsWithWidth(t *testing.T) {
 // more, which would cost memory.
 func TestChunkRowsAtDefaultArch(t *testing.T) {
 	g := gnntest.RandomGraph(4941, 6594, false, false, 95)
-	before := (1 << 14) / g.N()
-	rows := gnn.ChunkRows(g.N(), newNetwork(g, DefaultArch(), 1).CacheFloats())
-	t.Logf("%d rows per pass, %d before", rows, before)
-	require.GreaterOrEqual(t, rows, before)
-	require.LessOrEqual(t, rows, 3*before)
+	gnntest.CheckDefaultChunk[Arch](t, newNetwork(g, DefaultArch(), 1))
 }

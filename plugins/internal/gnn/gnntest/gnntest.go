@@ -235,16 +235,16 @@ func CheckCacheFloats[A gnn.Arch, N gnn.Network[A]](t *testing.T, newNet func() 
 	require.Less(t, float64(got), held+1)
 }
 
-// CheckWidening requires each of nets, built on one graph from ever wider
-// architectures, to hold more floats per node and row than the one
+// CheckWidening requires the networks build makes from archs, ever wider
+// architectures, each to hold more floats per node and row than the one
 // before, to take no more rows per pass (gnn.ChunkRows), at least one,
 // and to keep a pass of more than one row within gnn.PassFloats.
-func CheckWidening[A gnn.Arch, N gnn.Network[A]](t *testing.T, nets []N) {
+func CheckWidening[A gnn.Arch, N gnn.Network[A]](t *testing.T, archs []A, build func(A) N) {
 	t.Helper()
 	prevFloats, prevRows := 0, math.MaxInt
-	for _, net := range nets {
-		a, n := net.Arch(), net.Nodes()
-		floats := net.CacheFloats()
+	for _, a := range archs {
+		net := build(a)
+		n, floats := net.Nodes(), net.CacheFloats()
 		rows := gnn.ChunkRows(n, floats)
 		t.Logf("%+v: %d floats per node and row, %d rows per pass", a, floats, rows)
 		require.Greater(t, floats, prevFloats, "%+v", a)
@@ -255,4 +255,17 @@ func CheckWidening[A gnn.Arch, N gnn.Network[A]](t *testing.T, nets []N) {
 		}
 		prevFloats, prevRows = floats, rows
 	}
+}
+
+// CheckDefaultChunk requires net, a default architecture on a graph of
+// Power Grid's size, to take between one and three times the rows per
+// pass of the earlier fixed bound of 2^14 node-rows: not fewer, which
+// would cost speed, nor many more, which would cost memory.
+func CheckDefaultChunk[A gnn.Arch, N gnn.Network[A]](t *testing.T, net N) {
+	t.Helper()
+	before := (1 << 14) / net.Nodes()
+	rows := gnn.ChunkRows(net.Nodes(), net.CacheFloats())
+	t.Logf("%d rows per pass, %d before", rows, before)
+	require.GreaterOrEqual(t, rows, before)
+	require.LessOrEqual(t, rows, 3*before)
 }
