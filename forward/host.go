@@ -396,7 +396,7 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 	if st.Code() == codes.Unimplemented {
 		return fmt.Errorf("%s: %w: %s", prefix, errUnimplemented, st.Message())
 	}
-	for _, s := range []error{ErrNotConfigured, ErrNotFitted, ErrBadState, ErrBadOutput} {
+	for _, s := range []error{ErrSharedMemory, ErrNotConfigured, ErrNotFitted, ErrBadState, ErrBadOutput} {
 		if strings.Contains(st.Message(), s.Error()) {
 			return fmt.Errorf("%s: %s: %w", prefix, strings.TrimSuffix(st.Message(), ": "+s.Error()), s)
 		}
@@ -655,6 +655,12 @@ func (p *Process) fusedShared(ctx context.Context, sh *hostShared, x, target *ma
 		// A call that timed out or was cancelled may still be running in
 		// the plugin, reading x or writing dx: no later call may write there.
 		sh.retired.Store(true)
+		if errors.Is(err, ErrSharedMemory) {
+			// The plugin could not map the region and touched nothing in
+			// it: this call, and every later one, travels as bytes.
+			p.log.Warn("forward plugin batches travel through gRPC from now on", zap.String("plugin", p.name), zap.Error(err))
+			return nil, nil, false, nil
+		}
 		return nil, nil, true, err
 	}
 	sh.calls.Add(1)

@@ -111,6 +111,8 @@ func toStatus(err error) error {
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
+	case errors.Is(err, ErrSharedMemory):
+		code = codes.FailedPrecondition
 	case errors.Is(err, ErrNotConfigured), errors.Is(err, ErrNotFitted):
 		code = codes.FailedPrecondition
 	case errors.Is(err, ErrBadState), errors.Is(err, ErrBadMessage):
@@ -291,7 +293,7 @@ func (s *server) decodeX(m *forwardpb.Matrix) (*mat.Dense, error) {
 // shared region (SharedBatch's layout), writing dx there.
 func (s *server) sharedSquaredErrorVJP(ctx context.Context, sh *forwardpb.SharedBatch, lossOnly bool) (*forwardpb.VJPResponse, error) {
 	if s.shared == nil {
-		return nil, fmt.Errorf("shared: this plugin has no shared memory region: %w", ErrBadMessage)
+		return nil, fmt.Errorf("shared: this plugin has no shared memory region: %w", ErrSharedMemory)
 	}
 	if s.n == 0 {
 		return nil, fmt.Errorf("x: %w", ErrNotConfigured)
@@ -309,7 +311,7 @@ func (s *server) sharedSquaredErrorVJP(ctx context.Context, sh *forwardpb.Shared
 	}
 	mem, err := s.shared.view(size)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", err, ErrSharedMemory)
 	}
 	// Copies, not views: a model may keep what it is given, and the host
 	// writes the next call's batch here.

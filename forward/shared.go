@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -102,7 +103,7 @@ func (r *sharedRegion) view(size int) ([]byte, error) {
 		return nil, fmt.Errorf("shared memory: %w", err)
 	}
 	if fi.Size() < int64(size) {
-		return nil, fmt.Errorf("shared memory: batch needs %d bytes, the region holds %d: %w", size, fi.Size(), ErrBadMessage)
+		return nil, fmt.Errorf("shared memory: batch needs %d bytes, the region holds %d", size, fi.Size())
 	}
 	return r.remap(int(fi.Size()))
 }
@@ -129,6 +130,12 @@ func (r *sharedRegion) close() {
 	}
 	_ = r.file.Close()
 }
+
+// ErrSharedMemory is returned, wrapped, by a plugin that could not use the
+// shared batch region for a call (it has none, or cannot map what the host
+// grew). Such a plugin has not touched the region, so the host sends the
+// same call as bytes, and every later one.
+var ErrSharedMemory = errors.New("shared memory region unusable")
 
 // hostShared is a Process's side of the region. One call at a time uses
 // it; a concurrent call sends bytes instead of waiting.

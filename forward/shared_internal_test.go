@@ -97,19 +97,21 @@ func TestServerSharedBatch(t *testing.T) {
 	require.Equal(t, []float64{-4, 0, 8, 4, -2, 0}, denseAt(mem, dxOff, 2, 3).RawMatrix().Data)
 
 	for _, tc := range []struct {
-		name string
-		sh   *forwardpb.SharedBatch
-		want string
+		name     string
+		sh       *forwardpb.SharedBatch
+		want     string
+		sentinel error
 	}{
-		{"wrong columns", &forwardpb.SharedBatch{Rows: 2, Cols: 4, TargetRows: 1}, "4 columns for a 3-node graph"},
-		{"wrong target rows", &forwardpb.SharedBatch{Rows: 2, Cols: 3, TargetRows: 3}, "3 target rows for 2 rows of x"},
-		{"larger than the region", &forwardpb.SharedBatch{Rows: 1000, Cols: 3, TargetRows: 1}, "the region holds"},
-		{"absurd", &forwardpb.SharedBatch{Rows: 1 << 31, Cols: 3, TargetRows: 1}, "does not fit the region"},
+		{"wrong columns", &forwardpb.SharedBatch{Rows: 2, Cols: 4, TargetRows: 1}, "4 columns for a 3-node graph", ErrBadMessage},
+		{"wrong target rows", &forwardpb.SharedBatch{Rows: 2, Cols: 3, TargetRows: 3}, "3 target rows for 2 rows of x", ErrBadMessage},
+		// What the plugin could not map: it says so, and the host resends.
+		{"larger than the region", &forwardpb.SharedBatch{Rows: 1000, Cols: 3, TargetRows: 1}, "the region holds", ErrSharedMemory},
+		{"absurd", &forwardpb.SharedBatch{Rows: 1 << 31, Cols: 3, TargetRows: 1}, "does not fit the region", ErrBadMessage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := s.SquaredErrorVJP(t.Context(), &forwardpb.SquaredErrorVJPRequest{Shared: tc.sh})
 			require.ErrorContains(t, err, tc.want)
-			require.ErrorContains(t, err, ErrBadMessage.Error())
+			require.ErrorContains(t, err, tc.sentinel.Error())
 		})
 	}
 
@@ -117,4 +119,5 @@ func TestServerSharedBatch(t *testing.T) {
 	_, err = without.SquaredErrorVJP(t.Context(), &forwardpb.SquaredErrorVJPRequest{
 		Shared: &forwardpb.SharedBatch{Rows: 2, Cols: 3, TargetRows: 1}})
 	require.ErrorContains(t, err, "this plugin has no shared memory region")
+	require.ErrorContains(t, err, ErrSharedMemory.Error())
 }

@@ -207,3 +207,30 @@ func TestLaunchEnvironmentWinsOverTheHosts(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, p.SharedCalls(), "the plugin mapped the region Launch gave it")
 }
+
+// A plugin that cannot map the region for a call has touched nothing in
+// it: the host sends that same call as bytes, so the caller gets its
+// answer, not an error, and every later call travels as bytes.
+func TestSharedMemoryUnusableFallsBackToBytes(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("the shared region needs Linux's memfd")
+	}
+	g := karate(t)
+	p := launch(t, "icmf")
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	x, _ := batch(g.N(), 3, 1)
+	target, _ := batch(g.N(), 1, 2)
+	want, wantDx, err := p.SquaredErrorLoss(t.Context(), x, target)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, p.SharedCalls())
+
+	forward.ForgeNextSharedBatch(p)
+	for range 2 {
+		loss, dx, err := p.SquaredErrorLoss(t.Context(), x, target)
+		require.NoError(t, err)
+		require.Equal(t, want, loss)
+		require.Equal(t, wantDx.RawMatrix().Data, dx.RawMatrix().Data)
+	}
+	require.EqualValues(t, 1, p.SharedCalls(), "the refused call and the next went as bytes")
+}
