@@ -172,6 +172,13 @@ func (m *Model[A, N]) Configure(ctx context.Context, g *graph.Graph, p map[strin
 		}
 		arch = sa
 	}
+	probe := net
+	if state == nil {
+		probe = m.spec.NewNetwork(g, arch, 0)
+	}
+	if err := checkRowFloats(g.N(), probe.CacheFloats()); err != nil {
+		return fmt.Errorf("%s: configure: architecture %+v: %w", name, arch, err)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.g, m.arch, m.patience, m.net, m.fitted = g, arch, patience, net, state != nil
@@ -274,8 +281,25 @@ func (m *Model[A, N]) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *m
 // pass there instead of 3, within the same bound. A wider architecture
 // gets proportionally fewer rows, down to one: the widest GAT (64 heads x
 // 256, over 200,000 per node and row) exceeds the bound with one row on
-// 73 nodes or more, which splitting rows cannot help.
+// 73 nodes or more, which splitting rows cannot help; Configure refuses an
+// architecture whose one row would exceed MaxRowFloats.
 const PassFloats = 1 << 24
+
+// MaxRowFloats bounds the floats one row of a pass may hold (2 GiB):
+// rows are never split, so an architecture that needs more for one row of
+// the configured graph is refused at Configure rather than left to run
+// the plugin out of memory in the middle of a Fit or a Solve.
+const MaxRowFloats = 1 << 28
+
+// checkRowFloats reports a network whose buffers, perNode floats per node
+// and row, exceed MaxRowFloats for one row on n nodes.
+func checkRowFloats(n, perNode int) error {
+	if need := float64(n) * float64(perNode); need > MaxRowFloats {
+		return fmt.Errorf("one row of this %d-node graph needs %d floats per node, %.1f GiB, over the %d GiB one row may hold: use a narrower architecture",
+			n, perNode, need*8/(1<<30), MaxRowFloats*8/(1<<30))
+	}
+	return nil
+}
 
 // ChunkRows is the number of rows of x per pass on n nodes for a network
 // whose buffers hold perNode floats per node and row (its CacheFloats):
