@@ -22,7 +22,8 @@ const (
 	//
 	//	s' = m·s / (1 + s),
 	//
-	// below m/2. Under SI (and IC) a source is infected when observed, so
+	// below m/2 for scores in [0, 1] (0, a tie, when m is 0, which
+	// Result.Scores' tie-break never gives). Under SI (and IC) a source is infected when observed, so
 	// this cannot lower any observation's ROC-AUC there; the descent
 	// itself may still use uninfected nodes to explain y (restricting x to
 	// the infected nodes in the descent ranks worse, see the README).
