@@ -23,8 +23,13 @@ import (
 // and nothing after it.
 const (
 	stateMagic   = "SWDEEPIS"
-	stateVersion = 1
+	stateVersion = 2
 )
+
+// Version 1 states predate the source gate; they read as a net whose gate
+// is shut (rho = sigmoid(-40), 0 in float64 arithmetic), as they were
+// trained.
+const closedSourceLogit = -40
 
 func encodeState(g *graph.Graph, nt *net) ([]byte, error) {
 	var b bytes.Buffer
@@ -73,8 +78,9 @@ func decodeState(g *graph.Graph, cfg *config, state []byte) (*net, error) {
 	if string(magic) != stateMagic {
 		return nil, badState("not a deepis state (magic %q)", magic)
 	}
-	if v := u32(); !truncated && v != stateVersion {
-		return nil, badState("state version %d, this build reads %d", v, stateVersion)
+	version := u32()
+	if !truncated && (version < 1 || version > stateVersion) {
+		return nil, badState("state version %d, this build reads 1 to %d", version, stateVersion)
 	}
 	fpLen := u32()
 	if fpLen > 1024 {
@@ -110,7 +116,12 @@ func decodeState(g *graph.Graph, cfg *config, state []byte) (*net, error) {
 	}
 	cfg.arch = a
 	nt := newNet(g, a, rand.New(rand.NewPCG(1, 0)))
-	if err := nn.ReadParams(r, nt.params); err != nil {
+	params := nt.params
+	if version == 1 {
+		params = params[:len(params)-1] // no source gate
+		nt.srcLogit.Value[0] = closedSourceLogit
+	}
+	if err := nn.ReadParams(r, params); err != nil {
 		if errors.Is(err, nn.ErrCorruptParams) || errors.Is(err, nn.ErrParamMismatch) {
 			return nil, fmt.Errorf("deepis: %w: %w", forward.ErrBadState, err)
 		}
