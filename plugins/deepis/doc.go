@@ -10,16 +10,11 @@
 //
 //	features    φ_v = [x_v, (P0^T x)_v, ((P0^T)^2 x)_v, ..., ((P0^T)^H x)_v, log(1 + indeg_v)]
 //	initial     q_v = MLP(φ_v)                      (shared MLP, sigmoid output)
-//	seed        y⁰_v = 1 - (1 - x_v)(1 - q_v)        (so y⁰ >= x)
+//	seed        y⁰_v = 1 - (1 - x_v)(1 - q_v)        (so f(x) >= x)
 //	propagate   yᵗ_v = 1 - (1 - yᵗ⁻¹_v) · Π_{u->v} (1 - P_uv yᵗ⁻¹_u),   t = 1..T
-//	output      f(x)_v = y^T_v (1 - ρ x_v)
+//	output      f(x) = y^T
 //
-// with H = hops and T = steps. ρ = sigmoid(b) is a learned source gate, the
-// chance that a source is observed uninfected: under SIR a source that has
-// recovered is 0 in the observation, which a model with f(x) >= x cannot
-// express, so the descent could never name it and every such pair cost
-// squared error 1 in training. b starts at -4 (ρ = 0.018); fitted on SI
-// pairs it shuts further. The propagation matrix P = min(1, s P0)
+// with H = hops and T = steps. The propagation matrix P = min(1, s P0)
 // carries one learned scale s = exp(a) (a starts at 0), so training can
 // correct the assumed infection probability. Each factor 1 - P_uv y_u is
 // clamped below at 1e-12; the product is formed directly, which equals
@@ -42,6 +37,5 @@
 //
 // The state blob is versioned and holds the architecture, the graph's
 // fingerprint and the parameters (nn.WriteParams), so a state made for
-// another graph is rejected with forward.ErrBadState. Version 2 added the
-// source gate; a version 1 state reads with the gate shut.
+// another graph is rejected with forward.ErrBadState.
 package deepis

@@ -233,10 +233,6 @@ func (tr *trainer) step(pairs []forward.Pair, idx []int, subs [][]int, lambda fl
 		tr.scratch[p].sse, tr.scratch[p].gScale = 0, 0
 	}
 	nt.logScale.Grad[0] = 0
-	nt.srcLogit.Grad[0] = 0
-	for p := range tr.scratch {
-		nt.workers[p].gSrc = 0
-	}
 	parts := tr.parallel(len(idx), func(p, lo, hi int) {
 		w, sc := nt.workers[p], tr.scratch[p]
 		for c := lo; c < hi; c += tr.chunk {
@@ -268,7 +264,6 @@ func (tr *trainer) step(pairs []forward.Pair, idx []int, subs [][]int, lambda fl
 	for p := 0; p < parts; p++ {
 		sse += tr.scratch[p].sse
 		nt.logScale.Grad[0] += tr.scratch[p].gScale
-		nt.srcLogit.Grad[0] += nt.workers[p].gSrc
 		if p == 0 {
 			continue // worker 0 runs on nt.mlp itself
 		}

@@ -17,11 +17,6 @@ const minFactor = 1e-12
 // stay a few MB whatever the graph and batch sizes.
 const maxChunkCells = 1 << 16
 
-// initialSourceLogit starts the source gate nearly shut (rho = 0.018):
-// a source is observed infected, as under SI, until the training pairs
-// say otherwise.
-const initialSourceLogit = -4
-
 // arch is the architecture; it travels in the state blob.
 type arch struct {
 	Hops, Steps, Hidden, Layers int
@@ -51,9 +46,6 @@ type net struct {
 
 	mlp      *nn.MLP
 	logScale *nn.Param // a, with s = exp(a)
-	// srcLogit is b, with rho = sigmoid(b) the chance a source is observed
-	// uninfected (recovered, under SIR): f_v = y^T_v (1 - rho x_v).
-	srcLogit *nn.Param
 	params   []*nn.Param
 
 	// workers[0] runs on mlp itself; the others on replicas, for
@@ -66,8 +58,6 @@ type net struct {
 type worker struct {
 	tp  tape
 	mlp *nn.MLP
-	// gSrc accumulates dL/db of the training passes of this worker.
-	gSrc float64
 }
 
 // worker returns the i-th worker, creating it on first use.
@@ -95,9 +85,6 @@ type tape struct {
 	prod [][]float64 // Steps products Π(1 - P y)
 	pe   []float64   // P per in-arc for this pass
 	peOK []bool      // P < 1, so dP/da = P (else clamped, 0)
-	rho  float64
-	gxe  []float64 // dL/dx through the source gate, node-major
-	outT []float64
 	// scratch
 	h1, h2, g, gp, hv []float64
 	blk               []float64 // one node's rows values
@@ -144,8 +131,7 @@ func newNet(g *graph.Graph, a arch, rng *rand.Rand) *net {
 	out := nt.mlp.Layers[len(nt.mlp.Layers)-1]
 	out.B[0] = -3
 	nt.logScale = &nn.Param{Name: "edge.logscale", Value: []float64{0}, Grad: []float64{0}, Rows: 1, Cols: 1}
-	nt.srcLogit = &nn.Param{Name: "source.logit", Value: []float64{initialSourceLogit}, Grad: []float64{0}, Rows: 1, Cols: 1}
-	nt.params = append(append([]*nn.Param(nil), nt.mlp.Params()...), nt.logScale, nt.srcLogit)
+	nt.params = append(append([]*nn.Param(nil), nt.mlp.Params()...), nt.logScale)
 	return nt
 }
 
@@ -283,13 +269,7 @@ func (nt *net) forward(w *worker, x []float64, rows int, y []float64) {
 			}
 		}
 	}
-	tp.rho = 1 / (1 + math.Exp(-nt.srcLogit.Value[0]))
-	tp.outT = grow(tp.outT, cells)
-	yT := tp.ys[nt.Steps]
-	for c := range tp.outT {
-		tp.outT[c] = yT[c] * (1 - tp.rho*xt[c])
-	}
-	transpose(y, tp.outT, n, rows)
+	transpose(y, tp.ys[nt.Steps], n, rows)
 }
 
 // transpose writes the r x c row-major src into dst as c x r.
@@ -328,20 +308,6 @@ func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 	transpose(g, dy, rows, n)
 	var gScale float64
 	training := dx == nil
-	// Through the source gate f = y^T (1 - rho x).
-	{
-		yT, xt := tp.ys[nt.Steps], tp.xt
-		tp.gxe = grow(tp.gxe, cells)
-		var gr float64
-		for c := range g {
-			gr -= g[c] * xt[c] * yT[c]
-			tp.gxe[c] = -g[c] * tp.rho * yT[c]
-			g[c] *= 1 - tp.rho*xt[c]
-		}
-		if training {
-			w.gSrc += gr * tp.rho * (1 - tp.rho)
-		}
-	}
 	for t := nt.Steps; t >= 1; t-- {
 		yp, pr := tp.ys[t-1], tp.prod[t-1]
 		if nt.uniform {
@@ -411,7 +377,7 @@ func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 		acc, nxt = nxt, acc
 	}
 	for c := 0; c < cells; c++ {
-		gx[c] += acc[c] + tp.gxe[c]
+		gx[c] += acc[c]
 	}
 	transpose(dx, gx, n, rows)
 	return 0

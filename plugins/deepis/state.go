@@ -23,13 +23,8 @@ import (
 // and nothing after it.
 const (
 	stateMagic   = "SWDEEPIS"
-	stateVersion = 2
+	stateVersion = 1
 )
-
-// Version 1 states predate the source gate; they read as a net whose gate
-// is shut (rho = sigmoid(-40), 0 in float64 arithmetic), as they were
-// trained.
-const closedSourceLogit = -40
 
 func encodeState(g *graph.Graph, nt *net) ([]byte, error) {
 	var b bytes.Buffer
@@ -78,9 +73,8 @@ func decodeState(g *graph.Graph, cfg *config, state []byte) (*net, error) {
 	if string(magic) != stateMagic {
 		return nil, badState("not a deepis state (magic %q)", magic)
 	}
-	version := u32()
-	if !truncated && (version < 1 || version > stateVersion) {
-		return nil, badState("state version %d, this build reads 1 to %d", version, stateVersion)
+	if v := u32(); !truncated && v != stateVersion {
+		return nil, badState("state version %d, this build reads %d", v, stateVersion)
 	}
 	fpLen := u32()
 	if fpLen > 1024 {
@@ -116,12 +110,7 @@ func decodeState(g *graph.Graph, cfg *config, state []byte) (*net, error) {
 	}
 	cfg.arch = a
 	nt := newNet(g, a, rand.New(rand.NewPCG(1, 0)))
-	params := nt.params
-	if version == 1 {
-		params = params[:len(params)-1] // no source gate
-		nt.srcLogit.Value[0] = closedSourceLogit
-	}
-	if err := nn.ReadParams(r, params); err != nil {
+	if err := nn.ReadParams(r, nt.params); err != nil {
 		if errors.Is(err, nn.ErrCorruptParams) || errors.Is(err, nn.ErrParamMismatch) {
 			return nil, fmt.Errorf("deepis: %w: %w", forward.ErrBadState, err)
 		}
