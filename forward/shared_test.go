@@ -13,6 +13,7 @@ import (
 
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 // The shared region is a transport: a fused call through it answers
@@ -92,26 +93,35 @@ func TestSharedMemoryConcurrentCalls(t *testing.T) {
 	}
 }
 
+// sharedICMF launches icmf configured on karate and makes one fused call
+// through the shared region, returning the process, the graph, the batch
+// and that call's answer.
+func sharedICMF(t *testing.T) (p *forward.Process, g *graph.Graph, x, target *mat.Dense, loss []float64, dx *mat.Dense) {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		t.Skip("the shared region needs Linux's memfd")
+	}
+	g = karate(t)
+	p = launch(t, "icmf")
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	x, _ = batch(g.N(), 3, 1)
+	target, _ = batch(g.N(), 1, 2)
+	loss, dx, err := p.SquaredErrorLoss(t.Context(), x, target)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, p.SharedCalls())
+	return p, g, x, target, loss, dx
+}
+
 // After a call through the region fails, the process stops using it (the
 // plugin might still be reading or writing it, had the call timed out) and
 // its later calls travel as bytes.
 func TestSharedMemoryRetiredAfterFailure(t *testing.T) {
 	t.Parallel()
-	if runtime.GOOS != "linux" {
-		t.Skip("the shared region needs Linux's memfd")
-	}
-	g := karate(t)
-	p := launch(t, "icmf")
-	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
-	x, _ := batch(g.N(), 3, 1)
-	target, _ := batch(g.N(), 1, 2)
-	want, wantDx, err := p.SquaredErrorLoss(t.Context(), x, target)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, p.SharedCalls())
+	p, g, x, target, want, wantDx := sharedICMF(t)
 
 	// A failed Configure leaves the plugin unconfigured: the next call fails.
 	require.Error(t, p.Configure(t.Context(), g, map[string]string{"steps": "-1"}, nil))
-	_, _, err = p.SquaredErrorLoss(t.Context(), x, target)
+	_, _, err := p.SquaredErrorLoss(t.Context(), x, target)
 	require.ErrorIs(t, err, forward.ErrNotConfigured)
 
 	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
@@ -213,17 +223,7 @@ func TestLaunchEnvironmentWinsOverTheHosts(t *testing.T) {
 // answer, not an error, and every later call travels as bytes.
 func TestSharedMemoryUnusableFallsBackToBytes(t *testing.T) {
 	t.Parallel()
-	if runtime.GOOS != "linux" {
-		t.Skip("the shared region needs Linux's memfd")
-	}
-	g := karate(t)
-	p := launch(t, "icmf")
-	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
-	x, _ := batch(g.N(), 3, 1)
-	target, _ := batch(g.N(), 1, 2)
-	want, wantDx, err := p.SquaredErrorLoss(t.Context(), x, target)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, p.SharedCalls())
+	p, _, x, target, want, wantDx := sharedICMF(t)
 
 	forward.ForgeNextSharedBatch(p)
 	for range 2 {
