@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
 )
 
 // Metrics are one cascade's scores. AUC is NaN when undefined (no node or
@@ -55,41 +56,11 @@ func countOverlap(a, b []int) (na, nb, both int) {
 
 // AUC returns the ROC-AUC of scores for separating the positive nodes from
 // the rest: the Mann-Whitney statistic with tied scores given their average
-// rank. It returns NaN when there are no positives or no negatives. AUC
-// panics if the lengths differ.
+// rank (localize.ROCAUC, which Train also uses to choose a ranking). It
+// returns NaN when there are no positives or no negatives. AUC panics if
+// the lengths differ.
 func AUC(scores []float64, positive []bool) float64 {
-	if len(scores) != len(positive) {
-		panic("eval: AUC length mismatch")
-	}
-	n := len(scores)
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
-	}
-	sort.Slice(order, func(a, b int) bool { return scores[order[a]] < scores[order[b]] })
-	var rankSum float64
-	pos := 0
-	for lo := 0; lo < n; {
-		hi := lo + 1
-		for hi < n && scores[order[hi]] == scores[order[lo]] {
-			hi++
-		}
-		// ranks lo+1..hi share their mean
-		avg := float64(lo+1+hi) / 2
-		for _, i := range order[lo:hi] {
-			if positive[i] {
-				rankSum += avg
-				pos++
-			}
-		}
-		lo = hi
-	}
-	neg := n - pos
-	if pos == 0 || neg == 0 {
-		return math.NaN()
-	}
-	p := float64(pos)
-	return (rankSum - p*(p+1)/2) / (p * float64(neg))
+	return localize.ROCAUC(scores, positive)
 }
 
 // TopK returns the fraction of truth found among the k = len(truth) highest

@@ -83,6 +83,7 @@ func ChooseRanking(scores [][]float64, pairs []forward.Pair) (r Ranking, byScore
 	var sumBy, sumFirst float64
 	count := 0
 	adjusted, y := []float64(nil), []float64(nil)
+	var isSource []bool
 	for c, s := range scores {
 		p := pairs[c]
 		y = growTo(y, len(s))
@@ -93,13 +94,20 @@ func ChooseRanking(scores [][]float64, pairs []forward.Pair) (r Ranking, byScore
 			}
 			y[v] = 1
 		}
-		a, ok := rocAUC(s, p.Sources)
-		if !ok {
+		isSource = growBools(isSource, len(s))
+		for _, v := range p.Sources {
+			if v < 0 || v >= len(s) {
+				panic(fmt.Sprintf("localize: ChooseRanking: cascade %d: source %d outside 0..%d", c, v, len(s)-1))
+			}
+			isSource[v] = true
+		}
+		a := ROCAUC(s, isSource)
+		if math.IsNaN(a) {
 			continue // every node or no node a source: no ranking to judge
 		}
 		adjusted = append(adjusted[:0], s...)
 		InfectedFirst.apply(adjusted, y)
-		b, _ := rocAUC(adjusted, p.Sources)
+		b := ROCAUC(adjusted, isSource)
 		sumBy += a
 		sumFirst += b
 		count++
@@ -114,30 +122,43 @@ func ChooseRanking(scores [][]float64, pairs []forward.Pair) (r Ranking, byScore
 	return RankByScore, byScore, infectedFirst
 }
 
-// rocAUC is the probability that a source outscores a non-source, ties
-// counting one half (the Mann-Whitney statistic over average ranks); ok is
-// false when either class is empty.
-func rocAUC(scores []float64, sources []int) (auc float64, ok bool) {
+// ROCAUC is the probability that a positive node outscores a negative
+// one, ties counting one half: the Mann-Whitney statistic over average
+// ranks,
+//
+//	(Σ_{v positive} rank_v - P(P+1)/2) / (P N),
+//
+// with P positives and N negatives. It is NaN when either class is empty
+// and panics if the lengths differ. eval's AUC is this function.
+func ROCAUC(scores []float64, positive []bool) float64 {
+	if len(scores) != len(positive) {
+		panic(fmt.Sprintf("localize: ROCAUC: %d scores for %d labels", len(scores), len(positive)))
+	}
+	rank := averageRanks(scores)
+	var sum float64
 	pos := 0
-	isSource := make([]bool, len(scores))
-	for _, v := range sources {
-		if v >= 0 && v < len(scores) && !isSource[v] {
-			isSource[v] = true
+	for v, isPos := range positive {
+		if isPos {
+			sum += rank[v]
 			pos++
 		}
 	}
 	neg := len(scores) - pos
 	if pos == 0 || neg == 0 {
-		return 0, false
+		return math.NaN()
 	}
-	rank := averageRanks(scores)
-	var sum float64
-	for v, src := range isSource {
-		if src {
-			sum += rank[v]
-		}
+	return (sum - float64(pos)*float64(pos+1)/2) / (float64(pos) * float64(neg))
+}
+
+// growBools returns s with length n, all false, reusing its memory when
+// it can.
+func growBools(s []bool, n int) []bool {
+	if cap(s) < n {
+		return make([]bool, n)
 	}
-	return (sum - float64(pos)*float64(pos+1)/2) / (float64(pos) * float64(neg)), true
+	s = s[:n]
+	clear(s)
+	return s
 }
 
 // growTo returns s with length n, reusing its memory when it can.

@@ -49,28 +49,32 @@ func TestInfectedFirstApply(t *testing.T) {
 	})
 }
 
-func TestRocAUC(t *testing.T) {
+func TestROCAUC(t *testing.T) {
 	for _, tc := range []struct {
-		name    string
-		scores  []float64
-		sources []int
-		want    float64
-		ok      bool
+		name     string
+		scores   []float64
+		positive []bool
+		want     float64
 	}{
-		{"perfect", []float64{0.9, 0.1, 0.8, 0.2}, []int{0, 2}, 1, true},
-		{"reversed", []float64{0.1, 0.9, 0.2, 0.8}, []int{0, 2}, 0, true},
-		{"ties count a half", []float64{0.5, 0.5, 0.5}, []int{1}, 0.5, true},
-		{"one of two pairs", []float64{0.6, 0.9, 0.3}, []int{0}, 0.5, true},
-		{"a repeated source counts once", []float64{0.9, 0.1, 0.8, 0.2}, []int{0, 0, 2}, 1, true},
-		{"no sources", []float64{0.1, 0.2}, nil, 0, false},
-		{"all sources", []float64{0.1, 0.2}, []int{0, 1}, 0, false},
+		{"perfect", []float64{0.9, 0.1, 0.8, 0.2}, []bool{true, false, true, false}, 1},
+		{"reversed", []float64{0.1, 0.9, 0.2, 0.8}, []bool{true, false, true, false}, 0},
+		{"ties count a half", []float64{0.5, 0.5, 0.5}, []bool{false, true, false}, 0.5},
+		{"one of two pairs", []float64{0.6, 0.9, 0.3}, []bool{true, false, false}, 0.5},
+		{"no positives", []float64{0.1, 0.2}, []bool{false, false}, math.NaN()},
+		{"all positives", []float64{0.1, 0.2}, []bool{true, true}, math.NaN()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := rocAUC(tc.scores, tc.sources)
-			require.Equal(t, tc.ok, ok)
+			got := ROCAUC(tc.scores, tc.positive)
+			if math.IsNaN(tc.want) {
+				require.True(t, math.IsNaN(got), "got %g", got)
+				return
+			}
 			require.InDelta(t, tc.want, got, 1e-15)
 		})
 	}
+	require.PanicsWithValue(t, "localize: ROCAUC: 2 scores for 1 labels", func() {
+		ROCAUC([]float64{1, 2}, []bool{true})
+	})
 }
 
 func TestChooseRanking(t *testing.T) {
@@ -114,6 +118,9 @@ func TestChooseRanking(t *testing.T) {
 	require.True(t, math.IsNaN(by))
 	require.PanicsWithValue(t, "localize: ChooseRanking: 2 score vectors for 1 pairs", func() {
 		ChooseRanking(both, helpsPairs)
+	})
+	require.PanicsWithValue(t, "localize: ChooseRanking: cascade 0: source 7 outside 0..3", func() {
+		ChooseRanking(helps, []forward.Pair{pair([]int{7}, []int{1})})
 	})
 	require.PanicsWithValue(t, "localize: ChooseRanking: cascade 0: infected node 4 outside 0..3", func() {
 		ChooseRanking(helps, []forward.Pair{pair([]int{1}, []int{1, 4})})

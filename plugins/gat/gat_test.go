@@ -364,12 +364,6 @@ func TestChunkRowsAtDefaultArch(t *testing.T) {
 // configured graph is refused at Configure, naming it; the same
 // architecture fits a small graph, and the default fits a large one.
 func TestConfigureRefusesTooWideForGraph(t *testing.T) {
-	ctx := context.Background()
-	widest := map[string]string{"heads": "64", "head_dim": "256", "hops": "16"}
-	large := gnntest.RandomGraph(4941, 6594, false, false, 97)
-	err := New().Configure(ctx, large, widest, nil)
-	require.ErrorContains(t, err, "gat: configure: architecture {Heads:64 HeadDim:256 Hops:16}: one row of this 4941-node graph needs")
-	require.ErrorContains(t, err, "use a narrower architecture")
-	require.NoError(t, New().Configure(ctx, large, nil, nil))
-	require.NoError(t, New().Configure(ctx, gnntest.RandomGraph(60, 120, false, false, 97), widest, nil))
+	gnntest.CheckRefusesTooWide(t, func() forward.Model { return New() }, map[string]string{"heads": "64", "head_dim": "256", "hops": "16"},
+		"gat: configure: architecture {Heads:64 HeadDim:256 Hops:16}: one row of this 4941-node graph needs")
 }

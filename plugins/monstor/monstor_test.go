@@ -362,11 +362,6 @@ func TestChunkRowsAtDefaultArch(t *testing.T) {
 // configured graph is refused at Configure, naming it; the same
 // architecture fits a small graph, and the default fits a large one.
 func TestConfigureRefusesTooWideForGraph(t *testing.T) {
-	ctx := context.Background()
-	widest := map[string]string{"stacks": "16", "hidden": "1024"}
-	large := gnntest.RandomGraph(4941, 6594, false, false, 97)
-	err := New().Configure(ctx, large, widest, nil)
-	require.ErrorContains(t, err, "monstor: configure: architecture {Stacks:16 Hidden:1024}: one row of this 4941-node graph needs 65924 floats per node")
-	require.NoError(t, New().Configure(ctx, large, nil, nil))
-	require.NoError(t, New().Configure(ctx, gnntest.RandomGraph(60, 120, false, false, 97), widest, nil))
+	gnntest.CheckRefusesTooWide(t, func() forward.Model { return New() }, map[string]string{"stacks": "16", "hidden": "1024"},
+		"monstor: configure: architecture {Stacks:16 Hidden:1024}: one row of this 4941-node graph needs 65924 floats per node")
 }

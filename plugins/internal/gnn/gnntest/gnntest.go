@@ -269,3 +269,18 @@ func CheckDefaultChunk[A gnn.Arch, N gnn.Network[A]](t *testing.T, net N) {
 	require.GreaterOrEqual(t, rows, before)
 	require.LessOrEqual(t, rows, 3*before)
 }
+
+// CheckRefusesTooWide requires a model from newModel to refuse, at
+// Configure on a graph of Power Grid's size, the architecture widest
+// (whose single row exceeds gnn.MaxRowFloats there) with an error
+// containing want, and to accept both the default architecture there and
+// widest on a small graph.
+func CheckRefusesTooWide(t *testing.T, newModel func() forward.Model, widest map[string]string, want string) {
+	t.Helper()
+	large := RandomGraph(4941, 6594, false, false, 97)
+	err := newModel().Configure(t.Context(), large, widest, nil)
+	require.ErrorContains(t, err, want)
+	require.ErrorContains(t, err, "use a narrower architecture")
+	require.NoError(t, newModel().Configure(t.Context(), large, nil, nil))
+	require.NoError(t, newModel().Configure(t.Context(), RandomGraph(60, 120, false, false, 97), widest, nil))
+}
