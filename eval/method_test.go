@@ -610,3 +610,31 @@ func TestNetSleuthPickCap(t *testing.T) {
 		})
 	}
 }
+
+// The paper's variants solve with the paper's deepis, without the source
+// gate, unless told otherwise; slvae and its no-prior ablation leave the
+// gate to deepis (auto), and other plugins are not sent a param they do
+// not know.
+func TestSLVAEForwardGateDefault(t *testing.T) {
+	g := graph.New(3, []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}}, nil, false, false)
+	for _, tt := range []struct {
+		method string
+		params map[string]string
+		gate   string // "" for no gate param sent
+	}{
+		{"slvae", nil, ""},
+		{"slvae-noprior", nil, ""},
+		{"slvae-paper", nil, "off"},
+		{"slvae-a", nil, "off"},
+		{"slvae-b", nil, "off"},
+		{"slvae-paper", map[string]string{"forward.gate": "auto"}, "auto"},
+		{"slvae", map[string]string{"forward.gate": "on"}, "on"},
+		{"slvae-paper", map[string]string{"forward": "icmf"}, ""},
+	} {
+		m, err := newSLVAE(Env{Graph: g, Params: tt.params}, tt.method, slvaeVariants[tt.method])
+		require.NoError(t, err, tt.method)
+		gate, sent := m.fparams["gate"]
+		require.Equal(t, tt.gate != "", sent, "%s %v", tt.method, tt.params)
+		require.Equal(t, tt.gate, gate, "%s %v", tt.method, tt.params)
+	}
+}

@@ -26,7 +26,9 @@ import (
 //
 //	forward      forward-model plugin name (default deepis)
 //	plugin_dir   where sourcewatch-forward-<name> binaries live (default bin)
-//	forward.<k>  a parameter of the forward plugin
+//	forward.<k>  a parameter of the forward plugin; the paper's variants
+//	             (slvae-paper, slvae-a, slvae-b) default deepis's gate to
+//	             off, the paper's model, with which their rows were made
 //	epochs       forward-model epochs (0 = plugin default)
 //	prior_epochs VAE epochs (0 = default)
 //	prior_seed   the VAE's seed (initialisation, shuffling, noise); default
@@ -185,6 +187,11 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 			m.fparams[fk] = v
 		}
 	}
+	if _, given := m.fparams["gate"]; m.forward == "deepis" && !given && defaultRanking(name) == "score" {
+		// The paper's deepis has no source gate, and these variants'
+		// rows were made without it.
+		m.fparams["gate"] = "off"
+	}
 	m.fit.Epochs = p.int("epochs", 0)
 	m.fit.Seed = env.Seed
 	m.prior = prior.DefaultConfig()
@@ -304,6 +311,11 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		"count_rule": boolFloat(!b.Manifest.SourceRule.IsThreshold()),
 		// 1 where validation ranked the observed-uninfected nodes last
 		"infected_first": boolFloat(b.Manifest.Ranking == localize.InfectedFirst),
+	}
+	if rho, ok := b.Manifest.Metrics["forward_source_gate"]; ok {
+		// deepis's fitted chance that a source is observed uninfected,
+		// where the training pairs gave it the gate
+		m.extras["forward_source_gate"] = rho
 	}
 	return nil
 }

@@ -157,7 +157,12 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	if cascades != "" {
 		fmt.Fprintf(w, "cascades    %s\n", cascades)
 	}
-	fmt.Fprintf(w, "forward     %s %s  val MSE %.4f\n", m.Forward.Name, m.Forward.Version, m.Metrics["forward_val_mse"])
+	fmt.Fprintf(w, "forward     %s %s  val MSE %.4f", m.Forward.Name, m.Forward.Version, m.Metrics["forward_val_mse"])
+	if rho, ok := m.Metrics["forward_source_gate"]; ok {
+		// deepis fitted on pairs with sources observed uninfected
+		fmt.Fprintf(w, "  source gate %.3f", rho)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "prior       VAE hidden %d, latent %d, %d prototypes  val loss %.4g  weight %.3g (2 x forward val MSE)\n",
 		m.Prior.Hidden, m.Prior.Latent, m.Prior.Prototypes, m.Metrics["prior_val_loss"], m.Solve.PriorWeight)
 	if m.SourceRule.IsThreshold() {

@@ -354,3 +354,39 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, ": unrecorded (the bundle records no SHA-256; localize and serve run it only with allow_unverified)")
 }
+
+// Trained on SIR cascades, where recovered sources are observed
+// uninfected, deepis fits its source gate and the summary and bundle
+// inspect say how open it is; trained on SI cascades it has no gate.
+func TestTrainSIRFitsTheSourceGate(t *testing.T) {
+	pluginDir := filepath.Dir(forwardtest.Build(t, "deepis"))
+	for _, diffusion := range []string{"SI", "SIR"} {
+		bundle := filepath.Join(t.TempDir(), "karate.swb")
+		out, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
+			"--diffusion", diffusion, "--beta", "0.3", "--gamma", "0.5", "--cascades", "60", "--seed", "3",
+			"--forward", "deepis", "--plugin-dir", pluginDir, "--forward-epochs", "5", "--prior-epochs", "3",
+			"--prototypes", "32", "--val-solves", "4", "--test-solves", "4", "--restarts", "4",
+			"--init-steps", "5", "--opt-steps", "10", "--out", bundle, "--log-level", "warn")
+		require.NoError(t, err)
+		b, err := localize.LoadBundle(bundle, nil)
+		require.NoError(t, err)
+		rho, gated := b.Manifest.Metrics["forward_source_gate"]
+		require.Equal(t, diffusion == "SIR", gated, "%s: the manifest records a fitted gate", diffusion)
+		inspect, _, err := runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
+		require.NoError(t, err)
+		if !gated {
+			require.NotContains(t, out, "source gate")
+			require.NotContains(t, inspect, "source gate")
+			continue
+		}
+		require.True(t, rho > 0 && rho < 1, "rho %v", rho)
+		line := fmt.Sprintf("  source gate %.3f\n", rho)
+		require.Contains(t, out, line)
+		require.Contains(t, inspect, line)
+	}
+
+	_, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
+		"--diffusion", "SIR", "--cascades", "20", "--forward", "deepis", "--forward-param", "gate=sometimes",
+		"--plugin-dir", pluginDir, "--out", filepath.Join(t.TempDir(), "x.swb"), "--log-level", "warn")
+	require.ErrorContains(t, err, `param gate="sometimes": want auto, on or off`)
+}

@@ -1,7 +1,9 @@
 package deepis
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -75,6 +77,8 @@ func TestVJPMatchesFiniteDifferences(t *testing.T) {
 		{"no hops linear", randomGraph(10, 8, false, false, 3), map[string]string{"hops": "0", "layers": "0", "steps": "2"}, false, 5},
 		{"no steps", randomGraph(10, 8, false, false, 4), map[string]string{"steps": "0", "p": "0.3"}, false, 5},
 		{"chunked in parallel", randomGraph(11, 15, false, false, 5), map[string]string{"p": "0.4"}, true, 5},
+		{"source gate", randomGraph(14, 20, false, false, 1), map[string]string{"gate": "on"}, false, 8},
+		{"source gate weighted, chunked", randomGraph(12, 25, true, true, 2), map[string]string{"gate": "on", "hops": "2"}, true, 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -182,19 +186,23 @@ func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 	// edge scale, on both propagation paths: one P for every arc
 	// (unweighted, with 3 rows and with the 8-wide kernels of 11 = 8 + 3)
 	// and a P per arc (weighted).
+	// With the source gate, its logit b is checked too.
 	for _, tc := range []struct {
 		name string
 		g    *graph.Graph
 		rows int
+		gate string
 	}{
-		{"unweighted", randomGraph(13, 18, false, false, 11), 3},
-		{"unweighted directed 11 rows", randomGraph(13, 18, true, false, 11), 11},
-		{"weighted directed", randomGraph(12, 25, true, true, 2), 3},
+		{"unweighted", randomGraph(13, 18, false, false, 11), 3, "off"},
+		{"unweighted directed 11 rows", randomGraph(13, 18, true, false, 11), 11, "off"},
+		{"weighted directed", randomGraph(12, 25, true, true, 2), 3, "off"},
+		{"unweighted, source gate", randomGraph(13, 18, false, false, 11), 3, "on"},
+		{"weighted directed, source gate", randomGraph(12, 25, true, true, 2), 3, "on"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := tc.g
 			m := New()
-			require.NoError(t, m.Configure(context.Background(), g, map[string]string{"hidden": "4", "layers": "2"}, nil))
+			require.NoError(t, m.Configure(context.Background(), g, map[string]string{"hidden": "4", "layers": "2", "gate": tc.gate}, nil))
 			randomize(m, 12)
 			nt := m.nt
 			require.Equal(t, !g.Weighted(), nt.uniform)
@@ -212,7 +220,12 @@ func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 			}
 			nn.ZeroGrad(nt.params)
 			nt.forward(nt.worker(0), x, tc.rows, out)
+			nt.worker(0).gSrc = 0
 			nt.logScale.Grad[0] = nt.backward(nt.worker(0), c, nil)
+			require.Equal(t, tc.gate == "on", nt.srcLogit != nil)
+			if nt.srcLogit != nil {
+				nt.srcLogit.Grad[0] = nt.worker(0).gSrc
+			}
 			for _, p := range nt.params {
 				grad := append([]float64(nil), p.Grad...)
 				e, i := nn.CheckGradient(loss, p.Value, grad, 1e-5)
@@ -222,18 +235,111 @@ func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 	}
 }
 
-func TestSourcesAreInfected(t *testing.T) {
+// Without the gate a source's own output is 1: the propagation keeps it
+// infected. With it, 1 - rho: the gate says how often a source is
+// observed uninfected.
+func TestSourceOutput(t *testing.T) {
 	g := randomGraph(20, 10, false, false, 3)
-	m := New()
-	require.NoError(t, m.Configure(context.Background(), g, nil, nil))
-	randomize(m, 4)
-	x := mat.NewDense(1, 20, nil)
-	x.Set(0, 3, 1)
-	x.Set(0, 11, 1)
-	y, err := m.Predict(context.Background(), x)
+	for _, gate := range []string{"off", "on"} {
+		m := New()
+		require.NoError(t, m.Configure(context.Background(), g, map[string]string{"gate": gate}, nil))
+		randomize(m, 4)
+		want := 1 - m.nt.rho()
+		if gate == "on" {
+			require.Less(t, want, 1.0)
+		}
+		x := mat.NewDense(1, 20, nil)
+		x.Set(0, 3, 1)
+		x.Set(0, 11, 1)
+		y, err := m.Predict(context.Background(), x)
+		require.NoError(t, err)
+		require.InDelta(t, want, y.At(0, 3), 1e-12, gate)
+		require.InDelta(t, want, y.At(0, 11), 1e-12, gate)
+	}
+}
+
+// gate=auto gives the net the source gate when the training pairs show
+// sources observed uninfected (SIR with recovery), and not on SI pairs,
+// whose fit stays what it was before the gate existed; the fitted gate
+// opens on those pairs. on and off override the data.
+func TestSourceGateFromTheData(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(60, 120, false, false, 5)
+	simulate := func(model diffusion.Model, gamma float64) []forward.Pair {
+		cfg := diffusion.DefaultConfig()
+		cfg.Model, cfg.Beta, cfg.Gamma = model, 0.3, gamma
+		cfg.Sources = diffusion.SourceSpec{Ratio: 0.1}
+		cs, _, err := diffusion.Simulate(ctx, g, cfg, 120, 9)
+		require.NoError(t, err)
+		pairs := make([]forward.Pair, len(cs))
+		for i, c := range cs {
+			pairs[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
+		}
+		return pairs
+	}
+	si, sir := simulate(diffusion.SI, 0), simulate(diffusion.SIR, 0.5)
+	require.Zero(t, uninfectedSourceShare(si))
+	require.Greater(t, uninfectedSourceShare(sir), 0.1)
+	fit := func(pairs []forward.Pair, gate string) (*Model, forward.FitResult) {
+		m := New()
+		require.NoError(t, m.Configure(ctx, g, map[string]string{"gate": gate}, nil))
+		res, err := m.Fit(ctx, pairs[:90], forward.FitOptions{Validation: pairs[90:], Epochs: 40, Seed: 1}, nil)
+		require.NoError(t, err)
+		return m, res
+	}
+	initial := 1 / (1 + math.Exp(-initialSourceLogit))
+
+	m, res := fit(sir, "auto")
+	require.True(t, m.nt.Gate)
+	require.Greater(t, res.Metrics["source_gate"], 2*initial, "recovered sources open the gate")
+	require.Equal(t, m.nt.rho(), res.Metrics["source_gate"])
+	loaded := New()
+	require.NoError(t, loaded.Configure(ctx, g, nil, res.State))
+	require.True(t, loaded.nt.Gate, "the state carries the gate")
+	require.ErrorContains(t, New().Configure(ctx, g, map[string]string{"gate": "off"}, res.State),
+		"state was trained with gate=on, params say off")
+
+	m, res = fit(si, "auto")
+	require.False(t, m.nt.Gate)
+	require.NotContains(t, res.Metrics, "source_gate")
+	_, reference := fit(si, "off")
+	require.Equal(t, reference.State, res.State)
+	require.ErrorContains(t, New().Configure(ctx, g, map[string]string{"gate": "on"}, res.State),
+		"state was trained with gate=off, params say on")
+
+	m, res = fit(si, "on")
+	require.True(t, m.nt.Gate)
+	require.LessOrEqual(t, res.Metrics["source_gate"], initial, "on SI pairs the gate shuts")
+	m, _ = fit(sir, "off")
+	require.False(t, m.nt.Gate)
+}
+
+// A version 1 state, from before the source gate, still loads, as a net
+// without it.
+func TestReadVersion1State(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(30, 30, false, false, 31)
+	m, v2 := fitted(t, g, nil)
+	require.False(t, m.nt.Gate)
+	// Version 2 added a uint32 after the header's p.
+	var params bytes.Buffer
+	require.NoError(t, nn.WriteParams(&params, m.nt.params))
+	header := append([]byte(nil), v2[:len(v2)-params.Len()-4]...)
+	binary.LittleEndian.PutUint32(header[len(stateMagic):], 1)
+	v1 := append(header, params.Bytes()...)
+
+	loaded := New()
+	require.NoError(t, loaded.Configure(ctx, g, nil, v1))
+	x := randDense(rand.New(rand.NewPCG(1, 1)), 3, g.N(), 0, 1)
+	want, err := m.Predict(ctx, x)
 	require.NoError(t, err)
-	require.Equal(t, 1.0, y.At(0, 3))
-	require.Equal(t, 1.0, y.At(0, 11))
+	got, err := loaded.Predict(ctx, x)
+	require.NoError(t, err)
+	require.Equal(t, want.RawMatrix().Data, got.RawMatrix().Data)
+
+	binary.LittleEndian.PutUint32(header[len(stateMagic):], stateVersion+1)
+	require.ErrorContains(t, New().Configure(ctx, g, nil, append(header, params.Bytes()...)),
+		"state version 3, this build reads 1 to 2")
 }
 
 // cascades simulates SI pairs on g.
@@ -358,7 +464,10 @@ func TestStateRoundTrip(t *testing.T) {
 func TestBadState(t *testing.T) {
 	ctx := context.Background()
 	g := randomGraph(30, 30, false, false, 31)
-	_, state := fitted(t, g, nil)
+	fm, state := fitted(t, g, nil)
+	var params bytes.Buffer
+	require.NoError(t, nn.WriteParams(&params, fm.nt.params))
+	gateAt := len(state) - params.Len() - 4
 
 	t.Run("every truncation", func(t *testing.T) {
 		for n := 0; n < len(state); n += 1 + n/50 {
@@ -383,6 +492,7 @@ func TestBadState(t *testing.T) {
 		{"other p", g, map[string]string{"p": "0.5"}, state, "state was trained with p="},
 		{"magic", g, nil, flip(0), "not a deepis state"},
 		{"version", g, nil, flip(8), "state version"},
+		{"gate flag", g, nil, flip(gateAt), "gate flag 16"},
 		{"param bytes", g, nil, flip(len(state) - 6), "checksum"},
 		{"trailing", g, nil, append(append([]byte(nil), state...), 0), "unexpected bytes"},
 		{"garbage", g, nil, []byte("hello, this is not a state at all"), "not a deepis state"},
@@ -416,6 +526,7 @@ func TestErrors(t *testing.T) {
 		{map[string]string{"p": "1.5"}, `param p="1.5"`},
 		{map[string]string{"hops": "x"}, `param hops="x": want an integer in [0, 16]`},
 		{map[string]string{"hidden": "0"}, `param hidden="0"`},
+		{map[string]string{"gate": "maybe"}, `param gate="maybe": want auto, on or off`},
 	} {
 		require.ErrorContains(t, m.Configure(ctx, g, tt.params, nil), tt.msg)
 	}
@@ -463,7 +574,7 @@ func TestInfo(t *testing.T) {
 	for _, p := range info.Params {
 		names[p.Name] = true
 	}
-	for _, k := range []string{"p", "hops", "steps", "hidden", "layers", "patience"} {
+	for _, k := range []string{"p", "hops", "steps", "hidden", "layers", "gate", "patience"} {
 		require.True(t, names[k], k)
 	}
 }

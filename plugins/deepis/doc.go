@@ -10,11 +10,22 @@
 //
 //	features    φ_v = [x_v, (P0^T x)_v, ((P0^T)^2 x)_v, ..., ((P0^T)^H x)_v, log(1 + indeg_v)]
 //	initial     q_v = MLP(φ_v)                      (shared MLP, sigmoid output)
-//	seed        y⁰_v = 1 - (1 - x_v)(1 - q_v)        (so f(x) >= x)
+//	seed        y⁰_v = 1 - (1 - x_v)(1 - q_v)        (so y⁰ >= x)
 //	propagate   yᵗ_v = 1 - (1 - yᵗ⁻¹_v) · Π_{u->v} (1 - P_uv yᵗ⁻¹_u),   t = 1..T
-//	output      f(x) = y^T
+//	output      f(x) = y^T, or with the source gate f(x)_v = y^T_v (1 - ρ x_v)
 //
-// with H = hops and T = steps. The propagation matrix P = min(1, s P0)
+// with H = hops and T = steps. Without the gate f(x) >= x: a source is
+// always observed infected, as under SI. Under SIR a source that has
+// recovered is 0 in the observation, which such a model cannot express
+// (each such training pair costs squared error 1 at the source, and the
+// descent of inference can never name a recovered source). The gate ρ =
+// sigmoid(b), b learned from -4 (ρ = 0.018), is the chance that a source
+// is observed uninfected. The param gate=auto (the default) gives the net
+// the gate when at least 1% of the training pairs' sources are observed
+// uninfected, so SI data fit exactly as without it: a gate fitted on SI
+// pairs shuts, yet its pull on x at the sources (-ρ y^T in the gradient)
+// held inference's descent short of the truth on clustered sources. The
+// propagation matrix P = min(1, s P0)
 // carries one learned scale s = exp(a) (a starts at 0), so training can
 // correct the assumed infection probability. Each factor 1 - P_uv y_u is
 // clamped below at 1e-12; the product is formed directly, which equals
@@ -37,5 +48,6 @@
 //
 // The state blob is versioned and holds the architecture, the graph's
 // fingerprint and the parameters (nn.WriteParams), so a state made for
-// another graph is rejected with forward.ErrBadState.
+// another graph is rejected with forward.ErrBadState. Version 2 added the
+// gate's flag; a version 1 state reads as a net without the gate.
 package deepis

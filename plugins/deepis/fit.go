@@ -33,6 +33,36 @@ func checkPairs(pairs []forward.Pair, n int, what string) error {
 	return nil
 }
 
+// minUninfectedSourceShare is the share of the training pairs' sources
+// observed uninfected from which gate=auto gives the net its source gate.
+// Under SI it is 0; under SIR it is the recovered sources' share (tens of
+// percent). A source or two lost from an otherwise SI-like record should
+// not change the model, hence not "any".
+const minUninfectedSourceShare = 0.01
+
+// uninfectedSourceShare is the share of the pairs' sources that their
+// observation calls uninfected.
+func uninfectedSourceShare(pairs []forward.Pair) float64 {
+	var sources, uninfected int
+	infected := map[int]bool{}
+	for _, p := range pairs {
+		clear(infected)
+		for _, v := range p.Infected {
+			infected[v] = true
+		}
+		for _, s := range p.Sources {
+			sources++
+			if !infected[s] {
+				uninfected++
+			}
+		}
+	}
+	if sources == 0 {
+		return 0
+	}
+	return float64(uninfected) / float64(sources)
+}
+
 func indicator(dst []float64, idx []int) {
 	clear(dst)
 	for _, i := range idx {
@@ -76,8 +106,10 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 		progress = func(forward.Progress) {}
 	}
 
+	a := m.cfg.arch
+	a.Gate = m.cfg.gate == gateOn || (m.cfg.gate == gateAuto && uninfectedSourceShare(pairs) >= minUninfectedSourceShare)
 	rng := rand.New(rand.NewPCG(uint64(opts.Seed), 0xdee915))
-	nt := newNet(m.g, m.cfg.arch, rng)
+	nt := newNet(m.g, a, rng)
 	adam := nn.NewAdam(nt.params, lr)
 	tr := newTrainer(nt, m.workers, m.minCells)
 	order := make([]int, len(pairs))
@@ -138,6 +170,9 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 		"epochs":     float64(epoch),
 		"edge_scale": math.Exp(nt.logScale.Value[0]),
 	}
+	if nt.Gate {
+		metrics["source_gate"] = nt.rho()
+	}
 	if len(opts.Validation) > 0 {
 		metrics["val_mse"] = best
 		metrics["best_epoch"] = float64(bestEpoch)
@@ -146,7 +181,7 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	if err != nil {
 		return forward.FitResult{}, err
 	}
-	m.nt, m.fitted = nt, true
+	m.nt, m.fitted, m.cfg.arch = nt, true, a
 	return forward.FitResult{State: state, Metrics: metrics}, nil
 }
 
@@ -231,8 +266,12 @@ func (tr *trainer) step(pairs []forward.Pair, idx []int, subs [][]int, lambda fl
 	for p := range tr.scratch {
 		nn.ZeroGrad(nt.workers[p].mlp.Params())
 		tr.scratch[p].sse, tr.scratch[p].gScale = 0, 0
+		nt.workers[p].gSrc = 0
 	}
 	nt.logScale.Grad[0] = 0
+	if nt.srcLogit != nil {
+		nt.srcLogit.Grad[0] = 0
+	}
 	parts := tr.parallel(len(idx), func(p, lo, hi int) {
 		w, sc := nt.workers[p], tr.scratch[p]
 		for c := lo; c < hi; c += tr.chunk {
@@ -264,6 +303,9 @@ func (tr *trainer) step(pairs []forward.Pair, idx []int, subs [][]int, lambda fl
 	for p := 0; p < parts; p++ {
 		sse += tr.scratch[p].sse
 		nt.logScale.Grad[0] += tr.scratch[p].gScale
+		if nt.srcLogit != nil {
+			nt.srcLogit.Grad[0] += nt.workers[p].gSrc
+		}
 		if p == 0 {
 			continue // worker 0 runs on nt.mlp itself
 		}

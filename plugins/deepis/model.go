@@ -20,7 +20,7 @@ import (
 // Name and Version identify the model in Info and in bundles.
 const (
 	Name    = "deepis"
-	Version = "1.0.0"
+	Version = "1.1.0"
 )
 
 // Defaults of the parameters and of the FitOptions left at zero.
@@ -43,13 +43,22 @@ var paramHelp = []forward.Param{
 	{Name: "steps", Default: strconv.Itoa(DefaultSteps), Help: "differentiable propagation steps T"},
 	{Name: "hidden", Default: strconv.Itoa(DefaultHidden), Help: "width of the MLP's hidden layers"},
 	{Name: "layers", Default: strconv.Itoa(DefaultLayers), Help: "number of hidden layers of the MLP"},
+	{Name: "gate", Default: gateAuto, Help: "source gate rho, f(x)_v = y^T_v (1 - rho x_v), for sources observed uninfected (recovered, under SIR): auto gives it when at least 1% of the training pairs' sources are observed uninfected; on, off"},
 	{Name: "patience", Default: strconv.Itoa(DefaultPatience), Help: "epochs without validation improvement before Fit stops"},
 }
+
+// The values of the gate parameter.
+const (
+	gateAuto = "auto"
+	gateOn   = "on"
+	gateOff  = "off"
+)
 
 // config is the parsed parameters.
 type config struct {
 	arch
 	autoP    bool
+	gate     string
 	patience int
 	// given records the parameters set explicitly, which must agree with
 	// a state's architecture.
@@ -60,6 +69,7 @@ func parseConfig(g *graph.Graph, params map[string]string) (config, error) {
 	c := config{
 		arch:     arch{Hops: DefaultHops, Steps: DefaultSteps, Hidden: DefaultHidden, Layers: DefaultLayers},
 		autoP:    true,
+		gate:     gateAuto,
 		patience: DefaultPatience,
 		given:    map[string]bool{},
 	}
@@ -92,9 +102,20 @@ func parseConfig(g *graph.Graph, params map[string]string) (config, error) {
 			c.P, c.autoP = p, false
 			continue
 		}
+		if k == "gate" {
+			switch v {
+			case gateAuto, gateOn, gateOff:
+				c.gate = v
+			case "":
+			default:
+				return c, fmt.Errorf("deepis: param gate=%q: want auto, on or off", v)
+			}
+			c.Gate = c.gate == gateOn
+			continue
+		}
 		spec, ok := ints[k]
 		if !ok {
-			return c, fmt.Errorf("deepis: unknown param %q (known: p, hops, steps, hidden, layers, patience)", k)
+			return c, fmt.Errorf("deepis: unknown param %q (known: p, hops, steps, hidden, layers, gate, patience)", k)
 		}
 		i, err := strconv.Atoi(v)
 		if err != nil || i < spec.min || i > spec.max {

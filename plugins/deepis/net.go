@@ -17,11 +17,17 @@ const minFactor = 1e-12
 // stay a few MB whatever the graph and batch sizes.
 const maxChunkCells = 1 << 16
 
+// initialSourceLogit starts the source gate nearly shut (rho = 0.018):
+// a source is observed infected until the training pairs say otherwise.
+const initialSourceLogit = -4
+
 // arch is the architecture; it travels in the state blob.
 type arch struct {
 	Hops, Steps, Hidden, Layers int
 	// P is the fixed edge probability of an unweighted graph.
 	P float64
+	// Gate is whether the net has the source gate rho (see doc.go).
+	Gate bool
 }
 
 // net is the differentiable model on one graph. It is not safe for
@@ -46,6 +52,10 @@ type net struct {
 
 	mlp      *nn.MLP
 	logScale *nn.Param // a, with s = exp(a)
+	// srcLogit is b, with rho = sigmoid(b) the chance that a source is
+	// observed uninfected (recovered, under SIR): f_v = y^T_v (1 - rho x_v).
+	// nil without the gate.
+	srcLogit *nn.Param
 	params   []*nn.Param
 
 	// workers[0] runs on mlp itself; the others on replicas, for
@@ -58,6 +68,8 @@ type net struct {
 type worker struct {
 	tp  tape
 	mlp *nn.MLP
+	// gSrc accumulates dL/db over this worker's training passes.
+	gSrc float64
 }
 
 // worker returns the i-th worker, creating it on first use.
@@ -85,6 +97,9 @@ type tape struct {
 	prod [][]float64 // Steps products Π(1 - P y)
 	pe   []float64   // P per in-arc for this pass
 	peOK []bool      // P < 1, so dP/da = P (else clamped, 0)
+	rho  float64     // the source gate of this pass (0 without it)
+	gxe  []float64   // dL/dx through the source gate, node-major
+	outT []float64   // the gated output, node-major
 	// scratch
 	h1, h2, g, gp, hv []float64
 	blk               []float64 // one node's rows values
@@ -132,6 +147,10 @@ func newNet(g *graph.Graph, a arch, rng *rand.Rand) *net {
 	out.B[0] = -3
 	nt.logScale = &nn.Param{Name: "edge.logscale", Value: []float64{0}, Grad: []float64{0}, Rows: 1, Cols: 1}
 	nt.params = append(append([]*nn.Param(nil), nt.mlp.Params()...), nt.logScale)
+	if a.Gate {
+		nt.srcLogit = &nn.Param{Name: "source.logit", Value: []float64{initialSourceLogit}, Grad: []float64{0}, Rows: 1, Cols: 1}
+		nt.params = append(nt.params, nt.srcLogit)
+	}
 	return nt
 }
 
@@ -269,7 +288,25 @@ func (nt *net) forward(w *worker, x []float64, rows int, y []float64) {
 			}
 		}
 	}
-	transpose(y, tp.ys[nt.Steps], n, rows)
+	if !nt.Gate {
+		transpose(y, tp.ys[nt.Steps], n, rows)
+		return
+	}
+	tp.rho = nt.rho()
+	tp.outT = grow(tp.outT, cells)
+	yT := tp.ys[nt.Steps]
+	for c := range tp.outT {
+		tp.outT[c] = yT[c] * (1 - tp.rho*xt[c])
+	}
+	transpose(y, tp.outT, n, rows)
+}
+
+// rho is the source gate sigmoid(b), 0 without it.
+func (nt *net) rho() float64 {
+	if nt.srcLogit == nil {
+		return 0
+	}
+	return 1 / (1 + math.Exp(-nt.srcLogit.Value[0]))
 }
 
 // transpose writes the r x c row-major src into dst as c x r.
@@ -308,6 +345,20 @@ func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 	transpose(g, dy, rows, n)
 	var gScale float64
 	training := dx == nil
+	if nt.Gate {
+		// Through f = y^T (1 - rho x): to y^T, to x directly, and to b.
+		yT, xt := tp.ys[nt.Steps], tp.xt
+		tp.gxe = grow(tp.gxe, cells)
+		var gRho float64
+		for c := range g {
+			gRho -= g[c] * xt[c] * yT[c]
+			tp.gxe[c] = -g[c] * tp.rho * yT[c]
+			g[c] *= 1 - tp.rho*xt[c]
+		}
+		if training {
+			w.gSrc += gRho * tp.rho * (1 - tp.rho)
+		}
+	}
 	for t := nt.Steps; t >= 1; t-- {
 		yp, pr := tp.ys[t-1], tp.prod[t-1]
 		if nt.uniform {
@@ -378,6 +429,11 @@ func (nt *net) backward(w *worker, dy, dx []float64) float64 {
 	}
 	for c := 0; c < cells; c++ {
 		gx[c] += acc[c]
+	}
+	if nt.Gate {
+		for c := 0; c < cells; c++ {
+			gx[c] += tp.gxe[c]
+		}
 	}
 	transpose(dx, gx, n, rows)
 	return 0

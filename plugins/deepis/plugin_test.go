@@ -31,29 +31,44 @@ func TestThroughPluginProcess(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, info)
 
-	params := map[string]string{"hops": "2", "hidden": "6"}
-	require.NoError(t, p.Configure(ctx, g, params, nil))
 	pairs := cascades(t, g, 40, 72)
-	var reports []forward.Progress
-	res, err := p.Fit(ctx, pairs[:30], forward.FitOptions{Epochs: 3, Seed: 9, Validation: pairs[30:], Lambda: 0.5},
-		func(pr forward.Progress) { reports = append(reports, pr) })
-	require.NoError(t, err)
-	require.NotEmpty(t, reports)
-	require.Equal(t, float64(len(reports)), res.Metrics["epochs"])
-	require.Contains(t, res.Metrics, "val_mse")
+	// Without and with the source gate (which SI pairs leave nearly shut,
+	// so the gated net's is opened by hand before the check).
+	var res forward.FitResult
+	for _, gate := range []string{"off", "on"} {
+		params := map[string]string{"hops": "2", "hidden": "6", "gate": gate}
+		require.NoError(t, p.Configure(ctx, g, params, nil))
+		var reports []forward.Progress
+		res, err = p.Fit(ctx, pairs[:30], forward.FitOptions{Epochs: 3, Seed: 9, Validation: pairs[30:], Lambda: 0.5},
+			func(pr forward.Progress) { reports = append(reports, pr) })
+		require.NoError(t, err)
+		require.NotEmpty(t, reports)
+		require.Equal(t, float64(len(reports)), res.Metrics["epochs"])
+		require.Contains(t, res.Metrics, "val_mse")
+		state := res.State
+		if gate == "on" {
+			require.Contains(t, res.Metrics, "source_gate")
+			in := New()
+			require.NoError(t, in.Configure(ctx, g, params, state))
+			in.nt.srcLogit.Value[0] = -0.5
+			state, err = encodeState(g, in.nt)
+			require.NoError(t, err)
+			require.NoError(t, p.Configure(ctx, g, params, state))
+		}
 
-	forwardtest.CheckVJP(t, p, g, forward.VJPCheckOptions{Rows: 2, Coords: 40})
+		forwardtest.CheckVJP(t, p, g, forward.VJPCheckOptions{Rows: 2, Coords: 40})
 
-	in := New()
-	require.NoError(t, in.Configure(ctx, g, params, res.State))
-	rng := rand.New(rand.NewPCG(5, 6))
-	x, dy := randDense(rng, 3, g.N(), 0, 1), randDense(rng, 3, g.N(), -1, 1)
-	y1, dx1, err := p.VJP(ctx, x, dy)
-	require.NoError(t, err)
-	y2, dx2, err := in.VJP(ctx, x, dy)
-	require.NoError(t, err)
-	require.Equal(t, y2.RawMatrix().Data, y1.RawMatrix().Data)
-	require.Equal(t, dx2.RawMatrix().Data, dx1.RawMatrix().Data)
+		in := New()
+		require.NoError(t, in.Configure(ctx, g, params, state))
+		rng := rand.New(rand.NewPCG(5, 6))
+		x, dy := randDense(rng, 3, g.N(), 0, 1), randDense(rng, 3, g.N(), -1, 1)
+		y1, dx1, err := p.VJP(ctx, x, dy)
+		require.NoError(t, err)
+		y2, dx2, err := in.VJP(ctx, x, dy)
+		require.NoError(t, err)
+		require.Equal(t, y2.RawMatrix().Data, y1.RawMatrix().Data)
+		require.Equal(t, dx2.RawMatrix().Data, dx1.RawMatrix().Data)
+	}
 
 	other := randomGraph(40, 61, false, false, 73)
 	require.ErrorIs(t, p.Configure(ctx, other, nil, res.State), forward.ErrBadState)

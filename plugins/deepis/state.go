@@ -18,12 +18,13 @@ import (
 //	magic "SWDEEPIS", version uint32
 //	graph fingerprint: uint32 length + bytes; node count uint32
 //	hops, steps, hidden, layers uint32; p float64 bits
+//	gate uint32 (0 or 1; from version 2)
 //	the parameters as an nn.WriteParams stream (checksummed)
 //
 // and nothing after it.
 const (
 	stateMagic   = "SWDEEPIS"
-	stateVersion = 1
+	stateVersion = 2
 )
 
 func encodeState(g *graph.Graph, nt *net) ([]byte, error) {
@@ -41,6 +42,11 @@ func encodeState(g *graph.Graph, nt *net) ([]byte, error) {
 	u32(nt.Hidden)
 	u32(nt.Layers)
 	b.Write(le.AppendUint64(nil, math.Float64bits(nt.P)))
+	gate := 0
+	if nt.Gate {
+		gate = 1
+	}
+	u32(gate)
 	if err := nn.WriteParams(&b, nt.params); err != nil {
 		return nil, fmt.Errorf("deepis: encode state: %w", err)
 	}
@@ -73,8 +79,9 @@ func decodeState(g *graph.Graph, cfg *config, state []byte) (*net, error) {
 	if string(magic) != stateMagic {
 		return nil, badState("not a deepis state (magic %q)", magic)
 	}
-	if v := u32(); !truncated && v != stateVersion {
-		return nil, badState("state version %d, this build reads %d", v, stateVersion)
+	version := u32()
+	if !truncated && (version < 1 || version > stateVersion) {
+		return nil, badState("state version %d, this build reads 1 to %d", version, stateVersion)
 	}
 	fpLen := u32()
 	if fpLen > 1024 {
@@ -85,6 +92,15 @@ func decodeState(g *graph.Graph, cfg *config, state []byte) (*net, error) {
 	var a arch
 	a.Hops, a.Steps, a.Hidden, a.Layers = u32(), u32(), u32(), u32()
 	a.P = math.Float64frombits(binary.LittleEndian.Uint64(read(8)))
+	if version >= 2 { // version 1 predates the source gate
+		switch gate := u32(); {
+		case truncated:
+		case gate > 1:
+			return nil, badState("gate flag %d", gate)
+		default:
+			a.Gate = gate == 1
+		}
+	}
 	if truncated {
 		return nil, badState("state header is truncated")
 	}
@@ -108,6 +124,9 @@ func decodeState(g *graph.Graph, cfg *config, state []byte) (*net, error) {
 			return nil, badState("state was trained with %s=%v, params say %v", c.name, c.state, c.cfg)
 		}
 	}
+	if cfg.gate != gateAuto && a.Gate != (cfg.gate == gateOn) {
+		return nil, badState("state was trained with gate=%s, params say %s", onOff(a.Gate), cfg.gate)
+	}
 	cfg.arch = a
 	nt := newNet(g, a, rand.New(rand.NewPCG(1, 0)))
 	if err := nn.ReadParams(r, nt.params); err != nil {
@@ -120,6 +139,13 @@ func decodeState(g *graph.Graph, cfg *config, state []byte) (*net, error) {
 		return nil, badState("%d unexpected bytes after the parameters", r.Len())
 	}
 	return nt, nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return gateOn
+	}
+	return gateOff
 }
 
 func short(fp string) string {
