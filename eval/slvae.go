@@ -310,7 +310,9 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		// 1 where validation chose a count rule over the threshold
 		"count_rule": boolFloat(!b.Manifest.SourceRule.IsThreshold()),
 		// 1 where validation ranked the observed-uninfected nodes last
-		"infected_first": boolFloat(b.Manifest.Ranking == localize.InfectedFirst),
+		"infected_first": boolFloat(b.Manifest.Ranking != localize.RankByScore),
+		// 1 where it ordered them by f(xbar) (InfectedThenPredicted)
+		"uninfected_by_predicted": boolFloat(b.Manifest.Ranking == localize.InfectedThenPredicted),
 	}
 	if rho, ok := b.Manifest.Metrics["forward_source_gate"]; ok {
 		// deepis's fitted chance that a source is observed uninfected,

@@ -346,7 +346,7 @@ func TestBundleRefusesBadSettings(t *testing.T) {
 		{"negative learning rate", set("solve.learning_rate", -0.1), "solve.learning_rate: -0.1, want a finite value >= 0"},
 		{"negative prior weight", set("solve.prior_weight", -1), "solve.prior_weight: -1, want a finite value >= 0"},
 		{"infected-first ranking", set("ranking", "infected-first"), ""},
-		{"unknown ranking", set("ranking", "degree"), `manifest.json: ranking: "degree", want "infected-first" or absent`},
+		{"unknown ranking", set("ranking", "degree"), `manifest.json: ranking: "degree", want "infected-first", "infected-then-predicted" or absent`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := readBytes(tc.data)

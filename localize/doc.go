@@ -58,5 +58,10 @@
 // neighbours; Train may then record the ranking InfectedFirst, which puts
 // every such node below every infected one, when that raises the mean
 // ROC-AUC of the same validation solves (under SI a source is always
-// observed infected, so it cannot lower it there).
+// observed infected, so it cannot lower it there), or
+// InfectedThenPredicted, which also orders the uninfected nodes by the
+// forward model's f(xbar): under SIR a recovered source is observed
+// uninfected, the descent rarely names it (its own output would call it
+// infected), and the nodes the model expects infected but the observation
+// does not are the ones that recovered, the earliest infected first.
 package localize

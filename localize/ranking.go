@@ -3,13 +3,15 @@ package localize
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/sourcewatch/sourcewatch/forward"
 )
 
 // Ranking is how Solve orders the nodes the observation calls uninfected
 // against the infected ones. The zero ranking leaves the scores as the
-// descent made them. Train may choose InfectedFirst on validation.
+// descent made them. Train may choose InfectedFirst or
+// InfectedThenPredicted on validation.
 type Ranking string
 
 const (
@@ -28,7 +30,28 @@ const (
 	// itself may still use uninfected nodes to explain y (restricting x to
 	// the infected nodes in the descent ranks worse, see the README).
 	InfectedFirst Ranking = "infected-first"
+	// InfectedThenPredicted ranks as InfectedFirst does, but orders the
+	// uninfected nodes by the forward model's infection probability at the
+	// mean of the restarts' final x, p_v = f(xbar)_v, instead of by their
+	// descent scores: s' = m·p/(1 + p). An uninfected node the model
+	// expects infected has most likely recovered (under SIR the observation
+	// marks only the infected), and the earliest infected, the sources
+	// first, are the likeliest to have. The descent itself rarely names a
+	// recovered source (its own output would then say it is infected), so
+	// its scores barely order them. Under SI no source is uninfected and
+	// this ranks exactly as InfectedFirst. It costs Solve one Predict.
+	InfectedThenPredicted Ranking = "infected-then-predicted"
 )
+
+// rankings are the rankings Train chooses from, simplest first: a later
+// one is chosen only when it ranks strictly better on validation.
+var rankings = []Ranking{RankByScore, InfectedFirst, InfectedThenPredicted}
+
+// Rankings returns the rankings Train chooses from, simplest first.
+func Rankings() []Ranking { return slices.Clone(rankings) }
+
+// needsPrediction is whether apply needs f(xbar).
+func (r Ranking) needsPrediction() bool { return r == InfectedThenPredicted }
 
 func (r Ranking) String() string {
 	if r == RankByScore {
@@ -40,19 +63,27 @@ func (r Ranking) String() string {
 // check reports a ranking this version does not know.
 func (r Ranking) check() error {
 	switch r {
-	case RankByScore, InfectedFirst:
+	case RankByScore, InfectedFirst, InfectedThenPredicted:
 		return nil
 	}
-	return fmt.Errorf("ranking: %q, want %q or absent", string(r), InfectedFirst)
+	return fmt.Errorf("ranking: %q, want %q, %q or absent", string(r), InfectedFirst, InfectedThenPredicted)
 }
 
-// apply reorders scores in place for observation y.
-func (r Ranking) apply(scores, y []float64) {
-	if r != InfectedFirst {
+// apply reorders scores in place for observation y; predicted is f(xbar),
+// which only InfectedThenPredicted reads.
+func (r Ranking) apply(scores, y, predicted []float64) {
+	if r == RankByScore {
 		return
 	}
 	if len(scores) != len(y) {
 		panic(fmt.Sprintf("localize: ranking: %d scores for %d observations", len(scores), len(y)))
+	}
+	by := scores
+	if r.needsPrediction() {
+		if len(predicted) != len(y) {
+			panic(fmt.Sprintf("localize: ranking %s: %d predictions for %d observations", r, len(predicted), len(y)))
+		}
+		by = predicted
 	}
 	m := math.Inf(1)
 	for v, s := range scores {
@@ -63,63 +94,82 @@ func (r Ranking) apply(scores, y []float64) {
 	if math.IsInf(m, 1) {
 		return // nothing observed infected: nothing to put first
 	}
-	for v, s := range scores {
+	for v, s := range by {
 		if y[v] < 0.5 {
 			scores[v] = m * s / (1 + s)
 		}
 	}
 }
 
-// ChooseRanking returns InfectedFirst when it raises the mean ROC-AUC of
-// the validation cascades' scores (scores[c] for pairs[c]) over the
-// descent's own, and RankByScore otherwise (ties too), with both means.
-func ChooseRanking(scores [][]float64, pairs []forward.Pair) (r Ranking, byScore, infectedFirst float64) {
-	if len(pairs) < len(scores) {
-		panic(fmt.Sprintf("localize: ChooseRanking: %d score vectors for %d pairs", len(scores), len(pairs)))
+// RankingInput is one validation solve as ChooseRanking reads it: the
+// descent's scores and, for InfectedThenPredicted, f(xbar) (nil leaves
+// that ranking out).
+type RankingInput struct {
+	Scores, Predicted []float64
+}
+
+// ChooseRanking returns the ranking with the highest mean ROC-AUC over the
+// validation solves (in[c] for pairs[c]), a later one of RankByScore,
+// InfectedFirst and InfectedThenPredicted only when strictly higher than
+// every earlier one, with each ranking's mean (InfectedThenPredicted's
+// only when every input has Predicted). With no cascade to judge (none,
+// or every one with no source or all sources) it returns RankByScore and
+// no means.
+func ChooseRanking(in []RankingInput, pairs []forward.Pair) (Ranking, map[Ranking]float64) {
+	if len(pairs) < len(in) {
+		panic(fmt.Sprintf("localize: ChooseRanking: %d solves for %d pairs", len(in), len(pairs)))
 	}
-	if len(scores) == 0 {
-		return RankByScore, math.NaN(), math.NaN()
+	candidates := rankings
+	for _, s := range in {
+		if s.Predicted == nil {
+			candidates = rankings[:2]
+			break
+		}
 	}
-	var sumBy, sumFirst float64
+	sums := make([]float64, len(candidates))
 	count := 0
 	adjusted, y := []float64(nil), []float64(nil)
 	var isSource []bool
-	for c, s := range scores {
+	for c, s := range in {
 		p := pairs[c]
-		y = growTo(y, len(s))
+		n := len(s.Scores)
+		y = growTo(y, n)
 		clear(y)
 		for _, v := range p.Infected {
-			if v < 0 || v >= len(y) {
-				panic(fmt.Sprintf("localize: ChooseRanking: cascade %d: infected node %d outside 0..%d", c, v, len(y)-1))
+			if v < 0 || v >= n {
+				panic(fmt.Sprintf("localize: ChooseRanking: cascade %d: infected node %d outside 0..%d", c, v, n-1))
 			}
 			y[v] = 1
 		}
-		isSource = growBools(isSource, len(s))
+		isSource = growBools(isSource, n)
 		for _, v := range p.Sources {
-			if v < 0 || v >= len(s) {
-				panic(fmt.Sprintf("localize: ChooseRanking: cascade %d: source %d outside 0..%d", c, v, len(s)-1))
+			if v < 0 || v >= n {
+				panic(fmt.Sprintf("localize: ChooseRanking: cascade %d: source %d outside 0..%d", c, v, n-1))
 			}
 			isSource[v] = true
 		}
-		a := ROCAUC(s, isSource)
-		if math.IsNaN(a) {
+		if math.IsNaN(ROCAUC(s.Scores, isSource)) {
 			continue // every node or no node a source: no ranking to judge
 		}
-		adjusted = append(adjusted[:0], s...)
-		InfectedFirst.apply(adjusted, y)
-		b := ROCAUC(adjusted, isSource)
-		sumBy += a
-		sumFirst += b
+		for k, r := range candidates {
+			adjusted = append(adjusted[:0], s.Scores...)
+			r.apply(adjusted, y, s.Predicted)
+			sums[k] += ROCAUC(adjusted, isSource)
+		}
 		count++
 	}
 	if count == 0 {
-		return RankByScore, math.NaN(), math.NaN()
+		return RankByScore, nil
 	}
-	byScore, infectedFirst = sumBy/float64(count), sumFirst/float64(count)
-	if infectedFirst > byScore+1e-12 {
-		return InfectedFirst, byScore, infectedFirst
+	means := make(map[Ranking]float64, len(candidates))
+	best := RankByScore
+	for k, r := range candidates {
+		means[r] = sums[k] / float64(count)
+		if means[r] > means[best]+1e-12 {
+			best = r
+		}
 	}
-	return RankByScore, byScore, infectedFirst
+	return best, means
 }
 
 // ROCAUC is the probability that a positive node outscores a negative

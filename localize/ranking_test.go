@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/forward"
 )
@@ -37,16 +38,36 @@ func TestInfectedFirstApply(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := append([]float64(nil), tc.scores...)
-			InfectedFirst.apply(s, tc.y)
+			InfectedFirst.apply(s, tc.y, nil)
 			require.InDeltaSlice(t, tc.want, s, 1e-15)
 			s = append(s[:0], tc.scores...)
-			RankByScore.apply(s, tc.y)
+			RankByScore.apply(s, tc.y, nil)
 			require.Equal(t, tc.scores, s, "by score leaves the scores alone")
+			// With the uninfected nodes' own scores as the prediction,
+			// InfectedThenPredicted is InfectedFirst.
+			s = append(s[:0], tc.scores...)
+			InfectedThenPredicted.apply(s, tc.y, tc.scores)
+			require.InDeltaSlice(t, tc.want, s, 1e-15)
 		})
 	}
 	require.PanicsWithValue(t, "localize: ranking: 2 scores for 3 observations", func() {
-		InfectedFirst.apply(make([]float64, 2), make([]float64, 3))
+		InfectedFirst.apply(make([]float64, 2), make([]float64, 3), nil)
 	})
+	require.PanicsWithValue(t, "localize: ranking infected-then-predicted: 0 predictions for 2 observations", func() {
+		InfectedThenPredicted.apply(make([]float64, 2), make([]float64, 2), nil)
+	})
+}
+
+// InfectedThenPredicted keeps the infected nodes' scores and orders the
+// uninfected ones by the prediction, below every infected one.
+func TestInfectedThenPredictedApply(t *testing.T) {
+	scores := []float64{0.9, 0.2, 0.1, 0.4, 0}
+	y := []float64{0, 1, 0, 1, 0}
+	predicted := []float64{0.1, 0.9, 0.8, 0.99, 0.5}
+	InfectedThenPredicted.apply(scores, y, predicted)
+	require.InDeltaSlice(t, []float64{0.2 * 0.1 / 1.1, 0.2, 0.2 * 0.8 / 1.8, 0.4, 0.2 * 0.5 / 1.5}, scores, 1e-15)
+	require.Greater(t, scores[2], scores[4])
+	require.Greater(t, scores[4], scores[0])
 }
 
 func TestROCAUC(t *testing.T) {
@@ -81,42 +102,69 @@ func TestChooseRanking(t *testing.T) {
 	pair := func(sources, infected []int) forward.Pair {
 		return forward.Pair{Sources: sources, Infected: infected}
 	}
+	in := func(scores ...[]float64) []RankingInput {
+		out := make([]RankingInput, len(scores))
+		for i, s := range scores {
+			out[i] = RankingInput{Scores: s}
+		}
+		return out
+	}
 	// Node 0 is an uninfected non-source the descent scores high: putting
 	// the infected first fixes the ranking.
-	helps := [][]float64{{0.9, 0.8, 0.1, 0.05}}
+	helps := in([]float64{0.9, 0.8, 0.1, 0.05})
 	helpsPairs := []forward.Pair{pair([]int{1}, []int{1, 2})}
-	r, by, first := ChooseRanking(helps, helpsPairs)
+	r, means := ChooseRanking(helps, helpsPairs)
 	require.Equal(t, InfectedFirst, r)
-	require.InDelta(t, 2.0/3, by, 1e-12)
-	require.InDelta(t, 1, first, 1e-12)
+	require.Len(t, means, 2, "no predictions: InfectedThenPredicted is not a candidate")
+	require.InDelta(t, 2.0/3, means[RankByScore], 1e-12)
+	require.InDelta(t, 1, means[InfectedFirst], 1e-12)
 
 	// A source the observation calls uninfected (recovered, under SIR)
 	// loses by it: the descent's ranking stays.
-	hurts := [][]float64{{0.9, 0.3, 0.1, 0.05}}
+	hurts := in([]float64{0.9, 0.3, 0.1, 0.05})
 	hurtsPairs := []forward.Pair{pair([]int{0}, []int{1, 2})}
-	r, by, first = ChooseRanking(hurts, hurtsPairs)
+	r, means = ChooseRanking(hurts, hurtsPairs)
 	require.Equal(t, RankByScore, r)
-	require.InDelta(t, 1, by, 1e-12)
-	require.InDelta(t, 1.0/3, first, 1e-12)
+	require.InDelta(t, 1, means[RankByScore], 1e-12)
+	require.InDelta(t, 1.0/3, means[InfectedFirst], 1e-12)
 
 	// No change (every infected node already first) keeps the descent's.
-	level := [][]float64{{0.1, 0.8, 0.9, 0.05}}
-	r, by, first = ChooseRanking(level, []forward.Pair{pair([]int{1}, []int{1, 2})})
+	r, means = ChooseRanking(in([]float64{0.1, 0.8, 0.9, 0.05}), []forward.Pair{pair([]int{1}, []int{1, 2})})
 	require.Equal(t, RankByScore, r)
-	require.Equal(t, by, first)
+	require.Equal(t, means[RankByScore], means[InfectedFirst])
 
 	// The means are over every cascade; the scores are not changed.
-	both := append(append([][]float64(nil), helps...), hurts...)
-	r, by, first = ChooseRanking(both, append(append([]forward.Pair(nil), helpsPairs...), hurtsPairs...))
+	both := append(append([]RankingInput(nil), helps...), hurts...)
+	r, means = ChooseRanking(both, append(append([]forward.Pair(nil), helpsPairs...), hurtsPairs...))
 	require.Equal(t, RankByScore, r)
-	require.InDelta(t, (2.0/3+1)/2, by, 1e-12)
-	require.InDelta(t, (1+1.0/3)/2, first, 1e-12)
-	require.Equal(t, []float64{0.9, 0.8, 0.1, 0.05}, both[0])
+	require.InDelta(t, (2.0/3+1)/2, means[RankByScore], 1e-12)
+	require.InDelta(t, (1+1.0/3)/2, means[InfectedFirst], 1e-12)
+	require.Equal(t, []float64{0.9, 0.8, 0.1, 0.05}, both[0].Scores)
 
-	r, by, _ = ChooseRanking(nil, nil)
+	// Under SIR: node 3 is a recovered source the descent scores low among
+	// the uninfected but the forward model expects infected. Ordering the
+	// uninfected by the prediction ranks it above the other uninfected
+	// nodes 0 and 4, where the descent's scores and InfectedFirst leave it
+	// last.
+	recovered := []RankingInput{{Scores: []float64{0.6, 0.8, 0.3, 0.01, 0.2}, Predicted: []float64{0.1, 0.9, 0.8, 0.7, 0.2}}}
+	recoveredPairs := []forward.Pair{pair([]int{1, 3}, []int{1, 2})}
+	r, means = ChooseRanking(recovered, recoveredPairs)
+	require.Equal(t, InfectedThenPredicted, r)
+	require.InDelta(t, 3.0/6, means[RankByScore], 1e-12)
+	require.InDelta(t, 3.0/6, means[InfectedFirst], 1e-12)
+	require.InDelta(t, 5.0/6, means[InfectedThenPredicted], 1e-12)
+
+	// Under SI no source is uninfected, so the prediction cannot rank
+	// better than InfectedFirst; the tie keeps the simpler ranking.
+	si := []RankingInput{{Scores: []float64{0.9, 0.8, 0.1, 0.05}, Predicted: []float64{0.1, 0.9, 0.8, 0.7}}}
+	r, means = ChooseRanking(si, helpsPairs)
+	require.Equal(t, InfectedFirst, r)
+	require.Equal(t, means[InfectedFirst], means[InfectedThenPredicted])
+
+	r, means = ChooseRanking(nil, nil)
 	require.Equal(t, RankByScore, r)
-	require.True(t, math.IsNaN(by))
-	require.PanicsWithValue(t, "localize: ChooseRanking: 2 score vectors for 1 pairs", func() {
+	require.Empty(t, means)
+	require.PanicsWithValue(t, "localize: ChooseRanking: 2 solves for 1 pairs", func() {
 		ChooseRanking(both, helpsPairs)
 	})
 	require.PanicsWithValue(t, "localize: ChooseRanking: cascade 0: source 7 outside 0..3", func() {
@@ -141,42 +189,58 @@ func TestParseRankingChoice(t *testing.T) {
 // A bundle ranking the infected first survives a write and a read, and
 // Solve puts every infected node above every uninfected one, with the
 // source set still {score >= Threshold}, under the threshold rule and a
-// count rule.
+// count rule; with InfectedThenPredicted the uninfected nodes follow
+// f(Mean), which Solve reports and which matches the model's prediction.
 func TestSolveWithInfectedFirst(t *testing.T) {
-	b := testBundle(t)
-	b.Manifest.Ranking = InfectedFirst
-	var buf bytes.Buffer
-	require.NoError(t, b.Write(&buf))
-	got, err := readBytes(buf.Bytes())
-	require.NoError(t, err)
-	require.Equal(t, InfectedFirst, got.Manifest.Ranking)
-
 	p, f, _ := testProblem(12, 2, 4)
 	plain := testBundle(t)
 	before, err := Solve(t.Context(), plain, f, p.Y, DefaultOptions())
 	require.NoError(t, err)
-	for _, rule := range []SourceRule{{}, {Count: 3}} {
-		got.Manifest.SourceRule = rule
-		res, err := Solve(t.Context(), got, f, p.Y, DefaultOptions())
+	require.Nil(t, before.Predicted, "no prediction unless asked or needed")
+	for _, ranking := range []Ranking{InfectedFirst, InfectedThenPredicted} {
+		b := testBundle(t)
+		b.Manifest.Ranking = ranking
+		var buf bytes.Buffer
+		require.NoError(t, b.Write(&buf))
+		got, err := readBytes(buf.Bytes())
 		require.NoError(t, err)
-		lowestInfected := 2.0
-		for v, s := range res.Scores {
-			if p.Y[v] == 1 {
-				lowestInfected = min(lowestInfected, s)
-				require.Equal(t, before.Scores[v], s, "an infected node's score is the descent's")
+		require.Equal(t, ranking, got.Manifest.Ranking)
+		for _, rule := range []SourceRule{{}, {Count: 3}} {
+			got.Manifest.SourceRule = rule
+			res, err := Solve(t.Context(), got, f, p.Y, DefaultOptions())
+			require.NoError(t, err)
+			require.Equal(t, ranking == InfectedThenPredicted, res.Predicted != nil)
+			lowestInfected := 2.0
+			for v, s := range res.Scores {
+				if p.Y[v] == 1 {
+					lowestInfected = min(lowestInfected, s)
+					require.Equal(t, before.Scores[v], s, "an infected node's score is the descent's")
+				}
 			}
-		}
-		for v, s := range res.Scores {
-			if p.Y[v] == 0 {
-				require.Less(t, s, lowestInfected, "uninfected node %d", v)
+			order := before.Scores
+			if ranking == InfectedThenPredicted {
+				want, err := f.Predict(t.Context(), mat.NewDense(1, len(res.Mean), res.Mean))
+				require.NoError(t, err)
+				require.Equal(t, want.RawRowView(0), res.Predicted)
+				order = res.Predicted
 			}
-			require.Equal(t, s >= res.Threshold, slices.Contains(res.Sources, v), "node %d", v)
-		}
-		for i := 1; i < len(res.Sources); i++ {
-			require.GreaterOrEqual(t, res.Scores[res.Sources[i-1]], res.Scores[res.Sources[i]])
-		}
-		if rule.Count > 0 {
-			require.Len(t, res.Sources, 3)
+			for v, s := range res.Scores {
+				if p.Y[v] == 0 {
+					require.Less(t, s, lowestInfected, "uninfected node %d", v)
+					for u := range res.Scores {
+						if p.Y[u] == 0 && order[u] < order[v] {
+							require.Less(t, res.Scores[u], s, "%s: uninfected %d below %d", ranking, u, v)
+						}
+					}
+				}
+				require.Equal(t, s >= res.Threshold, slices.Contains(res.Sources, v), "node %d", v)
+			}
+			for i := 1; i < len(res.Sources); i++ {
+				require.GreaterOrEqual(t, res.Scores[res.Sources[i-1]], res.Scores[res.Sources[i]])
+			}
+			if rule.Count > 0 {
+				require.Len(t, res.Sources, 3)
+			}
 		}
 	}
 }

@@ -87,6 +87,11 @@ type Options struct {
 	// Result.Checkpoints: one descent answers for every step count up to
 	// OptSteps, which is how Train chooses n_opt on validation.
 	Checkpoints []int
+	// Predict computes f at the mean of the restarts' final x, for the
+	// final x and every checkpoint (Result.Predicted, Checkpoint.Predicted):
+	// one more forward call. Solve makes it whenever the bundle's ranking
+	// reads it (InfectedThenPredicted).
+	Predict bool
 }
 
 // DefaultOptions are the paper's settings: its schedule (Full, with which
@@ -178,11 +183,16 @@ type Result struct {
 	// objective would raise first comes first. Scores lie in [0, 1].
 	// A node whose mean sits exactly at delta (k of R restarts) is a
 	// source when the tie-break keeps its score there. A bundle whose
-	// ranking is InfectedFirst has the scores of the nodes observed
-	// uninfected rescaled below every infected node's (see InfectedFirst).
+	// ranking is InfectedFirst or InfectedThenPredicted has the scores of
+	// the nodes observed uninfected rescaled below every infected node's
+	// (see those).
 	Scores []float64
 	// Probability is, per node, the fraction of restarts with x_v >= delta.
 	Probability []float64
+	// Predicted is f(Mean), the forward model's infection probability at
+	// the mean final x, when Options.Predict is set or the bundle's
+	// ranking reads it; nil otherwise.
+	Predicted []float64
 	// Sources are the nodes with Scores >= Threshold, highest score first.
 	Sources []int
 	// Threshold is the cut of the scores: delta under the threshold rule,
@@ -207,6 +217,9 @@ type Result struct {
 type Checkpoint struct {
 	Steps  int
 	Scores []float64
+	// Mean is the mean x over the restarts there, and Predicted f(Mean)
+	// when Result.Predicted is set.
+	Mean, Predicted []float64
 }
 
 // Timing splits a solve's time between the forward model and the prior.
@@ -341,14 +354,16 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	if opts.PriorWeight == 0 {
 		opts.PriorWeight = b.Manifest.Solve.PriorWeight
 	}
+	r := b.Manifest.Ranking
+	opts.Predict = opts.Predict || r.needsPrediction()
 	res, err := solve(ctx, b.Manifest.Graph.Nodes, delta, b.Prior(), f, y, opts)
 	if err != nil {
 		return nil, err
 	}
-	if r := b.Manifest.Ranking; r != RankByScore {
-		r.apply(res.Scores, y)
+	if r != RankByScore {
+		r.apply(res.Scores, y, res.Predicted)
 		for _, cp := range res.Checkpoints {
-			r.apply(cp.Scores, y)
+			r.apply(cp.Scores, y, cp.Predicted)
 		}
 		res.Sources = res.Sources[:0]
 		for _, v := range byScore(res.Scores) {
@@ -442,9 +457,39 @@ func solve(ctx context.Context, n int, delta float64, pr Prior, f Forward, y []f
 	res.Objective = d.final
 	res.Trace = d.trace
 	res.Checkpoints = d.checkpoints
+	if opts.Predict {
+		if err := predictAtMeans(ctx, f, res, &d.clock); err != nil {
+			return nil, err
+		}
+	}
 	d.clock.TotalSeconds = nowSeconds() - start
 	res.Timing = d.clock
 	return res, nil
+}
+
+// predictAtMeans sets res.Predicted and every checkpoint's Predicted to f
+// at the mean x, in one forward call.
+func predictAtMeans(ctx context.Context, f Forward, res *Result, clock *Timing) error {
+	n := len(res.Mean)
+	means := mat.NewDense(1+len(res.Checkpoints), n, nil)
+	means.SetRow(0, res.Mean)
+	for i, cp := range res.Checkpoints {
+		means.SetRow(1+i, cp.Mean)
+	}
+	start := nowSeconds()
+	pred, err := f.Predict(ctx, means)
+	clock.ForwardSeconds += nowSeconds() - start
+	if err != nil {
+		return fmt.Errorf("predicting at the mean x: %w", err)
+	}
+	if r, c := pred.Dims(); r != 1+len(res.Checkpoints) || c != n {
+		return fmt.Errorf("predicting at the mean x: forward model returned %dx%d for %dx%d", r, c, 1+len(res.Checkpoints), n)
+	}
+	res.Predicted = append([]float64(nil), pred.RawRowView(0)...)
+	for i := range res.Checkpoints {
+		res.Checkpoints[i].Predicted = append([]float64(nil), pred.RawRowView(1+i)...)
+	}
+	return nil
 }
 
 // descent is what descend returns.
@@ -527,7 +572,8 @@ func (p *Problem) descend(ctx context.Context, opts Options) (descent, error) {
 			if last && at[step] {
 				// x has had step updates and grad is the objective's
 				// gradient there: a shorter Solve's final state.
-				d.checkpoints = append(d.checkpoints, Checkpoint{Steps: step - offset, Scores: summarize(x, grad, 1).Scores})
+				sum := summarize(x, grad, 1)
+				d.checkpoints = append(d.checkpoints, Checkpoint{Steps: step - offset, Scores: sum.Scores, Mean: sum.Mean})
 			}
 			adam.step(raw, grad.RawMatrix().Data)
 			for i, v := range raw {
@@ -549,7 +595,8 @@ func (p *Problem) descend(ctx context.Context, opts Options) (descent, error) {
 	}
 	d.x, d.grad, d.final = x, grad, final
 	if at[offset+opts.OptSteps] {
-		d.checkpoints = append(d.checkpoints, Checkpoint{Steps: opts.OptSteps, Scores: summarize(x, grad, 1).Scores})
+		sum := summarize(x, grad, 1)
+		d.checkpoints = append(d.checkpoints, Checkpoint{Steps: opts.OptSteps, Scores: sum.Scores, Mean: sum.Mean})
 	}
 	sort.Slice(d.checkpoints, func(i, j int) bool { return d.checkpoints[i].Steps < d.checkpoints[j].Steps })
 	return d, nil

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"gonum.org/v1/gonum/mat"
@@ -60,8 +61,8 @@ type TrainConfig struct {
 	// same solves, is higher.
 	ThresholdOnly bool
 	// ScoreRankingOnly keeps the descent's ranking; otherwise InfectedFirst
-	// replaces it when its mean validation ROC-AUC, on the same solves, is
-	// higher (see ChooseRanking).
+	// or InfectedThenPredicted replaces it when its mean validation ROC-AUC,
+	// on the same solves, is higher (see ChooseRanking).
 	ScoreRankingOnly bool
 	Seed             int64
 	// Now stamps the bundle; time.Now when nil.
@@ -101,7 +102,8 @@ var Thresholds = []float64{0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5
 //     paper's w = 1 amounts to sigma^2 = 1/2, a forward model no better
 //     than a coin; with a useful one the unscaled prior drowns the data;
 //  5. unless cfg.ScoreRankingOnly, the ranking is chosen on validation
-//     solves (ChooseRanking, over the scores of every n_opt of the grid)
+//     solves (ChooseRanking, over the scores and f(xbar) of every n_opt of
+//     the grid)
 //     and applied to them before the choices below;
 //  6. delta is chosen as the threshold of the grid Thresholds that
 //     maximises mean F1 of {v : score_v >= delta} over (up to
@@ -257,9 +259,11 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	if len(grid) == 0 {
 		grid = []int{solve.OptSteps}
 	}
-	scores := make([][][]float64, len(grid)) // [grid][cascade]
+	scores := make([][][]float64, len(grid))    // [grid][cascade]
+	predicted := make([][][]float64, len(grid)) // f(xbar) at each, for the ranking
 	for gi := range scores {
 		scores[gi] = make([][]float64, limit)
+		predicted[gi] = make([][]float64, limit)
 	}
 	y := make([]float64, n)
 	for i := 0; i < limit; i++ {
@@ -267,32 +271,35 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		opts := solve
 		opts.Seed = solve.Seed + uint64(i)
 		opts.OptSteps, opts.Checkpoints = grid[len(grid)-1], grid
+		opts.Predict = !cfg.ScoreRankingOnly
 		res, err := Solve(ctx, b, fm, y, opts)
 		if err != nil {
 			return nil, fmt.Errorf("choosing threshold on validation cascade %d: %w", i, err)
 		}
 		for gi, cp := range res.Checkpoints {
 			scores[gi][i] = cp.Scores
+			predicted[gi][i] = cp.Predicted
 		}
 		progress(TrainProgress{Stage: "threshold", Done: i + 1, Total: limit, Loss: math.NaN()})
 	}
 	if !cfg.ScoreRankingOnly {
-		var all [][]float64
+		var all []RankingInput
 		var pairs []forward.Pair
 		for gi := range grid {
-			all = append(all, scores[gi]...)
+			for i := range scores[gi] {
+				all = append(all, RankingInput{Scores: scores[gi][i], Predicted: predicted[gi][i]})
+			}
 			pairs = append(pairs, val[:limit]...)
 		}
-		rank, byScore, first := ChooseRanking(all, pairs)
-		if !math.IsNaN(byScore) {
-			metrics[RankingAUCMetric(RankByScore)] = byScore
-			metrics[RankingAUCMetric(InfectedFirst)] = first
+		rank, means := ChooseRanking(all, pairs)
+		for r, auc := range means {
+			metrics[RankingAUCMetric(r)] = auc
 		}
 		b.Manifest.Ranking = rank
 		for gi := range grid {
 			for i := range scores[gi] {
 				observe(y, val[i].Infected)
-				rank.apply(scores[gi][i], y)
+				rank.apply(scores[gi][i], y, predicted[gi][i])
 			}
 		}
 	}
@@ -330,13 +337,13 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 }
 
 // RankingAUCMetric names the manifest metric holding the mean validation
-// ROC-AUC with ranking r, over every n_opt tried: "val_auc_by_score" or
-// "val_auc_infected_first".
+// ROC-AUC with ranking r, over every n_opt tried: "val_auc_by_score",
+// "val_auc_infected_first" or "val_auc_infected_then_predicted".
 func RankingAUCMetric(r Ranking) string {
 	if r == RankByScore {
 		return "val_auc_by_score"
 	}
-	return "val_auc_infected_first"
+	return "val_auc_" + strings.ReplaceAll(string(r), "-", "_")
 }
 
 // ThresholdF1Metric names the manifest metric holding the validation F1

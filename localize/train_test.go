@@ -173,6 +173,12 @@ func TestTrainChoosesOptSteps(t *testing.T) {
 	first := b.Manifest.Metrics[localize.RankingAUCMetric(localize.InfectedFirst)]
 	t.Logf("validation ROC-AUC: by score %.4f, infected first %.4f", by, first)
 	require.GreaterOrEqual(t, first, by-1e-12, "where sources are always infected (SI) the infected first cannot rank worse")
+	// Nor can the uninfected nodes' order move it: under SI
+	// InfectedThenPredicted ties InfectedFirst and the simpler is kept.
+	predicted, ok := b.Manifest.Metrics[localize.RankingAUCMetric(localize.InfectedThenPredicted)]
+	require.True(t, ok, "train scored the ranking by prediction")
+	require.InDelta(t, first, predicted, 1e-12)
+	require.NotEqual(t, localize.InfectedThenPredicted, b.Manifest.Ranking)
 	if first > by+1e-12 {
 		require.Equal(t, localize.InfectedFirst, b.Manifest.Ranking)
 		for i, s := range scores {

@@ -172,11 +172,13 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 			m.SourceRule, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]), m.Threshold, m.Metrics[localize.ThresholdF1Metric])
 	}
 	if auc, ok := m.Metrics[localize.RankingAUCMetric(m.Ranking)]; ok {
-		other := localize.InfectedFirst
-		if m.Ranking == localize.InfectedFirst {
-			other = localize.RankByScore
+		fmt.Fprintf(w, "ranking     %s (validation ROC-AUC %.3f", m.Ranking, auc)
+		for _, other := range localize.Rankings() {
+			if a, ok := m.Metrics[localize.RankingAUCMetric(other)]; ok && other != m.Ranking {
+				fmt.Fprintf(w, "; %s: %.3f", other, a)
+			}
 		}
-		fmt.Fprintf(w, "ranking     %s (validation ROC-AUC %.3f; %s: %.3f)\n", m.Ranking, auc, other, m.Metrics[localize.RankingAUCMetric(other)])
+		fmt.Fprintln(w, ")")
 	} else if m.Ranking != localize.RankByScore {
 		fmt.Fprintf(w, "ranking     %s\n", m.Ranking)
 	}

@@ -156,34 +156,41 @@ func TestTrainRanking(t *testing.T) {
 	require.True(t, ok)
 	first, ok := b.Manifest.Metrics[localize.RankingAUCMetric(localize.InfectedFirst)]
 	require.True(t, ok)
-	other := localize.InfectedFirst
+	predicted, ok := b.Manifest.Metrics[localize.RankingAUCMetric(localize.InfectedThenPredicted)]
+	require.True(t, ok)
+	require.InDelta(t, first, predicted, 1e-12, "under SI the uninfected nodes' order cannot matter")
 	if first > by+1e-12 {
 		require.Equal(t, localize.InfectedFirst, b.Manifest.Ranking)
-		other = localize.RankByScore
 	} else {
 		require.Equal(t, localize.RankByScore, b.Manifest.Ranking)
 	}
 	inspect, _, err := runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
 	require.NoError(t, err)
-	require.Contains(t, inspect, fmt.Sprintf("ranking     %s (validation ROC-AUC %.3f; %s: %.3f)",
-		b.Manifest.Ranking, b.Manifest.Metrics[localize.RankingAUCMetric(b.Manifest.Ranking)],
-		other, b.Manifest.Metrics[localize.RankingAUCMetric(other)]))
+	line := fmt.Sprintf("ranking     %s (validation ROC-AUC %.3f", b.Manifest.Ranking, b.Manifest.Metrics[localize.RankingAUCMetric(b.Manifest.Ranking)])
+	for _, r := range localize.Rankings() {
+		if r != b.Manifest.Ranking {
+			line += fmt.Sprintf("; %s: %.3f", r, b.Manifest.Metrics[localize.RankingAUCMetric(r)])
+		}
+	}
+	require.Contains(t, inspect, line+")\n")
 
-	b.Manifest.Ranking = localize.InfectedFirst
-	require.NoError(t, b.WriteFile(bundle))
 	obs := `{"infected":["0","1","2","3","7","13"]}`
-	out, _, err := runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
-	require.NoError(t, err)
-	require.Regexp(t, `6 infected; .*; infected-first; \d+ suspected source`, out)
-	out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--top", "10", "--log-level", "warn")
-	require.NoError(t, err)
-	var got localizeOutput
-	require.NoError(t, json.Unmarshal([]byte(out), &got))
-	require.Equal(t, localize.InfectedFirst, got.Ranking)
-	require.Len(t, got.Top, 10)
-	infected := map[string]bool{"0": true, "1": true, "2": true, "3": true, "7": true, "13": true}
-	for i, s := range got.Top {
-		require.Equal(t, i < 6, infected[s.Node], "rank %d is node %s", i+1, s.Node)
+	for _, r := range []localize.Ranking{localize.InfectedFirst, localize.InfectedThenPredicted} {
+		b.Manifest.Ranking = r
+		require.NoError(t, b.WriteFile(bundle))
+		out, _, err := runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+		require.NoError(t, err)
+		require.Regexp(t, `6 infected; .*; `+string(r)+`; \d+ suspected source`, out)
+		out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--top", "10", "--log-level", "warn")
+		require.NoError(t, err)
+		var got localizeOutput
+		require.NoError(t, json.Unmarshal([]byte(out), &got))
+		require.Equal(t, r, got.Ranking)
+		require.Len(t, got.Top, 10)
+		infected := map[string]bool{"0": true, "1": true, "2": true, "3": true, "7": true, "13": true}
+		for i, s := range got.Top {
+			require.Equal(t, i < 6, infected[s.Node], "%s: rank %d is node %s", r, i+1, s.Node)
+		}
 	}
 
 	_, bundle, _ = trainSmall(t, "--val-solves", "8", "--opt-steps", "10", "--ranking", "score")
