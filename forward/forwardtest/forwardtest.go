@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 
+	"gonum.org/v1/gonum/mat"
+
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
 )
@@ -110,4 +112,40 @@ func CheckVJP(t testing.TB, m forward.Model, g *graph.Graph, opts ...forward.VJP
 		t.Fatalf("forwardtest: vjp check failed: %s", res)
 	}
 	return res
+}
+
+// CheckSameVJP fails t unless a and b, the same model two ways (through a
+// plugin process and in process, say), return bit-identical y and dx for
+// one random batch of three rows over n nodes.
+func CheckSameVJP(t testing.TB, a, b forward.Model, n int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(5, 6))
+	x, dy := mat.NewDense(3, n, nil), mat.NewDense(3, n, nil)
+	for i, raw := 0, x.RawMatrix().Data; i < len(raw); i++ {
+		raw[i] = rng.Float64()
+	}
+	for i, raw := 0, dy.RawMatrix().Data; i < len(raw); i++ {
+		raw[i] = 2*rng.Float64() - 1
+	}
+	ya, dxa, err := a.VJP(t.Context(), x, dy)
+	if err != nil {
+		t.Fatalf("forwardtest: first model's vjp: %v", err)
+	}
+	yb, dxb, err := b.VJP(t.Context(), x, dy)
+	if err != nil {
+		t.Fatalf("forwardtest: second model's vjp: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		a, b []float64
+	}{{"y", ya.RawMatrix().Data, yb.RawMatrix().Data}, {"dx", dxa.RawMatrix().Data, dxb.RawMatrix().Data}} {
+		if len(c.a) != len(c.b) {
+			t.Fatalf("forwardtest: %s has %d values against %d", c.name, len(c.a), len(c.b))
+		}
+		for i := range c.a {
+			if c.a[i] != c.b[i] {
+				t.Fatalf("forwardtest: %s differs at row %d node %d: %v against %v", c.name, i/n, i%n, c.a[i], c.b[i])
+			}
+		}
+	}
 }

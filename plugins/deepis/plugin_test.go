@@ -60,14 +60,7 @@ func TestThroughPluginProcess(t *testing.T) {
 
 		in := New()
 		require.NoError(t, in.Configure(ctx, g, params, state))
-		rng := rand.New(rand.NewPCG(5, 6))
-		x, dy := randDense(rng, 3, g.N(), 0, 1), randDense(rng, 3, g.N(), -1, 1)
-		y1, dx1, err := p.VJP(ctx, x, dy)
-		require.NoError(t, err)
-		y2, dx2, err := in.VJP(ctx, x, dy)
-		require.NoError(t, err)
-		require.Equal(t, y2.RawMatrix().Data, y1.RawMatrix().Data)
-		require.Equal(t, dx2.RawMatrix().Data, dx1.RawMatrix().Data)
+		forwardtest.CheckSameVJP(t, p, in, g.N())
 	}
 
 	other := randomGraph(40, 61, false, false, 73)

@@ -273,20 +273,7 @@ func TestThroughPluginProcess(t *testing.T) {
 	forwardtest.CheckVJP(t, p, g, forward.VJPCheckOptions{Rows: 3})
 
 	in := configured(t, g, params)
-	rng := rand.New(rand.NewPCG(5, 6))
-	x, dy := mat.NewDense(4, g.N(), nil), mat.NewDense(4, g.N(), nil)
-	for i := 0; i < 4; i++ {
-		for j := 0; j < g.N(); j++ {
-			x.Set(i, j, rng.Float64())
-			dy.Set(i, j, rng.NormFloat64())
-		}
-	}
-	y1, dx1, err := p.VJP(t.Context(), x, dy)
-	require.NoError(t, err)
-	y2, dx2, err := in.VJP(t.Context(), x, dy)
-	require.NoError(t, err)
-	require.Equal(t, y2.RawMatrix().Data, y1.RawMatrix().Data)
-	require.Equal(t, dx2.RawMatrix().Data, dx1.RawMatrix().Data)
+	forwardtest.CheckSameVJP(t, p, in, g.N())
 	info, err := p.Info(t.Context())
 	require.NoError(t, err)
 	want, err := in.Info(t.Context())
