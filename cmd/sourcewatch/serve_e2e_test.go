@@ -147,13 +147,15 @@ func runDaemon(t testing.TB, d *monitor.Daemon) (context.Context, jetstream.JetS
 
 // TestServeCountRule runs the daemon on a bundle whose source rule is a
 // count: its alert names that many sources (more only on a tie with the
-// last), and its threshold is the last source's score.
+// last), and its threshold is the last source's score. The bundle ranks
+// infected-then-predicted, so each inference also makes the ranking's
+// forward call through the supervised plugin process.
 func TestServeCountRule(t *testing.T) {
 	trained, pluginDir := trainTestBundle(t)
 	b, err := localize.LoadBundle(trained, nil)
 	require.NoError(t, err)
 	b.Manifest.SourceRule = localize.SourceRule{Count: 3}
-	b.Manifest.Ranking = localize.InfectedFirst
+	b.Manifest.Ranking = localize.InfectedThenPredicted
 	bundle := filepath.Join(t.TempDir(), "count.swb")
 	require.NoError(t, b.WriteFile(bundle))
 	edges, g := karateGraph(t)
