@@ -28,7 +28,9 @@ import (
 // manifest's source_rule, which a reader of format 1 would ignore and
 // so report another source set than the one validation chose; format 3
 // added ranking, which a reader of format 2 would ignore and so rank
-// (and, under a count rule, cut) otherwise.
+// (and, under a count rule, cut) otherwise. A ranking value added since
+// (infected-then-predicted) needs no new format: a format 3 reader that
+// predates it refuses the manifest, naming the field.
 const FormatVersion = 3
 
 // minFormatVersion is the oldest format this package reads: format 1

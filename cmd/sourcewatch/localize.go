@@ -55,8 +55,9 @@ type localizeOutput struct {
 	// SourceRule describes a count rule that cut the sources (Threshold
 	// is then the last source's score); empty when delta did.
 	SourceRule string `json:"source_rule,omitempty"`
-	// Ranking is "infected-first" when the bundle ranks every node
-	// observed uninfected below every infected one.
+	// Ranking is "infected-first" or "infected-then-predicted" when the
+	// bundle ranks every node observed uninfected below every infected one
+	// (see localize.Ranking); empty for the descent's scores.
 	Ranking localize.Ranking    `json:"ranking,omitempty"`
 	Sources []rankedSource      `json:"sources"`
 	Top     []rankedSource      `json:"top"`
