@@ -48,9 +48,10 @@
 //	netsleuth  Dirichlet-Laplacian eigenvector seeds, k on validation (netsleuth.go)
 //	ojc        greedy Jordan cover of the infected subgraph (jordan.go)
 //	jordan     Jordan center(s) by eccentricity to the infected set (jordan.go)
-//	local-mlp  a per-node classifier (MLP on fixed neighbourhood features)
-//	           trained on the training cascades: the learned baseline, in
-//	           the spirit of the paper's GCNSI (localmlp.go)
+//	local-mlp  a per-node classifier (MLP on fixed neighbourhood and
+//	           infected-region features) trained on the training cascades:
+//	           the learned baseline, in the spirit of the paper's GCNSI
+//	           (localmlp.go)
 //
 // and the controls (controls.go), reference points every table carries:
 // infected (the observation itself), degree (infected nodes by degree),

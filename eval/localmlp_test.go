@@ -18,29 +18,72 @@ func TestNodeFeaturesOnPath(t *testing.T) {
 	// 0 - 1 - 2 - 3 - 4 with 0, 1, 2 infected: node 0 is deepest.
 	g := path(5)
 	y := yOf(5, 0, 1, 2)
-	f := make([]float64, 5*localFeatures)
-	var s nodeFeatureScratch
-	nodeFeatures(g, y, f, &s)
-	row := func(v int) []float64 { return f[v*localFeatures : (v+1)*localFeatures] }
+	for _, width := range []int{basicFeatures, fullFeatures} {
+		f := make([]float64, 5*width)
+		var s nodeFeatureScratch
+		nodeFeatures(g, y, f, width, &s)
+		row := func(v int) []float64 { return f[v*width : (v+1)*width] }
 
-	// y, a, log(1+c), log(1+d), mean a of neighbours, |y|/n, y·a, y·ā, δ, y·δ
+		// y, a, log(1+c), log(1+d), mean a of neighbours, |y|/n, y·a, y·ā, δ, y·δ
+		want := map[int][]float64{
+			0: {1, 1, math.Log(2), math.Log(2), 1, 0.6, 1, 1, 3.0 / 6, 3.0 / 6},
+			1: {1, 1, math.Log(3), math.Log(3), 0.75, 0.6, 1, 0.75, 2.0 / 6, 2.0 / 6},
+			2: {1, 0.5, math.Log(2), math.Log(3), 0.75, 0.6, 0.5, 0.75, 1.0 / 6, 1.0 / 6},
+			4: {0, 0, 0, math.Log(2), 0.5, 0.6, 0, 0, 0, 0},
+		}
+		for v, w := range want {
+			require.InDeltaSlice(t, w, row(v)[:basicFeatures], 1e-12, "node %d, width %d", v, width)
+		}
+
+		// With nothing uninfected, every node is at the maximum depth; the
+		// scratch is reused without stale values.
+		nodeFeatures(g, yOf(5, 0, 1, 2, 3, 4), f, width, &s)
+		for v := 0; v < 5; v++ {
+			require.Equal(t, 1.0, row(v)[8], "node %d", v)
+		}
+		require.Panics(t, func() { nodeFeatures(g, y, f[:3], width, &s) })
+	}
+	require.Panics(t, func() { nodeFeatures(g, y, make([]float64, 5*12), 12, &nodeFeatureScratch{}) })
+}
+
+func TestRegionFeaturesOnPath(t *testing.T) {
+	g := path(5)
+	f := make([]float64, 5*fullFeatures)
+	var s nodeFeatureScratch
+	row := func(v int) []float64 { return f[v*fullFeatures+basicFeatures : (v+1)*fullFeatures] }
+	const H = maxRegionDepth
+
+	// 0 - 1 - 2 - 3 - 4 with 0, 1, 2 infected: one component of three,
+	// node 0 its deepest (3 hops from 3, the nearest uninfected node).
+	nodeFeatures(g, yOf(5, 0, 1, 2), f, fullFeatures, &s)
+	// b2, b3, h/H, mean h/H, max h/H, log(1+|C|), h/max h, isolated, log(1+i2), y·b2
 	want := map[int][]float64{
-		0: {1, 1, math.Log(2), math.Log(2), 1, 0.6, 1, 1, 3.0 / 6, 3.0 / 6},
-		1: {1, 1, math.Log(3), math.Log(3), 0.75, 0.6, 1, 0.75, 2.0 / 6, 2.0 / 6},
-		2: {1, 0.5, math.Log(2), math.Log(3), 0.75, 0.6, 0.5, 0.75, 1.0 / 6, 1.0 / 6},
-		4: {0, 0, 0, math.Log(2), 0.5, 0.6, 0, 0, 0, 0},
+		0: {1, 0.75, 3.0 / H, 2.0 / H, 2.0 / H, math.Log(4), 1, 0, math.Log(4), 1},
+		2: {0.6, 0.6, 1.0 / H, 1.0 / H, 2.0 / H, math.Log(4), 1.0 / 3, 0, math.Log(4), 0.6},
+		4: {1.0 / 3, 0.5, 0, 0, 0, 0, 0, 0, math.Log(2), 0},
 	}
 	for v, w := range want {
 		require.InDeltaSlice(t, w, row(v), 1e-12, "node %d", v)
 	}
 
-	// With nothing uninfected, every node is at the maximum depth; the
-	// scratch is reused without stale values.
-	nodeFeatures(g, yOf(5, 0, 1, 2, 3, 4), f, &s)
-	for v := 0; v < 5; v++ {
-		require.Equal(t, 1.0, row(v)[8], "node %d", v)
+	// 0, 2 and 4 infected, none next to another: under SI each can only
+	// be a source, which the isolated flag says; each is its own component.
+	nodeFeatures(g, yOf(5, 0, 2, 4), f, fullFeatures, &s)
+	for _, v := range []int{0, 2, 4} {
+		require.Equal(t, 1.0, row(v)[7], "node %d isolated", v)
+		require.InDelta(t, math.Log(2), row(v)[5], 1e-12, "node %d component", v)
+		require.Equal(t, 1.0, row(v)[6], "node %d depth ratio", v)
 	}
-	require.Panics(t, func() { nodeFeatures(g, y, f[:3], &s) })
+	for _, v := range []int{1, 3} {
+		require.Equal(t, 0.0, row(v)[7], "node %d", v)
+	}
+
+	// All infected: no uninfected node is reachable, so every depth is H.
+	nodeFeatures(g, yOf(5, 0, 1, 2, 3, 4), f, fullFeatures, &s)
+	for v := 0; v < 5; v++ {
+		require.Equal(t, 1.0, row(v)[2], "node %d", v)
+		require.InDelta(t, math.Log(6), row(v)[5], 1e-12, "node %d", v)
+	}
 }
 
 func TestBCEGradMatchesFiniteDifferences(t *testing.T) {
@@ -57,15 +100,21 @@ func TestBCEGradMatchesFiniteDifferences(t *testing.T) {
 
 // On a graph it has never seen, local-mlp learns from the training
 // cascades to rank sources above the other infected nodes: its ROC-AUC on
-// held-out cascades beats the infected control's.
+// held-out cascades beats the infected control's, with either feature set.
 func TestLocalMLPLearnsToRankSources(t *testing.T) {
+	for _, features := range []string{"full", "basic"} {
+		t.Run(features, func(t *testing.T) { testLocalMLPLearnsToRankSources(t, features) })
+	}
+}
+
+func testLocalMLPLearnsToRankSources(t *testing.T, features string) {
 	g := randomGraph(120, 120, 11)
 	cfg := diffusion.DefaultConfig()
 	cfg.Beta = 0.3
 	cs, _, err := diffusion.Simulate(context.Background(), g, cfg, 260, 5)
 	require.NoError(t, err)
 	ctx := context.Background()
-	m := newMethod(t, "local-mlp", g, map[string]string{"steps": "1500"})
+	m := newMethod(t, "local-mlp", g, map[string]string{"steps": "1500", "features": features})
 	_, err = m.Localize(ctx, make([]float64, g.N()))
 	require.ErrorIs(t, err, ErrNotFitted)
 	require.NoError(t, m.Fit(ctx, g, cs[:160], cs[160:200]))
@@ -97,7 +146,7 @@ func TestLocalMLPParams(t *testing.T) {
 	f, err := Lookup("local-mlp")
 	require.NoError(t, err)
 	for _, params := range []map[string]string{
-		{"hiden": "8"}, {"steps": "0"}, {"lr": "-1"}, {"batch": "x"},
+		{"hiden": "8"}, {"steps": "0"}, {"lr": "-1"}, {"batch": "x"}, {"features": "rich"},
 	} {
 		_, err := f(Env{Graph: path(3), Logger: zap.NewNop(), Params: params})
 		require.ErrorIs(t, err, ErrBadParam, "%v", params)
