@@ -313,6 +313,8 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		"infected_first": boolFloat(b.Manifest.Ranking != localize.RankByScore),
 		// 1 where it ordered them by f(xbar) (InfectedThenPredicted)
 		"uninfected_by_predicted": boolFloat(b.Manifest.Ranking == localize.InfectedThenPredicted),
+		// 1 where it put the lone infected nodes first
+		"lone_infected_first": boolFloat(b.Manifest.LoneInfectedFirst),
 	}
 	if rho, ok := b.Manifest.Metrics["forward_source_gate"]; ok {
 		// deepis's fitted chance that a source is observed uninfected,

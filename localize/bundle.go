@@ -30,12 +30,14 @@ import (
 // added ranking, which a reader of format 2 would ignore and so rank
 // (and, under a count rule, cut) otherwise. A ranking value added since
 // (infected-then-predicted) needs no new format: a format 3 reader that
-// predates it refuses the manifest, naming the field.
-const FormatVersion = 3
+// predates it refuses the manifest, naming the field. Format 4 added
+// lone_infected_first, which a reader of format 3 would ignore.
+const FormatVersion = 4
 
 // minFormatVersion is the oldest format this package reads: format 1
-// bundles read as format 3 ones with the threshold rule and the descent's
-// ranking, format 2 ones with the descent's ranking.
+// bundles read as format 4 ones with the threshold rule and the descent's
+// ranking, format 2 ones with the descent's ranking, and formats 1-3
+// without lifting the lone infected nodes.
 const minFormatVersion = 1
 
 // Sentinel errors of bundle loading.
@@ -82,6 +84,10 @@ type Manifest struct {
 	// Ranking is how the observed-uninfected nodes rank against the
 	// infected ones, chosen on the validation split before delta.
 	Ranking Ranking `json:"ranking,omitempty"`
+	// LoneInfectedFirst ranks the lone infected nodes (see LoneInfected)
+	// above every other node, after Ranking; chosen on the validation
+	// split after it (see ChooseLoneFirst).
+	LoneInfectedFirst bool `json:"lone_infected_first,omitempty"`
 	// Solve holds the inference settings used when delta was chosen; a
 	// caller that changes them should choose delta again.
 	Solve SolveRef `json:"solve"`

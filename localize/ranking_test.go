@@ -10,6 +10,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 func TestInfectedFirstApply(t *testing.T) {
@@ -242,5 +243,119 @@ func TestSolveWithInfectedFirst(t *testing.T) {
 				require.Len(t, res.Sources, 3)
 			}
 		}
+	}
+}
+
+func TestLoneInfected(t *testing.T) {
+	edges := []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}, {From: 3, To: 2}, {From: 5, To: 6}}
+	y := []float64{1, 1, 1, 0, 1, 0, 1}
+	for _, tc := range []struct {
+		name     string
+		directed bool
+		want     []bool
+	}{
+		// 0 and 4 have no in-arc, 6 only one from the uninfected 5; 1 and
+		// 2 have an infected in-neighbour.
+		{"directed: in-neighbours only", true, []bool{true, false, false, false, true, false, true}},
+		// Undirected, 0 has the infected 1 beside it.
+		{"undirected", false, []bool{false, false, false, false, true, false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := graph.New(7, edges, nil, tc.directed, false)
+			stale := []bool{true, true, true, true, true, true, true, true}
+			require.Equal(t, tc.want, LoneInfected(g, y, stale), "the destination is reused without stale marks")
+		})
+	}
+	require.PanicsWithValue(t, "localize: LoneInfected: 2 observations for 7 nodes", func() {
+		LoneInfected(graph.New(7, edges, nil, true, false), make([]float64, 2), nil)
+	})
+}
+
+func TestLiftLone(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		scores []float64
+		lone   []bool
+		want   []float64
+	}{
+		{"lone above the highest other, their order kept, the rest untouched",
+			[]float64{0.2, 0.9, 0.5, 0.1},
+			[]bool{true, false, true, false},
+			[]float64{0.9 + 0.1*1.2/2, 0.9, 0.9 + 0.1*1.5/2, 0.1}},
+		{"no lone node: unchanged",
+			[]float64{0.2, 0.9},
+			[]bool{false, false},
+			[]float64{0.2, 0.9}},
+		{"only lone nodes: unchanged",
+			[]float64{0.2, 0.9},
+			[]bool{true, true},
+			[]float64{0.2, 0.9}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := append([]float64(nil), tc.scores...)
+			liftLone(s, tc.lone)
+			require.InDeltaSlice(t, tc.want, s, 1e-15)
+			for _, v := range s {
+				require.LessOrEqual(t, v, 1.0)
+			}
+		})
+	}
+	require.Panics(t, func() { liftLone(make([]float64, 3), make([]bool, 2)) })
+}
+
+func TestChooseLoneFirst(t *testing.T) {
+	// A path 0 - 1 - 2 - 3 - 4 - 5: with 0, 1 and 4 infected, 4 is lone.
+	g := graph.New(6, []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}, {From: 2, To: 3}, {From: 3, To: 4}, {From: 4, To: 5}}, nil, false, false)
+	infected := []int{0, 1, 4}
+	scores := []float64{0.9, 0.6, 0.1, 0.05, 0.3, 0.0}
+
+	// The lone source 4 ranked below the non-source 1: lifting it helps.
+	lift, without, with := ChooseLoneFirst(g, [][]float64{scores}, []forward.Pair{{Sources: []int{0, 4}, Infected: infected}})
+	require.True(t, lift)
+	require.InDelta(t, 7.0/8, without, 1e-12) // 4 loses to 1 only
+	require.InDelta(t, 1.0, with, 1e-12)
+
+	// The lone node not a source (a stray infection, as a recovered
+	// neighbour under SIR leaves): lifting it hurts, so it is not chosen.
+	lift, without, with = ChooseLoneFirst(g, [][]float64{scores}, []forward.Pair{{Sources: []int{0}, Infected: infected}})
+	require.False(t, lift)
+	require.Greater(t, without, with)
+
+	// Nothing to judge (no source): no lift.
+	lift, _, _ = ChooseLoneFirst(g, [][]float64{scores}, []forward.Pair{{Infected: infected}})
+	require.False(t, lift)
+	require.Panics(t, func() { ChooseLoneFirst(g, [][]float64{scores, scores}, []forward.Pair{{}}) })
+}
+
+// A bundle that puts the lone infected nodes first lifts exactly those
+// above every other node, after its ranking, and survives a round trip.
+func TestSolveWithLoneInfectedFirst(t *testing.T) {
+	p, f, _ := testProblem(12, 2, 4)
+	b := testBundle(t) // a ring of 12
+	b.Manifest.Ranking = InfectedFirst
+	before, err := Solve(t.Context(), b, f, p.Y, DefaultOptions())
+	require.NoError(t, err)
+
+	b.Manifest.LoneInfectedFirst = true
+	got, err := readBytes(encodeBundle(t, b))
+	require.NoError(t, err)
+	require.True(t, got.Manifest.LoneInfectedFirst)
+	res, err := Solve(t.Context(), got, f, p.Y, DefaultOptions())
+	require.NoError(t, err)
+	lone := LoneInfected(got.Graph, p.Y, nil)
+	require.True(t, slices.Contains(lone, true), "the test observation has a lone infected node")
+	lowestLone := 2.0
+	for v, s := range res.Scores {
+		if lone[v] {
+			lowestLone = min(lowestLone, s)
+		} else {
+			require.Equal(t, before.Scores[v], s, "node %d is not lone: its score stands", v)
+		}
+	}
+	for v, s := range res.Scores {
+		if !lone[v] {
+			require.Less(t, s, lowestLone, "node %d below every lone node", v)
+		}
+		require.Equal(t, s >= res.Threshold, slices.Contains(res.Sources, v), "node %d", v)
 	}
 }

@@ -360,10 +360,21 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	if err != nil {
 		return nil, err
 	}
-	if r != RankByScore {
+	lift := b.Manifest.LoneInfectedFirst
+	if r != RankByScore || lift {
+		var lone []bool
+		if lift {
+			lone = LoneInfected(b.Graph, y, nil)
+		}
 		r.apply(res.Scores, y, res.Predicted)
 		for _, cp := range res.Checkpoints {
 			r.apply(cp.Scores, y, cp.Predicted)
+		}
+		if lift {
+			liftLone(res.Scores, lone)
+			for _, cp := range res.Checkpoints {
+				liftLone(cp.Scores, lone)
+			}
 		}
 		res.Sources = res.Sources[:0]
 		for _, v := range byScore(res.Scores) {

@@ -62,7 +62,9 @@ type TrainConfig struct {
 	ThresholdOnly bool
 	// ScoreRankingOnly keeps the descent's ranking; otherwise InfectedFirst
 	// or InfectedThenPredicted replaces it when its mean validation ROC-AUC,
-	// on the same solves, is higher (see ChooseRanking).
+	// on the same solves, is higher (see ChooseRanking), and the lone
+	// infected nodes go first when that raises it further (see
+	// ChooseLoneFirst).
 	ScoreRankingOnly bool
 	Seed             int64
 	// Now stamps the bundle; time.Now when nil.
@@ -103,8 +105,9 @@ var Thresholds = []float64{0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5
 //     than a coin; with a useful one the unscaled prior drowns the data;
 //  5. unless cfg.ScoreRankingOnly, the ranking is chosen on validation
 //     solves (ChooseRanking, over the scores and f(xbar) of every n_opt of
-//     the grid)
-//     and applied to them before the choices below;
+//     the grid), then whether the lone infected nodes go first
+//     (ChooseLoneFirst, on the ranked scores), and both are applied to
+//     them before the choices below;
 //  6. delta is chosen as the threshold of the grid Thresholds that
 //     maximises mean F1 of {v : score_v >= delta} over (up to
 //     ValidationSolves) validation cascades, solved with cfg.Solve; with
@@ -302,6 +305,23 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 				rank.apply(scores[gi][i], y, predicted[gi][i])
 			}
 		}
+		var ranked [][]float64
+		for gi := range grid {
+			ranked = append(ranked, scores[gi]...)
+		}
+		lift, _, with := ChooseLoneFirst(g, ranked, pairs)
+		metrics[LoneFirstAUCMetric] = with
+		if lift {
+			b.Manifest.LoneInfectedFirst = true
+			var lone []bool
+			for i := 0; i < limit; i++ {
+				observe(y, val[i].Infected)
+				lone = LoneInfected(g, y, lone)
+				for gi := range grid {
+					liftLone(scores[gi][i], lone)
+				}
+			}
+		}
 	}
 	deltas := make([]float64, len(grid))
 	perCascade := make([][]float64, len(grid))
@@ -335,6 +355,12 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
 	return b, nil
 }
+
+// LoneFirstAUCMetric names the manifest metric holding the mean
+// validation ROC-AUC of the chosen ranking with the lone infected nodes
+// lifted above the rest, over every n_opt tried (see ChooseLoneFirst);
+// RankingAUCMetric of the chosen ranking holds it without.
+const LoneFirstAUCMetric = "val_auc_lone_infected_first"
 
 // RankingAUCMetric names the manifest metric holding the mean validation
 // ROC-AUC with ranking r, over every n_opt tried: "val_auc_by_score",

@@ -182,6 +182,13 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	} else if m.Ranking != localize.RankByScore {
 		fmt.Fprintf(w, "ranking     %s\n", m.Ranking)
 	}
+	if auc, ok := m.Metrics[localize.LoneFirstAUCMetric]; ok || m.LoneInfectedFirst {
+		verdict := "kept after the rest"
+		if m.LoneInfectedFirst {
+			verdict = "first"
+		}
+		fmt.Fprintf(w, "lone nodes  %s (infected, no infected in-neighbour; validation ROC-AUC first: %.3f)\n", verdict, auc)
+	}
 	schedule := "paper (L_init, then L_pred)"
 	if m.Solve.Variant == localize.DataInit {
 		schedule = "datainit (the data term, then L_pred)"

@@ -58,12 +58,15 @@ type localizeOutput struct {
 	// Ranking is "infected-first" or "infected-then-predicted" when the
 	// bundle ranks every node observed uninfected below every infected one
 	// (see localize.Ranking); empty for the descent's scores.
-	Ranking localize.Ranking    `json:"ranking,omitempty"`
-	Sources []rankedSource      `json:"sources"`
-	Top     []rankedSource      `json:"top"`
-	Bundle  string              `json:"bundle"`
-	Timing  localize.Timing     `json:"timing"`
-	Forward localize.ForwardRef `json:"forward"`
+	Ranking localize.Ranking `json:"ranking,omitempty"`
+	// LoneInfectedFirst is set when the bundle ranks the lone infected
+	// nodes (infected, no infected in-neighbour) above every other one.
+	LoneInfectedFirst bool                `json:"lone_infected_first,omitempty"`
+	Sources           []rankedSource      `json:"sources"`
+	Top               []rankedSource      `json:"top"`
+	Bundle            string              `json:"bundle"`
+	Timing            localize.Timing     `json:"timing"`
+	Forward           localize.ForwardRef `json:"forward"`
 }
 
 type rankedSource struct {
@@ -131,7 +134,7 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 		}
 		out := localizeOutput{
 			Observation: i + 1, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
-			SourceRule: sourceRuleUsed(b, opts), Ranking: b.Manifest.Ranking,
+			SourceRule: sourceRuleUsed(b, opts), Ranking: b.Manifest.Ranking, LoneInfectedFirst: b.Manifest.LoneInfectedFirst,
 			Timing: res.Timing, Forward: b.Manifest.Forward,
 			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
 		}
@@ -186,6 +189,9 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	}
 	if o.Ranking != localize.RankByScore {
 		cut += "; " + string(o.Ranking)
+	}
+	if o.LoneInfectedFirst {
+		cut += "; lone infected first"
 	}
 	fmt.Fprintf(w, "%d infected; %s; %d suspected source(s); %s (forward %s)\n",
 		o.Infected, cut, len(o.Sources), time.Duration(o.Timing.TotalSeconds*float64(time.Second)).Round(time.Millisecond), o.Forward.Name)
