@@ -185,7 +185,8 @@ type Result struct {
 	// source when the tie-break keeps its score there. A bundle whose
 	// ranking is InfectedFirst or InfectedThenPredicted has the scores of
 	// the nodes observed uninfected rescaled below every infected node's
-	// (see those).
+	// (see those), and one with LoneInfectedFirst the lone infected nodes'
+	// above every other node's (see LoneInfected).
 	Scores []float64
 	// Probability is, per node, the fraction of restarts with x_v >= delta.
 	Probability []float64

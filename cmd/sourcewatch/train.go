@@ -56,7 +56,7 @@ everything into one bundle file.`,
 	f.Int("opt-steps", 0, "inference steps on L_pred (n_opt); 0 chooses it with delta on validation from 10, 25 and 50")
 	f.String("opt-steps-rule", "1se", "how validation chooses n_opt when --opt-steps is 0: 1se (the fewest steps within one standard error of the best F1: a shorter Solve where validation cannot tell them apart) or best (the highest F1)")
 	f.String("source-rule", "auto", "how the source set is cut from the scores: auto (the threshold delta, or the count of top scores, fixed or a fraction of the infected count, whichever has the higher validation F1) or threshold (delta alone)")
-	f.String("ranking", "auto", "how nodes observed uninfected rank: auto (by validation ROC-AUC: the descent's scores, every uninfected node below every infected one, or that with the uninfected ordered by the forward model's prediction, which helps where sources recover, e.g. SIR) or score (the descent's scores as they are)")
+	f.String("ranking", "auto", "how nodes observed uninfected rank: auto (by validation ROC-AUC: the descent's scores, every uninfected node below every infected one, or that with the uninfected ordered by the forward model's prediction, which helps where sources recover, e.g. SIR; then whether the lone infected nodes, with no infected in-neighbour, go first) or score (the descent's scores as they are)")
 	f.String("schedule", "datainit", "inference schedule recorded in the bundle: datainit (the data term alone, then L_pred) or paper (L_init, then L_pred: the paper's Algorithm 1)")
 	f.Int("val-solves", 64, "validation cascades solved to choose delta")
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
