@@ -173,19 +173,34 @@ func TestTrainRanking(t *testing.T) {
 		}
 	}
 	require.Contains(t, inspect, line+")\n")
+	lone, ok := b.Manifest.Metrics[localize.LoneFirstAUCMetric]
+	require.True(t, ok, "the lone infected nodes' validation AUC is recorded")
+	chosen := b.Manifest.Metrics[localize.RankingAUCMetric(b.Manifest.Ranking)]
+	require.Equal(t, lone > chosen+1e-12, b.Manifest.LoneInfectedFirst)
+	verdict := "kept after the rest"
+	if b.Manifest.LoneInfectedFirst {
+		verdict = "first"
+	}
+	require.Contains(t, inspect, fmt.Sprintf("lone nodes  %s (infected, no infected in-neighbour; validation ROC-AUC first: %.3f)\n", verdict, lone))
 
 	obs := `{"infected":["0","1","2","3","7","13"]}`
 	for _, r := range []localize.Ranking{localize.InfectedFirst, localize.InfectedThenPredicted} {
 		b.Manifest.Ranking = r
+		b.Manifest.LoneInfectedFirst = r == localize.InfectedThenPredicted
+		lone := ""
+		if b.Manifest.LoneInfectedFirst {
+			lone = "; lone infected first"
+		}
 		require.NoError(t, b.WriteFile(bundle))
 		out, _, err := runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 		require.NoError(t, err)
-		require.Regexp(t, `6 infected; .*; `+string(r)+`; \d+ suspected source`, out)
+		require.Regexp(t, `6 infected; .*; `+string(r)+lone+`; \d+ suspected source`, out)
 		out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--top", "10", "--log-level", "warn")
 		require.NoError(t, err)
 		var got localizeOutput
 		require.NoError(t, json.Unmarshal([]byte(out), &got))
 		require.Equal(t, r, got.Ranking)
+		require.Equal(t, b.Manifest.LoneInfectedFirst, got.LoneInfectedFirst)
 		require.Len(t, got.Top, 10)
 		infected := map[string]bool{"0": true, "1": true, "2": true, "3": true, "7": true, "13": true}
 		for i, s := range got.Top {
@@ -197,7 +212,9 @@ func TestTrainRanking(t *testing.T) {
 	b, err = localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
 	require.Equal(t, localize.RankByScore, b.Manifest.Ranking)
+	require.False(t, b.Manifest.LoneInfectedFirst)
 	require.NotContains(t, b.Manifest.Metrics, localize.RankingAUCMetric(localize.InfectedFirst))
+	require.NotContains(t, b.Manifest.Metrics, localize.LoneFirstAUCMetric)
 
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--ranking", "infected",
 		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
