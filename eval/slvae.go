@@ -55,9 +55,10 @@ import (
 //	             validation F1, as train's --source-rule) or threshold
 //	             (delta alone); default auto for slvae and slvae-noprior,
 //	             as train, and threshold for the paper's variants
-//	ranking      auto (nodes observed uninfected below every infected one
-//	             when that raises the validation ROC-AUC, as train's
-//	             --ranking) or score (the descent's scores); default auto
+//	ranking      auto (nodes observed uninfected below every infected one,
+//	             and the lone infected nodes above the rest, each when that
+//	             raises the validation ROC-AUC, as train's --ranking) or
+//	             score (the descent's scores); default auto
 //	             for slvae and slvae-noprior, score for the paper's
 //	             variants
 var slvaeVariants = map[string]localize.Variant{

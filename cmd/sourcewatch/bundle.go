@@ -187,7 +187,11 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		if m.LoneInfectedFirst {
 			verdict = "first"
 		}
-		fmt.Fprintf(w, "lone nodes  %s (infected, no infected in-neighbour; validation ROC-AUC first: %.3f)\n", verdict, auc)
+		detail := "infected, no infected in-neighbour"
+		if ok {
+			detail += fmt.Sprintf("; validation ROC-AUC first: %.3f", auc)
+		}
+		fmt.Fprintf(w, "lone nodes  %s (%s)\n", verdict, detail)
 	}
 	schedule := "paper (L_init, then L_pred)"
 	if m.Solve.Variant == localize.DataInit {
