@@ -221,15 +221,15 @@ func liftLone(scores []float64, lone []bool) {
 	if len(lone) != len(scores) {
 		panic(fmt.Sprintf("localize: liftLone: %d marks for %d scores", len(lone), len(scores)))
 	}
-	m, any := math.Inf(-1), false
+	m, found := math.Inf(-1), false
 	for v, s := range scores {
 		if lone[v] {
-			any = true
+			found = true
 		} else {
 			m = math.Max(m, s)
 		}
 	}
-	if !any || math.IsInf(m, -1) {
+	if !found || math.IsInf(m, -1) {
 		return // no lone node, or nothing but lone nodes: the order stands
 	}
 	for v, s := range scores {
