@@ -316,6 +316,9 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		"uninfected_by_predicted": boolFloat(b.Manifest.Ranking == localize.InfectedThenPredicted),
 		// 1 where it put the lone infected nodes first
 		"lone_infected_first": boolFloat(b.Manifest.LoneInfectedFirst),
+		// 1 where it calibrated the infected nodes' scores by infected
+		// component size instead
+		"calibrated": boolFloat(b.Manifest.Calibration != nil),
 	}
 	if rho, ok := b.Manifest.Metrics["forward_source_gate"]; ok {
 		// deepis's fitted chance that a source is observed uninfected,

@@ -31,13 +31,14 @@ import (
 // (and, under a count rule, cut) otherwise. A ranking value added since
 // (infected-then-predicted) needs no new format: a format 3 reader that
 // predates it refuses the manifest, naming the field. Format 4 added
-// lone_infected_first, which a reader of format 3 would ignore.
-const FormatVersion = 4
+// lone_infected_first, which a reader of format 3 would ignore; format 5
+// added calibration, which a reader of format 4 would ignore.
+const FormatVersion = 5
 
 // minFormatVersion is the oldest format this package reads: format 1
-// bundles read as format 4 ones with the threshold rule and the descent's
-// ranking, format 2 ones with the descent's ranking, and formats 1-3
-// without lifting the lone infected nodes.
+// bundles read as format 5 ones with the threshold rule and the descent's
+// ranking, format 2 ones with the descent's ranking, formats 1-3 without
+// lifting the lone infected nodes and formats 1-4 without a calibration.
 const minFormatVersion = 1
 
 // Sentinel errors of bundle loading.
@@ -88,6 +89,12 @@ type Manifest struct {
 	// above every other node, after Ranking; chosen on the validation
 	// split after it (see ChooseLoneFirst).
 	LoneInfectedFirst bool `json:"lone_infected_first,omitempty"`
+	// Calibration, when set, replaces the infected nodes' scores by the
+	// validation probability that such a node is a source, given its
+	// score and its infected component's size, after Ranking (see
+	// Calibration); chosen on the validation split instead of
+	// LoneInfectedFirst (see ChooseCalibration).
+	Calibration *Calibration `json:"calibration,omitempty"`
 	// Solve holds the inference settings used when delta was chosen; a
 	// caller that changes them should choose delta again.
 	Solve SolveRef `json:"solve"`
@@ -461,6 +468,17 @@ func (m *Manifest) check() error {
 	}
 	if err := m.Ranking.check(); err != nil {
 		return err
+	}
+	if c := m.Calibration; c != nil {
+		switch {
+		case m.Ranking == RankByScore:
+			return fmt.Errorf("calibration: set with the descent's ranking, want ranking %q or %q", InfectedFirst, InfectedThenPredicted)
+		case m.LoneInfectedFirst:
+			return fmt.Errorf("calibration: set with lone_infected_first, which it replaces")
+		}
+		if err := c.check(); err != nil {
+			return err
+		}
 	}
 	return m.SourceRule.check(m.Graph.Nodes)
 }

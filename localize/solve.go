@@ -185,8 +185,10 @@ type Result struct {
 	// source when the tie-break keeps its score there. A bundle whose
 	// ranking is InfectedFirst or InfectedThenPredicted has the scores of
 	// the nodes observed uninfected rescaled below every infected node's
-	// (see those), and one with LoneInfectedFirst the lone infected nodes'
-	// above every other node's (see LoneInfected).
+	// (see those), one with LoneInfectedFirst the lone infected nodes'
+	// above every other node's (see LoneInfected), and one with a
+	// Calibration the infected nodes' replaced by their calibrated
+	// scores (see Calibration).
 	Scores []float64
 	// Probability is, per node, the fraction of restarts with x_v >= delta.
 	Probability []float64
@@ -361,11 +363,15 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	if err != nil {
 		return nil, err
 	}
-	lift := b.Manifest.LoneInfectedFirst
-	if r != RankByScore || lift {
+	lift, cal := b.Manifest.LoneInfectedFirst, b.Manifest.Calibration
+	if r != RankByScore || lift || cal != nil {
 		var lone []bool
 		if lift {
 			lone = LoneInfected(b.Graph, y, nil)
+		}
+		var sizes []int
+		if cal != nil {
+			sizes = InfectedComponentSizes(b.Graph, y, nil)
 		}
 		r.apply(res.Scores, y, res.Predicted)
 		for _, cp := range res.Checkpoints {
@@ -375,6 +381,12 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 			liftLone(res.Scores, lone)
 			for _, cp := range res.Checkpoints {
 				liftLone(cp.Scores, lone)
+			}
+		}
+		if cal != nil {
+			cal.apply(res.Scores, y, sizes)
+			for _, cp := range res.Checkpoints {
+				cal.apply(cp.Scores, y, sizes)
 			}
 		}
 		res.Sources = res.Sources[:0]

@@ -64,7 +64,9 @@ type TrainConfig struct {
 	// or InfectedThenPredicted replaces it when its mean validation ROC-AUC,
 	// on the same solves, is higher (see ChooseRanking), and the lone
 	// infected nodes go first when that raises it further (see
-	// ChooseLoneFirst).
+	// ChooseLoneFirst), or the infected nodes' scores are calibrated by
+	// their infected component's size when that, cross-fitted, raises it
+	// more (see ChooseCalibration).
 	ScoreRankingOnly bool
 	Seed             int64
 	// Now stamps the bundle; time.Now when nil.
@@ -106,8 +108,11 @@ var Thresholds = []float64{0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5
 //  5. unless cfg.ScoreRankingOnly, the ranking is chosen on validation
 //     solves (ChooseRanking, over the scores and f(xbar) of every n_opt of
 //     the grid), then whether the lone infected nodes go first
-//     (ChooseLoneFirst, on the ranked scores), and both are applied to
-//     them before the choices below;
+//     (ChooseLoneFirst, on the ranked scores) or, when its cross-fitted
+//     mean ROC-AUC is strictly higher than both with and without them,
+//     the calibration by infected component size replaces them
+//     (ChooseCalibration, fitted on every validation solve), and the
+//     choices are applied to the scores before the ones below;
 //  6. delta is chosen as the threshold of the grid Thresholds that
 //     maximises mean F1 of {v : score_v >= delta} over (up to
 //     ValidationSolves) validation cascades, solved with cfg.Solve; with
@@ -309,8 +314,36 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		for gi := range grid {
 			ranked = append(ranked, scores[gi]...)
 		}
-		lift, _, with := ChooseLoneFirst(g, ranked, pairs)
+		lift, without, with := ChooseLoneFirst(g, ranked, pairs)
 		metrics[LoneFirstAUCMetric] = with
+		var cascade []int
+		for range grid {
+			for i := 0; i < limit; i++ {
+				cascade = append(cascade, i)
+			}
+		}
+		// The calibration rescales the uninfected below the infected, which
+		// only a ranking that already puts them there keeps meaning.
+		var cal *Calibration
+		calibrated := math.NaN()
+		if rank != RankByScore {
+			cal, calibrated = ChooseCalibration(g, ranked, pairs, cascade)
+		}
+		if cal != nil {
+			metrics[CalibratedAUCMetric] = calibrated
+			if calibrated > math.Max(without, with)+1e-12 {
+				b.Manifest.Calibration = cal
+				lift = false
+				var sizes []int
+				for i := 0; i < limit; i++ {
+					observe(y, val[i].Infected)
+					sizes = InfectedComponentSizes(g, y, sizes)
+					for gi := range grid {
+						cal.apply(scores[gi][i], y, sizes)
+					}
+				}
+			}
+		}
 		if lift {
 			b.Manifest.LoneInfectedFirst = true
 			var lone []bool
@@ -361,6 +394,12 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 // lifted above the rest, over every n_opt tried (see ChooseLoneFirst);
 // RankingAUCMetric of the chosen ranking holds it without.
 const LoneFirstAUCMetric = "val_auc_lone_infected_first"
+
+// CalibratedAUCMetric names the manifest metric holding the mean
+// validation ROC-AUC of the chosen ranking calibrated by infected
+// component size, cross-fitted over two halves of the validation cascades
+// (see ChooseCalibration).
+const CalibratedAUCMetric = "val_auc_calibrated"
 
 // RankingAUCMetric names the manifest metric holding the mean validation
 // ROC-AUC with ranking r, over every n_opt tried: "val_auc_by_score",

@@ -191,7 +191,21 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		if ok {
 			detail += fmt.Sprintf("; validation ROC-AUC first: %.3f", auc)
 		}
+		if m.Calibration != nil {
+			verdict = "calibrated with the rest"
+		}
 		fmt.Fprintf(w, "lone nodes  %s (%s)\n", verdict, detail)
+	}
+	if auc, ok := m.Metrics[localize.CalibratedAUCMetric]; ok || m.Calibration != nil {
+		verdict := "not used"
+		if m.Calibration != nil {
+			verdict = "used"
+		}
+		detail := "the infected nodes' scores as the validation source rate by score and infected component size"
+		if ok {
+			detail += fmt.Sprintf("; validation ROC-AUC, cross-fitted: %.3f", auc)
+		}
+		fmt.Fprintf(w, "calibration %s (%s)\n", verdict, detail)
 	}
 	schedule := "paper (L_init, then L_pred)"
 	if m.Solve.Variant == localize.DataInit {

@@ -61,12 +61,15 @@ type localizeOutput struct {
 	Ranking localize.Ranking `json:"ranking,omitempty"`
 	// LoneInfectedFirst is set when the bundle ranks the lone infected
 	// nodes (infected, no infected in-neighbour) above every other one.
-	LoneInfectedFirst bool                `json:"lone_infected_first,omitempty"`
-	Sources           []rankedSource      `json:"sources"`
-	Top               []rankedSource      `json:"top"`
-	Bundle            string              `json:"bundle"`
-	Timing            localize.Timing     `json:"timing"`
-	Forward           localize.ForwardRef `json:"forward"`
+	LoneInfectedFirst bool `json:"lone_infected_first,omitempty"`
+	// Calibrated is set when the bundle's scores of the infected nodes are
+	// calibrated by infected component size (see localize.Calibration).
+	Calibrated bool                `json:"calibrated,omitempty"`
+	Sources    []rankedSource      `json:"sources"`
+	Top        []rankedSource      `json:"top"`
+	Bundle     string              `json:"bundle"`
+	Timing     localize.Timing     `json:"timing"`
+	Forward    localize.ForwardRef `json:"forward"`
 }
 
 type rankedSource struct {
@@ -135,7 +138,8 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 		out := localizeOutput{
 			Observation: i + 1, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
 			SourceRule: sourceRuleUsed(b, opts), Ranking: b.Manifest.Ranking, LoneInfectedFirst: b.Manifest.LoneInfectedFirst,
-			Timing: res.Timing, Forward: b.Manifest.Forward,
+			Calibrated: b.Manifest.Calibration != nil,
+			Timing:     res.Timing, Forward: b.Manifest.Forward,
 			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
 		}
 		if v.GetBool("json") {
@@ -192,6 +196,9 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	}
 	if o.LoneInfectedFirst {
 		cut += "; lone infected first"
+	}
+	if o.Calibrated {
+		cut += "; calibrated by component size"
 	}
 	fmt.Fprintf(w, "%d infected; %s; %d suspected source(s); %s (forward %s)\n",
 		o.Infected, cut, len(o.Sources), time.Duration(o.Timing.TotalSeconds*float64(time.Second)).Round(time.Millisecond), o.Forward.Name)

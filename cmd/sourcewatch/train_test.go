@@ -176,31 +176,59 @@ func TestTrainRanking(t *testing.T) {
 	lone, ok := b.Manifest.Metrics[localize.LoneFirstAUCMetric]
 	require.True(t, ok, "the lone infected nodes' validation AUC is recorded")
 	chosen := b.Manifest.Metrics[localize.RankingAUCMetric(b.Manifest.Ranking)]
-	require.Equal(t, lone > chosen+1e-12, b.Manifest.LoneInfectedFirst)
+	calibrated, ok := b.Manifest.Metrics[localize.CalibratedAUCMetric]
+	require.Equal(t, b.Manifest.Ranking != localize.RankByScore, ok, "the calibration is measured under a ranking that puts the infected first")
+	require.Equal(t, ok && calibrated > max(lone, chosen)+1e-12, b.Manifest.Calibration != nil)
+	require.Equal(t, lone > chosen+1e-12 && b.Manifest.Calibration == nil, b.Manifest.LoneInfectedFirst)
 	verdict := "kept after the rest"
-	if b.Manifest.LoneInfectedFirst {
+	switch {
+	case b.Manifest.Calibration != nil:
+		verdict = "calibrated with the rest"
+	case b.Manifest.LoneInfectedFirst:
 		verdict = "first"
 	}
 	require.Contains(t, inspect, fmt.Sprintf("lone nodes  %s (infected, no infected in-neighbour; validation ROC-AUC first: %.3f)\n", verdict, lone))
+	if ok {
+		verdict = "not used"
+		if b.Manifest.Calibration != nil {
+			verdict = "used"
+		}
+		require.Contains(t, inspect, fmt.Sprintf("calibration %s (the infected nodes' scores as the validation source rate by score and infected component size; validation ROC-AUC, cross-fitted: %.3f)\n", verdict, calibrated))
+	}
 
 	obs := `{"infected":["0","1","2","3","7","13"]}`
-	for _, r := range []localize.Ranking{localize.InfectedFirst, localize.InfectedThenPredicted} {
+	calibration := &localize.Calibration{ComponentSizes: []int{1}, Classes: []localize.CalibrationSteps{
+		{Scores: []float64{1}, Probabilities: []float64{1}},
+		{Scores: []float64{0.5, 1}, Probabilities: []float64{0.2, 0.4}},
+	}}
+	for _, tc := range []struct {
+		ranking    localize.Ranking
+		lone       bool
+		calibrated bool
+		text       string
+	}{
+		{localize.InfectedFirst, false, false, ""},
+		{localize.InfectedThenPredicted, true, false, "; lone infected first"},
+		{localize.InfectedFirst, false, true, "; calibrated by component size"},
+	} {
+		r := tc.ranking
 		b.Manifest.Ranking = r
-		b.Manifest.LoneInfectedFirst = r == localize.InfectedThenPredicted
-		lone := ""
-		if b.Manifest.LoneInfectedFirst {
-			lone = "; lone infected first"
+		b.Manifest.LoneInfectedFirst = tc.lone
+		b.Manifest.Calibration = nil
+		if tc.calibrated {
+			b.Manifest.Calibration = calibration
 		}
 		require.NoError(t, b.WriteFile(bundle))
 		out, _, err := runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 		require.NoError(t, err)
-		require.Regexp(t, `6 infected; .*; `+string(r)+lone+`; \d+ suspected source`, out)
+		require.Regexp(t, `6 infected; .*; `+string(r)+tc.text+`; \d+ suspected source`, out)
 		out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--top", "10", "--log-level", "warn")
 		require.NoError(t, err)
 		var got localizeOutput
 		require.NoError(t, json.Unmarshal([]byte(out), &got))
 		require.Equal(t, r, got.Ranking)
 		require.Equal(t, b.Manifest.LoneInfectedFirst, got.LoneInfectedFirst)
+		require.Equal(t, tc.calibrated, got.Calibrated)
 		require.Len(t, got.Top, 10)
 		infected := map[string]bool{"0": true, "1": true, "2": true, "3": true, "7": true, "13": true}
 		for i, s := range got.Top {
@@ -215,6 +243,8 @@ func TestTrainRanking(t *testing.T) {
 	require.False(t, b.Manifest.LoneInfectedFirst)
 	require.NotContains(t, b.Manifest.Metrics, localize.RankingAUCMetric(localize.InfectedFirst))
 	require.NotContains(t, b.Manifest.Metrics, localize.LoneFirstAUCMetric)
+	require.NotContains(t, b.Manifest.Metrics, localize.CalibratedAUCMetric)
+	require.Nil(t, b.Manifest.Calibration)
 
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--ranking", "infected",
 		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
