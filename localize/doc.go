@@ -69,5 +69,11 @@
 // every infection is observed, certain sources) above every other node,
 // when that raises the validation ROC-AUC further. The data term reads y
 // as independent noise around f(x), so it charges at most 1 for leaving
-// such a node unexplained, and the descent often does.
+// such a node unexplained, and the descent often does. Or, instead, a
+// Calibration: every infected component holds a source under the same
+// conditions, so Train fits, per class of infected component size, the
+// isotonic regression of "was a source" on the score over the validation
+// solves, and keeps it when its two-fold cross-fitted ROC-AUC is strictly
+// higher still; an infected node's score is then the rate of sources
+// among validation nodes like it.
 package localize
