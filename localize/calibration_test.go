@@ -3,11 +3,14 @@ package localize
 import (
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
 )
@@ -267,5 +270,39 @@ func TestSolveWithCalibration(t *testing.T) {
 			require.ErrorIs(t, err, ErrBadBundle)
 			require.ErrorContains(t, err, tc.text)
 		})
+	}
+}
+
+// BenchmarkCalibrate times what a calibrated bundle adds to a Solve: the
+// infected components of one observation and the calibration of its
+// scores, on the shared Power Grid graph (skipped where ../shared is
+// absent) with a simulated SI snapshot.
+func BenchmarkCalibrate(b *testing.B) {
+	path := filepath.Join("..", "..", "shared", "data", "power_grid.edges")
+	if _, err := os.Stat(path); err != nil {
+		b.Skipf("no %s: %v", path, err)
+	}
+	g, err := graph.Load(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs, _, err := diffusion.Simulate(b.Context(), g, diffusion.DefaultConfig(), 1, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	y := cs[0].Y(nil)
+	rng := rand.New(rand.NewPCG(1, 1))
+	scores := make([]float64, g.N())
+	for v := range scores {
+		scores[v] = rng.Float64()
+	}
+	pairs := []forward.Pair{{Sources: cs[0].Sources, Infected: cs[0].Infected}}
+	c := FitCalibration(g, [][]float64{scores}, pairs)
+	work := make([]float64, len(scores))
+	var sizes []int
+	for b.Loop() {
+		copy(work, scores)
+		sizes = InfectedComponentSizes(g, y, sizes)
+		c.apply(work, y, sizes)
 	}
 }
