@@ -319,6 +319,12 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		// 1 where it calibrated the infected nodes' scores by infected
 		// component size instead
 		"calibrated": boolFloat(b.Manifest.Calibration != nil),
+		// the validation F1 the choices above were made on
+		"val_f1": b.Manifest.Metrics["val_f1"],
+	}
+	if auc, ok := validationAUC(b.Manifest); ok {
+		// the validation ROC-AUC of the ranking the bundle uses
+		m.extras["val_auc"] = auc
 	}
 	if rho, ok := b.Manifest.Metrics["forward_source_gate"]; ok {
 		// deepis's fitted chance that a source is observed uninfected,
@@ -409,4 +415,19 @@ func boolFloat(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// validationAUC returns the mean validation ROC-AUC of the ranking a
+// bundle uses, as Train measured it (cross-fitted for a calibration); ok
+// is false when Train did not measure it (--ranking score).
+func validationAUC(m localize.Manifest) (auc float64, ok bool) {
+	switch {
+	case m.Calibration != nil:
+		auc, ok = m.Metrics[localize.CalibratedAUCMetric]
+	case m.LoneInfectedFirst:
+		auc, ok = m.Metrics[localize.LoneFirstAUCMetric]
+	default:
+		auc, ok = m.Metrics[localize.RankingAUCMetric(m.Ranking)]
+	}
+	return auc, ok
 }
