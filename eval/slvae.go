@@ -61,6 +61,9 @@ import (
 //	             score (the descent's scores); default auto
 //	             for slvae and slvae-noprior, score for the paper's
 //	             variants
+//	prior        auto (with the prior or without it, by validation
+//	             ROC-AUC, as train's --prior) or on; default auto for
+//	             slvae, on for the others
 var slvaeVariants = map[string]localize.Variant{
 	// Stage 1 on the forward term alone, then L_pred: it does what the
 	// paper's schedule does where that works and reaches the sources its
@@ -108,6 +111,18 @@ func defaultRanking(name string) string {
 		return "auto"
 	}
 	return "score"
+}
+
+// defaultPrior is whether a variant may drop its prior on validation
+// unless told: slvae as train does; the ablations have none or keep it by
+// definition, and the paper's schedule keeps the rows it was published
+// with.
+func defaultPrior(name string) string {
+	base, _, _ := strings.Cut(name, "[")
+	if base == "slvae" {
+		return "auto"
+	}
+	return "on"
 }
 
 // IsSLVAE reports whether name is SL-VAE or one of its ablations.
@@ -168,6 +183,8 @@ type slvae struct {
 	thresholdOnly bool
 	// scoreRankingOnly is ranking=score.
 	scoreRankingOnly bool
+	// choosePrior is prior=auto.
+	choosePrior bool
 
 	proc   *forward.Process
 	bundle *localize.Bundle
@@ -219,6 +236,7 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	m.weightScale = p.float("prior_weight_scale", 1)
 	sourceRule := p.str("source_rule", defaultSourceRule(name))
 	ranking := p.str("ranking", defaultRanking(name))
+	priorChoice := p.str("prior", defaultPrior(name))
 	if err := p.done(); err != nil {
 		return nil, err
 	}
@@ -231,6 +249,9 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	}
 	if m.scoreRankingOnly, err = localize.ParseRankingChoice(ranking); err != nil {
 		return nil, fmt.Errorf("%w %s.ranking: %w", ErrBadParam, name, err)
+	}
+	if m.choosePrior, err = localize.ParsePriorChoice(priorChoice); err != nil {
+		return nil, fmt.Errorf("%w %s.prior: %w", ErrBadParam, name, err)
 	}
 	if m.weightScale <= 0 {
 		return nil, fmt.Errorf("%w %s.prior_weight_scale=%g: want a value > 0", ErrBadParam, name, m.weightScale)
@@ -291,6 +312,7 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		FewestStepsWithinNoise: m.fewestSteps,
 		ThresholdOnly:          m.thresholdOnly,
 		ScoreRankingOnly:       m.scoreRankingOnly,
+		ChoosePrior:            m.choosePrior,
 		Seed:                   m.env.Seed,
 	}
 	b, err := localize.Train(ctx, g, proc, cascadePairs(train), cascadePairs(val), cfg, func(p localize.TrainProgress) {
@@ -319,6 +341,8 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		// 1 where it calibrated the infected nodes' scores by infected
 		// component size instead
 		"calibrated": boolFloat(b.Manifest.Calibration != nil),
+		// 1 where validation ranked better without the prior term (prior=auto)
+		"prior_off": boolFloat(m.choosePrior && b.Manifest.Solve.Variant == localize.NoPrior),
 		// the validation F1 the choices above were made on
 		"val_f1": b.Manifest.Metrics["val_f1"],
 	}

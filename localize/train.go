@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -68,7 +69,16 @@ type TrainConfig struct {
 	// their infected component's size when that, cross-fitted, raises it
 	// more (see ChooseCalibration).
 	ScoreRankingOnly bool
-	Seed             int64
+	// ChoosePrior also makes every validation choice with the prior term
+	// dropped (the NoPrior schedule) and records NoPrior when that ranks
+	// the validation cascades strictly better (mean ROC-AUC of the chosen
+	// ranking over every n_opt tried; WithPriorAUCMetric and
+	// WithoutPriorAUCMetric hold both): where the sources follow no
+	// pattern the prior has nothing to learn, and on some graphs it then
+	// costs ranking. Only for the Full and DataInit schedules; it doubles
+	// the validation solves.
+	ChoosePrior bool
+	Seed        int64
 	// Now stamps the bundle; time.Now when nil.
 	Now func() time.Time
 }
@@ -267,123 +277,32 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	if len(grid) == 0 {
 		grid = []int{solve.OptSteps}
 	}
-	scores := make([][][]float64, len(grid))    // [grid][cascade]
-	predicted := make([][][]float64, len(grid)) // f(xbar) at each, for the ranking
-	for gi := range scores {
-		scores[gi] = make([][]float64, limit)
-		predicted[gi] = make([][]float64, limit)
+	on, err := validate(ctx, g, b, fm, val[:limit], grid, solve, cfg, "threshold", progress)
+	if err != nil {
+		return nil, err
 	}
-	y := make([]float64, n)
-	for i := 0; i < limit; i++ {
-		observe(y, val[i].Infected)
-		opts := solve
-		opts.Seed = solve.Seed + uint64(i)
-		opts.OptSteps, opts.Checkpoints = grid[len(grid)-1], grid
-		opts.Predict = !cfg.ScoreRankingOnly
-		res, err := Solve(ctx, b, fm, y, opts)
+	chosen := on
+	if cfg.ChoosePrior && (solve.Variant == Full || solve.Variant == DataInit) {
+		without := solve
+		without.Variant = NoPrior
+		off, err := validate(ctx, g, b, fm, val[:limit], grid, without, cfg, "threshold without the prior", progress)
 		if err != nil {
-			return nil, fmt.Errorf("choosing threshold on validation cascade %d: %w", i, err)
+			return nil, err
 		}
-		for gi, cp := range res.Checkpoints {
-			scores[gi][i] = cp.Scores
-			predicted[gi][i] = cp.Predicted
-		}
-		progress(TrainProgress{Stage: "threshold", Done: i + 1, Total: limit, Loss: math.NaN()})
-	}
-	if !cfg.ScoreRankingOnly {
-		var all []RankingInput
-		var pairs []forward.Pair
-		for gi := range grid {
-			for i := range scores[gi] {
-				all = append(all, RankingInput{Scores: scores[gi][i], Predicted: predicted[gi][i]})
-			}
-			pairs = append(pairs, val[:limit]...)
-		}
-		rank, means := ChooseRanking(all, pairs)
-		for r, auc := range means {
-			metrics[RankingAUCMetric(r)] = auc
-		}
-		b.Manifest.Ranking = rank
-		for gi := range grid {
-			for i := range scores[gi] {
-				observe(y, val[i].Infected)
-				rank.apply(scores[gi][i], y, predicted[gi][i])
-			}
-		}
-		var ranked [][]float64
-		for gi := range grid {
-			ranked = append(ranked, scores[gi]...)
-		}
-		lift, without, with := ChooseLoneFirst(g, ranked, pairs)
-		metrics[LoneFirstAUCMetric] = with
-		var cascade []int
-		for range grid {
-			for i := 0; i < limit; i++ {
-				cascade = append(cascade, i)
-			}
-		}
-		// The calibration rescales the uninfected below the infected, which
-		// only a ranking that already puts them there keeps meaning.
-		var cal *Calibration
-		calibrated := math.NaN()
-		if rank != RankByScore {
-			cal, calibrated = ChooseCalibration(g, ranked, pairs, cascade)
-		}
-		if cal != nil {
-			metrics[CalibratedAUCMetric] = calibrated
-			if calibrated > math.Max(without, with)+1e-12 {
-				b.Manifest.Calibration = cal
-				lift = false
-				var sizes []int
-				for i := 0; i < limit; i++ {
-					observe(y, val[i].Infected)
-					sizes = InfectedComponentSizes(g, y, sizes)
-					for gi := range grid {
-						cal.apply(scores[gi][i], y, sizes)
-					}
-				}
-			}
-		}
-		if lift {
-			b.Manifest.LoneInfectedFirst = true
-			var lone []bool
-			for i := 0; i < limit; i++ {
-				observe(y, val[i].Infected)
-				lone = LoneInfected(g, y, lone)
-				for gi := range grid {
-					liftLone(scores[gi][i], lone)
-				}
-			}
+		metrics[WithPriorAUCMetric] = on.auc
+		metrics[WithoutPriorAUCMetric] = off.auc
+		if off.auc > on.auc+1e-12 {
+			chosen = off
+			b.Manifest.Solve.Variant = NoPrior
 		}
 	}
-	deltas := make([]float64, len(grid))
-	perCascade := make([][]float64, len(grid))
-	for gi, k := range grid {
-		d, f := ChooseThreshold(scores[gi], val[:limit], Thresholds)
-		if len(grid) > 1 {
-			metrics[OptStepsMetric(k)] = f
-		}
-		deltas[gi] = d
-		perCascade[gi] = make([]float64, limit)
-		for i := range perCascade[gi] {
-			perCascade[gi][i] = f1At(scores[gi][i], val[i].Sources, d)
-		}
-	}
-	best := ChooseOptSteps(perCascade, cfg.FewestStepsWithinNoise)
-	if cfg.FewestStepsWithinNoise && len(grid) > 1 {
-		metrics[OptStepsWithinNoiseMetric] = 1
-	}
-	b.Manifest.Solve.OptSteps = grid[best]
-	b.Manifest.Threshold = deltas[best]
-	metrics["val_f1"] = mean(perCascade[best])
-	if !cfg.ThresholdOnly {
-		metrics[ThresholdF1Metric] = metrics["val_f1"]
-		rule, f1 := ChooseSourceRule(scores[best], val[:limit])
-		if mean(f1) > metrics["val_f1"]+1e-12 {
-			b.Manifest.SourceRule = rule
-			metrics["val_f1"] = mean(f1)
-		}
-	}
+	b.Manifest.Ranking = chosen.ranking
+	b.Manifest.LoneInfectedFirst = chosen.lone
+	b.Manifest.Calibration = chosen.calibration
+	b.Manifest.Solve.OptSteps = chosen.optSteps
+	b.Manifest.Threshold = chosen.threshold
+	b.Manifest.SourceRule = chosen.rule
+	maps.Copy(metrics, chosen.metrics)
 	metrics["val_cascades"] = float64(limit)
 	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
 	return b, nil
@@ -394,6 +313,15 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 // lifted above the rest, over every n_opt tried (see ChooseLoneFirst);
 // RankingAUCMetric of the chosen ranking holds it without.
 const LoneFirstAUCMetric = "val_auc_lone_infected_first"
+
+// WithPriorAUCMetric and WithoutPriorAUCMetric name the manifest metrics
+// holding the mean validation ROC-AUC of the chosen ranking with and
+// without the prior term, when Train chose between them
+// (TrainConfig.ChoosePrior).
+const (
+	WithPriorAUCMetric    = "val_auc_with_prior"
+	WithoutPriorAUCMetric = "val_auc_without_prior"
+)
 
 // CalibratedAUCMetric names the manifest metric holding the mean
 // validation ROC-AUC of the chosen ranking calibrated by infected
@@ -439,6 +367,19 @@ func ParseOptStepsRule(name string) (withinNoise bool, err error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("want best or 1se, got %q", name)
+}
+
+// ParsePriorChoice reads whether Train may drop the prior: "auto" (with or
+// without it, by validation ROC-AUC; TrainConfig.ChoosePrior) or "on"
+// (always with it).
+func ParsePriorChoice(name string) (choose bool, err error) {
+	switch name {
+	case "auto":
+		return true, nil
+	case "on":
+		return false, nil
+	}
+	return false, fmt.Errorf("want auto or on, got %q", name)
 }
 
 // ParseSourceRuleChoice reads how Train may cut the source set: "auto" (the
@@ -628,3 +569,162 @@ const OptStepsMetricPrefix = "val_f1_opt_steps_"
 // OptStepsMetric names the manifest metric holding the validation F1 with
 // n_opt = k, recorded when Train chooses n_opt from several values.
 func OptStepsMetric(k int) string { return OptStepsMetricPrefix + strconv.Itoa(k) }
+
+// validation holds the choices Train makes on the validation solves of
+// one schedule (steps 5-7), their metrics, and auc, the mean validation
+// ROC-AUC of the chosen ranking over every n_opt tried (before the lone
+// nodes or a calibration, which are chosen, or fitted, on the same solves;
+// the descent's scores under cfg.ScoreRankingOnly).
+type validation struct {
+	ranking     Ranking
+	lone        bool
+	calibration *Calibration
+	optSteps    int
+	threshold   float64
+	rule        SourceRule
+	metrics     map[string]float64
+	auc         float64
+}
+
+// validate solves the validation cascades val with solve (b's manifest
+// holds no choice yet) and makes the choices of steps 5-7 on them.
+func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, val []forward.Pair, grid []int, solve Options, cfg TrainConfig, stage string, progress func(TrainProgress)) (validation, error) {
+	v := validation{metrics: make(map[string]float64)}
+	n, limit := g.N(), len(val)
+	scores := make([][][]float64, len(grid))    // [grid][cascade]
+	predicted := make([][][]float64, len(grid)) // f(xbar) at each, for the ranking
+	for gi := range scores {
+		scores[gi] = make([][]float64, limit)
+		predicted[gi] = make([][]float64, limit)
+	}
+	y := make([]float64, n)
+	for i := 0; i < limit; i++ {
+		observe(y, val[i].Infected)
+		opts := solve
+		opts.Seed = solve.Seed + uint64(i)
+		opts.OptSteps, opts.Checkpoints = grid[len(grid)-1], grid
+		opts.Predict = !cfg.ScoreRankingOnly
+		res, err := Solve(ctx, b, fm, y, opts)
+		if err != nil {
+			return validation{}, fmt.Errorf("choosing threshold on validation cascade %d (schedule %s): %w", i, solve.Variant, err)
+		}
+		for gi, cp := range res.Checkpoints {
+			scores[gi][i] = cp.Scores
+			predicted[gi][i] = cp.Predicted
+		}
+		progress(TrainProgress{Stage: stage, Done: i + 1, Total: limit, Loss: math.NaN()})
+	}
+	if !cfg.ScoreRankingOnly {
+		var all []RankingInput
+		var pairs []forward.Pair
+		for gi := range grid {
+			for i := range scores[gi] {
+				all = append(all, RankingInput{Scores: scores[gi][i], Predicted: predicted[gi][i]})
+			}
+			pairs = append(pairs, val...)
+		}
+		rank, means := ChooseRanking(all, pairs)
+		for r, auc := range means {
+			v.metrics[RankingAUCMetric(r)] = auc
+		}
+		v.ranking, v.auc = rank, means[rank]
+		for gi := range grid {
+			for i := range scores[gi] {
+				observe(y, val[i].Infected)
+				rank.apply(scores[gi][i], y, predicted[gi][i])
+			}
+		}
+		var ranked [][]float64
+		for gi := range grid {
+			ranked = append(ranked, scores[gi]...)
+		}
+		lift, without, with := ChooseLoneFirst(g, ranked, pairs)
+		v.metrics[LoneFirstAUCMetric] = with
+		var cascade []int
+		for range grid {
+			for i := 0; i < limit; i++ {
+				cascade = append(cascade, i)
+			}
+		}
+		// The calibration rescales the uninfected below the infected, which
+		// only a ranking that already puts them there keeps meaning.
+		var cal *Calibration
+		calibrated := math.NaN()
+		if rank != RankByScore {
+			cal, calibrated = ChooseCalibration(g, ranked, pairs, cascade)
+		}
+		if cal != nil {
+			v.metrics[CalibratedAUCMetric] = calibrated
+			if calibrated > math.Max(without, with)+1e-12 {
+				v.calibration = cal
+				lift = false
+				var sizes []int
+				for i := 0; i < limit; i++ {
+					observe(y, val[i].Infected)
+					sizes = InfectedComponentSizes(g, y, sizes)
+					for gi := range grid {
+						cal.apply(scores[gi][i], y, sizes)
+					}
+				}
+			}
+		}
+		if lift {
+			v.lone = true
+			var lone []bool
+			for i := 0; i < limit; i++ {
+				observe(y, val[i].Infected)
+				lone = LoneInfected(g, y, lone)
+				for gi := range grid {
+					liftLone(scores[gi][i], lone)
+				}
+			}
+		}
+	}
+	deltas := make([]float64, len(grid))
+	perCascade := make([][]float64, len(grid))
+	for gi, k := range grid {
+		d, f := ChooseThreshold(scores[gi], val, Thresholds)
+		if len(grid) > 1 {
+			v.metrics[OptStepsMetric(k)] = f
+		}
+		deltas[gi] = d
+		perCascade[gi] = make([]float64, limit)
+		for i := range perCascade[gi] {
+			perCascade[gi][i] = f1At(scores[gi][i], val[i].Sources, d)
+		}
+	}
+	best := ChooseOptSteps(perCascade, cfg.FewestStepsWithinNoise)
+	if cfg.FewestStepsWithinNoise && len(grid) > 1 {
+		v.metrics[OptStepsWithinNoiseMetric] = 1
+	}
+	v.optSteps = grid[best]
+	v.threshold = deltas[best]
+	v.metrics["val_f1"] = mean(perCascade[best])
+	if !cfg.ThresholdOnly {
+		v.metrics[ThresholdF1Metric] = v.metrics["val_f1"]
+		rule, f1 := ChooseSourceRule(scores[best], val)
+		if mean(f1) > v.metrics["val_f1"]+1e-12 {
+			v.rule = rule
+			v.metrics["val_f1"] = mean(f1)
+		}
+	}
+	if cfg.ScoreRankingOnly {
+		var sum float64
+		count := 0
+		isSource := make([]bool, n)
+		for gi := range grid {
+			for i, s := range scores[gi] {
+				clear(isSource)
+				for _, u := range val[i].Sources {
+					isSource[u] = true
+				}
+				if auc := ROCAUC(s, isSource); !math.IsNaN(auc) {
+					sum += auc
+					count++
+				}
+			}
+		}
+		v.auc = sum / float64(max(count, 1))
+	}
+	return v, nil
+}

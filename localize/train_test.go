@@ -241,3 +241,59 @@ func mean(xs []float64) float64 {
 	}
 	return s / float64(len(xs))
 }
+
+// TestTrainChoosesPrior trains with and without the prior's choice: the
+// two validation ROC-AUCs it records are those of bundles trained with the
+// prior and without it (the same validation solves), and it keeps the
+// schedule and every choice of the better one.
+func TestTrainChoosesPrior(t *testing.T) {
+	g, pairs, pc := karateTraining(t)
+	m := deepis.New()
+	require.NoError(t, m.Configure(t.Context(), g, nil, nil))
+	train := func(variant localize.Variant, choose bool) *localize.Bundle {
+		opts := localize.DefaultOptions()
+		opts.Restarts, opts.InitSteps, opts.Variant = 2, 4, variant
+		b, err := localize.Train(t.Context(), g, m, pairs[:30], pairs[30:], localize.TrainConfig{
+			Fit: forward.FitOptions{Epochs: 2}, Prior: pc, Prototypes: 16,
+			Solve: opts, ValidationSolves: 8, Seed: 5, OptStepsGrid: []int{2, 6}, ChoosePrior: choose,
+		}, nil)
+		require.NoError(t, err)
+		return b
+	}
+	auc := func(b *localize.Bundle) float64 {
+		return b.Manifest.Metrics[localize.RankingAUCMetric(b.Manifest.Ranking)]
+	}
+	with, without := train(localize.DataInit, false), train(localize.NoPrior, false)
+	chosen := train(localize.DataInit, true)
+	require.InDelta(t, auc(with), chosen.Manifest.Metrics[localize.WithPriorAUCMetric], 1e-12)
+	require.InDelta(t, auc(without), chosen.Manifest.Metrics[localize.WithoutPriorAUCMetric], 1e-12)
+	t.Logf("validation ROC-AUC with the prior %.4f, without %.4f", auc(with), auc(without))
+	want := with
+	if auc(without) > auc(with)+1e-12 {
+		want = without
+	}
+	require.Equal(t, want.Manifest.Solve.Variant, chosen.Manifest.Solve.Variant)
+	require.Equal(t, want.Manifest.Solve.OptSteps, chosen.Manifest.Solve.OptSteps)
+	require.Equal(t, want.Manifest.Threshold, chosen.Manifest.Threshold)
+	require.Equal(t, want.Manifest.SourceRule, chosen.Manifest.SourceRule)
+	require.Equal(t, want.Manifest.Ranking, chosen.Manifest.Ranking)
+	require.Equal(t, want.Manifest.LoneInfectedFirst, chosen.Manifest.LoneInfectedFirst)
+	require.Equal(t, want.Manifest.Calibration, chosen.Manifest.Calibration)
+	require.InDelta(t, want.Manifest.Metrics["val_f1"], chosen.Manifest.Metrics["val_f1"], 1e-12)
+
+	// The choice is forced the other way by the metrics alone: a bundle
+	// whose prior was dropped solves as the no-prior one does.
+	if chosen.Manifest.Solve.Variant == localize.NoPrior {
+		require.Equal(t, localize.NoPrior, chosen.Options().Variant)
+	}
+	// An ablation's schedule is not second-guessed.
+	ablation := train(localize.NoPriorPred, true)
+	require.Equal(t, localize.NoPriorPred, ablation.Manifest.Solve.Variant)
+	require.NotContains(t, ablation.Manifest.Metrics, localize.WithPriorAUCMetric)
+	for _, name := range []string{"auto", "on"} {
+		_, err := localize.ParsePriorChoice(name)
+		require.NoError(t, err)
+	}
+	_, err := localize.ParsePriorChoice("off")
+	require.ErrorContains(t, err, `want auto or on, got "off"`)
+}

@@ -207,9 +207,21 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		}
 		fmt.Fprintf(w, "calibration %s (%s)\n", verdict, detail)
 	}
+	with, okWith := m.Metrics[localize.WithPriorAUCMetric]
+	without, okWithout := m.Metrics[localize.WithoutPriorAUCMetric]
+	if okWith && okWithout {
+		verdict := "used"
+		if m.Solve.Variant == localize.NoPrior {
+			verdict = "dropped"
+		}
+		fmt.Fprintf(w, "prior term  %s (validation ROC-AUC with it: %.3f; without: %.3f)\n", verdict, with, without)
+	}
 	schedule := "paper (L_init, then L_pred)"
-	if m.Solve.Variant == localize.DataInit {
+	switch m.Solve.Variant {
+	case localize.DataInit:
 		schedule = "datainit (the data term, then L_pred)"
+	case localize.NoPrior:
+		schedule = "noprior (the data term alone in both stages)"
 	}
 	steps := fmt.Sprintf("%d + %d steps, %d restarts, schedule %s", m.Solve.InitSteps, m.Solve.OptSteps, m.Solve.Restarts, schedule)
 	if grid := optStepsGrid(m.Metrics); len(grid) > 1 {

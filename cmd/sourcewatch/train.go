@@ -57,6 +57,7 @@ everything into one bundle file.`,
 	f.String("opt-steps-rule", "1se", "how validation chooses n_opt when --opt-steps is 0: 1se (the fewest steps within one standard error of the best F1: a shorter Solve where validation cannot tell them apart) or best (the highest F1)")
 	f.String("source-rule", "auto", "how the source set is cut from the scores: auto (the threshold delta, or the count of top scores, fixed or a fraction of the infected count, whichever has the higher validation F1) or threshold (delta alone)")
 	f.String("ranking", "auto", "how nodes observed uninfected rank: auto (by validation ROC-AUC: the descent's scores, every uninfected node below every infected one, or that with the uninfected ordered by the forward model's prediction, which helps where sources recover, e.g. SIR; then whether the lone infected nodes, with no infected in-neighbour, go first) or score (the descent's scores as they are)")
+	f.String("prior", "auto", "whether the bundle solves with the prior term: auto (makes every validation choice with and without it and drops it where the validation ROC-AUC is strictly higher without; doubles the validation solves) or on")
 	f.String("schedule", "datainit", "inference schedule recorded in the bundle: datainit (the data term alone, then L_pred) or paper (L_init, then L_pred: the paper's Algorithm 1)")
 	f.Int("val-solves", 64, "validation cascades solved to choose delta")
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
@@ -100,6 +101,10 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	scoreRankingOnly, err := localize.ParseRankingChoice(v.GetString("ranking"))
 	if err != nil {
 		return fmt.Errorf("--ranking: %w", err)
+	}
+	choosePrior, err := localize.ParsePriorChoice(v.GetString("prior"))
+	if err != nil {
+		return fmt.Errorf("--prior: %w", err)
 	}
 	initSteps, optSteps := v.GetInt("init_steps"), v.GetInt("opt_steps")
 	if initSteps < 0 || optSteps < 0 {
@@ -184,6 +189,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		FewestStepsWithinNoise: fewestSteps,
 		ThresholdOnly:          thresholdOnly,
 		ScoreRankingOnly:       scoreRankingOnly,
+		ChoosePrior:            choosePrior,
 		Seed:                   seed,
 	}
 	start := time.Now()
