@@ -131,7 +131,11 @@ var Thresholds = []float64{0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5
 //     truth, see Result.Objective). The test split is never seen;
 //  7. unless cfg.ThresholdOnly, the count rules of ChooseSourceRule are
 //     scored on the same solves (at the chosen n_opt) and the best one
-//     replaces the threshold when its F1 is higher.
+//     replaces the threshold when its F1 is higher;
+//  8. with cfg.ChoosePrior, steps 5-7 are made again on validation solves
+//     without the prior term (NoPrior), and the bundle takes that
+//     schedule and its choices when the chosen ranking's mean validation
+//     ROC-AUC is strictly higher without the prior.
 func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []forward.Pair, cfg TrainConfig, progress func(TrainProgress)) (*Bundle, error) {
 	if len(train) == 0 {
 		return nil, fmt.Errorf("training: no training cascades")

@@ -31,6 +31,9 @@ func trainTestBundle(t *testing.T) (bundle, pluginDir string) {
 		// source set to change; a count rule (with these clusters' two
 		// sources, likely "the 2 highest scores") can keep the same set.
 		"--source-rule", "threshold",
+		// The tests read the schedule; whether this small prior earns its
+		// place is TestTrainRanking's question.
+		"--prior", "on",
 		"--out", bundle, "--log-level", "warn")
 	require.NoError(t, err)
 	require.Contains(t, out, "36 train, 12 validation, 12 test")

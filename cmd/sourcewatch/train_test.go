@@ -46,7 +46,7 @@ func trainSmall(t *testing.T, flags ...string) (out, bundle, pluginDir string) {
 // train --schedule paper records the paper's schedule in the bundle; bundle
 // inspect shows it and localize solves with it.
 func TestTrainSchedulePaper(t *testing.T) {
-	out, bundle, pluginDir := trainSmall(t, "--val-solves", "4", "--opt-steps", "10", "--schedule", "paper")
+	out, bundle, pluginDir := trainSmall(t, "--val-solves", "4", "--opt-steps", "10", "--schedule", "paper", "--prior", "on")
 	require.Contains(t, out, "schedule paper")
 	b, err := localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
@@ -196,6 +196,22 @@ func TestTrainRanking(t *testing.T) {
 		require.Contains(t, inspect, fmt.Sprintf("calibration %s (the infected nodes' scores as the validation source rate by score and infected component size; validation ROC-AUC, cross-fitted: %.3f)\n", verdict, calibrated))
 	}
 
+	// --prior auto (the default) measured the ranking without the prior
+	// too and kept the better schedule.
+	with, ok := b.Manifest.Metrics[localize.WithPriorAUCMetric]
+	require.True(t, ok)
+	without, ok := b.Manifest.Metrics[localize.WithoutPriorAUCMetric]
+	require.True(t, ok)
+	require.Equal(t, without > with+1e-12, b.Manifest.Solve.Variant == localize.NoPrior)
+	verdict = "used"
+	if without > with+1e-12 {
+		verdict = "dropped"
+		require.Contains(t, inspect, "schedule noprior (the data term alone in both stages)")
+	} else {
+		require.Contains(t, inspect, "schedule datainit (the data term, then L_pred)")
+	}
+	require.Contains(t, inspect, fmt.Sprintf("prior term  %s (validation ROC-AUC with it: %.3f; without: %.3f)\n", verdict, with, without))
+
 	obs := `{"infected":["0","1","2","3","7","13"]}`
 	calibration := &localize.Calibration{ComponentSizes: []int{1}, Classes: []localize.CalibrationSteps{
 		{Scores: []float64{1}, Probabilities: []float64{1}},
@@ -245,6 +261,15 @@ func TestTrainRanking(t *testing.T) {
 	require.NotContains(t, b.Manifest.Metrics, localize.LoneFirstAUCMetric)
 	require.NotContains(t, b.Manifest.Metrics, localize.CalibratedAUCMetric)
 	require.Nil(t, b.Manifest.Calibration)
+
+	_, bundle, _ = trainSmall(t, "--val-solves", "8", "--opt-steps", "10", "--prior", "on")
+	b, err = localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	require.Equal(t, localize.DataInit, b.Manifest.Solve.Variant)
+	require.NotContains(t, b.Manifest.Metrics, localize.WithPriorAUCMetric)
+	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--prior", "off",
+		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
+	require.ErrorContains(t, err, `--prior: want auto or on, got "off"`)
 
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--ranking", "infected",
 		"--plugin-dir", t.TempDir(), "--out", bundle, "--log-level", "warn")
