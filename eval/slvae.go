@@ -325,6 +325,9 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 	}
 	m.bundle = b
 	m.solve.OptSteps = b.Manifest.Solve.OptSteps
+	// The schedule the bundle chose: without the prior where validation
+	// dropped it (prior=auto), the variant's own otherwise.
+	m.solve.Variant = b.Manifest.Solve.Variant
 	m.extras = map[string]float64{
 		"forward_val_mse": b.Manifest.Metrics["forward_val_mse"],
 		"delta":           b.Manifest.Threshold,
