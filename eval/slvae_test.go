@@ -1,0 +1,48 @@
+package eval
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
+)
+
+// TestMain removes the plugin binaries the tests build.
+func TestMain(m *testing.M) { forwardtest.Main(m) }
+
+// slvae solves the test cascades with the schedule its bundle chose: where
+// validation dropped the prior (prior=auto), without it. A prior weighted
+// a thousand times over drowns the data, so validation drops it here.
+func TestSLVAESolvesWithTheBundlesSchedule(t *testing.T) {
+	g, err := graph.Load("../configs/demo/karate.edges")
+	require.NoError(t, err)
+	sim := diffusion.DefaultConfig()
+	sim.Beta = 0.25
+	cs, _, err := diffusion.Simulate(t.Context(), g, sim, 40, 3, diffusion.Workers(1))
+	require.NoError(t, err)
+	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	for _, tc := range []struct {
+		prior string
+		want  localize.Variant
+	}{{"auto", localize.NoPrior}, {"on", localize.DataInit}} {
+		t.Run(tc.prior, func(t *testing.T) {
+			m, err := newSLVAE(Env{Graph: g, Seed: 5, Params: map[string]string{
+				"forward": "icmf", "plugin_dir": pluginDir, "prior_epochs": "3", "prototypes": "32",
+				"val_solves": "8", "restarts": "4", "prior_weight_scale": "1000", "prior": tc.prior,
+			}}, "slvae", localize.DataInit)
+			require.NoError(t, err)
+			require.NoError(t, m.Fit(t.Context(), g, cs[:24], cs[24:32]))
+			defer m.Close()
+			require.Equal(t, tc.want, m.bundle.Manifest.Solve.Variant)
+			require.Equal(t, tc.want, m.solve.Variant, "Localize solves as the bundle says")
+			require.Equal(t, boolFloat(tc.want == localize.NoPrior), m.extras["prior_off"])
+			_, err = m.Localize(t.Context(), cs[32].Y(nil))
+			require.NoError(t, err)
+		})
+	}
+}
