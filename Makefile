@@ -9,8 +9,14 @@ RACE_PKGS = $(foreach d,$(RACE_DIRS),$(if $(wildcard $(d)/*),./$(d)/...))
 
 all: build
 
+# A bundle records its plugin binary's SHA-256 and the daemon refuses
+# another build, so a build must depend on the source alone: no VCS stamp
+# (a commit or a dirty tree would change every binary) and no build
+# directory in the paths.
+BUILDFLAGS ?= -trimpath -buildvcs=false
+
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build $(BUILDFLAGS) -o $(BIN)/ ./cmd/...
 
 test: build
 	$(GO) vet ./...

@@ -45,8 +45,9 @@
 // x_v >= delta (the source probability), and the source set
 // {v : score_v >= delta}. delta is chosen on a validation split when the
 // bundle is trained and stored in it. Train may record a count rule
-// instead (SourceRule): the K highest scores, K fixed or a fraction of the
-// infected count, when that cut has the higher F1 on the same validation
+// instead (SourceRule): the first K nodes of the ranking, K fixed (at most
+// the infected count) or a fraction of the infected count, when that cut
+// has the higher F1 on the same validation
 // solves; a vote of R restarts can only be thresholded into R + 1 set
 // sizes, and a count cuts the ranking where the baselines cut theirs.
 // The score is the mean of the final x over the restarts, with ties broken by the gradient of the objective at

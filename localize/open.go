@@ -92,7 +92,7 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 	if errors.Is(err, forward.ErrChecksum) && o.Checksum == "" {
 		// The usual cause: the plugin was rebuilt after the bundle was
 		// trained. Say what to do about it.
-		return nil, fmt.Errorf("%w (bundle %s was trained with another build of %s %s: retrain the bundle with this build, or set allow_unverified to run it anyway)",
+		return nil, fmt.Errorf("%w (bundle %s was trained with another build of %s %s: retrain the bundle with this build or, if this build is a trusted one of the same model, pin its sha256 with forward_checksum in serve's graph config or localize's --forward-checksum)",
 			err, b.Manifest.ID, b.Manifest.Forward.Name, b.Manifest.Forward.Version)
 	}
 	if err != nil {

@@ -189,7 +189,7 @@ func TestParseRankingChoice(t *testing.T) {
 
 // A bundle ranking the infected first survives a write and a read, and
 // Solve puts every infected node above every uninfected one, with the
-// source set still {score >= Threshold}, under the threshold rule and a
+// source set still the top of the ranking, under the threshold rule and a
 // count rule; with InfectedThenPredicted the uninfected nodes follow
 // f(Mean), which Solve reports and which matches the model's prediction.
 func TestSolveWithInfectedFirst(t *testing.T) {

@@ -26,11 +26,15 @@ type SourceRule struct {
 func (r SourceRule) IsThreshold() bool { return r == SourceRule{} }
 
 // K is the number of nodes r predicts for an observation with infected
-// infected nodes (0 for the threshold rule).
+// infected nodes (0 for the threshold rule). A count is capped at the
+// infected count (at least 1): a live monitor sees observations far
+// smaller than the validation snapshots the count was chosen on, and
+// twelve suspects for one infected node name eleven that, where nothing
+// recovers, cannot be sources.
 func (r SourceRule) K(infected int) int {
 	switch {
 	case r.Count > 0:
-		return r.Count
+		return min(r.Count, max(1, infected))
 	case r.Fraction > 0:
 		return max(1, int(math.Round(r.Fraction*float64(infected))))
 	}
@@ -64,10 +68,13 @@ func (r SourceRule) check(n int) error {
 // tries.
 var sourceFractions = []float64{0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1}
 
-// cut replaces res's source set with r's: the K highest scores (with any
-// node tied with the K-th), K from the number of nodes with y_v >= 1/2.
-// res.Threshold becomes the K-th score, so Sources stay {v : score_v >=
-// Threshold}.
+// cut replaces res's source set with r's: the first K nodes of the
+// ranking (descending score, ties by index: the order ChooseSourceRule
+// scored), K from the number of nodes with y_v >= 1/2. res.Threshold
+// becomes the K-th score. Nodes tied with the K-th beyond it are left
+// out, as validation left them out when it chose K: keeping them turned
+// a count of 12 into 50 suspects where the scores of the uninfected
+// nodes tie.
 func (r SourceRule) cut(res *Result, y []float64) {
 	infected := 0
 	for _, v := range y {
@@ -81,13 +88,7 @@ func (r SourceRule) cut(res *Result, y []float64) {
 		return
 	}
 	res.Threshold = res.Scores[order[k-1]]
-	res.Sources = res.Sources[:0]
-	for _, v := range order {
-		if res.Scores[v] < res.Threshold {
-			break
-		}
-		res.Sources = append(res.Sources, v)
-	}
+	res.Sources = append(res.Sources[:0], order[:k]...)
 }
 
 // byScore returns the nodes by descending score, ties by index.

@@ -50,10 +50,12 @@ func TestSourceRuleCut(t *testing.T) {
 		cut     float64
 	}{
 		{"count", SourceRule{Count: 2}, []float64{0.1, 0.9, 0.5, 0.7, 0, 0}, []int{1, 3}, 0.7},
-		{"tie with the k-th kept", SourceRule{Count: 2}, []float64{0.1, 0.9, 0.7, 0.7, 0, 0}, []int{1, 2, 3}, 0.7},
+		// ChooseSourceRule scored exactly k nodes, ties by index.
+		{"tie with the k-th left out", SourceRule{Count: 2}, []float64{0.1, 0.9, 0.7, 0.7, 0, 0}, []int{1, 2}, 0.7},
 		{"fraction of four infected", SourceRule{Fraction: 0.5}, []float64{0.1, 0.9, 0.5, 0.7, 0, 0}, []int{1, 3}, 0.7},
 		{"at least one", SourceRule{Fraction: 0.02}, []float64{0.1, 0.9, 0.5, 0.7, 0, 0}, []int{1}, 0.9},
-		{"count over n", SourceRule{Count: 9}, []float64{0.1, 0.9, 0.5, 0.7, 0.2, 0}, []int{1, 3, 2, 4, 0, 5}, 0},
+		{"count capped at the infected count", SourceRule{Count: 9}, []float64{0.1, 0.9, 0.5, 0.7, 0.2, 0}, []int{1, 3, 2, 4}, 0.2},
+		{"all tied", SourceRule{Count: 3}, []float64{0.001, 0.001, 0.001, 0.001, 0.001, 0.001}, []int{0, 1, 2}, 0.001},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := &Result{Scores: tc.scores, Sources: []int{1}, Threshold: 0.95}
@@ -62,6 +64,34 @@ func TestSourceRuleCut(t *testing.T) {
 			require.Equal(t, tc.cut, res.Threshold)
 		})
 	}
+	// One infected node: a count of 3 names one suspect, at least one
+	// even with none infected.
+	for _, tc := range []struct {
+		y    []float64
+		want []int
+	}{
+		{[]float64{0, 0, 1, 0}, []int{1}},
+		{[]float64{0, 0, 0, 0}, []int{1}},
+	} {
+		res := &Result{Scores: []float64{0.2, 0.9, 0.5, 0.1}}
+		SourceRule{Count: 3}.cut(res, tc.y)
+		require.Equal(t, tc.want, res.Sources)
+	}
+}
+
+// Capping the count at the infected count is what ChooseSourceRule
+// scores too: on cascades with one infected node each, a count of 1 and
+// any larger count score the same F1, and the smaller one wins the tie.
+func TestChooseSourceRuleCapsTheCount(t *testing.T) {
+	scores := [][]float64{{0.9, 0.8, 0.3}, {0.2, 0.95, 0.9}}
+	pairs := []forward.Pair{
+		{Sources: []int{0}, Infected: []int{0}},
+		{Sources: []int{1}, Infected: []int{1}},
+	}
+	require.Equal(t, 1, SourceRule{Count: 3}.K(1))
+	rule, f1 := ChooseSourceRule(scores, pairs)
+	require.Equal(t, SourceRule{Count: 1}, rule)
+	require.Equal(t, []float64{1, 1}, f1)
 }
 
 // A bundle's count rule cuts Solve's source set, survives a write and a
@@ -79,11 +109,10 @@ func TestSolveWithSourceRule(t *testing.T) {
 	res, err := Solve(t.Context(), got, f, p.Y, DefaultOptions())
 	require.NoError(t, err)
 	require.Len(t, res.Sources, 3)
-	for _, v := range res.Sources {
-		require.GreaterOrEqual(t, res.Scores[v], res.Threshold)
-	}
+	require.Equal(t, byScore(res.Scores)[:3], res.Sources)
+	require.Equal(t, res.Scores[res.Sources[2]], res.Threshold)
 	for v, s := range res.Scores {
-		if s >= res.Threshold {
+		if s > res.Threshold {
 			require.Contains(t, res.Sources, v)
 		}
 	}

@@ -196,10 +196,13 @@ type Result struct {
 	// the mean final x, when Options.Predict is set or the bundle's
 	// ranking reads it; nil otherwise.
 	Predicted []float64
-	// Sources are the nodes with Scores >= Threshold, highest score first.
+	// Sources are the suspected sources, highest score first: the nodes
+	// with Scores >= Threshold under the threshold rule, the first K of
+	// the ranking under a count rule (see SourceRule).
 	Sources []int
 	// Threshold is the cut of the scores: delta under the threshold rule,
-	// the K-th highest score under a count rule (see SourceRule).
+	// the K-th highest score under a count rule (see SourceRule), where a
+	// node tied with it may rank after the K-th and stay out.
 	Threshold float64
 	// Trace is the objective (mean over restarts) at every step, before
 	// its update (so Trace[0] is at the starting x), when Options.Trace is

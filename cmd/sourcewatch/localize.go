@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -34,6 +35,7 @@ node is over the bundle's threshold delta).`,
 	f.Bool("directed", false, "the --graph edge file is directed")
 	f.String("plugin-dir", "bin", "directory holding the forward-model plugin binaries")
 	f.Bool("allow-unverified", false, "run a forward plugin whose checksum the bundle does not record")
+	f.String("forward-checksum", "", "hex SHA-256 the plugin binary must have, instead of the one the bundle records (a trusted rebuild of the same model)")
 	f.Int("restarts", 0, "inference restarts R (0 = the bundle's)")
 	f.Float64("threshold", 0, "override the bundle's threshold delta (0 = the bundle's)")
 	f.Int("top", 10, "also list up to this many top-scored nodes when fewer are over delta")
@@ -112,8 +114,14 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 		slices.Sort(infected[i])
 		infected[i] = slices.Compact(infected[i])
 	}
+	sum := v.GetString("forward_checksum")
+	if sum != "" {
+		if _, err := hex.DecodeString(sum); err != nil || len(sum) != 64 {
+			return fmt.Errorf("--forward-checksum: %q is not a SHA-256 (want 64 hex digits)", sum)
+		}
+	}
 	proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
-		PluginDir: v.GetString("plugin_dir"), AllowUnverified: v.GetBool("allow_unverified"), Logger: a.log.Named("plugin"),
+		PluginDir: v.GetString("plugin_dir"), AllowUnverified: v.GetBool("allow_unverified"), Checksum: sum, Logger: a.log.Named("plugin"),
 	})
 	if err != nil {
 		return err
@@ -189,7 +197,7 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	}
 	cut := fmt.Sprintf("threshold delta %.2f", o.Threshold)
 	if o.SourceRule != "" {
-		cut = fmt.Sprintf("%s (score >= %.3f)", o.SourceRule, o.Threshold)
+		cut = fmt.Sprintf("%s (down to %.3f)", o.SourceRule, o.Threshold)
 	}
 	if o.Ranking != localize.RankByScore {
 		cut += "; " + string(o.Ranking)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -121,7 +123,7 @@ func TestTrainSourceRule(t *testing.T) {
 	obs := `{"infected":["0","1","2","3","7","13"]}`
 	out, _, err := runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 	require.NoError(t, err)
-	require.Contains(t, out, "6 infected; the 2 highest scores (score >= ")
+	require.Contains(t, out, "6 infected; the 2 highest scores (down to ")
 	out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
 	require.NoError(t, err)
 	var got localizeOutput
@@ -385,7 +387,16 @@ func TestTrainThenLocalize(t *testing.T) {
 	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", bundle, "--plugin-dir", filepath.Dir(other), "--log-level", "warn")
 	require.ErrorIs(t, err, forward.ErrChecksum)
 	require.ErrorContains(t, err, b.Manifest.Forward.SHA256)
-	require.ErrorContains(t, err, "retrain the bundle with this build, or set allow_unverified", "the error says what to do")
+	require.ErrorContains(t, err, "retrain the bundle with this build or, if this build is a trusted one of the same model, pin its sha256", "the error says what to do")
+	// ... and what it says works: pinning the rebuild's SHA-256 runs it.
+	otherSum := sha256.Sum256(append(data, 0))
+	out, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", bundle, "--plugin-dir", filepath.Dir(other),
+		"--forward-checksum", hex.EncodeToString(otherSum[:]), "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "1 infected;")
+	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", bundle, "--plugin-dir", filepath.Dir(other),
+		"--forward-checksum", "abc", "--log-level", "warn")
+	require.ErrorContains(t, err, `--forward-checksum: "abc" is not a SHA-256`)
 
 	// bundle inspect reads the bundle as localize does, prints what train
 	// printed, and fails when the plugin is not the recorded build.
