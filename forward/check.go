@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"gonum.org/v1/gonum/mat"
 )
@@ -14,7 +15,7 @@ type VJPCheckOptions struct {
 	// Rows is the number of random points x checked (default 2).
 	Rows int
 	// Coords is the number of coordinates checked per point (default all
-	// when n <= 64, else 24 chosen at random).
+	// when n <= 64, else 24 chosen at random; n or more checks them all).
 	Coords int
 	// Step is the finite-difference step h (default 1e-5).
 	Step float64
@@ -36,22 +37,49 @@ type VJPCheck struct {
 	// MaxYDiff is the largest |VJP's y - Predict's y|, which must be 0 up to
 	// rounding.
 	MaxYDiff float64
+	// AbsTol and RelTol are the tolerance MaxErr is measured in.
+	AbsTol, RelTol float64
 }
+
+// maxYDiff is the largest |VJP's y - Predict's y| a check passes.
+const maxYDiff = 1e-9
+
+// maxCheckRows bounds the perturbed points of one Predict call, so that
+// checking every coordinate of a large graph does not ask the plugin for
+// 2n rows of n values at once.
+const maxCheckRows = 512
 
 // Pass reports whether every checked coordinate is within tolerance and
 // VJP's y agrees with Predict.
-func (c VJPCheck) Pass() bool { return c.MaxErr <= 1 && c.MaxYDiff <= 1e-9 }
+func (c VJPCheck) Pass() bool { return c.MaxErr <= 1 && c.MaxYDiff <= maxYDiff }
 
-func (c VJPCheck) String() string {
-	return fmt.Sprintf("%d coordinates, max error %.3g of tolerance at row %d node %d (analytic %.9g, numeric %.9g), max |y_vjp - y_predict| %.3g",
-		c.Checked, c.MaxErr, c.Row, c.Node, c.Analytic, c.Numeric, c.MaxYDiff)
+func (c VJPCheck) String() string { return c.Describe(nil) }
+
+// Describe is String with node indices named by id (nil: the index). It
+// leads with what failed: VJP's y against Predict's, or the gradient.
+func (c VJPCheck) Describe(id func(int) string) string {
+	node := fmt.Sprintf("node %d", c.Node)
+	if id != nil {
+		node = fmt.Sprintf("node %q (index %d)", id(c.Node), c.Node)
+	}
+	grad := fmt.Sprintf("%d coordinates of dx against central differences: largest error %.3g times the tolerance 1e-6 + 1e-4|numeric| at row %d %s (analytic %.9g, numeric %.9g)",
+		c.Checked, c.MaxErr, c.Row, node, c.Analytic, c.Numeric)
+	if c.AbsTol != 1e-6 || c.RelTol != 1e-4 {
+		grad = strings.Replace(grad, "1e-6 + 1e-4", fmt.Sprintf("%.3g + %.3g", c.AbsTol, c.RelTol), 1)
+	}
+	ydiff := fmt.Sprintf("VJP's y differs from Predict's by up to %.3g", c.MaxYDiff)
+	if c.MaxYDiff > maxYDiff {
+		return ydiff + fmt.Sprintf(" (more than %.0e: VJP must return f(x) as Predict does); ", maxYDiff) + grad
+	}
+	return grad + "; " + ydiff
 }
 
 // CheckVJP compares a configured model's VJP with central differences of
 // Predict: for random x in [0.1, 0.9]^n and random dy, with L(x) = <dy, f(x)>,
 // dx_i must match (L(x + h e_i) - L(x - h e_i)) / 2h. All perturbed points
-// of one x go to Predict as one batch, so a plugin process is called
-// 2 + Rows times. n is the model's graph size. Errors are the model's.
+// of one x go to Predict in batches of up to 512 rows, so a plugin process
+// is called 2 + Rows·ceil(2·Coords/512) times. n is the model's graph
+// size. Errors are the model's.
 func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOptions) (VJPCheck, error) {
 	if o.Rows <= 0 {
 		o.Rows = 2
@@ -87,7 +115,7 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 	if err != nil {
 		return VJPCheck{}, err
 	}
-	var res VJPCheck
+	res := VJPCheck{AbsTol: o.AbsTol, RelTol: o.RelTol}
 	for i := 0; i < o.Rows; i++ {
 		for j := 0; j < n; j++ {
 			res.MaxYDiff = math.Max(res.MaxYDiff, math.Abs(y.At(i, j)-yp.At(i, j)))
@@ -95,29 +123,33 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 	}
 	for i := 0; i < o.Rows; i++ {
 		coords := rng.Perm(n)[:o.Coords]
-		pts := mat.NewDense(2*len(coords), n, nil)
-		for k, j := range coords {
-			for s, sign := range []float64{1, -1} {
-				row := pts.RawRowView(2*k + s)
-				copy(row, x.RawRowView(i))
-				row[j] += sign * o.Step
+		d := mat.NewVecDense(n, dy.RawRowView(i))
+		for len(coords) > 0 {
+			chunk := coords[:min(len(coords), maxCheckRows/2)]
+			coords = coords[len(chunk):]
+			pts := mat.NewDense(2*len(chunk), n, nil)
+			for k, j := range chunk {
+				for s, sign := range []float64{1, -1} {
+					row := pts.RawRowView(2*k + s)
+					copy(row, x.RawRowView(i))
+					row[j] += sign * o.Step
+				}
 			}
-		}
-		fy, err := m.Predict(ctx, pts)
-		if err != nil {
-			return VJPCheck{}, err
-		}
-		d := dy.RawRowView(i)
-		for k, j := range coords {
-			num := (mat.Dot(mat.NewVecDense(n, d), fy.RowView(2*k)) - mat.Dot(mat.NewVecDense(n, d), fy.RowView(2*k+1))) / (2 * o.Step)
-			ana := dx.At(i, j)
-			e := math.Abs(ana-num) / (o.AbsTol + o.RelTol*math.Abs(num))
-			if math.IsNaN(e) {
-				e = math.Inf(1)
+			fy, err := m.Predict(ctx, pts)
+			if err != nil {
+				return VJPCheck{}, err
 			}
-			res.Checked++
-			if e > res.MaxErr || res.Checked == 1 {
-				res.MaxErr, res.Row, res.Node, res.Analytic, res.Numeric = e, i, j, ana, num
+			for k, j := range chunk {
+				num := (mat.Dot(d, fy.RowView(2*k)) - mat.Dot(d, fy.RowView(2*k+1))) / (2 * o.Step)
+				ana := dx.At(i, j)
+				e := math.Abs(ana-num) / (o.AbsTol + o.RelTol*math.Abs(num))
+				if math.IsNaN(e) {
+					e = math.Inf(1)
+				}
+				res.Checked++
+				if e > res.MaxErr || res.Checked == 1 {
+					res.MaxErr, res.Row, res.Node, res.Analytic, res.Numeric = e, i, j, ana, num
+				}
 			}
 		}
 	}

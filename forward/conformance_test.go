@@ -56,6 +56,10 @@ func TestCheckPlugin(t *testing.T) {
 		{"nan", "predict", "is NaN"},
 		{"inf", "vjp", "dx[0][0] is +Inf"},
 		{"short", "predict", "y is 8x33, want 8x34"},
+		{"range", "predict", "y[0][0] is 1.5, outside [0, 1]"},
+		// A gradient wrong at one node of 34: every coordinate is checked,
+		// and the failure names the node by its id.
+		{"grad", "vjp", `at row 0 node "33" (index 33)`},
 		{"crash", "fit", "forward plugin exited"},
 		{"hang", "fit", "fit: no progress within 2s"},
 	} {

@@ -54,7 +54,7 @@ func PluginPath(dir, name string) (string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("forward plugin %q: %s does not exist (build it with: go build -o %s/ ./cmd/%s%s)", name, path, dir, BinaryPrefix, name)
+			return "", fmt.Errorf("forward plugin %q: %s does not exist (a shipped plugin: make build; a plugin of your own: build it to %s%s in a directory and pass that directory as the plugin dir)", name, path, BinaryPrefix, name)
 		}
 		return "", fmt.Errorf("forward plugin %q: %w", name, err)
 	}
@@ -493,13 +493,20 @@ func (p *Process) checkIn(x, dy *mat.Dense) {
 }
 
 // checkOut returns an ErrBadOutput error naming the plugin when m is not
-// rows x cols or holds NaN or Inf.
+// rows x cols or holds NaN or Inf, or, for the predictions y, a value
+// outside [0, 1]: inference reads y as infection probabilities, and a
+// model that leaves the unit interval would steer it without a word.
 func (p *Process) checkOut(op, field string, m *mat.Dense, rows, cols int) error {
 	if r, c := m.Dims(); r != rows || c != cols {
 		return fmt.Errorf("forward plugin %s: %s: %s is %dx%d, want %dx%d: %w", p.name, op, field, r, c, rows, cols, ErrBadOutput)
 	}
 	if i, j, bad := checkFinite(m); bad {
 		return fmt.Errorf("forward plugin %s: %s: %s[%d][%d] is %v: %w", p.name, op, field, i, j, m.At(i, j), ErrBadOutput)
+	}
+	if field == "y" {
+		if i, j, bad := outOfUnit(m); bad {
+			return fmt.Errorf("forward plugin %s: %s: %s[%d][%d] is %v, outside [0, 1]: %w", p.name, op, field, i, j, m.At(i, j), ErrBadOutput)
+		}
 	}
 	return nil
 }

@@ -33,7 +33,9 @@ func newPluginCheckCmd(a *app) *cobra.Command {
 sourcewatch-forward-NAME in --plugin-dir) and checks it against the contract:
 the handshake, Info, Configure, Fit on a small simulated set (and that the
 fitted state restores the same model), Predict shape and range, behaviour on
-an empty and a full x, determinism, the VJP against finite differences,
+an empty and a full x, determinism, the VJP against central finite
+differences (every coordinate of dx in two random rows on graphs of up to
+2,048 nodes, 256 at random on larger ones; see --vjp-coords),
 the fused data-term call of inference against Predict and VJP (and whether
 its batches pass through the shared memory region), monotonicity on subsets
 of source sets, and timing. It prints one line per
@@ -42,7 +44,7 @@ inference will suffer from (a learned model that is not monotone).
 
 Without --graph the checks run on a built-in 64-node graph (a ring lattice
 with random chords); pass your graph to check the plugin where you will use it.`,
-		Example: `  sourcewatch plugin check bin/sourcewatch-forward-deepis --graph ../shared/data/jazz.edges
+		Example: `  sourcewatch plugin check bin/sourcewatch-forward-deepis --graph configs/demo/karate.edges
   sourcewatch plugin check icmf --param steps=6 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return a.pluginCheck(cmd, args[0]) },
@@ -55,6 +57,7 @@ with random chords); pass your graph to check the plugin where you will use it.`
 	f.Int("cascades", 60, "simulated SI cascades for the fit check (80% train, 20% validation)")
 	f.Int("epochs", 5, "training epochs for the fit check (0 = the plugin's default)")
 	f.Int("batch", 8, "rows per Predict and VJP call")
+	f.Int("vjp-coords", 0, "coordinates of dx compared with finite differences per row (0 = all up to 2,048 nodes, else 256 at random; -1 = all)")
 	f.Duration("call-timeout", 30*time.Second, "deadline of every plugin call")
 	f.Duration("fit-idle-timeout", 5*time.Minute, "longest wait for a Fit progress report")
 	f.String("sha256", "", "expected SHA-256 of the plugin binary (hex); refuse to launch on mismatch")
@@ -121,11 +124,12 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 		return err
 	}
 	rep := forward.CheckPlugin(ctx, path, g, pairs[:split], forward.PluginCheckOptions{
-		Launch: launch,
-		Params: params,
-		Fit:    forward.FitOptions{Epochs: v.GetInt("epochs"), Seed: seed, Validation: pairs[split:]},
-		Batch:  batch,
-		Seed:   uint64(seed),
+		Launch:    launch,
+		Params:    params,
+		Fit:       forward.FitOptions{Epochs: v.GetInt("epochs"), Seed: seed, Validation: pairs[split:]},
+		Batch:     batch,
+		Seed:      uint64(seed),
+		VJPCoords: v.GetInt("vjp_coords"),
 	})
 	if v.GetBool("json") {
 		if err := writeCheckJSON(a, rep); err != nil {

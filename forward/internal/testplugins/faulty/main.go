@@ -4,6 +4,8 @@
 //
 //	none   behave (the default)
 //	nan    a NaN in y
+//	range  1.5 in y (finite, outside [0, 1])
+//	grad   dx of the last node doubled (a gradient wrong at one node)
 //	inf    +Inf in dx
 //	short  y has one column too few
 //	hang   never answer, ignoring the call's context
@@ -57,7 +59,7 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 	in, err := m.Model.Info(ctx)
 	in.Name = "faulty"
 	in.Params = append(in.Params,
-		forward.Param{Name: "fault", Default: "none", Help: "none, nan, inf, short, hang or crash"},
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, inf, short, hang or crash"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
 	return in, err
 }
@@ -69,10 +71,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		switch k {
 		case "fault":
 			switch v {
-			case "none", "nan", "inf", "short", "hang", "crash":
+			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash":
 				m.fault = v
 			default:
-				return fmt.Errorf("faulty: param fault=%q: want none, nan, inf, short, hang or crash", v)
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, inf, short, hang or crash", v)
 			}
 		case "fault_after":
 			n, err := strconv.Atoi(v)
@@ -110,6 +112,15 @@ func (m *model) corrupt(y, dx *mat.Dense) (*mat.Dense, *mat.Dense) {
 	switch m.fault {
 	case "nan":
 		y.Set(0, 0, math.NaN())
+	case "range":
+		y.Set(0, 0, 1.5)
+	case "grad":
+		if dx != nil {
+			r, c := dx.Dims()
+			for i := 0; i < r; i++ {
+				dx.Set(i, c-1, 2*dx.At(i, c-1))
+			}
+		}
 	case "inf":
 		if dx != nil {
 			dx.Set(0, 0, math.Inf(1))
