@@ -401,6 +401,10 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 			return fmt.Errorf("%s: %s: %w", prefix, strings.TrimSuffix(st.Message(), ": "+s.Error()), s)
 		}
 	}
+	if st.Code() == codes.Unknown {
+		// A plain error the plugin returned: its text says it all.
+		return fmt.Errorf("%s: %s", prefix, st.Message())
+	}
 	return fmt.Errorf("%s: %s: %s", prefix, st.Code(), st.Message())
 }
 

@@ -104,7 +104,7 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 	}
 	if err := p.Configure(ctx, b.Graph, params, b.ForwardState); err != nil {
 		p.Close()
-		return nil, fmt.Errorf("configuring forward plugin %s: %w", path, err)
+		return nil, err // names the plugin and the call
 	}
 	return p, nil
 }

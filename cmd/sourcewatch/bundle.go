@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -157,7 +158,17 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	if cascades != "" {
 		fmt.Fprintf(w, "cascades    %s\n", cascades)
 	}
-	fmt.Fprintf(w, "forward     %s %s  val MSE %.4f", m.Forward.Name, m.Forward.Version, m.Metrics["forward_val_mse"])
+	fmt.Fprintf(w, "forward     %s %s", m.Forward.Name, m.Forward.Version)
+	if len(m.Forward.Params) > 0 {
+		// Sorted, so the line is the same from run to run.
+		kv := make([]string, 0, len(m.Forward.Params))
+		for k, v := range m.Forward.Params {
+			kv = append(kv, k+"="+v)
+		}
+		slices.Sort(kv)
+		fmt.Fprintf(w, " (%s)", strings.Join(kv, ", "))
+	}
+	fmt.Fprintf(w, "  val MSE %.4f", m.Metrics["forward_val_mse"])
 	if rho, ok := m.Metrics["forward_source_gate"]; ok {
 		// deepis fitted on pairs with sources observed uninfected
 		fmt.Fprintf(w, "  source gate %.3f", rho)
@@ -181,6 +192,15 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		fmt.Fprintln(w, ")")
 	} else if m.Ranking != localize.RankByScore {
 		fmt.Fprintf(w, "ranking     %s\n", m.Ranking)
+	}
+	// Both need the infected ranked first; a bundle of a format that
+	// knows them but ranks by score says why they are missing.
+	infectedFirst := m.Ranking != localize.RankByScore
+	if _, ok := m.Metrics[localize.LoneFirstAUCMetric]; !ok && !infectedFirst && m.Format >= 4 {
+		fmt.Fprintln(w, "lone nodes  not tried (the ranking is by score; lifting them needs the infected ranked first)")
+	}
+	if _, ok := m.Metrics[localize.CalibratedAUCMetric]; !ok && !infectedFirst && m.Format >= 5 {
+		fmt.Fprintln(w, "calibration not tried (the ranking is by score; it needs the infected ranked first)")
 	}
 	if auc, ok := m.Metrics[localize.LoneFirstAUCMetric]; ok || m.LoneInfectedFirst {
 		verdict := "kept after the rest"

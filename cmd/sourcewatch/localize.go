@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -286,6 +287,18 @@ func decodeObservation(data []byte, where string) (observationFile, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {
+		// encoding/json names Go types; say it in the file's terms.
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			switch field := typeErr.Field; {
+			case field == "":
+				err = fmt.Errorf("found a JSON %s, not an object", typeErr.Value)
+			case field == "infected" && typeErr.Value == "number":
+				err = fmt.Errorf(`"infected" holds a number: node ids are strings ("7", not 7)`)
+			default:
+				err = fmt.Errorf("%q holds a JSON %s where it wants %s", field, typeErr.Value, map[bool]string{true: "an array of node ids", false: "another type"}[field == "infected"])
+			}
+		}
 		return observationFile{}, fmt.Errorf(`%s: want {"infected":[ids...]}: %v`, where, err)
 	}
 	if dec.More() {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/eval"
@@ -25,16 +26,22 @@ import (
 	"github.com/sourcewatch/sourcewatch/prior"
 )
 
+// minValidation is the fewest validation cascades train makes its choices
+// on without a warning.
+const minValidation = 20
+
 func newTrainCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "train",
-		Short: "Train an SL-VAE bundle for a graph: forward plugin, VAE prior, threshold on validation",
+		Short: "Train an SL-VAE bundle for a graph: forward plugin, VAE prior, inference choices on validation",
 		Long: `train simulates cascades on a graph (or reads recorded ones with --cascades-file),
 splits them 60/20/20 into train, validation and test, fits the forward-model
-plugin and the VAE prior on the training split, chooses the threshold delta on
-the validation split, reports held-out metrics on the test split, and writes
-everything into one bundle file.`,
-		Example: `  sourcewatch train --graph ../shared/data/karate.edges --diffusion SI --beta 0.2 \
+plugin and the VAE prior on the training split, makes inference's choices on
+the validation split (the threshold delta with n_opt, the source rule, the
+ranking, the lone infected nodes or a calibration by component size, and
+whether to keep the prior term: see the flags below), reports held-out
+metrics on the test split, and writes everything into one bundle file.`,
+		Example: `  sourcewatch train --graph configs/demo/karate.edges --diffusion SI --beta 0.2 \
     --cascades 300 --forward deepis --out karate.swb`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runTrain(cmd, a) },
 	}
@@ -133,6 +140,10 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	if len(train) == 0 || len(val) == 0 || len(test) == 0 {
 		return fmt.Errorf("--cascades: %d cascades give an empty train, validation or test split; use at least 10", len(cascades))
 	}
+	if len(val) < minValidation {
+		a.log.Warn("few validation cascades: delta, n_opt, the ranking and the prior are chosen on them, and the choices will be noisy; use --cascades 100 or more",
+			zap.Int("validation", len(val)), zap.Int("cascades", len(cascades)))
+	}
 
 	fwdName := v.GetString("forward")
 	params, err := stringMap(v, "forward-param")
@@ -150,12 +161,19 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		return err
 	}
 	defer proc.Close()
+	// The host's errors name the plugin and the call already.
 	info, err := proc.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("forward plugin %s: info: %w", path, err)
+		return err
+	}
+	if info.Name != fwdName {
+		// Legal (a renamed build of a model), but the bundle records the
+		// binary's name, so say which model answered.
+		a.log.Warn("the plugin binary's name differs from the model it serves; the bundle records the binary's name",
+			zap.String("binary", filepath.Base(path)), zap.String("model", info.Name+" "+info.Version))
 	}
 	if err := proc.Configure(ctx, g, params, nil); err != nil {
-		return fmt.Errorf("forward plugin %s: configure: %w", path, err)
+		return err
 	}
 
 	pcfg := prior.DefaultConfig()

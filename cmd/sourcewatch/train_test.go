@@ -16,6 +16,7 @@ import (
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
 	"github.com/sourcewatch/sourcewatch/localize"
+	"github.com/sourcewatch/sourcewatch/plugins/icmf"
 )
 
 func runCmd(t testing.TB, stdin string, args ...string) (string, string, error) {
@@ -254,7 +255,14 @@ func TestTrainRanking(t *testing.T) {
 		}
 	}
 
-	_, bundle, _ = trainSmall(t, "--val-solves", "8", "--opt-steps", "10", "--ranking", "score")
+	out, bundle, _ := trainSmall(t, "--val-solves", "8", "--opt-steps", "10", "--ranking", "score",
+		"--forward-param", fmt.Sprintf("steps=%d", icmf.DefaultSteps), "--forward-param", fmt.Sprintf("p=%g", icmf.DefaultP))
+	// The forward line names the params the bundle records, sorted.
+	require.Contains(t, out, fmt.Sprintf("forward     icmf 1.0.0 (p=%g, steps=%d)  val MSE", icmf.DefaultP, icmf.DefaultSteps))
+	// What needs the infected first says why it is missing, unlike a
+	// bundle of a format that predates it.
+	require.Contains(t, out, "lone nodes  not tried (the ranking is by score")
+	require.Contains(t, out, "calibration not tried (the ranking is by score")
 	b, err = localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
 	require.Equal(t, localize.RankByScore, b.Manifest.Ranking)
@@ -363,6 +371,10 @@ func TestTrainThenLocalize(t *testing.T) {
 		{`{"infectd":["0"]}`, `stdin: want {"infected":[ids...]}: json: unknown field "infectd"`},
 		{"{\"infected\":[\"0\"]}\n{\"infected\":[\"1\"],\"extra\":1}\n", `stdin:2: want {"infected":[ids...]}: json: unknown field "extra"`},
 		{"{\n  \"infected\": []\n}\n", `stdin: "infected" is empty`},
+		// Type errors in the file's terms, not Go's.
+		{`["0","1"]`, `stdin: want {"infected":[ids...]}: found a JSON array, not an object`},
+		{`{"infected":"0"}`, `stdin: want {"infected":[ids...]}: "infected" holds a JSON string where it wants an array of node ids`},
+		{`{"infected":[0,1]}`, `stdin: want {"infected":[ids...]}: "infected" holds a number: node ids are strings ("7", not 7)`},
 	} {
 		_, _, err = runCmd(t, tc.in, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 		require.ErrorContains(t, err, tc.want, "input %q", tc.in)
