@@ -101,6 +101,8 @@ type Supervised struct {
 	failures atomic.Int64 // consecutive, for the backoff
 	healthy  atomic.Bool
 	restarts atomic.Int64
+	// live is proc, for Healthy to read without the lock.
+	live atomic.Pointer[Process]
 }
 
 var _ Model = (*Supervised)(nil)
@@ -116,6 +118,7 @@ func Supervise(ctx context.Context, path string, opts ...SuperviseOption) (*Supe
 		return nil, err
 	}
 	s := &Supervised{path: path, o: o, lock: make(chan struct{}, 1), proc: p}
+	s.live.Store(p)
 	s.healthy.Store(true)
 	return s, nil
 }
@@ -131,9 +134,13 @@ func (s *Supervised) acquire(ctx context.Context) error {
 
 func (s *Supervised) release() { <-s.lock }
 
-// Healthy reports whether the plugin process is up: false from a failure
-// until a relaunch succeeds, and after Close.
-func (s *Supervised) Healthy() bool { return s.healthy.Load() }
+// Healthy reports whether the plugin process is up: false once it has
+// exited (even between calls, when no call has seen it yet) or a call
+// failed, until a relaunch succeeds, and after Close.
+func (s *Supervised) Healthy() bool {
+	p := s.live.Load()
+	return s.healthy.Load() && p != nil && !p.Exited()
+}
 
 // Restarts returns the number of successful relaunches.
 func (s *Supervised) Restarts() int64 { return s.restarts.Load() }
@@ -150,6 +157,7 @@ func (s *Supervised) Close() error {
 	if s.proc != nil {
 		err := s.proc.Close()
 		s.proc = nil
+		s.live.Store(nil)
 		return err
 	}
 	return nil
@@ -192,6 +200,7 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 	if s.proc != nil {
 		_ = s.proc.Close()
 		s.proc = nil
+		s.live.Store(nil)
 	}
 	var last error
 	for attempt := 0; attempt < max(1, s.o.maxAttempts); attempt++ {
@@ -217,6 +226,7 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 			continue
 		}
 		s.proc = p
+		s.live.Store(p)
 		s.healthy.Store(true)
 		s.restarts.Add(1)
 		if s.o.onRestart != nil {

@@ -214,3 +214,22 @@ func TestSupervisedRecoversFusedCall(t *testing.T) {
 		})
 	}
 }
+
+// A plugin process that dies between calls is unhealthy at once, before
+// any call sees it (a daemon reads Healthy for /readyz and to relaunch
+// ahead of the next inference), and the next call brings it back.
+func TestSupervisedHealthSeesAnExitBetweenCalls(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	s := supervise(t, forwardtest.Build(t, "icmf"), forward.WithSleep((&sleeps{}).sleep))
+	require.NoError(t, s.Configure(t.Context(), g, nil, nil))
+	require.True(t, s.Healthy())
+	proc, err := os.FindProcess(s.Pid())
+	require.NoError(t, err)
+	require.NoError(t, proc.Kill())
+	require.Eventually(t, func() bool { return !s.Healthy() }, 10*time.Second, 5*time.Millisecond)
+	_, err = s.Predict(t.Context(), mat.NewDense(1, g.N(), nil))
+	require.NoError(t, err)
+	require.True(t, s.Healthy())
+	require.EqualValues(t, 1, s.Restarts())
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -135,10 +136,12 @@ type graphRT struct {
 	gc   atomic.Pointer[GraphConfig]
 	loc  atomic.Pointer[locHolder]
 
-	inflight    atomic.Bool
-	relaunches  atomic.Int64  // relaunches since the last successful inference
-	inferMu     sync.Mutex    // one Localize at a time per graph
-	inferredAt  atomic.Uint64 // window changes at the last successful inference
+	inflight   atomic.Bool
+	relaunches atomic.Int64 // relaunches since the last successful inference
+	inferMu    sync.Mutex   // one Localize at a time per graph
+	// inferred is the observation's infected set at the last successful
+	// inference (y_v > 0), nil until the first one of this process.
+	inferred    atomic.Pointer[[]bool]
 	lastAlert   atomic.Pointer[alerts.Alert]
 	lastErr     atomic.Pointer[string]
 	snapshotSeq uint64 // seq of the last snapshot written; snapshot loop only
@@ -596,8 +599,38 @@ func (gr *graphRT) healthy() bool {
 	return true
 }
 
-// schedule queues gr for inference every interval when its window changed
-// enough, and for resolution when it fell below min_infected.
+// changedSince counts the nodes whose place in the observation's infected
+// set (y_v > 0) differs from last, the set at the last inference: new
+// infections, recoveries, and infections that aged out of the window or
+// came back into it. A node reported infected again after its infection
+// left the window changes no state, but it changes y; counting state
+// changes alone missed every repeat outbreak on the same nodes. With no
+// inference yet (last nil) everything has changed.
+func changedSince(last *[]bool, y []float64) int {
+	if last == nil {
+		return math.MaxInt
+	}
+	n := 0
+	for v, was := range *last {
+		if (y[v] > 0) != was {
+			n++
+		}
+	}
+	return n
+}
+
+// infectedSet returns y's infected set, y_v > 0.
+func infectedSet(y []float64) *[]bool {
+	s := make([]bool, len(y))
+	for v, val := range y {
+		s[v] = val > 0
+	}
+	return &s
+}
+
+// schedule queues gr for inference every interval when its observation
+// changed enough since the last inference (changedSince), and for
+// resolution when it fell below min_infected.
 func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 	var buf []float64
 	for {
@@ -628,7 +661,7 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 			// An alert a job could not publish goes out before any new
 			// one is made, so subscribers see every seq in order.
 			kind = jobFlush
-		case o.infected >= gc.MinInfected && o.changes-gr.inferredAt.Load() >= uint64(gc.MinChanges):
+		case o.infected >= gc.MinInfected && changedSince(gr.inferred.Load(), o.y) >= gc.MinChanges:
 			kind = jobInfer
 		case o.infected < gc.MinInfected:
 			if _, open := d.tracker.Open(gr.name); open {
@@ -775,7 +808,7 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 	}
 	gr.lastErr.Store(nil)
 	gr.relaunches.Store(0)
-	gr.inferredAt.Store(o.changes)
+	gr.inferred.Store(infectedSet(o.y))
 	if len(srcs) == 0 {
 		// Nothing above the threshold is no finding: it neither opens an
 		// incident nor changes an open one; resolution is by min_infected.
@@ -927,7 +960,10 @@ func (d *Daemon) restore(ctx context.Context) error {
 		if len(skipped) > 0 {
 			d.log.Warn("snapshot names nodes the graph no longer has", zap.String("graph", gr.name), zap.Int("skipped", len(skipped)))
 		}
-		gr.inferredAt.Store(s.Changes)
+		// No inference of this process has seen the restored window (the
+		// events just before a stop may never have been inferred), so the
+		// first tick infers; an unchanged source set publishes nothing.
+		gr.inferred.Store(nil)
 		gr.snapshotSeq = s.Seq
 		d.log.Info("window restored", zap.String("graph", gr.name), zap.Uint64("seq", s.Seq), zap.Int("nodes", len(s.Nodes)))
 	}

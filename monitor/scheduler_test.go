@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,4 +232,94 @@ func TestPluginDeathIsRelaunched(t *testing.T) {
 	require.Len(t, f.all(), 3)
 	require.False(t, r.d.Status().Graphs[0].LocalizerHealth)
 	require.Equal(t, 2.0, value(t, r.d.metrics.restarts.WithLabelValues("p")))
+}
+
+// An outbreak on nodes whose earlier infection left the window, and
+// infections ageing out of it, change the observation without changing a
+// node's state: both must lead to a new inference. (Counting state changes
+// alone, the repeat outbreak never alerted and the aged-out nodes stayed
+// the alert's sources.)
+func TestRepeatOutbreakAndAgeingOut(t *testing.T) {
+	start0 := time.Now()
+	var offset atomic.Int64
+	clock := func() time.Time { return start0.Add(time.Duration(offset.Load())) }
+	at := func(d time.Duration) time.Time { return start0.Add(d) }
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Window = time.Minute
+	cfg.Graphs[0].MinInfected = 2
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory(f.factory), WithClock(clock))
+	sink := subscribeAlerts(t, r.nc, "p")
+	infect := func(node int, ts time.Time) {
+		r.publish(t, "p", Event{Node: strconv.Itoa(node), State: StateInfected, TS: ts}, "")
+	}
+
+	// Nodes 1, 2 and 3 at 0 s: firing, source 1 (the fake names the lowest
+	// infected node).
+	for _, v := range []int{1, 2, 3} {
+		infect(v, at(0))
+	}
+	got := sink.wait(t, 1)
+	require.Equal(t, alerts.Firing, got[0].Status)
+	require.Equal(t, "1", got[0].Sources[0].Node)
+
+	// 5 and 6 at 50 s; at 70 s 1, 2 and 3 have aged out: the source set
+	// is now 5, with no event since 50 s.
+	fake := f.all()[0]
+	calls := fake.calls.Load()
+	offset.Store(int64(50 * time.Second))
+	infect(5, at(50*time.Second))
+	infect(6, at(50*time.Second))
+	waitSeq(t, r.d, "p", 5)
+	// The new infections are inferred at 50 s (source still 1: nothing to
+	// publish) before the clock moves on.
+	require.Eventually(t, func() bool { return fake.calls.Load() > calls }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // several intervals
+	require.Len(t, sink.all(), 1)
+	offset.Store(int64(70 * time.Second))
+	got = sink.wait(t, 2)
+	require.Equal(t, alerts.Updated, got[1].Status)
+	require.Equal(t, "5", got[1].Sources[0].Node)
+	require.Equal(t, 2, got[1].Infected)
+
+	// At 200 s everything has aged out: resolved.
+	offset.Store(int64(200 * time.Second))
+	got = sink.wait(t, 3)
+	require.Equal(t, alerts.Resolved, got[2].Status)
+
+	// The same nodes break out again: their state was infected all along
+	// ("refreshed"), yet the observation went from nothing to three.
+	for _, v := range []int{1, 2, 3} {
+		infect(v, at(200*time.Second))
+	}
+	got = sink.wait(t, 4)
+	require.Equal(t, alerts.Firing, got[3].Status)
+	require.Equal(t, "1", got[3].Sources[0].Node)
+	require.NotEqual(t, got[0].Fingerprint, got[3].Fingerprint, "a new incident")
+}
+
+// Events applied and snapshotted before a stop but never inferred are
+// inferred after the restart. (The restore used to count the snapshot as
+// inferred, so the last changes before a stop never reached an alert.)
+func TestRestartInfersWhatTheStopLeftUninferred(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 2
+	cfg.Graphs[0].Interval = time.Hour // no inference before the stop
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory(f.factory))
+	for _, v := range []int{4, 2, 6} {
+		r.publish(t, "p", Event{Node: strconv.Itoa(v), State: StateInfected, TS: now}, "")
+	}
+	waitSeq(t, r.d, "p", 3)
+	r.stop(t)
+	require.Zero(t, f.all()[0].calls.Load())
+
+	cfg.Graphs[0].Interval = 20 * time.Millisecond
+	r2 := start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory(f.factory), WithClock(func() time.Time { return now.Add(time.Second) }))
+	sink := subscribeAlerts(t, r2.nc, "p")
+	got := sink.wait(t, 1)
+	require.Equal(t, alerts.Firing, got[0].Status)
+	require.Equal(t, "2", got[0].Sources[0].Node)
+	require.Equal(t, 3, got[0].Infected)
 }
