@@ -118,8 +118,10 @@ type GraphConfig struct {
 	Decay time.Duration `mapstructure:"decay"`
 	// Interval is how often the graph is considered for inference.
 	Interval time.Duration `mapstructure:"interval"`
-	// MinChanges is how many window changes since the last inference
-	// trigger a new one.
+	// MinChanges is how many nodes whose place in the observation's
+	// infected set changed since the last inference (new infections,
+	// recoveries, infections that aged out or came back) trigger a new
+	// one.
 	MinChanges int `mapstructure:"min_changes"`
 	// MinInfected is the fewest infected nodes worth localizing; below it
 	// an open incident resolves.
@@ -222,6 +224,11 @@ func Load(v *viper.Viper) (Config, error) {
 	for k, val := range scalarDefaults() {
 		v.SetDefault(k, val)
 	}
+	// Checked before Unmarshal, whose own error for a bad duration names
+	// neither the value nor the form wanted.
+	if err := checkDurations(reflect.TypeOf(Config{}), "", v.Get); err != nil {
+		return Config{}, err
+	}
 	var cfg Config
 	// viper's default decode hooks turn "10s" into a time.Duration.
 	if err := v.Unmarshal(&cfg); err != nil {
@@ -279,6 +286,86 @@ func Keys() []string {
 }
 
 var durationType = reflect.TypeOf(time.Duration(0))
+
+// checkDurations reports the first time.Duration field of struct type t
+// whose value is not a duration, as "graphs[0].window: "60 seconds" is
+// not a duration (want e.g. 90s, 5m, 1h)". get returns a field's raw value
+// by its key relative to t (dotted for nested sections); name is t's own
+// key path, "" at the top.
+func checkDurations(t reflect.Type, name string, get func(key string) any) error {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key := f.Tag.Get("mapstructure")
+		if key == "" {
+			continue
+		}
+		path := key
+		if name != "" {
+			path = name + "." + key
+		}
+		switch {
+		case f.Type == durationType:
+			if err := checkDuration(path, get(key)); err != nil {
+				return err
+			}
+		case f.Type.Kind() == reflect.Struct:
+			sub := func(k string) any { return get(key + "." + k) }
+			if err := checkDurations(f.Type, path, sub); err != nil {
+				return err
+			}
+		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+			items, _ := get(key).([]any)
+			for j, item := range items {
+				m, _ := item.(map[string]any)
+				sub := func(k string) any { return lookup(m, k) }
+				if err := checkDurations(f.Type.Elem(), fmt.Sprintf("%s[%d]", path, j), sub); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkDuration judges one duration value as Unmarshal would take it: a
+// string time.ParseDuration accepts, or a zero. A bare number other than
+// 0 is refused: it would be read as nanoseconds.
+func checkDuration(key string, raw any) error {
+	const want = "want e.g. 90s, 5m, 1h"
+	switch x := raw.(type) {
+	case nil, time.Duration:
+		return nil
+	case string:
+		if _, err := time.ParseDuration(x); err != nil {
+			return fmt.Errorf("%w: %s: %q is not a duration (%s)", ErrConfig, key, x, want)
+		}
+		return nil
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
+		if reflect.ValueOf(x).IsZero() {
+			return nil
+		}
+		return fmt.Errorf("%w: %s: %v is not a duration (%s; a number needs a unit)", ErrConfig, key, x, want)
+	default:
+		return fmt.Errorf("%w: %s: %v is not a duration (%s)", ErrConfig, key, x, want)
+	}
+}
+
+// lookup returns the value at a dotted key in m, matching keys without
+// regard to case as Unmarshal does.
+func lookup(m map[string]any, key string) any {
+	first, rest, nested := strings.Cut(key, ".")
+	for k, val := range m {
+		if !strings.EqualFold(k, first) {
+			continue
+		}
+		if !nested {
+			return val
+		}
+		sub, _ := val.(map[string]any)
+		return lookup(sub, rest)
+	}
+	return nil
+}
 
 // checkKeys walks raw along t (structs and slices of them; maps and
 // scalars are the field's own business).

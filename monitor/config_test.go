@@ -1,9 +1,11 @@
 package monitor
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -139,4 +141,107 @@ func TestValidateNamesTheKey(t *testing.T) {
 			require.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// durationKeys lists every time.Duration key of Config by its path, graph
+// keys as graphs[0].<key>.
+func durationKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		key := f.Tag.Get("mapstructure")
+		switch {
+		case key == "":
+		case f.Type == durationType:
+			keys = append(keys, prefix+key)
+		case f.Type.Kind() == reflect.Struct:
+			keys = append(keys, durationKeys(f.Type, prefix+key+".")...)
+		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
+			keys = append(keys, durationKeys(f.Type.Elem(), prefix+key+"[0].")...)
+		}
+	}
+	return keys
+}
+
+// withKey returns minimalYAML with key (a path from durationKeys) set to
+// the YAML value val.
+func withKey(key, val string) string {
+	if g, ok := strings.CutPrefix(key, "graphs[0]."); ok {
+		return minimalYAML + "    " + g + ": " + val + "\n"
+	}
+	parts := strings.Split(key, ".")
+	var b strings.Builder
+	for i, p := range parts {
+		b.WriteString(strings.Repeat("  ", i) + p + ":")
+		if i < len(parts)-1 {
+			b.WriteString("\n")
+		}
+	}
+	return b.String() + " " + val + "\n" + minimalYAML
+}
+
+// Every duration key with a value that is not a duration is an error
+// naming the key, the value and the form wanted, not mapstructure's
+// "'graphs[0].window' time: unknown unit".
+func TestLoadNamesBadDurations(t *testing.T) {
+	keys := durationKeys(reflect.TypeOf(Config{}), "")
+	require.Subset(t, keys, []string{"snapshot_interval", "max_future_skew", "events.max_age", "ha.lease_ttl",
+		"graphs[0].window", "graphs[0].decay", "graphs[0].interval"})
+	for _, key := range keys {
+		for _, tc := range []struct{ val, want string }{
+			{"60 seconds", `"60 seconds" is not a duration (want e.g. 90s, 5m, 1h)`},
+			{"5 m", `"5 m" is not a duration (want e.g. 90s, 5m, 1h)`},
+			{`""`, `"" is not a duration (want e.g. 90s, 5m, 1h)`},
+			// A bare number would be nanoseconds.
+			{"60", `60 is not a duration (want e.g. 90s, 5m, 1h; a number needs a unit)`},
+			{"true", `true is not a duration (want e.g. 90s, 5m, 1h)`},
+		} {
+			t.Run(key+"="+tc.val, func(t *testing.T) {
+				_, err := loadYAML(t, withKey(key, tc.val), nil)
+				require.ErrorIs(t, err, ErrConfig)
+				require.EqualError(t, err, "invalid config: "+key+": "+tc.want)
+			})
+		}
+		// Good values still load: the check refuses only what is not a
+		// duration (0 needs no unit).
+		for _, val := range []string{"90s", "1h30m", "0"} {
+			t.Run(key+"="+val, func(t *testing.T) {
+				_, err := loadYAML(t, withKey(key, val), nil)
+				if err != nil {
+					require.NotContains(t, err.Error(), "is not a duration")
+				}
+			})
+		}
+	}
+}
+
+// A duration from the environment is judged the same way.
+func TestLoadNamesBadDurationsFromEnv(t *testing.T) {
+	for _, tc := range []struct{ env, key string }{
+		{"SOURCEWATCH_SNAPSHOT_INTERVAL", "snapshot_interval"},
+		{"SOURCEWATCH_EVENTS_MAX_AGE", "events.max_age"},
+		{"SOURCEWATCH_HA_LEASE_TTL", "ha.lease_ttl"},
+		{"SOURCEWATCH_MAX_FUTURE_SKEW", "max_future_skew"},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			_, err := loadYAML(t, minimalYAML, map[string]string{tc.env: "60 seconds"})
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, tc.key+`: "60 seconds" is not a duration (want e.g. 90s, 5m, 1h)`)
+		})
+	}
+}
+
+// A reload that reads a bad duration fails with the same message and
+// keeps the running setup.
+func TestReloadNamesBadDuration(t *testing.T) {
+	cfg := testConfig(t, "p")
+	f := &factoryOf{}
+	yaml := "graphs:\n  - name: p\n    edges: p.edges\n    bundle: p.swb\n    window: 60 seconds\n"
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory),
+		WithReload(func(context.Context) (Config, error) { return loadYAML(t, yaml, nil) }))
+	err := r.d.Reload(t.Context())
+	require.ErrorIs(t, err, ErrReload)
+	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorContains(t, err, `graphs[0].window: "60 seconds" is not a duration (want e.g. 90s, 5m, 1h)`)
+	require.Equal(t, cfg.Graphs[0].Window, r.d.Config().Graphs[0].Window)
 }

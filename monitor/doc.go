@@ -67,9 +67,12 @@
 //
 // # Inference and alerts
 //
-// Every interval a graph whose window changed at least min_changes times
-// since its last inference and holds at least min_infected infected nodes
-// is queued; a bounded pool of workers runs at most one inference per graph
+// Every interval a graph whose observation differs from the one its last
+// inference saw in at least min_changes nodes (infected now and not then,
+// or the other way: new infections, recoveries, infections that aged out
+// of the window or came back into it) and holds at least min_infected
+// infected nodes is queued; after a start or a takeover the first such tick
+// infers whatever the window holds; a bounded pool of workers runs at most one inference per graph
 // at a time through the graph's Localizer, and the alerts.Tracker decides
 // whether the result is published on <prefix>.alerts.<graph>. When the
 // window falls below min_infected an open incident is resolved. An

@@ -1,10 +1,51 @@
 package main
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
 )
 
 // TestMain removes the plugin binaries the tests build.
 func TestMain(m *testing.M) { forwardtest.Main(m) }
+
+// A top-level key that exists only as a flag and is never read from the
+// file (--http-addr's http_addr, --config, --help) is an error naming the
+// key and the config key meant; flags read from the file too (log_level,
+// log_format) stay accepted. Every config has workers: 0, so a file that
+// passes the key check stops at validation before the daemon starts.
+func TestServeConfigRefusesFlagOnlyKeys(t *testing.T) {
+	for _, tc := range []struct{ extra, want string }{
+		{"http_addr: 127.0.0.1:17077\n", "http_addr: not a config key; did you mean http.addr?"},
+		{"nats_url: nats://127.0.0.1:4222\n", "nats_url: not a config key; did you mean nats.url?"},
+		{"nats-url: nats://127.0.0.1:4222\n", "nats-url: not a config key; did you mean nats.url?"},
+		{"help: true\n", "help: not a config key; --help is a command-line flag only"},
+		{"config: other.yaml\n", "config: not a config key; --config names the file itself"},
+		{"data-dir: elsewhere\n", "data-dir: not a config key; did you mean data_dir?"},
+		{"log_level: warn\nlog_format: json\n", "workers: must be > 0"},
+		{"plugin_dir: bin\nlog_level: warn\n", "workers: must be > 0"},
+	} {
+		for _, cmdName := range []string{"serve", "demo"} {
+			t.Run(cmdName+" "+strings.TrimSpace(tc.extra), func(t *testing.T) {
+				_, _, err := runCmd(t, "", cmdName, "--config", configWithoutBundle(t, tc.extra+"workers: 0\n"))
+				require.ErrorContains(t, err, tc.want)
+			})
+		}
+	}
+}
+
+// The "known:" list of an unknown key holds what a file may set, not the
+// flags it may not.
+func TestServeConfigUnknownKeyListsFileKeys(t *testing.T) {
+	_, _, err := runCmd(t, "", "serve", "--config", configWithoutBundle(t, "wrkers: 3\n"))
+	require.ErrorContains(t, err, `unknown key "wrkers" (known: `)
+	_, list, _ := strings.Cut(err.Error(), "(known: ")
+	known := strings.Split(strings.TrimSuffix(list, ")"), ", ")
+	require.Subset(t, known, []string{"workers", "http", "nats", "graphs", "log_level", "log_format", "data_dir", "plugin_dir"})
+	for _, k := range []string{"http_addr", "nats_url", "help", "config"} {
+		require.NotContains(t, known, k)
+	}
+}

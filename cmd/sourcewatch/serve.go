@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -44,7 +43,7 @@ the environment: nats.url is SOURCEWATCH_NATS_URL.`,
   SOURCEWATCH_NATS_URL=nats://nats.internal:4222 sourcewatch serve --config configs/sourcewatch.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			for flag, key := range map[string]string{"nats-url": "nats.url", "http-addr": "http.addr", "data-dir": "data_dir", "plugin-dir": "plugin_dir"} {
+			for flag, key := range serveFlagKeys {
 				if f := cmd.Flags().Lookup(flag); f.Changed {
 					a.v.Set(key, f.Value.String())
 				}
@@ -66,6 +65,18 @@ the environment: nats.url is SOURCEWATCH_NATS_URL.`,
 	f.String("data-dir", "", "data directory (data_dir)")
 	f.String("plugin-dir", "", "forward plugin directory (plugin_dir)")
 	return cmd
+}
+
+// serveFlagKeys are serve's flags and the config keys they set. A config
+// file spells each as its key: nats-url and http-addr are nats.url and
+// http.addr there, and nats_url or http_addr in a file is an error.
+var serveFlagKeys = map[string]string{"nats-url": "nats.url", "http-addr": "http.addr", "data-dir": "data_dir", "plugin-dir": "plugin_dir"}
+
+// flagOnlyKeys are flags whose value never comes from a config file, and
+// why: a file that sets them is refused rather than silently ignored.
+var flagOnlyKeys = map[string]string{
+	"config": "--config names the file itself",
+	"help":   "--help is a command-line flag only",
 }
 
 // localizerFactory replaces the bundle-backed localizers when set (tests).
@@ -117,37 +128,78 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 	}
 }
 
-// loadDaemonConfig is monitor.Load plus a check of the config file's
+// loadDaemonConfig is monitor.Load after a check of the config file's
 // top-level keys: monitor checks inside sections, and a top-level key is
-// either one the daemon reads or one of the command's flags (log_level,
-// ...), so a misspelt one (wrkers, plugin_dirr) would otherwise be ignored
-// and its default used.
+// either one the daemon reads or a flag of the command read from the file
+// too (log_level, log_format, demo's speed, ...), so a misspelt one
+// (wrkers, plugin_dirr) would otherwise be ignored and its default used.
+// Flags that are never read from the file (config, help, and nats-url and
+// http-addr, whose keys are nats.url and http.addr) are errors too. The
+// keys are checked first, so a misspelt key is named before any error its
+// missing value causes.
 func loadDaemonConfig(cmd *cobra.Command, v *viper.Viper) (monitor.Config, error) {
-	cfg, err := monitor.Load(v)
-	if err != nil {
-		return cfg, err
-	}
 	fv, err := configFile(v)
-	if err != nil || fv == nil {
-		return cfg, err
+	if err != nil {
+		return monitor.Config{}, err
 	}
+	if fv != nil {
+		if err := checkTopLevelKeys(cmd, fv); err != nil {
+			return monitor.Config{}, err
+		}
+	}
+	return monitor.Load(v)
+}
+
+// checkTopLevelKeys reports the first top-level key of the config file fv
+// that nothing reads, naming the key meant where there is one.
+func checkTopLevelKeys(cmd *cobra.Command, fv *viper.Viper) error {
 	known := map[string]bool{}
 	for _, k := range monitor.Keys() {
 		known[k] = true
 	}
-	add := func(f *pflag.Flag) { known[strings.ReplaceAll(f.Name, "-", "_")] = true }
+	add := func(f *pflag.Flag) {
+		k := flagKey(f.Name)
+		if _, only := flagOnlyKeys[k]; only {
+			return
+		}
+		if key, ok := serveFlagKeys[f.Name]; ok && key != k {
+			return // read from the file as key only
+		}
+		known[k] = true
+	}
 	cmd.Flags().VisitAll(add)
 	cmd.InheritedFlags().VisitAll(add)
-	var unknown []string
-	for k := range fv.AllSettings() {
-		if !known[k] {
-			unknown = append(unknown, k)
+	keys := slices.Sorted(maps.Keys(fv.AllSettings()))
+	for _, k := range keys {
+		if known[k] {
+			continue
+		}
+		if hint := keyHint(k, known); hint != "" {
+			return fmt.Errorf("%w: %s: %s: not a config key; %s", monitor.ErrConfig, fv.ConfigFileUsed(), k, hint)
+		}
+		names := slices.Sorted(maps.Keys(known))
+		return fmt.Errorf("%w: %s: unknown key %q (known: %s)", monitor.ErrConfig, fv.ConfigFileUsed(), k, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// keyHint says what a top-level key k that nothing reads was probably
+// meant as: a flag's config key, or a known key spelt with dashes.
+func keyHint(k string, known map[string]bool) string {
+	u := flagKey(k)
+	if why, ok := flagOnlyKeys[u]; ok {
+		return why
+	}
+	for flag, key := range serveFlagKeys {
+		if flagKey(flag) == u && key != u {
+			return "did you mean " + key + "?"
 		}
 	}
-	if len(unknown) > 0 {
-		sort.Strings(unknown)
-		names := slices.Sorted(maps.Keys(known))
-		return cfg, fmt.Errorf("%w: %s: unknown key %q (known: %s)", monitor.ErrConfig, fv.ConfigFileUsed(), unknown[0], strings.Join(names, ", "))
+	if u != k && known[u] {
+		return "did you mean " + u + "?"
 	}
-	return cfg, nil
+	return ""
 }
+
+// flagKey is the viper key of a flag: dashes as underscores.
+func flagKey(name string) string { return strings.ReplaceAll(name, "-", "_") }

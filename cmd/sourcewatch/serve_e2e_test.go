@@ -83,6 +83,7 @@ func TestServeEndToEnd(t *testing.T) {
 	// a relaunched plugin.
 	mu.Lock()
 	pid := launched[len(launched)-1].proc.Pid()
+	before := len(launched)
 	mu.Unlock()
 	require.Positive(t, pid)
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
@@ -93,8 +94,12 @@ func TestServeEndToEnd(t *testing.T) {
 	requireTrueSourceRanked(t, g, c, second, 5)
 	mu.Lock()
 	l := launched[len(launched)-1]
+	after := len(launched)
 	mu.Unlock()
-	require.GreaterOrEqual(t, l.Restarts(), 1, "the plugin was relaunched")
+	// The daemon sees the exit between inferences and relaunches the
+	// localizer at its next tick; a call that meets a dead process has
+	// the supervisor relaunch it instead.
+	require.True(t, after > before || l.Restarts() >= 1, "the plugin was relaunched")
 	require.NotEqual(t, pid, l.proc.Pid())
 	require.True(t, l.Healthy())
 }
