@@ -26,15 +26,11 @@ type SourceRule struct {
 func (r SourceRule) IsThreshold() bool { return r == SourceRule{} }
 
 // K is the number of nodes r predicts for an observation with infected
-// infected nodes (0 for the threshold rule). A count is capped at the
-// infected count (at least 1): a live monitor sees observations far
-// smaller than the validation snapshots the count was chosen on, and
-// twelve suspects for one infected node name eleven that, where nothing
-// recovers, cannot be sources.
+// infected nodes (0 for the threshold rule).
 func (r SourceRule) K(infected int) int {
 	switch {
 	case r.Count > 0:
-		return min(r.Count, max(1, infected))
+		return r.Count
 	case r.Fraction > 0:
 		return max(1, int(math.Round(r.Fraction*float64(infected))))
 	}
@@ -70,11 +66,19 @@ var sourceFractions = []float64{0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 
 
 // cut replaces res's source set with r's: the first K nodes of the
 // ranking (descending score, ties by index: the order ChooseSourceRule
-// scored), K from the number of nodes with y_v >= 1/2. res.Threshold
-// becomes the K-th score. Nodes tied with the K-th beyond it are left
-// out, as validation left them out when it chose K: keeping them turned
-// a count of 12 into 50 suspects where the scores of the uninfected
-// nodes tie.
+// scored), K from the number of nodes with y_v >= 1/2, and never more
+// than those infected nodes (at least one). res.Threshold becomes the
+// K-th score. Nodes tied with the K-th beyond it are left out, as
+// validation left them out when it chose K: keeping them turned a count
+// of 12 into 50 suspects where the scores of the uninfected nodes tie.
+//
+// The cap is for observations smaller than any validation snapshot, as a
+// live monitor sees early in an outbreak: twelve suspects for one
+// infected node name eleven that, where nothing recovers, cannot be
+// sources. Validation snapshots hold far more infected nodes than the
+// counts it chooses, so ChooseSourceRule does not cap (capping there
+// too let large counts pass for "every infected node" on the smaller
+// snapshots and cost Karate SI's test F1 0.013).
 func (r SourceRule) cut(res *Result, y []float64) {
 	infected := 0
 	for _, v := range y {
@@ -84,6 +88,9 @@ func (r SourceRule) cut(res *Result, y []float64) {
 	}
 	order := byScore(res.Scores)
 	k := min(r.K(infected), len(order))
+	if r.Count > 0 {
+		k = min(k, max(1, infected))
+	}
 	if k == 0 {
 		return
 	}

@@ -79,20 +79,6 @@ func TestSourceRuleCut(t *testing.T) {
 	}
 }
 
-// Capping the count at the infected count is what ChooseSourceRule
-// scores too: on cascades with one infected node each, a count of 1 and
-// any larger count score the same F1, and the smaller one wins the tie.
-func TestChooseSourceRuleCapsTheCount(t *testing.T) {
-	scores := [][]float64{{0.9, 0.8, 0.3}, {0.2, 0.95, 0.9}}
-	pairs := []forward.Pair{
-		{Sources: []int{0}, Infected: []int{0}},
-		{Sources: []int{1}, Infected: []int{1}},
-	}
-	require.Equal(t, 1, SourceRule{Count: 3}.K(1))
-	rule, f1 := ChooseSourceRule(scores, pairs)
-	require.Equal(t, SourceRule{Count: 1}, rule)
-	require.Equal(t, []float64{1, 1}, f1)
-}
 
 // A bundle's count rule cuts Solve's source set, survives a write and a
 // read, and an explicit threshold overrides it.
