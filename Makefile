@@ -5,7 +5,7 @@ BIN      := bin
 RACE_DIRS := monitor alerts forward plugins cmd
 RACE_PKGS = $(foreach d,$(RACE_DIRS),$(if $(wildcard $(d)/*),./$(d)/...))
 
-.PHONY: all build test bench run lint proto clean
+.PHONY: all build test bench fuzz run lint proto clean
 
 all: build
 
@@ -25,6 +25,20 @@ test: build
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# Coverage-guided fuzzing of everything that reads outside input: edge
+# lists, cascade files, event messages, prior encodings and bundle
+# manifests. `make test` runs only their seeds; this searches for
+# FUZZTIME each. A failing input lands in the package's testdata/fuzz
+# and from then on is a seed `make test` runs.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := graph:FuzzRead diffusion:FuzzReadJSONL monitor:FuzzDecodeMessage prior:FuzzUnmarshal localize:FuzzManifest
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz ./$$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s; \
+	done
 
 # The demo: train a small bundle for Zachary's karate club when it is
 # missing, damaged or was trained with another build of the deepis plugin

@@ -21,7 +21,7 @@ import (
 	"github.com/sourcewatch/sourcewatch/prior"
 )
 
-func ringGraph(t *testing.T, n int) *graph.Graph {
+func ringGraph(t testing.TB, n int) *graph.Graph {
 	t.Helper()
 	var sb strings.Builder
 	for i := 0; i < n; i++ {
@@ -36,14 +36,14 @@ func ringGraph(t *testing.T, n int) *graph.Graph {
 func itoa(i int) string { return strconv.Itoa(i) }
 
 // testBundle trains a tiny prior on a ring graph.
-func testBundle(t *testing.T) *Bundle {
+func testBundle(t testing.TB) *Bundle {
 	t.Helper()
 	return testBundleOn(t, ringGraph(t, 12))
 }
 
 // testBundleOn trains a tiny prior on g, whose first 12 nodes form the
 // training source sets.
-func testBundleOn(t *testing.T, g *graph.Graph) *Bundle {
+func testBundleOn(t testing.TB, g *graph.Graph) *Bundle {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var train [][]int
@@ -128,7 +128,7 @@ func TestBundleKeepsNodesOnNoEdge(t *testing.T) {
 }
 
 // rewrite copies a bundle archive, passing each entry through edit.
-func rewrite(t *testing.T, data []byte, edit func(name string, body []byte) []byte) []byte {
+func rewrite(t testing.TB, data []byte, edit func(name string, body []byte) []byte) []byte {
 	t.Helper()
 	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	require.NoError(t, err)
@@ -248,7 +248,7 @@ func readBytes(data []byte) (*Bundle, error) {
 	return ReadBundle(bytes.NewReader(data), int64(len(data)))
 }
 
-func encodeBundle(t *testing.T, b *Bundle) []byte {
+func encodeBundle(t testing.TB, b *Bundle) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	require.NoError(t, b.Write(&buf))
