@@ -38,7 +38,11 @@ func FuzzManifest(f *testing.F) {
 		f.Add(data)
 	}
 	seed(func(m *Manifest) {})
-	seed(func(m *Manifest) { m.SourceRule = SourceRule{Count: 3}; m.LoneInfectedFirst = true; m.Ranking = InfectedFirst })
+	seed(func(m *Manifest) {
+		m.SourceRule = SourceRule{Count: 3}
+		m.LoneInfectedFirst = true
+		m.Ranking = InfectedFirst
+	})
 	seed(func(m *Manifest) { m.SourceRule = SourceRule{Fraction: 0.3}; m.Ranking = InfectedThenPredicted })
 	seed(func(m *Manifest) {
 		m.Ranking = InfectedFirst

@@ -79,7 +79,6 @@ func TestSourceRuleCut(t *testing.T) {
 	}
 }
 
-
 // A bundle's count rule cuts Solve's source set, survives a write and a
 // read, and an explicit threshold overrides it.
 func TestSolveWithSourceRule(t *testing.T) {
