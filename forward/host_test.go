@@ -500,3 +500,17 @@ func BenchmarkInfoRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+// A plugin binary run by hand says whose plugin it is and how it is used,
+// and exits non-zero.
+func TestPluginRunByHand(t *testing.T) {
+	t.Parallel()
+	path := forwardtest.Build(t, "icmf")
+	cmd := exec.CommandContext(t.Context(), path)
+	cmd.Env = []string{} // no magic cookie
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	require.Equal(t, 1, exit.ExitCode())
+	require.Contains(t, string(out), "sourcewatch-forward-icmf is a sourcewatch forward-model plugin: sourcewatch starts it (train --forward icmf, plugin check icmf, serve)")
+}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -45,6 +47,15 @@ var Handshake = plugin.HandshakeConfig{
 // Run by hand (without the host's handshake environment) it prints a
 // message and exits non-zero.
 func Serve(m Model) {
+	if os.Getenv(Handshake.MagicCookieKey) != Handshake.MagicCookieValue {
+		// Run by hand: go-plugin's own message does not say whose plugin
+		// this is or how to use it.
+		name := filepath.Base(os.Args[0])
+		model := strings.TrimPrefix(name, BinaryPrefix)
+		fmt.Fprintf(os.Stderr, "%s is a sourcewatch forward-model plugin: sourcewatch starts it (train --forward %s, plugin check %s, serve); it is not run by hand.\n",
+			name, model, model)
+		os.Exit(1)
+	}
 	// A service manager stopping the host often signals its whole process
 	// group or cgroup (systemd's default), which would kill the plugin under
 	// the host in the middle of its clean shutdown. The host stops its
