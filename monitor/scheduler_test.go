@@ -265,6 +265,7 @@ func TestRepeatOutbreakAndAgeingOut(t *testing.T) {
 
 	// 5 and 6 at 50 s; at 70 s 1, 2 and 3 have aged out: the source set
 	// is now 5, with no event since 50 s.
+	require.Eventually(t, func() bool { return r.d.Status().Graphs[0].ChangedSinceInference == 0 }, 10*time.Second, 5*time.Millisecond)
 	fake := f.all()[0]
 	calls := fake.calls.Load()
 	offset.Store(int64(50 * time.Second))
@@ -312,6 +313,7 @@ func TestRestartInfersWhatTheStopLeftUninferred(t *testing.T) {
 		r.publish(t, "p", Event{Node: strconv.Itoa(v), State: StateInfected, TS: now}, "")
 	}
 	waitSeq(t, r.d, "p", 3)
+	require.Equal(t, -1, r.d.Status().Graphs[0].ChangedSinceInference, "no inference yet")
 	r.stop(t)
 	require.Zero(t, f.all()[0].calls.Load())
 

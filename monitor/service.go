@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -34,14 +35,18 @@ type LocalizeResponse struct {
 
 // GraphStatus is one graph in the status answer.
 type GraphStatus struct {
-	Name            string `json:"name"`
-	Nodes           int    `json:"nodes"`
-	WindowInfected  int    `json:"window_infected"`
-	Changes         uint64 `json:"changes"`
-	Seq             uint64 `json:"seq"`
-	Inflight        bool   `json:"inflight"`
-	LocalizerHealth bool   `json:"localizer_healthy"`
-	LastError       string `json:"last_error,omitempty"`
+	Name           string `json:"name"`
+	Nodes          int    `json:"nodes"`
+	WindowInfected int    `json:"window_infected"`
+	Changes        uint64 `json:"changes"`
+	// ChangedSinceInference is how many nodes entered or left the
+	// observation's infected set since the last inference of this process
+	// (what min_changes is compared with); -1 before the first one.
+	ChangedSinceInference int    `json:"changed_since_inference"`
+	Seq                   uint64 `json:"seq"`
+	Inflight              bool   `json:"inflight"`
+	LocalizerHealth       bool   `json:"localizer_healthy"`
+	LastError             string `json:"last_error,omitempty"`
 	// LastAlert is the last alert the stream acknowledged (after a
 	// restart: the open incident's, unless that one is pending).
 	LastAlert *alerts.Alert `json:"last_alert,omitempty"`
@@ -64,8 +69,12 @@ func (d *Daemon) Status() Status {
 	for _, gr := range d.order {
 		o := gr.win.observe(now, nil)
 		_, ch, seq := gr.win.counts()
+		pending := changedSince(gr.inferred.Load(), o.y)
+		if pending == math.MaxInt {
+			pending = -1
+		}
 		gs := GraphStatus{
-			Name: gr.name, Nodes: gr.g.N(), WindowInfected: o.infected, Changes: ch, Seq: seq,
+			Name: gr.name, Nodes: gr.g.N(), WindowInfected: o.infected, Changes: ch, ChangedSinceInference: pending, Seq: seq,
 			Inflight: gr.inflight.Load(), LocalizerHealth: gr.healthy(), LastAlert: gr.lastAlert.Load(),
 			PendingAlerts: d.tracker.Pending(gr.name),
 		}
