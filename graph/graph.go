@@ -314,5 +314,23 @@ func (g *Graph) String() string {
 	if g.weighted {
 		b.WriteString(", weighted")
 	}
+	// What the loader dropped, so a messy file does not shrink unseen.
+	var dropped []string
+	if s := g.stats.SelfLoops; s > 0 {
+		dropped = append(dropped, plural(s, "self-loop"))
+	}
+	if d := g.stats.Duplicates; d > 0 {
+		dropped = append(dropped, plural(d, "duplicate edge"))
+	}
+	if len(dropped) > 0 {
+		fmt.Fprintf(&b, " (%s dropped)", strings.Join(dropped, " and "))
+	}
 	return b.String()
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }

@@ -159,3 +159,37 @@ func BenchmarkLoadPowerGrid(b *testing.B) {
 		}
 	}
 }
+
+func TestReadHeaderBOMAndDroppedEdges(t *testing.T) {
+	for _, tc := range []struct {
+		name, input, want string
+	}{
+		{"header", "src dst\n0 1\n1 2\n", `h.edges:1: "src dst" looks like a header, every other node id being a number: comment it out with #`},
+		{"header after a comment", "# exported\nfrom to\n0 1\n", `h.edges:2: "from to" looks like a header`},
+		{"weighted header", "src dst weight\n0 1 0.5\n", `h.edges:1: weight "weight" is not a number (a header line? comment it out with #)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Read(strings.NewReader(tc.input), "h.edges")
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	// Not headers: string ids throughout, a first-line id used again, a
+	// single edge.
+	for _, ok := range []string{"a b\nb c\n", "x 0\nx 1\n", "a b\n"} {
+		_, err := Read(strings.NewReader(ok), "h.edges")
+		require.NoError(t, err, "%q", ok)
+	}
+
+	// A byte-order mark is not part of the first id.
+	g, err := Read(strings.NewReader("\ufeff0 1\n1 2\n2 0\n"), "bom.edges")
+	require.NoError(t, err)
+	require.Equal(t, []string{"0", "1", "2"}, g.IDs())
+	g, err = Read(strings.NewReader("\ufeff# comment\n0 1\n"), "bom.edges")
+	require.NoError(t, err)
+	require.Equal(t, 2, g.N())
+
+	// What the loader dropped is in the graph's description.
+	g, err = Read(strings.NewReader("0 1\n1 0\n1 1\n1 2\n"), "d.edges")
+	require.NoError(t, err)
+	require.Equal(t, "undirected graph, 3 nodes, 2 edges (1 self-loop and 1 duplicate edge dropped)", g.String())
+}

@@ -65,6 +65,12 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 	for sc.Scan() {
 		line++
 		text := sc.Text()
+		if line == 1 {
+			// A byte-order mark (editors and spreadsheet exports on
+			// Windows write one) would otherwise become part of the
+			// first node's id.
+			text = strings.TrimPrefix(text, "\ufeff")
+		}
 		if i := strings.IndexByte(text, '#'); i >= 0 {
 			text = text[:i]
 		}
@@ -81,7 +87,11 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			hasW = 1
 			w, err := strconv.ParseFloat(fields[2], 64)
 			if err != nil {
-				return nil, fmt.Errorf("%s:%d: weight %q is not a number", name, line, fields[2])
+				hint := ""
+				if len(raw) == 0 {
+					hint = " (a header line? comment it out with #)"
+				}
+				return nil, fmt.Errorf("%s:%d: weight %q is not a number%s", name, line, fields[2], hint)
 			}
 			if math.IsNaN(w) || w < 0 || w > 1 {
 				return nil, fmt.Errorf("%s:%d: weight %s outside [0, 1]", name, line, fields[2])
@@ -103,6 +113,15 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
+	}
+	if len(raw) > 1 {
+		rest := make([][2]string, len(raw)-1)
+		for k, e := range raw[1:] {
+			rest[k] = [2]string{e.a, e.b}
+		}
+		if err := checkHeader(name, firstLine, raw[0].a, raw[0].b, rest); err != nil {
+			return nil, err
+		}
 	}
 	if len(order) == 0 {
 		return nil, fmt.Errorf("%s: %w", name, ErrEmpty)
@@ -149,4 +168,27 @@ func (b byNum) Less(i, j int) bool { return b.nums[i] < b.nums[j] }
 func (b byNum) Swap(i, j int) {
 	b.ids[i], b.ids[j] = b.ids[j], b.ids[i]
 	b.nums[i], b.nums[j] = b.nums[j], b.nums[i]
+}
+
+// checkHeader refuses a first edge line that reads like a column header:
+// ids that are not numbers, appearing nowhere else, in a file whose every
+// other id is a non-negative integer ("src dst" above "0 1"). Read as an
+// edge it would add two nodes and turn the numeric id order into a
+// lexicographic one without a word.
+func checkHeader(name string, line int, a, b string, rest [][2]string) error {
+	numeric := func(id string) bool {
+		v, err := strconv.ParseInt(id, 10, 64)
+		return err == nil && v >= 0 && strconv.FormatInt(v, 10) == id
+	}
+	if numeric(a) && numeric(b) {
+		return nil
+	}
+	for _, e := range rest {
+		for _, id := range e {
+			if id == a || id == b || !numeric(id) {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s:%d: %q looks like a header, every other node id being a number: comment it out with #", name, line, a+" "+b)
 }

@@ -187,8 +187,16 @@ func (b *Bundle) Options() Options {
 func (b *Bundle) CheckGraph(g *graph.Graph) error {
 	m := b.Manifest.Graph
 	if fp := g.Fingerprint(); fp != m.Fingerprint || g.N() != m.Nodes {
-		return fmt.Errorf("%w: bundle %s is for graph %q (fingerprint %.12s, %d nodes), given graph has fingerprint %.12s and %d nodes",
-			ErrGraphMismatch, b.Manifest.ID, m.Name, m.Fingerprint, m.Nodes, fp, g.N())
+		hint := ""
+		if g.Directed() != m.Directed {
+			// The usual cause: the same edge file read the other way.
+			hint = "; the bundle's graph is undirected, the given one directed: drop --directed"
+			if m.Directed {
+				hint = "; the bundle's graph is directed, the given one undirected: pass --directed"
+			}
+		}
+		return fmt.Errorf("%w: bundle %s is for graph %q (fingerprint %.12s, %d nodes), given graph has fingerprint %.12s and %d nodes%s",
+			ErrGraphMismatch, b.Manifest.ID, m.Name, m.Fingerprint, m.Nodes, fp, g.N(), hint)
 	}
 	return nil
 }
@@ -219,6 +227,14 @@ func (b *Bundle) Write(w io.Writer) error {
 		return fmt.Errorf("encoding graph: %w", err)
 	}
 	entries := map[string][]byte{entryVAE: vae, entryTerms: terms, entryForward: b.ForwardState, entryGraph: edges.Bytes()}
+	// A metric undefined on these cascades (a ROC-AUC where every node was
+	// a source, say) is NaN, which JSON cannot hold: it is left out, and
+	// readers print a missing metric as n/a.
+	for k, v := range b.Manifest.Metrics {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			delete(b.Manifest.Metrics, k)
+		}
+	}
 	b.Manifest.Format = FormatVersion
 	b.Manifest.Checksums = make(map[string]string, len(entries))
 	for name, data := range entries {

@@ -93,6 +93,17 @@ func TestBundleRoundTrip(t *testing.T) {
 	_, err = LoadBundle(path, ringGraph(t, 13))
 	require.ErrorIs(t, err, ErrGraphMismatch)
 	require.ErrorContains(t, err, path)
+	require.NotContains(t, err.Error(), "directed")
+	// The same edges read as arcs: the error says which flag is missing.
+	var ring strings.Builder
+	for _, e := range b.Graph.Edges() {
+		fmt.Fprintf(&ring, "%s %s\n", b.Graph.ID(e.From), b.Graph.ID(e.To))
+	}
+	directed, err := graph.Read(strings.NewReader(ring.String()), "ring.edges", graph.Directed(true))
+	require.NoError(t, err)
+	_, err = LoadBundle(path, directed)
+	require.ErrorIs(t, err, ErrGraphMismatch)
+	require.ErrorContains(t, err, "the bundle's graph is undirected, the given one directed: drop --directed")
 }
 
 // A node on no edge (named in the file only by a self-loop) is part of

@@ -243,7 +243,8 @@ func liftLone(scores []float64, lone []bool) {
 // LoneInfected) above every other node raises the mean ROC-AUC of the
 // validation scores (scores[c] for pairs[c], already ranked), with the mean
 // without and with the lift; like ChooseRanking it counts only cascades
-// with a ranking to judge, and the lift must be strictly better. Under SIR
+// with a ranking to judge (with none, both means are NaN), and the lift
+// must be strictly better. Under SIR
 // a lone node may have been infected by a neighbour that has since
 // recovered, which is why this is a choice on validation and not a rule.
 func ChooseLoneFirst(g *graph.Graph, scores [][]float64, pairs []forward.Pair) (lift bool, without, with float64) {
@@ -276,7 +277,7 @@ func ChooseLoneFirst(g *graph.Graph, scores [][]float64, pairs []forward.Pair) (
 		count++
 	}
 	if count == 0 {
-		return false, 0, 0
+		return false, math.NaN(), math.NaN()
 	}
 	without, with = without/float64(count), with/float64(count)
 	return with > without+1e-12, without, with

@@ -631,7 +631,10 @@ func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, 
 		for r, auc := range means {
 			v.metrics[RankingAUCMetric(r)] = auc
 		}
-		v.ranking, v.auc = rank, means[rank]
+		v.ranking, v.auc = rank, math.NaN() // no cascade to judge a ranking by
+		if auc, ok := means[rank]; ok {
+			v.auc = auc
+		}
 		for gi := range grid {
 			for i := range scores[gi] {
 				observe(y, val[i].Infected)
@@ -728,7 +731,10 @@ func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, 
 				}
 			}
 		}
-		v.auc = sum / float64(max(count, 1))
+		v.auc = math.NaN()
+		if count > 0 {
+			v.auc = sum / float64(count)
+		}
 	}
 	return v, nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -154,7 +155,11 @@ func checkBundlePlugin(dir string, m localize.Manifest) *pluginCheck {
 // manifest and a description of the training cascades ("" for none).
 func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades string) {
 	fmt.Fprintf(w, "bundle      %s  (%s)\n", path, m.ID)
-	fmt.Fprintf(w, "graph       %s: %d nodes, %d edges, fingerprint %.12s\n", m.Graph.Name, m.Graph.Nodes, m.Graph.Edges, m.Graph.Fingerprint)
+	kind := "edges"
+	if m.Graph.Directed {
+		kind = "arcs (directed)"
+	}
+	fmt.Fprintf(w, "graph       %s: %d nodes, %d %s, fingerprint %.12s\n", m.Graph.Name, m.Graph.Nodes, m.Graph.Edges, kind, m.Graph.Fingerprint)
 	if cascades != "" {
 		fmt.Fprintf(w, "cascades    %s\n", cascades)
 	}
@@ -199,9 +204,6 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	if _, ok := m.Metrics[localize.LoneFirstAUCMetric]; !ok && !infectedFirst && m.Format >= 4 {
 		fmt.Fprintln(w, "lone nodes  not tried (the ranking is by score; lifting them needs the infected ranked first)")
 	}
-	if _, ok := m.Metrics[localize.CalibratedAUCMetric]; !ok && !infectedFirst && m.Format >= 5 {
-		fmt.Fprintln(w, "calibration not tried (the ranking is by score; it needs the infected ranked first)")
-	}
 	if auc, ok := m.Metrics[localize.LoneFirstAUCMetric]; ok || m.LoneInfectedFirst {
 		verdict := "kept after the rest"
 		if m.LoneInfectedFirst {
@@ -215,6 +217,9 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 			verdict = "calibrated with the rest"
 		}
 		fmt.Fprintf(w, "lone nodes  %s (%s)\n", verdict, detail)
+	}
+	if _, ok := m.Metrics[localize.CalibratedAUCMetric]; !ok && !infectedFirst && m.Format >= 5 {
+		fmt.Fprintln(w, "calibration not tried (the ranking is by score; it needs the infected ranked first)")
 	}
 	if auc, ok := m.Metrics[localize.CalibratedAUCMetric]; ok || m.Calibration != nil {
 		verdict := "not used"
@@ -257,8 +262,8 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	}
 	fmt.Fprintf(w, "inference   %s\n", steps)
 	if _, ok := m.Metrics["test_f1"]; ok {
-		fmt.Fprintf(w, "test        F1 %.3f  precision %.3f  recall %.3f  ROC-AUC %.3f  top-k %.3f  (%d held-out cascades)\n",
-			m.Metrics["test_f1"], m.Metrics["test_precision"], m.Metrics["test_recall"], m.Metrics["test_auc"], m.Metrics["test_topk"], int(m.Metrics["test_cascades"]))
+		fmt.Fprintf(w, "test        F1 %s  precision %s  recall %s  ROC-AUC %s  top-k %s  (%d held-out cascades)\n",
+			metric(m, "test_f1"), metric(m, "test_precision"), metric(m, "test_recall"), metric(m, "test_auc"), metric(m, "test_topk"), int(m.Metrics["test_cascades"]))
 	}
 }
 
@@ -285,4 +290,14 @@ func compactJSON(raw json.RawMessage) string {
 		return string(raw)
 	}
 	return buf.String()
+}
+
+// metric formats a manifest metric to three decimals, or n/a where it is
+// missing or undefined (a bundle leaves undefined metrics out).
+func metric(m localize.Manifest, key string) string {
+	v, ok := m.Metrics[key]
+	if !ok || math.IsNaN(v) {
+		return "n/a"
+	}
+	return strconv.FormatFloat(v, 'f', 3, 64)
 }

@@ -131,16 +131,24 @@ func runDemo(cmd *cobra.Command, a *app) error {
 	fmt.Fprintf(out, "watch from another terminal: bin/sourcewatch alerts tail --nats %s --graph %s\n\n", url, gc.Name)
 
 	resolved := make(chan struct{}, 1)
+	// The daemon's state is durable: an incident a previous, interrupted
+	// demo left open is inferred again (the events replayed after its last
+	// alert may change its sources) and resolves in this run. Its alerts
+	// are noted, but must not let the replayer move on from its own
+	// incident.
+	earlier := map[string]bool{}
+	for _, gs := range d.Status().Graphs {
+		if gs.Name == gc.Name && gs.LastAlert != nil && gs.LastAlert.Status != alerts.Resolved {
+			earlier[gs.LastAlert.Fingerprint] = true
+		}
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		// The daemon's state is durable: an incident a previous, interrupted
-		// demo left open resolves in this one. That resolution is noted but
-		// must not let the replayer move on from its own incident.
 		seen := map[string]bool{}
 		err := alerts.Tail(ctx, js, prefix, gc.Name, func(al alerts.Alert) error {
-			if al.Status == alerts.Resolved && !seen[al.Fingerprint] {
-				fmt.Fprintf(out, "(an incident left open by an earlier run resolved: %s)\n\n", al.ID)
+			if earlier[al.Fingerprint] || (al.Status == alerts.Resolved && !seen[al.Fingerprint]) {
+				fmt.Fprintf(out, "(an incident left open by an earlier run %s: %s)\n\n", al.Status, al.ID)
 				return nil
 			}
 			seen[al.Fingerprint] = true

@@ -492,3 +492,22 @@ func TestTrainSIRFitsTheSourceGate(t *testing.T) {
 		"--plugin-dir", pluginDir, "--out", filepath.Join(t.TempDir(), "x.swb"), "--log-level", "warn")
 	require.ErrorContains(t, err, `param gate="sometimes": want auto, on or off`)
 }
+
+// Where every node is a source no ROC-AUC is defined: train still writes
+// the bundle (JSON holds no NaN) and says n/a instead of a number.
+func TestTrainEveryNodeASource(t *testing.T) {
+	dir := t.TempDir()
+	edges := filepath.Join(dir, "tiny.edges")
+	require.NoError(t, os.WriteFile(edges, []byte("a b\nb c\n"), 0o644))
+	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	bundle := filepath.Join(dir, "tiny.swb")
+	out, _, err := runCmd(t, "", "train", "--graph", edges, "--diffusion", "SI", "--sources", "3", "--cascades", "30",
+		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "2", "--prototypes", "8",
+		"--test-solves", "4", "--restarts", "2", "--init-steps", "2", "--out", bundle, "--log-level", "error")
+	require.NoError(t, err)
+	require.Contains(t, out, "ROC-AUC n/a")
+	b, err := localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	require.NotContains(t, b.Manifest.Metrics, "test_auc")
+	require.NotContains(t, b.Manifest.Metrics, localize.WithPriorAUCMetric)
+}
