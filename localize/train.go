@@ -309,7 +309,31 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	maps.Copy(metrics, chosen.metrics)
 	metrics["val_cascades"] = float64(limit)
 	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
+	lo, hi := InfectedFractionRange(train, g.N())
+	metrics[TrainInfectedMinMetric], metrics[TrainInfectedMaxMetric] = lo, hi
 	return b, nil
+}
+
+// TrainInfectedMinMetric and TrainInfectedMaxMetric name the manifest
+// metrics holding the smallest and largest fraction of the nodes the
+// training snapshots held infected: the threshold, the count and every
+// other choice were made on observations in that range, and an
+// observation far outside it (the first reports of an outbreak, say) is
+// one the bundle has not seen.
+const (
+	TrainInfectedMinMetric = "train_infected_fraction_min"
+	TrainInfectedMaxMetric = "train_infected_fraction_max"
+)
+
+// InfectedFractionRange returns the smallest and largest fraction of n
+// nodes the pairs' snapshots hold infected.
+func InfectedFractionRange(pairs []forward.Pair, n int) (lo, hi float64) {
+	lo = math.Inf(1)
+	for _, p := range pairs {
+		f := float64(len(p.Infected)) / float64(n)
+		lo, hi = min(lo, f), max(hi, f)
+	}
+	return lo, hi
 }
 
 // LoneFirstAUCMetric names the manifest metric holding the mean

@@ -163,6 +163,9 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	if cascades != "" {
 		fmt.Fprintf(w, "cascades    %s\n", cascades)
 	}
+	if lo, ok := m.Metrics[localize.TrainInfectedMinMetric]; ok {
+		fmt.Fprintf(w, "observed    training snapshots %.0f-%.0f%% infected (localize notes an observation outside)\n", 100*lo, 100*m.Metrics[localize.TrainInfectedMaxMetric])
+	}
 	fmt.Fprintf(w, "forward     %s %s", m.Forward.Name, m.Forward.Version)
 	if len(m.Forward.Params) > 0 {
 		// Sorted, so the line is the same from run to run.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -67,12 +68,20 @@ type localizeOutput struct {
 	LoneInfectedFirst bool `json:"lone_infected_first,omitempty"`
 	// Calibrated is set when the bundle's scores of the infected nodes are
 	// calibrated by infected component size (see localize.Calibration).
-	Calibrated bool                `json:"calibrated,omitempty"`
-	Sources    []rankedSource      `json:"sources"`
-	Top        []rankedSource      `json:"top"`
-	Bundle     string              `json:"bundle"`
-	Timing     localize.Timing     `json:"timing"`
-	Forward    localize.ForwardRef `json:"forward"`
+	Calibrated bool `json:"calibrated,omitempty"`
+	// Tied are nodes left out of Sources by a count rule although their
+	// score equals the last source's (the rule names exactly K nodes, as
+	// validation scored it, ties by node order).
+	Tied []rankedSource `json:"tied,omitempty"`
+	// OutsideTraining describes an infected fraction outside the range the
+	// bundle's training snapshots held; empty inside it or when the bundle
+	// does not record the range.
+	OutsideTraining string              `json:"outside_training,omitempty"`
+	Sources         []rankedSource      `json:"sources"`
+	Top             []rankedSource      `json:"top"`
+	Bundle          string              `json:"bundle"`
+	Timing          localize.Timing     `json:"timing"`
+	Forward         localize.ForwardRef `json:"forward"`
 }
 
 type rankedSource struct {
@@ -150,6 +159,10 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 			Calibrated: b.Manifest.Calibration != nil,
 			Timing:     res.Timing, Forward: b.Manifest.Forward,
 			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
+			OutsideTraining: outsideTraining(b.Manifest, len(idx)),
+		}
+		if out.SourceRule != "" {
+			out.Tied = ranked(b.Graph, res, tiedWithLast(res))
 		}
 		if v.GetBool("json") {
 			if err := enc.Encode(out); err != nil {
@@ -160,6 +173,40 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 		printLocalized(a.stdout, out, len(obs) > 1)
 	}
 	return nil
+}
+
+// tiedWithLast returns the nodes outside res.Sources whose score equals
+// the last source's, by node order.
+func tiedWithLast(res *localize.Result) []int {
+	if len(res.Sources) == 0 {
+		return nil
+	}
+	last := res.Scores[res.Sources[len(res.Sources)-1]]
+	in := make(map[int]bool, len(res.Sources))
+	for _, v := range res.Sources {
+		in[v] = true
+	}
+	var tied []int
+	for v, s := range res.Scores {
+		if s == last && !in[v] {
+			tied = append(tied, v)
+		}
+	}
+	return tied
+}
+
+// outsideTraining describes an observation of infected nodes whose
+// fraction of the graph lies outside what the bundle's training snapshots
+// held, or "" (inside, or a bundle that does not record the range).
+func outsideTraining(m localize.Manifest, infected int) string {
+	lo, okLo := m.Metrics[localize.TrainInfectedMinMetric]
+	hi, okHi := m.Metrics[localize.TrainInfectedMaxMetric]
+	f := float64(infected) / float64(m.Graph.Nodes)
+	if !okLo || !okHi || (f >= lo && f <= hi) {
+		return ""
+	}
+	return fmt.Sprintf("%.1f%% of the nodes infected, outside the %.0f-%.0f%% the bundle's training snapshots held: its threshold, source count and ranking were chosen on those",
+		100*f, 100*lo, 100*hi)
 }
 
 // sourceRuleUsed describes the bundle's count rule when Solve cut by it
@@ -219,6 +266,16 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	fmt.Fprintf(w, "%5s  %-16s %7s %12s\n", "rank", "node", "score", "probability")
 	for i, s := range list {
 		fmt.Fprintf(w, "%5d  %-16s %7.3f %12.3f\n", i+1, s.Node, s.Score, s.Probability)
+	}
+	if len(o.Tied) > 0 {
+		names := make([]string, len(o.Tied))
+		for i, s := range o.Tied {
+			names[i] = s.Node
+		}
+		fmt.Fprintf(w, "tied with the last suspect, left out by the count: %s\n", strings.Join(names, ", "))
+	}
+	if o.OutsideTraining != "" {
+		fmt.Fprintf(w, "note: %s\n", o.OutsideTraining)
 	}
 }
 

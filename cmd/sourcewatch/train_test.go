@@ -383,6 +383,10 @@ func TestTrainThenLocalize(t *testing.T) {
 	out, _, err = runCmd(t, `{"sources":["33"],"infected":["33","32","8"],"times":{"33":0,"32":1,"8":1}}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 	require.NoError(t, err)
 	require.Contains(t, out, "3 infected; threshold delta")
+	// One infected node of 34 is far below the training snapshots: said.
+	out, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "note: 2.9% of the nodes infected, outside the ")
 	// A node listed twice counts once.
 	out, _, err = runCmd(t, `{"infected":["33","32","8","33","8"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 	require.NoError(t, err)
@@ -510,4 +514,21 @@ func TestTrainEveryNodeASource(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, b.Manifest.Metrics, "test_auc")
 	require.NotContains(t, b.Manifest.Metrics, localize.WithPriorAUCMetric)
+}
+
+func TestTiedWithLastAndOutsideTraining(t *testing.T) {
+	res := &localize.Result{Scores: []float64{0.9, 0.5, 0.5, 0.1, 0.5}, Sources: []int{0, 1}}
+	names := tiedWithLast(res)
+	require.Equal(t, []int{2, 4}, names)
+	require.Nil(t, tiedWithLast(&localize.Result{Scores: []float64{0.5}}))
+
+	m := localize.Manifest{Graph: localize.GraphRef{Nodes: 100}, Metrics: map[string]float64{
+		localize.TrainInfectedMinMetric: 0.2, localize.TrainInfectedMaxMetric: 0.5}}
+	require.Empty(t, outsideTraining(m, 20))
+	require.Empty(t, outsideTraining(m, 50))
+	require.Equal(t, "3.0% of the nodes infected, outside the 20-50% the bundle's training snapshots held: its threshold, source count and ranking were chosen on those",
+		outsideTraining(m, 3))
+	require.Contains(t, outsideTraining(m, 90), "90.0% of the nodes infected")
+	delete(m.Metrics, localize.TrainInfectedMaxMetric)
+	require.Empty(t, outsideTraining(m, 3), "a bundle that does not record the range says nothing")
 }
