@@ -47,20 +47,24 @@ type ModelRef struct {
 
 // Alert is one published message on <prefix>.alerts.<graph>.
 type Alert struct {
-	Schema      string    `json:"schema"`
-	ID          string    `json:"id"`
-	Fingerprint string    `json:"fingerprint"`
-	Status      Status    `json:"status"`
-	Graph       string    `json:"graph"`
-	Window      Window    `json:"window"`
-	Infected    int       `json:"infected"`
-	Sources     []Source  `json:"sources"`
-	CredibleSet []string  `json:"credible_set"`
-	Threshold   float64   `json:"threshold"`
-	Model       ModelRef  `json:"model"`
-	InferenceMS float64   `json:"inference_ms"`
-	Seq         uint64    `json:"seq"`
-	ObservedAt  time.Time `json:"observed_at"`
+	Schema      string   `json:"schema"`
+	ID          string   `json:"id"`
+	Fingerprint string   `json:"fingerprint"`
+	Status      Status   `json:"status"`
+	Graph       string   `json:"graph"`
+	Window      Window   `json:"window"`
+	Infected    int      `json:"infected"`
+	Sources     []Source `json:"sources"`
+	CredibleSet []string `json:"credible_set"`
+	Threshold   float64  `json:"threshold"`
+	Model       ModelRef `json:"model"`
+	InferenceMS float64  `json:"inference_ms"`
+	// Note says what the alert's reader should know about the answer,
+	// such as an observation far smaller than the model was trained on;
+	// absent when there is nothing to say.
+	Note       string    `json:"note,omitempty"`
+	Seq        uint64    `json:"seq"`
+	ObservedAt time.Time `json:"observed_at"`
 }
 
 // Observation is one inference result for a graph, as the monitor hands it
@@ -74,6 +78,7 @@ type Observation struct {
 	Threshold   float64
 	Model       ModelRef
 	InferenceMS float64
+	Note        string
 }
 
 // utc normalizes every time in a to UTC and replaces nil slices by empty

@@ -62,6 +62,7 @@ func ExampleFormat() {
 		Threshold:   0.5,
 		Model:       alerts.ModelRef{Bundle: "jazz-si-3f2a", Forward: "si", ForwardVersion: "1.0.0"},
 		InferenceMS: 12.5, Seq: 2, ObservedAt: time.Date(2026, 11, 23, 12, 0, 1, 0, time.UTC),
+		Note:        "8.1% of the nodes infected, outside the 20-62% the bundle's training snapshots held",
 	}
 	_ = alerts.Format(os.Stdout, a)
 	// Output:
@@ -72,6 +73,7 @@ func ExampleFormat() {
 	//   credible set  12, 7, 150 (3 of 3 sources, marked *)
 	//   model         bundle jazz-si-3f2a, forward si 1.0.0
 	//   threshold     0.5, inference 12.5 ms
+	//   note          8.1% of the nodes infected, outside the 20-62% the bundle's training snapshots held
 	//       rank  node  score  probability
 	//          1    12    3.1        0.550  *
 	//          2     7      2        0.300  *

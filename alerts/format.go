@@ -41,6 +41,9 @@ func Format(w io.Writer, a Alert) error {
 	fmt.Fprintf(tw, "  credible set\t%s (%d of %d sources, marked *)\n", credible, len(a.CredibleSet), len(a.Sources))
 	fmt.Fprintf(tw, "  model\tbundle %s, forward %s %s\n", orDash(a.Model.Bundle), orDash(a.Model.Forward), orDash(a.Model.ForwardVersion))
 	fmt.Fprintf(tw, "  threshold\t%s, inference %s ms\n", num(a.Threshold), strconv.FormatFloat(a.InferenceMS, 'f', 1, 64))
+	if a.Note != "" {
+		fmt.Fprintf(tw, "  note\t%s\n", a.Note)
+	}
 	_ = tw.Flush()
 	if len(a.Sources) == 0 {
 		buf.WriteString("  no sources\n")

@@ -122,6 +122,7 @@ func (t *Tracker) Observe(o Observation) (Alert, bool) {
 		Threshold:   o.Threshold,
 		Model:       o.Model,
 		InferenceMS: o.InferenceMS,
+		Note:        o.Note,
 		ObservedAt:  now,
 	}
 	if gs.Open == nil {

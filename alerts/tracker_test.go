@@ -469,3 +469,25 @@ func TestCredibleSetMinimal(t *testing.T) {
 		}
 	}
 }
+
+// An observation's note reaches its alert and the alert's JSON, and an
+// alert without one has no note field.
+func TestTrackerNote(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)}
+	tr := NewTracker(c.now)
+	o := obs("g", "a")
+	o.Note = "2.0% of the nodes infected, outside the 20-50% the bundle's training snapshots held"
+	a, ok := tr.Observe(o)
+	require.True(t, ok)
+	require.Equal(t, o.Note, a.Note)
+	data, err := json.Marshal(a)
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"note":"2.0% of the nodes infected`)
+
+	a, ok = tr.Observe(obs("g", "b"))
+	require.True(t, ok)
+	require.Empty(t, a.Note)
+	data, err = json.Marshal(a)
+	require.NoError(t, err)
+	require.NotContains(t, string(data), `"note"`)
+}

@@ -823,6 +823,7 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		Threshold:   inf.Threshold,
 		Model:       alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
 		InferenceMS: float64(dur.Microseconds()) / 1000,
+		Note:        inf.Note,
 	})
 	if publish {
 		d.flush(ctx, gr, d.publishAttempts)

@@ -16,6 +16,10 @@ type Inference struct {
 	Sources             []int
 	Threshold           float64
 	Model               ModelInfo
+	// Note is what a reader of the alert should know about this answer
+	// (an observation unlike the model's training data, say); "" if
+	// nothing.
+	Note string
 }
 
 // ModelInfo names the bundle and forward plugin behind an Inference.

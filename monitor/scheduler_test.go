@@ -325,3 +325,25 @@ func TestRestartInfersWhatTheStopLeftUninferred(t *testing.T) {
 	require.Equal(t, "2", got[0].Sources[0].Node)
 	require.Equal(t, 3, got[0].Infected)
 }
+
+// A localizer's note reaches the alert subscribers read.
+func TestAlertCarriesTheLocalizersNote(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 2
+	f := &factoryOf{script: func(gc GraphConfig) func([]float64) Inference {
+		base := infectedAreSources(gc.Bundle)
+		return func(y []float64) Inference {
+			inf := base(y)
+			inf.Note = "an observation unlike the training data"
+			return inf
+		}
+	}}
+	r := start(t, cfg, preload(t, 6, "p"), WithLocalizerFactory(f.factory))
+	sink := subscribeAlerts(t, r.nc, "p")
+	for _, v := range []int{2, 3} {
+		r.publish(t, "p", Event{Node: strconv.Itoa(v), State: StateInfected, TS: now}, "")
+	}
+	got := sink.wait(t, 1)
+	require.Equal(t, "an observation unlike the training data", got[0].Note)
+}

@@ -63,9 +63,15 @@ func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (monitor.In
 	if err != nil {
 		return monitor.Inference{}, err
 	}
+	infected := 0
+	for _, v := range y {
+		if v > 0 {
+			infected++
+		}
+	}
 	return monitor.Inference{
 		Scores: res.Scores, Probability: res.Probability, Sources: res.Sources,
-		Threshold: res.Threshold, Model: l.model,
+		Threshold: res.Threshold, Model: l.model, Note: outsideTraining(l.bundle.Manifest, infected),
 	}, nil
 }
 
