@@ -62,7 +62,7 @@ func ExampleFormat() {
 		Threshold:   0.5,
 		Model:       alerts.ModelRef{Bundle: "jazz-si-3f2a", Forward: "si", ForwardVersion: "1.0.0"},
 		InferenceMS: 12.5, Seq: 2, ObservedAt: time.Date(2026, 11, 23, 12, 0, 1, 0, time.UTC),
-		Note:        "8.1% of the nodes infected, outside the 20-62% the bundle's training snapshots held",
+		Note: "8.1% of the nodes infected, outside the 20-62% the bundle's training snapshots held",
 	}
 	_ = alerts.Format(os.Stdout, a)
 	// Output:

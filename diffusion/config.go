@@ -13,7 +13,8 @@ import (
 var ErrConfig = errors.New("invalid diffusion config")
 
 // ErrUnreachable is wrapped by the error Simulate returns when a cascade
-// cannot reach its observation target within MaxRedraws draws in a row.
+// cannot reach its observation target within MaxRedraws draws in a row
+// (an *UnreachableError, which names the parameters to blame).
 var ErrUnreachable = errors.New("observation target unreachable")
 
 // SourceSpec says how many sources a cascade has. Exactly one of the three
@@ -59,7 +60,8 @@ type Config struct {
 	Model Model
 	// Beta is the SI/SIR infection probability per infected contact per
 	// step: a susceptible node with k infected in-neighbours is infected
-	// in a step with probability 1 - (1 - Beta)^k.
+	// in a step with probability 1 - (1 - Beta)^k. SI and SIR use Beta on
+	// every arc: a weighted graph's weights are not read.
 	Beta float64
 	// Gamma is the SIR recovery probability per infected node per step.
 	Gamma float64
@@ -78,7 +80,8 @@ type Config struct {
 	// step with at least ceil(f n) infected nodes.
 	ObserveMin, ObserveMax float64
 	// MaxSteps caps one run; a run that reaches it below the target is
-	// redrawn like one that died out.
+	// redrawn like one that died out. RunFull runs without a cap when it
+	// is not positive.
 	MaxSteps int
 	// MaxRedraws is how many failed draws in a row Simulate tolerates per
 	// cascade before giving up with ErrUnreachable.
@@ -212,18 +215,122 @@ func (c Config) Validate(g *graph.Graph) error {
 	return nil
 }
 
-// hint names the parameter most likely to blame when cascades keep dying
-// out below the target.
-func (c Config) hint() string {
+// UsesWeights reports whether model m reads a weighted graph's arc
+// weights: IC takes them as activation probabilities (in place of P) and
+// LT as influences (in place of 1/in-degree); SI and SIR ignore them and
+// spread with Beta on every arc.
+func (m Model) UsesWeights() bool { return m == IC || m == LT }
+
+// Suspect is a parameter that, moved in the direction given, makes an
+// observation target easier to reach.
+type Suspect struct {
+	// Param is the Config field: "Beta", "Gamma", "P", "Threshold",
+	// "MaxSteps", or "Observe" for the range ObserveMin..ObserveMax; or
+	// "Weights", the graph's arc weights, which IC and LT use.
+	Param string
+	// Raise is true when a larger value helps, false when a smaller one
+	// does.
+	Raise bool
+}
+
+// UnreachableError is the error Simulate returns when a cascade's draws
+// keep stopping below its observation target. It wraps ErrUnreachable.
+// Its message names the parameters to blame in Config's terms; a front end
+// with its own names for them (command-line flags) renders it with
+// Explain.
+type UnreachableError struct {
+	// Cascade is the index of the cascade that failed.
+	Cascade int
+	// Draws is the number of failed draws in a row (MaxRedraws).
+	Draws int
+	// Need is the infected count the target asks for at once, Target
+	// the target fraction it came from.
+	Need   int
+	Target float64
+	// Peak is the most nodes infected at once over the failed draws.
+	Peak int
+	// Suspects are the parameters most likely to blame, the model's own
+	// first; MaxSteps is among them only when a draw was still spreading
+	// when it hit the cap.
+	Suspects []Suspect
+}
+
+// Error renders the message with Config's field names.
+func (e *UnreachableError) Error() string { return e.Explain(nil) }
+
+// Unwrap returns ErrUnreachable.
+func (e *UnreachableError) Unwrap() error { return ErrUnreachable }
+
+// Explain renders the message with each suspect named by name(param);
+// a nil name, or one returning "", uses Config's names.
+func (e *UnreachableError) Explain(name func(param string) string) string {
+	parts := make([]string, len(e.Suspects))
+	for i, s := range e.Suspects {
+		n := ""
+		if name != nil {
+			n = name(s.Param)
+		}
+		if n == "" {
+			n = configName(s.Param)
+		}
+		way := "too high"
+		if s.Raise {
+			way = "too low"
+		}
+		parts[i] = n + " " + way
+	}
+	blame := "the model too weak"
+	switch len(parts) {
+	case 0:
+	case 1:
+		blame = parts[0]
+	default:
+		blame = strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
+	}
+	return fmt.Sprintf("cascade %d: %d draws in a row stayed below the observation target of %d infected nodes (%.0f%%); the most infected at once was %d: %s, or the graph's components too small: %v",
+		e.Cascade, e.Draws, e.Need, 100*e.Target, e.Peak, blame, ErrUnreachable)
+}
+
+// configName is how UnreachableError names a suspect by default.
+func configName(param string) string {
+	switch param {
+	case "Observe":
+		return "the observation range ObserveMin-ObserveMax"
+	case "Weights":
+		return "the arc weights"
+	}
+	return param
+}
+
+// suspects names the parameters most likely to blame when cascades keep
+// stopping below the target on g: the model's own, MaxSteps when a draw
+// hit it while still spreading, and the target itself.
+func (c Config) suspects(g *graph.Graph, capped bool) []Suspect {
+	var out []Suspect
 	switch c.Model {
 	case SI:
-		return "beta too small or MaxSteps too low"
+		out = append(out, Suspect{"Beta", true})
 	case SIR:
-		return "beta too small or gamma too large for the peak infected fraction to reach the target"
+		// the infected count at once must reach the target, so recovery
+		// competes with infection
+		out = append(out, Suspect{"Beta", true})
+		if c.Gamma > 0 {
+			out = append(out, Suspect{"Gamma", false})
+		}
 	case IC:
-		return "p (or the edge weights) too small"
+		if g.Weighted() {
+			out = append(out, Suspect{"Weights", true})
+		} else {
+			out = append(out, Suspect{"P", true})
+		}
 	case LT:
-		return "thresholds too high"
+		out = append(out, Suspect{"Threshold", false})
+		if g.Weighted() {
+			out = append(out, Suspect{"Weights", true})
+		}
 	}
-	return "model too weak"
+	if capped {
+		out = append(out, Suspect{"MaxSteps", true})
+	}
+	return append(out, Suspect{"Observe", false})
 }

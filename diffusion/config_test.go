@@ -76,3 +76,14 @@ func TestParseModelAndPattern(t *testing.T) {
 	_, err = ParsePattern("hub")
 	require.ErrorIs(t, err, ErrConfig)
 }
+
+func TestModelUsesWeights(t *testing.T) {
+	for _, tc := range []struct {
+		m    Model
+		want bool
+	}{{SI, false}, {SIR, false}, {IC, true}, {LT, true}} {
+		t.Run(string(tc.m), func(t *testing.T) {
+			require.Equal(t, tc.want, tc.m.UsesWeights())
+		})
+	}
+}

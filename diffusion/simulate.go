@@ -79,7 +79,8 @@ func cascadeRNG(seed int64, i int) *rand.Rand {
 // sets and runs until one run has at least ceil(f n) nodes infected at
 // once; the snapshot is that step. Runs that stop below the target are
 // redrawn (with the same target) and counted in Report.Redrawn; MaxRedraws
-// failures in a row end Simulate with an error wrapping ErrUnreachable.
+// failures in a row end Simulate with an *UnreachableError (which wraps
+// ErrUnreachable).
 //
 // The output depends only on (g, cfg, count, seed): cascade i uses its own
 // random stream derived from (seed, i). Cancelling ctx stops the workers and
@@ -163,7 +164,7 @@ func Simulate(ctx context.Context, g *graph.Graph, cfg Config, count int, seed i
 func (s *sim) observe(i int, seed int64, stop func() bool) (Cascade, int, error) {
 	rng := cascadeRNG(seed, i)
 	target, need := s.drawTarget(rng)
-	peak := 0
+	peak, capped := 0, false
 	for attempt := 0; attempt < s.cfg.MaxRedraws; attempt++ {
 		if stop() {
 			return Cascade{}, attempt, context.Canceled
@@ -174,9 +175,13 @@ func (s *sim) observe(i int, seed int64, stop func() bool) (Cascade, int, error)
 			return s.cascade(sources, step), attempt, nil
 		}
 		peak = max(peak, s.peak)
+		// still spreading when the step cap stopped it
+		capped = capped || (step == s.cfg.MaxSteps && len(s.active) > 0)
 	}
-	return Cascade{}, s.cfg.MaxRedraws, fmt.Errorf("cascade %d: %d draws in a row stayed below the observation target of %d infected nodes (%.0f%%); the most infected at once was %d: %s, or the graph's components too small: %w",
-		i, s.cfg.MaxRedraws, need, 100*target, peak, s.cfg.hint(), ErrUnreachable)
+	return Cascade{}, s.cfg.MaxRedraws, &UnreachableError{
+		Cascade: i, Draws: s.cfg.MaxRedraws, Need: need, Target: target, Peak: peak,
+		Suspects: s.cfg.suspects(s.g, capped),
+	}
 }
 
 // drawTarget draws an observation's target fraction f ~ U[ObserveMin,

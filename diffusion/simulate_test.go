@@ -127,15 +127,32 @@ func TestSimulateRedrawsCascadesThatDieOut(t *testing.T) {
 
 func TestSimulateNamesTheProblemWhenTheTargetIsUnreachable(t *testing.T) {
 	g := loadKarate(t)
+	weighted := graph.New(g.N(), weightAll(g.Edges(), 0.001), nil, false, true)
 	for _, tc := range []struct {
-		name string
-		cfg  func(*Config)
-		want string
+		name     string
+		g        *graph.Graph
+		cfg      func(*Config)
+		want     string
+		suspects []Suspect
 	}{
-		{"SI beta", func(c *Config) { c.Beta, c.MaxSteps = 0.001, 3 }, "beta too small"},
-		{"SIR gamma", func(c *Config) { c.Model, c.Beta, c.Gamma = SIR, 0.01, 1 }, "gamma too large"},
-		{"IC p", func(c *Config) { c.Model, c.P = IC, 0.001 }, "p (or the edge weights) too small"},
-		{"LT thresholds", func(c *Config) { c.Model, c.Threshold = LT, 1 }, "thresholds too high"},
+		// three steps stop SI while it still spreads: MaxSteps is to blame
+		{"SI beta and steps", g, func(c *Config) { c.Beta, c.MaxSteps = 0.001, 3 },
+			"Beta too low, MaxSteps too low or the observation range ObserveMin-ObserveMax too high",
+			[]Suspect{{"Beta", true}, {"MaxSteps", true}, {"Observe", false}}},
+		// SIR dies out long before the cap: MaxSteps is not named
+		{"SIR gamma", g, func(c *Config) { c.Model, c.Beta, c.Gamma = SIR, 0.01, 1 },
+			"Beta too low, Gamma too high or the observation range ObserveMin-ObserveMax too high",
+			[]Suspect{{"Beta", true}, {"Gamma", false}, {"Observe", false}}},
+		{"IC p", g, func(c *Config) { c.Model, c.P = IC, 0.001 },
+			"P too low or the observation range",
+			[]Suspect{{"P", true}, {"Observe", false}}},
+		// a weighted graph's weights replace p
+		{"IC weights", weighted, func(c *Config) { c.Model, c.P = IC, 1 },
+			"the arc weights too low or the observation range",
+			[]Suspect{{"Weights", true}, {"Observe", false}}},
+		{"LT thresholds", g, func(c *Config) { c.Model, c.Threshold = LT, 1 },
+			"Threshold too high or the observation range",
+			[]Suspect{{"Threshold", false}, {"Observe", false}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
@@ -143,12 +160,41 @@ func TestSimulateNamesTheProblemWhenTheTargetIsUnreachable(t *testing.T) {
 			cfg.ObserveMin, cfg.ObserveMax = 0.9, 0.9
 			cfg.MaxRedraws = 20
 			tc.cfg(&cfg)
-			_, _, err := Simulate(context.Background(), g, cfg, 4, 1)
+			_, _, err := Simulate(context.Background(), tc.g, cfg, 4, 1)
 			require.ErrorIs(t, err, ErrUnreachable)
 			require.ErrorContains(t, err, tc.want)
 			require.ErrorContains(t, err, "20 draws in a row")
+			var ue *UnreachableError
+			require.ErrorAs(t, err, &ue)
+			require.Equal(t, tc.suspects, ue.Suspects)
+			require.Equal(t, 20, ue.Draws)
+			require.Equal(t, 31, ue.Need) // ceil(0.9 * 34)
+			require.Less(t, ue.Peak, ue.Need)
 		})
 	}
+}
+
+// weightAll gives every edge weight w.
+func weightAll(edges []graph.Edge, w float64) []graph.Edge {
+	out := make([]graph.Edge, len(edges))
+	for i, e := range edges {
+		e.W = w
+		out[i] = e
+	}
+	return out
+}
+
+func TestUnreachableErrorExplainNamesParamsAsTold(t *testing.T) {
+	e := &UnreachableError{Cascade: 2, Draws: 3, Need: 31, Target: 0.9, Peak: 4,
+		Suspects: []Suspect{{"Beta", true}, {"MaxSteps", true}, {"Observe", false}}}
+	require.Equal(t, "cascade 2: 3 draws in a row stayed below the observation target of 31 infected nodes (90%); the most infected at once was 4: "+
+		"Beta too low, MaxSteps too low or the observation range ObserveMin-ObserveMax too high, or the graph's components too small: observation target unreachable",
+		e.Error())
+	flags := map[string]string{"Beta": "--beta", "Observe": "--observe"}
+	got := e.Explain(func(p string) string { return flags[p] })
+	// unnamed parameters fall back to Config's names
+	require.Contains(t, got, "the most infected at once was 4: --beta too low, MaxSteps too low or --observe too high, or the graph's components too small")
+	require.ErrorIs(t, e, ErrUnreachable)
 }
 
 func TestSimulateStopsWhenCancelled(t *testing.T) {

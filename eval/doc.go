@@ -24,13 +24,17 @@
 // not a lucky or unlucky one decided by node order.
 //
 // The error distance is the mean over true sources s of d(P, s), the hop
-// count from the nearest predicted source to s along out-arcs (the direction
-// a spread travels). When s cannot be reached from P — in particular when P
-// is empty — d is replaced by the penalty 1 + ecc(s), where ecc(s) is the
-// largest hop distance from s to any node it reaches: one more than any
-// reachable guess could cost. Predicting nothing is thus always worse than
-// predicting something in s's component, and the penalty stays finite, so
-// it can be averaged. The harness also counts empty predictions.
+// count from the nearest predicted source to s with every arc taken both
+// ways: on a directed graph, the distance in the spread's footprint,
+// ignoring direction (a guess one arc upstream of s is one hop off, as
+// one downstream is); on an undirected graph, the plain hop count. When
+// no node of P is in s's (weakly connected) component — in particular
+// when P is empty — d is replaced by the penalty 1 + ecc(s), where ecc(s)
+// is the largest such hop distance from s to any node of its component:
+// one more than any guess in the component could cost. Predicting nothing
+// is thus always worse than predicting something in s's component, on
+// directed graphs too, and the penalty stays finite, so it can be
+// averaged. The harness also counts empty predictions.
 //
 // Aggregates are the mean and the sample standard deviation over all test
 // cascades of all runs.
@@ -59,6 +63,13 @@
 // random. Methods whose answer is a ranking cut at k share one skeleton
 // (topk.go) and ChooseK; ChooseThreshold serves score-threshold methods.
 //
+// netsleuth and ojc need an undirected graph (NeedsUndirected); on a
+// directed one Validate names every such method at once, before anything
+// is simulated or fitted, and Unsupported lists them so a caller can leave
+// them out instead. The other methods run on directed graphs too. The
+// SL-VAE methods (slvae.go) find their forward plugin in Config.PluginDir
+// unless their own plugin_dir parameter says otherwise.
+//
 // Everything is sparse: label propagation and eigenvectors use only
 // products with the CSR adjacency (NetSleuth solves components of at most
 // denseMax nodes densely, never the whole graph), and distances come from
@@ -75,4 +86,5 @@
 // forward model can reach, to read its forward_test_mse against, and the
 // same floor given the observed infected count (diffusion.ObservedCounts),
 // which tells how much of that error is the unknown observation time.
+// Both are reported whenever they were computed, 0 included.
 package eval

@@ -13,7 +13,7 @@ import (
 
 func init() {
 	Register("jordan", newJordan)
-	Register("ojc", newOJC)
+	registerUndirected("ojc", newOJC)
 }
 
 // bfsFrom writes hop distances from s along the arcs of (off, to) into

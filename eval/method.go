@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
@@ -76,9 +77,10 @@ var ErrBadParam = errors.New("bad method parameter")
 // later packages' files in eval) add themselves from init.
 var registry = struct {
 	sync.Mutex
-	m       map[string]Factory
-	control map[string]bool
-}{m: map[string]Factory{}, control: map[string]bool{}}
+	m          map[string]Factory
+	control    map[string]bool
+	undirected map[string]bool
+}{m: map[string]Factory{}, control: map[string]bool{}, undirected: map[string]bool{}}
 
 // Register makes a method available under name. It panics on an empty name,
 // a nil factory or a second registration, which are programming errors.
@@ -132,6 +134,58 @@ func namesLocked() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// registerUndirected registers a method that needs an undirected graph:
+// one whose Fit refuses a directed one. CheckGraph and Unsupported read it,
+// so a benchmark can leave such methods out, or refuse them, before
+// fitting anything.
+func registerUndirected(name string, f Factory) {
+	Register(name, f)
+	registry.Lock()
+	defer registry.Unlock()
+	registry.undirected[name] = true
+}
+
+// NeedsUndirected reports whether method name needs an undirected graph.
+func NeedsUndirected(name string) bool {
+	registry.Lock()
+	defer registry.Unlock()
+	return registry.undirected[name]
+}
+
+// ErrUnsupportedGraph is wrapped by CheckGraph's error.
+var ErrUnsupportedGraph = errors.New("cannot run on this graph")
+
+// Unsupported returns, in the order given, the methods among names that
+// cannot run on g: on a directed graph, those that need an undirected one
+// (NeedsUndirected).
+func Unsupported(g *graph.Graph, names []string) []string {
+	if !g.Directed() {
+		return nil
+	}
+	var out []string
+	for _, m := range names {
+		if NeedsUndirected(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// CheckGraph returns an error wrapping ErrUnsupportedGraph that names
+// every method among names that cannot run on g, or nil when all can.
+func CheckGraph(g *graph.Graph, names []string) error {
+	bad := Unsupported(g, names)
+	if len(bad) == 0 {
+		return nil
+	}
+	verb := "need"
+	if len(bad) == 1 {
+		verb = "needs"
+	}
+	return fmt.Errorf("%w: %s %s an undirected graph and this graph is directed",
+		ErrUnsupportedGraph, strings.Join(bad, ", "), verb)
 }
 
 // IsControl reports whether name is one of the controls (infected, degree,

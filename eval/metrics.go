@@ -101,14 +101,18 @@ func TopK(scores []float64, truth []int) float64 {
 
 // ErrorDistance returns the mean over truth of the hop distance from the
 // nearest predicted node, with the penalty 1 + ecc(s) for a true source s
-// that no predicted node reaches (see the package documentation). dist is
-// scratch of length g.N() or nil. It returns NaN for an empty truth.
+// that no predicted node reaches (see the package documentation). Hops
+// follow arcs either way: on a directed graph the distance is that of the
+// spread's footprint, ignoring direction; on an undirected graph it is the
+// plain hop distance. dist is scratch of length g.N() or nil. It returns
+// NaN for an empty truth.
 func ErrorDistance(g *graph.Graph, truth, predicted []int, dist []int) float64 {
 	if len(truth) == 0 {
 		return math.NaN()
 	}
+	var queue []int
 	if len(predicted) > 0 {
-		dist = g.BFS(predicted, dist)
+		dist, queue = footprintBFS(g, predicted, dist, queue)
 	}
 	var sum float64
 	var own []int
@@ -117,7 +121,7 @@ func ErrorDistance(g *graph.Graph, truth, predicted []int, dist []int) float64 {
 			sum += float64(dist[s])
 			continue
 		}
-		own = g.BFS([]int{s}, own)
+		own, queue = footprintBFS(g, []int{s}, own, queue)
 		ecc := 0
 		for _, d := range own {
 			ecc = max(ecc, d)
@@ -125,6 +129,44 @@ func ErrorDistance(g *graph.Graph, truth, predicted []int, dist []int) float64 {
 		sum += float64(1 + ecc)
 	}
 	return sum / float64(len(truth))
+}
+
+// footprintBFS returns hop distances from the nearest of sources with
+// every arc taken both ways, -1 where none reaches: g.BFS on an
+// undirected graph, whose arcs already go both ways. dist and queue are
+// reused when large enough.
+func footprintBFS(g *graph.Graph, sources, dist, queue []int) ([]int, []int) {
+	if !g.Directed() {
+		return g.BFS(sources, dist), queue
+	}
+	n := g.N()
+	if len(dist) != n {
+		dist = make([]int, n)
+	}
+	for i := range dist {
+		dist[i] = -1
+	}
+	queue = queue[:0]
+	for _, s := range sources {
+		if dist[s] == -1 {
+			dist[s] = 0
+			queue = append(queue, s)
+		}
+	}
+	outOff, outTo, _ := g.CSR()
+	inOff, inFrom, _ := g.InCSR()
+	for head := 0; head < len(queue); head++ {
+		u := queue[head]
+		for _, adj := range [2][]int{outTo[outOff[u]:outOff[u+1]], inFrom[inOff[u]:inOff[u+1]]} {
+			for _, v := range adj {
+				if dist[v] == -1 {
+					dist[v] = dist[u] + 1
+					queue = append(queue, v)
+				}
+			}
+		}
+	}
+	return dist, queue
 }
 
 // Score computes all metrics of one prediction against the true sources.

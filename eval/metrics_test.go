@@ -2,6 +2,7 @@ package eval
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -85,6 +86,65 @@ func TestErrorDistance(t *testing.T) {
 	require.InDelta(t, 2, ErrorDistance(g, []int{3}, []int{0}, nil), 1e-12)
 	// 3 pays the penalty 2, 2 is two hops from 0
 	require.InDelta(t, 2, ErrorDistance(g, []int{3, 2}, []int{0}, nil), 1e-12)
+}
+
+// On a directed graph the error distance ignores direction, so a guess
+// upstream of a true source is as close as one downstream, and an empty
+// prediction always costs more than any guess in the source's component.
+func TestErrorDistanceDirected(t *testing.T) {
+	// 0 -> 1 -> 2 -> 3
+	dpath := graph.New(4, []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}, {From: 2, To: 3}}, nil, true, false)
+	// 0 -> 1 <- 2, and 3 alone
+	vee := graph.New(4, []graph.Edge{{From: 0, To: 1}, {From: 2, To: 1}}, nil, true, false)
+	for _, tc := range []struct {
+		name        string
+		g           *graph.Graph
+		truth, pred []int
+		want        float64
+	}{
+		{"guess upstream", dpath, []int{3}, []int{0}, 3},
+		{"no guess at the end: 1 + ecc 3", dpath, []int{3}, nil, 4},
+		{"guess downstream", dpath, []int{1}, []int{2}, 1},
+		{"no guess in the middle: 1 + ecc 2", dpath, []int{1}, nil, 3},
+		{"guess reaches only against the arcs", vee, []int{2}, []int{0}, 2},
+		{"other component pays the penalty", vee, []int{0}, []int{3}, 3},
+		{"isolated source: 1 + ecc 0", vee, []int{3}, []int{0}, 1},
+		// undirected graphs keep their numbers
+		{"undirected path", path(5), []int{0, 4}, []int{1}, 2},
+		{"undirected no guess", path(5), []int{0, 2}, nil, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.InDelta(t, tc.want, ErrorDistance(tc.g, tc.truth, tc.pred, nil), 1e-12)
+		})
+	}
+}
+
+// The error distance on a directed graph is that of the same edges
+// undirected, and never rewards predicting nothing.
+func TestErrorDistanceDirectedIsFootprintDistance(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	const n = 30
+	var edges []graph.Edge
+	for len(edges) < 40 {
+		a, b := rng.IntN(n), rng.IntN(n)
+		if a != b {
+			edges = append(edges, graph.Edge{From: a, To: b})
+		}
+	}
+	dir := graph.New(n, edges, nil, true, false)
+	und := graph.New(n, edges, nil, false, false)
+	comp, _ := dir.Components()
+	for s := range n {
+		empty := ErrorDistance(dir, []int{s}, nil, nil)
+		require.InDelta(t, ErrorDistance(und, []int{s}, nil, nil), empty, 1e-12, "source %d", s)
+		for p := range n {
+			d := ErrorDistance(dir, []int{s}, []int{p}, nil)
+			require.InDelta(t, ErrorDistance(und, []int{s}, []int{p}, nil), d, 1e-12, "source %d, guess %d", s, p)
+			if comp[p] == comp[s] {
+				require.Less(t, d, empty, "source %d, guess %d", s, p)
+			}
+		}
+	}
 }
 
 func TestScore(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/sourcewatch/sourcewatch/graph"
 )
 
-func init() { Register("netsleuth", newNetSleuth) }
+func init() { registerUndirected("netsleuth", newNetSleuth) }
 
 // defaultNetSleuthCap is the pick cap NetSleuth's validation prefers.
 const defaultNetSleuthCap = 100

@@ -26,15 +26,17 @@ type Report struct {
 	// cascades (diffusion.ForwardFloor over up to FloorSourceSets test
 	// source sets, FloorDraws observations each, mean over runs): set
 	// beside a forward model's forward_test_mse it says how much a better
-	// forward model could still gain.
-	ForwardFloorMSE float64 `json:"forward_floor_mse,omitempty"`
+	// forward model could still gain. Nil when no such method ran; 0 is
+	// a value (every observation is determined by its sources), the one
+	// against which a forward model's error says the most.
+	ForwardFloorMSE *float64 `json:"forward_floor_mse,omitempty"`
 	// ForwardFloorAtCountMSE is the same floor with each source set
 	// observed at its test cascade's infected count instead of at a drawn
 	// target (diffusion.ObservedCounts): the least error of a forward
 	// model that is also told when the snapshot was taken. Its gap to
 	// ForwardFloorMSE is the part of the floor that the observation time
-	// accounts for.
-	ForwardFloorAtCountMSE float64 `json:"forward_floor_at_count_mse,omitempty"`
+	// accounts for. Nil exactly when ForwardFloorMSE is.
+	ForwardFloorAtCountMSE *float64 `json:"forward_floor_at_count_mse,omitempty"`
 }
 
 // Settings records how the benchmark was run.
@@ -256,13 +258,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(&b, "%s: %s = %.4g\n", res.Method, k, res.Extra[k])
 		}
 	}
-	if r.ForwardFloorMSE > 0 {
+	if r.ForwardFloorMSE != nil {
 		fmt.Fprintf(&b, "forward_floor_mse = %.4g: the variance of y given the sources, the least forward_test_mse any forward model can reach here (%d draws from each of up to %d test source sets per run)\n",
-			r.ForwardFloorMSE, FloorDraws, FloorSourceSets)
+			*r.ForwardFloorMSE, FloorDraws, FloorSourceSets)
 	}
-	if r.ForwardFloorAtCountMSE > 0 {
+	if r.ForwardFloorAtCountMSE != nil {
 		fmt.Fprintf(&b, "forward_floor_at_count_mse = %.4g: the same floor with each test source set observed at the first step with at least its cascade's infected count, a proxy for a forward model also told the count (a step can overshoot it, so this is not the exact-count floor); its gap to forward_floor_mse estimates what not knowing the observation time costs\n",
-			r.ForwardFloorAtCountMSE)
+			*r.ForwardFloorAtCountMSE)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

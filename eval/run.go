@@ -42,6 +42,11 @@ type Config struct {
 	// cascade (Result.Paired); "" means infected. No comparison is made
 	// when it is not among Methods.
 	PairedWith string
+	// PluginDir is where every method with a forward model (SL-VAE and
+	// its variants) looks for its plugin binary unless its own
+	// "<method>.plugin_dir" parameter says otherwise; "" leaves each
+	// method's default (bin).
+	PluginDir string
 }
 
 // DefaultConfig is 300 SI cascades with the diffusion defaults, 3 runs, a
@@ -138,6 +143,11 @@ func (c Config) Validate(g *graph.Graph) error {
 		}
 		seen[m] = true
 	}
+	// Every method that cannot run on g, named at once, before any
+	// cascade is simulated or any method fitted.
+	if err := CheckGraph(g, c.Methods); err != nil {
+		return fmt.Errorf("%w: methods: %w", ErrConfig, err)
+	}
 	if c.PairedWith != "" && c.PairedWith != "infected" && !seen[c.PairedWith] {
 		return bad("paired with %q: not among the methods", c.PairedWith)
 	}
@@ -169,13 +179,18 @@ func (c Config) Validate(g *graph.Graph) error {
 	return nil
 }
 
-// paramsFor returns method m's parameters without their "m." prefix.
+// paramsFor returns method m's parameters without their "m." prefix,
+// with PluginDir as plugin_dir for a method with a forward model that was
+// not given its own.
 func (c Config) paramsFor(m string) map[string]string {
 	out := map[string]string{}
 	for k, v := range c.Params {
 		if name, key, ok := strings.Cut(k, "."); ok && name == m {
 			out[key] = v
 		}
+	}
+	if _, own := out["plugin_dir"]; !own && c.PluginDir != "" && hasForwardModel(m) {
+		out["plugin_dir"] = c.PluginDir
 	}
 	return out
 }
@@ -380,8 +395,8 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	rep := buildReport(g, cfg, o.name, redrawn, results)
 	rep.Settings.ObservedInfected = Summarize(observed)
 	if len(floors) > 0 {
-		rep.ForwardFloorMSE = Summarize(floors).Mean
-		rep.ForwardFloorAtCountMSE = Summarize(countFloors).Mean
+		floor, atCount := Summarize(floors).Mean, Summarize(countFloors).Mean
+		rep.ForwardFloorMSE, rep.ForwardFloorAtCountMSE = &floor, &atCount
 	}
 	return rep, nil
 }
@@ -398,12 +413,14 @@ const (
 // hasForwardModel reports whether a method uses a forward model (SL-VAE or
 // one of its variants), whose error the forward floor puts in context.
 func (c Config) hasForwardModel() bool {
-	for _, m := range c.Methods {
-		if IsSLVAE(m) || strings.Contains(m, "[") {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(c.Methods, hasForwardModel)
+}
+
+// hasForwardModel reports whether method m has a forward model: SL-VAE,
+// one of its ablations, or one of their per-plugin expansions
+// ("slvae[gat]", RegisterSLVAEWith).
+func hasForwardModel(m string) bool {
+	return IsSLVAE(m) || strings.Contains(m, "[")
 }
 
 // runMethod builds, fits and scores one method in one run.

@@ -25,7 +25,8 @@ import (
 // slvae.<key>=<value>):
 //
 //	forward      forward-model plugin name (default deepis)
-//	plugin_dir   where sourcewatch-forward-<name> binaries live (default bin)
+//	plugin_dir   where sourcewatch-forward-<name> binaries live (default
+//	             Config.PluginDir, or bin when that is empty)
 //	forward.<k>  a parameter of the forward plugin; the paper's variants
 //	             (slvae-paper, slvae-a, slvae-b) default deepis's gate to
 //	             off, the paper's model, with which their rows were made

@@ -8,8 +8,10 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/eval"
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 func newEvalCmd(a *app) *cobra.Command {
@@ -35,9 +37,13 @@ the forward term alone, then L_pred, as train's default --schedule) and
 SL-VAE's ablations slvae-a (L_init only), slvae-b (no initialisation stage)
 and slvae-noprior.
 SL-VAE trains a bundle per run with the forward plugin of slvae.forward
-(default deepis; --forward deepis,gat,monstor,icmf compares plugins).
+(default deepis; --forward deepis,gat,monstor,icmf compares plugins), found
+in --plugin-dir (a method's own --method-param <method>.plugin_dir wins).
 Method parameters: --method-param method.key=value, e.g. lpsi.alpha=0.5,
-netsleuth.k=3, ojc.max_k=20, jordan.k=1, degree.k=5.`,
+netsleuth.k=3, ojc.max_k=20, jordan.k=1, degree.k=5.
+
+netsleuth and ojc need an undirected graph: with --directed, --methods all
+leaves them out (and says so), and a list naming them is refused.`,
 		Example: `  sourcewatch eval --graph karate.edges --diffusion SI --methods all --cascades 200 --runs 3
   sourcewatch eval --graph jazz.edges --diffusion SIR --pattern cluster --methods lpsi,infected,prior --json out.json`,
 		Args: cobra.NoArgs,
@@ -53,54 +59,102 @@ netsleuth.k=3, ojc.max_k=20, jordan.k=1, degree.k=5.`,
 	f.Float64("val-frac", 0.2, "fraction used for validation (the rest is test)")
 	f.String("json", "", `also write the report as JSON to this file ("-": stdout, instead of the table)`)
 	f.String("paired-with", "infected", "method every other one is compared with cascade by cascade (95% intervals of the F1 and AUC differences)")
+	f.String("plugin-dir", "bin", "directory holding the forward-model plugin binaries of every SL-VAE method (--method-param <method>.plugin_dir overrides it for one)")
 	return cmd
 }
 
-// evalConfig builds the benchmark config from the flags.
-func (a *app) evalConfig() (eval.Config, error) {
-	cfg := eval.DefaultConfig()
-	var err error
+// evalConfig builds the benchmark config from the flags. implicit holds
+// the methods that only "all" asked for: named neither in --methods nor in
+// --method-param nor by --paired-with, they may be left out where they
+// cannot run.
+func (a *app) evalConfig() (cfg eval.Config, implicit map[string]bool, err error) {
+	cfg = eval.DefaultConfig()
 	if cfg.Sim, err = simulationConfig(a.v); err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	if cfg.Cascades, cfg.Seed, cfg.Workers, err = simulationRun(a.v); err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	if cfg.Runs = a.v.GetInt("runs"); cfg.Runs < 1 {
-		return cfg, fmt.Errorf("--runs: %d is not positive", cfg.Runs)
+		return cfg, nil, fmt.Errorf("--runs: %d is not positive", cfg.Runs)
 	}
 	cfg.TrainFrac, cfg.ValFrac = a.v.GetFloat64("train_frac"), a.v.GetFloat64("val_frac")
+	cfg.PluginDir = a.v.GetString("plugin_dir")
 	cfg.Methods = nil
+	implicit, named := map[string]bool{}, map[string]bool{}
 	for _, m := range strings.Split(a.v.GetString("methods"), ",") {
 		switch m = strings.TrimSpace(m); m {
 		case "":
 		case "all":
-			cfg.Methods = append(cfg.Methods, eval.DefaultMethods()...)
+			for _, d := range eval.DefaultMethods() {
+				cfg.Methods = append(cfg.Methods, d)
+				implicit[d] = true
+			}
 		default:
 			cfg.Methods = append(cfg.Methods, m)
+			named[m] = true
 		}
 	}
 	if len(cfg.Methods) == 0 {
-		return cfg, fmt.Errorf("--methods: none given (want all or a list of %s)", strings.Join(eval.DefaultMethods(), ","))
+		return cfg, nil, fmt.Errorf("--methods: none given (want all or a list of %s)", strings.Join(eval.DefaultMethods(), ","))
 	}
 	for _, kv := range a.v.GetStringSlice("method_param") {
 		k, val, ok := strings.Cut(kv, "=")
 		if !ok || !strings.Contains(k, ".") {
-			return cfg, fmt.Errorf("--method-param: want method.key=value, got %q", kv)
+			return cfg, nil, fmt.Errorf("--method-param: want method.key=value, got %q", kv)
 		}
 		if cfg.Params == nil {
 			cfg.Params = map[string]string{}
 		}
-		cfg.Params[strings.TrimSpace(k)] = strings.TrimSpace(val)
+		k = strings.TrimSpace(k)
+		cfg.Params[k] = strings.TrimSpace(val)
+		m, _, _ := strings.Cut(k, ".")
+		named[m] = true
 	}
 	if err := expandForwards(&cfg, a.v.GetString("forward")); err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	cfg.PairedWith = strings.TrimSpace(a.v.GetString("paired_with"))
 	if cfg.PairedWith != "" && cfg.PairedWith != "infected" && !slices.Contains(cfg.Methods, cfg.PairedWith) {
-		return cfg, fmt.Errorf("--paired-with %s: not among the methods evaluated (%s)", cfg.PairedWith, strings.Join(cfg.Methods, ","))
+		return cfg, nil, fmt.Errorf("--paired-with %s: not among the methods evaluated (%s)", cfg.PairedWith, strings.Join(cfg.Methods, ","))
 	}
-	return cfg, nil
+	named[cfg.PairedWith] = true
+	for m := range named {
+		delete(implicit, m)
+	}
+	return cfg, implicit, nil
+}
+
+// leaveOutUnsupported drops from cfg.Methods the methods that cannot run
+// on g and that only "all" asked for, with one warning naming them. A
+// method named explicitly that cannot run on g is an error naming every
+// such method, before anything is simulated.
+func (a *app) leaveOutUnsupported(g *graph.Graph, cfg *eval.Config, implicit map[string]bool) error {
+	bad := eval.Unsupported(g, cfg.Methods)
+	if len(bad) == 0 {
+		return nil
+	}
+	var named []string
+	for _, m := range bad {
+		if !implicit[m] {
+			named = append(named, m)
+		}
+	}
+	if len(named) > 0 {
+		return fmt.Errorf("--methods: %s %s an undirected graph, and --graph is read with --directed: leave %s out",
+			strings.Join(named, ", "), byCount(len(named), "needs", "need"), byCount(len(named), "it", "them"))
+	}
+	cfg.Methods = slices.DeleteFunc(cfg.Methods, func(m string) bool { return slices.Contains(bad, m) })
+	a.log.Warn(fmt.Sprintf("%s %s an undirected graph: left out", strings.Join(bad, ", "), byCount(len(bad), "needs", "need")),
+		zap.Strings("methods", bad))
+	return nil
+}
+
+func byCount(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 // expandForwards replaces each SL-VAE method by one method per forward
@@ -155,13 +209,17 @@ func (a *app) eval(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := a.evalConfig()
+	cfg, implicit, err := a.evalConfig()
 	if err != nil {
+		return err
+	}
+	if err := a.leaveOutUnsupported(g, &cfg, implicit); err != nil {
 		return err
 	}
 	if err := cfg.Validate(g); err != nil {
 		return err
 	}
+	a.warnUnusedWeights(g, cfg.Sim)
 	// one bar over both stages: cascades simulated, then (run, method)
 	// pairs fitted and scored
 	simTotal, methodTotal := cfg.Runs*cfg.Cascades, cfg.Runs*len(cfg.Methods)
@@ -182,7 +240,7 @@ func (a *app) eval(ctx context.Context) error {
 		}))
 	bar.Done()
 	if err != nil {
-		return fmt.Errorf("eval: %w", err)
+		return fmt.Errorf("eval: %w", simulationError(err))
 	}
 	switch path := a.v.GetString("json"); path {
 	case "":

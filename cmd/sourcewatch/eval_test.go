@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -135,12 +136,105 @@ func TestEvalCommandErrors(t *testing.T) {
 		{"bad diffusion", []string{"--graph", evalKarate, "--diffusion", "XY"}, "--diffusion"},
 		{"paired with a method not run", []string{"--graph", evalKarate, "--methods", "lpsi,infected", "--paired-with", "jordan"},
 			"--paired-with jordan: not among the methods evaluated (lpsi,infected)"},
+		{"graph is a directory", []string{"--graph", os.TempDir()}, "--graph " + os.TempDir() + ": is a directory, want an edge list file"},
+		{"unreachable target names the flags", []string{"--graph", evalKarate, "--methods", "infected", "--cascades", "10", "--runs", "1",
+			"--beta", "0.001", "--max-steps", "2", "--max-redraws", "3", "--observe", "0.9"},
+			"eval: run 1: simulating: cascade "},
+		{"unreachable target suggests --observe", []string{"--graph", evalKarate, "--methods", "infected", "--cascades", "10", "--runs", "1",
+			"--beta", "0.001", "--max-steps", "2", "--max-redraws", "3", "--observe", "0.9"},
+			": --beta too low, --max-steps too low or --observe too high, or the graph's components too small"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := runEvalCmd(t, tc.args...)
 			require.ErrorContains(t, err, tc.want)
 		})
 	}
+}
+
+// --plugin-dir is where every SL-VAE method of the run looks for its
+// plugin, its per-plugin expansions included; a method's own
+// <method>.plugin_dir wins for that method. (The directories do not exist:
+// the error names the path the method looked at.)
+func TestEvalCommandPluginDir(t *testing.T) {
+	nowhere := filepath.Join(t.TempDir(), "nowhere")
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"default", nil, filepath.Join("bin", "sourcewatch-forward-deepis") + " does not exist"},
+		{"flag", []string{"--plugin-dir", nowhere},
+			filepath.Join(nowhere, "sourcewatch-forward-deepis") + " does not exist"},
+		{"an ablation", []string{"--plugin-dir", nowhere, "--methods", "slvae-a,infected"},
+			filepath.Join(nowhere, "sourcewatch-forward-deepis") + " does not exist"},
+		{"per-plugin expansion", []string{"--plugin-dir", nowhere, "--forward", "gat"},
+			filepath.Join(nowhere, "sourcewatch-forward-gat") + " does not exist"},
+		{"method's own wins", []string{"--plugin-dir", nowhere, "--method-param", "slvae.plugin_dir=" + filepath.Join(nowhere, "own")},
+			filepath.Join(nowhere, "own", "sourcewatch-forward-deepis") + " does not exist"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--graph", evalKarate, "--cascades", "10", "--runs", "1", "--methods", "slvae,infected", "--log-level", "error"}, tc.args...)
+			_, _, err := runEvalCmd(t, args...)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// On a directed graph the methods that need an undirected one are left out
+// of --methods all, said once; named explicitly (in --methods or by a
+// --method-param) they are refused up front, all of them at once.
+func TestEvalCommandDirectedGraph(t *testing.T) {
+	ring := filepath.Join(t.TempDir(), "ring.edges")
+	var b strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&b, "%d %d\n%d %d\n", i, (i+1)%30, i, (i+7)%30)
+	}
+	require.NoError(t, os.WriteFile(ring, []byte(b.String()), 0o600))
+	base := []string{"--graph", ring, "--directed", "--cascades", "20", "--runs", "1", "--diffusion", "SI", "--beta", "0.3"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"two named", []string{"--methods", "lpsi,netsleuth,jordan,ojc,infected"},
+			"--methods: netsleuth, ojc need an undirected graph, and --graph is read with --directed: leave them out"},
+		{"one named", []string{"--methods", "ojc,infected"},
+			"--methods: ojc needs an undirected graph, and --graph is read with --directed: leave it out"},
+		{"named by a parameter", []string{"--method-param", "netsleuth.k=2"},
+			"--methods: netsleuth needs an undirected graph, and --graph is read with --directed: leave it out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, err := runEvalCmd(t, append(base, tc.args...)...)
+			require.EqualError(t, err, tc.want)
+			require.NotContains(t, stderr, "left out")
+		})
+	}
+
+	// --methods all (the default): netsleuth and ojc are left out, once;
+	// what fails is SL-VAE's missing plugin, not them.
+	_, stderr, err := runEvalCmd(t, append(base, "--plugin-dir", filepath.Join(t.TempDir(), "none"), "--method-param", "local-mlp.steps=20")...)
+	require.ErrorContains(t, err, "sourcewatch-forward-deepis does not exist")
+	require.NotContains(t, err.Error(), "undirected")
+	require.Equal(t, 1, strings.Count(stderr, "netsleuth, ojc need an undirected graph: left out"), stderr)
+
+	// the lot runs when every method can
+	stdout, stderr, err := runEvalCmd(t, append(base, "--methods", "lpsi,jordan,infected,degree,prior,random", "--json", "-")...)
+	require.NoError(t, err)
+	require.NotContains(t, stderr, "left out")
+	require.Contains(t, stdout, `"method": "jordan"`)
+}
+
+// eval says, like simulate, when the graph's weights go unused.
+func TestEvalCommandWarnsOfUnusedWeights(t *testing.T) {
+	weighted := filepath.Join(t.TempDir(), "weighted.edges")
+	var b strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&b, "%d %d 0.5\n%d %d 0.5\n", i, (i+1)%30, i, (i+7)%30)
+	}
+	require.NoError(t, os.WriteFile(weighted, []byte(b.String()), 0o600))
+	_, stderr, err := runEvalCmd(t, "--graph", weighted, "--cascades", "10", "--runs", "2", "--methods", "infected", "--diffusion", "SIR", "--beta", "0.4")
+	require.NoError(t, err)
+	require.Equal(t, 1, strings.Count(stderr, "the graph's edge weights are not used: SIR infects along every arc with --beta"), stderr)
 }
 
 // SL-VAE (through a real plugin process) and the learned baseline run in
@@ -150,7 +244,7 @@ func TestEvalCommandLearnedMethods(t *testing.T) {
 	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
 	stdout, _, err := runEvalCmd(t, "--graph", evalKarate, "--cascades", "40", "--runs", "1", "--seed", "2",
 		"--methods", "slvae,local-mlp,infected", "--json", "-", "--log-level", "warn",
-		"--method-param", "slvae.forward=icmf", "--method-param", "slvae.plugin_dir="+pluginDir,
+		"--method-param", "slvae.forward=icmf", "--plugin-dir", pluginDir,
 		"--method-param", "slvae.val_solves=4", "--method-param", "slvae.prior_epochs=3",
 		"--method-param", "local-mlp.steps=300")
 	require.NoError(t, err)

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
@@ -24,7 +26,7 @@ func addSimulationFlags(cmd *cobra.Command) {
 	f.String("graph", "", "edge list file: \"u v\" or \"u v w\" per line, # comments")
 	f.Bool("directed", false, "treat each line u v as an arc u->v")
 	f.String("diffusion", string(d.Model), "diffusion model: SI, SIR, IC or LT")
-	f.Float64("beta", d.Beta, "SI/SIR infection probability per infected contact per step")
+	f.Float64("beta", d.Beta, "SI/SIR infection probability per infected contact per step (on every arc: SI and SIR do not read edge weights)")
 	f.Float64("gamma", d.Gamma, "SIR recovery probability per step")
 	f.Float64("p", d.P, "IC activation probability per arc (a weighted graph's weights replace it)")
 	f.Float64("lt-threshold", d.Threshold, "LT node threshold in [0,1]; negative draws U[0,1] per node per cascade")
@@ -45,12 +47,74 @@ func loadGraph(v *viper.Viper) (*graph.Graph, error) {
 	if path == "" {
 		return nil, errors.New("--graph: an edge list file is required")
 	}
+	// A directory opens fine and fails only on the first read, as
+	// "tmp:1: read /tmp: is a directory": say what is wrong instead.
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("--graph %s: is a directory, want an edge list file", path)
+	}
 	g, err := graph.Load(path, graph.Directed(v.GetBool("directed")))
 	if err != nil {
 		return nil, fmt.Errorf("--graph: %w", err)
 	}
 	return g, nil
 }
+
+// warnUnusedWeights warns, once, when the simulation does not use what
+// the user gave it: a weighted graph's weights under SI or SIR, which
+// spread with --beta on every arc, or an explicit --p under IC on a
+// weighted graph, whose weights replace it.
+func (a *app) warnUnusedWeights(g *graph.Graph, cfg diffusion.Config) {
+	if !g.Weighted() {
+		return
+	}
+	graphFile := zap.String("graph", a.v.GetString("graph"))
+	switch {
+	case !cfg.Model.UsesWeights():
+		a.log.Warn(fmt.Sprintf("the graph's edge weights are not used: %s infects along every arc with --beta (only IC and LT read weights)", cfg.Model),
+			graphFile, zap.Float64("beta", cfg.Beta))
+	case cfg.Model == diffusion.IC && a.v.IsSet("p"):
+		a.log.Warn("--p is not used: IC on a weighted graph activates each arc with its weight",
+			graphFile, zap.Float64("p", cfg.P))
+	}
+}
+
+// simFlags names the diffusion.Config parameters an unreachable
+// observation target is blamed on by the flags that set them.
+var simFlags = map[string]string{
+	"Beta":      "--beta",
+	"Gamma":     "--gamma",
+	"P":         "--p",
+	"Threshold": "--lt-threshold",
+	"MaxSteps":  "--max-steps",
+	"Observe":   "--observe",
+	"Weights":   "the edge weights",
+}
+
+// simulationError renders a diffusion.UnreachableError inside err with the
+// flags' names for the parameters it blames ("--max-steps too low", not
+// "MaxSteps too low"), keeping the context wrapped around it and
+// errors.Is and errors.As. Any other error is returned as it is.
+func simulationError(err error) error {
+	var ue *diffusion.UnreachableError
+	if !errors.As(err, &ue) {
+		return err
+	}
+	// Every wrapper on the way ends its message with the wrapped one's.
+	prefix, ok := strings.CutSuffix(err.Error(), ue.Error())
+	if !ok {
+		return err
+	}
+	return &renamedError{msg: prefix + ue.Explain(func(p string) string { return simFlags[p] }), err: err}
+}
+
+// renamedError is err under another message.
+type renamedError struct {
+	msg string
+	err error
+}
+
+func (e *renamedError) Error() string { return e.msg }
+func (e *renamedError) Unwrap() error { return e.err }
 
 // simulationConfig builds the diffusion config from the simulation flags.
 // It checks what it can without the graph; source counts against the

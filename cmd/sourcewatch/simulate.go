@@ -62,6 +62,7 @@ func (a *app) simulate(ctx context.Context) error {
 	if err := cfg.Validate(g); err != nil {
 		return err
 	}
+	a.warnUnusedWeights(g, cfg)
 
 	start := time.Now()
 	bar := a.progress("simulate", count)
@@ -70,7 +71,7 @@ func (a *app) simulate(ctx context.Context) error {
 		diffusion.OnProgress(func(done, _ int) { bar.Set(done, "") }))
 	bar.Done()
 	if err != nil {
-		return fmt.Errorf("simulate: %w", err)
+		return fmt.Errorf("simulate: %w", simulationError(err))
 	}
 	if out := a.v.GetString("out"); !a.v.GetBool("publish") || (out != "-" && out != "") {
 		if err := a.writeCascades(out, g, cs); err != nil {

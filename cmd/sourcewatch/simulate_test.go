@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -123,7 +124,11 @@ func TestSimulateCommandErrorsNameTheFlag(t *testing.T) {
 		{"cascades", []string{"--cascades", "0"}, "--cascades: 0 is not positive"},
 		{"workers", []string{"--workers", "-2"}, "--workers: -2 is negative"},
 		{"max steps", []string{"--max-steps", "0"}, "--max-steps: 0 is not positive"},
-		{"unreachable", []string{"--beta", "0.001", "--max-steps", "2", "--max-redraws", "3", "--observe", "0.9"}, "beta too small"},
+		// the parameters to blame by their flags, the target among them
+		{"unreachable", []string{"--beta", "0.001", "--max-steps", "2", "--max-redraws", "3", "--observe", "0.9"},
+			": --beta too low, --max-steps too low or --observe too high, or the graph's components too small: observation target unreachable"},
+		{"unreachable SIR", []string{"--diffusion", "SIR", "--beta", "0.01", "--gamma", "1", "--max-redraws", "3", "--observe", "0.9"},
+			"--beta too low, --gamma too high or --observe too high"},
 		{"out dir", []string{"--out", filepath.Join(t.TempDir(), "no", "such", "dir", "x.jsonl")}, "--out: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,7 +139,61 @@ func TestSimulateCommandErrorsNameTheFlag(t *testing.T) {
 			stdout, _, err := runSimulateCmd(t, args...)
 			require.Error(t, err)
 			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "MaxSteps", "flags, not config fields")
 			require.Empty(t, stdout)
+		})
+	}
+	dir := t.TempDir()
+	_, _, err := runSimulateCmd(t, "--graph", dir)
+	require.EqualError(t, err, "--graph "+dir+": is a directory, want an edge list file")
+
+	// the unreachable target is still the diffusion package's error
+	_, _, err = runSimulateCmd(t, "--graph", simKarate, "--cascades", "3", "--beta", "0.001", "--max-steps", "2", "--max-redraws", "3", "--observe", "0.9")
+	require.ErrorIs(t, err, diffusion.ErrUnreachable)
+	var ue *diffusion.UnreachableError
+	require.ErrorAs(t, err, &ue)
+	require.True(t, strings.HasPrefix(err.Error(), "simulate: cascade "), err.Error())
+}
+
+// A weighted graph's weights, or an explicit --p, that the chosen model
+// does not use are said once, on the log.
+func TestSimulateCommandWarnsOfUnusedWeights(t *testing.T) {
+	dir := t.TempDir()
+	weighted := filepath.Join(dir, "weighted.edges")
+	plain := filepath.Join(dir, "plain.edges")
+	var w, p strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&w, "%d %d 0.9\n%d %d 0.9\n", i, (i+1)%20, i, (i+5)%20)
+		fmt.Fprintf(&p, "%d %d\n%d %d\n", i, (i+1)%20, i, (i+5)%20)
+	}
+	require.NoError(t, os.WriteFile(weighted, []byte(w.String()), 0o600))
+	require.NoError(t, os.WriteFile(plain, []byte(p.String()), 0o600))
+	const weightsUnused, pUnused = "the graph's edge weights are not used", "--p is not used"
+	for _, tc := range []struct {
+		name  string
+		graph string
+		args  []string
+		want  string // "" = no warning
+	}{
+		{"SI ignores weights", weighted, []string{"--diffusion", "SI"}, weightsUnused},
+		{"SIR ignores weights", weighted, []string{"--diffusion", "SIR", "--beta", "0.5", "--gamma", "0.05"}, weightsUnused},
+		{"IC weights replace --p", weighted, []string{"--diffusion", "IC", "--p", "0.3"}, pUnused},
+		{"IC weights, --p not given", weighted, []string{"--diffusion", "IC"}, ""},
+		{"LT uses weights", weighted, []string{"--diffusion", "LT"}, ""},
+		{"SI unweighted", plain, []string{"--diffusion", "SI"}, ""},
+		{"IC unweighted uses --p", plain, []string{"--diffusion", "IC", "--p", "0.5"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--graph", tc.graph, "--cascades", "5", "--sources", "2", "--observe", "0.2"}, tc.args...)
+			_, stderr, err := runSimulateCmd(t, args...)
+			require.NoError(t, err)
+			for _, warning := range []string{weightsUnused, pUnused} {
+				want := 0
+				if warning == tc.want {
+					want = 1
+				}
+				require.Equal(t, want, strings.Count(stderr, warning), stderr)
+			}
 		})
 	}
 }

@@ -269,13 +269,14 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 	if err != nil {
 		return nil, nil, err
 	}
+	a.warnUnusedWeights(g, cfg)
 	count := v.GetInt("cascades")
 	bar := a.progress("simulate", count)
 	cs, _, err := diffusion.Simulate(ctx, g, cfg, count, v.GetInt64("seed"),
 		diffusion.OnProgress(func(done, _ int) { bar.Set(done, "") }))
 	bar.Done()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, simulationError(err)
 	}
 	prov, _ := json.Marshal(map[string]any{"simulated": cfg, "cascades": count, "seed": v.GetInt64("seed")})
 	return cs, prov, nil
