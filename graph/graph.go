@@ -287,6 +287,11 @@ func (g *Graph) Lookup(ids []string) ([]int, error) {
 	for k, id := range ids {
 		i, ok := g.index[id]
 		if !ok {
+			// Ids that look alike can differ in invisible ways (a
+			// decomposed "ë", a no-break space): show them escaped too.
+			if ascii := strconv.QuoteToASCII(id); ascii != strconv.Quote(id) {
+				return nil, fmt.Errorf("unknown node %q (%s)", id, ascii)
+			}
 			return nil, fmt.Errorf("unknown node %q", id)
 		}
 		out[k] = i

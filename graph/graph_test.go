@@ -193,3 +193,12 @@ func TestReadHeaderBOMAndDroppedEdges(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "undirected graph, 3 nodes, 2 edges (1 self-loop and 1 duplicate edge dropped)", g.String())
 }
+
+func TestLookupShowsInvisibleDifferences(t *testing.T) {
+	g, err := Read(strings.NewReader("Zo\u00eb b\n"), "u.edges")
+	require.NoError(t, err)
+	_, err = g.Lookup([]string{"Zoe\u0308"})
+	require.EqualError(t, err, "unknown node \"Zoe\u0308\" (\"Zoe\\u0308\")")
+	_, err = g.Lookup([]string{"c"})
+	require.EqualError(t, err, `unknown node "c"`)
+}

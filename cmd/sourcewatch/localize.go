@@ -97,6 +97,9 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	if path == "" {
 		return fmt.Errorf("--bundle: the bundle file is required")
 	}
+	if t := v.GetFloat64("threshold"); !(t >= 0 && t <= 1) {
+		return fmt.Errorf("--threshold: %g outside [0, 1] (0: the bundle's)", t)
+	}
 	var g *graph.Graph
 	if gp := v.GetString("graph"); gp != "" {
 		var err error

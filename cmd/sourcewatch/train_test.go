@@ -413,6 +413,8 @@ func TestTrainThenLocalize(t *testing.T) {
 	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", bundle, "--plugin-dir", filepath.Dir(other),
 		"--forward-checksum", "abc", "--log-level", "warn")
 	require.ErrorContains(t, err, `--forward-checksum: "abc" is not a SHA-256`)
+	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--threshold", "1.5", "--log-level", "warn")
+	require.ErrorContains(t, err, "--threshold: 1.5 outside [0, 1]", "the flag, not the observation file, is named")
 
 	// bundle inspect reads the bundle as localize does, prints what train
 	// printed, and fails when the plugin is not the recorded build.
