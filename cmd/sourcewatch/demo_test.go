@@ -13,8 +13,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
 // trainTestBundle trains a small karate bundle with the real icmf plugin
@@ -181,4 +184,29 @@ func configWithoutBundle(t *testing.T, extra string) string {
 		"nats:\n  listen: 127.0.0.1:0\nhttp:\n  addr: \"\"\ndata_dir: %s\n%sgraphs:\n  - name: club\n    edges: %s\n    bundle: %s\n",
 		filepath.Join(dir, "data"), extra, edges, filepath.Join(dir, "missing.swb"))), 0o644))
 	return config
+}
+
+// The daemon's localizer notes an observation far smaller than the
+// bundle's training snapshots, through a real plugin process, and says
+// nothing inside their range.
+func TestBundleLocalizerNotesObservationsOutsideTraining(t *testing.T) {
+	bundle, pluginDir := trainTestBundle(t)
+	edges, err := filepath.Abs("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	g, err := graph.Load(edges)
+	require.NoError(t, err)
+	l, err := bundleLocalizers(pluginDir, zap.NewNop())(t.Context(), monitor.GraphConfig{Name: "club", Edges: edges, Bundle: bundle}, g)
+	require.NoError(t, err)
+	defer l.Close()
+	y := make([]float64, g.N())
+	y[0] = 1
+	inf, err := l.Localize(t.Context(), y)
+	require.NoError(t, err)
+	require.Contains(t, inf.Note, "2.9% of the nodes infected, outside the ")
+	for v := range 12 { // 12 of 34, inside what the clustered training snapshots held
+		y[v] = 1
+	}
+	inf, err = l.Localize(t.Context(), y)
+	require.NoError(t, err)
+	require.Empty(t, inf.Note)
 }
