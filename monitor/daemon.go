@@ -652,8 +652,20 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 		d.metrics.infected.WithLabelValues(gr.name).Set(float64(o.infected))
 		gc = gr.gc.Load()
 		kind := jobKind(-1)
+		healthy := gr.healthy()
+		if healthy && gr.relaunches.Load() > 0 && !gr.inflight.Load() {
+			// A relaunched plugin that lived to this tick does not count
+			// against the next death: a plugin killed now and then over
+			// months of quiet (the OOM killer, an operator) is brought back
+			// each time, while one that dies at once still hits the cap.
+			gr.relaunches.Store(0)
+		}
+		if !healthy && gr.relaunches.Load() == int64(gc.Restarts) && gc.Restarts > 0 {
+			d.limiter.warn("relaunch_budget", "forward plugin down and its relaunches used up (restarts); the next inference or localize request tries once more",
+				zap.String("graph", gr.name), zap.Int("restarts", gc.Restarts))
+		}
 		switch {
-		case !gr.healthy() && gr.relaunches.Load() < int64(gc.Restarts):
+		case !healthy && gr.relaunches.Load() < int64(gc.Restarts):
 			// The plugin died between inferences: bring it back before
 			// it is needed, so /readyz recovers too.
 			kind = jobRelaunch
@@ -836,6 +848,10 @@ func (d *Daemon) resolve(ctx context.Context, gr *graphRT) {
 	}
 	o := gr.win.observe(d.now(), nil)
 	if _, ok := d.tracker.Resolve(gr.name, alerts.Window{From: o.from, To: o.to}, o.infected); ok {
+		// The next outbreak is a new incident whatever nodes it holds:
+		// the same nodes infected again must be inferred again, though
+		// they differ from the last inferred set in none.
+		gr.inferred.Store(nil)
 		d.flush(ctx, gr, d.publishAttempts)
 	}
 }
@@ -1067,6 +1083,10 @@ func (d *Daemon) Reload(ctx context.Context) error {
 		if err := old.close(); err != nil {
 			d.log.Warn("closing old localizer", zap.String("graph", gr.name), zap.Error(err))
 		}
+		// The new model has not seen the window: an open incident is
+		// inferred again at the next tick (published only if its source
+		// set changes).
+		gr.inferred.Store(nil)
 	}
 	d.current.Store(&cfg)
 	d.log.Info("reloaded", zap.Int("graphs", len(d.order)))

@@ -198,16 +198,19 @@ func TestReloadSwapsLocalizers(t *testing.T) {
 
 // TestPluginDeathIsRelaunched kills the localizer's "plugin" during an
 // inference: the daemon relaunches it, the alert still arrives, and a
-// localizer that dies between inferences is relaunched proactively, up to
-// the graph's restarts.
+// localizer that dies between inferences is relaunched proactively: every
+// time when it lived through a tick, up to the graph's restarts when it
+// dies at once.
 func TestPluginDeathIsRelaunched(t *testing.T) {
 	now := time.Now()
 	cfg := testConfig(t, "p")
 	cfg.Graphs[0].Restarts = 1
+	var bornSick atomic.Bool
 	f := &factoryOf{onMake: func(i int, l *fakeLocalizer) {
 		if i == 0 {
 			l.dieOnCall = 1
 		}
+		l.sick.Store(bornSick.Load())
 	}}
 	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory))
 	sink := subscribeAlerts(t, r.nc, "p")
@@ -226,12 +229,22 @@ func TestPluginDeathIsRelaunched(t *testing.T) {
 	require.Eventually(t, func() bool { return len(f.all()) == 3 }, 10*time.Second, 5*time.Millisecond)
 	require.Eventually(t, func() bool { return r.d.Status().Graphs[0].LocalizerHealth }, 10*time.Second, 5*time.Millisecond)
 
-	// Without a successful inference since, restarts: 1 is used up.
+	// It lived through ticks (many intervals): its death does not count
+	// against restarts: 1, and it is relaunched again.
+	time.Sleep(200 * time.Millisecond)
 	f.all()[2].sick.Store(true)
+	require.Eventually(t, func() bool { return len(f.all()) == 4 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return r.d.Status().Graphs[0].LocalizerHealth }, 10*time.Second, 5*time.Millisecond)
+
+	// One that dies at once, relaunch after relaunch, uses restarts: 1 up.
+	time.Sleep(200 * time.Millisecond)
+	bornSick.Store(true)
+	f.all()[3].sick.Store(true)
+	require.Eventually(t, func() bool { return len(f.all()) == 5 }, 10*time.Second, 5*time.Millisecond)
 	time.Sleep(200 * time.Millisecond) // many intervals
-	require.Len(t, f.all(), 3)
+	require.Len(t, f.all(), 5)
 	require.False(t, r.d.Status().Graphs[0].LocalizerHealth)
-	require.Equal(t, 2.0, value(t, r.d.metrics.restarts.WithLabelValues("p")))
+	require.Equal(t, 4.0, value(t, r.d.metrics.restarts.WithLabelValues("p")))
 }
 
 // An outbreak on nodes whose earlier infection left the window, and
@@ -297,6 +310,19 @@ func TestRepeatOutbreakAndAgeingOut(t *testing.T) {
 	require.Equal(t, alerts.Firing, got[3].Status)
 	require.Equal(t, "1", got[3].Sources[0].Node)
 	require.NotEqual(t, got[0].Fingerprint, got[3].Fingerprint, "a new incident")
+
+	// It resolves, and exactly the nodes its last inference saw break out
+	// once more: a third incident, though the infected set is the one the
+	// last inference saw.
+	offset.Store(int64(300 * time.Second))
+	got = sink.wait(t, 5)
+	require.Equal(t, alerts.Resolved, got[4].Status)
+	for _, v := range []int{1, 2, 3} {
+		infect(v, at(300*time.Second))
+	}
+	got = sink.wait(t, 6)
+	require.Equal(t, alerts.Firing, got[5].Status)
+	require.NotEqual(t, got[3].Fingerprint, got[5].Fingerprint)
 }
 
 // Events applied and snapshotted before a stop but never inferred are

@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,6 +32,8 @@ type LocalizeResponse struct {
 	Threshold   float64         `json:"threshold"`
 	Model       alerts.ModelRef `json:"model"`
 	InferenceMS float64         `json:"inference_ms"`
+	// Note is the localizer's note, as in an alert.
+	Note string `json:"note,omitempty"`
 }
 
 // GraphStatus is one graph in the status answer.
@@ -94,6 +97,9 @@ func (d *Daemon) Localize(ctx context.Context, req LocalizeRequest) (LocalizeRes
 	if !ok {
 		return LocalizeResponse{}, fmt.Errorf("%w: %q", ErrUnknownGraph, clip(req.Graph))
 	}
+	if len(req.Infected) == 0 {
+		return LocalizeResponse{}, fmt.Errorf(`%w: "infected" is missing or empty: nothing to localize`, errBadRequest)
+	}
 	y := make([]float64, gr.g.N())
 	for _, id := range req.Infected {
 		v, ok := gr.g.Index(id)
@@ -110,6 +116,7 @@ func (d *Daemon) Localize(ctx context.Context, req LocalizeRequest) (LocalizeRes
 		Graph: req.Graph, Sources: srcs, CredibleSet: alerts.CredibleSet(srcs, alerts.DefaultMass),
 		Threshold: inf.Threshold, InferenceMS: float64(dur.Microseconds()) / 1000,
 		Model: alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
+		Note:  inf.Note,
 	}, nil
 }
 
@@ -162,9 +169,13 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 		h    micro.HandlerFunc
 	}{
 		{"localize", func(r micro.Request) {
+			// Strict, like localize's observation files: a misspelt key
+			// would otherwise localize nothing infected.
 			var req LocalizeRequest
-			if err := json.Unmarshal(r.Data(), &req); err != nil {
-				respond(r, nil, fmt.Errorf("%w: %w", errBadRequest, err))
+			dec := json.NewDecoder(bytes.NewReader(r.Data()))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&req); err != nil {
+				respond(r, nil, fmt.Errorf(`%w: want {"graph":"<name>","infected":[ids...]}: %w`, errBadRequest, err))
 				return
 			}
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
