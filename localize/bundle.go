@@ -209,7 +209,8 @@ func newBundleID() string {
 }
 
 // Write writes the bundle as a zip archive: manifest.json first, then the
-// prior and forward entries. It fills in the manifest's checksums.
+// prior and forward entries. It fills in the manifest's checksums and
+// drops its undefined (NaN or infinite) metrics.
 func (b *Bundle) Write(w io.Writer) error {
 	if b.VAE == nil || b.Terms == nil || b.Graph == nil {
 		panic("localize: writing a bundle without a prior or a graph")

@@ -325,6 +325,22 @@ const (
 	TrainInfectedMaxMetric = "train_infected_fraction_max"
 )
 
+// OutsideTraining describes an observation of infected nodes whose
+// fraction of the graph lies outside the range the bundle's training
+// snapshots held (TrainInfectedMinMetric, TrainInfectedMaxMetric), for a
+// reader of its answer; "" inside it, or for a bundle that does not
+// record the range.
+func (m *Manifest) OutsideTraining(infected int) string {
+	lo, okLo := m.Metrics[TrainInfectedMinMetric]
+	hi, okHi := m.Metrics[TrainInfectedMaxMetric]
+	f := float64(infected) / float64(m.Graph.Nodes)
+	if !okLo || !okHi || (f >= lo && f <= hi) {
+		return ""
+	}
+	return fmt.Sprintf("%.1f%% of the nodes infected, outside the %.0f-%.0f%% the bundle's training snapshots held: its threshold, source count and ranking were chosen on those",
+		100*f, 100*lo, 100*hi)
+}
+
 // InfectedFractionRange returns the smallest and largest fraction of n
 // nodes the pairs' snapshots hold infected.
 func InfectedFractionRange(pairs []forward.Pair, n int) (lo, hi float64) {

@@ -297,3 +297,15 @@ func TestTrainChoosesPrior(t *testing.T) {
 	_, err := localize.ParsePriorChoice("off")
 	require.ErrorContains(t, err, `want auto or on, got "off"`)
 }
+
+func TestOutsideTraining(t *testing.T) {
+	m := localize.Manifest{Graph: localize.GraphRef{Nodes: 100}, Metrics: map[string]float64{
+		localize.TrainInfectedMinMetric: 0.2, localize.TrainInfectedMaxMetric: 0.5}}
+	require.Empty(t, m.OutsideTraining(20))
+	require.Empty(t, m.OutsideTraining(50))
+	require.Equal(t, "3.0% of the nodes infected, outside the 20-50% the bundle's training snapshots held: its threshold, source count and ranking were chosen on those",
+		m.OutsideTraining(3))
+	require.Contains(t, m.OutsideTraining(90), "90.0% of the nodes infected")
+	delete(m.Metrics, localize.TrainInfectedMaxMetric)
+	require.Empty(t, m.OutsideTraining(3), "a bundle that does not record the range says nothing")
+}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -137,7 +136,7 @@ type graphRT struct {
 	loc  atomic.Pointer[locHolder]
 
 	inflight   atomic.Bool
-	relaunches atomic.Int64 // relaunches since the last successful inference
+	relaunches atomic.Int64 // relaunches since the last successful inference or a tick that found the plugin up
 	inferMu    sync.Mutex   // one Localize at a time per graph
 	// inferred is the observation's infected set at the last successful
 	// inference (y_v > 0), nil until the first one of this process.
@@ -604,11 +603,11 @@ func (gr *graphRT) healthy() bool {
 // infections, recoveries, and infections that aged out of the window or
 // came back into it. A node reported infected again after its infection
 // left the window changes no state, but it changes y; counting state
-// changes alone missed every repeat outbreak on the same nodes. With no
-// inference yet (last nil) everything has changed.
+// changes alone missed every repeat outbreak on the same nodes. It is -1
+// with no inference to compare with (last nil): everything is new.
 func changedSince(last *[]bool, y []float64) int {
 	if last == nil {
-		return math.MaxInt
+		return -1
 	}
 	n := 0
 	for v, was := range *last {
@@ -618,6 +617,10 @@ func changedSince(last *[]bool, y []float64) int {
 	}
 	return n
 }
+
+// changedEnough reports whether changed nodes (changedSince) call for an
+// inference under min_changes.
+func changedEnough(changed, minChanges int) bool { return changed < 0 || changed >= minChanges }
 
 // infectedSet returns y's infected set, y_v > 0.
 func infectedSet(y []float64) *[]bool {
@@ -673,7 +676,7 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 			// An alert a job could not publish goes out before any new
 			// one is made, so subscribers see every seq in order.
 			kind = jobFlush
-		case o.infected >= gc.MinInfected && changedSince(gr.inferred.Load(), o.y) >= gc.MinChanges:
+		case o.infected >= gc.MinInfected && changedEnough(changedSince(gr.inferred.Load(), o.y), gc.MinChanges):
 			kind = jobInfer
 		case o.infected < gc.MinInfected:
 			if _, open := d.tracker.Open(gr.name); open {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -72,12 +71,9 @@ func (d *Daemon) Status() Status {
 	for _, gr := range d.order {
 		o := gr.win.observe(now, nil)
 		_, ch, seq := gr.win.counts()
-		pending := changedSince(gr.inferred.Load(), o.y)
-		if pending == math.MaxInt {
-			pending = -1
-		}
 		gs := GraphStatus{
-			Name: gr.name, Nodes: gr.g.N(), WindowInfected: o.infected, Changes: ch, ChangedSinceInference: pending, Seq: seq,
+			Name: gr.name, Nodes: gr.g.N(), WindowInfected: o.infected, Changes: ch,
+			ChangedSinceInference: changedSince(gr.inferred.Load(), o.y), Seq: seq,
 			Inflight: gr.inflight.Load(), LocalizerHealth: gr.healthy(), LastAlert: gr.lastAlert.Load(),
 			PendingAlerts: d.tracker.Pending(gr.name),
 		}

@@ -162,7 +162,7 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 			Calibrated: b.Manifest.Calibration != nil,
 			Timing:     res.Timing, Forward: b.Manifest.Forward,
 			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
-			OutsideTraining: outsideTraining(b.Manifest, len(idx)),
+			OutsideTraining: b.Manifest.OutsideTraining(len(idx)),
 		}
 		if out.SourceRule != "" {
 			out.Tied = ranked(b.Graph, res, tiedWithLast(res))
@@ -196,20 +196,6 @@ func tiedWithLast(res *localize.Result) []int {
 		}
 	}
 	return tied
-}
-
-// outsideTraining describes an observation of infected nodes whose
-// fraction of the graph lies outside what the bundle's training snapshots
-// held, or "" (inside, or a bundle that does not record the range).
-func outsideTraining(m localize.Manifest, infected int) string {
-	lo, okLo := m.Metrics[localize.TrainInfectedMinMetric]
-	hi, okHi := m.Metrics[localize.TrainInfectedMaxMetric]
-	f := float64(infected) / float64(m.Graph.Nodes)
-	if !okLo || !okHi || (f >= lo && f <= hi) {
-		return ""
-	}
-	return fmt.Sprintf("%.1f%% of the nodes infected, outside the %.0f-%.0f%% the bundle's training snapshots held: its threshold, source count and ranking were chosen on those",
-		100*f, 100*lo, 100*hi)
 }
 
 // sourceRuleUsed describes the bundle's count rule when Solve cut by it
@@ -355,8 +341,10 @@ func decodeObservation(data []byte, where string) (observationFile, error) {
 				err = fmt.Errorf("found a JSON %s, not an object", typeErr.Value)
 			case field == "infected" && typeErr.Value == "number":
 				err = fmt.Errorf(`"infected" holds a number: node ids are strings ("7", not 7)`)
+			case field == "infected":
+				err = fmt.Errorf(`"infected" holds a JSON %s where it wants an array of node ids`, typeErr.Value)
 			default:
-				err = fmt.Errorf("%q holds a JSON %s where it wants %s", field, typeErr.Value, map[bool]string{true: "an array of node ids", false: "another type"}[field == "infected"])
+				err = fmt.Errorf("%q holds a JSON %s, not what it should", field, typeErr.Value)
 			}
 		}
 		return observationFile{}, fmt.Errorf(`%s: want {"infected":[ids...]}: %v`, where, err)

@@ -71,7 +71,7 @@ func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (monitor.In
 	}
 	return monitor.Inference{
 		Scores: res.Scores, Probability: res.Probability, Sources: res.Sources,
-		Threshold: res.Threshold, Model: l.model, Note: outsideTraining(l.bundle.Manifest, infected),
+		Threshold: res.Threshold, Model: l.model, Note: l.bundle.Manifest.OutsideTraining(infected),
 	}, nil
 }
 

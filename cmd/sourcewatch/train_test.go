@@ -518,19 +518,8 @@ func TestTrainEveryNodeASource(t *testing.T) {
 	require.NotContains(t, b.Manifest.Metrics, localize.WithPriorAUCMetric)
 }
 
-func TestTiedWithLastAndOutsideTraining(t *testing.T) {
+func TestTiedWithLast(t *testing.T) {
 	res := &localize.Result{Scores: []float64{0.9, 0.5, 0.5, 0.1, 0.5}, Sources: []int{0, 1}}
-	names := tiedWithLast(res)
-	require.Equal(t, []int{2, 4}, names)
+	require.Equal(t, []int{2, 4}, tiedWithLast(res))
 	require.Nil(t, tiedWithLast(&localize.Result{Scores: []float64{0.5}}))
-
-	m := localize.Manifest{Graph: localize.GraphRef{Nodes: 100}, Metrics: map[string]float64{
-		localize.TrainInfectedMinMetric: 0.2, localize.TrainInfectedMaxMetric: 0.5}}
-	require.Empty(t, outsideTraining(m, 20))
-	require.Empty(t, outsideTraining(m, 50))
-	require.Equal(t, "3.0% of the nodes infected, outside the 20-50% the bundle's training snapshots held: its threshold, source count and ranking were chosen on those",
-		outsideTraining(m, 3))
-	require.Contains(t, outsideTraining(m, 90), "90.0% of the nodes infected")
-	delete(m.Metrics, localize.TrainInfectedMaxMetric)
-	require.Empty(t, outsideTraining(m, 3), "a bundle that does not record the range says nothing")
 }
