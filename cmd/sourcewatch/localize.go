@@ -35,7 +35,7 @@ node is over the bundle's threshold delta).`,
 	f.String("observation", "-", `observation file: {"infected":[ids...]} or JSONL of them ("-" = stdin)`)
 	f.String("graph", "", "edge file to check the bundle against (default: the bundle's own copy)")
 	f.Bool("directed", false, "the --graph edge file is directed")
-	f.String("plugin-dir", "bin", "directory holding the forward-model plugin binaries")
+	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries")
 	f.Bool("allow-unverified", false, "run a forward plugin whose checksum the bundle does not record")
 	f.String("forward-checksum", "", "hex SHA-256 the plugin binary must have, instead of the one the bundle records (a trusted rebuild of the same model)")
 	f.Int("restarts", 0, "inference restarts R (0 = the bundle's)")

@@ -50,7 +50,7 @@ metrics on the test split, and writes everything into one bundle file.`,
 	f.String("cascades-file", "", "train on recorded cascades (JSONL as written by simulate) instead of simulating")
 	f.String("forward", "deepis", "forward-model plugin name (bin/sourcewatch-forward-<name>)")
 	f.StringToString("forward-param", nil, "forward-model parameter name=value (repeatable)")
-	f.String("plugin-dir", "bin", "directory holding the forward-model plugin binaries")
+	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries")
 	f.Int("forward-epochs", 0, "forward-model training epochs (0 = the plugin's default)")
 	f.Float64("forward-lr", 0, "forward-model learning rate (0 = the plugin's default)")
 	f.Float64("lambda", 0, "weight of the monotonicity penalty (0 = the plugin's default)")
