@@ -112,6 +112,8 @@ type Daemon struct {
 	// standby says, while this replica waits for the HA lease, which
 	// replica is active.
 	standby atomic.Pointer[string]
+	// waiting says what the start waits for (a first NATS connection).
+	waiting atomic.Pointer[string]
 
 	// ingestCtx is what the consume callbacks check: shutdown cancels it
 	// (stopIngest) once it stops waiting for them, so a callback stuck in
@@ -302,9 +304,46 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		for _, o := range []outcome{outApplied, outRefreshed, outUnchanged, outStale, outDuplicate, "deadletter"} {
 			gr.outcomes[o] = d.metrics.events.WithLabelValues(gc.Name, string(o))
 		}
+		// Series a graph has from the start, so a dashboard's rate() of
+		// a failure sees its first one instead of a series appearing at 1.
 		d.metrics.infected.WithLabelValues(gc.Name)
+		d.metrics.inferErrors.WithLabelValues(gc.Name)
+		d.metrics.restarts.WithLabelValues(gc.Name)
+		for _, st := range []alerts.Status{alerts.Firing, alerts.Updated, alerts.Resolved} {
+			d.metrics.alerts.WithLabelValues(gc.Name, string(st))
+		}
 		d.graphs[gc.Name] = gr
 		d.order = append(d.order, gr)
+	}
+
+	// HTTP comes up before NATS and the lease, so /readyz says what the
+	// daemon waits for: a NATS server not reachable yet, or (a standby)
+	// which replica is active. The tracker is there for /status from the
+	// start; the snapshot restore fills it later.
+	d.tracker = alerts.NewTracker(d.now)
+	var httpSrv *http.Server
+	httpDone := make(chan struct{})
+	if cfg.HTTP.Addr != "" {
+		ln, err := net.Listen("tcp", cfg.HTTP.Addr)
+		if err != nil {
+			return fmt.Errorf("http.addr: %w", err)
+		}
+		d.httpAddr.Store(ln.Addr().String())
+		httpSrv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+		go func() {
+			defer close(httpDone)
+			if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("http server", zap.Error(err))
+			}
+		}()
+		cleanup = append(cleanup, func() {
+			shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = httpSrv.Shutdown(shCtx)
+			cancel()
+			<-httpDone
+		})
+	} else {
+		close(httpDone)
 	}
 
 	if cfg.NATS.URL == "" {
@@ -333,7 +372,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.clientURL.Store(cfg.NATS.URL)
 		// A daemon started before its cluster waits for it, as it would
 		// ride out a later outage, instead of failing its setup.
-		if err := waitConnected(ctx, nc, d.log); err != nil {
+		if err := d.waitConnected(ctx, nc, cfg.NATS.URL); err != nil {
 			return nil
 		}
 	}
@@ -352,34 +391,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return err
 	}
 	d.pub = alerts.NewPublisher(js, cfg.Subjects.Prefix)
-	d.tracker = alerts.NewTracker(d.now)
-
-	// HTTP comes up before the lease, so a standby answers /healthz and
-	// says in /readyz which replica is active.
-	var httpSrv *http.Server
-	httpDone := make(chan struct{})
-	if cfg.HTTP.Addr != "" {
-		ln, err := net.Listen("tcp", cfg.HTTP.Addr)
-		if err != nil {
-			return fmt.Errorf("http.addr: %w", err)
-		}
-		d.httpAddr.Store(ln.Addr().String())
-		httpSrv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
-		go func() {
-			defer close(httpDone)
-			if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				d.log.Error("http server", zap.Error(err))
-			}
-		}()
-		cleanup = append(cleanup, func() {
-			shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_ = httpSrv.Shutdown(shCtx)
-			cancel()
-			<-httpDone
-		})
-	} else {
-		close(httpDone)
-	}
 
 	var held *lease
 	lostLease := make(chan error, 1)
@@ -535,7 +546,16 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	return nil
 }
 
-func waitConnected(ctx context.Context, nc *nats.Conn, log *zap.Logger) error {
+// waitConnected waits for nc's first connection to url, saying so in
+// /readyz and in a warning every 10 s.
+func (d *Daemon) waitConnected(ctx context.Context, nc *nats.Conn, url string) error {
+	if nc.IsConnected() {
+		return nil
+	}
+	url = redactURLs(url)
+	msg := "nats: waiting for the first connection to " + url
+	d.waiting.Store(&msg)
+	defer d.waiting.Store(nil)
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	var waited time.Duration
@@ -547,7 +567,7 @@ func waitConnected(ctx context.Context, nc *nats.Conn, log *zap.Logger) error {
 		case <-t.C:
 		}
 		if waited += 50 * time.Millisecond; waited%(10*time.Second) == 0 {
-			log.Warn("waiting for NATS", zap.String("url", nc.Opts.Url), zap.Duration("waited", waited))
+			d.log.Warn("waiting for NATS", zap.String("url", url), zap.Duration("waited", waited))
 		}
 	}
 	return nil
@@ -562,6 +582,9 @@ func (d *Daemon) readiness() []string {
 	select {
 	case <-d.ready:
 	default:
+		if msg := d.waiting.Load(); msg != nil {
+			return []string{*msg}
+		}
 		return []string{"starting"}
 	}
 	if d.nc == nil || !d.nc.IsConnected() {

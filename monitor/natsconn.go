@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -226,4 +228,26 @@ func checkStreamSubjects(ctx context.Context, js jetstream.JetStream, stream, su
 	}
 	return fmt.Errorf("%w: stream %s has subjects %q, but subjects.prefix %q needs %q; one deployment per NATS account is supported (to change the prefix, delete the stream or edit its subjects)",
 		ErrStreamInUse, stream, have, prefix, []string{subject})
+}
+
+// redactURLs is a comma-separated list of NATS URLs, such as nats.url,
+// with any user, password or token left out, for logs and /readyz.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		u, err := url.Parse(p)
+		switch {
+		case err != nil:
+			// Unparsable: keep only what follows a userinfo's '@'.
+			if at := strings.LastIndex(p, "@"); at >= 0 {
+				p = "***" + p[at:]
+			}
+		case u.User != nil:
+			u.User = nil
+			p = strings.Replace(u.String(), "//", "//***@", 1)
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
 }

@@ -53,3 +53,13 @@ func TestStreamOfAnotherPrefixFailsStart(t *testing.T) {
 		})
 	}
 }
+
+func TestRedactURLs(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
+		{"nats://user:pass@a:4222, tls://token@b:4222", "nats://***@a:4222,tls://***@b:4222"},
+		{"nats://us%zzer:pa@ss@a:4222", "***@a:4222"},
+	} {
+		require.Equal(t, tc.want, redactURLs(tc.in), tc.in)
+	}
+}

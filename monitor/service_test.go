@@ -162,6 +162,9 @@ func TestHTTPEndpoints(t *testing.T) {
 		`sourcewatch_deadletters_total{reason="too_large"} 0`,
 		`sourcewatch_plugin_restarts_total{graph="p"} 3`,
 		`sourcewatch_window_infected{graph="p"}`,
+		// Failure counters exist at 0 before their first failure.
+		`sourcewatch_inference_errors_total{graph="p"} 0`,
+		`sourcewatch_alerts_total{graph="p",status="resolved"} 0`,
 		`go_goroutines`,
 	} {
 		require.Contains(t, body, want)
@@ -213,8 +216,9 @@ func TestPublishEventsReplaysACascade(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
-// TestWaitsForNATS starts the daemon before its server: it waits, then
-// becomes ready once the server is up.
+// TestWaitsForNATS starts the daemon before its server: it waits, saying
+// so in /readyz (without the URL's password), then becomes ready once the
+// server is up.
 func TestWaitsForNATS(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -222,7 +226,8 @@ func TestWaitsForNATS(t *testing.T) {
 	require.NoError(t, ln.Close())
 
 	cfg := testConfig(t, "p")
-	cfg.NATS.URL = fmt.Sprintf("nats://127.0.0.1:%d", port)
+	cfg.NATS.URL = fmt.Sprintf("nats://watcher:s3cret@127.0.0.1:%d", port)
+	cfg.HTTP.Addr = "127.0.0.1:0"
 	f := &factoryOf{}
 	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
 	require.NoError(t, err)
@@ -241,6 +246,18 @@ func TestWaitsForNATS(t *testing.T) {
 		t.Fatalf("gave up without a server: %v", err)
 	default:
 	}
+	resp, err := http.Get("http://" + d.HTTPAddr() + "/readyz")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Contains(t, string(body), fmt.Sprintf("waiting for the first connection to nats://***@127.0.0.1:%d", port))
+	require.NotContains(t, string(body), "s3cret")
+	resp, err = http.Get("http://" + d.HTTPAddr() + "/status")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "/status answers while NATS is awaited")
 
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	require.NoError(t, err)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -47,5 +49,36 @@ func TestServeConfigUnknownKeyListsFileKeys(t *testing.T) {
 	require.Subset(t, known, []string{"workers", "http", "nats", "graphs", "log_level", "log_format", "data_dir", "plugin_dir"})
 	for _, k := range []string{"http_addr", "nats_url", "help", "config"} {
 		require.NotContains(t, known, k)
+	}
+}
+
+// Commands that read only their flags from a config file refuse a dashed
+// key, which viper would ignore, naming the key meant, and name the other
+// keys they ignore in one warning.
+func TestFlagCommandConfigKeys(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, wantErr, wantWarn string
+		cascades                      int
+	}{
+		{"underscored keys are read", "cascades: 2\nsource_ratio: 0.3\n", "", "", 2},
+		{"a dashed key is refused", "cascades: 2\nsource-ratio: 0.3\n", `key "source-ratio": config keys use underscores; did you mean source_ratio?`, "", 0},
+		{"a key of no flag is named", "cascdes: 2\nlog_level: warn\n", "", `"keys":["cascdes"]`, 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := filepath.Join(t.TempDir(), "simulate.yaml")
+			require.NoError(t, os.WriteFile(cfg, []byte(tc.file), 0o644))
+			out, stderr, err := runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--config", cfg, "--log-format", "json")
+			if tc.wantErr != "" {
+				require.ErrorContains(t, err, tc.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.cascades, strings.Count(out, "\n"))
+			if tc.wantWarn != "" {
+				require.Contains(t, stderr, tc.wantWarn)
+			} else {
+				require.NotContains(t, stderr, "does not read")
+			}
+		})
 	}
 }

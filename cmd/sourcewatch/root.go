@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -90,6 +91,46 @@ func (a *app) setup(cmd *cobra.Command) error {
 		return err
 	}
 	a.log = log
+	return checkFlagKeys(cmd, v, log)
+}
+
+// daemonConfigCommands read a daemon config file (configs/sourcewatch.yaml):
+// serve and demo check its keys themselves (loadDaemonConfig), and alerts
+// tail reads its nats and subjects sections.
+var daemonConfigCommands = map[string]bool{"serve": true, "demo": true, "tail": true}
+
+// checkFlagKeys checks the config file of a command that reads only its
+// flags from it (simulate, train, eval, ...): a key spelt with dashes
+// (source-ratio for source_ratio) is an error naming the key meant, since
+// viper would ignore it and run with the default; any other key the
+// command does not read is named in one warning (a file may be shared by
+// several commands).
+func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
+	if daemonConfigCommands[cmd.Name()] {
+		return nil
+	}
+	fv, err := configFile(v)
+	if fv == nil || err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	add := func(f *pflag.Flag) { known[flagKey(f.Name)] = true }
+	cmd.Flags().VisitAll(add)
+	cmd.InheritedFlags().VisitAll(add)
+	var ignored []string
+	for _, k := range slices.Sorted(maps.Keys(fv.AllSettings())) {
+		switch {
+		case known[k]:
+		case k != flagKey(k) && known[flagKey(k)]:
+			return fmt.Errorf("%s: key %q: config keys use underscores; did you mean %s?", fv.ConfigFileUsed(), k, flagKey(k))
+		default:
+			ignored = append(ignored, k)
+		}
+	}
+	if len(ignored) > 0 {
+		log.Warn("config keys that "+cmd.CommandPath()+" does not read are ignored",
+			zap.String("config", fv.ConfigFileUsed()), zap.Strings("keys", ignored))
+	}
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"strconv"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -59,22 +60,39 @@ func loadGraph(v *viper.Viper) (*graph.Graph, error) {
 	return g, nil
 }
 
-// warnUnusedWeights warns, once, when the simulation does not use what
-// the user gave it: a weighted graph's weights under SI or SIR, which
-// spread with --beta on every arc, or an explicit --p under IC on a
-// weighted graph, whose weights replace it.
+// modelFlags are the simulation flags (as config keys) each model reads.
+var modelFlags = map[diffusion.Model][]string{
+	diffusion.SI:  {"beta"},
+	diffusion.SIR: {"beta", "gamma"},
+	diffusion.IC:  {"p"},
+	diffusion.LT:  {"lt_threshold"},
+}
+
+// warnUnusedWeights warns, once each, when the simulation does not use
+// what the user gave it: a weighted graph's weights under SI or SIR, which
+// spread with --beta on every arc; an explicit --p under IC on a weighted
+// graph, whose weights replace it; and a flag set explicitly (on the
+// command line, in the environment or the config file) that only another
+// model reads, such as --p under SI.
 func (a *app) warnUnusedWeights(g *graph.Graph, cfg diffusion.Config) {
-	if !g.Weighted() {
-		return
-	}
 	graphFile := zap.String("graph", a.v.GetString("graph"))
 	switch {
-	case !cfg.Model.UsesWeights():
+	case g.Weighted() && !cfg.Model.UsesWeights():
 		a.log.Warn(fmt.Sprintf("the graph's edge weights are not used: %s infects along every arc with --beta (only IC and LT read weights)", cfg.Model),
 			graphFile, zap.Float64("beta", cfg.Beta))
-	case cfg.Model == diffusion.IC && a.v.IsSet("p"):
+	case g.Weighted() && cfg.Model == diffusion.IC && a.v.IsSet("p"):
 		a.log.Warn("--p is not used: IC on a weighted graph activates each arc with its weight",
 			graphFile, zap.Float64("p", cfg.P))
+	}
+	reads := modelFlags[cfg.Model]
+	for _, m := range []diffusion.Model{diffusion.SI, diffusion.SIR, diffusion.IC, diffusion.LT} {
+		for _, key := range modelFlags[m] {
+			if slices.Contains(reads, key) || !a.v.IsSet(key) {
+				continue
+			}
+			reads = append(reads, key) // warned once
+			a.log.Warn(fmt.Sprintf("--%s is not used: %s does not read it (%s does)", strings.ReplaceAll(key, "_", "-"), cfg.Model, m))
+		}
 	}
 }
 

@@ -168,7 +168,7 @@ func TestSimulateCommandWarnsOfUnusedWeights(t *testing.T) {
 	}
 	require.NoError(t, os.WriteFile(weighted, []byte(w.String()), 0o600))
 	require.NoError(t, os.WriteFile(plain, []byte(p.String()), 0o600))
-	const weightsUnused, pUnused = "the graph's edge weights are not used", "--p is not used"
+	const weightsUnused, pUnused, betaUnused = "the graph's edge weights are not used", "--p is not used", "--beta is not used: IC does not read it"
 	for _, tc := range []struct {
 		name  string
 		graph string
@@ -182,12 +182,14 @@ func TestSimulateCommandWarnsOfUnusedWeights(t *testing.T) {
 		{"LT uses weights", weighted, []string{"--diffusion", "LT"}, ""},
 		{"SI unweighted", plain, []string{"--diffusion", "SI"}, ""},
 		{"IC unweighted uses --p", plain, []string{"--diffusion", "IC", "--p", "0.5"}, ""},
+		{"SI does not read --p", plain, []string{"--diffusion", "SI", "--p", "0.5"}, pUnused},
+		{"IC does not read --beta", plain, []string{"--diffusion", "IC", "--beta", "0.5"}, betaUnused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--graph", tc.graph, "--cascades", "5", "--sources", "2", "--observe", "0.2"}, tc.args...)
 			_, stderr, err := runSimulateCmd(t, args...)
 			require.NoError(t, err)
-			for _, warning := range []string{weightsUnused, pUnused} {
+			for _, warning := range []string{weightsUnused, pUnused, betaUnused} {
 				want := 0
 				if warning == tc.want {
 					want = 1

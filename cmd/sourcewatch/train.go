@@ -137,11 +137,16 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	}
 	ntrain, nval := int(math.Round(0.6*float64(len(cascades)))), int(math.Round(0.2*float64(len(cascades))))
 	train, val, test := eval.Split(cascades, ntrain, nval, seed)
+	// Where more cascades come from: the flag, or more recorded lines.
+	more := "use --cascades 100 or more"
+	if path := v.GetString("cascades_file"); path != "" {
+		more = fmt.Sprintf("record 100 or more in %s", path)
+	}
 	if len(train) == 0 || len(val) == 0 || len(test) == 0 {
-		return fmt.Errorf("--cascades: %d cascades give an empty train, validation or test split; use at least 10", len(cascades))
+		return fmt.Errorf("%d cascades give an empty train, validation or test split; %s (at least 10)", len(cascades), more)
 	}
 	if len(val) < minValidation {
-		a.log.Warn("few validation cascades: delta, n_opt, the ranking and the prior are chosen on them, and the choices will be noisy; use --cascades 100 or more",
+		a.log.Warn("few validation cascades: delta, n_opt, the ranking and the prior are chosen on them, and the choices will be noisy; "+more,
 			zap.Int("validation", len(val)), zap.Int("cascades", len(cascades)))
 	}
 
