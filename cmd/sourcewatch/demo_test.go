@@ -198,6 +198,7 @@ func TestBundleLocalizerNotesObservationsOutsideTraining(t *testing.T) {
 	l, err := bundleLocalizers(pluginDir, zap.NewNop())(t.Context(), monitor.GraphConfig{Name: "club", Edges: edges, Bundle: bundle}, g)
 	require.NoError(t, err)
 	defer l.Close()
+	require.Nil(t, l.(*bundleLocalizer).bundle.VAE, "a daemon's localizer keeps the prior terms, not the network")
 	y := make([]float64, g.N())
 	y[0] = 1
 	inf, err := l.Localize(t.Context(), y)

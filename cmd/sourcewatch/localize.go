@@ -111,6 +111,7 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		return err
 	}
+	b.VAE = nil // inference reads the prior terms; the network is garbage
 	obs, err := readObservations(v.GetString("observation"), cmd.InOrStdin())
 	if err != nil {
 		return err

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
