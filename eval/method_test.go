@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
@@ -636,5 +638,32 @@ func TestSLVAEForwardGateDefault(t *testing.T) {
 		gate, sent := m.fparams["gate"]
 		require.Equal(t, tt.gate != "", sent, "%s %v", tt.method, tt.params)
 		require.Equal(t, tt.gate, gate, "%s %v", tt.method, tt.params)
+	}
+}
+
+// A pick cap over slowNetSleuthPicks is said once at Fit, with the
+// parameter that bounds it; the caps of the tables' graphs are not.
+func TestNetSleuthWarnsOfASlowPickCap(t *testing.T) {
+	g := path(1300)
+	for _, tc := range []struct {
+		sources int
+		warned  bool
+	}{{60, false}, {520, true}} {
+		core, logs := observer.New(zap.WarnLevel)
+		f, err := Lookup("netsleuth")
+		require.NoError(t, err)
+		m, err := f(Env{Graph: g, Seed: 7, Logger: zap.New(core), Params: map[string]string{"k": "1"}})
+		require.NoError(t, err)
+		train := siCascades(g, 2, tc.sources, 0.5, 0.6, 5)
+		rm := m.(*rankMethod)
+		rm.g = g // as Fit sets it, without Fit's validation picks
+		require.NoError(t, rm.prepare(train))
+		warnings := logs.FilterMessageSnippet("netsleuth.max_k=100 bounds it").All()
+		if !tc.warned {
+			require.Empty(t, warnings)
+			continue
+		}
+		require.Len(t, warnings, 1)
+		require.Contains(t, warnings[0].Message, fmt.Sprintf("up to %d seeds a cascade", 2*tc.sources))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"go.uber.org/zap"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
@@ -16,6 +17,11 @@ func init() { registerUndirected("netsleuth", newNetSleuth) }
 
 // defaultNetSleuthCap is the pick cap NetSleuth's validation prefers.
 const defaultNetSleuthCap = 100
+
+// slowNetSleuthPicks is the pick cap above which NetSleuth's validation is
+// slow enough to say so: Power Grid's 988 picks take seconds a cascade,
+// a 20,000-node graph's 4,000 about two minutes.
+const slowNetSleuthPicks = 1000
 
 // newNetSleuth follows NetSleuth (Prakash, Vreeken and Faloutsos, ICDM
 // 2012). For a set C of infected nodes let L_C be the rows and columns of
@@ -90,6 +96,11 @@ func newNetSleuth(env Env) (Method, error) {
 			}
 			if wide := 2 * largest; wide > defaultNetSleuthCap {
 				caps = []int{defaultNetSleuthCap, wide}
+				if wide > slowNetSleuthPicks {
+					env.Logger.Warn(fmt.Sprintf("netsleuth picks up to %d seeds a cascade, an eigen-solve each (twice the largest training source count): "+
+						"expect minutes a cascade on large graphs (about two at 20,000 nodes); netsleuth.max_k=%d bounds it", wide, defaultNetSleuthCap),
+						zap.Int("max_k", wide))
+				}
 			}
 		}
 		return nil
