@@ -37,6 +37,10 @@ type Report struct {
 	// ForwardFloorMSE is the part of the floor that the observation time
 	// accounts for. Nil exactly when ForwardFloorMSE is.
 	ForwardFloorAtCountMSE *float64 `json:"forward_floor_at_count_mse,omitempty"`
+	// Partial is set when the evaluation was interrupted (Run returned
+	// ErrInterrupted): Settings.Runs then counts the runs the report
+	// holds, and Results the methods that finished all of them.
+	Partial *Partial `json:"partial,omitempty"`
 }
 
 // Settings records how the benchmark was run.
@@ -197,10 +201,20 @@ func (r *Report) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
+// Partial describes an interrupted evaluation's report.
+type Partial struct {
+	// RunsPlanned is the number of runs asked for.
+	RunsPlanned int `json:"runs_planned"`
+	// LeftOut are the methods that had not finished every run the
+	// report holds, in the order asked for.
+	LeftOut []string `json:"left_out,omitempty"`
+}
+
 // WriteTable writes the report as an aligned text table, one row per
 // method, each cell "mean ± sd" over test cascades (fit time: over runs);
 // controls are marked with "*". "empty" counts test cascades where the
 // method named no source.
+// An interrupted report says so under its heading.
 func (r *Report) WriteTable(w io.Writer) error {
 	s := r.Settings
 	name := r.Graph
@@ -218,8 +232,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if s.Runs == 1 {
 		runs = "run"
 	}
-	fmt.Fprintf(&b, "%d %s x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades\n\n",
+	fmt.Fprintf(&b, "%d %s x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades\n",
 		s.Runs, runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, s.Runs*s.Test)
+	if p := r.Partial; p != nil {
+		fmt.Fprintf(&b, "INTERRUPTED: %d of %d runs", s.Runs, p.RunsPlanned)
+		if len(p.LeftOut) > 0 {
+			fmt.Fprintf(&b, "; left out, unfinished: %s", strings.Join(p.LeftOut, ", "))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "method\tprecision\trecall\tF1\tAUC\ttop-k\terror dist\tms/cascade\tfit s/run\tempty\t")
 	controls := false

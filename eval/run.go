@@ -266,7 +266,12 @@ type methodRun struct {
 	cascades []cascadeResult
 	fit      float64
 	extras   map[string]float64
+	done     bool // fitted and scored on every test cascade
 }
+
+// ErrInterrupted is returned, wrapping the context's error, by a Run
+// stopped early that still has a partial report: see Report.Partial.
+var ErrInterrupted = errors.New("eval: interrupted")
 
 // Run benchmarks cfg.Methods on g. Per run r it simulates cfg.Cascades
 // cascades with a seed derived from (cfg.Seed, r), shuffles them and splits
@@ -274,6 +279,10 @@ type methodRun struct {
 // on train and validation, and scored on each test cascade. The report
 // holds, per method, each metric's mean and standard deviation over all
 // test cascades of all runs.
+//
+// When ctx ends before the last run is done, Run returns what it has, if
+// anything: a report whose Partial says which runs and methods it holds,
+// with an error wrapping ErrInterrupted and ctx's error (see partialReport).
 func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Report, error) {
 	o := runOptions{log: zap.NewNop(), now: time.Now}
 	for _, opt := range opts {
@@ -312,12 +321,22 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			diffusion.Workers(workers),
 			diffusion.OnProgress(func(done, _ int) { progress("simulate", base+done, cfg.Runs*cfg.Cascades) }))
 		if err != nil {
+			if ctx.Err() != nil {
+				return partialReport(ctx, g, cfg, o, redrawn, results[:r], observed, floors, countFloors)
+			}
 			return nil, fmt.Errorf("run %d: simulating: %w", r+1, err)
 		}
 		redrawn += rep.Redrawn
 		train, val, test := Split(cs, ntrain, nval, seed)
+		observedBefore := len(observed)
 		for _, c := range test {
 			observed = append(observed, float64(len(c.Infected))/float64(g.N()))
+		}
+		// What an interruption keeps of this run's diagnostics, should
+		// none of its methods finish.
+		dropRun := func() {
+			observed = observed[:observedBefore]
+			floors, countFloors = floors[:min(len(floors), r)], countFloors[:min(len(countFloors), r)]
 		}
 		if cfg.hasForwardModel() {
 			// The truth is read here only for a diagnostic no method sees.
@@ -327,6 +346,10 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			}
 			floor, err := diffusion.ForwardFloor(ctx, g, cfg.Sim, sets, FloorDraws, mix(seed, nameSalt("forward-floor")), diffusion.Workers(workers))
 			if err != nil {
+				if ctx.Err() != nil {
+					dropRun()
+					return partialReport(ctx, g, cfg, o, redrawn, results[:r], observed, floors, countFloors)
+				}
 				return nil, fmt.Errorf("run %d: forward floor: %w", r+1, err)
 			}
 			floors = append(floors, floor)
@@ -338,6 +361,10 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			}
 			floor, err = diffusion.ForwardFloor(ctx, g, cfg.Sim, sets, FloorDraws, mix(seed, nameSalt("forward-floor")), diffusion.Workers(workers), diffusion.ObservedCounts(counts))
 			if err != nil {
+				if ctx.Err() != nil {
+					dropRun()
+					return partialReport(ctx, g, cfg, o, redrawn, results[:r], observed, floors, countFloors)
+				}
 				return nil, fmt.Errorf("run %d: forward floor at the observed counts: %w", r+1, err)
 			}
 			countFloors = append(countFloors, floor)
@@ -365,6 +392,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 						cancel()
 						continue
 					}
+					res.done = true
 					results[r][mi] = res
 					progMu.Lock()
 					methodsDone++
@@ -385,20 +413,77 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		close(jobs)
 		wg.Wait()
 		cancel()
+		if ctx.Err() != nil {
+			// A method's error is then most likely the interruption. The
+			// interrupted run is reported when every method finished it,
+			// or when it is the first (its finished methods alone);
+			// otherwise the runs before it, with every method.
+			finished := 0
+			for _, m := range results[r] {
+				if m.done {
+					finished++
+				}
+			}
+			runs := results[:r+1]
+			if finished == 0 || (r > 0 && finished < len(cfg.Methods)) {
+				runs = results[:r]
+				dropRun()
+			}
+			return partialReport(ctx, g, cfg, o, redrawn, runs, observed, floors, countFloors)
+		}
 		if firstErr != nil {
 			return nil, firstErr
 		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
 	}
+	return finishReport(g, cfg, o, redrawn, results, observed, floors, countFloors), nil
+}
+
+func finishReport(g *graph.Graph, cfg Config, o runOptions, redrawn int, results [][]methodRun, observed, floors, countFloors []float64) *Report {
 	rep := buildReport(g, cfg, o.name, redrawn, results)
 	rep.Settings.ObservedInfected = Summarize(observed)
 	if len(floors) > 0 {
 		floor, atCount := Summarize(floors).Mean, Summarize(countFloors).Mean
 		rep.ForwardFloorMSE, rep.ForwardFloorAtCountMSE = &floor, &atCount
 	}
-	return rep, nil
+	return rep
+}
+
+// partialReport is Run's answer when ctx ended early: the report of the
+// methods that finished every run in runs (the runs done, and the one
+// interrupted if any method finished it), so that every method in it is
+// scored on the same test cascades and the paired differences stay
+// paired. It returns no report when nothing finished.
+func partialReport(ctx context.Context, g *graph.Graph, cfg Config, o runOptions, redrawn int, runs [][]methodRun,
+	observed, floors, countFloors []float64) (*Report, error) {
+	err := fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
+	if len(runs) == 0 {
+		return nil, err
+	}
+	var kept, left []string
+	var keptIdx []int
+	for mi, name := range cfg.Methods {
+		if slices.ContainsFunc(runs, func(run []methodRun) bool { return !run[mi].done }) {
+			left = append(left, name)
+			continue
+		}
+		kept, keptIdx = append(kept, name), append(keptIdx, mi)
+	}
+	if len(kept) == 0 {
+		return nil, err
+	}
+	sub := make([][]methodRun, len(runs))
+	for r, run := range runs {
+		for _, mi := range keptIdx {
+			sub[r] = append(sub[r], run[mi])
+		}
+	}
+	pcfg := cfg
+	pcfg.Methods = kept
+	rep := finishReport(g, pcfg, o, redrawn, sub, observed, floors, countFloors)
+	rep.Settings.Methods = cfg.Methods
+	rep.Settings.Runs = len(runs)
+	rep.Partial = &Partial{RunsPlanned: cfg.Runs, LeftOut: left}
+	return rep, err
 }
 
 // FloorSourceSets and FloorDraws size the forward-floor estimates of a run

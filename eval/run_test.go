@@ -345,3 +345,90 @@ func TestMethodSalt(t *testing.T) {
 		salts[s] = name
 	}
 }
+
+// blockingMethod fits only when its context ends: a method still running
+// when an evaluation is interrupted.
+type blockingMethod struct{ infectedMethod }
+
+func (m *blockingMethod) Name() string { return "test-blocking" }
+func (m *blockingMethod) Fit(ctx context.Context, _ *graph.Graph, _, _ []diffusion.Cascade) error {
+	<-ctx.Done()
+	return fmt.Errorf("test-blocking: fitting: %w", ctx.Err())
+}
+
+// secondRunBlocks is a method that fits at once the first time and then
+// blocks as blockingMethod does.
+type secondRunBlocks struct{ blockingMethod }
+
+var secondRunFits atomic.Int32
+
+func (m *secondRunBlocks) Name() string { return "test-second-run-blocks" }
+func (m *secondRunBlocks) Fit(ctx context.Context, g *graph.Graph, tr, va []diffusion.Cascade) error {
+	if secondRunFits.Add(1) == 1 {
+		return m.infectedMethod.Fit(ctx, g, tr, va)
+	}
+	return m.blockingMethod.Fit(ctx, g, tr, va)
+}
+
+func init() {
+	Register("test-blocking", func(Env) (Method, error) { return &blockingMethod{}, nil })
+	Register("test-second-run-blocks", func(Env) (Method, error) { return &secondRunBlocks{}, nil })
+}
+
+// An interrupted evaluation returns the methods that finished every run
+// it started, marked partial, with ErrInterrupted; nothing finished, no
+// report.
+func TestRunInterruptedKeepsWhatFinished(t *testing.T) {
+	g := randomGraph(60, 90, 3)
+	cfg := testConfig()
+	cfg.Runs, cfg.Workers = 2, 3
+	cfg.Methods = []string{"infected", "test-blocking", "lpsi"}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	rep, err := Run(ctx, g, cfg, OnProgress(func(stage string, done, _ int) {
+		if stage == "methods" && done == 2 { // infected and lpsi, run 1
+			cancel()
+		}
+	}))
+	require.ErrorIs(t, err, ErrInterrupted)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotNil(t, rep)
+	require.Equal(t, &Partial{RunsPlanned: 2, LeftOut: []string{"test-blocking"}}, rep.Partial)
+	require.Equal(t, 1, rep.Settings.Runs)
+	require.Equal(t, cfg.Methods, rep.Settings.Methods, "settings say what was asked")
+	require.Len(t, rep.Results, 2)
+	require.Equal(t, "infected", rep.Results[0].Method)
+	require.Equal(t, "lpsi", rep.Results[1].Method)
+	_, _, ntest := cfg.split()
+	require.Equal(t, ntest, rep.Results[1].AUC.N, "one run's test cascades")
+	require.NotNil(t, rep.Results[1].Paired, "lpsi is paired with infected on the same cascades")
+	var table bytes.Buffer
+	require.NoError(t, rep.WriteTable(&table))
+	require.Contains(t, table.String(), "INTERRUPTED: 1 of 2 runs; left out, unfinished: test-blocking")
+
+	// Interrupted in the second run, the report holds the first, with
+	// every method: a run that not all methods finished is left out
+	// rather than a method that finished every run before it.
+	secondRunFits.Store(0)
+	cfg.Methods = []string{"infected", "test-second-run-blocks", "lpsi"}
+	ctx, cancel = context.WithCancel(t.Context())
+	defer cancel()
+	rep, err = Run(ctx, g, cfg, OnProgress(func(stage string, done, _ int) {
+		if stage == "methods" && done == 5 { // run 1 all three, run 2 infected and lpsi
+			cancel()
+		}
+	}))
+	require.ErrorIs(t, err, ErrInterrupted)
+	require.Equal(t, &Partial{RunsPlanned: 2}, rep.Partial)
+	require.Equal(t, 1, rep.Settings.Runs)
+	require.Len(t, rep.Results, 3)
+	require.Equal(t, ntest, rep.Results[0].AUC.N)
+
+	cfg.Methods = []string{"test-blocking"}
+	ctx, cancel = context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	rep, err = Run(ctx, g, cfg)
+	require.ErrorIs(t, err, ErrInterrupted)
+	require.Nil(t, rep)
+}

@@ -239,9 +239,27 @@ func (a *app) eval(ctx context.Context) error {
 			bar.Set(simDone+methodDone, note)
 		}))
 	bar.Done()
-	if err != nil {
+	if err != nil && rep == nil {
 		return fmt.Errorf("eval: %w", simulationError(err))
 	}
+	// An interrupted evaluation still writes what finished, marked as
+	// partial, and then fails: a stopped hour of work is not lost.
+	if werr := a.writeReport(rep); werr != nil {
+		return werr
+	}
+	if err != nil {
+		left := ""
+		if l := rep.Partial.LeftOut; len(l) > 0 {
+			left = "; left out, unfinished: " + strings.Join(l, ", ")
+		}
+		return fmt.Errorf("%w (the report holds %d of %d runs%s)", err, rep.Settings.Runs, rep.Partial.RunsPlanned, left)
+	}
+	return nil
+}
+
+// writeReport writes rep as --json asks and as a table on stdout (unless
+// the JSON went there).
+func (a *app) writeReport(rep *eval.Report) error {
 	switch path := a.v.GetString("json"); path {
 	case "":
 	case "-":
