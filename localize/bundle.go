@@ -146,7 +146,7 @@ type SolveRef struct {
 type Bundle struct {
 	Manifest Manifest
 	// VAE is the trained prior network; kept so a bundle can be inspected
-	// or its prototypes re-drawn.
+	// or its prototypes re-drawn. Nil when loaded WithoutVAE.
 	VAE *prior.VAE
 	// Terms are the precomputed prior terms inference uses.
 	Terms *prior.Terms
@@ -155,6 +155,11 @@ type Bundle struct {
 	// Graph is the graph the bundle was trained on, stored in the bundle
 	// as an edge list so that a bundle alone is enough to localize.
 	Graph *graph.Graph
+
+	// The VAE's sizes, read from its header when it was loaded
+	// WithoutVAE.
+	vaeNodes  int
+	vaeConfig prior.Config
 }
 
 // Prior returns the prior terms in the form Solve needs.
@@ -286,7 +291,7 @@ func (b *Bundle) WriteFile(path string) error {
 // entry checksums. When g is not nil, it must be the graph the bundle was
 // trained on (same fingerprint) and becomes the bundle's Graph; when g is
 // nil the bundle's own copy of the graph is used.
-func LoadBundle(path string, g *graph.Graph) (*Bundle, error) {
+func LoadBundle(path string, g *graph.Graph, opts ...LoadOption) (*Bundle, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("loading bundle %q: %w", path, err)
@@ -298,7 +303,7 @@ func LoadBundle(path string, g *graph.Graph) (*Bundle, error) {
 	}
 	// The archive is read in place: entries ReadBundle skips are never
 	// read at all.
-	b, err := ReadBundle(f, fi.Size())
+	b, err := ReadBundle(f, fi.Size(), opts...)
 	if err != nil {
 		return nil, fmt.Errorf("loading bundle %q: %w", path, err)
 	}
@@ -360,11 +365,28 @@ func defaultReadLimits() readLimits {
 // Entries other than those of the format are skipped unread. An entry
 // holding more than the format allows (1 GiB for the bundle, 1 MiB for
 // the manifest, 256 MiB for the graph) is refused before it is read.
-func ReadBundle(r io.ReaderAt, size int64) (*Bundle, error) {
-	return readBundle(r, size, defaultReadLimits())
+func ReadBundle(r io.ReaderAt, size int64, opts ...LoadOption) (*Bundle, error) {
+	return readBundle(r, size, defaultReadLimits(), opts...)
 }
 
-func readBundle(r io.ReaderAt, size int64, lim readLimits) (*Bundle, error) {
+// LoadOption configures LoadBundle and ReadBundle.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct{ withoutVAE bool }
+
+// WithoutVAE leaves Bundle.VAE nil: inference reads the prior terms, not
+// the network they were computed from, which decoded (weights and their
+// gradient buffers) is the larger part of a loaded bundle, about 32·n·h
+// bytes for n nodes and hidden width h (200 MB of 310 at 50,000 nodes).
+// The VAE entry's checksum and header are still checked. Such a bundle
+// cannot be written back (Write panics, as for any bundle without a VAE).
+func WithoutVAE() LoadOption { return func(o *loadOptions) { o.withoutVAE = true } }
+
+func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (*Bundle, error) {
+	var lo loadOptions
+	for _, opt := range opts {
+		opt(&lo)
+	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
 		return nil, fmt.Errorf("%w: not a bundle archive: %v", ErrBadBundle, err)
@@ -439,8 +461,15 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits) (*Bundle, error) {
 			return nil, fmt.Errorf("%w: entry %s has sha256 %s, manifest says %s", ErrBundleChecksum, name, got, want)
 		}
 	}
-	b := &Bundle{Manifest: m, VAE: new(prior.VAE), Terms: new(prior.Terms), ForwardState: raw[entryForward]}
-	if err := b.VAE.UnmarshalBinary(raw[entryVAE]); err != nil {
+	b := &Bundle{Manifest: m, Terms: new(prior.Terms), ForwardState: raw[entryForward]}
+	if lo.withoutVAE {
+		b.vaeNodes, b.vaeConfig, err = prior.ReadVAEHeader(raw[entryVAE])
+	} else {
+		b.VAE = new(prior.VAE)
+		err = b.VAE.UnmarshalBinary(raw[entryVAE])
+		b.vaeNodes, b.vaeConfig = b.VAE.Nodes(), b.VAE.Config()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryVAE, err)
 	}
 	if err := b.Terms.UnmarshalBinary(raw[entryTerms]); err != nil {
@@ -505,10 +534,13 @@ func (m *Manifest) check() error {
 // terms, so a mismatch would fail there, in the middle of a solve.
 func (b *Bundle) checkSizes() error {
 	n := b.Graph.N()
-	vc := b.VAE.Config()
+	vnodes, vc := b.vaeNodes, b.vaeConfig
+	if b.VAE != nil {
+		vnodes, vc = b.VAE.Nodes(), b.VAE.Config()
+	}
 	switch {
-	case b.VAE.Nodes() != n:
-		return fmt.Errorf("%s is for %d nodes, %s has %d", entryVAE, b.VAE.Nodes(), entryGraph, n)
+	case vnodes != n:
+		return fmt.Errorf("%s is for %d nodes, %s has %d", entryVAE, vnodes, entryGraph, n)
 	case b.Terms.Nodes() != n:
 		return fmt.Errorf("%s are for %d nodes, %s has %d", entryTerms, b.Terms.Nodes(), entryGraph, n)
 	case b.Terms.Hidden() != vc.Hidden:

@@ -87,6 +87,15 @@ func TestBundleRoundTrip(t *testing.T) {
 	require.InDeltaSlice(t, b.Terms.Pred(x, g1), got.Terms.Pred(x, g2), 1e-12)
 	require.InDeltaSlice(t, g1.RawMatrix().Data, g2.RawMatrix().Data, 1e-12)
 
+	// Loaded for inference only: the same terms, no network, and it
+	// cannot be written back without one.
+	lean, err := LoadBundle(path, nil, WithoutVAE())
+	require.NoError(t, err)
+	require.Nil(t, lean.VAE)
+	require.Equal(t, got.Terms.Pred(x, nil), lean.Terms.Pred(x, nil))
+	require.Equal(t, got.Options(), lean.Options())
+	require.Panics(t, func() { _ = lean.Write(io.Discard) })
+
 	// The same graph from another source is accepted; another graph is not.
 	_, err = LoadBundle(path, ringGraph(t, 12))
 	require.NoError(t, err)
@@ -222,6 +231,9 @@ func TestBundleRefusesDamage(t *testing.T) {
 			_, err := LoadBundle(path, nil)
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorContains(t, err, tc.text)
+			_, err = LoadBundle(path, nil, WithoutVAE())
+			require.ErrorIs(t, err, tc.want, "without the VAE")
+			require.ErrorContains(t, err, tc.text, "without the VAE")
 		})
 	}
 }

@@ -539,28 +539,12 @@ func (v *VAE) UnmarshalBinary(data []byte) error {
 	if err != nil {
 		return err
 	}
-	n := r.size("nodes", 1, maxDim)
-	var c Config
-	c.Hidden = r.size("hidden", 1, maxWidth)
-	c.Latent = r.size("latent", 1, maxWidth)
-	c.LearningRate = r.f64("learning rate")
-	c.Epochs = r.size("epochs", 1, math.MaxInt32)
-	c.BatchSize = r.size("batch size", 1, math.MaxInt32)
-	c.Patience = r.size("patience", 0, math.MaxInt32)
-	c.Seed = r.i64("seed")
-	ps := r.bytes("parameters")
+	n, c, ps := readVAEHeader(r)
 	if err := r.done(); err != nil {
 		return err
 	}
-	if err := c.Validate(); err != nil {
-		return fmt.Errorf("vae: %w", err)
-	}
-	// NewVAE allocates (twice, with the gradients) and initialises every
-	// parameter, so the stream must be able to hold them before it is
-	// called: a header alone cannot ask for gigabytes.
-	if count := paramCount(n, c.Hidden, c.Latent); uint64(len(ps)) < 8*count {
-		return fmt.Errorf("vae: parameters: %d bytes cannot hold the %d values of %d nodes, hidden %d, latent %d: %w",
-			len(ps), count, n, c.Hidden, c.Latent, ErrFormat)
+	if err := checkVAEHeader(n, c, ps); err != nil {
+		return err
 	}
 	nv := NewVAE(n, c)
 	pr := bytes.NewReader(ps)
@@ -571,6 +555,56 @@ func (v *VAE) UnmarshalBinary(data []byte) error {
 		return fmt.Errorf("vae: parameters: %d trailing bytes: %w", pr.Len(), ErrFormat)
 	}
 	*v = *nv
+	return nil
+}
+
+// ReadVAEHeader checks an encoding as UnmarshalBinary does (magic,
+// version, checksum, header, the parameters' length) and returns its node
+// count and configuration without decoding the parameters: for a reader
+// that needs the VAE's sizes but not the network, which at n nodes and
+// hidden width h takes about 32·n·h bytes decoded (weights and gradients).
+// It does not check that every parameter is finite; UnmarshalBinary does.
+func ReadVAEHeader(data []byte) (nodes int, cfg Config, err error) {
+	r, err := newReader("vae", data, vaeMagic, vaeVersion)
+	if err != nil {
+		return 0, Config{}, err
+	}
+	n, c, ps := readVAEHeader(r)
+	if err := r.done(); err != nil {
+		return 0, Config{}, err
+	}
+	if err := checkVAEHeader(n, c, ps); err != nil {
+		return 0, Config{}, err
+	}
+	return n, c, nil
+}
+
+// readVAEHeader reads the header and the parameter bytes of an encoding.
+func readVAEHeader(r *reader) (n int, c Config, ps []byte) {
+	n = r.size("nodes", 1, maxDim)
+	c.Hidden = r.size("hidden", 1, maxWidth)
+	c.Latent = r.size("latent", 1, maxWidth)
+	c.LearningRate = r.f64("learning rate")
+	c.Epochs = r.size("epochs", 1, math.MaxInt32)
+	c.BatchSize = r.size("batch size", 1, math.MaxInt32)
+	c.Patience = r.size("patience", 0, math.MaxInt32)
+	c.Seed = r.i64("seed")
+	ps = r.bytes("parameters")
+	return n, c, ps
+}
+
+// checkVAEHeader checks a decoded header against its parameter bytes.
+func checkVAEHeader(n int, c Config, ps []byte) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("vae: %w", err)
+	}
+	// NewVAE allocates (twice, with the gradients) and initialises every
+	// parameter, so the stream must be able to hold them before it is
+	// called: a header alone cannot ask for gigabytes.
+	if count := paramCount(n, c.Hidden, c.Latent); uint64(len(ps)) < 8*count {
+		return fmt.Errorf("vae: parameters: %d bytes cannot hold the %d values of %d nodes, hidden %d, latent %d: %w",
+			len(ps), count, n, c.Hidden, c.Latent, ErrFormat)
+	}
 	return nil
 }
 

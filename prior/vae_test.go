@@ -327,6 +327,10 @@ func TestVAEMarshalRoundTrip(t *testing.T) {
 	require.NoError(t, back.UnmarshalBinary(data))
 	require.Equal(t, v.Config(), back.Config())
 	require.Equal(t, 15, back.Nodes())
+	n, cfg, err := ReadVAEHeader(data)
+	require.NoError(t, err)
+	require.Equal(t, 15, n)
+	require.Equal(t, v.Config(), cfg)
 	b1, k1 := v.evaluate(train, nil)
 	b2, k2 := back.evaluate(train, nil)
 	require.Equal(t, b1, b2)
@@ -380,6 +384,18 @@ func TestVAEUnmarshalRejectsBadData(t *testing.T) {
 			err := v.UnmarshalBinary(tc.data)
 			require.ErrorIs(t, err, tc.want)
 			require.ErrorContains(t, err, tc.msg)
+			// The header reader refuses the same data, but for what only
+			// decoding the parameters finds.
+			_, _, err = ReadVAEHeader(tc.data)
+			switch tc.name {
+			case "trailing parameter bytes", "wrong nodes":
+				// The stream's own shapes disagree with the header;
+				// a bundle compares the node count with its graph.
+				require.NoError(t, err)
+			default:
+				require.ErrorIs(t, err, tc.want)
+				require.ErrorContains(t, err, tc.msg)
+			}
 		})
 	}
 }

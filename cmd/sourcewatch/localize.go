@@ -107,11 +107,10 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 			return err
 		}
 	}
-	b, err := localize.LoadBundle(path, g)
+	b, err := localize.LoadBundle(path, g, localize.WithoutVAE())
 	if err != nil {
 		return err
 	}
-	b.VAE = nil // inference reads the prior terms; the network is garbage
 	obs, err := readObservations(v.GetString("observation"), cmd.InOrStdin())
 	if err != nil {
 		return err

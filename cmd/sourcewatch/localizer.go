@@ -30,17 +30,12 @@ type bundleLocalizer struct {
 // it with the bundle's state.
 func bundleLocalizers(pluginDir string, log *zap.Logger) monitor.LocalizerFactory {
 	return func(ctx context.Context, gc monitor.GraphConfig, g *graph.Graph) (monitor.Localizer, error) {
-		b, err := localize.LoadBundle(gc.Bundle, g)
+		b, err := localize.LoadBundle(gc.Bundle, g, localize.WithoutVAE())
 		if err != nil {
 			return nil, fmt.Errorf("graphs[%s].bundle: %w", gc.Name, err)
 		}
-		// Inference reads the prior terms, not the network they were
-		// computed from, which with its gradient buffers is the larger
-		// part of a loaded bundle (200 MB of 310 at 50,000 nodes) and
-		// would otherwise be held for the daemon's lifetime. Loading
-		// also left about twice the bundle's size as garbage, which the
+		// Loading leaves the bundle's entries as garbage, which the
 		// runtime would hand back to the system only over minutes.
-		b.VAE = nil
 		debug.FreeOSMemory()
 		proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
 			PluginDir:       pluginDir,
