@@ -424,6 +424,9 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 					finished++
 				}
 			}
+			if finished == len(cfg.Methods) && r == cfg.Runs-1 {
+				break // ended as the last run finished: nothing is missing
+			}
 			runs := results[:r+1]
 			if finished == 0 || (r > 0 && finished < len(cfg.Methods)) {
 				runs = results[:r]
@@ -449,10 +452,10 @@ func finishReport(g *graph.Graph, cfg Config, o runOptions, redrawn int, results
 }
 
 // partialReport is Run's answer when ctx ended early: the report of the
-// methods that finished every run in runs (the runs done, and the one
-// interrupted if any method finished it), so that every method in it is
-// scored on the same test cascades and the paired differences stay
-// paired. It returns no report when nothing finished.
+// methods that finished every run in runs (Run passes the runs every
+// method finished, or the first run alone when it was cut short), so that
+// every method in it is scored on the same test cascades and the paired
+// differences stay paired. It returns no report when nothing finished.
 func partialReport(ctx context.Context, g *graph.Graph, cfg Config, o runOptions, redrawn int, runs [][]methodRun,
 	observed, floors, countFloors []float64) (*Report, error) {
 	err := fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
