@@ -6,14 +6,20 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"go.uber.org/zap"
 )
 
-// progress draws a one-line bar on a terminal and stays silent otherwise,
-// so long work is visible interactively and quiet in CI and logs.
+// progress draws a one-line bar on a terminal. Elsewhere (a log file, a
+// service, CI) it logs one info line a minute while the work lasts, so
+// an hour of eval in the background shows it is alive, and work shorter
+// than a minute says nothing.
 type progress struct {
 	mu      sync.Mutex
 	w       io.Writer
 	on      bool
+	log     *zap.Logger // off the terminal: the heartbeat's
+	every   time.Duration
 	label   string
 	total   int
 	done    int
@@ -24,20 +30,36 @@ type progress struct {
 	nowFunc func() time.Time
 }
 
+// heartbeatEvery is how often progress logs off the terminal.
+const heartbeatEvery = time.Minute
+
 func (a *app) progress(label string, total int) *progress {
-	return &progress{w: a.stderr, on: a.terminal, label: label, total: total, start: time.Now(), nowFunc: time.Now}
+	p := &progress{w: a.stderr, on: a.terminal, log: a.log, every: heartbeatEvery,
+		label: label, total: total, start: time.Now(), nowFunc: time.Now}
+	if !p.on {
+		p.lastAt = p.start // the first heartbeat a minute in
+	}
+	return p
 }
 
 // Set records done units (and an optional note) and redraws at most ten
 // times a second. Safe for concurrent use.
 func (p *progress) Set(done int, note string) {
-	if p == nil || !p.on {
+	if p == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done, p.suffix = done, note
 	now := p.nowFunc()
+	if !p.on {
+		if p.log != nil && now.Sub(p.lastAt) >= p.every {
+			p.lastAt = now
+			p.log.Info(p.label+": progress", zap.Int("done", done), zap.Int("total", p.total),
+				zap.Duration("elapsed", now.Sub(p.start).Round(time.Second)), zap.String("at", note))
+		}
+		return
+	}
 	if done < p.total && now.Sub(p.lastAt) < 100*time.Millisecond {
 		return
 	}
@@ -47,7 +69,7 @@ func (p *progress) Set(done int, note string) {
 
 // Add advances by n units.
 func (p *progress) Add(n int) {
-	if p == nil || !p.on {
+	if p == nil {
 		return
 	}
 	p.mu.Lock()
