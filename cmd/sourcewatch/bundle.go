@@ -182,8 +182,12 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		fmt.Fprintf(w, "  source gate %.3f", rho)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "prior       VAE hidden %d, latent %d, %d prototypes  val loss %.4g  weight %.3g (2 x forward val MSE)\n",
-		m.Prior.Hidden, m.Prior.Latent, m.Prior.Prototypes, m.Metrics["prior_val_loss"], m.Solve.PriorWeight)
+	weight := fmt.Sprintf("weight %.3g (2 x forward val MSE)", m.Solve.PriorWeight)
+	if m.Solve.PriorWeight == 0 {
+		weight = "weight 1 (none recorded: a bundle from before the calibrated weight; retrain it)"
+	}
+	fmt.Fprintf(w, "prior       VAE hidden %d, latent %d, %d prototypes  val loss %.4g  %s\n",
+		m.Prior.Hidden, m.Prior.Latent, m.Prior.Prototypes, m.Metrics["prior_val_loss"], weight)
 	if m.SourceRule.IsThreshold() {
 		fmt.Fprintf(w, "threshold   delta %.2f (validation F1 %.3f over %d cascades)\n", m.Threshold, m.Metrics["val_f1"], int(m.Metrics["val_cascades"]))
 	} else {
