@@ -667,3 +667,32 @@ func TestNetSleuthWarnsOfASlowPickCap(t *testing.T) {
 		require.Contains(t, warnings[0].Message, fmt.Sprintf("up to %d seeds a cascade", 2*tc.sources))
 	}
 }
+
+// OJC says when its distance matrix will be large, naming the size.
+func TestOJCWarnsOfALargeDistanceMatrix(t *testing.T) {
+	g := path(9000)
+	for _, tc := range []struct {
+		infected int
+		warned   bool
+	}{{2000, false}, {8200, true}} {
+		core, logs := observer.New(zap.WarnLevel)
+		f, err := Lookup("ojc")
+		require.NoError(t, err)
+		m, err := f(Env{Graph: g, Seed: 7, Logger: zap.New(core), Params: map[string]string{"k": "1"}})
+		require.NoError(t, err)
+		infected := make([]int, tc.infected)
+		for i := range infected {
+			infected[i] = i
+		}
+		rm := m.(*rankMethod)
+		rm.g = g // as Fit sets it, without Fit's validation
+		require.NoError(t, rm.prepare([]diffusion.Cascade{{Sources: []int{0}, Infected: infected}}))
+		warnings := logs.FilterMessageSnippet("ojc keeps the distances").All()
+		if !tc.warned {
+			require.Empty(t, warnings)
+			continue
+		}
+		require.Len(t, warnings, 1)
+		require.Contains(t, warnings[0].Message, "up to 8200 infected nodes here, 0.3 GB")
+	}
+}
