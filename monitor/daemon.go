@@ -112,8 +112,10 @@ type Daemon struct {
 	// standby says, while this replica waits for the HA lease, which
 	// replica is active.
 	standby atomic.Pointer[string]
-	// waiting says what the start waits for (a first NATS connection).
-	waiting atomic.Pointer[string]
+	// waiting says what the start waits for (a first NATS connection);
+	// lastConnErr why the last attempt to connect failed, if it did.
+	waiting     atomic.Pointer[string]
+	lastConnErr atomic.Pointer[string]
 
 	// ingestCtx is what the consume callbacks check: shutdown cancels it
 	// (stopIngest) once it stops waiting for them, so a callback stuck in
@@ -362,7 +364,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			d.clientURL.Store(s.ClientURL())
 		}
 	}
-	nc, err := connect(cfg, d.srv, d.log, func() {})
+	nc, err := connect(cfg, d.srv, d.log, func() {}, func(err error) {
+		msg := redactedError{err, cfg.NATS.URL}.Error()
+		d.lastConnErr.Store(&msg)
+	})
 	if err != nil {
 		return err
 	}
@@ -473,7 +478,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 
 	close(d.ready)
 	d.log.Info("sourcewatch serving", zap.Int("graphs", len(d.order)),
-		zap.String("nats", d.ClientURL()), zap.String("http", d.HTTPAddr()))
+		zap.String("nats", RedactURLs(d.ClientURL())), zap.String("http", d.HTTPAddr()))
 
 	var lost error
 	select {
@@ -552,7 +557,7 @@ func (d *Daemon) waitConnected(ctx context.Context, nc *nats.Conn, url string) e
 	if nc.IsConnected() {
 		return nil
 	}
-	url = redactURLs(url)
+	url = RedactURLs(url)
 	msg := "nats: waiting for the first connection to " + url
 	d.waiting.Store(&msg)
 	defer d.waiting.Store(nil)
@@ -566,8 +571,17 @@ func (d *Daemon) waitConnected(ctx context.Context, nc *nats.Conn, url string) e
 			return ctx.Err()
 		case <-t.C:
 		}
+		if why := d.lastConnErr.Load(); why != nil {
+			// A refusal (bad credentials, TLS) is worth more than "waiting".
+			now := msg + " (last attempt: " + *why + ")"
+			d.waiting.Store(&now)
+		}
 		if waited += 50 * time.Millisecond; waited%(10*time.Second) == 0 {
-			d.log.Warn("waiting for NATS", zap.String("url", url), zap.Duration("waited", waited))
+			fields := []zap.Field{zap.String("url", url), zap.Duration("waited", waited)}
+			if why := d.lastConnErr.Load(); why != nil {
+				fields = append(fields, zap.String("last_error", *why))
+			}
+			d.log.Warn("waiting for NATS", fields...)
 		}
 	}
 	return nil

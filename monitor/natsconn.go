@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -87,7 +86,10 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 
 // connect opens the daemon's connection: in-process to the embedded server
 // s, or to cfg.NATS.URL with credentials, reconnecting forever.
-func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func()) (*nats.Conn, error) {
+//
+// onConnErr sees every failed attempt to (re)connect, such as a server
+// refusing the credentials, which nats.go otherwise only retries.
+func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func(), onConnErr func(error)) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("sourcewatch"),
 		nats.MaxReconnects(-1),
@@ -110,6 +112,11 @@ func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func()) (*n
 			onChange()
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { onChange() }),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				onConnErr(err)
+			}
+		}),
 	}
 	url := cfg.NATS.URL
 	if s != nil {
@@ -142,7 +149,7 @@ func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func()) (*n
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: connecting to %s: %w", ErrNATS, url, err)
+		return nil, fmt.Errorf("%w: connecting to %s: %w", ErrNATS, RedactURLs(url), redactedError{err, url})
 	}
 	return nc, nil
 }
@@ -230,24 +237,47 @@ func checkStreamSubjects(ctx context.Context, js jetstream.JetStream, stream, su
 		ErrStreamInUse, stream, have, prefix, []string{subject})
 }
 
-// redactURLs is a comma-separated list of NATS URLs, such as nats.url,
-// with any user, password or token left out, for logs and /readyz.
-func redactURLs(urls string) string {
+// RedactURLs is urls, a comma-separated list of NATS URLs such as
+// nats.url, with any user, password or token replaced by "***": for logs,
+// errors, /readyz and anything else a person or a log shipper reads. It
+// does not parse the URLs (a password may hold what no parser accepts):
+// whatever precedes the last '@' of an element, after its scheme, is
+// userinfo.
+func RedactURLs(urls string) string {
 	parts := strings.Split(urls, ",")
 	for i, p := range parts {
 		p = strings.TrimSpace(p)
-		u, err := url.Parse(p)
-		switch {
-		case err != nil:
-			// Unparsable: keep only what follows a userinfo's '@'.
-			if at := strings.LastIndex(p, "@"); at >= 0 {
-				p = "***" + p[at:]
+		if at := strings.LastIndex(p, "@"); at >= 0 {
+			scheme := ""
+			if k := strings.Index(p[:at], "://"); k >= 0 {
+				scheme = p[:k+3]
 			}
-		case u.User != nil:
-			u.User = nil
-			p = strings.Replace(u.String(), "//", "//***@", 1)
+			p = scheme + "***" + p[at:]
 		}
 		parts[i] = p
 	}
 	return strings.Join(parts, ",")
 }
+
+// redactedError is err with the credentials of urls left out of its
+// text; errors.Is and As still see err.
+type redactedError struct {
+	err  error
+	urls string
+}
+
+func (e redactedError) Error() string {
+	msg := e.err.Error()
+	if strings.Contains(msg, `parse "`) && strings.Contains(e.urls, "@") {
+		// The parser's message quotes pieces of the userinfo too.
+		return "not a URL that parses (the details would show its credentials)"
+	}
+	for _, p := range strings.Split(e.urls, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			msg = strings.ReplaceAll(msg, p, RedactURLs(p))
+		}
+	}
+	return msg
+}
+
+func (e redactedError) Unwrap() error { return e.err }

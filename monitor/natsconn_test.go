@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 )
@@ -58,8 +59,17 @@ func TestRedactURLs(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"nats://127.0.0.1:4222", "nats://127.0.0.1:4222"},
 		{"nats://user:pass@a:4222, tls://token@b:4222", "nats://***@a:4222,tls://***@b:4222"},
-		{"nats://us%zzer:pa@ss@a:4222", "***@a:4222"},
+		{"nats://us%zzer:pa@ss@a:4222", "nats://***@a:4222"},
+		{"user:s3cret@127.0.0.1:14222", "***@127.0.0.1:14222"},
+		{"nats://user:pa/s3cret@127.0.0.1:14222", "nats://***@127.0.0.1:14222"},
 	} {
-		require.Equal(t, tc.want, redactURLs(tc.in), tc.in)
+		require.Equal(t, tc.want, RedactURLs(tc.in), tc.in)
 	}
+	// A URL nats cannot parse is refused without its password.
+	cfg := Config{NATS: NATSConfig{URL: "nats://user:pa/s3cret@127.0.0.1:14222"}}
+	_, err := connect(cfg, nil, zap.NewNop(), func() {}, func(error) {})
+	require.ErrorIs(t, err, ErrNATS)
+	require.NotContains(t, err.Error(), "s3cret")
+	require.NotContains(t, err.Error(), ":pa")
+	require.Contains(t, err.Error(), "nats://***@127.0.0.1:14222")
 }

@@ -279,3 +279,43 @@ func TestRunWithoutFactory(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorIs(t, d.Run(context.Background()), ErrNoLocalizer)
 }
+
+// A server that refuses the daemon's credentials is named as the reason
+// in /readyz, not only as a wait, and the password stays out of it.
+func TestReadyzSaysWhyNATSRefuses(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		NoLog: true, NoSigs: true, Username: "watcher", Password: "right"})
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = strings.Replace(s.ClientURL(), "nats://", "nats://watcher:wr0ng@", 1)
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	var body string
+	require.Eventually(t, func() bool {
+		if d.HTTPAddr() == "" {
+			return false
+		}
+		resp, err := http.Get("http://" + d.HTTPAddr() + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return strings.Contains(strings.ToLower(body), "authorization violation")
+	}, 15*time.Second, 50*time.Millisecond, "readyz never named the refusal")
+	require.Contains(t, body, "last attempt:")
+	require.NotContains(t, body, "wr0ng")
+}

@@ -127,8 +127,8 @@ func runDemo(cmd *cobra.Command, a *app) error {
 	// whole messages through one lock.
 	out := &lockedWriter{w: a.stdout}
 	fmt.Fprintf(out, "sourcewatch demo: graph %q (%d nodes), NATS %s, alerts on %s.alerts.%s, dashboard on http://%s/\n",
-		gc.Name, g.N(), url, prefix, gc.Name, d.HTTPAddr())
-	fmt.Fprintf(out, "watch from another terminal: bin/sourcewatch alerts tail --nats %s --graph %s\n\n", url, gc.Name)
+		gc.Name, g.N(), monitor.RedactURLs(url), prefix, gc.Name, d.HTTPAddr())
+	fmt.Fprintf(out, "watch from another terminal: bin/sourcewatch alerts tail --nats %s --graph %s\n\n", monitor.RedactURLs(url), gc.Name)
 
 	resolved := make(chan struct{}, 1)
 	// The daemon's state is durable: an incident a previous, interrupted
