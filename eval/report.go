@@ -235,11 +235,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "%d %s x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades\n",
 		s.Runs, runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, s.Runs*s.Test)
 	if p := r.Partial; p != nil {
-		fmt.Fprintf(&b, "INTERRUPTED: %d of %d runs", s.Runs, p.RunsPlanned)
 		if len(p.LeftOut) > 0 {
-			fmt.Fprintf(&b, "; left out, unfinished: %s", strings.Join(p.LeftOut, ", "))
+			// Run keeps a cut-short run only when it is the first.
+			fmt.Fprintf(&b, "INTERRUPTED in run 1 of %d: the methods that finished it; left out, unfinished: %s\n",
+				p.RunsPlanned, strings.Join(p.LeftOut, ", "))
+		} else {
+			fmt.Fprintf(&b, "INTERRUPTED: the first %d of %d runs, every method\n", s.Runs, p.RunsPlanned)
 		}
-		b.WriteString("\n")
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)

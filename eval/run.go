@@ -328,14 +328,14 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		}
 		redrawn += rep.Redrawn
 		train, val, test := Split(cs, ntrain, nval, seed)
-		observedBefore := len(observed)
+		observedBefore, redrawnBefore := len(observed), redrawn-rep.Redrawn
 		for _, c := range test {
 			observed = append(observed, float64(len(c.Infected))/float64(g.N()))
 		}
 		// What an interruption keeps of this run's diagnostics, should
 		// none of its methods finish.
 		dropRun := func() {
-			observed = observed[:observedBefore]
+			observed, redrawn = observed[:observedBefore], redrawnBefore
 			floors, countFloors = floors[:min(len(floors), r)], countFloors[:min(len(countFloors), r)]
 		}
 		if cfg.hasForwardModel() {
@@ -482,6 +482,9 @@ func partialReport(ctx context.Context, g *graph.Graph, cfg Config, o runOptions
 	}
 	pcfg := cfg
 	pcfg.Methods = kept
+	if !pcfg.hasForwardModel() {
+		floors, countFloors = nil, nil // no forward error left to set them beside
+	}
 	rep := finishReport(g, pcfg, o, redrawn, sub, observed, floors, countFloors)
 	rep.Settings.Methods = cfg.Methods
 	rep.Settings.Runs = len(runs)

@@ -405,7 +405,7 @@ func TestRunInterruptedKeepsWhatFinished(t *testing.T) {
 	require.NotNil(t, rep.Results[1].Paired, "lpsi is paired with infected on the same cascades")
 	var table bytes.Buffer
 	require.NoError(t, rep.WriteTable(&table))
-	require.Contains(t, table.String(), "INTERRUPTED: 1 of 2 runs; left out, unfinished: test-blocking")
+	require.Contains(t, table.String(), "INTERRUPTED in run 1 of 2: the methods that finished it; left out, unfinished: test-blocking")
 
 	// Interrupted in the second run, the report holds the first, with
 	// every method: a run that not all methods finished is left out
@@ -422,6 +422,9 @@ func TestRunInterruptedKeepsWhatFinished(t *testing.T) {
 	require.ErrorIs(t, err, ErrInterrupted)
 	require.Equal(t, &Partial{RunsPlanned: 2}, rep.Partial)
 	require.Equal(t, 1, rep.Settings.Runs)
+	table.Reset()
+	require.NoError(t, rep.WriteTable(&table))
+	require.Contains(t, table.String(), "INTERRUPTED: the first 1 of 2 runs, every method")
 	require.Len(t, rep.Results, 3)
 	require.Equal(t, ntest, rep.Results[0].AUC.N)
 

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -98,7 +100,11 @@ func (a *app) evalConfig() (cfg eval.Config, implicit map[string]bool, err error
 	if len(cfg.Methods) == 0 {
 		return cfg, nil, fmt.Errorf("--methods: none given (want all or a list of %s)", strings.Join(eval.DefaultMethods(), ","))
 	}
-	for _, kv := range a.v.GetStringSlice("method_param") {
+	methodParams, err := methodParamList(a.v.Get("method_param"))
+	if err != nil {
+		return cfg, nil, err
+	}
+	for _, kv := range methodParams {
 		k, val, ok := strings.Cut(kv, "=")
 		if !ok || !strings.Contains(k, ".") {
 			return cfg, nil, fmt.Errorf("--method-param: want method.key=value, got %q", kv)
@@ -148,6 +154,48 @@ func (a *app) leaveOutUnsupported(g *graph.Graph, cfg *eval.Config, implicit map
 	a.log.Warn(fmt.Sprintf("%s %s an undirected graph: left out", strings.Join(bad, ", "), byCount(len(bad), "needs", "need")),
 		zap.Strings("methods", bad))
 	return nil
+}
+
+// methodParamList reads method_param in each form it can take: the flag
+// (repeated), SOURCEWATCH_METHOD_PARAM (separated by commas or spaces) and
+// a config file's list ("- slvae.restarts=32") or map ("slvae.restarts:
+// 32", or nested "slvae: {restarts: 32}"), as method.key=value strings.
+func methodParamList(raw any) ([]string, error) {
+	var out []string
+	var flatten func(prefix string, m map[string]any) error
+	flatten = func(prefix string, m map[string]any) error {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			switch v := m[k].(type) {
+			case map[string]any:
+				if err := flatten(prefix+k+".", v); err != nil {
+					return err
+				}
+			case []any:
+				return fmt.Errorf("method_param: %s%s: want a value, got a list", prefix, k)
+			default:
+				out = append(out, fmt.Sprintf("%s%s=%v", prefix, k, v))
+			}
+		}
+		return nil
+	}
+	switch v := raw.(type) {
+	case nil:
+	case []string:
+		out = v
+	case []any:
+		for _, e := range v {
+			out = append(out, fmt.Sprint(e))
+		}
+	case string:
+		out = strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+	case map[string]any:
+		if err := flatten("", v); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("method_param: want method.key=value entries, got %T", raw)
+	}
+	return out, nil
 }
 
 func byCount(n int, one, many string) string {
@@ -219,6 +267,9 @@ func (a *app) eval(ctx context.Context) error {
 	if err := cfg.Validate(g); err != nil {
 		return err
 	}
+	if err := checkJSONPath(a.v.GetString("json")); err != nil {
+		return err
+	}
 	a.warnUnusedWeights(g, cfg.Sim)
 	// one bar over both stages: cascades simulated, then (run, method)
 	// pairs fitted and scored
@@ -239,12 +290,18 @@ func (a *app) eval(ctx context.Context) error {
 			bar.Set(simDone+methodDone, note)
 		}))
 	bar.Done()
-	if err != nil && rep == nil {
+	switch {
+	case err != nil && rep == nil && errors.Is(err, eval.ErrInterrupted):
+		return fmt.Errorf("%w: no method finished a run, so there is no report to write", err)
+	case err != nil && rep == nil:
 		return fmt.Errorf("eval: %w", simulationError(err))
 	}
 	// An interrupted evaluation still writes what finished, marked as
 	// partial, and then fails: a stopped hour of work is not lost.
 	if werr := a.writeReport(rep); werr != nil {
+		if err != nil {
+			return fmt.Errorf("%w; and the report: %w", err, werr)
+		}
 		return werr
 	}
 	if err != nil {
@@ -257,8 +314,27 @@ func (a *app) eval(ctx context.Context) error {
 	return nil
 }
 
+// checkJSONPath fails now, not after the evaluation, when --json names a
+// file that cannot be written. It leaves no file behind.
+func checkJSONPath(path string) error {
+	if path == "" || path == "-" {
+		return nil
+	}
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("--json: %w", err)
+	}
+	f.Close()
+	if errors.Is(statErr, os.ErrNotExist) {
+		os.Remove(path)
+	}
+	return nil
+}
+
 // writeReport writes rep as --json asks and as a table on stdout (unless
-// the JSON went there).
+// the JSON went there). The table is written even when the file cannot
+// be, so the numbers are not lost.
 func (a *app) writeReport(rep *eval.Report) error {
 	switch path := a.v.GetString("json"); path {
 	case "":
@@ -266,7 +342,7 @@ func (a *app) writeReport(rep *eval.Report) error {
 		return rep.WriteJSON(a.stdout)
 	default:
 		if err := writeJSONFile(path, rep); err != nil {
-			return err
+			return errors.Join(rep.WriteTable(a.stdout), err)
 		}
 	}
 	return rep.WriteTable(a.stdout)

@@ -291,3 +291,40 @@ func TestEvalCommandLearnedMethods(t *testing.T) {
 	require.NotContains(t, stdout, "forward_floor_mse")
 	require.NotContains(t, stdout, "forward_floor_at_count_mse")
 }
+
+func TestMethodParamForms(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		raw  any
+		want []string
+		err  string
+	}{
+		{"flag", []string{"lpsi.alpha=0.5"}, []string{"lpsi.alpha=0.5"}, ""},
+		{"env, commas and spaces", "lpsi.alpha=0.5,degree.k=5 slvae.restarts=32", []string{"lpsi.alpha=0.5", "degree.k=5", "slvae.restarts=32"}, ""},
+		{"file list", []any{"lpsi.alpha=0.5"}, []string{"lpsi.alpha=0.5"}, ""},
+		{"file map, dotted and nested", map[string]any{"lpsi": map[string]any{"alpha": 0.5}, "degree": map[string]any{"k": 5}},
+			[]string{"degree.k=5", "lpsi.alpha=0.5"}, ""},
+		{"a list inside the map", map[string]any{"lpsi": map[string]any{"alpha": []any{1, 2}}}, nil, "method_param: lpsi.alpha: want a value, got a list"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := methodParamList(tc.raw)
+			if tc.err != "" {
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// A --json file that cannot be written fails before the evaluation, and
+// the check leaves no file behind.
+func TestEvalChecksJSONPathFirst(t *testing.T) {
+	_, _, err := runCmd(t, "", "eval", "--graph", "../../configs/demo/karate.edges", "--cascades", "20", "--runs", "1",
+		"--methods", "infected", "--json", filepath.Join(t.TempDir(), "missing", "out.json"))
+	require.ErrorContains(t, err, "--json: open ")
+	path := filepath.Join(t.TempDir(), "out.json")
+	require.NoError(t, checkJSONPath(path))
+	require.NoFileExists(t, path)
+}
