@@ -1083,7 +1083,12 @@ func (d *Daemon) Reload(ctx context.Context) error {
 	select {
 	case <-d.ready:
 	default:
-		return fmt.Errorf("%w: daemon not running", ErrReload)
+		if msg := d.waiting.Load(); msg != nil {
+			// nats.url is a daemon-wide setting: a reload could not
+			// change it anyway.
+			return fmt.Errorf("%w: not started yet (%s); to change nats.url, restart the daemon", ErrReload, *msg)
+		}
+		return fmt.Errorf("%w: daemon not started yet", ErrReload)
 	}
 	cfg := d.Config()
 	if d.reloadCfg != nil {

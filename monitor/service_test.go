@@ -258,6 +258,9 @@ func TestWaitsForNATS(t *testing.T) {
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode, "/status answers while NATS is awaited")
+	err = d.Reload(t.Context())
+	require.ErrorIs(t, err, ErrReload)
+	require.ErrorContains(t, err, "to change nats.url, restart the daemon")
 
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	require.NoError(t, err)

@@ -63,6 +63,8 @@ func TestFlagCommandConfigKeys(t *testing.T) {
 		{"underscored keys are read", "cascades: 2\nsource_ratio: 0.3\n", "", "", 2},
 		{"a dashed key is refused", "cascades: 2\nsource-ratio: 0.3\n", `key "source-ratio": config keys use underscores; did you mean source_ratio?`, "", 0},
 		{"a key of no flag is named", "cascdes: 2\nlog_level: warn\n", "", `"keys":["cascdes"]`, 100},
+		{"a flag-only key is refused", "help: true\n", `key "help": --help is a command-line flag only`, "", 0},
+		{"a section where a flag takes a value", "nats:\n  url: nats://127.0.0.1:4222\n", `key "nats" is a section, but sourcewatch simulate reads it as --nats, a string`, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := filepath.Join(t.TempDir(), "simulate.yaml")

@@ -3,39 +3,60 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/sourcewatch/sourcewatch/forward"
 )
 
 // defaultPluginDir is the --plugin-dir of the one-shot commands when none
-// is given: the directory of the running sourcewatch binary when a forward
-// plugin is there, else bin under the working directory. make build puts
-// the binary and its plugins side by side in bin/, so bin/sourcewatch (or
-// an installed copy with its plugins) finds them from any working
-// directory; go run's binary lives in a build cache directory with no
-// plugins, so it keeps looking in ./bin.
+// is given: the directory the sourcewatch binary was started from (a
+// symlink's own directory first, then the binary's), when a forward plugin
+// is there, else bin under the working directory. make build puts the
+// binary and its plugins side by side in bin/, so bin/sourcewatch (or an
+// installed copy with its plugins) finds them from any working directory;
+// go run's binary lives in a build cache directory with no plugins, so it
+// keeps looking in ./bin.
 func defaultPluginDir() string {
-	return pluginDirBeside(os.Executable)
+	return pluginDirBeside(os.Args[0], os.Executable)
 }
 
-func pluginDirBeside(executable func() (string, error)) string {
+func pluginDirBeside(arg0 string, executable func() (string, error)) string {
 	const fallback = "bin"
-	exe, err := executable()
+	var candidates []string
+	if strings.ContainsRune(arg0, filepath.Separator) {
+		candidates = append(candidates, filepath.Dir(arg0)) // where the user ran it from
+	}
+	if exe, err := executable(); err == nil {
+		if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = resolved
+		}
+		candidates = append(candidates, filepath.Dir(exe))
+	}
+	for _, dir := range candidates {
+		if !holdsPlugin(dir) {
+			continue
+		}
+		if wd, err := os.Getwd(); err == nil && filepath.IsAbs(dir) {
+			if rel, err := filepath.Rel(wd, dir); err == nil && filepath.IsLocal(rel) {
+				return rel // shorter in help and errors: "bin", not /home/.../bin
+			}
+		}
+		return dir
+	}
+	return fallback
+}
+
+// holdsPlugin reports whether dir holds an executable file named like a
+// forward plugin (a stray sourcewatch-forward-notes.txt does not count).
+func holdsPlugin(dir string) bool {
+	matches, err := filepath.Glob(filepath.Join(dir, forward.BinaryPrefix+"*"))
 	if err != nil {
-		return fallback
+		return false
 	}
-	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
-		exe = resolved
-	}
-	dir := filepath.Dir(exe)
-	plugins, err := filepath.Glob(filepath.Join(dir, forward.BinaryPrefix+"*"))
-	if err != nil || len(plugins) == 0 {
-		return fallback
-	}
-	if wd, err := os.Getwd(); err == nil {
-		if rel, err := filepath.Rel(wd, dir); err == nil && filepath.IsLocal(rel) {
-			return rel // shorter in help and errors: "bin", not /home/.../bin
+	for _, m := range matches {
+		if fi, err := os.Stat(m); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return true
 		}
 	}
-	return dir
+	return false
 }

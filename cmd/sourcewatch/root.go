@@ -113,15 +113,22 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 	if fv == nil || err != nil {
 		return err
 	}
-	known := map[string]bool{}
-	add := func(f *pflag.Flag) { known[flagKey(f.Name)] = true }
+	known := map[string]*pflag.Flag{}
+	add := func(f *pflag.Flag) { known[flagKey(f.Name)] = f }
 	cmd.Flags().VisitAll(add)
 	cmd.InheritedFlags().VisitAll(add)
 	var ignored []string
 	for _, k := range slices.Sorted(maps.Keys(fv.AllSettings())) {
-		switch {
-		case known[k]:
-		case k != flagKey(k) && known[flagKey(k)]:
+		_, section := fv.Get(k).(map[string]any)
+		switch f := known[k]; {
+		case flagOnlyKeys[k] != "":
+			return fmt.Errorf("%s: key %q: %s", fv.ConfigFileUsed(), k, flagOnlyKeys[k])
+		case f != nil && section && f.Value.Type() != "stringToString" && f.Value.Type() != "stringSlice":
+			// serve's nats: section read as simulate's --nats URL, say.
+			return fmt.Errorf("%s: key %q is a section, but %s reads it as --%s, a %s (%s)",
+				fv.ConfigFileUsed(), k, cmd.CommandPath(), f.Name, f.Value.Type(), f.Usage)
+		case f != nil:
+		case k != flagKey(k) && known[flagKey(k)] != nil:
 			return fmt.Errorf("%s: key %q: config keys use underscores; did you mean %s?", fv.ConfigFileUsed(), k, flagKey(k))
 		default:
 			ignored = append(ignored, k)

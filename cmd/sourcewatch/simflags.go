@@ -84,14 +84,24 @@ func (a *app) warnUnusedWeights(g *graph.Graph, cfg diffusion.Config) {
 		a.log.Warn("--p is not used: IC on a weighted graph activates each arc with its weight",
 			graphFile, zap.Float64("p", cfg.P))
 	}
-	reads := modelFlags[cfg.Model]
-	for _, m := range []diffusion.Model{diffusion.SI, diffusion.SIR, diffusion.IC, diffusion.LT} {
+	models := []diffusion.Model{diffusion.SI, diffusion.SIR, diffusion.IC, diffusion.LT}
+	warned := slices.Clone(modelFlags[cfg.Model])
+	for _, m := range models {
 		for _, key := range modelFlags[m] {
-			if slices.Contains(reads, key) || !a.v.IsSet(key) {
+			if slices.Contains(warned, key) || !a.v.IsSet(key) {
 				continue
 			}
-			reads = append(reads, key) // warned once
-			a.log.Warn(fmt.Sprintf("--%s is not used: %s does not read it (%s does)", strings.ReplaceAll(key, "_", "-"), cfg.Model, m))
+			warned = append(warned, key)
+			var readers []string
+			for _, r := range models {
+				if slices.Contains(modelFlags[r], key) {
+					readers = append(readers, string(r))
+				}
+			}
+			// Set on the command line, in SOURCEWATCH_* or in the config
+			// file: named as the flag, the form the other two follow.
+			a.log.Warn(fmt.Sprintf("--%s is not used: %s does not read it (%s %s)", strings.ReplaceAll(key, "_", "-"), cfg.Model,
+				strings.Join(readers, " and "), byCount(len(readers), "does", "do")))
 		}
 	}
 }
