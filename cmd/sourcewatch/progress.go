@@ -11,15 +11,18 @@ import (
 )
 
 // progress draws a one-line bar on a terminal. Elsewhere (a log file, a
-// service, CI) it logs one info line a minute while the work lasts, so
-// an hour of eval in the background shows it is alive, and work shorter
-// than a minute says nothing.
+// service, CI) it logs one info line a minute until Done, so an hour of
+// eval in the background shows it is alive, and work shorter than a
+// minute says nothing. Done is idempotent and must be called.
 type progress struct {
 	mu      sync.Mutex
 	w       io.Writer
 	on      bool
 	log     *zap.Logger // off the terminal: the heartbeat's
 	every   time.Duration
+	stop    chan struct{} // closed by Done: the heartbeat returns
+	stopped chan struct{} // closed by the heartbeat as it returns
+	once    sync.Once
 	label   string
 	total   int
 	done    int
@@ -34,12 +37,37 @@ type progress struct {
 const heartbeatEvery = time.Minute
 
 func (a *app) progress(label string, total int) *progress {
-	p := &progress{w: a.stderr, on: a.terminal, log: a.log, every: heartbeatEvery,
+	return newProgress(a.stderr, a.terminal, a.log, label, total, heartbeatEvery)
+}
+
+// newProgress starts a progress of total units. Off the terminal, with a
+// logger, it owns a goroutine that logs every `every` until Done.
+func newProgress(w io.Writer, terminal bool, log *zap.Logger, label string, total int, every time.Duration) *progress {
+	p := &progress{w: w, on: terminal, log: log, every: every,
 		label: label, total: total, start: time.Now(), nowFunc: time.Now}
-	if !p.on {
-		p.lastAt = p.start // the first heartbeat a minute in
+	if !p.on && p.log != nil {
+		p.stop, p.stopped = make(chan struct{}), make(chan struct{})
+		go p.heartbeat()
 	}
 	return p
+}
+
+func (p *progress) heartbeat() {
+	defer close(p.stopped)
+	t := time.NewTicker(p.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			p.mu.Lock()
+			done, note, elapsed := p.done, p.suffix, p.nowFunc().Sub(p.start)
+			p.mu.Unlock()
+			p.log.Info(p.label+": progress", zap.Int("done", done), zap.Int("total", p.total),
+				zap.Duration("elapsed", elapsed.Round(time.Second)), zap.String("at", note))
+		}
+	}
 }
 
 // Set records done units (and an optional note) and redraws at most ten
@@ -51,15 +79,10 @@ func (p *progress) Set(done int, note string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done, p.suffix = done, note
-	now := p.nowFunc()
 	if !p.on {
-		if p.log != nil && now.Sub(p.lastAt) >= p.every {
-			p.lastAt = now
-			p.log.Info(p.label+": progress", zap.Int("done", done), zap.Int("total", p.total),
-				zap.Duration("elapsed", now.Sub(p.start).Round(time.Second)), zap.String("at", note))
-		}
-		return
+		return // the heartbeat reads it
 	}
+	now := p.nowFunc()
 	if done < p.total && now.Sub(p.lastAt) < 100*time.Millisecond {
 		return
 	}
@@ -96,7 +119,14 @@ func (p *progress) draw(now time.Time) {
 
 // Done finishes the line.
 func (p *progress) Done() {
-	if p == nil || !p.on {
+	if p == nil {
+		return
+	}
+	if !p.on {
+		if p.stop != nil {
+			p.once.Do(func() { close(p.stop) })
+			<-p.stopped
+		}
 		return
 	}
 	p.mu.Lock()

@@ -10,35 +10,33 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 )
 
-// Off the terminal, progress draws nothing and logs one line a minute
-// while the work lasts; on it, it draws the bar and logs nothing.
-func TestProgressOffTerminalLogsAMinuteApart(t *testing.T) {
-	start := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
-	now := start
-	for _, terminal := range []bool{false, true} {
-		core, logs := observer.New(zap.InfoLevel)
-		var out bytes.Buffer
-		a := &app{stderr: &out, terminal: terminal, log: zap.New(core)}
-		p := a.progress("eval", 100)
-		p.start, p.nowFunc = start, func() time.Time { return now }
-		if !terminal {
-			p.lastAt = start
-		}
-		for i, at := range []time.Duration{10 * time.Second, 59 * time.Second, 61 * time.Second, 90 * time.Second, 122 * time.Second} {
-			now = start.Add(at)
-			p.Set(i+1, "slvae")
-		}
-		p.Done()
-		if terminal {
-			require.Empty(t, logs.All())
-			require.Contains(t, out.String(), "eval [")
-			continue
-		}
-		require.Empty(t, out.String(), "no bar off the terminal")
-		entries := logs.All()
-		require.Len(t, entries, 2, "at 61 s and 122 s")
-		require.Equal(t, "eval: progress", entries[0].Message)
-		require.Equal(t, map[string]any{"done": int64(3), "total": int64(100), "elapsed": 61 * time.Second, "at": "slvae"}, entries[0].ContextMap())
-		require.Equal(t, int64(5), entries[1].ContextMap()["done"])
-	}
+// Off the terminal, progress draws nothing and logs on its own clock,
+// whether or not the work reports, until Done; on it, it draws the bar
+// and logs nothing.
+func TestProgressOffTerminalLogsOnItsOwnClock(t *testing.T) {
+	core, logs := observer.New(zap.InfoLevel)
+	var out bytes.Buffer
+	p := newProgress(&out, false, zap.New(core), "eval", 100, 20*time.Millisecond)
+	p.Set(3, "slvae")
+	require.Eventually(t, func() bool { return logs.Len() >= 2 }, 5*time.Second, 5*time.Millisecond,
+		"a line each period with no Set in between")
+	p.Done()
+	p.Done() // idempotent, as train calls it
+	n := logs.Len()
+	time.Sleep(60 * time.Millisecond)
+	require.Equal(t, n, logs.Len(), "nothing after Done")
+	require.Empty(t, out.String(), "no bar off the terminal")
+	e := logs.All()[0]
+	require.Equal(t, "eval: progress", e.Message)
+	require.Equal(t, int64(3), e.ContextMap()["done"])
+	require.Equal(t, "slvae", e.ContextMap()["at"])
+
+	core, logs = observer.New(zap.InfoLevel)
+	out.Reset()
+	p = newProgress(&out, true, zap.New(core), "eval", 100, 20*time.Millisecond)
+	p.Set(3, "slvae")
+	time.Sleep(60 * time.Millisecond)
+	p.Done()
+	require.Zero(t, logs.Len())
+	require.Contains(t, out.String(), "eval [")
 }

@@ -310,7 +310,7 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 	if limit <= 0 || limit > len(test) {
 		limit = len(test)
 	}
-	bar := a.progress("test", limit)
+	bar := a.progress("train test", limit)
 	defer bar.Done()
 	n := b.Manifest.Graph.Nodes
 	var prec, rec, f1, topk, auc []float64
