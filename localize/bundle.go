@@ -189,8 +189,12 @@ func (b *Bundle) Options() Options {
 }
 
 // CheckGraph reports whether g is the graph the bundle was trained on.
-func (b *Bundle) CheckGraph(g *graph.Graph) error {
-	m := b.Manifest.Graph
+func (b *Bundle) CheckGraph(g *graph.Graph) error { return b.Manifest.CheckGraph(g) }
+
+// CheckGraph reports whether g is the graph the bundle of m was trained on
+// (ErrGraphMismatch when not, saying when --directed is the difference).
+func (man Manifest) CheckGraph(g *graph.Graph) error {
+	m := man.Graph
 	if fp := g.Fingerprint(); fp != m.Fingerprint || g.N() != m.Nodes {
 		hint := ""
 		if g.Directed() != m.Directed {
@@ -201,7 +205,7 @@ func (b *Bundle) CheckGraph(g *graph.Graph) error {
 			}
 		}
 		return fmt.Errorf("%w: bundle %s is for graph %q (fingerprint %.12s, %d nodes), given graph has fingerprint %.12s and %d nodes%s",
-			ErrGraphMismatch, b.Manifest.ID, m.Name, m.Fingerprint, m.Nodes, fp, g.N(), hint)
+			ErrGraphMismatch, man.ID, m.Name, m.Fingerprint, m.Nodes, fp, g.N(), hint)
 	}
 	return nil
 }
@@ -431,15 +435,9 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (
 	if !ok {
 		return nil, fmt.Errorf("%w: no %s", ErrBadBundle, entryManifest)
 	}
-	var m Manifest
-	if err := json.Unmarshal(mdata, &m); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryManifest, err)
-	}
-	if m.Format < minFormatVersion || m.Format > FormatVersion {
-		return nil, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d to %d", ErrBundleVersion, m.Format, minFormatVersion, FormatVersion)
-	}
-	if err := m.check(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryManifest, err)
+	m, err := decodeManifest(mdata)
+	if err != nil {
+		return nil, err
 	}
 	checked := []string{entryGraph, entryVAE, entryTerms, entryForward}
 	for name := range m.Checksums {
@@ -527,6 +525,65 @@ func (m *Manifest) check() error {
 		}
 	}
 	return m.SourceRule.check(m.Graph.Nodes)
+}
+
+// decodeManifest decodes manifest.json and checks its format version and
+// settings.
+func decodeManifest(data []byte) (Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryManifest, err)
+	}
+	if m.Format < minFormatVersion || m.Format > FormatVersion {
+		return Manifest{}, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d to %d", ErrBundleVersion, m.Format, minFormatVersion, FormatVersion)
+	}
+	if err := m.check(); err != nil {
+		return Manifest{}, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryManifest, err)
+	}
+	return m, nil
+}
+
+// ReadManifest reads only the manifest of the bundle at path: a check of
+// a bundle file (it is one, of a format this sourcewatch reads, its
+// archive's directory intact) that costs a few KB where LoadBundle reads
+// every entry. It does not verify the entries; LoadBundle does.
+func ReadManifest(path string) (Manifest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("loading bundle %q: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return Manifest{}, fmt.Errorf("loading bundle %q: %w", path, err)
+	}
+	zr, err := zip.NewReader(f, fi.Size())
+	if err != nil {
+		return Manifest{}, fmt.Errorf("loading bundle %q: %w: not a bundle archive: %v", path, ErrBadBundle, err)
+	}
+	for _, e := range zr.File {
+		if e.Name != entryManifest {
+			continue
+		}
+		if e.UncompressedSize64 > maxManifestBytes {
+			return Manifest{}, fmt.Errorf("loading bundle %q: %w: entry %s holds %d bytes, over its limit of %d", path, ErrBadBundle, e.Name, e.UncompressedSize64, maxManifestBytes)
+		}
+		rc, err := e.Open()
+		if err != nil {
+			return Manifest{}, fmt.Errorf("loading bundle %q: %w: entry %s: %v", path, ErrBadBundle, e.Name, err)
+		}
+		data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes))
+		rc.Close()
+		if err != nil {
+			return Manifest{}, fmt.Errorf("loading bundle %q: %w: entry %s: %v", path, ErrBundleChecksum, e.Name, err)
+		}
+		m, err := decodeManifest(data)
+		if err != nil {
+			return Manifest{}, fmt.Errorf("loading bundle %q: %w", path, err)
+		}
+		return m, nil
+	}
+	return Manifest{}, fmt.Errorf("loading bundle %q: %w: no %s", path, ErrBadBundle, entryManifest)
 }
 
 // checkSizes reports parts of the bundle that disagree on the graph's size

@@ -96,6 +96,22 @@ func TestBundleRoundTrip(t *testing.T) {
 	require.Equal(t, got.Options(), lean.Options())
 	require.Panics(t, func() { _ = lean.Write(io.Discard) })
 
+	// The manifest alone, as a daemon's preflight reads it.
+	m, err := ReadManifest(path)
+	require.NoError(t, err)
+	require.Equal(t, got.Manifest.ID, m.ID)
+	require.NoError(t, m.CheckGraph(ringGraph(t, 12)))
+	require.ErrorIs(t, m.CheckGraph(ringGraph(t, 13)), ErrGraphMismatch)
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	cut := filepath.Join(t.TempDir(), "cut.swb")
+	require.NoError(t, os.WriteFile(cut, raw[:len(raw)-30], 0o644))
+	_, err = ReadManifest(cut)
+	require.ErrorIs(t, err, ErrBadBundle)
+	require.ErrorContains(t, err, "not a bundle archive")
+	_, err = ReadManifest(filepath.Join(t.TempDir(), "none.swb"))
+	require.ErrorIs(t, err, os.ErrNotExist)
+
 	// The same graph from another source is accepted; another graph is not.
 	_, err = LoadBundle(path, ringGraph(t, 12))
 	require.NoError(t, err)

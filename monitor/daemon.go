@@ -61,6 +61,15 @@ func WithGraphs(gs map[string]*graph.Graph) Option {
 	}
 }
 
+// WithPreflight sets a cheap check of each graph's model that Run makes
+// with the edge files, before HTTP, NATS or the lease: a missing or
+// damaged bundle then stops the start at once instead of after a wait for
+// NATS or a standby's wait for the lease. The factory still loads and
+// checks everything.
+func WithPreflight(f func(GraphConfig, *graph.Graph) error) Option {
+	return func(d *Daemon) { d.preflight = f }
+}
+
 // WithReload sets where Reload reads the new configuration from (the
 // config file, in serve). Without it Reload rebuilds the localizers from
 // the current configuration, which re-reads bundles and relaunches
@@ -80,6 +89,7 @@ type Daemon struct {
 	now       func() time.Time
 	factory   LocalizerFactory
 	reloadCfg func(ctx context.Context) (Config, error)
+	preflight func(GraphConfig, *graph.Graph) error
 	preloaded map[string]*graph.Graph
 	metrics   *metrics
 
@@ -298,6 +308,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			g, err = graph.Load(gc.Edges, graph.Directed(gc.Directed))
 			if err != nil {
 				return fmt.Errorf("graphs[%d] (%s): %w", i, gc.Name, err)
+			}
+		}
+		if d.preflight != nil {
+			if err := d.preflight(gc, g); err != nil {
+				return fmt.Errorf("graph %q: %w", gc.Name, err)
 			}
 		}
 		gr := &graphRT{name: gc.Name, g: g, win: newWindow(g, gc.Window, gc.Decay), outcomes: map[outcome]counter{}}

@@ -3,6 +3,7 @@ package monitor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -321,4 +322,30 @@ func TestReadyzSaysWhyNATSRefuses(t *testing.T) {
 	}, 15*time.Second, 50*time.Millisecond, "readyz never named the refusal")
 	require.Contains(t, body, "last attempt:")
 	require.NotContains(t, body, "wr0ng")
+}
+
+// A preflight failure stops the start at once, naming the graph, even
+// with a NATS server that is not there to wait for.
+func TestPreflightFailsBeforeWaitingForNATS(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = "nats://127.0.0.1:1"
+	cfg.HTTP.Addr = "127.0.0.1:0"
+	bad := errors.New("bundle: no such file")
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory),
+		WithPreflight(func(gc GraphConfig, g *graph.Graph) error {
+			require.Equal(t, "p", gc.Name)
+			require.Equal(t, 4, g.N())
+			return bad
+		}))
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(t.Context()) }()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, bad)
+		require.ErrorContains(t, err, `graph "p": bundle: no such file`)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the start waited instead of failing")
+	}
+	require.Empty(t, d.HTTPAddr(), "HTTP never came up")
 }

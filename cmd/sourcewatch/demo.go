@@ -87,6 +87,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		monitor.WithLogger(a.log),
 		monitor.WithGraphs(map[string]*graph.Graph{gc.Name: g}),
 		monitor.WithLocalizerFactory(bundleLocalizers(cfg.PluginDir, a.log)),
+		monitor.WithPreflight(bundlePreflight),
 		monitor.WithReload(func(context.Context) (monitor.Config, error) { return loadDaemonConfig(cmd, a.v) }))
 	if err != nil {
 		return err

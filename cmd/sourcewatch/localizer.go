@@ -60,6 +60,19 @@ func bundleLocalizers(pluginDir string, log *zap.Logger) monitor.LocalizerFactor
 	}
 }
 
+// bundlePreflight checks a graph's bundle file without loading it: a
+// bundle archive of a format this sourcewatch reads, trained on g.
+func bundlePreflight(gc monitor.GraphConfig, g *graph.Graph) error {
+	m, err := localize.ReadManifest(gc.Bundle)
+	if err == nil {
+		err = m.CheckGraph(g)
+	}
+	if err != nil {
+		return fmt.Errorf("bundle: %w", err) // the daemon names the graph
+	}
+	return nil
+}
+
 func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (monitor.Inference, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

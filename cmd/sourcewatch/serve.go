@@ -98,11 +98,15 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 		}
 		return loadDaemonConfig(cmd, a.v)
 	}
-	d, err := monitor.New(cfg,
+	opts := []monitor.Option{
 		monitor.WithLogger(a.log),
 		monitor.WithLocalizerFactory(factory),
 		monitor.WithReload(reload),
-	)
+	}
+	if localizerFactory == nil {
+		opts = append(opts, monitor.WithPreflight(bundlePreflight))
+	}
+	d, err := monitor.New(cfg, opts...)
 	if err != nil {
 		return err
 	}
