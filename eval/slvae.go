@@ -318,7 +318,7 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 	}
 	b, err := localize.Train(ctx, g, proc, cascadePairs(train), cascadePairs(val), cfg, func(p localize.TrainProgress) {
 		if m.env.Progress != nil && p.Done == p.Total {
-			m.env.Progress(fmt.Sprintf("%s: %s done", m.name, p.Stage))
+			m.env.Progress(p.Stage + " done") // the harness prefixes the method
 		}
 	})
 	if err != nil {
