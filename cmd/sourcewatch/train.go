@@ -253,11 +253,25 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	return nil
 }
 
+// simulationKeys are the config keys of the flags that shape simulated
+// cascades, which a --cascades-file run does not read.
+var simulationKeys = []string{"diffusion", "beta", "gamma", "p", "lt_threshold", "pattern", "sources", "source_ratio", "observe", "max_steps", "max_redraws", "cascades"}
+
 // trainingCascades simulates cascades from the simulation flags, or reads
 // them from --cascades-file, and returns a description for the manifest.
 func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.Cascade, json.RawMessage, error) {
 	v := a.v
 	if path := v.GetString("cascades_file"); path != "" {
+		var unused []string
+		for _, key := range simulationKeys {
+			if v.IsSet(key) {
+				unused = append(unused, "--"+strings.ReplaceAll(key, "_", "-"))
+			}
+		}
+		if len(unused) > 0 {
+			a.log.Warn("simulation flags are not used with --cascades-file, whose cascades are already spread and observed: "+strings.Join(unused, ", "),
+				zap.String("cascades_file", path))
+		}
 		f, err := os.Open(path)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--cascades-file: %w", err)

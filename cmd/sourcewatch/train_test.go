@@ -523,3 +523,25 @@ func TestTiedWithLast(t *testing.T) {
 	require.Equal(t, []int{2, 4}, tiedWithLast(res))
 	require.Nil(t, tiedWithLast(&localize.Result{Scores: []float64{0.5}}))
 }
+
+// Training on recorded cascades says which simulation flags it ignores,
+// and says nothing when none is given.
+func TestTrainCascadesFileWarnsOfSimulationFlags(t *testing.T) {
+	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	dir := t.TempDir()
+	cascades := filepath.Join(dir, "recorded.jsonl")
+	_, _, err := runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--beta", "0.3",
+		"--cascades", "40", "--seed", "5", "--out", cascades)
+	require.NoError(t, err)
+	base := []string{"train", "--graph", "../../configs/demo/karate.edges", "--cascades-file", cascades,
+		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "2", "--prototypes", "16",
+		"--test-solves", "2", "--val-solves", "4", "--restarts", "2", "--init-steps", "3", "--opt-steps", "5",
+		"--out", filepath.Join(dir, "k.swb"), "--log-format", "json"}
+	const warning = "simulation flags are not used with --cascades-file"
+	_, stderr, err := runCmd(t, "", append(base, "--beta", "0.9", "--diffusion", "IC")...)
+	require.NoError(t, err)
+	require.Contains(t, stderr, warning+", whose cascades are already spread and observed: --diffusion, --beta")
+	_, stderr, err = runCmd(t, "", base...)
+	require.NoError(t, err)
+	require.NotContains(t, stderr, warning)
+}
