@@ -84,3 +84,18 @@ func TestFlagCommandConfigKeys(t *testing.T) {
 		})
 	}
 }
+
+// alerts tail reads a daemon config's sections silently but refuses a
+// dashed spelling of its own flags.
+func TestTailConfigKeys(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "tail.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte("from-start: true\n"), 0o644))
+	_, _, err := runCmd(t, "", "alerts", "tail", "--config", cfg, "--nats", "nats://127.0.0.1:1")
+	require.ErrorContains(t, err, `key "from-start": config keys use underscores; did you mean from_start?`)
+
+	require.NoError(t, os.WriteFile(cfg, []byte("workers: 2\nnats:\n  url: nats://127.0.0.1:1\nfrom_start: true\n"), 0o644))
+	_, _, err = runCmd(t, "", "alerts", "tail", "--config", cfg)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "key ", "a daemon config's keys pass the check")
+	require.Contains(t, err.Error(), "nats://127.0.0.1:1", "and its nats section is read")
+}

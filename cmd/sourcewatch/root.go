@@ -95,9 +95,14 @@ func (a *app) setup(cmd *cobra.Command) error {
 }
 
 // daemonConfigCommands read a daemon config file (configs/sourcewatch.yaml):
-// serve and demo check its keys themselves (loadDaemonConfig), and alerts
-// tail reads its nats and subjects sections.
-var daemonConfigCommands = map[string]bool{"serve": true, "demo": true, "tail": true}
+// serve and demo check its keys themselves (loadDaemonConfig); alerts tail
+// reads its nats and subjects sections, so only a dashed spelling of one
+// of its own flags is refused there, and the daemon's keys pass silently.
+var daemonConfigCommands = map[string]bool{"serve": true, "demo": true}
+
+// sharesDaemonConfig are the commands that read a daemon config besides
+// their own flags.
+var sharesDaemonConfig = map[string]bool{"tail": true}
 
 // checkFlagKeys checks the config file of a command that reads only its
 // flags from it (simulate, train, eval, ...): a key spelt with dashes
@@ -121,6 +126,8 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 	for _, k := range slices.Sorted(maps.Keys(fv.AllSettings())) {
 		_, section := fv.Get(k).(map[string]any)
 		switch f := known[k]; {
+		case sharesDaemonConfig[cmd.Name()] && !(k != flagKey(k) && known[flagKey(k)] != nil):
+			// a daemon key, or one of its own: read as the command reads it
 		case flagOnlyKeys[k] != "":
 			return fmt.Errorf("%s: key %q: %s", fv.ConfigFileUsed(), k, flagOnlyKeys[k])
 		case f != nil && section && f.Value.Type() != "stringToString" && f.Value.Type() != "stringSlice":
