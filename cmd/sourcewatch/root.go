@@ -105,9 +105,11 @@ var daemonConfigCommands = map[string]bool{"serve": true, "demo": true}
 var sharesDaemonConfig = map[string]bool{"tail": true}
 
 // checkFlagKeys checks the config file of a command that reads only its
-// flags from it (simulate, train, eval, ...): a key spelt with dashes
-// (source-ratio for source_ratio) is an error naming the key meant, since
-// viper would ignore it and run with the default; any other key the
+// flags from it (simulate, train, eval, ...), since viper would ignore a
+// wrong key and run with the default: a key spelt with dashes
+// (source-ratio for source_ratio) is an error naming the key meant, as are
+// the flag-only keys (config, help) and a section where the flag takes one
+// value (serve's nats: read as simulate's --nats URL); any other key the
 // command does not read is named in one warning (a file may be shared by
 // several commands).
 func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
@@ -122,28 +124,28 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 	add := func(f *pflag.Flag) { known[flagKey(f.Name)] = f }
 	cmd.Flags().VisitAll(add)
 	cmd.InheritedFlags().VisitAll(add)
+	file := fv.ConfigFileUsed()
 	var ignored []string
 	for _, k := range slices.Sorted(maps.Keys(fv.AllSettings())) {
+		f := known[k]
 		_, section := fv.Get(k).(map[string]any)
-		switch f := known[k]; {
-		case sharesDaemonConfig[cmd.Name()] && !(k != flagKey(k) && known[flagKey(k)] != nil):
+		switch {
+		case k != flagKey(k) && known[flagKey(k)] != nil:
+			return fmt.Errorf("%s: key %q: config keys use underscores; did you mean %s?", file, k, flagKey(k))
+		case sharesDaemonConfig[cmd.Name()]:
 			// a daemon key, or one of its own: read as the command reads it
 		case flagOnlyKeys[k] != "":
-			return fmt.Errorf("%s: key %q: %s", fv.ConfigFileUsed(), k, flagOnlyKeys[k])
+			return fmt.Errorf("%s: key %q: %s", file, k, flagOnlyKeys[k])
 		case f != nil && section && f.Value.Type() != "stringToString" && f.Value.Type() != "stringSlice":
-			// serve's nats: section read as simulate's --nats URL, say.
 			return fmt.Errorf("%s: key %q is a section, but %s reads it as --%s, a %s (%s)",
-				fv.ConfigFileUsed(), k, cmd.CommandPath(), f.Name, f.Value.Type(), f.Usage)
-		case f != nil:
-		case k != flagKey(k) && known[flagKey(k)] != nil:
-			return fmt.Errorf("%s: key %q: config keys use underscores; did you mean %s?", fv.ConfigFileUsed(), k, flagKey(k))
-		default:
+				file, k, cmd.CommandPath(), f.Name, f.Value.Type(), f.Usage)
+		case f == nil:
 			ignored = append(ignored, k)
 		}
 	}
 	if len(ignored) > 0 {
 		log.Warn("config keys that "+cmd.CommandPath()+" does not read are ignored",
-			zap.String("config", fv.ConfigFileUsed()), zap.Strings("keys", ignored))
+			zap.String("config", file), zap.Strings("keys", ignored))
 	}
 	return nil
 }
