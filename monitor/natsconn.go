@@ -84,6 +84,33 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 	return s, nil
 }
 
+// ClientAuth is the credentials and TLS of n (creds file, nkey seed,
+// user and password, CA and client certificate) as connection options,
+// for another client of the daemon's server, such as demo's own.
+func ClientAuth(n NATSConfig) ([]nats.Option, error) {
+	var opts []nats.Option
+	if n.Creds != "" {
+		opts = append(opts, nats.UserCredentials(n.Creds))
+	}
+	if n.NKey != "" {
+		o, err := nats.NkeyOptionFromSeed(n.NKey)
+		if err != nil {
+			return nil, fmt.Errorf("%w: nats.nkey: %w", ErrConfig, err)
+		}
+		opts = append(opts, o)
+	}
+	if n.User != "" {
+		opts = append(opts, nats.UserInfo(n.User, n.Password))
+	}
+	if n.TLS.CA != "" {
+		opts = append(opts, nats.RootCAs(n.TLS.CA))
+	}
+	if n.TLS.Cert != "" {
+		opts = append(opts, nats.ClientCert(n.TLS.Cert, n.TLS.Key))
+	}
+	return opts, nil
+}
+
 // connect opens the daemon's connection: in-process to the embedded server
 // s, or to cfg.NATS.URL with credentials, reconnecting forever.
 //
@@ -123,29 +150,13 @@ func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func(), onC
 		opts = append(opts, nats.InProcessServer(s))
 		url = s.ClientURL()
 	} else {
-		n := cfg.NATS
-		if n.Creds != "" {
-			opts = append(opts, nats.UserCredentials(n.Creds))
-		}
-		if n.NKey != "" {
-			o, err := nats.NkeyOptionFromSeed(n.NKey)
-			if err != nil {
-				return nil, fmt.Errorf("%w: nats.nkey: %w", ErrConfig, err)
-			}
-			opts = append(opts, o)
-		}
-		if n.User != "" {
-			opts = append(opts, nats.UserInfo(n.User, n.Password))
-		}
-		if n.TLS.CA != "" {
-			opts = append(opts, nats.RootCAs(n.TLS.CA))
-		}
-		if n.TLS.Cert != "" {
-			opts = append(opts, nats.ClientCert(n.TLS.Cert, n.TLS.Key))
+		auth, err := ClientAuth(cfg.NATS)
+		if err != nil {
+			return nil, err
 		}
 		// A daemon started before its cluster keeps trying instead of
 		// exiting, as it would after a later disconnect.
-		opts = append(opts, nats.RetryOnFailedConnect(true))
+		opts = append(append(opts, auth...), nats.RetryOnFailedConnect(true))
 	}
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {

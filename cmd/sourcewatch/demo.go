@@ -112,11 +112,21 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		wg.Wait()
 		return fmt.Errorf("nats.listen: the demo needs the embedded server to listen (not -1)")
 	}
-	nc, err := nats.Connect(url, nats.Name("sourcewatch demo"))
+	copts := []nats.Option{nats.Name("sourcewatch demo")}
+	if cfg.NATS.URL != "" { // an external server: the daemon's credentials
+		auth, err := monitor.ClientAuth(cfg.NATS)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return err
+		}
+		copts = append(copts, auth...)
+	}
+	nc, err := nats.Connect(url, copts...)
 	if err != nil {
 		cancel()
 		wg.Wait()
-		return fmt.Errorf("connecting to %s: %w", url, err)
+		return fmt.Errorf("connecting to %s: %w", monitor.RedactURLs(url), err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
