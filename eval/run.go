@@ -529,7 +529,7 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 		o.note(note)
 	}})
 	if err != nil {
-		return res, fmt.Errorf("%s: %w", name, err)
+		return res, methodError{name, "", err}
 	}
 	// a method may own a process (a forward-model plugin): stop it
 	// whatever happens below
@@ -542,7 +542,7 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 	}
 	start := o.now()
 	if err := m.Fit(ctx, g, train, val); err != nil {
-		return res, fmt.Errorf("%s: fit: %w", name, err)
+		return res, methodError{name, "fit", err}
 	}
 	res.fit = o.now().Sub(start).Seconds()
 	if e, ok := m.(Extraser); ok {
@@ -556,11 +556,11 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 		start := o.now()
 		p, err := m.Localize(ctx, y)
 		if err != nil {
-			return res, fmt.Errorf("%s: test cascade %d: %w", name, i, err)
+			return res, methodError{name, fmt.Sprintf("test cascade %d", i), err}
 		}
 		sec := o.now().Sub(start).Seconds()
 		if err := checkPrediction(n, p); err != nil {
-			return res, fmt.Errorf("%s: test cascade %d: %w", name, i, err)
+			return res, methodError{name, fmt.Sprintf("test cascade %d", i), err}
 		}
 		res.cascades[i] = cascadeResult{m: Score(g, c.Sources, p), seconds: sec}
 	}
@@ -569,7 +569,7 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 	if d, ok := m.(Diagnoser); ok {
 		extra, err := d.Diagnose(ctx, test)
 		if err != nil {
-			return res, fmt.Errorf("%s: diagnose: %w", name, err)
+			return res, methodError{name, "diagnose", err}
 		}
 		if res.extras == nil {
 			res.extras = map[string]float64{}
@@ -581,6 +581,24 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 	log.Debug("method scored", zap.Float64("fit_seconds", res.fit), zap.Int("test", len(test)))
 	return res, nil
 }
+
+// methodError is a method's error with the harness's stage, naming the
+// method once: "slvae: fit: forward plugin ...", where the method's own
+// "slvae: " prefix would otherwise follow the harness's.
+type methodError struct {
+	method, stage string
+	err           error
+}
+
+func (e methodError) Error() string {
+	msg := strings.TrimPrefix(e.err.Error(), e.method+": ")
+	if e.stage == "" {
+		return e.method + ": " + msg
+	}
+	return e.method + ": " + e.stage + ": " + msg
+}
+
+func (e methodError) Unwrap() error { return e.err }
 
 // ErrBadPrediction is returned when a method's prediction is malformed.
 var ErrBadPrediction = errors.New("bad prediction")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -434,4 +435,23 @@ func TestRunInterruptedKeepsWhatFinished(t *testing.T) {
 	rep, err = Run(ctx, g, cfg)
 	require.ErrorIs(t, err, ErrInterrupted)
 	require.Nil(t, rep)
+}
+
+// The harness names a method once in its errors, whether or not the
+// method named itself, and keeps the cause reachable.
+func TestMethodErrorNamesTheMethodOnce(t *testing.T) {
+	cause := context.DeadlineExceeded
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("slvae: forward plugin %q: %w", "deepis", cause), `slvae: fit: forward plugin "deepis": context deadline exceeded`},
+		{fmt.Errorf("plugin %q: %w", "deepis", cause), `slvae: fit: plugin "deepis": context deadline exceeded`},
+		{fmt.Errorf("slvaex: %w", cause), `slvae: fit: slvaex: context deadline exceeded`},
+	} {
+		err := methodError{"slvae", "fit", tc.err}
+		require.EqualError(t, err, tc.want)
+		require.ErrorIs(t, err, cause)
+	}
+	require.EqualError(t, methodError{"lpsi", "", errors.New("lpsi: bad")}, "lpsi: bad")
 }
