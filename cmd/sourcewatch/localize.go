@@ -111,17 +111,21 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		return err
 	}
-	obs, err := readObservations(v.GetString("observation"), cmd.InOrStdin())
+	// Every line is checked, ids included, before the plugin starts, so a
+	// typo in the last line of a JSONL fails at once; the first bad line
+	// is the one named.
+	obs, err := readObservations(v.GetString("observation"), cmd.InOrStdin(), func(o observationFile) error {
+		if _, err := b.Graph.Lookup(o.Infected); err != nil {
+			return fmt.Errorf("%s: %w (the bundle's graph: %s)", o.where, err, b.Graph)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	// Every id is checked before the plugin starts, so a typo in the last
-	// line of a JSONL fails at once and names its line.
 	infected := make([][]int, len(obs))
 	for i, o := range obs {
-		if infected[i], err = b.Graph.Lookup(o.Infected); err != nil {
-			return fmt.Errorf("%s: %w (the bundle's graph: %s)", o.where, err, b.Graph)
-		}
+		infected[i], _ = b.Graph.Lookup(o.Infected) // checked above
 		// A node listed twice is infected once (exports of event logs
 		// repeat nodes), and counts once.
 		slices.Sort(infected[i])
@@ -274,7 +278,7 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 // but those of a cascade file (sources, times, recovered), which are
 // ignored, so `simulate`'s output can be localized as it is.
 // Errors name the file and line.
-func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
+func readObservations(path string, stdin io.Reader, check func(observationFile) error) ([]observationFile, error) {
 	var data []byte
 	var err error
 	if path == "-" || path == "" {
@@ -288,7 +292,7 @@ func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
 	}
 	if json.Valid(data) {
 		// One JSON value (perhaps over many lines): one observation.
-		one, err := decodeObservation(data, path)
+		one, err := decodeObservation(data, path, check)
 		if err != nil {
 			return nil, err
 		}
@@ -304,7 +308,7 @@ func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
 		if len(text) == 0 {
 			continue
 		}
-		o, err := decodeObservation(text, fmt.Sprintf("%s:%d", path, line))
+		o, err := decodeObservation(text, fmt.Sprintf("%s:%d", path, line), check)
 		if err != nil {
 			return nil, err
 		}
@@ -320,8 +324,9 @@ func readObservations(path string, stdin io.Reader) ([]observationFile, error) {
 }
 
 // decodeObservation decodes one {"infected":[ids...]} object, where names
-// it in errors.
-func decodeObservation(data []byte, where string) (observationFile, error) {
+// it in errors, and checks it with check (the ids, against the graph)
+// before its own checks of the list.
+func decodeObservation(data []byte, where string, check func(observationFile) error) (observationFile, error) {
 	// A cascade file's line (simulate's output) is an observation too:
 	// its infected list is read and its sources and times are not.
 	var raw struct {
@@ -355,8 +360,16 @@ func decodeObservation(data []byte, where string) (observationFile, error) {
 	if raw.Infected == nil {
 		return observationFile{}, fmt.Errorf(`%s: no "infected" field; want {"infected":[ids...]}`, where)
 	}
+	o := observationFile{Infected: *raw.Infected, where: where}
+	if check != nil {
+		// The ids first: an unknown id names its node, an empty list
+		// has none to name.
+		if err := check(o); err != nil {
+			return observationFile{}, err
+		}
+	}
 	if len(*raw.Infected) == 0 {
 		return observationFile{}, fmt.Errorf(`%s: "infected" is empty: no infected node, nothing to localize`, where)
 	}
-	return observationFile{Infected: *raw.Infected, where: where}, nil
+	return o, nil
 }

@@ -360,6 +360,10 @@ func TestTrainThenLocalize(t *testing.T) {
 	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\n\n{\"infected\":[\"1\",\"nope\"]}\n", "localize", "--bundle", bundle,
 		"--plugin-dir", t.TempDir(), "--log-level", "warn")
 	require.ErrorContains(t, err, `stdin:3: unknown node "nope" (the bundle's graph: `)
+	// The first bad line is the one named, whatever is wrong with a later one.
+	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\n{\"infected\":[\"5OO\"]}\n{\"infected\":[]}\n", "localize", "--bundle", bundle,
+		"--plugin-dir", t.TempDir(), "--log-level", "warn")
+	require.ErrorContains(t, err, `stdin:2: unknown node "5OO"`)
 	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\nnot json\n", "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 	require.ErrorContains(t, err, "stdin:2")
 	// An observation that says nothing is refused, not localized as
