@@ -106,6 +106,29 @@ func (a *app) warnUnusedWeights(g *graph.Graph, cfg diffusion.Config) {
 	}
 }
 
+// warnOvershoot warns when many snapshots hold far more than the --observe
+// target: a step of the spread can infect a large part of a dense graph
+// at once, and a snapshot of every node infected tells nothing of where
+// the spread began, yet train and eval would learn and score on it.
+func (a *app) warnOvershoot(g *graph.Graph, cfg diffusion.Config, cs []diffusion.Cascade) {
+	over, all := 0, 0
+	for _, c := range cs {
+		if float64(len(c.Infected)) > (cfg.ObserveMax+0.1)*float64(g.N()) {
+			over++
+		}
+		if len(c.Infected) == g.N() {
+			all++
+		}
+	}
+	if len(cs) == 0 || (over*4 < len(cs) && all*20 < len(cs)) {
+		return
+	}
+	a.log.Warn(fmt.Sprintf("%d of %d snapshots hold over %.0f%% of the nodes, past the --observe maximum %g (%d every node): "+
+		"one step of the spread infects that much of this graph at once; a lower --beta (or --p) observes it earlier, "+
+		"and a snapshot of every node infected says nothing of where it began",
+		over, len(cs), 100*(cfg.ObserveMax+0.1), cfg.ObserveMax, all))
+}
+
 // simFlags names the diffusion.Config parameters an unreachable
 // observation target is blamed on by the flags that set them.
 var simFlags = map[string]string{

@@ -73,6 +73,7 @@ func (a *app) simulate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("simulate: %w", simulationError(err))
 	}
+	a.warnOvershoot(g, cfg, cs)
 	if out := a.v.GetString("out"); !a.v.GetBool("publish") || (out != "-" && out != "") {
 		if err := a.writeCascades(out, g, cs); err != nil {
 			return err

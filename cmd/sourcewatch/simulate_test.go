@@ -246,3 +246,24 @@ func TestParseFraction(t *testing.T) {
 		})
 	}
 }
+
+// Snapshots far past the --observe target (a dense graph, a high beta)
+// are warned about; the tables' karate settings are not.
+func TestSimulateWarnsOfOvershoot(t *testing.T) {
+	var dense strings.Builder
+	for i := range 40 {
+		for j := i + 1; j < 40; j++ {
+			if (i*7+j*3)%5 < 2 {
+				fmt.Fprintf(&dense, "%d %d\n", i, j)
+			}
+		}
+	}
+	path := filepath.Join(t.TempDir(), "dense.edges")
+	require.NoError(t, os.WriteFile(path, []byte(dense.String()), 0o600))
+	_, stderr, err := runSimulateCmd(t, "--graph", path, "--beta", "0.5", "--sources", "2", "--cascades", "50")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "snapshots hold over 60% of the nodes, past the --observe maximum 0.5")
+	_, stderr, err = runSimulateCmd(t, "--graph", simKarate, "--cascades", "50")
+	require.NoError(t, err)
+	require.NotContains(t, stderr, "snapshots hold over")
+}
