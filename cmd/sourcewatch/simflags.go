@@ -84,6 +84,12 @@ func (a *app) warnUnusedWeights(g *graph.Graph, cfg diffusion.Config) {
 		a.log.Warn("--p is not used: IC on a weighted graph activates each arc with its weight",
 			graphFile, zap.Float64("p", cfg.P))
 	}
+	if d := g.Stats().Duplicates; g.Weighted() && !g.Directed() && d > 0 {
+		// Reciprocal arcs of a directed file read as one undirected edge,
+		// whatever their weights.
+		a.log.Warn(fmt.Sprintf("%d repeated edges of the weighted edge list were merged into one, the first weight kept: "+
+			"if the file lists u v and v u as two arcs with weights of their own, pass --directed", d), graphFile)
+	}
 	models := []diffusion.Model{diffusion.SI, diffusion.SIR, diffusion.IC, diffusion.LT}
 	warned := slices.Clone(modelFlags[cfg.Model])
 	for _, m := range models {

@@ -267,3 +267,17 @@ func TestSimulateWarnsOfOvershoot(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, stderr, "snapshots hold over")
 }
+
+// A weighted edge list read undirected whose reciprocal arcs were merged
+// is named, with --directed as the likely fix; read directed, it is not.
+func TestSimulateWarnsOfMergedWeightedArcs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "arcs.edges")
+	require.NoError(t, os.WriteFile(path, []byte("0 1 0.5\n1 0 0.9\n1 2 0.3\n2 3 0.4\n3 4 0.2\n4 0 0.6\n"), 0o600))
+	const merged = "1 repeated edges of the weighted edge list were merged into one, the first weight kept"
+	_, stderr, err := runSimulateCmd(t, "--graph", path, "--diffusion", "IC", "--sources", "1", "--cascades", "2", "--observe", "0.2")
+	require.NoError(t, err)
+	require.Contains(t, stderr, merged)
+	_, stderr, err = runSimulateCmd(t, "--graph", path, "--directed", "--diffusion", "IC", "--sources", "1", "--cascades", "2", "--observe", "0.2")
+	require.NoError(t, err)
+	require.NotContains(t, stderr, "merged")
+}
