@@ -217,6 +217,26 @@ func TestPublishEventsReplaysACascade(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
+// runInBackground runs d for a test of a daemon that may never become
+// ready: finished is closed if Run returns by itself, and stop (deferred,
+// so before the test's cleanups stop its server) cancels Run and requires
+// a clean return.
+func runInBackground(t *testing.T, d *Daemon) (finished <-chan struct{}, stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var err error
+	go func() {
+		err = d.Run(ctx)
+		close(done)
+	}()
+	return done, func() {
+		cancel()
+		<-done
+		require.NoError(t, err)
+	}
+}
+
 // TestWaitsForNATS starts the daemon before its server: it waits, saying
 // so in /readyz (without the URL's password), then becomes ready once the
 // server is up.
@@ -232,33 +252,22 @@ func TestWaitsForNATS(t *testing.T) {
 	f := &factoryOf{}
 	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	done, stop := runInBackground(t, d)
+	defer stop()
 	time.Sleep(300 * time.Millisecond)
 	select {
 	case <-d.Ready():
 		t.Fatal("ready without a server")
-	case err := <-done:
-		t.Fatalf("gave up without a server: %v", err)
+	case <-done:
+		t.Fatal("gave up without a server")
 	default:
 	}
-	resp, err := http.Get("http://" + d.HTTPAddr() + "/readyz")
-	require.NoError(t, err)
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	require.NoError(t, err)
-	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
-	require.Contains(t, string(body), fmt.Sprintf("waiting for the first connection to nats://***@127.0.0.1:%d", port))
-	require.NotContains(t, string(body), "s3cret")
-	resp, err = http.Get("http://" + d.HTTPAddr() + "/status")
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode, "/status answers while NATS is awaited")
+	code, body := get(t, "http://"+d.HTTPAddr()+"/readyz")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, fmt.Sprintf("waiting for the first connection to nats://***@127.0.0.1:%d", port))
+	require.NotContains(t, body, "s3cret")
+	code, _ = get(t, "http://"+d.HTTPAddr()+"/status")
+	require.Equal(t, http.StatusOK, code, "/status answers while NATS is awaited")
 	err = d.Reload(t.Context())
 	require.ErrorIs(t, err, ErrReload)
 	require.ErrorContains(t, err, "to change nats.url, restart the daemon")
@@ -269,8 +278,8 @@ func TestWaitsForNATS(t *testing.T) {
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	select {
 	case <-d.Ready():
-	case err := <-done:
-		t.Fatalf("stopped: %v", err)
+	case <-done:
+		t.Fatal("stopped before the server came up")
 	case <-time.After(20 * time.Second):
 		t.Fatal("not ready after the server came up")
 	}
@@ -299,25 +308,14 @@ func TestReadyzSaysWhyNATSRefuses(t *testing.T) {
 	cfg.HTTP.Addr = "127.0.0.1:0"
 	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
+	_, stop := runInBackground(t, d)
+	defer stop()
 	var body string
 	require.Eventually(t, func() bool {
 		if d.HTTPAddr() == "" {
-			return false
+			return false // not listening yet
 		}
-		resp, err := http.Get("http://" + d.HTTPAddr() + "/readyz")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		body = string(b)
+		_, body = get(t, "http://"+d.HTTPAddr()+"/readyz")
 		return strings.Contains(strings.ToLower(body), "authorization violation")
 	}, 15*time.Second, 50*time.Millisecond, "readyz never named the refusal")
 	require.Contains(t, body, "last attempt:")
