@@ -90,6 +90,11 @@ func newJordan(env Env) (Method, error) {
 	return m, nil
 }
 
+// slowOJCBytes is the size of OJC's distance matrix above which its cost
+// is worth a warning: 8,192 infected nodes, a 16,000-node graph observed
+// half infected (Power Grid's largest cascades hold about 2,500).
+const slowOJCBytes = 1 << 28
+
 // newOJC is the optimal Jordan cover (Zhu, Chen and Ying, AAAI 2017): the k
 // infected nodes minimising the largest distance from any infected node to
 // its nearest chosen node, distances measured inside the infected subgraph
@@ -105,11 +110,6 @@ func newJordan(env Env) (Method, error) {
 //
 // Simplification: the paper's candidate selection by a radius search with
 // its sample-path argument is replaced by this plain greedy cover.
-// slowOJCBytes is the size of OJC's distance matrix above which its cost
-// is worth a warning: 8,192 infected nodes, a 16,000-node graph observed
-// half infected (Power Grid's largest cascades hold about 2,500).
-const slowOJCBytes = 1 << 28
-
 func newOJC(env Env) (Method, error) {
 	p := newParams("ojc", env.Params)
 	m := &rankMethod{name: "ojc", env: env, usesY: true, fixed: p.count("k", 0)}

@@ -270,7 +270,7 @@ func (a *app) eval(ctx context.Context) error {
 	if err := checkJSONPath(a.v.GetString("json")); err != nil {
 		return err
 	}
-	a.warnUnusedWeights(g, cfg.Sim)
+	a.warnUnusedSettings(g, cfg.Sim)
 	// one bar over both stages: cascades simulated, then (run, method)
 	// pairs fitted and scored
 	simTotal, methodTotal := cfg.Runs*cfg.Cascades, cfg.Runs*len(cfg.Methods)

@@ -50,6 +50,8 @@ type observationFile struct {
 	Infected []string `json:"infected"`
 	// where is "file" or "file:line", for errors.
 	where string
+	// nodes are Infected as the graph's indices, set by the check.
+	nodes []int
 }
 
 type localizeOutput struct {
@@ -114,8 +116,9 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	// Every line is checked, ids included, before the plugin starts, so a
 	// typo in the last line of a JSONL fails at once; the first bad line
 	// is the one named.
-	obs, err := readObservations(v.GetString("observation"), cmd.InOrStdin(), func(o observationFile) error {
-		if _, err := b.Graph.Lookup(o.Infected); err != nil {
+	obs, err := readObservations(v.GetString("observation"), cmd.InOrStdin(), func(o *observationFile) error {
+		var err error
+		if o.nodes, err = b.Graph.Lookup(o.Infected); err != nil {
 			return fmt.Errorf("%s: %w (the bundle's graph: %s)", o.where, err, b.Graph)
 		}
 		return nil
@@ -125,7 +128,7 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	}
 	infected := make([][]int, len(obs))
 	for i, o := range obs {
-		infected[i], _ = b.Graph.Lookup(o.Infected) // checked above
+		infected[i] = o.nodes
 		// A node listed twice is infected once (exports of event logs
 		// repeat nodes), and counts once.
 		slices.Sort(infected[i])
@@ -278,7 +281,7 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 // but those of a cascade file (sources, times, recovered), which are
 // ignored, so `simulate`'s output can be localized as it is.
 // Errors name the file and line.
-func readObservations(path string, stdin io.Reader, check func(observationFile) error) ([]observationFile, error) {
+func readObservations(path string, stdin io.Reader, check func(*observationFile) error) ([]observationFile, error) {
 	var data []byte
 	var err error
 	if path == "-" || path == "" {
@@ -324,9 +327,9 @@ func readObservations(path string, stdin io.Reader, check func(observationFile) 
 }
 
 // decodeObservation decodes one {"infected":[ids...]} object, where names
-// it in errors, and checks it with check (the ids, against the graph)
-// before its own checks of the list.
-func decodeObservation(data []byte, where string, check func(observationFile) error) (observationFile, error) {
+// it in errors, and checks it with check (the ids, against the graph,
+// setting nodes) before its own checks of the list.
+func decodeObservation(data []byte, where string, check func(*observationFile) error) (observationFile, error) {
 	// A cascade file's line (simulate's output) is an observation too:
 	// its infected list is read and its sources and times are not.
 	var raw struct {
@@ -364,7 +367,7 @@ func decodeObservation(data []byte, where string, check func(observationFile) er
 	if check != nil {
 		// The ids first: an unknown id names its node, an empty list
 		// has none to name.
-		if err := check(o); err != nil {
+		if err := check(&o); err != nil {
 			return observationFile{}, err
 		}
 	}

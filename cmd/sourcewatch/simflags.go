@@ -68,13 +68,13 @@ var modelFlags = map[diffusion.Model][]string{
 	diffusion.LT:  {"lt_threshold"},
 }
 
-// warnUnusedWeights warns, once each, when the simulation does not use
+// warnUnusedSettings warns, once each, when the simulation does not use
 // what the user gave it: a weighted graph's weights under SI or SIR, which
 // spread with --beta on every arc; an explicit --p under IC on a weighted
 // graph, whose weights replace it; and a flag set explicitly (on the
 // command line, in the environment or the config file) that only another
 // model reads, such as --p under SI.
-func (a *app) warnUnusedWeights(g *graph.Graph, cfg diffusion.Config) {
+func (a *app) warnUnusedSettings(g *graph.Graph, cfg diffusion.Config) {
 	graphFile := zap.String("graph", a.v.GetString("graph"))
 	switch {
 	case g.Weighted() && !cfg.Model.UsesWeights():

@@ -62,7 +62,7 @@ func (a *app) simulate(ctx context.Context) error {
 	if err := cfg.Validate(g); err != nil {
 		return err
 	}
-	a.warnUnusedWeights(g, cfg)
+	a.warnUnusedSettings(g, cfg)
 
 	start := time.Now()
 	bar := a.progress("simulate", count)

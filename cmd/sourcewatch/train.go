@@ -288,7 +288,7 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 	if err != nil {
 		return nil, nil, err
 	}
-	a.warnUnusedWeights(g, cfg)
+	a.warnUnusedSettings(g, cfg)
 	count := v.GetInt("cascades")
 	bar := a.progress("simulate", count)
 	cs, _, err := diffusion.Simulate(ctx, g, cfg, count, v.GetInt64("seed"),
