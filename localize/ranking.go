@@ -44,9 +44,19 @@ const (
 	InfectedThenPredicted Ranking = "infected-then-predicted"
 )
 
-// rankings are the rankings Train chooses from, simplest first: a later
-// one is chosen only when it ranks strictly better on validation.
+// rankings are the rankings Train chooses from, simplest first.
 var rankings = []Ranking{RankByScore, InfectedFirst, InfectedThenPredicted}
+
+// preference is the order in which ChooseRanking lets a ranking displace
+// the one it holds: only by ranking strictly better on validation.
+// InfectedFirst comes first because a validation tie does not make the
+// rankings the same: it can mean only that no source was outscored by an
+// uninfected node in those cascades, and where the observation proves the
+// sources infected (SI, IC) putting the infected first is a deduction,
+// which the descent's scores can break on the next observation (a dense
+// graph's bundle whose validation tied all three named an uninfected node
+// for a one-node outbreak).
+var preference = []Ranking{InfectedFirst, RankByScore, InfectedThenPredicted}
 
 // Rankings returns the rankings Train chooses from, simplest first.
 func Rankings() []Ranking { return slices.Clone(rankings) }
@@ -110,12 +120,11 @@ type RankingInput struct {
 }
 
 // ChooseRanking returns the ranking with the highest mean ROC-AUC over the
-// validation solves (in[c] for pairs[c]), a later one of RankByScore,
-// InfectedFirst and InfectedThenPredicted only when strictly higher than
-// every earlier one, with each ranking's mean (InfectedThenPredicted's
-// only when every input has Predicted). With no cascade to judge (none,
-// or every one with no source or all sources) it returns RankByScore and
-// no means.
+// validation solves (in[c] for pairs[c]), with each ranking's mean
+// (InfectedThenPredicted's only when every input has Predicted). Ties go
+// to InfectedFirst, then RankByScore: a ranking displaces another only
+// when strictly higher. With no cascade to judge (none, or every one with
+// no source or all sources) it returns RankByScore and no means.
 func ChooseRanking(in []RankingInput, pairs []forward.Pair) (Ranking, map[Ranking]float64) {
 	if len(pairs) < len(in) {
 		panic(fmt.Sprintf("localize: ChooseRanking: %d solves for %d pairs", len(in), len(pairs)))
@@ -123,7 +132,7 @@ func ChooseRanking(in []RankingInput, pairs []forward.Pair) (Ranking, map[Rankin
 	candidates := rankings
 	for _, s := range in {
 		if s.Predicted == nil {
-			candidates = rankings[:2]
+			candidates = rankings[:2] // RankByScore, InfectedFirst
 			break
 		}
 	}
@@ -163,10 +172,12 @@ func ChooseRanking(in []RankingInput, pairs []forward.Pair) (Ranking, map[Rankin
 		return RankByScore, nil
 	}
 	means := make(map[Ranking]float64, len(candidates))
-	best := RankByScore
 	for k, r := range candidates {
 		means[r] = sums[k] / float64(count)
-		if means[r] > means[best]+1e-12 {
+	}
+	best := preference[0]
+	for _, r := range preference[1:] {
+		if mean, ok := means[r]; ok && mean > means[best]+1e-12 {
 			best = r
 		}
 	}

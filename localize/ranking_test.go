@@ -129,10 +129,18 @@ func TestChooseRanking(t *testing.T) {
 	require.InDelta(t, 1, means[RankByScore], 1e-12)
 	require.InDelta(t, 1.0/3, means[InfectedFirst], 1e-12)
 
-	// No change (every infected node already first) keeps the descent's.
+	// A tie puts the infected first: here every infected node is already
+	// first, and the next observation's descent may not put them there.
 	r, means = ChooseRanking(in([]float64{0.1, 0.8, 0.9, 0.05}), []forward.Pair{pair([]int{1}, []int{1, 2})})
-	require.Equal(t, RankByScore, r)
+	require.Equal(t, InfectedFirst, r)
 	require.Equal(t, means[RankByScore], means[InfectedFirst])
+	// So does a tie the uninfected nodes' scores do not decide: the
+	// uninfected node 0 outscores the infected non-source 2 but not the
+	// source 1.
+	r, means = ChooseRanking(in([]float64{0.5, 0.8, 0.1, 0.05}), []forward.Pair{pair([]int{1}, []int{1, 2})})
+	require.Equal(t, InfectedFirst, r)
+	require.Equal(t, 1.0, means[RankByScore])
+	require.Equal(t, 1.0, means[InfectedFirst])
 
 	// The means are over every cascade; the scores are not changed.
 	both := append(append([]RankingInput(nil), helps...), hurts...)
@@ -156,7 +164,8 @@ func TestChooseRanking(t *testing.T) {
 	require.InDelta(t, 5.0/6, means[InfectedThenPredicted], 1e-12)
 
 	// Under SI no source is uninfected, so the prediction cannot rank
-	// better than InfectedFirst; the tie keeps the simpler ranking.
+	// better than InfectedFirst; the tie keeps InfectedFirst, which needs
+	// no Predict.
 	si := []RankingInput{{Scores: []float64{0.9, 0.8, 0.1, 0.05}, Predicted: []float64{0.1, 0.9, 0.8, 0.7}}}
 	r, means = ChooseRanking(si, helpsPairs)
 	require.Equal(t, InfectedFirst, r)
