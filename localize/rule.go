@@ -64,11 +64,20 @@ func (r SourceRule) check(n int) error {
 // tries.
 var sourceFractions = []float64{0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1}
 
-// cut replaces res's source set with r's: the first K nodes of the
-// ranking (descending score, ties by index: the order ChooseSourceRule
-// scored), K from the number of nodes with y_v >= 1/2, and never more
-// than those infected nodes (at least one). res.Threshold becomes the
-// K-th score. Nodes tied with the K-th beyond it are left out, as
+// sourceCut is how Solve cuts a ranking into the source set: by rule,
+// or by the threshold delta when rule is the threshold rule.
+type sourceCut struct {
+	rule     SourceRule
+	delta    float64
+	infected int // nodes observed infected (y_v >= 1/2)
+}
+
+// apply returns the source set of scores, highest score first, and the
+// score that cut it: the nodes with scores >= delta and delta under the
+// threshold rule; under a count rule the first K nodes of the ranking
+// (descending score, ties by index: the order ChooseSourceRule scored),
+// K from the infected count and never more than it (at least one), and
+// the K-th score. Nodes tied with the K-th beyond it are left out, as
 // validation left them out when it chose K: keeping them turned a count
 // of 12 into 50 suspects where the scores of the uninfected nodes tie.
 //
@@ -79,23 +88,34 @@ var sourceFractions = []float64{0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 
 // counts it chooses, so ChooseSourceRule does not cap (capping there
 // too let large counts pass for "every infected node" on the smaller
 // snapshots and cost Karate SI's test F1 0.013).
-func (r SourceRule) cut(res *Result, y []float64) {
+func (c sourceCut) apply(scores []float64) ([]int, float64) {
+	order := byScore(scores)
+	if c.rule.IsThreshold() {
+		k := 0
+		for k < len(order) && scores[order[k]] >= c.delta {
+			k++
+		}
+		return order[:k], c.delta
+	}
+	k := min(c.rule.K(c.infected), len(order))
+	if c.rule.Count > 0 {
+		k = min(k, max(1, c.infected))
+	}
+	if k == 0 {
+		return nil, c.delta // no node to name
+	}
+	return order[:k], scores[order[k-1]]
+}
+
+// countInfected is the number of nodes observed infected (y_v >= 1/2).
+func countInfected(y []float64) int {
 	infected := 0
 	for _, v := range y {
 		if v >= 0.5 {
 			infected++
 		}
 	}
-	order := byScore(res.Scores)
-	k := min(r.K(infected), len(order))
-	if r.Count > 0 {
-		k = min(k, max(1, infected))
-	}
-	if k == 0 {
-		return
-	}
-	res.Threshold = res.Scores[order[k-1]]
-	res.Sources = append(res.Sources[:0], order[:k]...)
+	return infected
 }
 
 // byScore returns the nodes by descending score, ties by index.

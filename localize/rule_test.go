@@ -56,12 +56,13 @@ func TestSourceRuleCut(t *testing.T) {
 		{"at least one", SourceRule{Fraction: 0.02}, []float64{0.1, 0.9, 0.5, 0.7, 0, 0}, []int{1}, 0.9},
 		{"count capped at the infected count", SourceRule{Count: 9}, []float64{0.1, 0.9, 0.5, 0.7, 0.2, 0}, []int{1, 3, 2, 4}, 0.2},
 		{"all tied", SourceRule{Count: 3}, []float64{0.001, 0.001, 0.001, 0.001, 0.001, 0.001}, []int{0, 1, 2}, 0.001},
+		{"threshold", SourceRule{}, []float64{0.1, 0.95, 0.5, 0.97, 0.99, 0}, []int{4, 3, 1}, 0.95},
+		{"threshold, none over", SourceRule{}, []float64{0.1, 0.9, 0.5, 0.7, 0, 0}, []int{}, 0.95},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := &Result{Scores: tc.scores, Sources: []int{1}, Threshold: 0.95}
-			tc.rule.cut(res, y)
-			require.Equal(t, tc.sources, res.Sources)
-			require.Equal(t, tc.cut, res.Threshold)
+			sources, cut := sourceCut{rule: tc.rule, delta: 0.95, infected: countInfected(y)}.apply(tc.scores)
+			require.Equal(t, tc.sources, sources)
+			require.Equal(t, tc.cut, cut)
 		})
 	}
 	// One infected node: a count of 3 names one suspect, at least one
@@ -73,9 +74,8 @@ func TestSourceRuleCut(t *testing.T) {
 		{[]float64{0, 0, 1, 0}, []int{1}},
 		{[]float64{0, 0, 0, 0}, []int{1}},
 	} {
-		res := &Result{Scores: []float64{0.2, 0.9, 0.5, 0.1}}
-		SourceRule{Count: 3}.cut(res, tc.y)
-		require.Equal(t, tc.want, res.Sources)
+		sources, _ := sourceCut{rule: SourceRule{Count: 3}, infected: countInfected(tc.y)}.apply([]float64{0.2, 0.9, 0.5, 0.1})
+		require.Equal(t, tc.want, sources)
 	}
 }
 
@@ -101,12 +101,40 @@ func TestSolveWithSourceRule(t *testing.T) {
 			require.Contains(t, res.Sources, v)
 		}
 	}
+	// Each restart, cut by the same count, names three nodes: the
+	// probabilities are how often, and they sum to the count.
+	var total float64
+	for _, pv := range res.Probability {
+		require.GreaterOrEqual(t, pv, 0.0)
+		require.LessOrEqual(t, pv, 1.0+1e-12)
+		total += pv
+	}
+	require.InDelta(t, 3, total, 1e-9)
+
 	res2, err := Solve(t.Context(), got, f, p.Y, Options{Threshold: 0.9})
 	require.NoError(t, err)
 	require.Equal(t, 0.9, res2.Threshold)
 	for _, v := range res2.Sources {
 		require.GreaterOrEqual(t, res2.Scores[v], 0.9)
 	}
+	// Under a threshold the probability is the fraction of restarts with x
+	// at it or over, but for the tie-break's share at the boundary.
+	restarts, _ := res2.final.Dims()
+	for v, pv := range res2.Probability {
+		over, sure := 0, 0
+		for i := 0; i < restarts; i++ {
+			if x := res2.final.At(i, v); x >= 0.9+tieWeight {
+				sure++
+				over++
+			} else if x >= 0.9 {
+				over++
+			}
+		}
+		require.GreaterOrEqual(t, pv, float64(sure)/float64(restarts)-1e-12, "node %d", v)
+		require.LessOrEqual(t, pv, float64(over)/float64(restarts)+1e-12, "node %d", v)
+	}
+	require.NotEmpty(t, res2.Sources)
+	require.Equal(t, 1.0, res2.Probability[res2.Sources[0]])
 }
 
 // Bundles of formats 1 (before source rules) and 2 (before rankings)

@@ -190,7 +190,13 @@ type Result struct {
 	// Calibration the infected nodes' replaced by their calibrated
 	// scores (see Calibration).
 	Scores []float64
-	// Probability is, per node, the fraction of restarts with x_v >= delta.
+	// Probability is, per node, the fraction of restarts that name it a
+	// source when each restart's own final x (tie-broken by its own
+	// gradient) is reranked and cut as Scores are: the fraction with
+	// x_v >= delta under the plain threshold rule, and under a count
+	// rule, a lift or a calibration how often that rule, applied to one
+	// restart, names the node. (Solve's internal summaries, before the
+	// bundle's rules, hold the fraction with x_v >= delta.)
 	Probability []float64
 	// Predicted is f(Mean), the forward model's infection probability at
 	// the mean final x, when Options.Predict is set or the bundle's
@@ -217,6 +223,10 @@ type Result struct {
 	Objective []float64
 	// Timing splits the wall time of the solve.
 	Timing Timing
+
+	// final and finalGrad are the restarts' final x and the gradient of
+	// the objective there, one row per restart.
+	final, finalGrad *mat.Dense
 }
 
 // Checkpoint is what a Solve with OptSteps = Steps would have scored.
@@ -366,45 +376,83 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	if err != nil {
 		return nil, err
 	}
-	lift, cal := b.Manifest.LoneInfectedFirst, b.Manifest.Calibration
-	if r != RankByScore || lift || cal != nil {
-		var lone []bool
-		if lift {
-			lone = LoneInfected(b.Graph, y, nil)
-		}
-		var sizes []int
-		if cal != nil {
-			sizes = InfectedComponentSizes(b.Graph, y, nil)
-		}
-		r.apply(res.Scores, y, res.Predicted)
-		for _, cp := range res.Checkpoints {
-			r.apply(cp.Scores, y, cp.Predicted)
-		}
-		if lift {
-			liftLone(res.Scores, lone)
-			for _, cp := range res.Checkpoints {
-				liftLone(cp.Scores, lone)
-			}
-		}
-		if cal != nil {
-			cal.apply(res.Scores, y, sizes)
-			for _, cp := range res.Checkpoints {
-				cal.apply(cp.Scores, y, sizes)
-			}
-		}
-		res.Sources = res.Sources[:0]
-		for _, v := range byScore(res.Scores) {
-			if res.Scores[v] < delta {
-				break
-			}
-			res.Sources = append(res.Sources, v)
-		}
+	rr := b.reranking(y)
+	rr.apply(res.Scores, res.Predicted)
+	for _, cp := range res.Checkpoints {
+		rr.apply(cp.Scores, cp.Predicted)
 	}
+	cut := sourceCut{delta: delta, infected: countInfected(y)}
 	// An explicit threshold overrides the bundle's rule, whichever it is.
-	if opts.Threshold == 0 && !b.Manifest.SourceRule.IsThreshold() {
-		b.Manifest.SourceRule.cut(res, y)
+	if opts.Threshold == 0 {
+		cut.rule = b.Manifest.SourceRule
 	}
+	res.Sources, res.Threshold = cut.apply(res.Scores)
+	res.Probability = namedFraction(res.final, res.finalGrad, rr, cut, res.Predicted)
 	return res, nil
+}
+
+// reranking is what a bundle does to the descent's scores for one
+// observation: its ranking, then the lone infected nodes' lift or the
+// calibration by infected component size.
+type reranking struct {
+	ranking Ranking
+	y       []float64
+	lone    []bool // nil: no lift
+	cal     *Calibration
+	sizes   []int
+}
+
+func (b *Bundle) reranking(y []float64) reranking {
+	rr := reranking{ranking: b.Manifest.Ranking, y: y, cal: b.Manifest.Calibration}
+	if b.Manifest.LoneInfectedFirst {
+		rr.lone = LoneInfected(b.Graph, y, nil)
+	}
+	if rr.cal != nil {
+		rr.sizes = InfectedComponentSizes(b.Graph, y, nil)
+	}
+	return rr
+}
+
+// apply reranks scores in place; predicted is f(xbar), which only the
+// InfectedThenPredicted ranking reads.
+func (rr reranking) apply(scores, predicted []float64) {
+	rr.ranking.apply(scores, rr.y, predicted)
+	if rr.lone != nil {
+		liftLone(scores, rr.lone)
+	}
+	if rr.cal != nil {
+		rr.cal.apply(scores, rr.y, rr.sizes)
+	}
+}
+
+// namedFraction returns, per node, the fraction of the restarts whose own
+// scores, reranked by rr and cut by cut as the mean's were, name it a
+// source: the restart's final x with its own gradient as the tie-break
+// (as Result.Scores, over one restart). Under the plain threshold rule
+// that is the fraction of restarts with x_v at delta or over (up to the
+// tie-break's 0.001); under a count rule, a lift or a calibration it is
+// how often the rule itself, applied to one restart, would have named the
+// node, where x_v >= delta would be a number the rule never reads.
+func namedFraction(x, grad *mat.Dense, rr reranking, cut sourceCut, predicted []float64) []float64 {
+	r, n := x.Dims()
+	frac := make([]float64, n)
+	scores := make([]float64, n)
+	pull := make([]float64, n)
+	for i := 0; i < r; i++ {
+		for v, g := range grad.RawRowView(i) {
+			pull[v] = -g
+		}
+		rank := averageRanks(pull)
+		for v, xv := range x.RawRowView(i) {
+			scores[v] = (1-tieWeight)*xv + tieWeight*rank[v]/float64(n+1)
+		}
+		rr.apply(scores, predicted)
+		named, _ := cut.apply(scores)
+		for _, v := range named {
+			frac[v] += 1 / float64(r)
+		}
+	}
+	return frac
 }
 
 // Objective returns, per row of x, the objective the last stage of Solve
@@ -481,6 +529,7 @@ func solve(ctx context.Context, n int, delta float64, pr Prior, f Forward, y []f
 		return nil, err
 	}
 	res := summarize(d.x, d.grad, delta)
+	res.final, res.finalGrad = d.x, d.grad
 	res.Objective = d.final
 	res.Trace = d.trace
 	res.Checkpoints = d.checkpoints

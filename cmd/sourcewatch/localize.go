@@ -25,8 +25,8 @@ func newLocalizeCmd(a *app) *cobra.Command {
 		Short: "Find the likely sources of an observed spread with a trained bundle",
 		Long: `localize reads an observation ({"infected":[node ids...]}, or a JSONL file of
 them, one per line) and prints the suspected sources, ranked, with their score
-(mean of x over restarts) and probability (fraction of restarts in which the
-node is over the bundle's threshold delta).`,
+(mean of x over restarts, reordered as the bundle ranks) and probability (the
+fraction of restarts that, cut by the bundle's own rule, name the node).`,
 		Example: `  sourcewatch localize --bundle karate.swb --observation obs.json`,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runLocalize(cmd, a) },
 	}
