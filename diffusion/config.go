@@ -334,3 +334,56 @@ func (c Config) suspects(g *graph.Graph, capped bool) []Suspect {
 	}
 	return append(out, Suspect{"Observe", false})
 }
+
+// Record is what a Config made of the cascades on one graph, as a bundle
+// records it: the model's own parameters and nothing it did not read (SI
+// reads no gamma; IC on a weighted graph reads the arc weights, not P).
+type Record struct {
+	Model Model    `json:"model"`
+	Beta  *float64 `json:"beta,omitempty"`
+	Gamma *float64 `json:"gamma,omitempty"`
+	P     *float64 `json:"p,omitempty"`
+	// Threshold is LT's node threshold; "random" for theta_v ~ U[0,1].
+	Threshold string `json:"threshold,omitempty"`
+	// ArcWeights says what the graph's arc weights were to the model
+	// (IC: activation probabilities; LT: influence), absent when it
+	// read none.
+	ArcWeights string     `json:"arc_weights,omitempty"`
+	Sources    string     `json:"sources"`
+	Pattern    Pattern    `json:"pattern"`
+	Observe    [2]float64 `json:"observe"`
+	MaxSteps   int        `json:"max_steps"`
+}
+
+// Record returns c as it shaped cascades on g.
+func (c Config) Record(g *graph.Graph) Record {
+	val := func(v float64) *float64 { return &v }
+	pattern := c.Pattern
+	if pattern == "" {
+		pattern = Uniform
+	}
+	r := Record{Model: c.Model, Sources: c.Sources.String(), Pattern: pattern,
+		Observe: [2]float64{c.ObserveMin, c.ObserveMax}, MaxSteps: c.MaxSteps}
+	weighted := g != nil && g.Weighted()
+	switch c.Model {
+	case SI:
+		r.Beta = val(c.Beta)
+	case SIR:
+		r.Beta, r.Gamma = val(c.Beta), val(c.Gamma)
+	case IC:
+		if weighted {
+			r.ArcWeights = "activation probability"
+		} else {
+			r.P = val(c.P)
+		}
+	case LT:
+		r.Threshold = "random"
+		if c.Threshold >= 0 {
+			r.Threshold = fmt.Sprint(c.Threshold)
+		}
+		if weighted { // otherwise each arc weighs 1/in-degree
+			r.ArcWeights = "influence"
+		}
+	}
+	return r
+}

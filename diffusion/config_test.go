@@ -1,6 +1,7 @@
 package diffusion
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 
@@ -84,6 +85,41 @@ func TestModelUsesWeights(t *testing.T) {
 	}{{SI, false}, {SIR, false}, {IC, true}, {LT, true}} {
 		t.Run(string(tc.m), func(t *testing.T) {
 			require.Equal(t, tc.want, tc.m.UsesWeights())
+		})
+	}
+}
+
+// A Record holds what the model read and nothing else.
+func TestRecord(t *testing.T) {
+	plain := loadKarate(t)
+	weighted := graph.New(3, []graph.Edge{{From: 0, To: 1, W: 0.5}}, nil, false, true)
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		g    *graph.Graph
+		want string
+	}{
+		{"SI", func(*Config) {}, plain,
+			`{"model":"SI","beta":0.1,"sources":"ratio 0.1","pattern":"uniform","observe":[0.2,0.5],"max_steps":100000}`},
+		{"SI on weights it does not read", func(*Config) {}, weighted,
+			`{"model":"SI","beta":0.1,"sources":"ratio 0.1","pattern":"uniform","observe":[0.2,0.5],"max_steps":100000}`},
+		{"SIR", func(c *Config) { c.Model, c.Pattern = SIR, Cluster }, plain,
+			`{"model":"SIR","beta":0.1,"gamma":0.05,"sources":"ratio 0.1","pattern":"cluster","observe":[0.2,0.5],"max_steps":100000}`},
+		{"IC", func(c *Config) { c.Model, c.P = IC, 0.3 }, plain,
+			`{"model":"IC","p":0.3,"sources":"ratio 0.1","pattern":"uniform","observe":[0.2,0.5],"max_steps":100000}`},
+		{"IC weighted: the weights, not p", func(c *Config) { c.Model, c.P = IC, 0.3 }, weighted,
+			`{"model":"IC","arc_weights":"activation probability","sources":"ratio 0.1","pattern":"uniform","observe":[0.2,0.5],"max_steps":100000}`},
+		{"LT", func(c *Config) { c.Model, c.Sources, c.Pattern = LT, SourceSpec{Min: 2, Max: 4}, "" }, plain,
+			`{"model":"LT","threshold":"random","sources":"2-4","pattern":"uniform","observe":[0.2,0.5],"max_steps":100000}`},
+		{"LT weighted, fixed threshold", func(c *Config) { c.Model, c.Threshold = LT, 0.4 }, weighted,
+			`{"model":"LT","threshold":"0.4","arc_weights":"influence","sources":"ratio 0.1","pattern":"uniform","observe":[0.2,0.5],"max_steps":100000}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			tc.edit(&c)
+			got, err := json.Marshal(c.Record(tc.g))
+			require.NoError(t, err)
+			require.JSONEq(t, tc.want, string(got))
 		})
 	}
 }

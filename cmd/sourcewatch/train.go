@@ -298,7 +298,7 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 		return nil, nil, simulationError(err)
 	}
 	a.warnOvershoot(g, cfg, cs)
-	prov, _ := json.Marshal(map[string]any{"simulated": cfg, "cascades": count, "seed": v.GetInt64("seed")})
+	prov, _ := json.Marshal(map[string]any{"simulated": cfg.Record(g), "cascades": count, "seed": v.GetInt64("seed")})
 	return cs, prov, nil
 }
 

@@ -55,6 +55,9 @@ func TestTrainSchedulePaper(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, localize.Full, b.Manifest.Solve.Variant)
 	require.Equal(t, localize.Full, b.Options().Variant)
+	// The cascades' provenance holds what SI read, and no gamma or p.
+	require.JSONEq(t, `{"cascades": 40, "seed": 3, "simulated": {"model": "SI", "beta": 0.3, "sources": "ratio 0.1",
+		"pattern": "cluster", "observe": [0.2, 0.5], "max_steps": 100000}}`, string(b.Manifest.Diffusion))
 	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
 	require.NoError(t, err)
 	require.Contains(t, out, "5 + 10 steps, 4 restarts, schedule paper")
@@ -162,10 +165,10 @@ func TestTrainRanking(t *testing.T) {
 	predicted, ok := b.Manifest.Metrics[localize.RankingAUCMetric(localize.InfectedThenPredicted)]
 	require.True(t, ok)
 	require.InDelta(t, first, predicted, 1e-12, "under SI the uninfected nodes' order cannot matter")
-	if first > by+1e-12 {
-		require.Equal(t, localize.InfectedFirst, b.Manifest.Ranking)
-	} else {
+	if by > first+1e-12 {
 		require.Equal(t, localize.RankByScore, b.Manifest.Ranking)
+	} else { // a tie included
+		require.Equal(t, localize.InfectedFirst, b.Manifest.Ranking)
 	}
 	inspect, _, err := runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
 	require.NoError(t, err)
