@@ -27,6 +27,8 @@ func TestServeConfigRefusesFlagOnlyKeys(t *testing.T) {
 		{"help: true\n", "help: not a config key; --help is a command-line flag only"},
 		{"config: other.yaml\n", "config: not a config key; --config names the file itself"},
 		{"data-dir: elsewhere\n", "data-dir: not a config key; did you mean data_dir?"},
+		{"data-dir:\n", "data-dir: not a config key; did you mean data_dir?"},
+		{"wrkers:\n", `unknown key "wrkers"`},
 		{"log_level: warn\nlog_format: json\n", "workers: must be > 0"},
 		{"plugin_dir: bin\nlog_level: warn\n", "workers: must be > 0"},
 	} {
@@ -62,7 +64,9 @@ func TestFlagCommandConfigKeys(t *testing.T) {
 	}{
 		{"underscored keys are read", "cascades: 2\nsource_ratio: 0.3\n", "", "", 2},
 		{"a dashed key is refused", "cascades: 2\nsource-ratio: 0.3\n", `key "source-ratio": config keys use underscores; did you mean source_ratio?`, "", 0},
+		{"a dashed key with no value is refused", "cascades: 2\nsource-ratio:\n", `key "source-ratio": config keys use underscores; did you mean source_ratio?`, "", 0},
 		{"a key of no flag is named", "cascdes: 2\nlog_level: warn\n", "", `"keys":["cascdes"]`, 100},
+		{"a key of no flag and no value is named", "cascdes:\nlog_level: warn\n", "", `"keys":["cascdes"]`, 100},
 		{"a flag-only key is refused", "help: true\n", `key "help": --help is a command-line flag only`, "", 0},
 		{"a section where a flag takes a value", "nats:\n  url: nats://127.0.0.1:4222\n", `key "nats" is a section, but sourcewatch simulate reads it as --nats, a string`, "", 0},
 	} {

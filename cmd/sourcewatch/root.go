@@ -126,7 +126,7 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 	cmd.InheritedFlags().VisitAll(add)
 	file := fv.ConfigFileUsed()
 	var ignored []string
-	for _, k := range slices.Sorted(maps.Keys(fv.AllSettings())) {
+	for _, k := range topLevelKeys(fv) {
 		f := known[k]
 		_, section := fv.Get(k).(map[string]any)
 		switch {
@@ -217,6 +217,18 @@ func stringMap(v *viper.Viper, flag string) (map[string]string, error) {
 // and flags viper layers over it (nil when there is no file): what the
 // file itself says, for checks of its keys and for sections a flag
 // shadows in v.
+// topLevelKeys returns the file's top-level keys, sorted, including those
+// with no value (`source-ratio:`), which AllSettings leaves out: an
+// empty dashed key is as much a misspelling as a full one.
+func topLevelKeys(fv *viper.Viper) []string {
+	keys := map[string]bool{}
+	for _, k := range fv.AllKeys() {
+		top, _, _ := strings.Cut(k, ".")
+		keys[top] = true
+	}
+	return slices.Sorted(maps.Keys(keys))
+}
+
 func configFile(v *viper.Viper) (*viper.Viper, error) {
 	path := v.ConfigFileUsed()
 	if path == "" {

@@ -173,8 +173,7 @@ func checkTopLevelKeys(cmd *cobra.Command, fv *viper.Viper) error {
 	}
 	cmd.Flags().VisitAll(add)
 	cmd.InheritedFlags().VisitAll(add)
-	keys := slices.Sorted(maps.Keys(fv.AllSettings()))
-	for _, k := range keys {
+	for _, k := range topLevelKeys(fv) {
 		if known[k] {
 			continue
 		}
