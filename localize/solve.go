@@ -444,7 +444,7 @@ func namedFraction(x, grad *mat.Dense, rr reranking, cut sourceCut, predicted []
 		}
 		rank := averageRanks(pull)
 		for v, xv := range x.RawRowView(i) {
-			scores[v] = (1-tieWeight)*xv + tieWeight*rank[v]/float64(n+1)
+			scores[v] = tieBroken(xv, rank[v], n)
 		}
 		rr.apply(scores, predicted)
 		named, _ := cut.apply(scores)
@@ -696,7 +696,7 @@ func summarize(x, grad *mat.Dense, delta float64) *Result {
 	}
 	rank := averageRanks(pull)
 	for v, m := range res.Mean {
-		res.Scores[v] = (1-tieWeight)*m + tieWeight*rank[v]/float64(n+1)
+		res.Scores[v] = tieBroken(m, rank[v], n)
 		if res.Scores[v] >= delta {
 			res.Sources = append(res.Sources, v)
 		}
@@ -705,6 +705,12 @@ func summarize(x, grad *mat.Dense, delta float64) *Result {
 		return res.Scores[res.Sources[i]] > res.Scores[res.Sources[j]]
 	})
 	return res
+}
+
+// tieBroken is the score of a node at mean x m whose pull ranks rank
+// (from 1) among n nodes: see Result.Scores.
+func tieBroken(m, rank float64, n int) float64 {
+	return (1-tieWeight)*m + tieWeight*rank/float64(n+1)
 }
 
 // averageRanks returns the ascending rank of each value, from 1, with tied
