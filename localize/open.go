@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"go.uber.org/zap"
@@ -24,7 +25,9 @@ type LaunchOptions struct {
 	// Forward overrides the bundle's plugin name (a compatible build of
 	// the same model, say); the bundle's state is still passed to it.
 	Forward string
-	// Params override the bundle's recorded forward params.
+	// Params override the bundle's recorded forward params key by key;
+	// the others stay as the bundle recorded them (the state was fitted
+	// with them), so an empty map changes nothing.
 	Params map[string]string
 	// Checksum, when set, is the hex SHA-256 the plugin binary must have,
 	// instead of the one the bundle recorded.
@@ -98,15 +101,23 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 	if err != nil {
 		return nil, err
 	}
-	params := b.Manifest.Forward.Params
-	if o.Params != nil {
-		params = o.Params
-	}
-	if err := p.Configure(ctx, b.Graph, params, b.ForwardState); err != nil {
+	if err := p.Configure(ctx, b.Graph, mergeParams(b.Manifest.Forward.Params, o.Params), b.ForwardState); err != nil {
 		p.Close()
 		return nil, err // names the plugin and the call
 	}
 	return p, nil
+}
+
+// mergeParams returns the recorded params with override's keys replacing
+// theirs; it changes neither map.
+func mergeParams(recorded, override map[string]string) map[string]string {
+	if len(override) == 0 {
+		return recorded
+	}
+	params := make(map[string]string, len(recorded)+len(override))
+	maps.Copy(params, recorded)
+	maps.Copy(params, override)
+	return params
 }
 
 // PluginChecksum returns the hex SHA-256 of the plugin binary name in dir,
