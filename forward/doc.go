@@ -22,7 +22,8 @@
 //     instead of gRPC when the plugin says in Info that it mapped it.
 //   - Supervised (supervise.go): a Model that relaunches a crashed or hung
 //     plugin with capped exponential backoff, re-Configures it and retries
-//     the interrupted call once.
+//     the interrupted call once, at most 5 relaunches a minute
+//     (ErrRelaunchLimit beyond).
 //   - CheckVJP and CheckPlugin (check.go, conformance.go): the
 //     finite-difference check of a VJP and the conformance report behind
 //     `sourcewatch plugin check`.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,12 @@ import (
 // ErrClosed is returned by calls on a closed Supervised.
 var ErrClosed = errors.New("forward plugin supervisor closed")
 
+// ErrRelaunchLimit is returned, wrapped, by a call that needed a relaunch
+// when the plugin was already relaunched as often as WithRelaunchLimit
+// allows within its span: a plugin that fails again and again fails the
+// calls at once instead of costing each one a call timeout.
+var ErrRelaunchLimit = errors.New("forward plugin relaunched too often")
+
 // SuperviseOption configures Supervise.
 type SuperviseOption func(*superviseOptions)
 
@@ -26,8 +33,12 @@ type superviseOptions struct {
 	minBackoff  time.Duration
 	maxBackoff  time.Duration
 	maxAttempts int
-	onRestart   func(cause error)
-	sleep       func(ctx context.Context, d time.Duration) error
+	// maxRelaunches within relaunchSpan; 0 for no limit.
+	maxRelaunches int
+	relaunchSpan  time.Duration
+	onRestart     func(cause error)
+	sleep         func(ctx context.Context, d time.Duration) error
+	now           func() time.Time
 }
 
 // WithLaunchOptions are passed to every Launch, the first and the relaunches
@@ -52,6 +63,21 @@ func WithBackoff(min, max time.Duration) SuperviseOption {
 // call gives up (default 5); the next call tries again.
 func WithRelaunchAttempts(n int) SuperviseOption {
 	return func(o *superviseOptions) { o.maxAttempts = n }
+}
+
+// WithRelaunchLimit allows at most n relaunches within any span of the
+// given length (default 5 a minute; n <= 0: no limit). Beyond it a call
+// that needs a relaunch fails with ErrRelaunchLimit until the oldest
+// relaunch leaves the span. A successful call resets the backoff, not
+// this count: a plugin that hangs every few calls would otherwise cost
+// each of those calls a call timeout, without end.
+func WithRelaunchLimit(n int, span time.Duration) SuperviseOption {
+	return func(o *superviseOptions) { o.maxRelaunches, o.relaunchSpan = n, span }
+}
+
+// WithClock replaces time.Now for the relaunch limit, for tests.
+func WithClock(now func() time.Time) SuperviseOption {
+	return func(o *superviseOptions) { o.now = now }
 }
 
 // WithOnRestart is called with the cause after every successful relaunch,
@@ -97,6 +123,7 @@ type Supervised struct {
 	g          *graph.Graph
 	params     map[string]string
 	state      []byte
+	relaunched []time.Time // the successful relaunches within the span
 
 	failures atomic.Int64 // consecutive, for the backoff
 	healthy  atomic.Bool
@@ -109,7 +136,8 @@ var _ Model = (*Supervised)(nil)
 
 // Supervise launches the plugin at path and supervises it.
 func Supervise(ctx context.Context, path string, opts ...SuperviseOption) (*Supervised, error) {
-	o := superviseOptions{log: zap.NewNop(), minBackoff: 100 * time.Millisecond, maxBackoff: 30 * time.Second, maxAttempts: 5, sleep: sleepCtx}
+	o := superviseOptions{log: zap.NewNop(), minBackoff: 100 * time.Millisecond, maxBackoff: 30 * time.Second, maxAttempts: 5,
+		maxRelaunches: 5, relaunchSpan: time.Minute, sleep: sleepCtx, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -202,6 +230,12 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 		s.proc = nil
 		s.live.Store(nil)
 	}
+	now := s.o.now()
+	s.relaunched = slices.DeleteFunc(s.relaunched, func(t time.Time) bool { return now.Sub(t) >= s.o.relaunchSpan })
+	if s.o.maxRelaunches > 0 && len(s.relaunched) >= s.o.maxRelaunches {
+		return nil, fmt.Errorf("%w (%d relaunches within %v; the next is allowed in %v), needed now for: %w",
+			ErrRelaunchLimit, len(s.relaunched), s.o.relaunchSpan, s.relaunched[0].Add(s.o.relaunchSpan).Sub(now).Round(time.Second), cause)
+	}
 	var last error
 	for attempt := 0; attempt < max(1, s.o.maxAttempts); attempt++ {
 		d := s.o.minBackoff << min(s.failures.Add(1)-1, 30)
@@ -229,6 +263,7 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 		s.live.Store(p)
 		s.healthy.Store(true)
 		s.restarts.Add(1)
+		s.relaunched = append(s.relaunched, s.o.now())
 		if s.o.onRestart != nil {
 			s.o.onRestart(cause)
 		}
@@ -258,7 +293,7 @@ func (s *Supervised) do(ctx context.Context, f func(*Process) error) error {
 	}
 	p2, rerr := s.replace(ctx, p, err)
 	if rerr != nil {
-		return fmt.Errorf("%w (and relaunching: %v)", err, rerr)
+		return fmt.Errorf("%w (and relaunching: %w)", err, rerr)
 	}
 	err = f(p2)
 	if err != nil && restartable(err) {

@@ -103,7 +103,8 @@ func TestSupervisedBacksOffAndGivesUpPerCall(t *testing.T) {
 	g := karate(t)
 	var rec sleeps
 	s := supervise(t, forwardtest.Build(t, faulty),
-		forward.WithBackoff(time.Millisecond, 4*time.Millisecond), forward.WithSleep(rec.sleep))
+		forward.WithBackoff(time.Millisecond, 4*time.Millisecond), forward.WithSleep(rec.sleep),
+		forward.WithRelaunchLimit(0, 0)) // the backoff alone; TestSupervisedRelaunchLimit has the limit
 	require.NoError(t, s.Configure(t.Context(), g, map[string]string{"fault": "crash"}, nil))
 	x, _ := batch(g.N(), 1, 8)
 	for call := 0; call < 3; call++ {
@@ -232,4 +233,41 @@ func TestSupervisedHealthSeesAnExitBetweenCalls(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, s.Healthy())
 	require.EqualValues(t, 1, s.Restarts())
+}
+
+// A plugin that keeps failing is relaunched at most as often as the limit
+// allows within its span; beyond it calls fail at once, naming the limit,
+// until the oldest relaunch leaves the span.
+func TestSupervisedRelaunchLimit(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	s := supervise(t, forwardtest.Build(t, faulty),
+		forward.WithRelaunchLimit(3, time.Minute), forward.WithSleep((&sleeps{}).sleep),
+		forward.WithClock(func() time.Time { return now }))
+	require.NoError(t, s.Configure(t.Context(), g, map[string]string{"fault": "crash"}, nil))
+	x, _ := batch(g.N(), 1, 8)
+	// Call 1 relaunches once for its retry, call 2 twice (before the call
+	// and for the retry): three relaunches, each crashing again.
+	for call := 1; call <= 2; call++ {
+		_, err := s.Predict(t.Context(), x)
+		require.ErrorIs(t, err, forward.ErrPluginExited, "call %d", call)
+		require.NotErrorIs(t, err, forward.ErrRelaunchLimit, "call %d", call)
+	}
+	require.EqualValues(t, 3, s.Restarts())
+	_, err := s.Predict(t.Context(), x)
+	require.ErrorIs(t, err, forward.ErrRelaunchLimit)
+	require.ErrorContains(t, err, "3 relaunches within 1m0s; the next is allowed in 1m0s")
+	require.ErrorIs(t, err, forward.ErrPluginExited, "and says why a relaunch was needed")
+	require.EqualValues(t, 3, s.Restarts(), "no relaunch past the limit")
+	require.False(t, s.Healthy())
+
+	now = now.Add(59 * time.Second)
+	_, err = s.Predict(t.Context(), x)
+	require.ErrorIs(t, err, forward.ErrRelaunchLimit, "still within the span of the first")
+	now = now.Add(2 * time.Second)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err, "the first relaunch has left the span: relaunched, and Info does not crash")
+	require.Equal(t, "faulty", info.Name)
+	require.EqualValues(t, 4, s.Restarts())
 }
