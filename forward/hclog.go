@@ -2,9 +2,11 @@ package forward
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
+	"slices"
 	"strings"
 	"sync"
 
@@ -170,4 +172,92 @@ func (l *lineLog) Write(p []byte) (int, error) {
 		l.buf = l.buf[:0]
 	}
 	return len(p), nil
+}
+
+// stderrTail keeps the last lines a plugin process wrote to its own
+// standard error (go-plugin copies them to ClientConfig.Stderr as it logs
+// them): what log.Fatal or the runtime printed just before the process
+// died, which an exit error then quotes. Lines written through os.Stderr
+// after Serve travel the gRPC stdio stream instead, and a process that
+// exits at once can lose them; the process's own stderr is a pipe the host
+// reads to the end.
+//
+// A Go panic's trace runs to many lines, of which the first few say what
+// and where; from a line "panic: " or "fatal error: " on, the tail keeps
+// that line and the ones right after it instead of the last ones.
+type stderrTail struct {
+	mu      sync.Mutex
+	partial []byte
+	lines   []string // at most tailLines, oldest first
+	panic   bool     // lines starts with a panic's first line
+}
+
+const (
+	tailLines     = 5
+	tailLineBytes = 300
+)
+
+func (t *stderrTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.partial = append(t.partial, p...)
+	for {
+		i := bytes.IndexByte(t.partial, '\n')
+		if i < 0 {
+			break
+		}
+		t.add(string(t.partial[:i]))
+		t.partial = t.partial[i+1:]
+	}
+	if len(t.partial) > tailLineBytes {
+		t.add(string(t.partial))
+		t.partial = t.partial[:0]
+	}
+	return len(p), nil
+}
+
+func (t *stderrTail) add(line string) {
+	line = strings.TrimSpace(line)
+	if strings.HasPrefix(line, "{") {
+		// An hclog JSON line: go-plugin's own chatter below warn is not
+		// why a plugin died; a warning or an error keeps its message.
+		var entry struct {
+			Level   string `json:"@level"`
+			Message string `json:"@message"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Level != "" {
+			switch entry.Level {
+			case "trace", "debug", "info":
+				return
+			}
+			line = entry.Message
+		}
+	}
+	if line == "" {
+		return
+	}
+	if len(line) > tailLineBytes {
+		line = line[:tailLineBytes] + "..."
+	}
+	if !t.panic && (strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ")) {
+		t.panic, t.lines = true, t.lines[:0]
+	}
+	if t.panic && len(t.lines) == tailLines {
+		return // the panic's own lines say more than the trace's end
+	}
+	if len(t.lines) == tailLines {
+		t.lines = append(t.lines[:0], t.lines[1:]...)
+	}
+	t.lines = append(t.lines, line)
+}
+
+// String returns the kept lines joined by " | ", or "".
+func (t *stderrTail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	lines := t.lines
+	if s := strings.TrimSpace(string(t.partial)); s != "" && !(t.panic && len(lines) == tailLines) {
+		lines = append(slices.Clone(lines), s)
+	}
+	return strings.Join(lines, " | ")
 }

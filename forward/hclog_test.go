@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
@@ -49,4 +51,31 @@ func TestLineLog(t *testing.T) {
 		msgs = append(msgs, e.Message)
 	}
 	require.Equal(t, []string{"first line", "second"}, msgs, "blank lines dropped, the unfinished line waits")
+}
+
+// The tail keeps the last lines of a plugin's own stderr, without
+// go-plugin's chatter below warn, each line cut short.
+func TestStderrTail(t *testing.T) {
+	var tail stderrTail
+	require.Empty(t, tail.String())
+	_, _ = tail.Write([]byte(`{"@level":"debug","@message":"plugin address","@timestamp":"x"}` + "\n"))
+	_, _ = tail.Write([]byte(`{"@level":"error","@message":"model file missing","@timestamp":"x"}` + "\n"))
+	require.Equal(t, "model file missing", tail.String())
+	for i := 1; i <= 6; i++ {
+		_, _ = fmt.Fprintf(&tail, "line %d\n", i)
+	}
+	_, _ = tail.Write([]byte("fatal: no newl"))
+	_, _ = tail.Write([]byte("ine yet"))
+	require.Equal(t, "line 2 | line 3 | line 4 | line 5 | line 6 | fatal: no newline yet", tail.String())
+	_, _ = tail.Write([]byte("\n" + strings.Repeat("x", 1000) + "\n"))
+	got := tail.String()
+	require.True(t, strings.HasSuffix(got, strings.Repeat("x", tailLineBytes)+"..."), got)
+	require.True(t, strings.HasPrefix(got, "line 4 | "), got)
+}
+
+// A panic's first lines are kept rather than the end of its trace.
+func TestStderrTailKeepsAPanicsHead(t *testing.T) {
+	var tail stderrTail
+	_, _ = tail.Write([]byte("starting\npanic: assignment to entry in nil map\n\ngoroutine 7 [running]:\nmymodel.(*Model).fit(...)\n\t/src/mymodel/fit.go:42 +0x1d\ncreated by mymodel.New in goroutine 1\n\t/src/mymodel/model.go:10 +0x5e\nexit\n"))
+	require.Equal(t, "panic: assignment to entry in nil map | goroutine 7 [running]: | mymodel.(*Model).fit(...) | /src/mymodel/fit.go:42 +0x1d | created by mymodel.New in goroutine 1", tail.String())
 }

@@ -157,6 +157,9 @@ type Process struct {
 
 	n, arcs atomic.Int64 // of the configured graph, for deadlines and checks
 	close   sync.Once
+	// stderr is the end of what the process wrote to its own stderr, for
+	// the error that says it exited.
+	stderr *stderrTail
 }
 
 var _ Model = (*Process)(nil)
@@ -230,6 +233,7 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 			cmd.Env = append(cmd.Env, SharedMemoryEnv+"=3")
 		}
 	}
+	tail := &stderrTail{}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		Plugins:          plugin.PluginSet{pluginName: &grpcPlugin{}},
@@ -244,6 +248,7 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		Logger:       newZapHCLog(o.log),
 		SyncStdout:   &lineLog{z: o.log.Named(name).With(zap.String("stream", "stdout"))},
 		SyncStderr:   &lineLog{z: o.log.Named(name).With(zap.String("stream", "stderr"))},
+		Stderr:       tail,
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
 	})
@@ -252,6 +257,14 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		_ = os.RemoveAll(sockDir)
 		if shared != nil {
 			shared.region.close()
+		}
+		if strings.Contains(err.Error(), "Unrecognized remote plugin message") {
+			// go-plugin's own text goes on to guess at architectures and
+			// libraries; the usual cause is simpler.
+			err = fmt.Errorf("%w (the plugin wrote that line to stdout before forward.Serve, where the host reads the handshake: write it to stderr)", err)
+		}
+		if s := tail.String(); s != "" {
+			err = fmt.Errorf("%w; its stderr ended: %s", err, s)
 		}
 		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, err)
 	}
@@ -282,7 +295,7 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	if !ok {
 		return fail(fmt.Errorf("dispensed %T, not a forward client", raw))
 	}
-	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc, shared: shared}
+	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc, shared: shared, stderr: tail}
 	// The first call also sets up the TLS connection, so it gets the start
 	// timeout rather than the call timeout.
 	var info *forwardpb.InfoResponse
@@ -390,6 +403,9 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 			time.Sleep(10 * time.Millisecond)
 		}
 		if p.client.Exited() {
+			if s := p.stderr.String(); s != "" {
+				return fmt.Errorf("%s: %w (%s); its stderr ended: %s", prefix, ErrPluginExited, st.Message(), s)
+			}
 			return fmt.Errorf("%s: %w (%s)", prefix, ErrPluginExited, st.Message())
 		}
 	}
@@ -401,8 +417,9 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 			return fmt.Errorf("%s: %s: %w", prefix, strings.TrimSuffix(st.Message(), ": "+s.Error()), s)
 		}
 	}
-	if st.Code() == codes.Unknown {
-		// A plain error the plugin returned: its text says it all.
+	if st.Code() == codes.Unknown || (st.Code() == codes.Internal && strings.HasPrefix(st.Message(), "plugin panic: ")) {
+		// A plain error the plugin returned, or a panic Serve caught:
+		// its text says it all.
 		return fmt.Errorf("%s: %s", prefix, st.Message())
 	}
 	return fmt.Errorf("%s: %s: %s", prefix, st.Code(), st.Message())

@@ -211,6 +211,30 @@ func TestCrashingPluginReturnsError(t *testing.T) {
 	require.NoError(t, p.Close())
 }
 
+// A plugin that dies with log.Fatal is reported with what it wrote to its
+// stderr last; a panic in a model says where it happened and leaves the
+// process up.
+func TestPluginFailuresSayWhy(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	x, _ := batch(g.N(), 1, 5)
+
+	p := launch(t, faulty)
+	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "fatal"}, nil))
+	_, err := p.Predict(t.Context(), x)
+	require.ErrorIs(t, err, forward.ErrPluginExited)
+	require.ErrorContains(t, err, "its stderr ended: ")
+	require.ErrorContains(t, err, "faulty: fatal as asked, at call 1")
+
+	p = launch(t, faulty)
+	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "panic"}, nil))
+	_, err = p.Predict(t.Context(), x)
+	require.ErrorContains(t, err, "plugin panic: runtime error: index out of range [4] with length 3 (at ")
+	require.Regexp(t, `faulty/main\.go:\d+ \(main\.outOfRange\), called from .*faulty/main\.go:\d+ \(main\.\(\*model\)\.strike\)`, err.Error())
+	require.False(t, p.Exited(), "a panic is an answer")
+	require.NoError(t, p.Close())
+}
+
 func TestCloseLeavesNoProcess(t *testing.T) {
 	t.Parallel()
 	p := launch(t, "icmf")
@@ -316,6 +340,13 @@ func TestLaunchErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(notPlugin, []byte("#!/bin/sh\necho hello\n"), 0o755))
 	_, err = forward.Launch(t.Context(), notPlugin)
 	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-sh: launch")
+	require.ErrorContains(t, err, "wrote that line to stdout before forward.Serve")
+
+	// One that dies before the handshake is quoted.
+	dies := filepath.Join(t.TempDir(), "sourcewatch-forward-dies")
+	require.NoError(t, os.WriteFile(dies, []byte("#!/bin/sh\necho 'cannot open model.bin' >&2\nexit 2\n"), 0o755))
+	_, err = forward.Launch(t.Context(), dies)
+	require.ErrorContains(t, err, "its stderr ended: cannot open model.bin")
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()

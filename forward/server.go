@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -133,11 +134,34 @@ func toStatus(err error) error {
 }
 
 // guard turns a panic in the model into an Internal status so one bad
-// request does not kill the plugin process.
+// request does not kill the plugin process. The status names where the
+// panic happened, since the plugin's author sees only the host's log.
 func guard(err *error) {
 	if r := recover(); r != nil {
-		*err = status.Errorf(codes.Internal, "plugin panic: %v", r)
+		*err = status.Errorf(codes.Internal, "plugin panic: %v (%s)", r, panicSite(3))
 	}
+}
+
+// panicSite returns up to limit frames of the panicking goroutine's stack
+// below the runtime's panic machinery, innermost first, as "at
+// file:line (function)". Called from a deferred recover.
+func panicSite(limit int) string {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	var sites []string
+	for len(sites) < limit {
+		f, more := frames.Next()
+		if !strings.HasPrefix(f.Function, "runtime.") && f.Function != "" {
+			sites = append(sites, fmt.Sprintf("%s:%d (%s)", f.File, f.Line, f.Function))
+		}
+		if !more {
+			break
+		}
+	}
+	if len(sites) == 0 {
+		return "at an unknown place"
+	}
+	return "at " + strings.Join(sites, ", called from ")
 }
 
 func (s *server) Info(ctx context.Context, _ *forwardpb.InfoRequest) (_ *forwardpb.InfoResponse, err error) {

@@ -203,7 +203,13 @@ func (s *Supervised) current(ctx context.Context) (*Process, error) {
 	if s.proc != nil && !s.proc.Exited() {
 		return s.proc, nil
 	}
-	return s.relaunch(ctx, fmt.Errorf("%s: %w", s.path, ErrPluginExited))
+	cause := fmt.Errorf("%s: %w", s.path, ErrPluginExited)
+	if s.proc != nil {
+		if tail := s.proc.stderr.String(); tail != "" {
+			cause = fmt.Errorf("%w; its stderr ended: %s", cause, tail)
+		}
+	}
+	return s.relaunch(ctx, cause)
 }
 
 // replace kills failed (unless another caller already replaced it) and

@@ -10,9 +10,11 @@
 //	short  y has one column too few
 //	hang   never answer, ignoring the call's context
 //	crash  exit the process with status 3
+//	fatal  log.Fatalf, which writes its reason to the process's stderr
+//	panic  index a slice out of range (Serve turns it into an error)
 //
-// The fault strikes from the Nth Predict or VJP call (or Fit, for hang and
-// crash) of the process on
+// The fault strikes from the Nth Predict or VJP call (or Fit, for hang,
+// crash and fatal) of the process on
 // (param fault_after, default 1). Counting starts afresh in every process,
 // so a relaunched plugin behaves like a new one.
 //
@@ -23,6 +25,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"log"
 	"math"
 	"os"
 	"path/filepath"
@@ -59,7 +62,7 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 	in, err := m.Model.Info(ctx)
 	in.Name = "faulty"
 	in.Params = append(in.Params,
-		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, inf, short, hang or crash"},
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, inf, short, hang, crash, fatal or panic"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
 	return in, err
 }
@@ -71,10 +74,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		switch k {
 		case "fault":
 			switch v {
-			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash":
+			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic":
 				m.fault = v
 			default:
-				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, inf, short, hang or crash", v)
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, inf, short, hang, crash, fatal or panic", v)
 			}
 		case "fault_after":
 			n, err := strconv.Atoi(v)
@@ -104,8 +107,18 @@ func (m *model) strike() bool {
 		select {}
 	case "crash":
 		os.Exit(3)
+	case "fatal":
+		log.Fatalf("faulty: fatal as asked, at call %d", m.calls.Load())
+	case "panic":
+		_ = outOfRange(m.calls.Load())
 	}
 	return true
+}
+
+// outOfRange panics with an index out of range, as a model's bug would.
+func outOfRange(i int64) int64 {
+	s := []int64{1, 2, 3}
+	return s[i+3]
 }
 
 func (m *model) corrupt(y, dx *mat.Dense) (*mat.Dense, *mat.Dense) {
@@ -137,7 +150,7 @@ func (m *model) corrupt(y, dx *mat.Dense) (*mat.Dense, *mat.Dense) {
 // Fit hangs or crashes like the other calls (it counts as one) and
 // otherwise trains icmf.
 func (m *model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitOptions, progress func(forward.Progress)) (forward.FitResult, error) {
-	if m.fault == "hang" || m.fault == "crash" {
+	if m.fault == "hang" || m.fault == "crash" || m.fault == "fatal" {
 		m.strike()
 	}
 	return m.Model.Fit(ctx, pairs, opts, progress)
