@@ -11,8 +11,13 @@ import (
 
 // VJPCheckOptions configure CheckVJP. Zero values take the defaults.
 type VJPCheckOptions struct {
-	// Rows is the number of random points x checked (default 2).
+	// Rows is the number of random points x in [0.1, 0.9]^n checked
+	// (default 2).
 	Rows int
+	// CornerRows is the number of random points x in {0, 1}^n checked
+	// besides (default 1, -1 for none), where inference drives x: there
+	// the differences are one-sided, staying inside [0, 1].
+	CornerRows int
 	// Coords is the number of coordinates checked per point (default all
 	// when n <= 64, else 24 chosen at random; n or more checks them all).
 	Coords int
@@ -31,7 +36,10 @@ type VJPCheck struct {
 	// the check passes when it is at most 1.
 	MaxErr float64
 	// Row and Node locate MaxErr; Analytic and Numeric are its two values.
-	Row, Node         int
+	// Rows from VJPCheckOptions.Rows on are the corner points.
+	Row, Node int
+	// Corner is whether Row is a corner point, x in {0, 1}^n.
+	Corner            bool
 	Analytic, Numeric float64
 	// MaxYDiff is the largest |VJP's y - Predict's y|, which must be 0 up to
 	// rounding.
@@ -61,8 +69,12 @@ func (c VJPCheck) Describe(id func(int) string) string {
 	if id != nil {
 		node = fmt.Sprintf("node %q (index %d)", id(c.Node), c.Node)
 	}
-	grad := fmt.Sprintf("%d coordinates of dx against central differences: largest error %.3g times the tolerance %.3g + %.3g|numeric| at row %d %s (analytic %.9g, numeric %.9g)",
-		c.Checked, c.MaxErr, c.AbsTol, c.RelTol, c.Row, node, c.Analytic, c.Numeric)
+	row := fmt.Sprintf("row %d", c.Row)
+	if c.Corner {
+		row += " (x in {0, 1}, one-sided differences)"
+	}
+	grad := fmt.Sprintf("%d coordinates of dx against finite differences: largest error %.3g times the tolerance %.3g + %.3g|numeric| at %s %s (analytic %.9g, numeric %.9g)",
+		c.Checked, c.MaxErr, c.AbsTol, c.RelTol, row, node, c.Analytic, c.Numeric)
 	ydiff := fmt.Sprintf("VJP's y differs from Predict's by up to %.3g", c.MaxYDiff)
 	if c.MaxYDiff > maxYDiff {
 		return ydiff + fmt.Sprintf(" (more than %.0e: VJP must return f(x) as Predict does); ", maxYDiff) + grad
@@ -70,12 +82,17 @@ func (c VJPCheck) Describe(id func(int) string) string {
 	return grad + "; " + ydiff
 }
 
-// CheckVJP compares a configured model's VJP with central differences of
+// CheckVJP compares a configured model's VJP with finite differences of
 // Predict: for random x in [0.1, 0.9]^n and random dy, with L(x) = <dy, f(x)>,
-// dx_i must match (L(x + h e_i) - L(x - h e_i)) / 2h. All perturbed points
-// of one x go to Predict in batches of up to 512 rows, so a plugin process
-// is called 2 + Rows·ceil(2·Coords/512) times. n is the model's graph
-// size. Errors are the model's.
+// dx_i must match the central difference (L(x + h e_i) - L(x - h e_i)) / 2h;
+// at the corner points x in {0, 1}^n, where inference ends, the one-sided
+// difference of the same order that stays inside [0, 1],
+//
+//	s·(-3 L(x) + 4 L(x + s h e_i) - L(x + 2 s h e_i)) / 2h,  s = 1 - 2 x_i.
+//
+// All perturbed points of one x go to Predict in batches of up to 512
+// rows, so a plugin process is called 2 + (Rows + CornerRows)·ceil(2·Coords/512)
+// times. n is the model's graph size. Errors are the model's.
 func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOptions) (VJPCheck, error) {
 	if o.Rows <= 0 {
 		o.Rows = 2
@@ -89,17 +106,26 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 	if o.RelTol <= 0 {
 		o.RelTol = 1e-4
 	}
+	if o.CornerRows == 0 {
+		o.CornerRows = 1
+	}
+	corners := max(o.CornerRows, 0)
 	if o.Coords <= 0 || o.Coords > n {
 		o.Coords = n
 		if n > 64 {
 			o.Coords = 24
 		}
 	}
-	x := mat.NewDense(o.Rows, n, nil)
-	dy := mat.NewDense(o.Rows, n, nil)
-	for i := 0; i < o.Rows; i++ {
+	rows := o.Rows + corners
+	x := mat.NewDense(rows, n, nil)
+	dy := mat.NewDense(rows, n, nil)
+	for i := 0; i < rows; i++ {
 		for j := 0; j < n; j++ {
-			x.Set(i, j, 0.1+0.8*rng.Float64())
+			if i < o.Rows {
+				x.Set(i, j, 0.1+0.8*rng.Float64())
+			} else if rng.Float64() < 0.3 {
+				x.Set(i, j, 1)
+			}
 			dy.Set(i, j, rng.NormFloat64())
 		}
 	}
@@ -112,23 +138,30 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 		return VJPCheck{}, err
 	}
 	res := VJPCheck{AbsTol: o.AbsTol, RelTol: o.RelTol}
-	for i := 0; i < o.Rows; i++ {
+	for i := 0; i < rows; i++ {
 		for j := 0; j < n; j++ {
 			res.MaxYDiff = math.Max(res.MaxYDiff, math.Abs(y.At(i, j)-yp.At(i, j)))
 		}
 	}
-	for i := 0; i < o.Rows; i++ {
+	for i := 0; i < rows; i++ {
+		corner := i >= o.Rows
 		coords := rng.Perm(n)[:o.Coords]
 		d := mat.NewVecDense(n, dy.RawRowView(i))
+		at := mat.Dot(d, yp.RowView(i)) // L(x), for the one-sided differences
 		for len(coords) > 0 {
 			chunk := coords[:min(len(coords), maxCheckRows/2)]
 			coords = coords[len(chunk):]
 			pts := mat.NewDense(2*len(chunk), n, nil)
 			for k, j := range chunk {
-				for s, sign := range []float64{1, -1} {
+				steps := [2]float64{o.Step, -o.Step} // x + h, x - h
+				if corner {
+					s := 1 - 2*x.At(i, j)
+					steps = [2]float64{s * o.Step, 2 * s * o.Step} // x + sh, x + 2sh
+				}
+				for s, step := range steps {
 					row := pts.RawRowView(2*k + s)
 					copy(row, x.RawRowView(i))
-					row[j] += sign * o.Step
+					row[j] += step
 				}
 			}
 			fy, err := m.Predict(ctx, pts)
@@ -136,7 +169,11 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 				return VJPCheck{}, err
 			}
 			for k, j := range chunk {
-				num := (mat.Dot(d, fy.RowView(2*k)) - mat.Dot(d, fy.RowView(2*k+1))) / (2 * o.Step)
+				l1, l2 := mat.Dot(d, fy.RowView(2*k)), mat.Dot(d, fy.RowView(2*k+1))
+				num := (l1 - l2) / (2 * o.Step)
+				if corner {
+					num = (1 - 2*x.At(i, j)) * (-3*at + 4*l1 - l2) / (2 * o.Step)
+				}
 				ana := dx.At(i, j)
 				e := math.Abs(ana-num) / (o.AbsTol + o.RelTol*math.Abs(num))
 				if math.IsNaN(e) {
@@ -144,7 +181,7 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 				}
 				res.Checked++
 				if e > res.MaxErr || res.Checked == 1 {
-					res.MaxErr, res.Row, res.Node, res.Analytic, res.Numeric = e, i, j, ana, num
+					res.MaxErr, res.Row, res.Node, res.Analytic, res.Numeric, res.Corner = e, i, j, ana, num, corner
 				}
 			}
 		}

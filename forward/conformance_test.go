@@ -60,6 +60,10 @@ func TestCheckPlugin(t *testing.T) {
 		// A gradient wrong at one node of 34: every coordinate is checked,
 		// and the failure names the node by its id.
 		{"grad", "vjp", `at row 0 node "33" (index 33)`},
+		// A gradient wrong only where x is 0: the points inside [0.1,
+		// 0.9] cannot see it; the corner point, where inference ends, does.
+		{"corner", "vjp", "(x in {0, 1}, one-sided differences)"},
+		{"fatal", "fit", "its stderr ended: "},
 		{"crash", "fit", "forward plugin exited"},
 		{"hang", "fit", "fit: no progress within 2s"},
 	} {

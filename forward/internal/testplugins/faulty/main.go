@@ -6,6 +6,8 @@
 //	nan    a NaN in y
 //	range  1.5 in y (finite, outside [0, 1])
 //	grad   dx of the last node doubled (a gradient wrong at one node)
+//	corner dx negated where x is 0 (a gradient wrong only at the corners
+//	       of [0, 1]^n, where inference ends)
 //	inf    +Inf in dx
 //	short  y has one column too few
 //	hang   never answer, ignoring the call's context
@@ -62,7 +64,7 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 	in, err := m.Model.Info(ctx)
 	in.Name = "faulty"
 	in.Params = append(in.Params,
-		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, inf, short, hang, crash, fatal or panic"},
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal or panic"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
 	return in, err
 }
@@ -74,10 +76,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		switch k {
 		case "fault":
 			switch v {
-			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic":
+			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner":
 				m.fault = v
 			default:
-				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, inf, short, hang, crash, fatal or panic", v)
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, inf, short, hang, crash, fatal or panic", v)
 			}
 		case "fault_after":
 			n, err := strconv.Atoi(v)
@@ -171,6 +173,16 @@ func (m *model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Den
 	y, dx, err := m.Model.VJP(ctx, x, dy)
 	if err != nil || !bad {
 		return y, dx, err
+	}
+	if m.fault == "corner" {
+		r, c := x.Dims()
+		for i := 0; i < r; i++ {
+			for j := 0; j < c; j++ {
+				if x.At(i, j) == 0 {
+					dx.Set(i, j, -dx.At(i, j))
+				}
+			}
+		}
 	}
 	y, dx = m.corrupt(y, dx)
 	return y, dx, nil
