@@ -11,7 +11,8 @@
 //	{"node": "user-123", "state": "infected", "ts": "2026-11-22T10:00:00Z", "id": "optional"}
 //
 // state is infected, recovered or susceptible; ts is event time (missing:
-// the JetStream arrival time, so replays see the same time). Every bad
+// the JetStream arrival time, so replays see the same time). Any other key
+// makes the event bad_json, as does a missing node. Every bad
 // message or array element is republished to <prefix>.deadletter with the
 // header Sourcewatch-Reason (bad_json, unknown_graph, unknown_node,
 // bad_state, future_ts, too_old, too_large, too_many_bad) and

@@ -1,12 +1,14 @@
 package monitor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -217,21 +219,37 @@ func decodeMessage(dst []decoded, data []byte) ([]decoded, bool) {
 	return append(out, decodeOne(data)), false
 }
 
+// decodeOne decodes one event. A key other than node, state, ts and id is
+// refused, not ignored: "timestamp" for "ts" would otherwise apply an old
+// infection as a fresh one, at arrival time. (Keys match case-
+// insensitively, as encoding/json's do.)
 func decodeOne(raw []byte) decoded {
 	d := decoded{raw: raw}
 	ev, ok := fastDecode(raw)
 	if !ok {
 		// Only this path allocates: the event escapes into encoding/json.
 		slow := new(wireEvent)
-		if err := json.Unmarshal(raw, slow); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(slow)
+		if err == nil && dec.More() {
+			err = errors.New("more than one JSON value")
+		}
+		if err != nil {
 			d.reason, d.detail = ReasonBadJSON, err.Error()
+			if strings.HasPrefix(d.detail, "json: unknown field ") {
+				d.detail += " (an event has node, state, ts and id)"
+			}
 			return d
 		}
 		ev = *slow
 	}
 	d.ev = ev
-	if ev == (wireEvent{}) {
+	switch {
+	case ev == (wireEvent{}):
 		d.reason, d.detail = ReasonBadJSON, errNotEvent.Error()
+	case ev.Node == "":
+		d.reason, d.detail = ReasonBadJSON, `no "node": an event names the node it is about`
 	}
 	return d
 }

@@ -52,6 +52,18 @@ func TestDecodeMessage(t *testing.T) {
 		{"garbage", `{"node":`, []string{ReasonBadJSON}},
 		{"empty object", `{}`, []string{ReasonBadJSON}},
 		{"broken array", `[{"node":"1"},`, []string{ReasonBadJSON}},
+		// A misspelt key is refused, not ignored: the event would apply
+		// at arrival time.
+		{"unknown key", `{"node":"11","state":"infected","timestamp":"2026-11-26T09:00:00Z"}`, []string{ReasonBadJSON}},
+		{"unknown key in an array", `[{"node":"1","state":"infected"},{"node":"2","state":"infected","extra":1}]`, []string{"", ReasonBadJSON}},
+		{"no node", `{"state":"infected","ts":"2026-11-26T09:00:00Z"}`, []string{ReasonBadJSON}},
+		{"keys match in any case, as encoding/json's", `{"Node":"12","State":"infected"}`, []string{""}},
+		{"two values", `{"node":"1","state":"infected"} {"node":"2"}`, []string{ReasonBadJSON}},
+	}
+	details := map[string]string{
+		"unknown key":             `json: unknown field "timestamp" (an event has node, state, ts and id)`,
+		"unknown key in an array": `json: unknown field "extra" (an event has node, state, ts and id)`,
+		"no node":                 `no "node": an event names the node it is about`,
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,6 +71,9 @@ func TestDecodeMessage(t *testing.T) {
 			var got []string
 			for _, d := range ds {
 				got = append(got, d.reason)
+				if d.reason != "" && details[tc.name] != "" {
+					require.Equal(t, details[tc.name], d.detail)
+				}
 			}
 			require.Equal(t, tc.reasons, got)
 		})
