@@ -101,6 +101,10 @@ func TestAlertsSurviveAStreamOutage(t *testing.T) {
 		g := r.d.Status().Graphs[0]
 		return len(g.PendingAlerts) == 1 && g.PendingAlerts[0].Seq == 2 && g.LastAlert != nil && g.LastAlert.Seq == 1
 	}, 10*time.Second, 5*time.Millisecond)
+	// So do the metrics, for an alerting rule.
+	require.Eventually(t, func() bool {
+		return value(t, r.d.metrics.pending.WithLabelValues("p")) == 1 && value(t, r.d.metrics.pubFailed.WithLabelValues("p")) >= 1
+	}, 10*time.Second, 5*time.Millisecond)
 	// Longer than the job's own try lasts (the client retries a publish
 	// nobody answers for 0.5 s).
 	time.Sleep(1500 * time.Millisecond)
@@ -127,6 +131,7 @@ func TestAlertsSurviveAStreamOutage(t *testing.T) {
 	require.Len(t, storedAlerts(t, r.js, "p"), 3, "nothing is stored twice")
 	g := r.d.Status().Graphs[0]
 	require.Empty(t, g.PendingAlerts)
+	require.Equal(t, 0.0, value(t, r.d.metrics.pending.WithLabelValues("p")))
 	require.Equal(t, uint64(4), g.LastAlert.Seq)
 	require.Equal(t, 1.0, value(t, r.d.metrics.alerts.WithLabelValues("p", "resolved")))
 }

@@ -326,6 +326,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.metrics.infected.WithLabelValues(gc.Name)
 		d.metrics.inferErrors.WithLabelValues(gc.Name)
 		d.metrics.restarts.WithLabelValues(gc.Name)
+		d.metrics.pending.WithLabelValues(gc.Name)
+		d.metrics.pubFailed.WithLabelValues(gc.Name)
 		for _, st := range []alerts.Status{alerts.Firing, alerts.Updated, alerts.Resolved} {
 			d.metrics.alerts.WithLabelValues(gc.Name, string(st))
 		}
@@ -921,6 +923,8 @@ func (d *Daemon) resolve(ctx context.Context, gr *graphRT) {
 // the tries per alert.
 func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 	pending := d.tracker.Pending(gr.name)
+	gauge := d.metrics.pending.WithLabelValues(gr.name)
+	gauge.Set(float64(len(pending)))
 	if len(pending) == 0 {
 		return true
 	}
@@ -928,6 +932,7 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 		return false
 	}
 	if err := d.saveTracker(ctx); err != nil {
+		d.metrics.pubFailed.WithLabelValues(gr.name).Inc()
 		d.limiter.warn("alert_state", "alert not published: saving the alert state first failed; retrying next tick",
 			zap.String("graph", gr.name), zap.String("id", pending[0].ID), zap.Error(err))
 		return false
@@ -935,12 +940,14 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 	for _, a := range pending {
 		if err := d.publishAlert(ctx, a, attempts); err != nil {
 			if ctx.Err() == nil {
+				d.metrics.pubFailed.WithLabelValues(gr.name).Inc()
 				d.limiter.warn("alert_publish", "alert not published; retrying next tick",
 					zap.String("graph", gr.name), zap.String("id", a.ID), zap.Error(err))
 			}
 			return false
 		}
 		d.tracker.Published(gr.name, a.ID)
+		gauge.Dec()
 		gr.lastAlert.Store(&a)
 		d.metrics.alerts.WithLabelValues(gr.name, string(a.Status)).Inc()
 		d.log.Info("alert", zap.String("graph", gr.name), zap.String("status", string(a.Status)),

@@ -20,6 +20,8 @@ type metrics struct {
 	inference   *prometheus.HistogramVec // graph
 	inferErrors *prometheus.CounterVec   // graph
 	alerts      *prometheus.CounterVec   // graph, status
+	pending     *prometheus.GaugeVec     // graph
+	pubFailed   *prometheus.CounterVec   // graph
 	restarts    *prometheus.CounterVec   // graph
 	snapshots   *prometheus.CounterVec   // result
 }
@@ -56,6 +58,14 @@ func newMetrics() *metrics {
 			Name: "sourcewatch_alerts_total",
 			Help: "Alerts published, by graph and status.",
 		}, []string{"graph", "status"}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sourcewatch_alerts_pending",
+			Help: "Alerts made but not yet acknowledged by the alerts stream (a new alert waits behind them).",
+		}, []string{"graph"}),
+		pubFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sourcewatch_alert_publish_failures_total",
+			Help: "Attempts to publish a graph's pending alerts that failed (each retried at the next tick).",
+		}, []string{"graph"}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sourcewatch_plugin_restarts_total",
 			Help: "Forward plugin processes relaunched.",
@@ -66,7 +76,7 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 	}
 	m.reg.MustRegister(m.events, m.deadLetters, m.dlFailed, m.infected, m.inference, m.inferErrors,
-		m.alerts, m.restarts, m.snapshots,
+		m.alerts, m.pending, m.pubFailed, m.restarts, m.snapshots,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range deadReasons {
 		m.deadLetters.WithLabelValues(r)
