@@ -398,6 +398,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			return nil
 		}
 	}
+	if mp := nc.MaxPayload(); mp > 0 && int64(cfg.MaxEventBytes) >= mp {
+		d.log.Warn("max_event_bytes is not below the NATS server's max_payload: a message over max_payload is refused at publish and never reaches the dead-letter stream; raise the server's max_payload or lower max_event_bytes",
+			zap.Int("max_event_bytes", cfg.MaxEventBytes), zap.Int64("max_payload", mp))
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrNATS, err)

@@ -58,6 +58,7 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 	}
 	opts := &server.Options{
 		ServerName: "sourcewatch",
+		MaxPayload: embeddedMaxPayload(cfg.MaxEventBytes),
 		JetStream:  true,
 		StoreDir:   filepath.Join(cfg.DataDir, "nats"),
 		NoSigs:     true,
@@ -82,6 +83,17 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 		return nil, fmt.Errorf("%w: embedded server on %s not ready (port in use? set nats.listen)", ErrNATS, cfg.NATS.Listen)
 	}
 	return s, nil
+}
+
+// embeddedMaxPayload is the embedded server's max_payload for a daemon
+// that dead-letters messages over maxEvent bytes: twice that, so a message
+// somewhat over the limit reaches the daemon and is dead-lettered as
+// too_large, saying why, instead of being refused at publish (nats-server's
+// default, 1 MiB, equals the default max_event_bytes); at least that
+// default and at most the server's hard limit, 64 MiB.
+func embeddedMaxPayload(maxEvent int) int32 {
+	const floor, ceiling = 1 << 20, 64 << 20
+	return int32(min(max(2*int64(maxEvent), floor), ceiling))
 }
 
 // ClientAuth is the credentials and TLS of n (creds file, nkey seed,

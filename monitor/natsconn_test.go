@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -72,4 +73,31 @@ func TestRedactURLs(t *testing.T) {
 	require.NotContains(t, err.Error(), "s3cret")
 	require.NotContains(t, err.Error(), ":pa")
 	require.Contains(t, err.Error(), "nats://***@127.0.0.1:14222")
+}
+
+// The embedded server lets a message somewhat over max_event_bytes through,
+// so the daemon dead-letters it as too_large instead of the server
+// refusing it at publish.
+func TestEmbeddedMaxPayload(t *testing.T) {
+	for _, tc := range []struct {
+		maxEvent int
+		want     int32
+	}{
+		{DefaultMaxEventBytes, 2 << 20},
+		{2000, 1 << 20},
+		{10 << 20, 20 << 20},
+		{100 << 20, 64 << 20},
+	} {
+		require.Equal(t, tc.want, embeddedMaxPayload(tc.maxEvent), "max_event_bytes %d", tc.maxEvent)
+	}
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.NATS.Listen = "127.0.0.1:0"
+	s, err := startEmbedded(cfg)
+	require.NoError(t, err)
+	defer s.Shutdown()
+	nc, err := nats.Connect(s.ClientURL())
+	require.NoError(t, err)
+	defer nc.Close()
+	require.Greater(t, nc.MaxPayload(), int64(cfg.MaxEventBytes), "the default max_event_bytes can be exceeded, and so dead-lettered")
 }
