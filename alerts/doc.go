@@ -19,7 +19,7 @@
 //	  "sources": [{"node": "12", "score": 3.1, "probability": 0.41}, ...],
 //	  "credible_set": ["12", "7"],             see CredibleSet, mass 0.9
 //	  "threshold": 0.5,                        score cut that chose the sources
-//	  "model": {"bundle": "...", "forward": "si", "forward_version": "1.0.0"},
+//	  "model": {"bundle": "...", "forward": "deepis", "forward_version": "1.1.0"},
 //	  "inference_ms": 12.5,
 //	  "seq": 1,                                per incident: 1 = firing
 //	  "observed_at": "...Z"

@@ -77,7 +77,8 @@ func (t *Tracker) init() {
 //
 //	SHA-256(graph || 0x00 || firstFired as RFC 3339 nanoseconds UTC || 0x00 || n)
 //
-// where n numbers the graph's incidents from 1. It stays the same across
+// where n numbers the graph's incidents from 1, written in decimal. It
+// stays the same across
 // the incident's updates and its resolve.
 func Fingerprint(graph string, firstFired time.Time, n uint64) string {
 	h := sha256.New()
