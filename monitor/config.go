@@ -234,7 +234,7 @@ func Load(v *viper.Viper) (Config, error) {
 	if err := v.Unmarshal(&cfg); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if err := unknownKeys(v); err != nil {
+	if err := UnknownKeys(v); err != nil {
 		return Config{}, err
 	}
 	raw, _ := v.Get("graphs").([]any)
@@ -251,12 +251,14 @@ func Load(v *viper.Viper) (Config, error) {
 	return cfg, nil
 }
 
-// unknownKeys reports the first key of a config section (nats, http, ha,
+// UnknownKeys reports the first key of a config section (nats, http, ha,
 // the graph entries, ...) that no field of Config reads: a misspelt key
 // such as graphs[0].intervall or a dashed min-infected would otherwise be
 // ignored without a word and its default used. Top-level scalar keys are
-// not checked, since the command's flags share that namespace.
-func unknownKeys(v *viper.Viper) error {
+// not checked, since the command's flags share that namespace. Load calls
+// it; a command that only borrows sections of a daemon config (alerts
+// tail) can call it to warn.
+func UnknownKeys(v *viper.Viper) error {
 	t := reflect.TypeOf(Config{})
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)

@@ -98,8 +98,17 @@ func TestTailConfigKeys(t *testing.T) {
 	require.ErrorContains(t, err, `key "from-start": config keys use underscores; did you mean from_start?`)
 
 	require.NoError(t, os.WriteFile(cfg, []byte("workers: 2\nnats:\n  url: nats://127.0.0.1:1\nfrom_start: true\n"), 0o644))
-	_, _, err = runCmd(t, "", "alerts", "tail", "--config", cfg)
+	_, stderr, err := runCmd(t, "", "alerts", "tail", "--config", cfg, "--log-format", "json")
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "key ", "a daemon config's keys pass the check")
 	require.Contains(t, err.Error(), "nats://127.0.0.1:1", "and its nats section is read")
+	require.NotContains(t, stderr, "not read", "without a warning")
+
+	// A key neither the daemon nor tail reads, and a misspelt key inside
+	// a section tail reads, are warned about: tail would run on defaults.
+	require.NoError(t, os.WriteFile(cfg, []byte("bogus_key: 1\nsubjects:\n  prefx: other\nnats:\n  url: nats://127.0.0.1:1\n"), 0o644))
+	_, stderr, err = runCmd(t, "", "alerts", "tail", "--config", cfg, "--log-format", "json")
+	require.Error(t, err)
+	require.Contains(t, stderr, `"keys":["bogus_key"]`)
+	require.Contains(t, stderr, `subjects: unknown key \"prefx\"`)
 }

@@ -15,6 +15,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/term"
+
+	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
 // app is what every command shares: its own viper (never the global one),
@@ -97,7 +99,8 @@ func (a *app) setup(cmd *cobra.Command) error {
 // daemonConfigCommands read a daemon config file (configs/sourcewatch.yaml):
 // serve and demo check its keys themselves (loadDaemonConfig); alerts tail
 // reads its nats and subjects sections, so only a dashed spelling of one
-// of its own flags is refused there, and the daemon's keys pass silently.
+// of its own flags is refused there; the daemon's keys pass silently, and
+// a key neither reads, or a misspelt one inside a section, is warned of.
 var daemonConfigCommands = map[string]bool{"serve": true, "demo": true}
 
 // sharesDaemonConfig are the commands that read a daemon config besides
@@ -125,6 +128,18 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 	cmd.Flags().VisitAll(add)
 	cmd.InheritedFlags().VisitAll(add)
 	file := fv.ConfigFileUsed()
+	shares := sharesDaemonConfig[cmd.Name()]
+	daemonKeys := map[string]bool{}
+	if shares {
+		for _, k := range monitor.Keys() {
+			daemonKeys[k] = true
+		}
+		// A misspelt key inside a section it reads (subjects.prefx) would
+		// leave the command on the default, as a misspelt top-level key.
+		if err := monitor.UnknownKeys(fv); err != nil {
+			log.Warn("a key of the daemon config is not read (misspelt?)", zap.String("config", file), zap.Error(err))
+		}
+	}
 	var ignored []string
 	for _, k := range topLevelKeys(fv) {
 		f := known[k]
@@ -132,7 +147,7 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 		switch {
 		case k != flagKey(k) && known[flagKey(k)] != nil:
 			return fmt.Errorf("%s: key %q: config keys use underscores; did you mean %s?", file, k, flagKey(k))
-		case sharesDaemonConfig[cmd.Name()]:
+		case shares && (daemonKeys[k] || f != nil):
 			// a daemon key, or one of its own: read as the command reads it
 		case flagOnlyKeys[k] != "":
 			return fmt.Errorf("%s: key %q: %s", file, k, flagOnlyKeys[k])
