@@ -28,17 +28,17 @@ var (
 
 // Param describes one model parameter, set through Configure's params.
 type Param struct {
-	Name    string
-	Default string
-	Help    string
+	Name    string `json:"name"`
+	Default string `json:"default"`
+	Help    string `json:"help"`
 }
 
 // Info describes a forward model.
 type Info struct {
-	Name      string
-	Version   string
-	Trainable bool
-	Params    []Param
+	Name      string  `json:"name"`
+	Version   string  `json:"version"`
+	Trainable bool    `json:"trainable"`
+	Params    []Param `json:"params"`
 }
 
 // Pair is one training example: the source set x (as node indices) and the

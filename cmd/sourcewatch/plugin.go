@@ -4,9 +4,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -59,8 +61,8 @@ with random chords); pass your graph to check the plugin where you will use it.`
 	f.Int("epochs", 5, "training epochs for the fit check (0 = the plugin's default)")
 	f.Int("batch", 8, "rows per Predict and VJP call")
 	f.Int("vjp-coords", 0, "coordinates of dx compared with finite differences per row (0 = all up to 2,048 nodes, else 256 at random; -1 = all)")
-	f.Duration("call-timeout", 30*time.Second, "deadline of every plugin call")
-	f.Duration("fit-idle-timeout", 5*time.Minute, "longest wait for a Fit progress report")
+	f.Duration("call-timeout", 0, "deadline of every plugin call (0 = production's: 10s plus 1µs per row × (nodes + arcs))")
+	f.Duration("fit-idle-timeout", 10*time.Minute, "longest wait for a Fit progress report (production's default)")
 	f.String("sha256", "", "expected SHA-256 of the plugin binary (hex); refuse to launch on mismatch")
 	f.Int64("seed", 1, "random seed of the simulated set and the test inputs")
 	f.Bool("json", false, "print the report as JSON")
@@ -98,14 +100,17 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 		return fmt.Errorf("--cascades: want at least 2, got %d", count)
 	}
 	timeout := v.GetDuration("call_timeout")
-	if timeout <= 0 {
-		return fmt.Errorf("--call-timeout: %v is not positive", timeout)
+	if timeout < 0 {
+		return fmt.Errorf("--call-timeout: %v is negative (0 = the production deadline)", timeout)
 	}
 	idle := v.GetDuration("fit_idle_timeout")
 	if idle <= 0 {
 		return fmt.Errorf("--fit-idle-timeout: %v is not positive", idle)
 	}
-	launch := []forward.LaunchOption{forward.WithLogger(a.log.Named("plugin")), forward.WithCallTimeout(timeout), forward.WithFitIdleTimeout(idle)}
+	launch := []forward.LaunchOption{forward.WithLogger(a.log.Named("plugin")), forward.WithFitIdleTimeout(idle)}
+	if timeout > 0 {
+		launch = append(launch, forward.WithCallTimeout(timeout))
+	}
 	if s := v.GetString("sha256"); s != "" {
 		sum, err := hex.DecodeString(s)
 		if err != nil || len(sum) != 32 {
@@ -139,6 +144,7 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 	} else {
 		fmt.Fprintf(a.stdout, "graph: %s\n", g)
 		fmt.Fprint(a.stdout, rep.String())
+		printParams(a.stdout, rep.Info)
 	}
 	if !rep.Passed() {
 		var failed []string
@@ -150,6 +156,20 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 		return fmt.Errorf("plugin check %s failed: %s", path, strings.Join(failed, "; "))
 	}
 	return nil
+}
+
+// printParams lists the parameters a plugin says it takes, which no other
+// command shows: what train's --forward-param and check's --param set.
+func printParams(w io.Writer, in forward.Info) {
+	if len(in.Params) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "params of %s %s (train --forward-param name=value):\n", in.Name, in.Version)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, p := range in.Params {
+		fmt.Fprintf(tw, "  %s\tdefault %s\t%s\n", p.Name, p.Default, p.Help)
+	}
+	_ = tw.Flush()
 }
 
 func writeCheckJSON(a *app, rep forward.CheckReport) error {
