@@ -177,7 +177,7 @@ type decoded struct {
 	ts    int64
 }
 
-var errNotEvent = errors.New("not an event object or array")
+var errNotEvent = errors.New("an empty event: an event needs node and state")
 
 // decodeMessage splits a message body into elements, appended to dst[:0]
 // (reused across messages: ingest decodes one message at a time per
@@ -236,10 +236,7 @@ func decodeOne(raw []byte) decoded {
 			err = errors.New("more than one JSON value")
 		}
 		if err != nil {
-			d.reason, d.detail = ReasonBadJSON, err.Error()
-			if strings.HasPrefix(d.detail, "json: unknown field ") {
-				d.detail += " (an event has node, state, ts and id)"
-			}
+			d.reason, d.detail = ReasonBadJSON, eventJSONError(err)
 			return d
 		}
 		ev = *slow
@@ -252,6 +249,21 @@ func decodeOne(raw []byte) decoded {
 		d.reason, d.detail = ReasonBadJSON, `no "node": an event names the node it is about`
 	}
 	return d
+}
+
+// eventJSONError says what was wrong with an event in the event's terms,
+// not Go's (encoding/json names the Go type it decoded into).
+func eventJSONError(err error) string {
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &typ) && typ.Field == "":
+		return fmt.Sprintf("not an event: a JSON %s, want an object (or an array of them)", typ.Value)
+	case errors.As(err, &typ):
+		return fmt.Sprintf("%q is a JSON %s, want a string", typ.Field, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return err.Error() + " (an event has node, state, ts and id)"
+	}
+	return err.Error()
 }
 
 // parseState maps an event state to the window's.

@@ -59,11 +59,16 @@ func TestDecodeMessage(t *testing.T) {
 		{"no node", `{"state":"infected","ts":"2026-11-26T09:00:00Z"}`, []string{ReasonBadJSON}},
 		{"keys match in any case, as encoding/json's", `{"Node":"12","State":"infected"}`, []string{""}},
 		{"two values", `{"node":"1","state":"infected"} {"node":"2"}`, []string{ReasonBadJSON}},
+		{"a number", `7`, []string{ReasonBadJSON}},
+		{"a number node", `{"node":7,"state":"infected"}`, []string{ReasonBadJSON}},
 	}
 	details := map[string]string{
 		"unknown key":             `json: unknown field "timestamp" (an event has node, state, ts and id)`,
 		"unknown key in an array": `json: unknown field "extra" (an event has node, state, ts and id)`,
 		"no node":                 `no "node": an event names the node it is about`,
+		"empty object":            "an empty event: an event needs node and state",
+		"a number":                "not an event: a JSON number, want an object (or an array of them)",
+		"a number node":           `"node" is a JSON number, want a string`,
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
