@@ -83,15 +83,17 @@ type Daemon struct {
 	// cfg is the configuration Run started with; it does not change, so
 	// every goroutine may read it. current is what the last reload put in
 	// effect: the per-graph settings live in each graphRT.
-	cfg       Config
-	current   atomic.Pointer[Config]
-	log       *zap.Logger
-	now       func() time.Time
-	factory   LocalizerFactory
-	reloadCfg func(ctx context.Context) (Config, error)
-	preflight func(GraphConfig, *graph.Graph) error
-	preloaded map[string]*graph.Graph
-	metrics   *metrics
+	cfg     Config
+	current atomic.Pointer[Config]
+	// lastReload is the outcome of the last Reload (nil before one).
+	lastReload atomic.Pointer[ReloadStatus]
+	log        *zap.Logger
+	now        func() time.Time
+	factory    LocalizerFactory
+	reloadCfg  func(ctx context.Context) (Config, error)
+	preflight  func(GraphConfig, *graph.Graph) error
+	preloaded  map[string]*graph.Graph
+	metrics    *metrics
 
 	ready     chan struct{}
 	clientURL atomic.Value // string
@@ -1103,9 +1105,33 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 // (bundle, forward plugin and params, window, decay, interval, min_changes,
 // min_infected, restarts) take effect; the graph set, edge files and the
 // daemon-wide settings (NATS, HTTP, workers, data dir) need a restart.
+//
+// The outcome is kept for /status (last_reload) and the metric
+// sourcewatch_config_last_reload_successful, since a failed reload leaves
+// the daemon ready on its old setup and would otherwise show only in the
+// log.
 func (d *Daemon) Reload(ctx context.Context) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
+	err := d.reload(ctx)
+	rs := ReloadStatus{At: d.now().UTC(), OK: err == nil}
+	if err != nil {
+		rs.Error = err.Error()
+	}
+	d.lastReload.Store(&rs)
+	d.metrics.reloadOK.Set(boolGauge(err == nil))
+	return err
+}
+
+func boolGauge(ok bool) float64 {
+	if ok {
+		return 1
+	}
+	return 0
+}
+
+// reload is Reload under reloadMu.
+func (d *Daemon) reload(ctx context.Context) error {
 	select {
 	case <-d.ready:
 	default:

@@ -22,8 +22,9 @@ type metrics struct {
 	alerts      *prometheus.CounterVec   // graph, status
 	pending     *prometheus.GaugeVec     // graph
 	pubFailed   *prometheus.CounterVec   // graph
-	restarts    *prometheus.CounterVec   // graph
-	snapshots   *prometheus.CounterVec   // result
+	reloadOK    prometheus.Gauge
+	restarts    *prometheus.CounterVec // graph
+	snapshots   *prometheus.CounterVec // result
 }
 
 func newMetrics() *metrics {
@@ -66,6 +67,10 @@ func newMetrics() *metrics {
 			Name: "sourcewatch_alert_publish_failures_total",
 			Help: "Attempts to publish a graph's pending alerts that failed (each retried at the next tick).",
 		}, []string{"graph"}),
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sourcewatch_config_last_reload_successful",
+			Help: "Whether the last reload (SIGHUP or the reload endpoint) succeeded; 1 before any.",
+		}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sourcewatch_plugin_restarts_total",
 			Help: "Forward plugin processes relaunched.",
@@ -76,11 +81,12 @@ func newMetrics() *metrics {
 		}, []string{"result"}),
 	}
 	m.reg.MustRegister(m.events, m.deadLetters, m.dlFailed, m.infected, m.inference, m.inferErrors,
-		m.alerts, m.pending, m.pubFailed, m.restarts, m.snapshots,
+		m.alerts, m.pending, m.pubFailed, m.reloadOK, m.restarts, m.snapshots,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range deadReasons {
 		m.deadLetters.WithLabelValues(r)
 	}
+	m.reloadOK.Set(1)
 	return m
 }
 

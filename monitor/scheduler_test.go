@@ -174,20 +174,29 @@ func TestReloadSwapsLocalizers(t *testing.T) {
 	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory),
 		WithReload(func(context.Context) (Config, error) { return next, nil }))
 	old := f.all()[0]
+	require.Nil(t, r.d.Status().LastReload, "no reload yet")
+	require.Equal(t, 1.0, value(t, r.d.metrics.reloadOK))
 
 	require.NoError(t, r.d.Reload(context.Background()))
 	require.Len(t, f.all(), 2)
+	require.True(t, r.d.Status().LastReload.OK)
 	require.True(t, old.closed.Load(), "the old localizer is closed after the swap")
 	resp, err := r.d.Localize(context.Background(), LocalizeRequest{Graph: "p", Infected: []string{"2"}})
 	require.NoError(t, err)
 	require.Equal(t, "p-v2.swb", resp.Model.Bundle)
 
-	// A failing reload keeps what runs.
+	// A failing reload keeps what runs, ready, and says it failed.
 	f.fail.Store(true)
-	require.ErrorIs(t, r.d.Reload(context.Background()), ErrReload)
-	resp, err = r.d.Localize(context.Background(), LocalizeRequest{Graph: "p", Infected: []string{"2"}})
-	require.NoError(t, err)
+	err = r.d.Reload(context.Background())
+	require.ErrorIs(t, err, ErrReload)
+	resp, err2 := r.d.Localize(context.Background(), LocalizeRequest{Graph: "p", Infected: []string{"2"}})
+	require.NoError(t, err2)
 	require.Equal(t, "p-v2.swb", resp.Model.Bundle)
+	st := r.d.Status()
+	require.True(t, st.Ready)
+	require.False(t, st.LastReload.OK)
+	require.Equal(t, err.Error(), st.LastReload.Error)
+	require.Equal(t, 0.0, value(t, r.d.metrics.reloadOK))
 
 	// The graph set cannot change on reload.
 	f.fail.Store(false)

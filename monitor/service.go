@@ -62,11 +62,22 @@ type Status struct {
 	Version string        `json:"version"`
 	Ready   bool          `json:"ready"`
 	Graphs  []GraphStatus `json:"graphs"`
+	// LastReload is the outcome of the last reload (SIGHUP or the reload
+	// endpoint), absent before one.
+	LastReload *ReloadStatus `json:"last_reload,omitempty"`
+}
+
+// ReloadStatus is the outcome of one reload: a failed one left the
+// running setup as it was.
+type ReloadStatus struct {
+	At    time.Time `json:"at"`
+	OK    bool      `json:"ok"`
+	Error string    `json:"error,omitempty"`
 }
 
 // Status reports the daemon's graphs.
 func (d *Daemon) Status() Status {
-	st := Status{Version: Version, Ready: len(d.readiness()) == 0}
+	st := Status{Version: Version, Ready: len(d.readiness()) == 0, LastReload: d.lastReload.Load()}
 	now := d.now()
 	for _, gr := range d.order {
 		o := gr.win.observe(now, nil)
