@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -160,7 +161,13 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		if len(probs) > 0 {
 			return CheckFail, strings.Join(probs, "; "), nil
 		}
-		return CheckPass, fmt.Sprintf("%s %s, trainable %v, %d params", in.Name, in.Version, in.Trainable, len(in.Params)), nil
+		detail := fmt.Sprintf("%s %s, trainable %v, %d params", in.Name, in.Version, in.Trainable, len(in.Params))
+		if file := filepath.Base(path); strings.HasPrefix(file, BinaryPrefix) && strings.TrimPrefix(file, BinaryPrefix) != in.Name {
+			// Legal (a renamed build), but --forward and bundles go by the
+			// file's name, so a train with this binary records that.
+			return CheckWarn, detail + fmt.Sprintf("; the binary is named for %q (--forward and bundles use that name)", strings.TrimPrefix(file, BinaryPrefix)), nil
+		}
+		return CheckPass, detail, nil
 	})
 
 	if !run("configure", func() (CheckStatus, string, error) {

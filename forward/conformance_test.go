@@ -1,6 +1,8 @@
 package forward_test
 
 import (
+	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -88,6 +90,17 @@ func TestCheckPlugin(t *testing.T) {
 			require.Contains(t, rep.String(), "FAIL: ")
 		})
 	}
+
+	t.Run("a binary named for another model is warned about", func(t *testing.T) {
+		src, err := os.ReadFile(forwardtest.Build(t, "icmf"))
+		require.NoError(t, err)
+		renamed := filepath.Join(t.TempDir(), forward.BinaryPrefix+"ltmf")
+		require.NoError(t, os.WriteFile(renamed, src, 0o755))
+		rep := forward.CheckPlugin(t.Context(), renamed, g, pairs, forward.PluginCheckOptions{})
+		require.True(t, rep.Passed(), "legal, so not a failure")
+		require.Equal(t, forward.CheckWarn, statuses(rep)["info"])
+		require.Contains(t, detail(rep, "info"), `icmf 1.0.0, trainable false, 2 params; the binary is named for "ltmf"`)
+	})
 
 	t.Run("wrong checksum fails the handshake", func(t *testing.T) {
 		rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, "icmf"), g, pairs, forward.PluginCheckOptions{
