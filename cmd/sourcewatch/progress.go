@@ -90,6 +90,17 @@ func (p *progress) Set(done int, note string) {
 	p.draw(now)
 }
 
+// SetTotal changes the number of units, for work whose size its reports
+// revise (a plugin's Fit may say 60 epochs after first saying 5).
+func (p *progress) SetTotal(total int) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.total = total
+}
+
 // Add advances by n units.
 func (p *progress) Add(n int) {
 	if p == nil {

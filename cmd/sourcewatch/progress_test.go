@@ -39,4 +39,13 @@ func TestProgressOffTerminalLogsOnItsOwnClock(t *testing.T) {
 	p.Done()
 	require.Zero(t, logs.Len())
 	require.Contains(t, out.String(), "eval [")
+
+	// A revised total is drawn, not done/old-total.
+	out.Reset()
+	p = newProgress(&out, true, nil, "train forward", 5, time.Minute)
+	p.SetTotal(60)
+	p.Set(60, "")
+	p.Done()
+	require.Contains(t, out.String(), " 60/60 ")
+	require.NotContains(t, out.String(), "/5 ")
 }

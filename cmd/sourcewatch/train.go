@@ -230,6 +230,9 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		if p.Loss == p.Loss { // not NaN
 			note = fmt.Sprintf("loss %.4g", p.Loss)
 		}
+		if p.Total > 0 {
+			bar.SetTotal(p.Total)
+		}
 		bar.Set(p.Done, note)
 	})
 	for _, bar := range bars {
