@@ -56,6 +56,7 @@ the bundle was trained on that edge list (the graph's fingerprint).`,
 	f.String("graph", "", "edge list file the bundle must have been trained on (as localize --graph)")
 	f.Bool("directed", false, "treat each line u v of --graph as an arc u->v")
 	f.Bool("json", false, "print the manifest and the plugin check as JSON")
+	f.String("forward-checksum", "", "hex SHA-256 a trusted rebuild of the plugin has, pinned instead of the recorded one (as localize --forward-checksum)")
 	return cmd
 }
 
@@ -83,9 +84,13 @@ func (a *app) bundleInspect(path string) error {
 	if err != nil {
 		return err
 	}
+	pinned, err := forwardChecksumFlag(a.v)
+	if err != nil {
+		return err
+	}
 	var check *pluginCheck
 	if dir := a.v.GetString("plugin_dir"); dir != "" {
-		check = checkBundlePlugin(dir, b.Manifest)
+		check = checkBundlePlugin(dir, b.Manifest, pinned)
 	}
 	if a.v.GetBool("json") {
 		enc := json.NewEncoder(a.stdout)
@@ -128,8 +133,8 @@ func (a *app) bundleInspect(path string) error {
 }
 
 // checkBundlePlugin compares the plugin binary in dir with the SHA-256
-// the manifest recorded.
-func checkBundlePlugin(dir string, m localize.Manifest) *pluginCheck {
+// the manifest recorded, or with pinned, a trusted rebuild's, when set.
+func checkBundlePlugin(dir string, m localize.Manifest, pinned string) *pluginCheck {
 	path, err := forward.PluginPath(dir, m.Forward.Name)
 	if err != nil {
 		return &pluginCheck{Path: filepath.Join(dir, forward.BinaryPrefix+m.Forward.Name), Status: "missing", Detail: err.Error()}
@@ -140,6 +145,12 @@ func checkBundlePlugin(dir string, m localize.Manifest) *pluginCheck {
 	}
 	got := hex.EncodeToString(sum)
 	switch {
+	case pinned != "" && strings.EqualFold(pinned, got):
+		return &pluginCheck{Path: path, Status: "match", SHA256: got,
+			Detail: fmt.Sprintf("the pinned SHA-256; the bundle recorded %.12s", m.Forward.SHA256)}
+	case pinned != "":
+		return &pluginCheck{Path: path, Status: "differs", SHA256: got,
+			Detail: fmt.Sprintf("pinned %.12s, file %.12s: localize and serve refuse it", pinned, got)}
 	case m.Forward.SHA256 == "":
 		return &pluginCheck{Path: path, Status: "unrecorded", SHA256: got,
 			Detail: "the bundle records no SHA-256; localize and serve run it only with allow_unverified"}
@@ -147,7 +158,7 @@ func checkBundlePlugin(dir string, m localize.Manifest) *pluginCheck {
 		return &pluginCheck{Path: path, Status: "match", SHA256: got}
 	default:
 		return &pluginCheck{Path: path, Status: "differs", SHA256: got,
-			Detail: fmt.Sprintf("recorded %.12s, file %.12s: localize and serve refuse it; retrain with this build", m.Forward.SHA256, got)}
+			Detail: fmt.Sprintf("recorded %.12s, file %.12s: localize and serve refuse it; retrain with this build, or, if it is a trusted rebuild of the same model, pin its SHA-256 (--forward-checksum, forward_checksum)", m.Forward.SHA256, got)}
 	}
 }
 

@@ -14,10 +14,22 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
+
+// forwardChecksumFlag reads --forward-checksum: "" or a hex SHA-256.
+func forwardChecksumFlag(v *viper.Viper) (string, error) {
+	sum := v.GetString("forward_checksum")
+	if sum != "" {
+		if _, err := hex.DecodeString(sum); err != nil || len(sum) != 64 {
+			return "", fmt.Errorf("--forward-checksum: %q is not a SHA-256 (want 64 hex digits)", sum)
+		}
+	}
+	return sum, nil
+}
 
 func newLocalizeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
@@ -134,11 +146,9 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 		slices.Sort(infected[i])
 		infected[i] = slices.Compact(infected[i])
 	}
-	sum := v.GetString("forward_checksum")
-	if sum != "" {
-		if _, err := hex.DecodeString(sum); err != nil || len(sum) != 64 {
-			return fmt.Errorf("--forward-checksum: %q is not a SHA-256 (want 64 hex digits)", sum)
-		}
+	sum, err := forwardChecksumFlag(v)
+	if err != nil {
+		return err
 	}
 	proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
 		PluginDir: v.GetString("plugin_dir"), AllowUnverified: v.GetBool("allow_unverified"), Checksum: sum, Logger: a.log.Named("plugin"),

@@ -434,6 +434,13 @@ func TestTrainThenLocalize(t *testing.T) {
 	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", filepath.Dir(other))
 	require.ErrorIs(t, err, errPluginMismatch)
 	require.Contains(t, out, ": differs (recorded "+b.Manifest.Forward.SHA256[:12])
+	require.Contains(t, out, "pin its SHA-256 (--forward-checksum, forward_checksum)")
+	// Pinned as localize pins it, the rebuild matches.
+	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", filepath.Dir(other), "--forward-checksum", hex.EncodeToString(otherSum[:]))
+	require.NoError(t, err)
+	require.Contains(t, out, ": match (the pinned SHA-256; the bundle recorded "+b.Manifest.Forward.SHA256[:12]+")")
+	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir, "--forward-checksum", hex.EncodeToString(otherSum[:]))
+	require.ErrorIs(t, err, errPluginMismatch, "pinned, the recorded build is not the one")
 	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", t.TempDir())
 	require.ErrorIs(t, err, errPluginMismatch)
 	require.ErrorContains(t, err, "missing")
