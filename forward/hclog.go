@@ -147,31 +147,42 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // through it (the gRPC stdio stream), so fmt.Fprintln(os.Stderr, ...) in a
 // plugin shows up in the host's log.
 type lineLog struct {
-	mu  sync.Mutex
-	z   *zap.Logger
-	buf []byte
+	mu    sync.Mutex
+	z     *zap.Logger
+	lines lineSplitter
 }
 
 func (l *lineLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
+	l.lines.write(p, 64<<10, func(line string) {
+		if line = strings.TrimRight(line, "\r"); line != "" {
+			l.z.Info(line)
+		}
+	})
+	return len(p), nil
+}
+
+// lineSplitter cuts a stream of writes into lines.
+type lineSplitter struct{ partial []byte }
+
+// write hands each line p completes to emit, without its newline. A
+// partial line longer than limit is emitted as it is, so a writer that
+// never ends its line does not grow the buffer forever.
+func (s *lineSplitter) write(p []byte, limit int, emit func(string)) {
+	s.partial = append(s.partial, p...)
 	for {
-		i := bytes.IndexByte(l.buf, '\n')
+		i := bytes.IndexByte(s.partial, '\n')
 		if i < 0 {
 			break
 		}
-		if line := strings.TrimRight(string(l.buf[:i]), "\r"); line != "" {
-			l.z.Info(line)
-		}
-		l.buf = l.buf[i+1:]
+		emit(string(s.partial[:i]))
+		s.partial = s.partial[i+1:]
 	}
-	// A plugin that never ends its line must not grow the buffer forever.
-	if len(l.buf) > 64<<10 {
-		l.z.Info(string(l.buf))
-		l.buf = l.buf[:0]
+	if len(s.partial) > limit {
+		emit(string(s.partial))
+		s.partial = s.partial[:0]
 	}
-	return len(p), nil
 }
 
 // stderrTail keeps the last lines a plugin process wrote to its own
@@ -186,10 +197,10 @@ func (l *lineLog) Write(p []byte) (int, error) {
 // and where; from a line "panic: " or "fatal error: " on, the tail keeps
 // that line and the ones right after it instead of the last ones.
 type stderrTail struct {
-	mu      sync.Mutex
-	partial []byte
-	lines   []string // at most tailLines, oldest first
-	panic   bool     // lines starts with a panic's first line
+	mu    sync.Mutex
+	split lineSplitter
+	lines []string // at most tailLines, oldest first
+	panic bool     // lines starts with a panic's first line
 }
 
 const (
@@ -200,19 +211,7 @@ const (
 func (t *stderrTail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.partial = append(t.partial, p...)
-	for {
-		i := bytes.IndexByte(t.partial, '\n')
-		if i < 0 {
-			break
-		}
-		t.add(string(t.partial[:i]))
-		t.partial = t.partial[i+1:]
-	}
-	if len(t.partial) > tailLineBytes {
-		t.add(string(t.partial))
-		t.partial = t.partial[:0]
-	}
+	t.split.write(p, tailLineBytes, t.add)
 	return len(p), nil
 }
 
@@ -256,7 +255,7 @@ func (t *stderrTail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	lines := t.lines
-	if s := strings.TrimSpace(string(t.partial)); s != "" && !(t.panic && len(lines) == tailLines) {
+	if s := strings.TrimSpace(string(t.split.partial)); s != "" && !(t.panic && len(lines) == tailLines) {
 		lines = append(slices.Clone(lines), s)
 	}
 	return strings.Join(lines, " | ")
