@@ -140,7 +140,7 @@ const (
 	DefaultWindow           = time.Hour
 	DefaultInterval         = 10 * time.Second
 	DefaultSnapshotInterval = 30 * time.Second
-	DefaultMaxEventBytes    = 1 << 20
+	DefaultMaxEventBytes    = 1_000_000 // below nats-server's default max_payload, 1 MiB, so too_large can happen
 	DefaultMaxFutureSkew    = time.Minute
 	DefaultEventsMaxAge     = 24 * time.Hour
 	DefaultMinChanges       = 1

@@ -282,6 +282,16 @@ func RedactURLs(urls string) string {
 	return strings.Join(parts, ",")
 }
 
+// RedactError returns err with the credentials of urls (comma-separated,
+// as a NATS URL list) left out of its text; errors.Is and As still see
+// err. For a command's own connection error.
+func RedactError(err error, urls string) error {
+	if err == nil {
+		return nil
+	}
+	return redactedError{err, urls}
+}
+
 // redactedError is err with the credentials of urls left out of its
 // text; errors.Is and As still see err.
 type redactedError struct {

@@ -83,7 +83,7 @@ func TestEmbeddedMaxPayload(t *testing.T) {
 		maxEvent int
 		want     int32
 	}{
-		{DefaultMaxEventBytes, 2 << 20},
+		{DefaultMaxEventBytes, 2 * DefaultMaxEventBytes},
 		{2000, 1 << 20},
 		{10 << 20, 20 << 20},
 		{100 << 20, 64 << 20},

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
 const defaultNATSURL = "nats://127.0.0.1:4222"
@@ -96,7 +97,7 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 	)
 	nc, err := nats.Connect(url, copts...)
 	if err != nil {
-		return fmt.Errorf("connecting to NATS at %s: %w", url, err)
+		return fmt.Errorf("connecting to NATS at %s: %w", monitor.RedactURLs(url), monitor.RedactError(err, url))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

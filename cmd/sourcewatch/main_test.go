@@ -112,3 +112,16 @@ func TestTailConfigKeys(t *testing.T) {
 	require.Contains(t, stderr, `"keys":["bogus_key"]`)
 	require.Contains(t, stderr, `subjects: unknown key \"prefx\"`)
 }
+
+// A NATS URL's password never reaches the error of the commands that
+// connect with it.
+func TestConnectErrorsHideThePassword(t *testing.T) {
+	url := "nats://sw:s3cretPW@127.0.0.1:1"
+	_, _, err := runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "1", "--publish", "--nats", url)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cretPW")
+	require.Contains(t, err.Error(), "127.0.0.1:1")
+	_, _, err = runCmd(t, "", "alerts", "tail", "--nats", url)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), "s3cretPW")
+}

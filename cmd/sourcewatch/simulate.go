@@ -144,7 +144,7 @@ func (a *app) publishSimulated(ctx context.Context, g *graph.Graph, cs []diffusi
 	url := v.GetString("nats")
 	nc, err := nats.Connect(url, nats.Name("sourcewatch simulate"))
 	if err != nil {
-		return fmt.Errorf("--nats: connecting to %s: %w", url, err)
+		return fmt.Errorf("--nats: connecting to %s: %w", monitor.RedactURLs(url), monitor.RedactError(err, url))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
