@@ -142,7 +142,21 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
-			lost <- fmt.Errorf("%w: another replica holds it: %v", ErrLeaseLost, err)
+			// A renewal the server applied but whose reply was lost (a
+			// reconnect) leaves rev behind while the key is still ours:
+			// adopt its revision, as release does, and keep it.
+			gctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+			e, gerr := l.kv.Get(gctx, leaseKey)
+			cancel()
+			if gerr == nil && string(e.Value()) == l.id {
+				l.rev = e.Revision() // renewed at the next tick
+				continue
+			}
+			holder := "another replica"
+			if gerr == nil {
+				holder = "replica " + string(e.Value())
+			}
+			lost <- fmt.Errorf("%w: %s holds it: %v", ErrLeaseLost, holder, err)
 			return
 		case time.Since(last) > 2*l.ttl/3:
 			lost <- fmt.Errorf("%w: not renewed for %v: %v", ErrLeaseLost, time.Since(last).Round(time.Millisecond), err)

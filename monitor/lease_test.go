@@ -257,3 +257,45 @@ func TestLeaseReleaseAfterCutOffRenewal(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "b", string(e.Value()))
 }
+
+// TestLeaseKeepAdoptsALostRenewal: a renewal the server applied but whose
+// reply was lost (a reconnect) leaves the keeper's revision behind; the
+// key still holds this replica's id, so the keeper adopts its revision and
+// keeps the lease instead of reporting it lost. Another replica's id is
+// a loss, named.
+func TestLeaseKeepAdoptsALostRenewal(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: LeaseBucket, History: 1})
+	require.NoError(t, err)
+	rev, err := kv.Create(ctx, leaseKey, []byte("a"))
+	require.NoError(t, err)
+	l := &lease{kv: kv, id: "a", ttl: 600 * time.Millisecond, rev: rev}
+	// The renewal whose reply never came.
+	_, err = kv.Update(ctx, leaseKey, []byte("a"), rev)
+	require.NoError(t, err)
+	lost := make(chan error, 1)
+	l.startKeeping(ctx, lost)
+	time.Sleep(1500 * time.Millisecond) // several renewals
+	require.Empty(t, lost, "still this replica's lease")
+	e, err := kv.Get(ctx, leaseKey)
+	require.NoError(t, err)
+	require.Equal(t, "a", string(e.Value()))
+	require.Greater(t, e.Revision(), rev+2, "and renewed since")
+
+	l.stopKeeping()
+	e, err = kv.Get(ctx, leaseKey)
+	require.NoError(t, err)
+	_, err = kv.Update(ctx, leaseKey, []byte("b"), e.Revision())
+	require.NoError(t, err)
+	l.startKeeping(ctx, lost)
+	select {
+	case err := <-lost:
+		require.ErrorIs(t, err, ErrLeaseLost)
+		require.ErrorContains(t, err, "replica b holds it")
+	case <-time.After(5 * time.Second):
+		t.Fatal("a lease another replica holds was not reported lost")
+	}
+	l.stopKeeping()
+}
