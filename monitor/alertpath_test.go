@@ -329,3 +329,55 @@ func TestClip(t *testing.T) {
 		require.LessOrEqual(t, len(got), tt.n)
 	}
 }
+
+// TestReplayMakesNoFalseResolve restarts the daemon with a backlog queued
+// behind the event that keeps an incident alive: the restored window alone
+// says the incident is over (its infection aged out while no daemon ran),
+// so a tick before the replay caught up would resolve it and the refresh
+// would then fire a new incident for the same outbreak. The daemon makes
+// no alert until its window has applied what was queued.
+func TestReplayMakesNoFalseResolve(t *testing.T) {
+	s := runServer(t)
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	// A window long enough for the replay (slow under the race detector)
+	// to end inside it, and an infection at its far edge, so that it ages
+	// out while no daemon runs.
+	cfg.Graphs[0].Window = 2 * time.Minute
+	f := &factoryOf{}
+	opts := []Option{preload(t, 4, "p"), WithLocalizerFactory(f.factory)}
+
+	r1 := start(t, cfg, opts...)
+	r1.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now().Add(-2*time.Minute + 3*time.Second)}, "")
+	fired := waitStored(t, r1.js, "p", 1)
+	r1.stop(t)
+
+	time.Sleep(3200 * time.Millisecond) // node 2's infection leaves the window
+	nc, js := connectJS(t, s.ClientURL())
+	defer nc.Close()
+	ctx := context.Background()
+	backlog := make([]Event, 100)
+	for i := range backlog {
+		backlog[i] = Event{Node: "3", State: StateSusceptible, TS: time.Now()}
+	}
+	body, err := json.Marshal(backlog)
+	require.NoError(t, err)
+	for range 2000 {
+		_, err := js.Publish(ctx, EventsSubject(DefaultPrefix, "p"), body)
+		require.NoError(t, err)
+	}
+	refresh, err := json.Marshal(Event{Node: "2", State: StateInfected, TS: time.Now()})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, EventsSubject(DefaultPrefix, "p"), refresh)
+	require.NoError(t, err)
+
+	r2 := start(t, cfg, opts...)
+	require.Eventually(t, func() bool { return !r2.d.Status().Graphs[0].Replaying }, 90*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // ticks after the replay
+	got := storedAlerts(t, js, "p")
+	require.Equal(t, []string{"firing/1/2"}, summary(got), "the incident goes on: no resolve, no second firing")
+	require.Equal(t, fired[0].Fingerprint, got[0].Fingerprint)
+	a, open := r2.d.tracker.Open("p")
+	require.True(t, open)
+	require.Equal(t, fired[0].Fingerprint, a.Fingerprint)
+}

@@ -162,6 +162,14 @@ type graphRT struct {
 	snapshotSeq uint64 // seq of the last snapshot written; snapshot loop only
 
 	cons atomic.Pointer[consHandle]
+	// replayTo is the stream sequence of the graph's last event when its
+	// consumer was bound after a restart or takeover, and replayFrom when
+	// that was: until the window has applied replayTo (or replayLimit has
+	// passed), the scheduler makes no alert, since the window still lacks
+	// the events queued while no replica ran (a live incident would
+	// resolve, then fire again as a new one). 0: not replaying.
+	replayTo   atomic.Uint64
+	replayFrom atomic.Int64 // unix nanoseconds
 	// pendingAck is the newest applied message not yet acknowledged and
 	// sinceAck how many messages it stands for; only the consume
 	// callback touches them until the consumer has stopped.
@@ -727,6 +735,7 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 			d.limiter.warn("relaunch_budget", "forward plugin down and its relaunches used up (restarts); the next inference or localize request tries once more",
 				zap.String("graph", gr.name), zap.Int("restarts", gc.Restarts))
 		}
+		replaying := d.replaying(gr)
 		switch {
 		case !healthy && gr.relaunches.Load() < int64(gc.Restarts):
 			// The plugin died between inferences: bring it back before
@@ -736,6 +745,8 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 			// An alert a job could not publish goes out before any new
 			// one is made, so subscribers see every seq in order.
 			kind = jobFlush
+		case replaying:
+			// No alert from a window that has not caught up yet.
 		case o.infected >= gc.MinInfected && changedEnough(changedSince(gr.inferred.Load(), o.y), gc.MinChanges):
 			kind = jobInfer
 		case o.infected < gc.MinInfected:
@@ -750,6 +761,33 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 		// one job queued or running, so this never blocks.
 		d.jobs <- job{gr: gr, kind: kind}
 	}
+}
+
+// replayLimit bounds how long a graph's alerts wait for its replay: a
+// stream fed faster than the window applies it would otherwise hold them
+// back for good.
+const replayLimit = 5 * time.Minute
+
+// replaying reports whether gr's window is still replaying the events
+// queued before its consumer was bound (see graphRT.replayTo), and ends
+// the replay once it has caught up or waited replayLimit.
+func (d *Daemon) replaying(gr *graphRT) bool {
+	to := gr.replayTo.Load()
+	if to == 0 {
+		return false
+	}
+	_, _, seq := gr.win.counts()
+	waited := time.Since(time.Unix(0, gr.replayFrom.Load()))
+	switch {
+	case seq >= to:
+		d.log.Info("replay caught up; alerting", zap.String("graph", gr.name), zap.Uint64("seq", seq), zap.Duration("took", waited.Round(time.Millisecond)))
+	case waited >= replayLimit:
+		d.log.Warn("replay not caught up; alerting anyway", zap.String("graph", gr.name), zap.Uint64("seq", seq), zap.Uint64("replay_to", to), zap.Duration("waited", waited))
+	default:
+		return true
+	}
+	gr.replayTo.CompareAndSwap(to, 0)
+	return false
 }
 
 func (d *Daemon) worker(ctx context.Context) {

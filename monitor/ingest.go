@@ -59,10 +59,20 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 		return fmt.Errorf("%w: resetting consumer %s: %w", ErrNATS, name, err)
 	}
 	_, _, seq := gr.win.counts()
+	subject := EventsSubject(d.cfg.Subjects.Prefix, gr.name)
+	switch last, err := d.stream.GetLastMsgForSubject(ctx, subject); {
+	case err == nil && last.Sequence > seq:
+		gr.replayFrom.Store(time.Now().UnixNano())
+		gr.replayTo.Store(last.Sequence)
+	case err == nil, errors.Is(err, jetstream.ErrMsgNotFound):
+		gr.replayTo.Store(0) // nothing queued: alerts at once
+	default:
+		return fmt.Errorf("%w: last event of %s: %w", ErrNATS, subject, err)
+	}
 	cc := jetstream.ConsumerConfig{
 		Durable:       name,
 		Description:   "sourcewatch window of graph " + gr.name,
-		FilterSubject: EventsSubject(d.cfg.Subjects.Prefix, gr.name),
+		FilterSubject: subject,
 		AckPolicy:     jetstream.AckAllPolicy,
 		AckWait:       30 * time.Second,
 		MaxAckPending: maxAckPending,

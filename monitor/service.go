@@ -48,7 +48,10 @@ type GraphStatus struct {
 	Seq                   uint64 `json:"seq"`
 	Inflight              bool   `json:"inflight"`
 	LocalizerHealth       bool   `json:"localizer_healthy"`
-	LastError             string `json:"last_error,omitempty"`
+	// Replaying is whether the window is still applying the events queued
+	// before this process bound its consumer; no alert is made meanwhile.
+	Replaying bool   `json:"replaying,omitempty"`
+	LastError string `json:"last_error,omitempty"`
 	// LastAlert is the last alert the stream acknowledged (after a
 	// restart: the open incident's, unless that one is pending).
 	LastAlert *alerts.Alert `json:"last_alert,omitempty"`
@@ -86,6 +89,7 @@ func (d *Daemon) Status() Status {
 			Name: gr.name, Nodes: gr.g.N(), WindowInfected: o.infected, Changes: ch,
 			ChangedSinceInference: changedSince(gr.inferred.Load(), o.y), Seq: seq,
 			Inflight: gr.inflight.Load(), LocalizerHealth: gr.healthy(), LastAlert: gr.lastAlert.Load(),
+			Replaying:     gr.replayTo.Load() != 0,
 			PendingAlerts: d.tracker.Pending(gr.name),
 		}
 		if e := gr.lastErr.Load(); e != nil {
