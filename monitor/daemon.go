@@ -1062,15 +1062,20 @@ func (d *Daemon) restore(ctx context.Context) error {
 		if a, open := d.tracker.Open(gr.name); open && !slices.ContainsFunc(d.tracker.Pending(gr.name), func(p alerts.Alert) bool { return p.ID == a.ID }) {
 			gr.lastAlert.Store(&a)
 		}
-		e, err := d.kv.Get(ctx, "window."+gr.name)
+		data, err := getBlob(ctx, d.kv, "window."+gr.name)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if errors.Is(err, errBadBlob) {
+			// Damaged parts: the stream still holds what the window needs.
+			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("%w: reading snapshot of %q: %w", ErrNATS, gr.name, err)
 		}
 		var s snapshot
-		if err := json.Unmarshal(e.Value(), &s); err != nil {
+		if err := json.Unmarshal(data, &s); err != nil {
 			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
 			continue
 		}
@@ -1108,6 +1113,16 @@ func (d *Daemon) snapshotLoop(ctx context.Context) {
 	}
 }
 
+// maxBlobPart is the largest value one KV write of a snapshot carries: the
+// connection's max_payload less room for headers.
+func (d *Daemon) maxBlobPart() int {
+	mp := int(d.nc.MaxPayload())
+	if mp <= 0 {
+		mp = 1 << 20
+	}
+	return max(mp-blobPayloadMargin, 4<<10)
+}
+
 // snapshotAll writes every window that moved since its last snapshot.
 func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 	var errs []error
@@ -1118,7 +1133,7 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 		}
 		data, err := json.Marshal(s)
 		if err == nil {
-			_, err = d.kv.Put(ctx, "window."+gr.name, data)
+			err = putBlob(ctx, d.kv, "window."+gr.name, data, d.maxBlobPart())
 		}
 		if err != nil {
 			d.metrics.snapshots.WithLabelValues("error").Inc()

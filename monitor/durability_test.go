@@ -104,10 +104,10 @@ func TestCrashLosesNoAcknowledgedEvent(t *testing.T) {
 	// The snapshot in KV covers only the first half.
 	kv, err := r2.js.KeyValue(context.Background(), StateBucket)
 	require.NoError(t, err)
-	e, err := kv.Get(context.Background(), "window.p")
+	data, err := getBlob(context.Background(), kv, "window.p")
 	require.NoError(t, err)
 	var snap snapshot
-	require.NoError(t, json.Unmarshal(e.Value(), &snap))
+	require.NoError(t, json.Unmarshal(data, &snap))
 	require.Equal(t, mid, snap.Seq, "the crash wrote no snapshot")
 
 	waitSeq(t, r2.d, "p", last)

@@ -87,12 +87,12 @@ func TestKill9LosesNoAcknowledgedEvent(t *testing.T) {
 	kv, err := r.js.KeyValue(context.Background(), StateBucket)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		e, err := kv.Get(context.Background(), "window.p")
+		data, err := getBlob(context.Background(), kv, "window.p")
 		if err != nil {
 			return false
 		}
 		var snap snapshot
-		return json.Unmarshal(e.Value(), &snap) == nil && snap.Seq >= mid
+		return json.Unmarshal(data, &snap) == nil && snap.Seq >= mid
 	}, 20*time.Second, 10*time.Millisecond, "child never snapshotted")
 	for i := 150; i < len(evs); i += 10 {
 		r.publish(t, "p", evs[i:i+10], "")
@@ -109,10 +109,10 @@ func TestKill9LosesNoAcknowledgedEvent(t *testing.T) {
 	killed = true
 	_ = cmd.Wait()
 
-	e, err := kv.Get(context.Background(), "window.p")
+	data, err := getBlob(context.Background(), kv, "window.p")
 	require.NoError(t, err)
 	var snap snapshot
-	require.NoError(t, json.Unmarshal(e.Value(), &snap))
+	require.NoError(t, json.Unmarshal(data, &snap))
 	t.Logf("killed with snapshot at seq %d of %d acknowledged", snap.Seq, last)
 
 	f := &factoryOf{}

@@ -1,0 +1,164 @@
+package monitor
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Window snapshots are stored gzip-compressed, and in parts when even the
+// compressed snapshot exceeds what one NATS message carries (max_payload,
+// 1 MiB by default): a window of tens of thousands of nodes, or a ring of
+// long event ids, would otherwise fail every snapshot, and a takeover would
+// replay the stream from its start.
+//
+// The value under the key is then either the gzip data itself or a
+// blobHeader naming its parts, written after them, so a reader never sees
+// a header whose parts are not all there; the parts of the header it
+// replaces are deleted afterwards. A value that is plain JSON without
+// parts is a snapshot from before compression, read as it is.
+
+// errBadBlob is wrapped by getBlob's errors about the stored data itself
+// (a part missing, a checksum or compression that does not hold), as
+// opposed to failures to reach NATS.
+var errBadBlob = errors.New("stored value damaged")
+
+// blobHeader is the value of a key whose data is stored in parts.
+type blobHeader struct {
+	Parts  int    `json:"sourcewatch_parts"`
+	ID     string `json:"id"`     // names the parts: <key>.part.<id>.<i>
+	SHA256 string `json:"sha256"` // of the concatenated parts
+}
+
+// maxBlobBytes bounds the decompressed size of a stored blob, so a damaged
+// or hostile value cannot exhaust memory.
+const maxBlobBytes = 1 << 30
+
+// blobPayloadMargin is left below the connection's max_payload for the
+// message's headers and subject.
+const blobPayloadMargin = 8 << 10
+
+func partKey(key, id string, i int) string { return key + ".part." + id + "." + strconv.Itoa(i) }
+
+// putBlob stores data under key, compressed, in parts of at most maxPart
+// bytes when it does not fit in one.
+func putBlob(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, maxPart int) error {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	if _, err := zw.Write(data); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	old := oldHeader(ctx, kv, key)
+	if buf.Len() <= maxPart {
+		if _, err := kv.Put(ctx, key, buf.Bytes()); err != nil {
+			return err
+		}
+		deleteParts(ctx, kv, key, old)
+		return nil
+	}
+	var nonce [6]byte
+	_, _ = rand.Read(nonce[:])
+	sum := sha256.Sum256(buf.Bytes())
+	h := blobHeader{ID: hex.EncodeToString(nonce[:]), SHA256: hex.EncodeToString(sum[:])}
+	for rest := buf.Bytes(); len(rest) > 0; h.Parts++ {
+		n := min(len(rest), maxPart)
+		if _, err := kv.Put(ctx, partKey(key, h.ID, h.Parts), rest[:n]); err != nil {
+			deleteParts(ctx, kv, key, &blobHeader{Parts: h.Parts, ID: h.ID})
+			return fmt.Errorf("part %d: %w", h.Parts, err)
+		}
+		rest = rest[n:]
+	}
+	head, _ := json.Marshal(h)
+	if _, err := kv.Put(ctx, key, head); err != nil {
+		deleteParts(ctx, kv, key, &h)
+		return err
+	}
+	deleteParts(ctx, kv, key, old)
+	return nil
+}
+
+// oldHeader returns the parts header stored under key, if that is what
+// is stored there.
+func oldHeader(ctx context.Context, kv jetstream.KeyValue, key string) *blobHeader {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil
+	}
+	if h, ok := parseHeader(e.Value()); ok {
+		return &h
+	}
+	return nil
+}
+
+func parseHeader(v []byte) (blobHeader, bool) {
+	var h blobHeader
+	if len(v) == 0 || v[0] != '{' || json.Unmarshal(v, &h) != nil || h.Parts <= 0 {
+		return blobHeader{}, false
+	}
+	return h, true
+}
+
+// deleteParts removes h's parts; a part left behind only takes space.
+func deleteParts(ctx context.Context, kv jetstream.KeyValue, key string, h *blobHeader) {
+	if h == nil {
+		return
+	}
+	for i := range h.Parts {
+		_ = kv.Purge(ctx, partKey(key, h.ID, i))
+	}
+}
+
+// getBlob reads what putBlob stored under key (or a plain value stored
+// before it), returning jetstream.ErrKeyNotFound when there is none.
+func getBlob(ctx context.Context, kv jetstream.KeyValue, key string) ([]byte, error) {
+	e, err := kv.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	v := e.Value()
+	if h, ok := parseHeader(v); ok {
+		var joined []byte
+		for i := range h.Parts {
+			p, err := kv.Get(ctx, partKey(key, h.ID, i))
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				return nil, fmt.Errorf("%w: part %d of %d missing", errBadBlob, i, h.Parts)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("part %d of %d: %w", i, h.Parts, err)
+			}
+			joined = append(joined, p.Value()...)
+		}
+		if sum := sha256.Sum256(joined); hex.EncodeToString(sum[:]) != h.SHA256 {
+			return nil, fmt.Errorf("%w: parts do not match their checksum", errBadBlob)
+		}
+		v = joined
+	}
+	if len(v) < 2 || v[0] != 0x1f || v[1] != 0x8b {
+		return v, nil // stored before compression
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(v))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadBlob, err)
+	}
+	out, err := io.ReadAll(io.LimitReader(zr, maxBlobBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadBlob, err)
+	}
+	if len(out) > maxBlobBytes {
+		return nil, fmt.Errorf("%w: more than %d bytes uncompressed", errBadBlob, maxBlobBytes)
+	}
+	return out, nil
+}
