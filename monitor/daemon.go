@@ -447,6 +447,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		cancelSetup()
 		setupCtx, cancelSetup = context.WithTimeout(ctx, 30*time.Second)
 		defer cancelSetup()
+		d.rereadAtTakeover(setupCtx)
 	}
 	if err := d.restore(setupCtx); err != nil {
 		return err
@@ -622,6 +623,11 @@ func (d *Daemon) waitConnected(ctx context.Context, nc *nats.Conn, url string) e
 func (d *Daemon) readiness() []string {
 	var problems []string
 	if msg := d.standby.Load(); msg != nil {
+		// The holder named is as of the last look at the lease, which a
+		// standby cut off from NATS cannot renew: say so.
+		if d.nc != nil && !d.nc.IsConnected() {
+			return []string{*msg + " (as last seen)", "nats: not connected"}
+		}
 		return []string{*msg}
 	}
 	select {
@@ -761,6 +767,75 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 		// one job queued or running, so this never blocks.
 		d.jobs <- job{gr: gr, kind: kind}
 	}
+}
+
+// sameGraphs reports a config whose graph set differs from the running
+// one, which needs a restart.
+func (d *Daemon) sameGraphs(cfg Config) error {
+	if len(cfg.Graphs) != len(d.order) {
+		return fmt.Errorf("graphs: %d configured, %d running; adding or removing graphs needs a restart", len(cfg.Graphs), len(d.order))
+	}
+	for i, gc := range cfg.Graphs {
+		old := d.order[i].gc.Load()
+		if gc.Name != old.Name || gc.Edges != old.Edges || gc.Directed != old.Directed {
+			return fmt.Errorf("graphs[%d]: name, edges and directed need a restart", i)
+		}
+	}
+	return nil
+}
+
+// checkOnStandby is a standby's reload: the config file is loaded and
+// checked as a reload would, so a broken one is reported now, but applied
+// only when this replica takes over (rereadAtTakeover).
+func (d *Daemon) checkOnStandby(ctx context.Context) error {
+	if d.reloadCfg == nil {
+		return nil
+	}
+	cfg, err := d.reloadCfg(ctx)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err == nil {
+		err = d.sameGraphs(cfg)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrReload, err)
+	}
+	d.log.Info("standby: config file checked; this replica applies it when it takes over")
+	return nil
+}
+
+// rereadAtTakeover applies the per-graph settings of the config file as
+// it is when a standby takes over: it may have stood by for weeks while
+// the file changed and every replica was signalled (a standby answers
+// SIGHUP by waiting for this). A file that does not load, or that changes
+// the graph set, leaves the settings read at start, and says so.
+func (d *Daemon) rereadAtTakeover(ctx context.Context) {
+	if d.reloadCfg == nil {
+		return
+	}
+	cfg, err := d.reloadCfg(ctx)
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err == nil {
+		err = d.sameGraphs(cfg)
+	}
+	rs := ReloadStatus{At: d.now().UTC(), OK: err == nil}
+	if err != nil {
+		rs.Error = fmt.Sprintf("%v: at takeover: %v", ErrReload, err)
+		d.log.Warn("config file not applied at takeover; running the settings read at start", zap.Error(err))
+	} else {
+		for i, gr := range d.order {
+			gc := cfg.Graphs[i]
+			gr.gc.Store(&gc)
+			gr.win.setParams(gc.Window, gc.Decay)
+		}
+		d.current.Store(&cfg)
+		d.log.Info("config file read again at takeover", zap.Int("graphs", len(d.order)))
+	}
+	d.lastReload.Store(&rs)
+	d.metrics.reloadOK.Set(boolGauge(err == nil))
 }
 
 // replayLimit bounds how long a graph's alerts wait for its replay: a
@@ -1188,6 +1263,11 @@ func (d *Daemon) reload(ctx context.Context) error {
 	select {
 	case <-d.ready:
 	default:
+		if d.standby.Load() != nil {
+			// Nothing runs to reload: the file is checked now and read
+			// again at takeover.
+			return d.checkOnStandby(ctx)
+		}
 		if msg := d.waiting.Load(); msg != nil {
 			// nats.url is a daemon-wide setting: a reload could not
 			// change it anyway.
@@ -1205,14 +1285,8 @@ func (d *Daemon) reload(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", ErrReload, err)
 		}
 	}
-	if len(cfg.Graphs) != len(d.order) {
-		return fmt.Errorf("%w: graphs: %d configured, %d running; adding or removing graphs needs a restart", ErrReload, len(cfg.Graphs), len(d.order))
-	}
-	for i, gc := range cfg.Graphs {
-		old := d.order[i].gc.Load()
-		if gc.Name != old.Name || gc.Edges != old.Edges || gc.Directed != old.Directed {
-			return fmt.Errorf("%w: graphs[%d]: name, edges and directed need a restart", ErrReload, i)
-		}
+	if err := d.sameGraphs(cfg); err != nil {
+		return fmt.Errorf("%w: %w", ErrReload, err)
 	}
 	built := make([]Localizer, 0, len(cfg.Graphs))
 	for i, gc := range cfg.Graphs {

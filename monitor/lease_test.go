@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,11 +23,11 @@ type replica struct {
 	done   chan error
 }
 
-func runReplica(t *testing.T, cfg Config) *replica {
+func runReplica(t *testing.T, cfg Config, opts ...Option) *replica {
 	t.Helper()
 	r := &replica{f: &factoryOf{}, done: make(chan error, 1)}
 	var err error
-	r.d, err = New(cfg, preload(t, 6, "p"), WithLocalizerFactory(r.f.factory))
+	r.d, err = New(cfg, append([]Option{preload(t, 6, "p"), WithLocalizerFactory(r.f.factory)}, opts...)...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -298,4 +299,44 @@ func TestLeaseKeepAdoptsALostRenewal(t *testing.T) {
 		t.Fatal("a lease another replica holds was not reported lost")
 	}
 	l.stopKeeping()
+}
+
+// TestHAStandbyReadsItsConfigAtTakeover: a standby answers a reload by
+// checking the file (a broken one is an error now) and applies the file as
+// it is when it takes over, so a change signalled to every replica is not
+// undone by the next failover.
+func TestHAStandbyReadsItsConfigAtTakeover(t *testing.T) {
+	s := runServer(t)
+	cfgFor := func(id string) Config {
+		cfg := testConfig(t, "p")
+		cfg.NATS.URL = s.ClientURL()
+		cfg.HA = HAConfig{Enabled: true, Replica: id, LeaseTTL: 2 * time.Second}
+		return cfg
+	}
+	a := runReplica(t, cfgFor("a"))
+	require.Eventually(t, a.ready, 30*time.Second, 5*time.Millisecond)
+
+	var file atomic.Pointer[Config]
+	started := cfgFor("b")
+	file.Store(&started)
+	b := runReplica(t, started, WithReload(func(context.Context) (Config, error) { return *file.Load(), nil }))
+	require.Eventually(t, func() bool { return b.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+
+	changed := cfgFor("b")
+	changed.Graphs[0].Window = 7 * time.Minute
+	broken := changed
+	broken.Graphs = append(append([]GraphConfig(nil), changed.Graphs...), DefaultGraphConfig("q"))
+	broken.Graphs[1].Edges, broken.Graphs[1].Bundle = "q.edges", "q.swb"
+	file.Store(&broken)
+	require.ErrorContains(t, b.d.Reload(context.Background()), "adding or removing graphs needs a restart", "checked on the standby")
+	file.Store(&changed)
+	require.NoError(t, b.d.Reload(context.Background()))
+	require.Equal(t, time.Hour, b.d.graphs["p"].gc.Load().Window, "not applied while standing by")
+
+	require.NoError(t, a.stop(t, false))
+	require.Eventually(t, b.ready, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 7*time.Minute, b.d.graphs["p"].gc.Load().Window, "applied at takeover")
+	lr := b.d.Status().LastReload
+	require.NotNil(t, lr)
+	require.True(t, lr.OK)
 }
