@@ -30,7 +30,7 @@ func benchStream(b *testing.B, perMsg int) (jetstream.JetStream, jetstream.Strea
 	cfg := DefaultConfig()
 	cfg.Graphs = []GraphConfig{DefaultGraphConfig("p")}
 	cfg.Graphs[0].Edges, cfg.Graphs[0].Bundle = "x", "x"
-	stream, _, err := ensureJetStream(context.Background(), js, cfg)
+	stream, _, err := ensureJetStream(context.Background(), js, cfg, zap.NewNop())
 	require.NoError(b, err)
 	now := time.Now()
 	batch := make([]Event, 0, perMsg)

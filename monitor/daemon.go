@@ -419,7 +419,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.js = js
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSetup()
-	d.stream, d.kv, err = ensureJetStream(setupCtx, js, cfg)
+	d.stream, d.kv, err = ensureJetStream(setupCtx, js, cfg, d.log)
 	if err != nil {
 		return err
 	}

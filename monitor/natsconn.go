@@ -182,7 +182,10 @@ func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func(), onC
 // fixed, so one NATS account holds one deployment: a stream that exists
 // with another prefix's subjects fails the start instead of being
 // updated, the alert stream (which alerts.EnsureStream updates) included.
-func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config) (jetstream.Stream, jetstream.KeyValue, error) {
+//
+// Changing the events stream's limits is logged: the stream is shared by
+// every replica, and the last one started sets them.
+func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (jetstream.Stream, jetstream.KeyValue, error) {
 	p := cfg.Subjects.Prefix
 	for _, want := range []struct {
 		name    string
@@ -212,6 +215,16 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config) (j
 	}
 	if cfg.Events.MaxMsgs > 0 {
 		ev.MaxMsgs = cfg.Events.MaxMsgs
+	}
+	if old, err := js.Stream(ctx, EventsStream); err == nil {
+		if c := old.CachedInfo().Config; c.MaxAge != ev.MaxAge || c.MaxBytes != ev.MaxBytes || c.MaxMsgs != ev.MaxMsgs || c.Replicas != ev.Replicas {
+			log.Warn("changing the events stream's limits to this config's (every replica shares the stream: the last one started sets them)",
+				zap.String("stream", EventsStream),
+				zap.String("max_age", fmt.Sprintf("%v -> %v", c.MaxAge, ev.MaxAge)),
+				zap.String("max_bytes", fmt.Sprintf("%d -> %d", c.MaxBytes, ev.MaxBytes)),
+				zap.String("max_msgs", fmt.Sprintf("%d -> %d", c.MaxMsgs, ev.MaxMsgs)),
+				zap.String("replicas", fmt.Sprintf("%d -> %d", c.Replicas, ev.Replicas)))
+		}
 	}
 	stream, err := js.CreateOrUpdateStream(ctx, ev)
 	if err != nil {

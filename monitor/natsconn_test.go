@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 )
@@ -100,4 +101,25 @@ func TestEmbeddedMaxPayload(t *testing.T) {
 	require.NoError(t, err)
 	defer nc.Close()
 	require.Greater(t, nc.MaxPayload(), int64(cfg.MaxEventBytes), "the default max_event_bytes can be exceeded, and so dead-lettered")
+}
+
+// A replica whose config changes the shared events stream's limits says
+// so; one that keeps them says nothing.
+func TestEnsureJetStreamLogsLimitChanges(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	core, logs := observer.New(zap.WarnLevel)
+	log := zap.New(core)
+	cfg := testConfig(t, "p")
+	cfg.Events.MaxAge = 24 * time.Hour
+	_, _, err := ensureJetStream(context.Background(), js, cfg, log)
+	require.NoError(t, err)
+	_, _, err = ensureJetStream(context.Background(), js, cfg, log)
+	require.NoError(t, err)
+	require.Zero(t, logs.Len(), "created, then kept")
+	cfg.Events.MaxAge = 10 * time.Minute
+	_, _, err = ensureJetStream(context.Background(), js, cfg, log)
+	require.NoError(t, err)
+	require.Equal(t, 1, logs.Len())
+	require.Equal(t, "24h0m0s -> 10m0s", logs.All()[0].ContextMap()["max_age"])
 }
