@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"reflect"
 	"slices"
 	"sort"
 	"sync"
@@ -434,7 +435,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		l, err := d.acquireLease(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil // stopped while standing by
+				d.log.Info("stopped while standing by")
+				return nil
 			}
 			return err
 		}
@@ -1168,7 +1170,8 @@ func (d *Daemon) restore(ctx context.Context) error {
 		// first tick infers; an unchanged source set publishes nothing.
 		gr.inferred.Store(nil)
 		gr.snapshotSeq = s.Seq
-		d.log.Info("window restored", zap.String("graph", gr.name), zap.Uint64("seq", s.Seq), zap.Int("nodes", len(s.Nodes)))
+		d.log.Info("window restored", zap.String("graph", gr.name), zap.Uint64("seq", s.Seq), zap.Int("nodes", len(s.Nodes)),
+			zap.Int("infected", gr.win.observe(d.now(), nil).infected))
 	}
 	return nil
 }
@@ -1299,8 +1302,10 @@ func (d *Daemon) reload(ctx context.Context) error {
 		}
 		built = append(built, l)
 	}
+	var changed []string
 	for i, gr := range d.order {
 		gc := cfg.Graphs[i]
+		changed = append(changed, changedKeys(fmt.Sprintf("graphs[%s].", gr.name), *gr.gc.Load(), gc)...)
 		gr.gc.Store(&gc)
 		gr.win.setParams(gc.Window, gc.Decay)
 		old := gr.loc.Swap(&locHolder{l: built[i]})
@@ -1313,8 +1318,22 @@ func (d *Daemon) reload(ctx context.Context) error {
 		gr.inferred.Store(nil)
 	}
 	d.current.Store(&cfg)
-	d.log.Info("reloaded", zap.Int("graphs", len(d.order)))
+	d.log.Info("reloaded", zap.Int("graphs", len(d.order)), zap.Strings("changed", changed))
 	return nil
+}
+
+// changedKeys lists the config keys (prefix + mapstructure tag) whose
+// values differ between a and b, for the reload's log line.
+func changedKeys(prefix string, a, b GraphConfig) []string {
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	var out []string
+	for i := 0; i < va.NumField(); i++ {
+		tag := va.Type().Field(i).Tag.Get("mapstructure")
+		if tag != "" && !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			out = append(out, prefix+tag)
+		}
+	}
+	return out
 }
 
 // logLimiter logs a kind of problem at most once per interval, with the

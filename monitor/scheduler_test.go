@@ -382,3 +382,11 @@ func TestAlertCarriesTheLocalizersNote(t *testing.T) {
 	got := sink.wait(t, 1)
 	require.Equal(t, "an observation unlike the training data", got[0].Note)
 }
+
+func TestChangedKeys(t *testing.T) {
+	a := DefaultGraphConfig("p")
+	b := a
+	require.Empty(t, changedKeys("graphs[p].", a, b))
+	b.Window, b.ForwardParams = 2*time.Minute, map[string]string{"steps": "5"}
+	require.Equal(t, []string{"graphs[p].forward_params", "graphs[p].window"}, changedKeys("graphs[p].", a, b))
+}
