@@ -222,11 +222,8 @@ func (k *gatedKV) Put(ctx context.Context, key string, value []byte) (uint64, er
 // another worker changes the tracker and saves: whatever the timing, KV
 // ends with the newest state, never the older one written last.
 func TestSaveTrackerKeepsOrder(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
+	kv := newKV(t, StateBucket)
 	ctx := context.Background()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
-	require.NoError(t, err)
 	d, err := New(testConfig(t, "a", "b"))
 	require.NoError(t, err)
 	gk := &gatedKV{KeyValue: kv, entered: make(chan struct{}), release: make(chan struct{}), first: make(chan struct{})}

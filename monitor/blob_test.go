@@ -15,11 +15,8 @@ import (
 // them; a write replaces the parts of the one before, and damaged parts
 // are reported as such, not as a NATS failure.
 func TestBlobRoundTrip(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
+	kv := newKV(t, StateBucket)
 	ctx := context.Background()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
-	require.NoError(t, err)
 	keys := func() []string {
 		l, err := kv.ListKeys(ctx)
 		require.NoError(t, err)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
@@ -129,11 +128,8 @@ func TestCrashLosesNoAcknowledgedEvent(t *testing.T) {
 // in place under its lock, so under -race no reader sees it change
 // unsynchronized.
 func TestRestoreWhileStatusIsRead(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
+	kv := newKV(t, StateBucket)
 	ctx := context.Background()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
-	require.NoError(t, err)
 	g := pathGraph(t, 4)
 	snaps := map[string]snapshot{
 		"good": {Graph: "good", Seq: 7, Nodes: []snapshotEntry{{Node: "1", State: StateInfected, TS: time.Now().UnixNano()}}},

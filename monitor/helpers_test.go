@@ -251,3 +251,13 @@ func connectJS(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
 	require.NoError(t, err)
 	return nc, js
 }
+
+// newKV is a bucket (History 1) on a server of its own.
+func newKV(t *testing.T, bucket string) jetstream.KeyValue {
+	t.Helper()
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	kv, err := js.CreateKeyValue(context.Background(), jetstream.KeyValueConfig{Bucket: bucket, History: 1})
+	require.NoError(t, err)
+	return kv
+}

@@ -229,11 +229,8 @@ func (k *cutOffKV) Update(ctx context.Context, key string, value []byte, rev uin
 // learnt its revision does not make the release fail (which would leave a
 // standby waiting a whole TTL).
 func TestLeaseReleaseAfterCutOffRenewal(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
+	kv := newKV(t, LeaseBucket)
 	ctx := context.Background()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: LeaseBucket, History: 1})
-	require.NoError(t, err)
 	rev, err := kv.Create(ctx, leaseKey, []byte("a"))
 	require.NoError(t, err)
 	ckv := &cutOffKV{KeyValue: kv, entered: make(chan struct{})}
@@ -265,11 +262,8 @@ func TestLeaseReleaseAfterCutOffRenewal(t *testing.T) {
 // keeps the lease instead of reporting it lost. Another replica's id is
 // a loss, named.
 func TestLeaseKeepAdoptsALostRenewal(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
+	kv := newKV(t, LeaseBucket)
 	ctx := context.Background()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: LeaseBucket, History: 1})
-	require.NoError(t, err)
 	rev, err := kv.Create(ctx, leaseKey, []byte("a"))
 	require.NoError(t, err)
 	l := &lease{kv: kv, id: "a", ttl: 600 * time.Millisecond, rev: rev}
