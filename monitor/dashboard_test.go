@@ -41,6 +41,16 @@ func TestDashboard(t *testing.T) {
 	require.Contains(t, body, "2 infected")
 	require.Contains(t, body, `<tr><td class="num">1</td><td>3</td>`, "the top-ranked source")
 
+	// A failed reload and a replay show.
+	r.d.lastReload.Store(&ReloadStatus{At: now, Error: "reload failed: graphs[0]: name, edges and directed need a restart"})
+	r.d.graphs["p"].replayFrom.Store(time.Now().UnixNano()) // not past replayLimit
+	r.d.graphs["p"].replayTo.Store(1 << 40)
+	_, body = get(t, base+"/")
+	require.Contains(t, body, `<span class="bad">last reload failed</span>`)
+	require.Contains(t, body, "name, edges and directed need a restart")
+	require.Contains(t, body, `<span class="bad">replaying</span>`)
+	r.d.graphs["p"].replayTo.Store(0)
+
 	code, _ = get(t, base+"/nothing-here")
 	require.Equal(t, http.StatusNotFound, code, "only / itself is the dashboard")
 }
