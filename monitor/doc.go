@@ -128,7 +128,9 @@
 // alert state from KV and replays the stream from the snapshot, so no
 // acknowledged event is lost. A replica that cannot renew its lease, or
 // finds another id in it, stops at once without writing anything and Run
-// returns ErrLeaseLost. Replicas do not divide the graphs among themselves:
+// returns ErrLeaseLost; RunStandingBy (what serve runs) then stands a new
+// daemon by for the lease in the same process. Replicas do not divide the
+// graphs among themselves:
 // the active one serves them all.
 //
 // # One deployment per account

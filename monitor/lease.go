@@ -193,3 +193,29 @@ func (l *lease) release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// RunStandingBy runs the daemons newDaemon builds, one after another, for
+// as long as ctx lasts: when one returns ErrLeaseLost (another replica
+// took the lease, or a NATS outage outlasted its renewals), the next one
+// stands by for the lease in this process instead of the process exiting
+// for its supervisor to restart it. That one is built anew (newDaemon may
+// read the config file again), with its own metrics, since nothing of the
+// replica that lost the lease may act any more. current is told each
+// daemon before it runs (for SIGHUP). Any other end of Run is returned.
+func RunStandingBy(ctx context.Context, log *zap.Logger, newDaemon func(context.Context) (*Daemon, error), current func(*Daemon)) error {
+	for {
+		d, err := newDaemon(ctx)
+		if err != nil {
+			return err
+		}
+		current(d)
+		err = d.Run(ctx)
+		if !errors.Is(err, ErrLeaseLost) || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("lost the lease; standing by again", zap.Error(err))
+		if SleepContext(ctx, time.Second) != nil {
+			return nil
+		}
+	}
+}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 )
@@ -333,4 +335,78 @@ func TestHAStandbyReadsItsConfigAtTakeover(t *testing.T) {
 	lr := b.d.Status().LastReload
 	require.NotNil(t, lr)
 	require.True(t, lr.OK)
+}
+
+// TestRunStandingBy: a replica whose lease is taken stands by again in the
+// same process, with a daemon built anew, and becomes active once the
+// lease is free; only ctx ends it.
+func TestRunStandingBy(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: time.Second}
+	var built atomic.Int32
+	var cur atomic.Pointer[Daemon]
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- RunStandingBy(ctx, zap.NewNop(), func(context.Context) (*Daemon, error) {
+			built.Add(1)
+			return New(cfg, preload(t, 6, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+		}, cur.Store)
+	}()
+	isReady := func() bool {
+		d := cur.Load()
+		if d == nil {
+			return false
+		}
+		select {
+		case <-d.Ready():
+			return true
+		default:
+			return false
+		}
+	}
+	require.Eventually(t, isReady, 30*time.Second, 5*time.Millisecond)
+	first := cur.Load()
+
+	kv, err := js.KeyValue(context.Background(), LeaseBucket)
+	require.NoError(t, err)
+	require.NoError(t, kv.Delete(context.Background(), leaseKey))
+	_, err = kv.Create(context.Background(), leaseKey, []byte("intruder"))
+	require.NoError(t, err)
+	// The intruder renews its lease, as an active replica would.
+	stopIntruder := make(chan struct{})
+	var intruder sync.WaitGroup
+	intruder.Go(func() {
+		for {
+			select {
+			case <-stopIntruder:
+				return
+			case <-time.After(200 * time.Millisecond):
+				_, _ = kv.Put(context.Background(), leaseKey, []byte("intruder"))
+			}
+		}
+	})
+	require.Eventually(t, func() bool {
+		d := cur.Load()
+		msg := d.standby.Load()
+		return d != first && msg != nil && strings.Contains(*msg, "intruder")
+	}, 15*time.Second, 5*time.Millisecond, "standing by again, in this process")
+	require.Empty(t, done)
+
+	close(stopIntruder)
+	intruder.Wait()
+	require.NoError(t, kv.Delete(context.Background(), leaseKey))
+	require.Eventually(t, isReady, 15*time.Second, 5*time.Millisecond, "active again once the lease is free")
+	require.EqualValues(t, 2, built.Load())
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("did not stop")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -106,16 +107,28 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 	if localizerFactory == nil {
 		opts = append(opts, monitor.WithPreflight(bundlePreflight))
 	}
-	d, err := monitor.New(cfg, opts...)
-	if err != nil {
-		return err
+	// A replica that loses its lease stands by again in this process,
+	// built anew from the config file as it is then.
+	first := true
+	newDaemon := func(ctx context.Context) (*monitor.Daemon, error) {
+		c := cfg
+		if !first {
+			if fresh, err := reload(ctx); err != nil {
+				a.log.Warn("config file not read again; standing by with the one read at start", zap.Error(err))
+			} else {
+				c = fresh
+			}
+		}
+		first = false
+		return monitor.New(c, opts...)
 	}
+	var current atomic.Pointer[monitor.Daemon]
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
 	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
+	go func() { done <- monitor.RunStandingBy(ctx, a.log, newDaemon, current.Store) }()
 	for {
 		select {
 		case err := <-done:
@@ -125,8 +138,10 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 			return nil
 		case <-hup:
 			a.log.Info("SIGHUP: reloading")
-			if err := d.Reload(ctx); err != nil {
-				a.log.Error("keeping the running setup", zap.Error(err))
+			if d := current.Load(); d != nil {
+				if err := d.Reload(ctx); err != nil {
+					a.log.Error("keeping the running setup", zap.Error(err))
+				}
 			}
 		}
 	}
