@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -91,7 +92,12 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 	if factory == nil {
 		return errNoLocalizer
 	}
+	// Reads of the file come from SIGHUP and from a replica standing by
+	// again, which may meet: viper is not safe for concurrent use.
+	var readMu sync.Mutex
 	reload := func(context.Context) (monitor.Config, error) {
+		readMu.Lock()
+		defer readMu.Unlock()
 		if path := a.v.GetString("config"); path != "" {
 			if err := a.v.ReadInConfig(); err != nil {
 				return monitor.Config{}, fmt.Errorf("re-reading %s: %w", path, err)
