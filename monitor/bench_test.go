@@ -123,7 +123,7 @@ func daemonConsume(b *testing.B, js jetstream.JetStream, stream jetstream.Stream
 	d, err := New(cfg, WithClock(func() time.Time { return time.Now().Add(10 * time.Second) }))
 	require.NoError(b, err)
 	d.js, d.stream = js, stream
-	d.limiter = newLogLimiter(time.Hour, zap.NewNop())
+	d.limiter = newLogLimiter(time.Hour, time.Now, zap.NewNop())
 	gr := &graphRT{name: "p", g: g, win: newWindow(g, time.Hour, 0), outcomes: map[outcome]counter{}}
 	gcc := cfg.Graphs[0]
 	gr.gc.Store(&gcc)

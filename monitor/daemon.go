@@ -257,7 +257,7 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	}
 	d.clientURL.Store("")
 	d.httpAddr.Store("")
-	d.limiter = newLogLimiter(DefaultInterval, d.log)
+	d.limiter = newLogLimiter(DefaultInterval, d.now, d.log)
 	return d, nil
 }
 
@@ -509,6 +509,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		loops.Go(func() { d.schedule(loopCtx, gr) })
 	}
 	loops.Go(func() { d.snapshotLoop(loopCtx) })
+	loops.Go(func() { d.limiter.flushLoop(loopCtx) })
 
 	close(d.ready)
 	d.log.Info("sourcewatch serving", zap.Int("graphs", len(d.order)),
@@ -854,7 +855,7 @@ func (d *Daemon) replaying(gr *graphRT) bool {
 		return false
 	}
 	_, _, seq := gr.win.counts()
-	waited := time.Since(time.Unix(0, gr.replayFrom.Load()))
+	waited := d.now().Sub(time.Unix(0, gr.replayFrom.Load()))
 	switch {
 	case seq >= to:
 		d.log.Info("replay caught up; alerting", zap.String("graph", gr.name), zap.Uint64("seq", seq), zap.Duration("took", waited.Round(time.Millisecond)))
@@ -1337,24 +1338,29 @@ func changedKeys(prefix string, a, b GraphConfig) []string {
 }
 
 // logLimiter logs a kind of problem at most once per interval, with the
-// number of occurrences it held back.
+// number of occurrences it held back. What it held back after the last
+// line of a kind is reported by flush, so a burst that stops is not
+// under-counted until the problem comes back.
 type logLimiter struct {
 	mu       sync.Mutex
 	interval time.Duration
+	now      func() time.Time
 	log      *zap.Logger
 	last     map[string]time.Time
 	held     map[string]int
+	msg      map[string]string
 }
 
-func newLogLimiter(interval time.Duration, log *zap.Logger) *logLimiter {
-	return &logLimiter{interval: interval, log: log, last: map[string]time.Time{}, held: map[string]int{}}
+func newLogLimiter(interval time.Duration, now func() time.Time, log *zap.Logger) *logLimiter {
+	return &logLimiter{interval: interval, now: now, log: log, last: map[string]time.Time{}, held: map[string]int{}, msg: map[string]string{}}
 }
 
 func (l *logLimiter) warn(kind, msg string, fields ...zap.Field) {
 	l.mu.Lock()
-	now := time.Now()
+	now := l.now()
 	if now.Sub(l.last[kind]) < l.interval {
 		l.held[kind]++
+		l.msg[kind] = msg
 		l.mu.Unlock()
 		return
 	}
@@ -1362,6 +1368,46 @@ func (l *logLimiter) warn(kind, msg string, fields ...zap.Field) {
 	l.last[kind], l.held[kind] = now, 0
 	l.mu.Unlock()
 	l.log.Warn(msg, append(fields, zap.String("kind", kind), zap.Int("suppressed", held))...)
+}
+
+// flush logs, for each kind whose interval has passed since its last
+// line (every kind when all is set, as at shutdown), how many lines it
+// held back since then.
+func (l *logLimiter) flush(all bool) {
+	l.mu.Lock()
+	now := l.now()
+	type report struct {
+		kind, msg string
+		held      int
+	}
+	var out []report
+	for kind, n := range l.held {
+		if n == 0 || (!all && now.Sub(l.last[kind]) < l.interval) {
+			continue
+		}
+		out = append(out, report{kind, l.msg[kind], n})
+		l.held[kind] = 0
+	}
+	l.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].kind < out[j].kind })
+	for _, r := range out {
+		l.log.Warn(r.msg+" (held back since the last line of its kind)", zap.String("kind", r.kind), zap.Int("suppressed", r.held))
+	}
+}
+
+// flushLoop reports held-back log lines once their interval has passed.
+func (l *logLimiter) flushLoop(ctx context.Context) {
+	t := time.NewTicker(l.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			l.flush(true)
+			return
+		case <-t.C:
+			l.flush(false)
+		}
+	}
 }
 
 // ErrUnknownNode is returned by the localize endpoint for ids the graph

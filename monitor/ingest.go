@@ -62,7 +62,7 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	subject := EventsSubject(d.cfg.Subjects.Prefix, gr.name)
 	switch last, err := d.stream.GetLastMsgForSubject(ctx, subject); {
 	case err == nil && last.Sequence > seq:
-		gr.replayFrom.Store(time.Now().UnixNano())
+		gr.replayFrom.Store(d.now().UnixNano())
 		gr.replayTo.Store(last.Sequence)
 	case err == nil, errors.Is(err, jetstream.ErrMsgNotFound):
 		gr.replayTo.Store(0) // nothing queued: alerts at once
