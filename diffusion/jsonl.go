@@ -114,26 +114,46 @@ type jsonCascade struct {
 	Recovered map[string]int `json:"recovered"`
 }
 
-// ReadJSONL reads cascades written by WriteJSONL (blank lines skipped).
-// Errors name the input and line: `name:3: unknown node "x"`. A cascade
+// maxReadErrors is how many bad lines ReadJSONL reports before it stops
+// reading: enough to fix a file in one go, not a screenful per line of a
+// file in the wrong format.
+const maxReadErrors = 10
+
+// ReadJSONL reads cascades written by WriteJSONL, or recorded elsewhere
+// in the same format (blank lines, a byte-order mark and keys other than
+// those WriteJSONL writes are skipped, so a line may carry its own "id").
+// Errors name the input and line: `name:3: unknown node "x" in infected`;
+// every bad line is reported, up to maxReadErrors of them. A cascade
 // without "times" has nil Times; Step is the largest step it records.
 func ReadJSONL(r io.Reader, g *graph.Graph, name string) ([]Cascade, error) {
 	n := g.N()
 	br := bufio.NewReader(r)
 	var out []Cascade
+	var bad []error
 	for lineNo := 1; ; lineNo++ {
 		text, readErr := br.ReadBytes('\n')
 		if readErr != nil && !errors.Is(readErr, io.EOF) {
 			return nil, fmt.Errorf("%s:%d: %w", name, lineNo, readErr)
 		}
+		if lineNo == 1 {
+			text = bytes.TrimPrefix(text, []byte("\ufeff"))
+		}
 		if text = bytes.TrimSpace(text); len(text) > 0 {
 			c, err := parseCascade(text, g, n)
-			if err != nil {
-				return nil, fmt.Errorf("%s:%d: %w", name, lineNo, err)
+			switch {
+			case err != nil && len(bad) == maxReadErrors:
+				bad = append(bad, fmt.Errorf("%s: more bad lines after line %d not read", name, lineNo-1))
+				return nil, errors.Join(bad...)
+			case err != nil:
+				bad = append(bad, fmt.Errorf("%s:%d: %w", name, lineNo, err))
+			default:
+				out = append(out, c)
 			}
-			out = append(out, c)
 		}
 		if readErr != nil {
+			if len(bad) > 0 {
+				return nil, errors.Join(bad...)
+			}
 			return out, nil
 		}
 	}
@@ -142,6 +162,21 @@ func ReadJSONL(r io.Reader, g *graph.Graph, name string) ([]Cascade, error) {
 func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 	var jc jsonCascade
 	if err := json.Unmarshal(text, &jc); err != nil {
+		// encoding/json names Go types; say it in the file's terms.
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) {
+			switch field := typeErr.Field; {
+			case field == "":
+				return Cascade{}, fmt.Errorf("found a JSON %s, not an object", typeErr.Value)
+			case typeErr.Value == "number" && (field == "sources" || field == "infected"):
+				return Cascade{}, fmt.Errorf(`%q holds a number: node ids are strings ("7", not 7)`, field)
+			case field == "sources" || field == "infected":
+				return Cascade{}, fmt.Errorf("%q holds a JSON %s where it wants an array of node ids", field, typeErr.Value)
+			default:
+				// times and recovered, or a step inside them.
+				return Cascade{}, fmt.Errorf(`%q holds a JSON %s where it wants {"node id": step, ...} with whole steps`, field, typeErr.Value)
+			}
+		}
 		return Cascade{}, fmt.Errorf("bad JSON: %w", err)
 	}
 	if jc.Sources == nil {
@@ -169,6 +204,11 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 	if c.Recovered, c.Step, err = stepMap(g, "recovered", jc.Recovered, c.Step); err != nil {
 		return Cascade{}, err
 	}
+	if len(c.Infected) == 0 && len(jc.Recovered) == 0 {
+		// localize refuses such an observation; a model trained on it
+		// learns that sources need not spread at all.
+		return Cascade{}, errors.New(`"infected" is empty and nothing recovered: the snapshot shows no spread`)
+	}
 	if c.Times != nil {
 		for _, v := range c.Infected {
 			if c.Times[v] < 0 {
@@ -176,8 +216,11 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 			}
 		}
 		for _, v := range c.Sources {
-			if c.Times[v] != 0 {
-				return Cascade{}, fmt.Errorf("source %q has time %d, want 0", g.ID(v), c.Times[v])
+			switch t := c.Times[v]; {
+			case t < 0:
+				return Cascade{}, fmt.Errorf(`source %q is not in "times" (a source is infected at step 0)`, g.ID(v))
+			case t != 0:
+				return Cascade{}, fmt.Errorf(`source %q has step %d in "times", want 0`, g.ID(v), t)
 			}
 		}
 	}

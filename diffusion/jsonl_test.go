@@ -40,6 +40,26 @@ func TestJSONLUsesTheGraphsIDs(t *testing.T) {
 	require.ErrorContains(t, WriteJSONL(&buf, g, []Cascade{{Sources: []int{5}}}), "cascade 0: node index 5 out of range")
 }
 
+func TestReadJSONLReportsEveryBadLine(t *testing.T) {
+	g := graph.New(3, nil, []string{"a", "b", "c"}, false, false)
+	good := `{"sources":["a"],"infected":["a","b"],"id":"incident-7"}` // an extra key is skipped
+	in := "\ufeff" + good + "\n" + `{"sources":["x"],"infected":["a"]}` + "\n" + good + "\n" + `{"infected":["a"]}` + "\n"
+	_, err := ReadJSONL(strings.NewReader(in), g, "c.jsonl")
+	require.EqualError(t, err, "c.jsonl:2: unknown node \"x\" in sources\nc.jsonl:4: missing \"sources\"")
+
+	var many strings.Builder
+	for range 2 * maxReadErrors {
+		many.WriteString("{}\n")
+	}
+	_, err = ReadJSONL(strings.NewReader(many.String()), g, "c.jsonl")
+	require.ErrorContains(t, err, "c.jsonl:10: missing \"sources\"\nc.jsonl: more bad lines after line 10 not read")
+	require.NotContains(t, err.Error(), "c.jsonl:11:")
+
+	cs, err := ReadJSONL(strings.NewReader("\ufeff"+good+"\n"), g, "bom.jsonl")
+	require.NoError(t, err, "a byte-order mark is skipped")
+	require.Len(t, cs, 1)
+}
+
 func TestReadJSONLWithoutTimes(t *testing.T) {
 	g := graph.New(3, nil, nil, false, false)
 	cs, err := ReadJSONL(strings.NewReader("\n{\"sources\":[\"2\"],\"infected\":[\"2\",\"0\"]}\n\n"), g, "obs")
@@ -58,14 +78,19 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 		{"unknown infected", `{"sources":["a"],"infected":["zz"]}`, `c.jsonl:2: unknown node "zz" in infected`},
 		{"unknown in times", `{"sources":["a"],"infected":["a"],"times":{"a":0,"q":3}}`, `c.jsonl:2: unknown node "q" in times`},
 		{"bad JSON", `{"sources":["a"],`, `c.jsonl:2: bad JSON`},
-		{"wrong type", `{"sources":"a","infected":[]}`, `c.jsonl:2: bad JSON`},
+		{"wrong type", `{"sources":"a","infected":[]}`, `c.jsonl:2: "sources" holds a JSON string where it wants an array of node ids`},
+		{"number ids", `{"sources":["a"],"infected":[1,2]}`, `c.jsonl:2: "infected" holds a number: node ids are strings ("7", not 7)`},
+		{"fractional step", `{"sources":["a"],"infected":["a"],"times":{"a":0.5}}`, `c.jsonl:2: "times" holds a JSON number 0.5 where it wants`},
+		{"not an object", `["a"]`, `c.jsonl:2: found a JSON array, not an object`},
+		{"nothing infected", `{"sources":["a"],"infected":[]}`, `c.jsonl:2: "infected" is empty and nothing recovered`},
+		{"source without time", `{"sources":["a","b"],"infected":["a"],"times":{"a":0}}`, `c.jsonl:2: source "b" is not in "times"`},
 		{"missing sources", `{"infected":["a"]}`, `c.jsonl:2: missing "sources"`},
 		{"empty sources", `{"sources":[],"infected":["a"]}`, `c.jsonl:2: "sources" is empty`},
 		{"missing infected", `{"sources":["a"]}`, `c.jsonl:2: missing "infected"`},
 		{"duplicate", `{"sources":["a","a"],"infected":["a"]}`, `c.jsonl:2: node "a" listed twice in sources`},
 		{"negative step", `{"sources":["a"],"infected":["a"],"times":{"a":-2}}`, `c.jsonl:2: node "a" has negative step -2 in times`},
 		{"infected without time", `{"sources":["a"],"infected":["a","c"],"times":{"a":0}}`, `c.jsonl:2: infected node "c" has no time`},
-		{"source not at zero", `{"sources":["a"],"infected":["a"],"times":{"a":3}}`, `c.jsonl:2: source "a" has time 3, want 0`},
+		{"source not at zero", `{"sources":["a"],"infected":["a"],"times":{"a":3}}`, `c.jsonl:2: source "a" has step 3 in "times", want 0`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadJSONL(strings.NewReader(good+"\n"+tc.line+"\n"+good+"\n"), g, "c.jsonl")

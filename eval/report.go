@@ -49,18 +49,21 @@ type Settings struct {
 	Runs     int   `json:"runs"`
 	Seed     int64 `json:"seed"`
 	// Train, Validation and Test are the per-run split sizes.
-	Train      int               `json:"train"`
-	Validation int               `json:"validation"`
-	Test       int               `json:"test"`
-	Sources    string            `json:"sources"`
-	Pattern    string            `json:"pattern"`
-	Beta       float64           `json:"beta"`
-	Gamma      float64           `json:"gamma"`
-	P          float64           `json:"p"`
-	Threshold  float64           `json:"threshold"`
-	Observe    [2]float64        `json:"observe"`
-	Methods    []string          `json:"methods"`
-	Params     map[string]string `json:"params,omitempty"`
+	Train      int    `json:"train"`
+	Validation int    `json:"validation"`
+	Test       int    `json:"test"`
+	Sources    string `json:"sources"`
+	Pattern    string `json:"pattern"`
+	// Beta, Gamma, P and Threshold are the simulation's parameters as
+	// set, whether or not its diffusion model reads them; Threshold is
+	// LT's node threshold, negative for theta_v ~ U[0,1] per node.
+	Beta      float64           `json:"beta"`
+	Gamma     float64           `json:"gamma"`
+	P         float64           `json:"p"`
+	Threshold float64           `json:"threshold"`
+	Observe   [2]float64        `json:"observe"`
+	Methods   []string          `json:"methods"`
+	Params    map[string]string `json:"params,omitempty"`
 	// Redrawn counts simulated draws discarded because they died out
 	// below their observation target.
 	Redrawn int `json:"redrawn"`
@@ -247,8 +250,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "method\tprecision\trecall\tF1\tAUC\ttop-k\terror dist\tms/cascade\tfit s/run\tempty\t")
 	controls := false
+	ran := map[string]bool{}
 	for _, res := range r.Results {
 		label := res.Method
+		ran[res.Method] = true
 		if res.Control {
 			label += " *"
 			controls = true
@@ -262,7 +267,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 		return err
 	}
 	if controls {
-		b.WriteString("\n* control: a reference point, not a localizer; a method localizes only where it beats infected and prior.\n")
+		b.WriteString("\n* control: a reference point, not a localizer; a method localizes only where it beats infected and prior")
+		var missing []string
+		for _, c := range []string{"infected", "prior"} {
+			if !ran[c] {
+				missing = append(missing, c)
+			}
+		}
+		if len(missing) > 0 {
+			fmt.Fprintf(&b, " (not run here: %s)", strings.Join(missing, ", "))
+		}
+		b.WriteString(".\n")
 	}
 	for _, res := range r.Results {
 		if v := res.Paired; v != nil {

@@ -295,6 +295,7 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	require.Contains(t, buf.String(), "lpsi - infected: F1 +0.100 ± ")
 	require.Contains(t, buf.String(), "AUC +0.067 ± ")
 	require.Contains(t, buf.String(), "paired over 4 test cascades, 3 for AUC")
+	require.Contains(t, buf.String(), "beats infected and prior (not run here: prior).", "the footnote says which of its controls did not run")
 	buf.Reset()
 	require.NoError(t, rep.WriteJSON(&buf))
 	var back Report

@@ -12,7 +12,8 @@ func TestReadErrorsNameFileAndLine(t *testing.T) {
 	tests := []struct {
 		name, input, want string
 	}{
-		{"one field", "0 1\n# c\n2\n", "g.edges:3: want 2 or 3 fields, got 1"},
+		{"one field", "0 1\n# c\n2\n", "g.edges:3: want 2 or 3 fields, got 1 (a node without edges is listed as a self-loop, `v v`: the loop is dropped, the node kept)"},
+		{"commas", "0 1\n1,2\n", "g.edges:2: want 2 or 3 fields, got 1 (fields are separated by spaces or tabs, not commas or semicolons)"},
 		{"four fields", "0 1 0.5 9\n", "g.edges:1: want 2 or 3 fields, got 4"},
 		{"bad weight", "0 1 x\n", `g.edges:1: weight "x" is not a number`},
 		{"weight range", "0 1 1.5\n", "g.edges:1: weight 1.5 outside [0, 1]"},

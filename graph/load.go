@@ -79,7 +79,14 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			continue
 		}
 		if len(fields) != 2 && len(fields) != 3 {
-			return nil, fmt.Errorf("%s:%d: want 2 or 3 fields, got %d", name, line, len(fields))
+			hint := ""
+			switch {
+			case strings.ContainsAny(text, ",;"):
+				hint = " (fields are separated by spaces or tabs, not commas or semicolons)"
+			case len(fields) == 1:
+				hint = " (a node without edges is listed as a self-loop, `v v`: the loop is dropped, the node kept)"
+			}
+			return nil, fmt.Errorf("%s:%d: want 2 or 3 fields, got %d%s", name, line, len(fields), hint)
 		}
 		e := rawEdge{a: fields[0], b: fields[1], w: 1}
 		hasW := 0

@@ -60,6 +60,9 @@ fraction of restarts that, cut by the bundle's own rule, name the node).`,
 
 type observationFile struct {
 	Infected []string `json:"infected"`
+	// ID is the observation's own "id", echoed in the output so a batch
+	// of incidents can be matched to their answers.
+	ID string `json:"id,omitempty"`
 	// where is "file" or "file:line", for errors.
 	where string
 	// nodes are Infected as the graph's indices, set by the check.
@@ -68,6 +71,7 @@ type observationFile struct {
 
 type localizeOutput struct {
 	Observation int     `json:"observation"`
+	ID          string  `json:"id,omitempty"`
 	Infected    int     `json:"infected"`
 	Threshold   float64 `json:"threshold"`
 	// SourceRule describes a count rule that cut the sources (Threshold
@@ -174,7 +178,7 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 			return fmt.Errorf("%s: %w", obs[i].where, err)
 		}
 		out := localizeOutput{
-			Observation: i + 1, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
+			Observation: i + 1, ID: obs[i].ID, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
 			SourceRule: sourceRuleUsed(b, opts), Ranking: b.Manifest.Ranking, LoneInfectedFirst: b.Manifest.LoneInfectedFirst,
 			Calibrated: b.Manifest.Calibration != nil,
 			Timing:     res.Timing, Forward: b.Manifest.Forward,
@@ -246,7 +250,10 @@ func topByScore(scores []float64, k int) []int {
 }
 
 func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
-	if numbered {
+	switch {
+	case o.ID != "":
+		fmt.Fprintf(w, "observation %d (%s)\n", o.Observation, o.ID)
+	case numbered:
 		fmt.Fprintf(w, "observation %d\n", o.Observation)
 	}
 	cut := fmt.Sprintf("threshold delta %.2f", o.Threshold)
@@ -269,9 +276,10 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 		fmt.Fprintf(w, "no node is over delta; the top-scored nodes are:\n")
 		list = o.Top
 	}
+	// Four digits: scores of a large infected region often agree to three.
 	fmt.Fprintf(w, "%5s  %-16s %7s %12s\n", "rank", "node", "score", "probability")
 	for i, s := range list {
-		fmt.Fprintf(w, "%5d  %-16s %7.3f %12.3f\n", i+1, s.Node, s.Score, s.Probability)
+		fmt.Fprintf(w, "%5d  %-16s %7.4f %12.3f\n", i+1, s.Node, s.Score, s.Probability)
 	}
 	if len(o.Tied) > 0 {
 		names := make([]string, len(o.Tied))
@@ -288,8 +296,10 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 // readObservations reads one JSON object or JSONL of them from path ("-"
 // is stdin). Each object must have a non-empty "infected" list and no
 // other field (a misspelt key would otherwise read as nothing infected)
-// but those of a cascade file (sources, times, recovered), which are
-// ignored, so `simulate`'s output can be localized as it is.
+// but an "id" (a string, echoed in the output) and those of a cascade
+// file (sources, times, recovered), which are ignored, so `simulate`'s
+// output and a recorded cascade file can be localized as they are.
+// A byte-order mark is skipped.
 // Errors name the file and line.
 func readObservations(path string, stdin io.Reader, check func(*observationFile) error) ([]observationFile, error) {
 	var data []byte
@@ -303,6 +313,7 @@ func readObservations(path string, stdin io.Reader, check func(*observationFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading observation %q: %w", path, err)
 	}
+	data = bytes.TrimPrefix(data, []byte("\ufeff"))
 	if json.Valid(data) {
 		// One JSON value (perhaps over many lines): one observation.
 		one, err := decodeObservation(data, path, check)
@@ -344,6 +355,7 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 	// its infected list is read and its sources and times are not.
 	var raw struct {
 		Infected  *[]string       `json:"infected"`
+		ID        string          `json:"id"`
 		Sources   json.RawMessage `json:"sources"`
 		Times     json.RawMessage `json:"times"`
 		Recovered json.RawMessage `json:"recovered"`
@@ -361,6 +373,8 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 				err = fmt.Errorf(`"infected" holds a number: node ids are strings ("7", not 7)`)
 			case field == "infected":
 				err = fmt.Errorf(`"infected" holds a JSON %s where it wants an array of node ids`, typeErr.Value)
+			case field == "id":
+				err = fmt.Errorf(`"id" holds a JSON %s where it wants a string`, typeErr.Value)
 			default:
 				err = fmt.Errorf("%q holds a JSON %s, not what it should", field, typeErr.Value)
 			}
@@ -373,7 +387,7 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 	if raw.Infected == nil {
 		return observationFile{}, fmt.Errorf(`%s: no "infected" field; want {"infected":[ids...]}`, where)
 	}
-	o := observationFile{Infected: *raw.Infected, where: where}
+	o := observationFile{Infected: *raw.Infected, ID: raw.ID, where: where}
 	if check != nil {
 		// The ids first: an unknown id names its node, an empty list
 		// has none to name.

@@ -135,6 +135,38 @@ func (a *app) warnOvershoot(g *graph.Graph, cfg diffusion.Config, cs []diffusion
 		over, len(cs), 100*(cfg.ObserveMax+0.1), cfg.ObserveMax, all))
 }
 
+// warnRecorded warns of recorded cascades that are valid but suspect: a
+// snapshot of every node infected says nothing of where the spread began
+// (and widens the range of infected fractions the bundle says it was
+// trained on), and a source observed uninfected with no "recovered" to
+// say why is a recovered source under SIR but a data error under SI.
+func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) {
+	all, unobserved := 0, 0
+	for _, c := range cs {
+		if len(c.Infected) == g.N() {
+			all++
+		}
+		if c.Recovered == nil {
+			for _, s := range c.Sources {
+				if _, ok := slices.BinarySearch(c.Infected, s); !ok {
+					unobserved++
+					break
+				}
+			}
+		}
+	}
+	if all > 0 {
+		a.log.Warn(fmt.Sprintf("%d of %d cascades have every node infected: such a snapshot says nothing of where the spread began, "+
+			"and the bundle will count it in the range of infected fractions it was trained on; drop them unless that is what you observe", all, len(cs)),
+			zap.String("cascades_file", path))
+	}
+	if unobserved > 0 {
+		a.log.Warn(fmt.Sprintf(`%d of %d cascades have a source that is not in "infected" and no "recovered" to say why: `+
+			"under SIR a source may have recovered (list it in \"recovered\"); under SI it is a data error", unobserved, len(cs)),
+			zap.String("cascades_file", path))
+	}
+}
+
 // simFlags names the diffusion.Config parameters an unreachable
 // observation target is blamed on by the flags that set them.
 var simFlags = map[string]string{

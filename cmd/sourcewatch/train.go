@@ -284,6 +284,7 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 		if err != nil {
 			return nil, nil, err
 		}
+		a.warnRecorded(g, cs, path)
 		prov, _ := json.Marshal(map[string]any{"file": filepath.Base(path), "cascades": len(cs)})
 		return cs, prov, nil
 	}

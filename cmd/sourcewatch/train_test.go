@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -382,10 +383,22 @@ func TestTrainThenLocalize(t *testing.T) {
 		{`["0","1"]`, `stdin: want {"infected":[ids...]}: found a JSON array, not an object`},
 		{`{"infected":"0"}`, `stdin: want {"infected":[ids...]}: "infected" holds a JSON string where it wants an array of node ids`},
 		{`{"infected":[0,1]}`, `stdin: want {"infected":[ids...]}: "infected" holds a number: node ids are strings ("7", not 7)`},
+		{`{"infected":["0"],"id":7}`, `stdin: want {"infected":[ids...]}: "id" holds a JSON number where it wants a string`},
 	} {
 		_, _, err = runCmd(t, tc.in, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 		require.ErrorContains(t, err, tc.want, "input %q", tc.in)
 	}
+	// An observation's own id is echoed, so a batch can be matched to its
+	// answers; a byte-order mark (Windows editors write one) is skipped.
+	out, _, err = runCmd(t, "\ufeff{\"infected\":[\"33\",\"32\",\"8\"],\"id\":\"incident-7\"}\n{\"infected\":[\"0\",\"1\"]}\n", "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "observation 1 (incident-7)\n3 infected;")
+	require.Contains(t, out, "observation 2\n2 infected;")
+	out, _, err = runCmd(t, `{"infected":["33","32","8"],"id":"incident-7"}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn", "--json")
+	require.NoError(t, err)
+	var echoed localizeOutput
+	require.NoError(t, json.Unmarshal([]byte(out), &echoed))
+	require.Equal(t, "incident-7", echoed.ID)
 	// A cascade file's line is an observation: its sources are not read.
 	out, _, err = runCmd(t, `{"sources":["33"],"infected":["33","32","8"],"times":{"33":0,"32":1,"8":1}}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 	require.NoError(t, err)
@@ -558,4 +571,22 @@ func TestTrainCascadesFileWarnsOfSimulationFlags(t *testing.T) {
 	_, stderr, err = runCmd(t, "", base...)
 	require.NoError(t, err)
 	require.NotContains(t, stderr, warning)
+	require.NotContains(t, stderr, "every node infected")
+	require.NotContains(t, stderr, `not in \"infected\"`)
+
+	// Valid but suspect recorded cascades are named: every node infected,
+	// and a source observed uninfected with no "recovered" to say why.
+	ids := make([]string, 34)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%q", strconv.Itoa(i))
+	}
+	f, err := os.OpenFile(cascades, os.O_APPEND|os.O_WRONLY, 0)
+	require.NoError(t, err)
+	_, err = fmt.Fprintf(f, "{\"sources\":[\"0\"],\"infected\":[%s]}\n{\"sources\":[\"0\",\"5\"],\"infected\":[\"1\",\"5\"],\"id\":\"incident-7\"}\n", strings.Join(ids, ","))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	_, stderr, err = runCmd(t, "", base...)
+	require.NoError(t, err)
+	require.Contains(t, stderr, "1 of 42 cascades have every node infected")
+	require.Contains(t, stderr, `1 of 42 cascades have a source that is not in \"infected\" and no \"recovered\" to say why`)
 }
