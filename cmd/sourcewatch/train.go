@@ -47,7 +47,7 @@ metrics on the test split, and writes everything into one bundle file.`,
 	}
 	addSimulationFlags(cmd)
 	f := cmd.Flags()
-	f.String("cascades-file", "", "train on recorded cascades (JSONL as written by simulate) instead of simulating")
+	f.String("cascades-file", "", `train on recorded cascades instead of simulating: JSONL as simulate writes it, {"sources":[ids],"infected":[ids]} per line, "times" and "recovered" optional, other keys skipped (see the README)`)
 	f.String("forward", "deepis", "forward-model plugin name (bin/sourcewatch-forward-<name>)")
 	f.StringToString("forward-param", nil, "forward-model parameter name=value (repeatable)")
 	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries")
