@@ -49,11 +49,15 @@ type Settings struct {
 	Runs     int   `json:"runs"`
 	Seed     int64 `json:"seed"`
 	// Train, Validation and Test are the per-run split sizes.
-	Train      int    `json:"train"`
-	Validation int    `json:"validation"`
-	Test       int    `json:"test"`
-	Sources    string `json:"sources"`
-	Pattern    string `json:"pattern"`
+	Train      int `json:"train"`
+	Validation int `json:"validation"`
+	Test       int `json:"test"`
+	// Recorded names the recorded cascades the runs split instead of
+	// simulating (Config.RecordedFrom); the simulation's settings below
+	// are then empty.
+	Recorded string `json:"recorded,omitempty"`
+	Sources  string `json:"sources,omitempty"`
+	Pattern  string `json:"pattern,omitempty"`
 	// Beta, Gamma, P and Threshold are the simulation's parameters as
 	// set, whether or not its diffusion model reads them; Threshold is
 	// LT's node threshold, negative for theta_v ~ U[0,1] per node.
@@ -229,8 +233,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if s.ObservedInfected.N > 0 {
 		held = fmt.Sprintf(" (test snapshots held %.3f ± %.3f)", s.ObservedInfected.Mean, s.ObservedInfected.SD)
 	}
-	fmt.Fprintf(&b, "%s: %d nodes, %d edges; %s, sources %s (%s), observed at %g-%g infected%s\n",
-		name, r.Nodes, r.Edges, r.Diffusion, s.Sources, s.Pattern, s.Observe[0], s.Observe[1], held)
+	if s.Recorded != "" {
+		fmt.Fprintf(&b, "%s: %d nodes, %d edges; cascades recorded in %s%s\n", name, r.Nodes, r.Edges, s.Recorded, held)
+	} else {
+		fmt.Fprintf(&b, "%s: %d nodes, %d edges; %s, sources %s (%s), observed at %g-%g infected%s\n",
+			name, r.Nodes, r.Edges, r.Diffusion, s.Sources, s.Pattern, s.Observe[0], s.Observe[1], held)
+	}
 	runs := "runs"
 	if s.Runs == 1 {
 		runs = "run"

@@ -42,6 +42,13 @@ type Config struct {
 	// cascade (Result.Paired); "" means infected. No comparison is made
 	// when it is not among Methods.
 	PairedWith string
+	// Recorded, when not empty, replaces the simulation: every run splits
+	// these cascades (recorded ones, e.g. diffusion.ReadJSONL's) anew
+	// with its own seed, Cascades is taken to be their number, Sim is not
+	// read, and no forward floor is estimated (it needs the spread's
+	// model). RecordedFrom names them in the report.
+	Recorded     []diffusion.Cascade
+	RecordedFrom string
 	// PluginDir is where every method with a forward model (SL-VAE and
 	// its variants) looks for its plugin binary unless its own
 	// "<method>.plugin_dir" parameter says otherwise; "" leaves each
@@ -160,7 +167,16 @@ func (c Config) Validate(g *graph.Graph) error {
 			return bad("method parameter %q: method %q is not being evaluated", k, m)
 		}
 	}
-	if err := c.Sim.Validate(g); err != nil {
+	if len(c.Recorded) > 0 {
+		if c.Cascades != len(c.Recorded) {
+			return bad("cascades %d: %d recorded cascades given", c.Cascades, len(c.Recorded))
+		}
+		for i, rc := range c.Recorded {
+			if rc.N != g.N() {
+				return bad("recorded cascade %d is over %d nodes, the graph has %d", i+1, rc.N, g.N())
+			}
+		}
+	} else if err := c.Sim.Validate(g); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	// Each method's constructor checks its parameters (unknown keys, bad
@@ -288,6 +304,9 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if len(cfg.Recorded) > 0 {
+		cfg.Cascades = len(cfg.Recorded)
+	}
 	if err := cfg.Validate(g); err != nil {
 		return nil, err
 	}
@@ -317,9 +336,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	for r := 0; r < cfg.Runs; r++ {
 		seed := mix(cfg.Seed, uint64(r))
 		base := r * cfg.Cascades
-		cs, rep, err := diffusion.Simulate(ctx, g, cfg.Sim, cfg.Cascades, seed,
-			diffusion.Workers(workers),
-			diffusion.OnProgress(func(done, _ int) { progress("simulate", base+done, cfg.Runs*cfg.Cascades) }))
+		cs, rep, err := runCascades(ctx, g, cfg, seed, workers, func(done int) { progress("simulate", base+done, cfg.Runs*cfg.Cascades) })
 		if err != nil {
 			if ctx.Err() != nil {
 				return partialReport(ctx, g, cfg, o, redrawn, results[:r], observed, floors, countFloors)
@@ -338,7 +355,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			observed, redrawn = observed[:observedBefore], redrawnBefore
 			floors, countFloors = floors[:min(len(floors), r)], countFloors[:min(len(countFloors), r)]
 		}
-		if cfg.hasForwardModel() {
+		if cfg.hasForwardModel() && len(cfg.Recorded) == 0 {
 			// The truth is read here only for a diagnostic no method sees.
 			sets := make([][]int, min(len(test), FloorSourceSets))
 			for i := range sets {
@@ -501,6 +518,17 @@ const (
 	FloorDraws      = 64
 )
 
+// runCascades simulates a run's cascades, or copies the recorded ones
+// (Split shuffles its input in place).
+func runCascades(ctx context.Context, g *graph.Graph, cfg Config, seed int64, workers int, done func(int)) ([]diffusion.Cascade, diffusion.Report, error) {
+	if len(cfg.Recorded) > 0 {
+		done(len(cfg.Recorded))
+		return slices.Clone(cfg.Recorded), diffusion.Report{}, nil
+	}
+	return diffusion.Simulate(ctx, g, cfg.Sim, cfg.Cascades, seed,
+		diffusion.Workers(workers), diffusion.OnProgress(func(n, _ int) { done(n) }))
+}
+
 // hasForwardModel reports whether a method uses a forward model (SL-VAE or
 // one of its variants), whose error the forward floor puts in context.
 func (c Config) hasForwardModel() bool {
@@ -639,6 +667,16 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 	}
 	if rep.Settings.Pattern == "" {
 		rep.Settings.Pattern = string(diffusion.Uniform)
+	}
+	if len(cfg.Recorded) > 0 {
+		// Nothing was simulated: the simulation's settings would only mislead.
+		rep.Diffusion = "recorded"
+		s := &rep.Settings
+		s.Recorded = cfg.RecordedFrom
+		if s.Recorded == "" {
+			s.Recorded = "recorded cascades"
+		}
+		s.Sources, s.Pattern, s.Beta, s.Gamma, s.P, s.Threshold, s.Observe = "", "", 0, 0, 0, 0, [2]float64{}
 	}
 	// Every method is scored on the same test cascades in the same order,
 	// so a method's values pair with the reference method's.

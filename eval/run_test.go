@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -455,4 +456,52 @@ func TestMethodErrorNamesTheMethodOnce(t *testing.T) {
 		require.ErrorIs(t, err, cause)
 	}
 	require.EqualError(t, methodError{"lpsi", "", errors.New("lpsi: bad")}, "lpsi: bad")
+}
+
+// Recorded cascades replace the simulation: each run splits the same
+// cascades anew, and the report says where they came from.
+func TestRunOnRecordedCascades(t *testing.T) {
+	g := randomGraph(80, 100, 2)
+	sim := testConfig()
+	cs, _, err := diffusion.Simulate(context.Background(), g, sim.Sim, 50, 9)
+	require.NoError(t, err)
+
+	cfg := testConfig()
+	cfg.Methods = []string{"lpsi", "infected"}
+	cfg.Cascades = 7 // ignored: the recorded cascades' number is used
+	cfg.Recorded, cfg.RecordedFrom = cs, "incidents.jsonl"
+	before := slices.Clone(cs)
+	rep, err := Run(context.Background(), g, cfg)
+	require.NoError(t, err)
+	require.Equal(t, "recorded", rep.Diffusion)
+	require.Equal(t, "incidents.jsonl", rep.Settings.Recorded)
+	require.Equal(t, 50, rep.Settings.Cascades)
+	require.Zero(t, rep.Settings.Beta, "nothing simulated, no simulation settings")
+	require.Equal(t, cfg.Runs*rep.Settings.Test, rep.Results[0].F1.N)
+	require.Nil(t, rep.ForwardFloorMSE)
+	// The runs split the same cascades differently: their test
+	// snapshots are not one set repeated.
+	var one, two []int
+	first := func(seed int64) []int {
+		_, _, test := Split(slices.Clone(cs), rep.Settings.Train, rep.Settings.Validation, seed)
+		var sizes []int
+		for _, c := range test {
+			sizes = append(sizes, len(c.Infected))
+		}
+		return sizes
+	}
+	one, two = first(mix(cfg.Seed, 0)), first(mix(cfg.Seed, 1))
+	require.NotEqual(t, one, two)
+	require.Equal(t, before, cs, "the caller's cascades are left in their order")
+
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "cascades recorded in incidents.jsonl")
+
+	// Cascades over another graph are refused.
+	cfg.Recorded = slices.Clone(cs)
+	cfg.Recorded[3] = diffusion.Cascade{N: 5, Sources: []int{0}, Infected: []int{0}}
+	_, err = Run(context.Background(), g, cfg)
+	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorContains(t, err, "recorded cascade 4 is over 5 nodes, the graph has 80")
 }

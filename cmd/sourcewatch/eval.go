@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -24,7 +25,8 @@ func newEvalCmd(a *app) *cobra.Command {
 simulate), splits them 60/20/20 into train, validation and test, fits every
 method on train and validation (each threshold, k or alpha is chosen on
 validation only) and scores it on the test cascades. --runs repeats this with
-new seeds. The table gives, per method, the mean ± sd over all test cascades
+new seeds; --cascades-file evaluates on recorded cascades instead (the
+format train reads), each run splitting them anew. The table gives, per method, the mean ± sd over all test cascades
 of precision, recall, F1, ROC-AUC, top-k hit rate, error distance (hops from
 each true source to the nearest predicted one) and localization time.
 
@@ -62,6 +64,7 @@ leaves them out (and says so), and a list naming them is refused.`,
 	f.String("json", "", `also write the report as JSON to this file ("-": stdout, instead of the table)`)
 	f.String("paired-with", "infected", "method every other one is compared with cascade by cascade (95% intervals of the F1 and AUC differences)")
 	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries of every SL-VAE method (--method-param <method>.plugin_dir overrides it for one)")
+	f.String("cascades-file", "", "evaluate on recorded cascades instead of simulating (train's format); each run splits them anew with its own seed")
 	return cmd
 }
 
@@ -264,13 +267,21 @@ func (a *app) eval(ctx context.Context) error {
 	if err := a.leaveOutUnsupported(g, &cfg, implicit); err != nil {
 		return err
 	}
+	if path := a.v.GetString("cascades_file"); path != "" {
+		if cfg.Recorded, err = a.recordedCascades(g, path); err != nil {
+			return err
+		}
+		cfg.Cascades, cfg.RecordedFrom = len(cfg.Recorded), filepath.Base(path)
+	}
 	if err := cfg.Validate(g); err != nil {
 		return err
 	}
 	if err := checkJSONPath(a.v.GetString("json")); err != nil {
 		return err
 	}
-	a.warnUnusedSettings(g, cfg.Sim)
+	if len(cfg.Recorded) == 0 {
+		a.warnUnusedSettings(g, cfg.Sim)
+	}
 	// one bar over both stages: cascades simulated, then (run, method)
 	// pairs fitted and scored
 	simTotal, methodTotal := cfg.Runs*cfg.Cascades, cfg.Runs*len(cfg.Methods)

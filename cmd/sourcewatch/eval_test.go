@@ -328,3 +328,37 @@ func TestEvalChecksJSONPathFirst(t *testing.T) {
 	require.NoError(t, checkJSONPath(path))
 	require.NoFileExists(t, path)
 }
+
+// eval --cascades-file scores the methods on recorded cascades, and says
+// which simulation flags that makes unused.
+func TestEvalCommandOnRecordedCascades(t *testing.T) {
+	dir := t.TempDir()
+	recorded := filepath.Join(dir, "incidents.jsonl")
+	_, _, err := runCmd(t, "", "simulate", "--graph", evalKarate, "--cascades", "40", "--seed", "5", "--out", recorded)
+	require.NoError(t, err)
+	out := filepath.Join(dir, "report.json")
+	stdout, stderr, err := runEvalCmd(t, "--graph", evalKarate, "--cascades-file", recorded, "--beta", "0.9", "--runs", "2",
+		"--methods", "lpsi,infected,prior", "--json", out, "--log-format", "json")
+	require.NoError(t, err)
+	require.Contains(t, stdout, "cascades recorded in incidents.jsonl")
+	require.Contains(t, stdout, "2 runs x 40 cascades (train 24 / validation 8 / test 8)")
+	require.Contains(t, stderr, "simulation flags are not used with --cascades-file, whose cascades are already spread and observed: --beta")
+	var rep struct {
+		Diffusion string `json:"diffusion"`
+		Settings  struct {
+			Recorded string `json:"recorded"`
+			Cascades int    `json:"cascades"`
+		} `json:"settings"`
+	}
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &rep))
+	require.Equal(t, "recorded", rep.Diffusion)
+	require.Equal(t, "incidents.jsonl", rep.Settings.Recorded)
+	require.Equal(t, 40, rep.Settings.Cascades)
+
+	// A bad line is named before anything is fitted.
+	require.NoError(t, os.WriteFile(recorded, []byte(`{"sources":["0"],"infected":["0","nobody"]}`+"\n"), 0o644))
+	_, _, err = runEvalCmd(t, "--graph", evalKarate, "--cascades-file", recorded, "--methods", "lpsi,infected")
+	require.ErrorContains(t, err, `incidents.jsonl:1: unknown node "nobody" in infected`)
+}

@@ -265,26 +265,10 @@ var simulationKeys = []string{"diffusion", "beta", "gamma", "p", "lt_threshold",
 func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.Cascade, json.RawMessage, error) {
 	v := a.v
 	if path := v.GetString("cascades_file"); path != "" {
-		var unused []string
-		for _, key := range simulationKeys {
-			if v.IsSet(key) {
-				unused = append(unused, "--"+strings.ReplaceAll(key, "_", "-"))
-			}
-		}
-		if len(unused) > 0 {
-			a.log.Warn("simulation flags are not used with --cascades-file, whose cascades are already spread and observed: "+strings.Join(unused, ", "),
-				zap.String("cascades_file", path))
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--cascades-file: %w", err)
-		}
-		defer f.Close()
-		cs, err := diffusion.ReadJSONL(f, g, path)
+		cs, err := a.recordedCascades(g, path)
 		if err != nil {
 			return nil, nil, err
 		}
-		a.warnRecorded(g, cs, path)
 		prov, _ := json.Marshal(map[string]any{"file": filepath.Base(path), "cascades": len(cs)})
 		return cs, prov, nil
 	}
@@ -304,6 +288,32 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 	a.warnOvershoot(g, cfg, cs)
 	prov, _ := json.Marshal(map[string]any{"simulated": cfg.Record(g), "cascades": count, "seed": v.GetInt64("seed")})
 	return cs, prov, nil
+}
+
+// recordedCascades reads --cascades-file, warning of the simulation flags
+// set that it makes unused and of suspect cascades (warnRecorded).
+func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade, error) {
+	var unused []string
+	for _, key := range simulationKeys {
+		if a.v.IsSet(key) {
+			unused = append(unused, "--"+strings.ReplaceAll(key, "_", "-"))
+		}
+	}
+	if len(unused) > 0 {
+		a.log.Warn("simulation flags are not used with --cascades-file, whose cascades are already spread and observed: "+strings.Join(unused, ", "),
+			zap.String("cascades_file", path))
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cascades-file: %w", err)
+	}
+	defer f.Close()
+	cs, err := diffusion.ReadJSONL(f, g, path)
+	if err != nil {
+		return nil, err
+	}
+	a.warnRecorded(g, cs, path)
+	return cs, nil
 }
 
 func toPairs(cs []diffusion.Cascade) []forward.Pair {
