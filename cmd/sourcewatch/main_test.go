@@ -125,3 +125,22 @@ func TestConnectErrorsHideThePassword(t *testing.T) {
 	require.Error(t, err)
 	require.NotContains(t, err.Error(), "s3cretPW")
 }
+
+// A mistyped subcommand of a group fails, so a script notices; the group
+// alone still prints its help.
+func TestUnknownSubcommandFails(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bundle", "inspct", "x.swb"}, `unknown command "inspct" for "sourcewatch bundle"; did you mean inspect?`},
+		{[]string{"plugin", "list"}, `unknown command "list" for "sourcewatch plugin" (commands: check)`},
+		{[]string{"alerts", "tial"}, `did you mean tail?`},
+	} {
+		_, _, err := runCmd(t, "", tc.args...)
+		require.ErrorContains(t, err, tc.want, "%v", tc.args)
+	}
+	out, _, err := runCmd(t, "", "bundle")
+	require.NoError(t, err)
+	require.Contains(t, out, "inspect")
+}

@@ -44,6 +44,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		},
 		PersistentPostRun: func(*cobra.Command, []string) { _ = a.log.Sync() },
 	}
+	root.SetOut(stdout) // help and usage go where the command's output goes
+	root.SetErr(stderr)
 	root.PersistentFlags().String("config", "", "config file (YAML); flags > SOURCEWATCH_* env > config file > defaults")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "auto", "log format: auto (console on a terminal, JSON otherwise), console, json")
@@ -58,7 +60,39 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newAlertsCmd(a),
 		newDemoCmd(a),
 	)
+	for _, c := range root.Commands() {
+		if c.HasSubCommands() && !c.Runnable() {
+			failOnUnknownSubcommand(c)
+		}
+	}
 	return root
+}
+
+// failOnUnknownSubcommand makes a group of commands (bundle, plugin,
+// alerts) refuse an unknown subcommand: cobra would print the group's help
+// and exit 0, so `sourcewatch bundle inspct x.swb || retrain` would skip
+// the retrain.
+func failOnUnknownSubcommand(group *cobra.Command) {
+	group.SuggestionsMinimumDistance = 2
+	group.Args = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		} else {
+			names := []string{}
+			for _, sub := range c.Commands() {
+				if sub.IsAvailableCommand() {
+					names = append(names, sub.Name())
+				}
+			}
+			msg += " (commands: " + strings.Join(names, ", ") + ")"
+		}
+		return errors.New(msg)
+	}
+	group.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
 }
 
 // setup binds the command's flags into viper, reads the config file and
