@@ -401,6 +401,9 @@ func checkKeys(raw any, t reflect.Type, path string) error {
 		for _, k := range keys {
 			ft, ok := fields[strings.ToLower(k)]
 			if !ok {
+				if u := strings.ReplaceAll(strings.ToLower(k), "-", "_"); fields[u] != nil {
+					return fmt.Errorf("%w: %s: unknown key %q: config keys use underscores; did you mean %s?", ErrConfig, path, k, u)
+				}
 				return fmt.Errorf("%w: %s: unknown key %q (known: %s)", ErrConfig, path, k, strings.Join(known, ", "))
 			}
 			if err := checkKeys(m[k], ft, path+"."+strings.ToLower(k)); err != nil {

@@ -91,7 +91,7 @@ graphs:
 func TestLoadRefusesUnknownKeys(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"graph key", minimalYAML + "    intervall: 1s\n", `graphs[0]: unknown key "intervall" (known: name, edges`},
-		{"dashed graph key", minimalYAML + "    min-infected: 4\n", `graphs[0]: unknown key "min-infected"`},
+		{"dashed graph key", minimalYAML + "    min-infected: 4\n", `graphs[0]: unknown key "min-infected": config keys use underscores; did you mean min_infected?`},
 		{"nested section", "nats:\n  tls:\n    cafile: ca.pem\n" + minimalYAML, `nats.tls: unknown key "cafile" (known: cert, key, ca)`},
 		{"section", "ha:\n  enable: true\n" + minimalYAML, `ha: unknown key "enable"`},
 	} {
