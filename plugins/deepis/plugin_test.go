@@ -3,6 +3,7 @@ package deepis
 import (
 	"context"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -72,7 +73,11 @@ func TestThroughPluginProcess(t *testing.T) {
 // per set of launch options; the processes close with the benchmark.
 func benchModels(b *testing.B, name string, launches ...[]forward.LaunchOption) (*graph.Graph, *Model, []*forward.Process) {
 	b.Helper()
-	g, err := graph.Load(filepath.Join("..", "..", "..", "shared", "data", name+".edges"))
+	path := filepath.Join("..", "..", "..", "shared", "data", name+".edges")
+	if _, err := os.Stat(path); err != nil {
+		b.Skipf("no %s (the shared data sets, beside the repository): %v", path, err)
+	}
+	g, err := graph.Load(path)
 	require.NoError(b, err)
 	in := New()
 	require.NoError(b, in.Configure(b.Context(), g, nil, nil))
