@@ -23,7 +23,9 @@ type Config struct {
 	NATS     NATSConfig    `mapstructure:"nats"`
 	Subjects SubjectConfig `mapstructure:"subjects"`
 	Graphs   []GraphConfig `mapstructure:"graphs"`
-	// PluginDir holds the forward plugin binaries.
+	// PluginDir holds the forward plugin binaries; "" leaves the choice to
+	// the program that runs the daemon (sourcewatch serve: the directory
+	// of its own binary when the plugins are there, else bin).
 	PluginDir string `mapstructure:"plugin_dir"`
 	// Workers bounds concurrent inferences across all graphs.
 	Workers int        `mapstructure:"workers"`
@@ -135,7 +137,7 @@ const (
 	DefaultPrefix           = "sourcewatch"
 	DefaultListen           = "127.0.0.1:4222"
 	DefaultHTTPAddr         = "127.0.0.1:7070"
-	DefaultPluginDir        = "bin"
+	DefaultPluginDir        = ""
 	DefaultDataDir          = "data"
 	DefaultWindow           = time.Hour
 	DefaultInterval         = 10 * time.Second

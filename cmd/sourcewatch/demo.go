@@ -86,7 +86,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 	d, err := monitor.New(cfg,
 		monitor.WithLogger(a.log),
 		monitor.WithGraphs(map[string]*graph.Graph{gc.Name: g}),
-		monitor.WithLocalizerFactory(bundleLocalizers(cfg.PluginDir, a.log)),
+		monitor.WithLocalizerFactory(bundleLocalizers(daemonPluginDir(cfg), a.log)),
 		monitor.WithPreflight(bundlePreflight),
 		monitor.WithReload(func(context.Context) (monitor.Config, error) { return loadDaemonConfig(cmd, a.v) }))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
 // defaultPluginDir is the --plugin-dir of the one-shot commands when none
@@ -16,6 +17,16 @@ import (
 // installed copy with its plugins) finds them from any working directory;
 // go run's binary lives in a build cache directory with no plugins, so it
 // keeps looking in ./bin.
+// daemonPluginDir is cfg's plugin_dir, or where no config sets one, the
+// one-shot commands' default: a config copied out of the repository then
+// still finds the plugins beside the binary that runs it.
+func daemonPluginDir(cfg monitor.Config) string {
+	if cfg.PluginDir != "" {
+		return cfg.PluginDir
+	}
+	return defaultPluginDir()
+}
+
 func defaultPluginDir() string {
 	return pluginDirBeside(os.Args[0], os.Executable)
 }

@@ -56,7 +56,7 @@ the environment: nats.url is SOURCEWATCH_NATS_URL.`,
 			}
 			factory := localizerFactory
 			if factory == nil {
-				factory = bundleLocalizers(cfg.PluginDir, a.log)
+				factory = bundleLocalizers(daemonPluginDir(cfg), a.log)
 			}
 			return serve(cmd, a, cfg, factory)
 		},
