@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -126,6 +127,9 @@ type Supervised struct {
 	relaunched []time.Time // the successful relaunches within the span
 
 	failures atomic.Int64 // consecutive, for the backoff
+	// brokenBinary is set when the last launch failed on the binary itself
+	// (see permanentLaunchError): the next relaunch tries at once, once.
+	brokenBinary bool // guarded by lock
 	healthy  atomic.Bool
 	restarts atomic.Int64
 	// live is proc, for Healthy to read without the lock.
@@ -244,13 +248,18 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 	}
 	var last error
 	for attempt := 0; attempt < max(1, s.o.maxAttempts); attempt++ {
-		d := s.o.minBackoff << min(s.failures.Add(1)-1, 30)
-		if d > s.o.maxBackoff || d <= 0 {
-			d = s.o.maxBackoff
-		}
-		s.o.log.Warn("relaunching forward plugin", zap.String("path", s.path), zap.Duration("backoff", d), zap.Int("attempt", attempt+1), zap.NamedError("cause", cause), zap.NamedError("last", last))
-		if err := s.o.sleep(ctx, d); err != nil {
-			return nil, err
+		// A binary found broken last time is tried again at once: waiting
+		// cannot fix it, and a call should learn of it in no time, while
+		// the one who replaced it wants the fix to take at the next call.
+		if !s.brokenBinary {
+			d := s.o.minBackoff << min(s.failures.Add(1)-1, 30)
+			if d > s.o.maxBackoff || d <= 0 {
+				d = s.o.maxBackoff
+			}
+			s.o.log.Warn("relaunching forward plugin", zap.String("path", s.path), zap.Duration("backoff", d), zap.Int("attempt", attempt+1), zap.NamedError("cause", cause), zap.NamedError("last", last))
+			if err := s.o.sleep(ctx, d); err != nil {
+				return nil, err
+			}
 		}
 		p, err := Launch(ctx, s.path, s.o.launch...)
 		if err == nil && s.configured {
@@ -263,8 +272,14 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
+			if permanentLaunchError(err) {
+				s.brokenBinary = true
+				return nil, fmt.Errorf("forward plugin %s: relaunch after %v failed on the binary itself (not retried until the next call): %w", s.path, cause, err)
+			}
+			s.brokenBinary = false
 			continue
 		}
+		s.brokenBinary = false
 		s.proc = p
 		s.live.Store(p)
 		s.healthy.Store(true)
@@ -276,6 +291,12 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 		return p, nil
 	}
 	return nil, fmt.Errorf("forward plugin %s: relaunch after %v failed %d times, last: %w", s.path, cause, s.o.maxAttempts, last)
+}
+
+// permanentLaunchError reports whether a launch failed on the binary
+// itself (another build, removed, not executable), which no wait fixes.
+func permanentLaunchError(err error) bool {
+	return errors.Is(err, ErrChecksum) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission)
 }
 
 // restartable reports whether err means the process is dead or hung, as

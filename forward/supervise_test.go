@@ -130,7 +130,9 @@ func scale(ds []time.Duration, unit time.Duration) []time.Duration {
 	return out
 }
 
-// A binary replaced on disk after launch is refused at relaunch.
+// A binary replaced on disk after launch is refused at relaunch, at once
+// and without waiting on later calls, and a restored one is taken at the
+// next call.
 func TestSupervisedRelaunchChecksChecksum(t *testing.T) {
 	t.Parallel()
 	g := karate(t)
@@ -140,17 +142,38 @@ func TestSupervisedRelaunchChecksChecksum(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, src, 0o755))
 	sum, err := forward.FileSHA256(path)
 	require.NoError(t, err)
+	var rec sleeps
 	s := supervise(t, path, forward.WithLaunchOptions(forward.WithChecksum(sum)),
-		forward.WithRelaunchAttempts(2), forward.WithSleep((&sleeps{}).sleep))
+		forward.WithRelaunchAttempts(3), forward.WithSleep(rec.sleep))
 	require.NoError(t, s.Configure(t.Context(), g, map[string]string{"fault": "crash"}, nil))
-	// The running binary cannot be written, but it can be replaced.
-	require.NoError(t, os.WriteFile(path+".new", append(src, 0), 0o755))
-	require.NoError(t, os.Rename(path+".new", path))
-	_, err = s.Predict(t.Context(), mat.NewDense(1, g.N(), nil))
+	replace := func(data []byte) {
+		// The running binary cannot be written, but it can be replaced.
+		require.NoError(t, os.WriteFile(path+".new", data, 0o755))
+		require.NoError(t, os.Rename(path+".new", path))
+	}
+	replace(append(src, 0))
+	x := mat.NewDense(1, g.N(), nil)
+	_, err = s.Predict(t.Context(), x)
 	require.ErrorIs(t, err, forward.ErrPluginExited)
-	require.ErrorContains(t, err, "checksum mismatch")
+	require.ErrorIs(t, err, forward.ErrChecksum)
+	require.ErrorContains(t, err, "failed on the binary itself")
+	require.Len(t, rec.d, 1, "one launch: another wait cannot fix the binary")
 	require.False(t, s.Healthy())
 	require.Zero(t, s.Restarts())
+
+	// The next call needs a relaunch too, and fails at once.
+	_, err = s.Info(t.Context())
+	require.ErrorIs(t, err, forward.ErrChecksum)
+	require.Len(t, rec.d, 1, "no wait before trying a binary found broken")
+
+	// Put back, the binary is launched at the next call, without a wait.
+	replace(src)
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, "faulty", info.Name)
+	require.Len(t, rec.d, 1)
+	require.EqualValues(t, 1, s.Restarts())
+	require.True(t, s.Healthy())
 }
 
 // Concurrent callers that see the same crash share one relaunch and all
