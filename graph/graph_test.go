@@ -16,6 +16,8 @@ func TestReadErrorsNameFileAndLine(t *testing.T) {
 		{"one field", "0 1\n# c\n2\n", "g.edges:3: want 2 or 3 fields, got 1 (a node without edges is listed as a self-loop, `v v`: the loop is dropped, the node kept)"},
 		{"commas", "0 1\n1,2\n", "g.edges:2: want 2 or 3 fields, got 1 (fields are separated by spaces or tabs, not commas or semicolons)"},
 		{"four fields", "0 1 0.5 9\n", "g.edges:1: want 2 or 3 fields, got 4"},
+		{"not UTF-8", "0 1\n\xff\xfe 3\n", "g.edges:2: not valid UTF-8: node ids are text"},
+		{"control character", "0 1\n1 2\x00\n", "g.edges:2: control character U+0000 in the line"},
 		{"bad weight", "0 1 x\n", `g.edges:1: weight "x" is not a number`},
 		{"weight range", "0 1 1.5\n", "g.edges:1: weight 1.5 outside [0, 1]"},
 		{"mixed weights", "0 1 0.5\n1 2\n", "g.edges:2: 2 fields, but line 1 had 3"},

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Option configures Load and Read.
@@ -73,6 +75,16 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 		}
 		if i := strings.IndexByte(text, '#'); i >= 0 {
 			text = text[:i]
+		}
+		// Node ids travel as JSON and protobuf strings (cascade files,
+		// events, the plugin protocol), which must be UTF-8: an id that is
+		// not would load here and fail far away, or turn into U+FFFD and
+		// merge with another.
+		if !utf8.ValidString(text) {
+			return nil, fmt.Errorf("%s:%d: not valid UTF-8: node ids are text (convert the file, e.g. iconv -f latin1 -t utf-8)", name, line)
+		}
+		if i := strings.IndexFunc(text, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\r' && r != '\v' && r != '\f' }); i >= 0 {
+			return nil, fmt.Errorf("%s:%d: control character %U in the line: node ids are printable text", name, line, []rune(text[i:])[0])
 		}
 		fields := strings.Fields(text)
 		if len(fields) == 0 {
