@@ -152,6 +152,12 @@ const (
 	DefaultLeaseTTL         = 10 * time.Second
 )
 
+// MinInterval is the least interval and snapshot_interval: below it the
+// tickers would spin a core and do nothing useful. Intervals below a
+// second are allowed (tests use them) but logged at start, as a likely
+// typo of 1m for 1ms.
+const MinInterval = 5 * time.Millisecond
+
 // duplicateWindow is the events stream's Nats-Msg-Id deduplication window.
 const duplicateWindow = 2 * time.Minute
 
@@ -479,8 +485,8 @@ func (c Config) Validate() error {
 	if c.DataDir == "" {
 		return bad("data_dir", "must be set")
 	}
-	if c.SnapshotInterval <= 0 {
-		return bad("snapshot_interval", "must be > 0, got %v", c.SnapshotInterval)
+	if c.SnapshotInterval < MinInterval {
+		return bad("snapshot_interval", "must be >= %v, got %v", MinInterval, c.SnapshotInterval)
 	}
 	if c.MaxEventBytes <= 0 {
 		return bad("max_event_bytes", "must be > 0, got %d", c.MaxEventBytes)
@@ -540,8 +546,8 @@ func (c Config) Validate() error {
 		if g.Decay < 0 {
 			return bad(key("decay"), "must be >= 0, got %v", g.Decay)
 		}
-		if g.Interval <= 0 {
-			return bad(key("interval"), "must be > 0, got %v", g.Interval)
+		if g.Interval < MinInterval {
+			return bad(key("interval"), "must be >= %v, got %v (1m is a minute, 1ms a millisecond)", MinInterval, g.Interval)
 		}
 		if g.MinChanges < 0 {
 			return bad(key("min_changes"), "must be >= 0, got %d", g.MinChanges)

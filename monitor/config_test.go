@@ -118,7 +118,8 @@ func TestValidateNamesTheKey(t *testing.T) {
 	}{
 		{"window zero", two + "    window: 0s\n", "graphs[1].window: must be > 0"},
 		{"negative decay", two + "    decay: -1s\n", "graphs[1].decay: must be >= 0"},
-		{"interval", two + "    interval: 0s\n", "graphs[1].interval: must be > 0"},
+		{"interval", two + "    interval: 0s\n", "graphs[1].interval: must be >= 5ms, got 0s"},
+		{"interval too short", two + "    interval: 1ns\n", "graphs[1].interval: must be >= 5ms, got 1ns (1m is a minute, 1ms a millisecond)"},
 		{"min_infected", two + "    min_infected: 0\n", "graphs[1].min_infected: must be >= 1"},
 		{"dup name", minimalYAML + minimalYAML[len("\ngraphs:\n"):], `graphs[1].name: "karate" already used by graphs[0]`},
 		{"bad name", strings.Replace(minimalYAML, "karate\n", "a.b\n", 1), `graphs[0].name: "a.b"`},

@@ -512,6 +512,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	loops.Go(func() { d.limiter.flushLoop(loopCtx) })
 
 	close(d.ready)
+	for _, gr := range d.order {
+		if iv := gr.gc.Load().Interval; iv < time.Second {
+			d.log.Warn("interval below a second: the graph is considered for inference that often (1m is a minute, 1ms a millisecond)",
+				zap.String("graph", gr.name), zap.Duration("interval", iv))
+		}
+	}
 	d.log.Info("sourcewatch serving", zap.Int("graphs", len(d.order)),
 		zap.String("nats", RedactURLs(d.ClientURL())), zap.String("http", d.HTTPAddr()))
 
