@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sourcewatch/sourcewatch/graph"
@@ -509,6 +510,11 @@ func (m *Manifest) check() error {
 	}
 	if err := (Options{Variant: s.Variant}).Validate(); err != nil {
 		return fmt.Errorf("solve.%w", err)
+	}
+	// The name becomes a file name in the plugin directory: a path would
+	// reach outside it.
+	if f := m.Forward.Name; f == "" || f == "." || f == ".." || strings.ContainsAny(f, `/\`) {
+		return fmt.Errorf("forward.name: %q, want a plain plugin name such as \"deepis\"", f)
 	}
 	if err := m.Ranking.check(); err != nil {
 		return err

@@ -358,6 +358,8 @@ func TestBundleRefusesBadSettings(t *testing.T) {
 				key, v := path[i].(string), path[i+1]
 				if s, ok := strings.CutPrefix(key, "solve."); ok {
 					m["solve"].(map[string]any)[s] = v
+				} else if s, ok := strings.CutPrefix(key, "forward."); ok {
+					m["forward"].(map[string]any)[s] = v
 				} else {
 					m[key] = v
 				}
@@ -380,6 +382,8 @@ func TestBundleRefusesBadSettings(t *testing.T) {
 		{"many restarts", set("solve.restarts", 1e8), "manifest.json: solve.restarts: 100000000 outside 0..4096"},
 		{"restarts 2^60", set("solve.restarts", json.Number("1152921504606846976")), "solve.restarts: 1152921504606846976 outside 0..4096"},
 		{"negative restarts", set("solve.restarts", -1), "solve.restarts: -1 outside 0..4096"},
+		{"forward name a path", set("forward.name", "../../bin/sh"), `forward.name: "../../bin/sh", want a plain plugin name`},
+		{"no forward name", set("forward.name", ""), `forward.name: "", want a plain plugin name`},
 		{"negative init steps", set("solve.init_steps", -1, "solve.opt_steps", 50), "solve.init_steps: -1 outside 0..100000"},
 		{"many opt steps", set("solve.opt_steps", 1e9), "solve.opt_steps: 1000000000 outside 0..100000"},
 		{"negative learning rate", set("solve.learning_rate", -0.1), "solve.learning_rate: -0.1, want a finite value >= 0"},
