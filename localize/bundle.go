@@ -340,9 +340,10 @@ const (
 
 // Limits of a bundle's solve settings: far above any Train records (R = 8,
 // 20 + 50 steps), low enough that a hostile manifest cannot make Solve
-// allocate R·n-sized buffers or step for hours.
+// allocate R·n-sized buffers or step for hours. MaxRestarts bounds a
+// caller's restarts too.
 const (
-	maxRestarts = 4096
+	MaxRestarts = 4096
 	maxSteps    = 100000
 )
 
@@ -497,8 +498,8 @@ func (m *Manifest) check() error {
 	switch {
 	case !(m.Threshold > 0 && m.Threshold <= 1):
 		return fmt.Errorf("threshold: %g outside (0, 1]", m.Threshold)
-	case s.Restarts < 0 || s.Restarts > maxRestarts:
-		return fmt.Errorf("solve.restarts: %d outside 0..%d", s.Restarts, maxRestarts)
+	case s.Restarts < 0 || s.Restarts > MaxRestarts:
+		return fmt.Errorf("solve.restarts: %d outside 0..%d", s.Restarts, MaxRestarts)
 	case s.InitSteps < 0 || s.InitSteps > maxSteps:
 		return fmt.Errorf("solve.init_steps: %d outside 0..%d", s.InitSteps, maxSteps)
 	case s.OptSteps < 0 || s.OptSteps > maxSteps:

@@ -374,7 +374,7 @@ func TestBundleRefusesBadSettings(t *testing.T) {
 		{"zero settings", good, ""},
 		{"settings Train records", set("threshold", 0.05, "solve.restarts", 8, "solve.init_steps", 20, "solve.opt_steps", 10,
 			"solve.learning_rate", 0.05, "solve.prior_weight", 1e-3, "solve.variant", "datainit"), ""},
-		{"largest settings", set("threshold", 1, "solve.restarts", maxRestarts, "solve.init_steps", maxSteps, "solve.opt_steps", maxSteps,
+		{"largest settings", set("threshold", 1, "solve.restarts", MaxRestarts, "solve.init_steps", maxSteps, "solve.opt_steps", maxSteps,
 			"solve.learning_rate", 10, "solve.prior_weight", 1e6), ""},
 		{"threshold above 1", set("threshold", 1.5), "manifest.json: threshold: 1.5 outside (0, 1]"},
 		{"negative threshold", set("threshold", -3), "threshold: -3 outside (0, 1]"},

@@ -115,6 +115,12 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	if path == "" {
 		return fmt.Errorf("--bundle: the bundle file is required")
 	}
+	if err := checkSizes(v, map[string]int{"restarts": 0, "top": 0}); err != nil {
+		return err
+	}
+	if r := v.GetInt("restarts"); r > localize.MaxRestarts {
+		return fmt.Errorf("--restarts: %d, want at most %d", r, localize.MaxRestarts)
+	}
 	if t := v.GetFloat64("threshold"); !(t >= 0 && t <= 1) {
 		return fmt.Errorf("--threshold: %g outside [0, 1] (0: the bundle's)", t)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
@@ -116,6 +118,19 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	initSteps, optSteps := v.GetInt("init_steps"), v.GetInt("opt_steps")
 	if initSteps < 0 || optSteps < 0 {
 		return fmt.Errorf("--init-steps %d, --opt-steps %d: want non-negative step counts", initSteps, optSteps)
+	}
+	// 0 means the default for most of these; a negative value meant it too,
+	// silently, which hid a typo.
+	if err := checkSizes(v, map[string]int{
+		"forward_epochs": 0, "prior_hidden": 0, "prior_latent": 0, "prior_epochs": 0,
+		"prototypes": 1, "restarts": 1, "val_solves": 1, "test_solves": 0,
+	}); err != nil {
+		return err
+	}
+	for _, key := range []string{"forward_lr", "lambda"} {
+		if x := v.GetFloat64(key); !(x >= 0) || math.IsInf(x, 1) {
+			return fmt.Errorf("--%s: %g, want a finite value >= 0 (0: the plugin's default)", strings.ReplaceAll(key, "_", "-"), x)
+		}
 	}
 	var optGrid []int
 	if optSteps == 0 {
@@ -314,6 +329,21 @@ func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade
 	}
 	a.warnRecorded(g, cs, path)
 	return cs, nil
+}
+
+// checkSizes checks integer flags against their least allowed values,
+// naming the first one below, as its flag.
+func checkSizes(v *viper.Viper, least map[string]int) error {
+	for _, key := range slices.Sorted(maps.Keys(least)) {
+		if x := v.GetInt(key); x < least[key] {
+			hint := ""
+			if least[key] == 0 {
+				hint = " (0: the default)"
+			}
+			return fmt.Errorf("--%s: %d, want >= %d%s", strings.ReplaceAll(key, "_", "-"), x, least[key], hint)
+		}
+	}
+	return nil
 }
 
 func toPairs(cs []diffusion.Cascade) []forward.Pair {
