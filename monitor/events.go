@@ -190,8 +190,15 @@ var errNotEvent = errors.New("an empty event: an event needs node and state")
 // (an event id remembered for deduplication) must be cloned.
 func decodeMessage(dst []decoded, data []byte) ([]decoded, bool) {
 	out := dst[:0]
+	// A byte-order mark (Windows tools write one) is not JSON.
+	data = bytes.TrimPrefix(data, []byte("\ufeff"))
 	i := skipSpace(data, 0)
 	if i < len(data) && data[i] == '[' {
+		if j := skipSpace(data, i+1); j < len(data) && data[j] == ']' && skipSpace(data, j+1) == len(data) {
+			// Nothing to apply, but a producer that sends it has a bug
+			// worth seeing.
+			return append(out, decoded{raw: data, reason: ReasonBadJSON, detail: "an empty array: a batch holds at least one event"}), false
+		}
 		// Fast path: a well-formed array decodes in one pass; only a bad
 		// one is split into elements to find and keep the bad ones.
 		if evs, ok := fastArray(out, data); ok {

@@ -61,6 +61,8 @@ func TestDecodeMessage(t *testing.T) {
 		{"two values", `{"node":"1","state":"infected"} {"node":"2"}`, []string{ReasonBadJSON}},
 		{"a number", `7`, []string{ReasonBadJSON}},
 		{"a number node", `{"node":7,"state":"infected"}`, []string{ReasonBadJSON}},
+		{"empty array", ` [ ] `, []string{ReasonBadJSON}},
+		{"byte-order mark", "\ufeff{\"node\":\"1\",\"state\":\"infected\"}", []string{""}},
 	}
 	details := map[string]string{
 		"unknown key":             `json: unknown field "timestamp" (an event has node, state, ts and id)`,
@@ -69,6 +71,7 @@ func TestDecodeMessage(t *testing.T) {
 		"empty object":            "an empty event: an event needs node and state",
 		"a number":                "not an event: a JSON number, want an object (or an array of them)",
 		"a number node":           `"node" is a JSON number, want a string`,
+		"empty array":             "an empty array: a batch holds at least one event",
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

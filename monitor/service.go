@@ -106,7 +106,14 @@ func (d *Daemon) Status() Status {
 func (d *Daemon) Localize(ctx context.Context, req LocalizeRequest) (LocalizeResponse, error) {
 	gr, ok := d.graphs[req.Graph]
 	if !ok {
-		return LocalizeResponse{}, fmt.Errorf("%w: %q", ErrUnknownGraph, clip(req.Graph))
+		names := make([]string, len(d.order))
+		for i, g := range d.order {
+			names[i] = g.name
+		}
+		if req.Graph == "" {
+			return LocalizeResponse{}, fmt.Errorf(`%w: "graph" is missing or empty: name one of %s`, errBadRequest, strings.Join(names, ", "))
+		}
+		return LocalizeResponse{}, fmt.Errorf("%w: %q (graphs: %s)", ErrUnknownGraph, clip(req.Graph), strings.Join(names, ", "))
 	}
 	if len(req.Infected) == 0 {
 		return LocalizeResponse{}, fmt.Errorf(`%w: "infected" is missing or empty: nothing to localize`, errBadRequest)

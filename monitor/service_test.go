@@ -55,13 +55,14 @@ func TestMicroEndpoints(t *testing.T) {
 	require.Contains(t, m.Header.Get(micro.ErrorHeader), `no node "99"`)
 	m = request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "zz", Infected: []string{"1"}})
 	require.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader))
-	require.Contains(t, m.Header.Get(micro.ErrorHeader), `unknown graph: "zz"`)
+	require.Contains(t, m.Header.Get(micro.ErrorHeader), `unknown graph: "zz" (graphs: p, q)`)
 	// Nothing infected, or a misspelt key, is refused rather than
 	// localized as an empty observation.
 	for body, want := range map[string]string{
 		`{"graph":"p"}`:                     `"infected" is missing or empty`,
 		`{"graph":"p","infected":[]}`:       `"infected" is missing or empty`,
 		`{"graph":"p","infectd":["1","2"]}`: `unknown field "infectd"`,
+		`{"infected":["1"]}`:                `"graph" is missing or empty: name one of p, q`,
 	} {
 		m, err := r.nc.Request("sourcewatch.svc.localize", []byte(body), 10*time.Second)
 		require.NoError(t, err)
