@@ -167,7 +167,7 @@ func (c Config) Validate(g *graph.Graph) error {
 		}
 	case LT:
 		if math.IsNaN(c.Threshold) || c.Threshold > 1 {
-			return bad("threshold %v above 1 (negative means uniform random)", c.Threshold)
+			return bad("threshold %v: want at most 1 (negative means uniform random)", c.Threshold)
 		}
 	default:
 		return bad("unknown model %q (want SI, SIR, IC or LT)", c.Model)

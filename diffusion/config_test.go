@@ -31,7 +31,7 @@ func TestValidate(t *testing.T) {
 		{"IC p", func(c *Config) { c.Model, c.P = IC, -0.1 }, g, "p -0.1 outside (0, 1]"},
 		{"IC weighted ignores p", func(c *Config) { c.Model, c.P, c.Sources = IC, 0, SourceSpec{Count: 1} }, weighted, ""},
 		{"SI ignores p", func(c *Config) { c.P = 7 }, g, ""},
-		{"LT threshold", func(c *Config) { c.Model, c.Threshold = LT, 1.2 }, g, "threshold 1.2 above 1"},
+		{"LT threshold", func(c *Config) { c.Model, c.Threshold = LT, 1.2 }, g, "threshold 1.2: want at most 1"},
 		{"two source forms", func(c *Config) { c.Sources = SourceSpec{Count: 2, Ratio: 0.1} }, g, "exactly one of count, ratio"},
 		{"no source form", func(c *Config) { c.Sources = SourceSpec{} }, g, "exactly one of count, ratio"},
 		{"count too big", func(c *Config) { c.Sources = SourceSpec{Count: 35} }, g, "count 35 exceeds the graph's 34 nodes"},

@@ -235,7 +235,7 @@ func simulationConfig(v *viper.Viper) (diffusion.Config, error) {
 		}
 	case diffusion.LT:
 		if math.IsNaN(cfg.Threshold) || cfg.Threshold > 1 {
-			return cfg, fmt.Errorf("--lt-threshold: %v is above 1 (negative means uniform random)", cfg.Threshold)
+			return cfg, fmt.Errorf("--lt-threshold: %v, want at most 1 (negative means uniform random)", cfg.Threshold)
 		}
 	}
 

@@ -112,7 +112,7 @@ func TestSimulateCommandErrorsNameTheFlag(t *testing.T) {
 		{"beta", []string{"--beta", "1.5"}, "--beta: 1.5 is not a probability"},
 		{"gamma", []string{"--diffusion", "SIR", "--gamma", "-1"}, "--gamma: -1 is not a probability"},
 		{"p", []string{"--diffusion", "IC", "--p", "0"}, "--p: 0 is not a probability"},
-		{"lt threshold", []string{"--diffusion", "LT", "--lt-threshold", "2"}, "--lt-threshold: 2 is above 1"},
+		{"lt threshold", []string{"--diffusion", "LT", "--lt-threshold", "2"}, "--lt-threshold: 2, want at most 1"},
 		{"sources text", []string{"--sources", "many"}, `--sources: want a count N or a range MIN-MAX, got "many"`},
 		{"sources zero", []string{"--sources", "0"}, "--sources: count 0 is not positive"},
 		{"sources range", []string{"--sources", "5-2"}, "--sources: range 5-2 needs"},
