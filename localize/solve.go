@@ -151,11 +151,16 @@ func (o Options) Validate() error {
 	if o.Threshold < 0 || o.Threshold > 1 {
 		return fmt.Errorf("threshold: %g outside [0, 1]", o.Threshold)
 	}
-	if o.InitSteps < 0 {
-		return fmt.Errorf("init_steps: %d is negative", o.InitSteps)
+	// The bounds a bundle's manifest is held to (see Manifest.check): a
+	// bundle trained with more could not be loaded.
+	if o.Restarts < 0 || o.Restarts > MaxRestarts {
+		return fmt.Errorf("restarts: %d outside 0..%d", o.Restarts, MaxRestarts)
 	}
-	if o.OptSteps < 0 {
-		return fmt.Errorf("opt_steps: %d is negative", o.OptSteps)
+	if o.InitSteps < 0 || o.InitSteps > maxSteps {
+		return fmt.Errorf("init_steps: %d outside 0..%d", o.InitSteps, maxSteps)
+	}
+	if o.OptSteps < 0 || o.OptSteps > maxSteps {
+		return fmt.Errorf("opt_steps: %d outside 0..%d", o.OptSteps, maxSteps)
 	}
 	if !(o.PriorWeight >= 0) || math.IsInf(o.PriorWeight, 1) {
 		return fmt.Errorf("prior_weight: %g, want a finite value >= 0 (0: the default 1)", o.PriorWeight)

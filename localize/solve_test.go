@@ -244,8 +244,10 @@ func TestOptionsValidate(t *testing.T) {
 		edit func(*Options)
 		want string
 	}{
-		{"negative init steps", func(o *Options) { o.InitSteps = -1 }, "init_steps: -1 is negative"},
-		{"negative opt steps", func(o *Options) { o.OptSteps = -2 }, "opt_steps: -2 is negative"},
+		{"negative init steps", func(o *Options) { o.InitSteps = -1 }, "init_steps: -1 outside 0..100000"},
+		{"negative opt steps", func(o *Options) { o.OptSteps = -2 }, "opt_steps: -2 outside 0..100000"},
+		{"too many steps", func(o *Options) { o.OptSteps = 200000 }, "opt_steps: 200000 outside 0..100000"},
+		{"too many restarts", func(o *Options) { o.Restarts = MaxRestarts + 1 }, "restarts: 4097 outside 0..4096"},
 		{"negative prior weight", func(o *Options) { o.PriorWeight = -0.5 }, "prior_weight: -0.5"},
 		{"NaN prior weight", func(o *Options) { o.PriorWeight = math.NaN() }, "prior_weight: NaN"},
 		{"variant", func(o *Options) { o.Variant = "fast" }, `variant: want full, a, b, noprior or datainit, got "fast"`},

@@ -150,8 +150,8 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		return nil, fmt.Errorf("training: prior weight scale %g: want a finite value > 0", cfg.PriorWeightScale)
 	}
 	for _, k := range cfg.OptStepsGrid {
-		if k < 1 {
-			return nil, fmt.Errorf("training: opt steps grid %v: every value must be >= 1", cfg.OptStepsGrid)
+		if k < 1 || k > maxSteps {
+			return nil, fmt.Errorf("training: opt steps grid %v: every value must be in 1..%d", cfg.OptStepsGrid, maxSteps)
 		}
 	}
 	if progress == nil {
