@@ -102,7 +102,7 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return fmt.Errorf("jetstream on %s: %w", url, err)
+		return fmt.Errorf("jetstream on %s: %w", monitor.RedactURLs(url), err)
 	}
 
 	prefix, graph, asJSON := tailPrefix(cmd, v), v.GetString("graph"), v.GetBool("json")

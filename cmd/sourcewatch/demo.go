@@ -126,11 +126,13 @@ func runDemo(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		cancel()
 		wg.Wait()
-		return fmt.Errorf("connecting to %s: %w", monitor.RedactURLs(url), err)
+		return fmt.Errorf("connecting to %s: %w", monitor.RedactURLs(url), monitor.RedactError(err, url))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
+		cancel()
+		wg.Wait()
 		return err
 	}
 	prefix := cfg.Subjects.Prefix
