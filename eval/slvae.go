@@ -283,12 +283,15 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 	if log == nil {
 		log = zap.NewNop()
 	}
-	sum, err := localize.PluginChecksum(m.pluginDir, m.forward)
+	path, err := forward.PluginPath(m.pluginDir, m.forward)
 	if err != nil {
 		return fmt.Errorf("%s: %w", m.name, err)
 	}
-	path, _ := forward.PluginPath(m.pluginDir, m.forward)
-	raw, _ := hex.DecodeString(sum)
+	raw, err := forward.FileSHA256(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", m.name, err)
+	}
+	sum := hex.EncodeToString(raw)
 	proc, err := forward.Launch(ctx, path, forward.WithLogger(log.Named("plugin")), forward.WithChecksum(raw))
 	if err != nil {
 		return fmt.Errorf("%s: %w", m.name, err)

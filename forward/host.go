@@ -546,7 +546,7 @@ func (p *Process) decode(op, field string, m *forwardpb.Matrix, rows, cols int) 
 func (p *Process) unpack(op, field string, m *forwardpb.Matrix) (*mat.Dense, error) {
 	d, err := MatrixFromProto(m, field)
 	if err != nil {
-		return nil, fmt.Errorf("forward plugin %s: %s: %v: %w", p.name, op, err, ErrBadOutput)
+		return nil, fmt.Errorf("forward plugin %s: %s: %w: %w", p.name, op, err, ErrBadOutput)
 	}
 	return d, nil
 }

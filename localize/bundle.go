@@ -395,7 +395,7 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (
 	}
 	zr, err := zip.NewReader(r, size)
 	if err != nil {
-		return nil, fmt.Errorf("%w: not a bundle archive: %v", ErrBadBundle, err)
+		return nil, fmt.Errorf("%w: not a bundle archive: %w", ErrBadBundle, err)
 	}
 	raw := make(map[string][]byte, len(lim.entry))
 	var total int64
@@ -417,7 +417,7 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (
 		limit = min(limit, lim.total-total)
 		rc, err := f.Open()
 		if err != nil {
-			return nil, fmt.Errorf("%w: entry %s: %v", ErrBadBundle, f.Name, err)
+			return nil, fmt.Errorf("%w: entry %s: %w", ErrBadBundle, f.Name, err)
 		}
 		// archive/zip stops at the declared size; the limit holds
 		// whatever the header says.
@@ -425,7 +425,7 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (
 		rc.Close()
 		if err != nil {
 			// archive/zip checks each entry's CRC-32 on read.
-			return nil, fmt.Errorf("%w: entry %s: %v", ErrBundleChecksum, f.Name, err)
+			return nil, fmt.Errorf("%w: entry %s: %w", ErrBundleChecksum, f.Name, err)
 		}
 		if int64(len(data)) > limit {
 			return nil, fmt.Errorf("%w: entry %s holds more than its limit of %d bytes", ErrBadBundle, f.Name, limit)
@@ -470,14 +470,14 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (
 		b.vaeNodes, b.vaeConfig = b.VAE.Nodes(), b.VAE.Config()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryVAE, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadBundle, entryVAE, err)
 	}
 	if err := b.Terms.UnmarshalBinary(raw[entryTerms]); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryTerms, err)
+		return nil, fmt.Errorf("%w: %s: %w", ErrBadBundle, entryTerms, err)
 	}
 	g, err := graph.Read(bytes.NewReader(raw[entryGraph]), entryGraph, graph.Directed(m.Graph.Directed))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadBundle, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadBundle, err)
 	}
 	if g.Fingerprint() != m.Graph.Fingerprint || g.N() != m.Graph.Nodes {
 		return nil, fmt.Errorf("%w: stored graph (%d nodes, fingerprint %.12s) does not match the manifest (%d nodes, %.12s)",
@@ -485,7 +485,7 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (
 	}
 	b.Graph = g
 	if err := b.checkSizes(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBadBundle, err)
+		return nil, fmt.Errorf("%w: %w", ErrBadBundle, err)
 	}
 	return b, nil
 }
@@ -539,13 +539,13 @@ func (m *Manifest) check() error {
 func decodeManifest(data []byte) (Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(data, &m); err != nil {
-		return Manifest{}, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryManifest, err)
+		return Manifest{}, fmt.Errorf("%w: %s: %w", ErrBadBundle, entryManifest, err)
 	}
 	if m.Format < minFormatVersion || m.Format > FormatVersion {
 		return Manifest{}, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d to %d", ErrBundleVersion, m.Format, minFormatVersion, FormatVersion)
 	}
 	if err := m.check(); err != nil {
-		return Manifest{}, fmt.Errorf("%w: %s: %v", ErrBadBundle, entryManifest, err)
+		return Manifest{}, fmt.Errorf("%w: %s: %w", ErrBadBundle, entryManifest, err)
 	}
 	return m, nil
 }
@@ -566,7 +566,7 @@ func ReadManifest(path string) (Manifest, error) {
 	}
 	zr, err := zip.NewReader(f, fi.Size())
 	if err != nil {
-		return Manifest{}, fmt.Errorf("loading bundle %q: %w: not a bundle archive: %v", path, ErrBadBundle, err)
+		return Manifest{}, fmt.Errorf("loading bundle %q: %w: not a bundle archive: %w", path, ErrBadBundle, err)
 	}
 	for _, e := range zr.File {
 		if e.Name != entryManifest {
@@ -577,12 +577,12 @@ func ReadManifest(path string) (Manifest, error) {
 		}
 		rc, err := e.Open()
 		if err != nil {
-			return Manifest{}, fmt.Errorf("loading bundle %q: %w: entry %s: %v", path, ErrBadBundle, e.Name, err)
+			return Manifest{}, fmt.Errorf("loading bundle %q: %w: entry %s: %w", path, ErrBadBundle, e.Name, err)
 		}
 		data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes))
 		rc.Close()
 		if err != nil {
-			return Manifest{}, fmt.Errorf("loading bundle %q: %w: entry %s: %v", path, ErrBundleChecksum, e.Name, err)
+			return Manifest{}, fmt.Errorf("loading bundle %q: %w: entry %s: %w", path, ErrBundleChecksum, e.Name, err)
 		}
 		m, err := decodeManifest(data)
 		if err != nil {

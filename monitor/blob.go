@@ -56,15 +56,15 @@ func putBlob(ctx context.Context, kv jetstream.KeyValue, key string, data []byte
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	if _, err := zw.Write(data); err != nil {
-		return err
+		return fmt.Errorf("compressing %s: %w", key, err)
 	}
 	if err := zw.Close(); err != nil {
-		return err
+		return fmt.Errorf("compressing %s: %w", key, err)
 	}
 	old := oldHeader(ctx, kv, key)
 	if buf.Len() <= maxPart {
 		if _, err := kv.Put(ctx, key, buf.Bytes()); err != nil {
-			return err
+			return fmt.Errorf("storing %s: %w", key, err)
 		}
 		deleteParts(ctx, kv, key, old)
 		return nil
@@ -77,14 +77,14 @@ func putBlob(ctx context.Context, kv jetstream.KeyValue, key string, data []byte
 		n := min(len(rest), maxPart)
 		if _, err := kv.Put(ctx, partKey(key, h.ID, h.Parts), rest[:n]); err != nil {
 			deleteParts(ctx, kv, key, &blobHeader{Parts: h.Parts, ID: h.ID})
-			return fmt.Errorf("part %d: %w", h.Parts, err)
+			return fmt.Errorf("storing %s, part %d: %w", key, h.Parts, err)
 		}
 		rest = rest[n:]
 	}
 	head, _ := json.Marshal(h)
 	if _, err := kv.Put(ctx, key, head); err != nil {
 		deleteParts(ctx, kv, key, &h)
-		return err
+		return fmt.Errorf("storing %s: %w", key, err)
 	}
 	deleteParts(ctx, kv, key, old)
 	return nil

@@ -281,7 +281,9 @@ func (d *Daemon) Config() Config {
 }
 
 // PluginRestarted counts a relaunch of graph's forward plugin in
-// sourcewatch_plugin_restarts_total; the localize adapter calls it.
+// sourcewatch_plugin_restarts_total: the daemon calls it when it builds a
+// new Localizer for a failed one, and a Localizer without Restarts() may
+// call it for relaunches of its own.
 func (d *Daemon) PluginRestarted(graph string) {
 	d.metrics.restarts.WithLabelValues(graph).Inc()
 }

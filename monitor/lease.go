@@ -156,10 +156,10 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 			if gerr == nil {
 				holder = "replica " + string(e.Value())
 			}
-			lost <- fmt.Errorf("%w: %s holds it: %v", ErrLeaseLost, holder, err)
+			lost <- fmt.Errorf("%w: %s holds it: %w", ErrLeaseLost, holder, err)
 			return
 		case time.Since(last) > 2*l.ttl/3:
-			lost <- fmt.Errorf("%w: not renewed for %v: %v", ErrLeaseLost, time.Since(last).Round(time.Millisecond), err)
+			lost <- fmt.Errorf("%w: not renewed for %v: %w", ErrLeaseLost, time.Since(last).Round(time.Millisecond), err)
 			return
 		}
 	}
