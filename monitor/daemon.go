@@ -154,7 +154,7 @@ type graphRT struct {
 
 	inflight   atomic.Bool
 	relaunches atomic.Int64 // relaunches since the last successful inference or a tick that found the plugin up
-	inferMu    sync.Mutex   // one Localize at a time per graph
+	inferMu    ctxMutex     // one Localize at a time per graph
 	// inferred is the observation's infected set at the last successful
 	// inference (y_v > 0), nil until the first one of this process.
 	inferred    atomic.Pointer[[]bool]
@@ -911,8 +911,12 @@ func (d *Daemon) localize(ctx context.Context, gr *graphRT, y []float64) (Infere
 		h.mu.RLock()
 	}
 	defer h.mu.RUnlock()
-	gr.inferMu.Lock()
-	defer gr.inferMu.Unlock()
+	// A localize request waits for a running inference of its graph, but
+	// no longer than its own deadline.
+	if err := gr.inferMu.lock(ctx); err != nil {
+		return Inference{}, nil, 0, fmt.Errorf("graph %q: waiting for the inference running: %w", gr.name, err)
+	}
+	defer gr.inferMu.unlock()
 	start := time.Now()
 	inf, err := h.l.Localize(ctx, y)
 	dur := time.Since(start)
@@ -1421,3 +1425,22 @@ func (l *logLimiter) flushLoop(ctx context.Context) {
 // ErrUnknownNode is returned by the localize endpoint for ids the graph
 // does not have.
 var ErrUnknownNode = errors.New("unknown node")
+
+// ctxMutex is a mutex whose waiters can give up when their ctx ends. The
+// zero value is unlocked.
+type ctxMutex struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (m *ctxMutex) lock(ctx context.Context) error {
+	m.once.Do(func() { m.ch = make(chan struct{}, 1) })
+	select {
+	case m.ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m *ctxMutex) unlock() { <-m.ch }
