@@ -369,7 +369,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			}
 		}()
 		cleanup = append(cleanup, func() {
-			shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			_ = httpSrv.Shutdown(shCtx)
 			cancel()
 			<-httpDone
@@ -537,7 +537,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// Stop taking work in, then finish what is in flight.
 	d.bound.Store(false)
 	if httpSrv != nil {
-		shCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		shCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		_ = httpSrv.Shutdown(shCtx)
 		cancel()
 	}
@@ -564,12 +564,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		// One more try at alerts still pending (stopWork may have cut a
 		// publish short); what stays pending is saved by the final
 		// snapshot, for the next run to send.
-		drainCtx, cancelDrain := context.WithTimeout(context.Background(), 5*time.Second)
+		drainCtx, cancelDrain := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		for _, gr := range d.order {
 			d.flush(drainCtx, gr, 1)
 		}
 		cancelDrain()
-		finalCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		finalCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
 		if err := d.snapshotAll(finalCtx, true); err != nil {
 			d.log.Error("final snapshot", zap.Error(err))
