@@ -47,7 +47,7 @@ func BenchmarkBurstToAlert(b *testing.B) {
 	gc.Edges, gc.Bundle = edges, bundle
 	gc.Interval, gc.MinInfected = interval, 2
 	cfg := testDaemonConfig(b, pluginDir, gc)
-	d, err := monitor.New(cfg, monitor.WithLocalizerFactory(bundleLocalizers(pluginDir, zap.NewNop())))
+	d, err := monitor.New(cfg, monitor.WithLocalizerFactory(monitor.BundleLocalizers(pluginDir, zap.NewNop())))
 	require.NoError(b, err)
 	ctx, js := runDaemon(b, d)
 	got := make(chan alerts.Alert, 16)

@@ -86,8 +86,8 @@ func runDemo(cmd *cobra.Command, a *app) error {
 	d, err := monitor.New(cfg,
 		monitor.WithLogger(a.log),
 		monitor.WithGraphs(map[string]*graph.Graph{gc.Name: g}),
-		monitor.WithLocalizerFactory(bundleLocalizers(daemonPluginDir(cfg), a.log)),
-		monitor.WithPreflight(bundlePreflight),
+		monitor.WithLocalizerFactory(monitor.BundleLocalizers(daemonPluginDir(cfg), a.log)),
+		monitor.WithPreflight(monitor.BundlePreflight),
 		monitor.WithReload(func(context.Context) (monitor.Config, error) { return loadDaemonConfig(cmd, a.v) }))
 	if err != nil {
 		return err

@@ -44,7 +44,7 @@ func TestDaemonPluginLifecycle(t *testing.T) {
 
 	reloadTo := cfg
 	d, err := monitor.New(cfg,
-		monitor.WithLocalizerFactory(bundleLocalizers(pluginDir, zap.NewNop())),
+		monitor.WithLocalizerFactory(monitor.BundleLocalizers(pluginDir, zap.NewNop())),
 		monitor.WithReload(func(context.Context) (monitor.Config, error) { return reloadTo, nil }))
 	require.NoError(t, err)
 	ctx, js := runDaemon(t, d)

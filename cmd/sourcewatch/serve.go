@@ -54,11 +54,7 @@ the environment: nats.url is SOURCEWATCH_NATS_URL.`,
 			if err != nil {
 				return err
 			}
-			factory := localizerFactory
-			if factory == nil {
-				factory = bundleLocalizers(daemonPluginDir(cfg), a.log)
-			}
-			return serve(cmd, a, cfg, factory)
+			return serve(cmd, a, cfg, monitor.BundleLocalizers(daemonPluginDir(cfg), a.log))
 		},
 	}
 	f := cmd.Flags()
@@ -80,9 +76,6 @@ var flagOnlyKeys = map[string]string{
 	"config": "--config names the file itself",
 	"help":   "--help is a command-line flag only",
 }
-
-// localizerFactory replaces the bundle-backed localizers when set (tests).
-var localizerFactory monitor.LocalizerFactory
 
 // errNoLocalizer is returned when serve has no way to build localizers.
 var errNoLocalizer = errors.New("serve: no localizer")
@@ -109,9 +102,7 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 		monitor.WithLogger(a.log),
 		monitor.WithLocalizerFactory(factory),
 		monitor.WithReload(reload),
-	}
-	if localizerFactory == nil {
-		opts = append(opts, monitor.WithPreflight(bundlePreflight))
+		monitor.WithPreflight(monitor.BundlePreflight),
 	}
 	// A replica that loses its lease stands by again in this process,
 	// built anew from the config file as it is then.

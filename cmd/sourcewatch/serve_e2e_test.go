@@ -34,13 +34,20 @@ func TestServeEndToEnd(t *testing.T) {
 	cfg := testDaemonConfig(t, pluginDir, gc)
 
 	var mu sync.Mutex
-	var launched []*bundleLocalizer
-	factory := bundleLocalizers(pluginDir, zap.NewNop())
+	// What the test needs of the daemon's localizers.
+	type pluginLocalizer interface {
+		monitor.Localizer
+		PluginPID() int
+		Restarts() int
+		Healthy() bool
+	}
+	var launched []pluginLocalizer
+	factory := monitor.BundleLocalizers(pluginDir, zap.NewNop())
 	d, err := monitor.New(cfg, monitor.WithLocalizerFactory(func(ctx context.Context, gc monitor.GraphConfig, g *graph.Graph) (monitor.Localizer, error) {
 		l, err := factory(ctx, gc, g)
 		if err == nil {
 			mu.Lock()
-			launched = append(launched, l.(*bundleLocalizer))
+			launched = append(launched, l.(pluginLocalizer))
 			mu.Unlock()
 		}
 		return l, err
@@ -82,7 +89,7 @@ func TestServeEndToEnd(t *testing.T) {
 	// the window clears (no inference needed), and the next incident needs
 	// a relaunched plugin.
 	mu.Lock()
-	pid := launched[len(launched)-1].proc.Pid()
+	pid := launched[len(launched)-1].PluginPID()
 	before := len(launched)
 	mu.Unlock()
 	require.Positive(t, pid)
@@ -100,7 +107,7 @@ func TestServeEndToEnd(t *testing.T) {
 	// localizer at its next tick; a call that meets a dead process has
 	// the supervisor relaunch it instead.
 	require.True(t, after > before || l.Restarts() >= 1, "the plugin was relaunched")
-	require.NotEqual(t, pid, l.proc.Pid())
+	require.NotEqual(t, pid, l.PluginPID())
 	require.True(t, l.Healthy())
 }
 
@@ -167,7 +174,7 @@ func TestServeCountRule(t *testing.T) {
 	gc := monitor.DefaultGraphConfig("club")
 	gc.Edges, gc.Bundle = edges, bundle
 	gc.Window, gc.Interval, gc.MinInfected = time.Hour, 200*time.Millisecond, 2
-	d, err := monitor.New(testDaemonConfig(t, pluginDir, gc), monitor.WithLocalizerFactory(bundleLocalizers(pluginDir, zap.NewNop())))
+	d, err := monitor.New(testDaemonConfig(t, pluginDir, gc), monitor.WithLocalizerFactory(monitor.BundleLocalizers(pluginDir, zap.NewNop())))
 	require.NoError(t, err)
 	ctx, js := runDaemon(t, d)
 	got := make(chan alerts.Alert, 16)

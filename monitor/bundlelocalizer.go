@@ -1,4 +1,4 @@
-package main
+package monitor
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/localize"
-	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
 // bundleLocalizer runs SL-VAE for one graph of the daemon: the graph's
@@ -21,15 +20,16 @@ type bundleLocalizer struct {
 	bundle *localize.Bundle
 	proc   *forward.Supervised
 	opts   localize.Options
-	model  monitor.ModelInfo
+	model  ModelInfo
 }
 
-// bundleLocalizers returns the daemon's LocalizerFactory: it loads each
-// graph's bundle (checked against the configured edge file), launches the
-// bundle's forward plugin from pluginDir (checksum-verified) and configures
-// it with the bundle's state.
-func bundleLocalizers(pluginDir string, log *zap.Logger) monitor.LocalizerFactory {
-	return func(ctx context.Context, gc monitor.GraphConfig, g *graph.Graph) (monitor.Localizer, error) {
+// BundleLocalizers returns the daemon's LocalizerFactory for SL-VAE
+// bundles: it loads each graph's bundle (checked against the configured
+// edge file), launches the bundle's forward plugin from pluginDir
+// (checksum-verified, supervised: relaunched when it dies or hangs) and
+// configures it with the bundle's state.
+func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
+	return func(ctx context.Context, gc GraphConfig, g *graph.Graph) (Localizer, error) {
 		b, err := localize.LoadBundle(gc.Bundle, g, localize.WithoutVAE())
 		if err != nil {
 			return nil, fmt.Errorf("graphs[%s].bundle: %w", gc.Name, err)
@@ -55,14 +55,15 @@ func bundleLocalizers(pluginDir string, log *zap.Logger) monitor.LocalizerFactor
 		}
 		return &bundleLocalizer{
 			bundle: b, proc: proc, opts: b.Options(),
-			model: monitor.ModelInfo{Bundle: b.Manifest.ID, Forward: info.Name, ForwardVersion: info.Version},
+			model: ModelInfo{Bundle: b.Manifest.ID, Forward: info.Name, ForwardVersion: info.Version},
 		}, nil
 	}
 }
 
-// bundlePreflight checks a graph's bundle file without loading it: a
-// bundle archive of a format this sourcewatch reads, trained on g.
-func bundlePreflight(gc monitor.GraphConfig, g *graph.Graph) error {
+// BundlePreflight checks a graph's bundle file without loading it, for
+// WithPreflight: a bundle archive of a format this sourcewatch reads,
+// trained on g.
+func BundlePreflight(gc GraphConfig, g *graph.Graph) error {
 	m, err := localize.ReadManifest(gc.Bundle)
 	if err == nil {
 		err = m.CheckGraph(g)
@@ -73,12 +74,12 @@ func bundlePreflight(gc monitor.GraphConfig, g *graph.Graph) error {
 	return nil
 }
 
-func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (monitor.Inference, error) {
+func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (Inference, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	res, err := localize.Solve(ctx, l.bundle, l.proc, y, l.opts)
 	if err != nil {
-		return monitor.Inference{}, err
+		return Inference{}, err
 	}
 	infected := 0
 	for _, v := range y {
@@ -86,7 +87,7 @@ func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (monitor.In
 			infected++
 		}
 	}
-	return monitor.Inference{
+	return Inference{
 		Scores: res.Scores, Probability: res.Probability, Sources: res.Sources,
 		Threshold: res.Threshold, Model: l.model, Note: l.bundle.Manifest.OutsideTraining(infected),
 	}, nil
@@ -95,6 +96,10 @@ func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (monitor.In
 // Healthy reports whether the plugin process is up (false from a crash or
 // hang until its relaunch succeeds).
 func (l *bundleLocalizer) Healthy() bool { return l.proc.Healthy() }
+
+// PluginPID is the process id of the running plugin process (0 while
+// none runs), for tests and diagnostics that kill it.
+func (l *bundleLocalizer) PluginPID() int { return l.proc.Pid() }
 
 // Restarts counts the plugin's relaunches, for the daemon's metrics.
 func (l *bundleLocalizer) Restarts() int { return int(l.proc.Restarts()) }
