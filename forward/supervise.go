@@ -130,8 +130,8 @@ type Supervised struct {
 	// brokenBinary is set when the last launch failed on the binary itself
 	// (see permanentLaunchError): the next relaunch tries at once, once.
 	brokenBinary bool // guarded by lock
-	healthy  atomic.Bool
-	restarts atomic.Int64
+	healthy      atomic.Bool
+	restarts     atomic.Int64
 	// live is proc, for Healthy to read without the lock.
 	live atomic.Pointer[Process]
 }
