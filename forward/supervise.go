@@ -134,6 +134,10 @@ type Supervised struct {
 	restarts     atomic.Int64
 	// live is proc, for Healthy to read without the lock.
 	live atomic.Pointer[Process]
+	// closing ends when Close is called, cutting short a relaunch's
+	// backoff and launch, which hold the lock Close needs.
+	closing     context.Context
+	stopClosing context.CancelFunc
 }
 
 var _ Model = (*Supervised)(nil)
@@ -150,6 +154,7 @@ func Supervise(ctx context.Context, path string, opts ...SuperviseOption) (*Supe
 		return nil, err
 	}
 	s := &Supervised{path: path, o: o, lock: make(chan struct{}, 1), proc: p}
+	s.closing, s.stopClosing = context.WithCancel(context.WithoutCancel(ctx))
 	s.live.Store(p)
 	s.healthy.Store(true)
 	return s, nil
@@ -180,8 +185,10 @@ func (s *Supervised) Restarts() int64 { return s.restarts.Load() }
 // Path returns the plugin binary's path.
 func (s *Supervised) Path() string { return s.path }
 
-// Close stops the plugin process; later calls return ErrClosed.
+// Close stops the plugin process; later calls return ErrClosed. A
+// relaunch in progress is cut short first.
 func (s *Supervised) Close() error {
+	s.stopClosing()
 	s.lock <- struct{}{}
 	defer s.release()
 	s.closed = true
@@ -232,8 +239,12 @@ func (s *Supervised) replace(ctx context.Context, failed *Process, cause error) 
 	return s.relaunch(ctx, cause)
 }
 
-// relaunch replaces s.proc. The caller holds the lock.
+// relaunch replaces s.proc. The caller holds the lock. Close cuts it
+// short.
 func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.closing, cancel)()
 	s.healthy.Store(false)
 	if s.proc != nil {
 		_ = s.proc.Close()
@@ -258,7 +269,7 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 			}
 			s.o.log.Warn("relaunching forward plugin", zap.String("path", s.path), zap.Duration("backoff", d), zap.Int("attempt", attempt+1), zap.NamedError("cause", cause), zap.NamedError("last", last))
 			if err := s.o.sleep(ctx, d); err != nil {
-				return nil, err
+				return nil, s.closedOr(err)
 			}
 		}
 		p, err := Launch(ctx, s.path, s.o.launch...)
@@ -270,7 +281,7 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 		if err != nil {
 			last = err
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, s.closedOr(ctx.Err())
 			}
 			if permanentLaunchError(err) {
 				s.brokenBinary = true
@@ -290,7 +301,15 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 		}
 		return p, nil
 	}
-	return nil, fmt.Errorf("forward plugin %s: relaunch after %v failed %d times, last: %w", s.path, cause, s.o.maxAttempts, last)
+	return nil, fmt.Errorf("forward plugin %s: relaunch after %v failed %d times, last: %w", s.path, cause, max(1, s.o.maxAttempts), last)
+}
+
+// closedOr is ErrClosed when Close cut a relaunch short, else err.
+func (s *Supervised) closedOr(err error) error {
+	if s.closing.Err() != nil {
+		return ErrClosed
+	}
+	return err
 }
 
 // permanentLaunchError reports whether a launch failed on the binary

@@ -294,3 +294,32 @@ func TestSupervisedRelaunchLimit(t *testing.T) {
 	require.Equal(t, "faulty", info.Name)
 	require.EqualValues(t, 4, s.Restarts())
 }
+
+// Close cuts a relaunch short: it does not wait out the backoff, and the
+// call that needed the relaunch learns that the supervisor closed.
+func TestSupervisedCloseInterruptsRelaunch(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	sleeping := make(chan struct{})
+	s := supervise(t, forwardtest.Build(t, faulty), forward.WithSleep(func(ctx context.Context, _ time.Duration) error {
+		close(sleeping)
+		<-ctx.Done() // a backoff far longer than the test
+		return ctx.Err()
+	}))
+	require.NoError(t, s.Configure(t.Context(), g, map[string]string{"fault": "crash"}, nil))
+	called := make(chan error, 1)
+	go func() {
+		_, err := s.Predict(t.Context(), mat.NewDense(1, g.N(), nil))
+		called <- err
+	}()
+	<-sleeping
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for the relaunch's backoff")
+	}
+	require.ErrorIs(t, <-called, forward.ErrClosed)
+	require.False(t, s.Healthy())
+}
