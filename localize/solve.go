@@ -12,6 +12,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/nn"
 )
 
 // Forward is the part of a forward model inference needs.
@@ -628,7 +629,9 @@ func (p *Problem) descend(ctx context.Context, opts Options) (descent, error) {
 	}
 	grad := mat.NewDense(r, n, nil)
 	scratch := mat.NewDense(r, n, nil)
-	adam := newAdam(r*n, opts.LearningRate)
+	// Adam on x (nn.Adam: bias-corrected moments, beta 0.9 and 0.999),
+	// reading the gradient evaluate writes into grad.
+	adam := nn.NewAdam([]*nn.Param{{Name: "x", Value: raw, Grad: grad.RawMatrix().Data, Rows: r, Cols: n}}, opts.LearningRate)
 	for k, ph := range phases {
 		if k > 0 {
 			// Algorithm 1 feeds the binarised initialisation to stage 2.
@@ -639,7 +642,7 @@ func (p *Problem) descend(ctx context.Context, opts Options) (descent, error) {
 					raw[i] = 0
 				}
 			}
-			adam.reset()
+			adam.Reset()
 		}
 		last := k == len(phases)-1
 		for step := 0; step < ph.steps; step++ {
@@ -656,7 +659,7 @@ func (p *Problem) descend(ctx context.Context, opts Options) (descent, error) {
 				sum := summarize(x, grad, 1)
 				d.checkpoints = append(d.checkpoints, Checkpoint{Steps: step - offset, Scores: sum.Scores, Mean: sum.Mean})
 			}
-			adam.step(raw, grad.RawMatrix().Data)
+			adam.Step()
 			for i, v := range raw {
 				raw[i] = math.Min(1, math.Max(0, v))
 			}
@@ -747,34 +750,6 @@ func mean(xs []float64) float64 {
 		s += x
 	}
 	return s / float64(len(xs))
-}
-
-// adam is Adam on a flat parameter vector.
-type adam struct {
-	lr, b1, b2, eps float64
-	m, v            []float64
-	t               int
-}
-
-func newAdam(size int, lr float64) *adam {
-	return &adam{lr: lr, b1: 0.9, b2: 0.999, eps: 1e-8, m: make([]float64, size), v: make([]float64, size)}
-}
-
-func (a *adam) reset() {
-	clear(a.m)
-	clear(a.v)
-	a.t = 0
-}
-
-func (a *adam) step(x, g []float64) {
-	a.t++
-	c1 := 1 - math.Pow(a.b1, float64(a.t))
-	c2 := 1 - math.Pow(a.b2, float64(a.t))
-	for i, gi := range g {
-		a.m[i] = a.b1*a.m[i] + (1-a.b1)*gi
-		a.v[i] = a.b2*a.v[i] + (1-a.b2)*gi*gi
-		x[i] -= a.lr * (a.m[i] / c1) / (math.Sqrt(a.v[i]/c2) + a.eps)
-	}
 }
 
 // nowSeconds is a monotonic clock reading for the timing breakdown.
