@@ -37,6 +37,10 @@ var (
 	// ErrBadInference is returned when a Localizer's result has the wrong
 	// shape.
 	ErrBadInference = errors.New("bad inference result")
+	// ErrRunTwice is returned by a second Run of one Daemon: its state
+	// (windows, consumers, the embedded server) is built once; build a
+	// new Daemon to run again.
+	ErrRunTwice = errors.New("daemon already run")
 )
 
 // Option configures a Daemon.
@@ -298,7 +302,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return ErrNoLocalizer
 	}
 	if !d.started.CompareAndSwap(false, true) {
-		return errors.New("monitor: Run called twice")
+		return ErrRunTwice
 	}
 	if d.cfg.HA.Enabled && d.cfg.HA.Replica == "" {
 		d.cfg.HA.Replica = defaultReplica()
