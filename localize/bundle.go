@@ -397,49 +397,103 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (
 	if err != nil {
 		return nil, fmt.Errorf("%w: not a bundle archive: %w", ErrBadBundle, err)
 	}
-	raw := make(map[string][]byte, len(lim.entry))
-	var total int64
+	// The entries of the format, each once; the manifest is read first, so
+	// that its checksums refuse a damaged entry while it streams past,
+	// before it is held in memory (a corrupt header can declare hundreds
+	// of MiB).
+	var files []*zip.File
+	var manifest *zip.File
+	seen := map[string]bool{}
 	for _, f := range zr.File {
-		limit, ok := lim.entry[f.Name]
-		if !ok {
+		if _, ok := lim.entry[f.Name]; !ok {
 			continue
 		}
-		if _, dup := raw[f.Name]; dup {
+		if seen[f.Name] {
 			return nil, fmt.Errorf("%w: entry %s appears twice", ErrBadBundle, f.Name)
 		}
-		if f.UncompressedSize64 > uint64(limit) {
-			return nil, fmt.Errorf("%w: entry %s holds %d bytes, over its limit of %d", ErrBadBundle, f.Name, f.UncompressedSize64, limit)
+		seen[f.Name] = true
+		if f.Name == entryManifest {
+			manifest = f
+		} else {
+			files = append(files, f)
 		}
-		if f.UncompressedSize64 > uint64(lim.total-total) {
-			return nil, fmt.Errorf("%w: entry %s holds %d bytes, over the %d left of the bundle's limit of %d",
-				ErrBadBundle, f.Name, f.UncompressedSize64, lim.total-total, lim.total)
-		}
-		limit = min(limit, lim.total-total)
-		rc, err := f.Open()
-		if err != nil {
-			return nil, fmt.Errorf("%w: entry %s: %w", ErrBadBundle, f.Name, err)
-		}
-		// archive/zip stops at the declared size; the limit holds
-		// whatever the header says.
-		data, err := io.ReadAll(io.LimitReader(rc, limit+1))
-		rc.Close()
-		if err != nil {
-			// archive/zip checks each entry's CRC-32 on read.
-			return nil, fmt.Errorf("%w: entry %s: %w", ErrBundleChecksum, f.Name, err)
-		}
-		if int64(len(data)) > limit {
-			return nil, fmt.Errorf("%w: entry %s holds more than its limit of %d bytes", ErrBadBundle, f.Name, limit)
-		}
-		total += int64(len(data))
-		raw[f.Name] = data
 	}
-	mdata, ok := raw[entryManifest]
-	if !ok {
+	if manifest == nil {
 		return nil, fmt.Errorf("%w: no %s", ErrBadBundle, entryManifest)
 	}
+	raw := make(map[string][]byte, len(lim.entry))
+	var total int64
+	// limitOf checks f's declared size and returns what it may hold.
+	limitOf := func(f *zip.File) (int64, error) {
+		limit := lim.entry[f.Name]
+		if f.UncompressedSize64 > uint64(limit) {
+			return 0, fmt.Errorf("%w: entry %s holds %d bytes, over its limit of %d", ErrBadBundle, f.Name, f.UncompressedSize64, limit)
+		}
+		if f.UncompressedSize64 > uint64(lim.total-total) {
+			return 0, fmt.Errorf("%w: entry %s holds %d bytes, over the %d left of the bundle's limit of %d",
+				ErrBadBundle, f.Name, f.UncompressedSize64, lim.total-total, lim.total)
+		}
+		return min(limit, lim.total-total), nil
+	}
+	// stream copies f, up to limit bytes, to w.
+	stream := func(f *zip.File, limit int64, w io.Writer) (int64, error) {
+		rc, err := f.Open()
+		if err != nil {
+			return 0, fmt.Errorf("%w: entry %s: %w", ErrBadBundle, f.Name, err)
+		}
+		defer rc.Close()
+		// archive/zip stops at the declared size; the limit holds
+		// whatever the header says.
+		n, err := io.Copy(w, io.LimitReader(rc, limit+1))
+		if err != nil {
+			// archive/zip checks each entry's CRC-32 on read.
+			return n, fmt.Errorf("%w: entry %s: %w", ErrBundleChecksum, f.Name, err)
+		}
+		if n > limit {
+			return n, fmt.Errorf("%w: entry %s holds more than its limit of %d bytes", ErrBadBundle, f.Name, limit)
+		}
+		return n, nil
+	}
+	read := func(f *zip.File) error {
+		limit, err := limitOf(f)
+		if err != nil {
+			return err
+		}
+		var buf bytes.Buffer
+		buf.Grow(int(f.UncompressedSize64))
+		n, err := stream(f, limit, &buf)
+		if err != nil {
+			return err
+		}
+		total += n
+		raw[f.Name] = buf.Bytes()
+		return nil
+	}
+	if err := read(manifest); err != nil {
+		return nil, err
+	}
+	mdata := raw[entryManifest]
 	m, err := decodeManifest(mdata)
 	if err != nil {
 		return nil, err
+	}
+	for _, f := range files {
+		if want, ok := m.Checksums[f.Name]; ok {
+			limit, err := limitOf(f)
+			if err != nil {
+				return nil, err
+			}
+			h := sha256.New()
+			if _, err := stream(f, limit, h); err != nil {
+				return nil, err
+			}
+			if got := hex.EncodeToString(h.Sum(nil)); got != want {
+				return nil, fmt.Errorf("%w: entry %s has sha256 %s, manifest says %s", ErrBundleChecksum, f.Name, got, want)
+			}
+		}
+		if err := read(f); err != nil {
+			return nil, err
+		}
 	}
 	checked := []string{entryGraph, entryVAE, entryTerms, entryForward}
 	for name := range m.Checksums {

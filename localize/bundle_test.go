@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -507,4 +508,26 @@ func TestBundleEntryLimits(t *testing.T) {
 			require.ErrorContains(t, err, tc.text)
 		})
 	}
+}
+
+// A damaged entry that inflates far beyond what the bundle should hold is
+// refused by its checksum as it streams past, before it is held in memory.
+func TestBundleRefusesAnInflatedEntryWithoutHoldingIt(t *testing.T) {
+	good := encodeBundle(t, testBundle(t))
+	const inflated = 256 << 20
+	bad := rewrite(t, good, func(name string, body []byte) []byte {
+		if name == entryTerms {
+			return make([]byte, inflated) // zeros: a few hundred KiB compressed
+		}
+		return body
+	})
+	require.Less(t, len(bad), 2<<20)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := readBytes(bad)
+	runtime.ReadMemStats(&after)
+	require.ErrorIs(t, err, ErrBundleChecksum)
+	require.ErrorContains(t, err, "entry "+entryTerms+" has sha256")
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(inflated/4), "the entry was not read into memory")
 }
