@@ -3,6 +3,7 @@ package monitor
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"reflect"
 	"regexp"
@@ -318,6 +319,10 @@ func checkDurations(t reflect.Type, name string, get func(key string) any) error
 			if err := checkDuration(path, get(key)); err != nil {
 				return err
 			}
+		case f.Type.Kind() == reflect.Int || f.Type.Kind() == reflect.Int64:
+			if err := checkWhole(path, get(key)); err != nil {
+				return err
+			}
 		case f.Type.Kind() == reflect.Struct:
 			sub := func(k string) any { return get(key + "." + k) }
 			if err := checkDurations(f.Type, path, sub); err != nil {
@@ -333,6 +338,33 @@ func checkDurations(t reflect.Type, name string, get func(key string) any) error
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// checkWhole refuses a number an integer key would take wrongly: Unmarshal
+// truncates 1.5 to 1 and wraps 1e20 around to a negative value.
+func checkWhole(key string, raw any) error {
+	var x float64
+	switch v := raw.(type) {
+	case float64:
+		x = v
+	case float32:
+		x = float64(v)
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			return nil // not a number: Unmarshal says so
+		}
+		x = f
+	default:
+		return nil
+	}
+	switch {
+	case x != math.Trunc(x):
+		return fmt.Errorf("%w: %s: %v is not a whole number", ErrConfig, key, raw)
+	case math.Abs(x) >= 1<<62:
+		return fmt.Errorf("%w: %s: %v is out of range", ErrConfig, key, raw)
 	}
 	return nil
 }
