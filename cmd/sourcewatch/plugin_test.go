@@ -56,6 +56,19 @@ func TestPluginCheck(t *testing.T) {
 		_, _, err := runCmd(t, "", "plugin", "check", faulty, "--log-level", "warn")
 		require.ErrorContains(t, err, `param: want name=value[,name=value...], got "fault"`)
 	})
+	t.Run("param given twice or empty", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--param", "steps=3", "--param", "steps=4"}, "--param: steps given twice"},
+			{[]string{"--param", "steps=3,steps=4"}, "--param: steps given twice"},
+			{[]string{"--param", "p=,steps=3"}, "--param: p has an empty value (leave it out for the plugin's default)"},
+		} {
+			_, _, err := runCmd(t, "", append([]string{"plugin", "check", icmf, "--log-level", "warn"}, tc.args...)...)
+			require.ErrorContains(t, err, tc.want, "%v", tc.args)
+		}
+	})
 
 	_, _, err = runCmd(t, "", "plugin", "check", faulty, "--sha256", "00", "--log-level", "warn")
 	require.ErrorContains(t, err, "--sha256 \"00\": want 64 hex digits")

@@ -185,7 +185,7 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 			// a daemon key, or one of its own: read as the command reads it
 		case flagOnlyKeys[k] != "":
 			return fmt.Errorf("%s: key %q: %s", file, k, flagOnlyKeys[k])
-		case f != nil && section && f.Value.Type() != "stringToString" && f.Value.Type() != "stringSlice":
+		case f != nil && section && f.Value.Type() != "stringArray" && f.Value.Type() != "stringSlice":
 			return fmt.Errorf("%s: key %q is a section, but %s reads it as --%s, a %s (%s)",
 				file, k, cmd.CommandPath(), f.Name, f.Value.Type(), f.Usage)
 		case f == nil:
@@ -229,13 +229,36 @@ func newLogger(w io.Writer, level, format string, terminal bool) (*zap.Logger, e
 	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
 }
 
-// stringMap reads a name=value flag (pflag's StringToString) from viper
+// stringMap reads a repeatable name=value flag (a StringArray) from viper
 // like every other flag: the flag when given, else SOURCEWATCH_<KEY> as
 // "name=value,name2=value2", else the config file's map of the key (dashes
 // as underscores), else the flag's default.
 func stringMap(v *viper.Viper, flag string) (map[string]string, error) {
 	key := strings.ReplaceAll(flag, "-", "_")
 	out := map[string]string{}
+	// pairs reads "name=value[,name=value...]" strings: the flag, given
+	// any number of times, or the environment.
+	pairs := func(list []string) error {
+		for _, raw := range list {
+			s := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(raw), "["), "]")
+			for _, kv := range strings.Split(s, ",") {
+				if strings.TrimSpace(kv) == "" {
+					continue
+				}
+				k, val, ok := strings.Cut(kv, "=")
+				k = strings.TrimSpace(k)
+				if !ok || k == "" {
+					return fmt.Errorf("--%s: want name=value[,name=value...], got %q", flag, raw)
+				}
+				if _, dup := out[k]; dup {
+					// The last would win without a word, hiding the other.
+					return fmt.Errorf("--%s: %s given twice", flag, k)
+				}
+				out[k] = strings.TrimSpace(val)
+			}
+		}
+		return nil
+	}
 	switch raw := v.Get(key).(type) {
 	case nil:
 	case map[string]any:
@@ -244,20 +267,31 @@ func stringMap(v *viper.Viper, flag string) (map[string]string, error) {
 		}
 	case map[string]string:
 		maps.Copy(out, raw)
+	case []string:
+		if err := pairs(raw); err != nil {
+			return nil, err
+		}
+	case []any:
+		list := make([]string, len(raw))
+		for i, e := range raw {
+			list[i] = fmt.Sprint(e)
+		}
+		if err := pairs(list); err != nil {
+			return nil, err
+		}
 	case string:
-		s := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(raw), "["), "]")
-		for _, kv := range strings.Split(s, ",") {
-			if strings.TrimSpace(kv) == "" {
-				continue
-			}
-			k, val, ok := strings.Cut(kv, "=")
-			if !ok || strings.TrimSpace(k) == "" {
-				return nil, fmt.Errorf("%s: want name=value[,name=value...], got %q", key, raw)
-			}
-			out[strings.TrimSpace(k)] = strings.TrimSpace(val)
+		if err := pairs([]string{raw}); err != nil {
+			return nil, err
 		}
 	default:
 		return nil, fmt.Errorf("%s: want a map of name: value, got %T", key, raw)
+	}
+	for k, val := range out {
+		if val == "" {
+			// Plugins differ on what an empty value means; leaving the
+			// key out means the plugin's default for all of them.
+			return nil, fmt.Errorf("--%s: %s has an empty value (leave it out for the plugin's default)", flag, k)
+		}
 	}
 	return out, nil
 }

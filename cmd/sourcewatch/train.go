@@ -51,7 +51,7 @@ metrics on the test split, and writes everything into one bundle file.`,
 	f := cmd.Flags()
 	f.String("cascades-file", "", `train on recorded cascades instead of simulating: JSONL as simulate writes it, {"sources":[ids],"infected":[ids]} per line, "times" and "recovered" optional, other keys skipped (see the README)`)
 	f.String("forward", "deepis", "forward-model plugin name (bin/sourcewatch-forward-<name>)")
-	f.StringToString("forward-param", nil, "forward-model parameter name=value (repeatable)")
+	f.StringArray("forward-param", nil, "forward-model parameter name=value (repeatable, or name=value,name=value)")
 	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries")
 	f.Int("forward-epochs", 0, "forward-model training epochs (0 = the plugin's default)")
 	f.Float64("forward-lr", 0, "forward-model learning rate (0 = the plugin's default)")
@@ -158,7 +158,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		more = fmt.Sprintf("record 100 or more in %s", path)
 	}
 	if len(train) == 0 || len(val) == 0 || len(test) == 0 {
-		return fmt.Errorf("%d cascades give an empty train, validation or test split; %s (at least 10)", len(cascades), more)
+		return fmt.Errorf("%d cascades give an empty train, validation or test split (60/20/20; 4 is the least that fills all three); %s", len(cascades), more)
 	}
 	if len(val) < minValidation {
 		a.log.Warn("few validation cascades: delta, n_opt, the ranking and the prior are chosen on them, and the choices will be noisy; "+more,
