@@ -39,11 +39,19 @@ func bfsFrom(off, to []int, s int, allow []bool, dist, queue []int) {
 }
 
 // newJordan is the Jordan center: the infected node minimising its largest
-// hop distance to an infected node. Scores are -ecc(v) with
-// ecc(v) = max_{i infected} d(v, i) over the whole graph (an unreachable
-// infected node counts as n hops) for infected v, and -(n+1) for uninfected
-// nodes, below every infected one; the top k are the predicted sources, k chosen on validation unless given as "k" (k = 1 is
-// the classical single Jordan center).
+// hop distance to an infected node. Scores are, for infected v,
+//
+//	score_v = -(u(v)·(n+1) + ecc(v)),   ecc(v) = max_{i infected, reachable} d(v, i),
+//
+// u(v) the number of infected nodes v cannot reach (0 on a connected
+// undirected graph), and -(n+1)^2 for uninfected nodes, below every
+// infected one: the nodes that reach the most infected ones first, by
+// eccentricity among those. (Counting an unreachable node as n hops
+// instead tied every infected node wherever the infected span several
+// components or no node reaches them all along the arcs, and the method
+// became the infected control.) The top k are the predicted sources, k
+// chosen on validation unless given as "k" (k = 1 is the classical single
+// Jordan center).
 func newJordan(env Env) (Method, error) {
 	p := newParams("jordan", env.Params)
 	m := &rankMethod{name: "jordan", env: env, usesY: true, fixed: p.count("k", 0)}
@@ -62,14 +70,30 @@ func newJordan(env Env) (Method, error) {
 		for i, v := range y {
 			scores[i] = 0
 			if v < 0.5 {
-				scores[i] = -float64(n + 1)
+				scores[i] = -float64(n+1) * float64(n+1)
 			}
 		}
 		if !m.g.Directed() {
-			return eccentricities(ctx, m.g, infected, scores, dist, queue)
+			// Per component of the graph, whose infected nodes all reach
+			// each other; u(v) is the infected count outside v's.
+			comp, _ := m.g.Components()
+			groups := map[int][]int{}
+			for _, v := range infected {
+				groups[comp[v]] = append(groups[comp[v]], v)
+			}
+			for _, group := range groups {
+				if err := eccentricities(ctx, m.g, group, scores, dist, queue); err != nil {
+					return err
+				}
+				for _, v := range group {
+					scores[v] -= float64(len(infected)-len(group)) * float64(n+1)
+				}
+			}
+			return nil
 		}
 		// d(v, i) is a path v -> i, so search backwards from i.
 		off, from, _ := m.g.InCSR()
+		unreached := make([]int, n)
 		for k, i := range infected {
 			if k%32 == 31 {
 				if err := ctx.Err(); err != nil {
@@ -78,12 +102,15 @@ func newJordan(env Env) (Method, error) {
 			}
 			bfsFrom(off, from, i, nil, dist, queue)
 			for _, v := range infected {
-				d := dist[v]
-				if d < 0 {
-					d = n
+				if d := dist[v]; d < 0 {
+					unreached[v]++
+				} else {
+					scores[v] = math.Min(scores[v], -float64(d))
 				}
-				scores[v] = math.Min(scores[v], -float64(d))
 			}
+		}
+		for _, v := range infected {
+			scores[v] -= float64(unreached[v]) * float64(n+1)
 		}
 		return nil
 	})

@@ -180,8 +180,37 @@ func TestJordanCenterOfPath(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []int{3}, p.Sources)
 	// eccentricity w.r.t. infected {1..5}: 3 -> 2, 2 and 4 -> 3; uninfected
-	// 0 and 6 score -(n+1)
-	require.Equal(t, []float64{-8, -4, -3, -2, -3, -4, -8}, p.Scores)
+	// 0 and 6 score -(n+1)^2
+	require.Equal(t, []float64{-64, -4, -3, -2, -3, -4, -64}, p.Scores)
+}
+
+// Where the infected nodes span several components, or no node reaches
+// them all along the arcs, the Jordan center is still a ranking: the nodes
+// that reach the most infected ones first, by eccentricity among those,
+// not every infected node tied (which made the method the infected
+// control).
+func TestJordanAcrossComponentsAndArcs(t *testing.T) {
+	// Two paths, 0-1-2-3-4 and 5-6-7, all infected.
+	e := []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}, {From: 2, To: 3}, {From: 3, To: 4}, {From: 5, To: 6}, {From: 6, To: 7}}
+	g := graph.New(8, e, nil, false, false)
+	m := newMethod(t, "jordan", g, map[string]string{"k": "1"})
+	require.NoError(t, m.Fit(context.Background(), g, nil, nil))
+	p, err := m.Localize(context.Background(), yOf(8, 0, 1, 2, 3, 4, 5, 6, 7))
+	require.NoError(t, err)
+	require.Equal(t, []int{2}, p.Sources, "the center of the larger infected component")
+	// n+1 = 9: the 5-node component's nodes miss 3 infected ones, the
+	// 3-node component's 5.
+	require.Equal(t, []float64{-31, -30, -29, -30, -31, -47, -46, -47}, p.Scores)
+
+	// A directed out-tree 0->1, 0->2, 1->3: only the root reaches every
+	// infected node along the arcs.
+	dg := graph.New(4, []graph.Edge{{From: 0, To: 1}, {From: 0, To: 2}, {From: 1, To: 3}}, nil, true, false)
+	m = newMethod(t, "jordan", dg, map[string]string{"k": "1"})
+	require.NoError(t, m.Fit(context.Background(), dg, nil, nil))
+	p, err = m.Localize(context.Background(), yOf(4, 0, 1, 2, 3))
+	require.NoError(t, err)
+	require.Equal(t, []int{0}, p.Sources)
+	require.Equal(t, []float64{-2, -11, -15, -15}, p.Scores)
 }
 
 func TestLPSIFindsCentre(t *testing.T) {
