@@ -250,9 +250,14 @@ type UnreachableError struct {
 	// Peak is the most nodes infected at once over the failed draws.
 	Peak int
 	// Suspects are the parameters most likely to blame, the model's own
-	// first; MaxSteps is among them only when a draw was still spreading
-	// when it hit the cap.
+	// first (only those that can still move the right way: no higher beta
+	// than 1); MaxSteps is among them only when a draw was still spreading
+	// when it hit the cap, MaxRedraws only when the best draw came within
+	// a tenth of the target.
 	Suspects []Suspect
+	// Directed is set on a directed graph, where the spread reaches only
+	// what the arcs lead to from the sources.
+	Directed bool
 }
 
 // Error renders the message with Config's field names.
@@ -287,8 +292,12 @@ func (e *UnreachableError) Explain(name func(param string) string) string {
 	default:
 		blame = strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
 	}
-	return fmt.Sprintf("cascade %d: %d draws in a row stayed below the observation target of %d infected nodes (%.0f%%); the most infected at once was %d: %s, or the graph's components too small: %v",
-		e.Cascade, e.Draws, e.Need, 100*e.Target, e.Peak, blame, ErrUnreachable)
+	shape := "the graph's components too small"
+	if e.Directed {
+		shape = "too few nodes reachable from the sources along the arcs"
+	}
+	return fmt.Sprintf("cascade %d: %d draws in a row stayed below the observation target of %d infected nodes (%.0f%%); the most infected at once was %d: %s, or %s: %v",
+		e.Cascade, e.Draws, e.Need, 100*e.Target, e.Peak, blame, shape, ErrUnreachable)
 }
 
 // configName is how UnreachableError names a suspect by default.
@@ -298,6 +307,8 @@ func configName(param string) string {
 		return "the observation range ObserveMin-ObserveMax"
 	case "Weights":
 		return "the arc weights"
+	case "MaxRedraws":
+		return "MaxRedraws (the best draw came close)"
 	}
 	return param
 }
@@ -305,32 +316,42 @@ func configName(param string) string {
 // suspects names the parameters most likely to blame when cascades keep
 // stopping below the target on g: the model's own, MaxSteps when a draw
 // hit it while still spreading, and the target itself.
-func (c Config) suspects(g *graph.Graph, capped bool) []Suspect {
+func (c Config) suspects(g *graph.Graph, capped, nearMiss bool) []Suspect {
 	var out []Suspect
 	switch c.Model {
 	case SI:
-		out = append(out, Suspect{"Beta", true})
+		if c.Beta < 1 {
+			out = append(out, Suspect{"Beta", true})
+		}
 	case SIR:
 		// the infected count at once must reach the target, so recovery
 		// competes with infection
-		out = append(out, Suspect{"Beta", true})
+		if c.Beta < 1 {
+			out = append(out, Suspect{"Beta", true})
+		}
 		if c.Gamma > 0 {
 			out = append(out, Suspect{"Gamma", false})
 		}
 	case IC:
-		if g.Weighted() {
+		switch {
+		case g.Weighted():
 			out = append(out, Suspect{"Weights", true})
-		} else {
+		case c.P < 1:
 			out = append(out, Suspect{"P", true})
 		}
 	case LT:
-		out = append(out, Suspect{"Threshold", false})
+		if c.Threshold > 0 { // a fixed threshold; negative draws each node's
+			out = append(out, Suspect{"Threshold", false})
+		}
 		if g.Weighted() {
 			out = append(out, Suspect{"Weights", true})
 		}
 	}
 	if capped {
 		out = append(out, Suspect{"MaxSteps", true})
+	}
+	if nearMiss {
+		out = append(out, Suspect{"MaxRedraws", true})
 	}
 	return append(out, Suspect{"Observe", false})
 }

@@ -180,7 +180,7 @@ func (s *sim) observe(i int, seed int64, stop func() bool) (Cascade, int, error)
 	}
 	return Cascade{}, s.cfg.MaxRedraws, &UnreachableError{
 		Cascade: i, Draws: s.cfg.MaxRedraws, Need: need, Target: target, Peak: peak,
-		Suspects: s.cfg.suspects(s.g, capped),
+		Suspects: s.cfg.suspects(s.g, capped, 10*peak >= 9*need), Directed: s.g.Directed(),
 	}
 }
 

@@ -423,3 +423,30 @@ func TestSimulateRejectsBadInput(t *testing.T) {
 	require.ErrorContains(t, err, "beta")
 	require.False(t, errors.Is(err, ErrUnreachable))
 }
+
+// The advice leaves out what cannot help: no higher beta than 1, and on a
+// directed graph it names what the arcs reach rather than components.
+func TestUnreachableAdviceFitsTheGraph(t *testing.T) {
+	var e []graph.Edge
+	for _, start := range []int{0, 5} { // two directed chains of five
+		for i := start; i < start+4; i++ {
+			e = append(e, graph.Edge{From: i, To: i + 1})
+		}
+	}
+	g := graph.New(10, e, nil, true, false)
+	cfg := DefaultConfig()
+	cfg.Beta, cfg.Sources = 1, SourceSpec{Count: 1}
+	cfg.ObserveMin, cfg.ObserveMax = 0.9, 0.9
+	cfg.MaxRedraws = 5
+	_, _, err := Simulate(context.Background(), g, cfg, 2, 1)
+	var ue *UnreachableError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, []Suspect{{"Observe", false}}, ue.Suspects, "beta is 1 already")
+	require.ErrorContains(t, err, "the observation range ObserveMin-ObserveMax too high, or too few nodes reachable from the sources along the arcs")
+
+	// A draw that came within a tenth of the target names the redraws; a
+	// random LT threshold is not called too high.
+	lt := DefaultConfig()
+	lt.Model = LT
+	require.Equal(t, []Suspect{{"MaxRedraws", true}, {"Observe", false}}, lt.suspects(g, false, true))
+}

@@ -301,6 +301,9 @@ func (a *app) eval(ctx context.Context) error {
 			bar.Set(simDone+methodDone, note)
 		}))
 	bar.Done()
+	if rep != nil && len(cfg.Recorded) == 0 && rep.Settings.ObservedInfected.N > 0 {
+		a.warnOvershootMean(g, cfg.Sim, rep.Settings.ObservedInfected.Mean)
+	}
 	switch {
 	case err != nil && rep == nil && errors.Is(err, eval.ErrInterrupted):
 		return fmt.Errorf("%w: no method finished a run, so there is no report to write", err)

@@ -115,7 +115,8 @@ func (a *app) warnUnusedSettings(g *graph.Graph, cfg diffusion.Config) {
 // warnOvershoot warns when many snapshots hold far more than the --observe
 // target: a step of the spread can infect a large part of a dense graph
 // at once, and a snapshot of every node infected tells nothing of where
-// the spread began, yet train and eval would learn and score on it.
+// the spread began, yet train would learn on it (eval says what its test
+// snapshots held; see warnOvershootMean).
 func (a *app) warnOvershoot(g *graph.Graph, cfg diffusion.Config, cs []diffusion.Cascade) {
 	over, all := 0, 0
 	for _, c := range cs {
@@ -129,10 +130,43 @@ func (a *app) warnOvershoot(g *graph.Graph, cfg diffusion.Config, cs []diffusion
 	if len(cs) == 0 || (over*4 < len(cs) && all*20 < len(cs)) {
 		return
 	}
+	if cfg.ObserveMax+0.1 >= 1 {
+		// Nothing lies past the target but every node.
+		a.log.Warn(fmt.Sprintf("%d of %d snapshots hold every node: one step of the spread infects all of this graph at once; %s, "+
+			"and a snapshot of every node infected says nothing of where it began", all, len(cs), slowerSpread(g, cfg)))
+		return
+	}
 	a.log.Warn(fmt.Sprintf("%d of %d snapshots hold over %.0f%% of the nodes, past the --observe maximum %g (%d every node): "+
-		"one step of the spread infects that much of this graph at once; a lower --beta (or --p) observes it earlier, "+
+		"one step of the spread infects that much of this graph at once; %s, "+
 		"and a snapshot of every node infected says nothing of where it began",
-		over, len(cs), 100*(cfg.ObserveMax+0.1), cfg.ObserveMax, all))
+		over, len(cs), 100*(cfg.ObserveMax+0.1), cfg.ObserveMax, all, slowerSpread(g, cfg)))
+}
+
+// warnOvershootMean is warnOvershoot for eval, which sees only the mean
+// infected fraction of its test snapshots.
+func (a *app) warnOvershootMean(g *graph.Graph, cfg diffusion.Config, mean float64) {
+	if mean <= cfg.ObserveMax+0.1 {
+		return
+	}
+	a.log.Warn(fmt.Sprintf("the test snapshots held %.0f%% of the nodes on average, past the --observe maximum %g: "+
+		"one step of the spread infects that much of this graph at once; %s", 100*mean, cfg.ObserveMax, slowerSpread(g, cfg)))
+}
+
+// slowerSpread says what observes a spread earlier, in the terms of the
+// model and graph at hand.
+func slowerSpread(g *graph.Graph, cfg diffusion.Config) string {
+	switch {
+	case cfg.Model == diffusion.IC && g.Weighted():
+		return "smaller arc weights (IC on a weighted graph reads them, not --p) observe it earlier"
+	case cfg.Model == diffusion.IC:
+		return "a lower --p observes it earlier"
+	case cfg.Model == diffusion.LT && g.Weighted():
+		return "a higher --lt-threshold or smaller arc weights observe it earlier"
+	case cfg.Model == diffusion.LT:
+		return "a higher --lt-threshold observes it earlier"
+	default:
+		return "a lower --beta observes it earlier"
+	}
 }
 
 // warnRecorded warns of recorded cascades that are valid but suspect: a
@@ -170,13 +204,14 @@ func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) 
 // simFlags names the diffusion.Config parameters an unreachable
 // observation target is blamed on by the flags that set them.
 var simFlags = map[string]string{
-	"Beta":      "--beta",
-	"Gamma":     "--gamma",
-	"P":         "--p",
-	"Threshold": "--lt-threshold",
-	"MaxSteps":  "--max-steps",
-	"Observe":   "--observe",
-	"Weights":   "the edge weights",
+	"Beta":       "--beta",
+	"Gamma":      "--gamma",
+	"P":          "--p",
+	"Threshold":  "--lt-threshold",
+	"MaxSteps":   "--max-steps",
+	"MaxRedraws": "--max-redraws (the best draw came close)",
+	"Observe":    "--observe",
+	"Weights":    "the edge weights",
 }
 
 // simulationError renders a diffusion.UnreachableError inside err with the

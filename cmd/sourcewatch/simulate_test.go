@@ -263,6 +263,16 @@ func TestSimulateWarnsOfOvershoot(t *testing.T) {
 	_, stderr, err := runSimulateCmd(t, "--graph", path, "--beta", "0.5", "--sources", "2", "--cascades", "50")
 	require.NoError(t, err)
 	require.Contains(t, stderr, "snapshots hold over 60% of the nodes, past the --observe maximum 0.5")
+	require.Contains(t, stderr, "a lower --beta observes it earlier")
+	// The advice is the model's: IC reads --p, LT its threshold.
+	_, stderr, err = runSimulateCmd(t, "--graph", path, "--diffusion", "IC", "--p", "0.9", "--sources", "2", "--cascades", "50")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "a lower --p observes it earlier")
+	// With --observe up to 1 only "every node" lies past the target.
+	_, stderr, err = runSimulateCmd(t, "--graph", path, "--beta", "1", "--sources", "2", "--cascades", "50", "--observe", "0.5-1")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "of 50 snapshots hold every node")
+	require.NotContains(t, stderr, "110%")
 	_, stderr, err = runSimulateCmd(t, "--graph", simKarate, "--cascades", "50")
 	require.NoError(t, err)
 	require.NotContains(t, stderr, "snapshots hold over")
