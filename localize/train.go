@@ -331,6 +331,11 @@ const (
 // reader of its answer; "" inside it, or for a bundle that does not
 // record the range.
 func (m *Manifest) OutsideTraining(infected int) string {
+	if infected == m.Graph.Nodes {
+		// Whatever the training held, such a snapshot has no shape left to
+		// read a source from.
+		return "every node infected: a snapshot of every node says next to nothing of where the spread began"
+	}
 	lo, okLo := m.Metrics[TrainInfectedMinMetric]
 	hi, okHi := m.Metrics[TrainInfectedMaxMetric]
 	f := float64(infected) / float64(m.Graph.Nodes)

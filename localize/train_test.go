@@ -306,6 +306,9 @@ func TestOutsideTraining(t *testing.T) {
 	require.Equal(t, "3.0% of the nodes infected, outside the 20-50% the bundle's training snapshots held: its threshold, source count and ranking were chosen on those",
 		m.OutsideTraining(3))
 	require.Contains(t, m.OutsideTraining(90), "90.0% of the nodes infected")
+	m.Metrics[localize.TrainInfectedMaxMetric] = 1 // a training snapshot held every node
+	require.Equal(t, "every node infected: a snapshot of every node says next to nothing of where the spread began", m.OutsideTraining(100))
 	delete(m.Metrics, localize.TrainInfectedMaxMetric)
 	require.Empty(t, m.OutsideTraining(3), "a bundle that does not record the range says nothing")
+	require.NotEmpty(t, m.OutsideTraining(100), "every node infected is said whatever the bundle records")
 }
