@@ -293,8 +293,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if v.AUC.N != v.F1.N {
 				over += fmt.Sprintf(", %d for AUC", v.AUC.N)
 			}
-			fmt.Fprintf(&b, "%s - %s: F1 %+.3f ± %.3f, AUC %+.3f ± %.3f (95%% CI, paired over %s)\n",
-				res.Method, v.Reference, v.F1.Mean, v.F1.CI95, v.AUC.Mean, v.AUC.CI95, over)
+			verdict := ""
+			if v.AUC.Mean+v.AUC.CI95 < 0 {
+				// Said in words: a reader scanning the table for a winner
+				// should not miss a method ranking worse than its reference.
+				verdict = fmt.Sprintf("; ranks worse than %s here", v.Reference)
+			}
+			fmt.Fprintf(&b, "%s - %s: F1 %+.3f ± %.3f, AUC %+.3f ± %.3f (95%% CI, paired over %s)%s\n",
+				res.Method, v.Reference, v.F1.Mean, v.F1.CI95, v.AUC.Mean, v.AUC.CI95, over, verdict)
 		}
 	}
 	for _, res := range r.Results {

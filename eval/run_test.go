@@ -314,6 +314,20 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	require.Nil(t, rep.Results[1].Paired, "the reference is not compared with itself")
 	require.Equal(t, "jordan", rep.Results[0].Paired.Reference)
 	require.InDelta(t, -0.1, rep.Results[0].Paired.F1.Mean, 1e-12)
+	// A method whose AUC interval lies below its reference's is said to
+	// rank worse, in words; one whose interval reaches 0 is not.
+	buf.Reset()
+	worse := *rep
+	worse.Results = append([]Result(nil), rep.Results...)
+	d := *worse.Results[0].Paired
+	d.AUC = Difference{Mean: -0.04, CI95: 0.01, N: 4}
+	worse.Results[0].Paired = &d
+	require.NoError(t, worse.WriteTable(&buf))
+	require.Contains(t, buf.String(), "(95% CI, paired over 4 test cascades); ranks worse than jordan here")
+	buf.Reset()
+	d.AUC = Difference{Mean: -0.04, CI95: 0.05, N: 4}
+	require.NoError(t, worse.WriteTable(&buf))
+	require.NotContains(t, buf.String(), "ranks worse")
 }
 
 // An undefined mean or interval travels as JSON null and comes back NaN.
