@@ -400,7 +400,10 @@ func (s *Supervised) remember(ctx context.Context, done *Process, g *graph.Graph
 	defer s.release()
 	s.configured, s.g, s.params, s.state = true, g, params, state
 	if cur := s.proc; cur != nil && cur != done && !cur.Exited() {
-		if err := cur.Configure(ctx, g, params, state); err != nil {
+		// Not cut short by a caller who gave up: failing here closes a
+		// healthy process and spends a relaunch. The call's own deadline
+		// still bounds it.
+		if err := cur.Configure(context.WithoutCancel(ctx), g, params, state); err != nil {
 			// The next call finds it dead and relaunches it with the
 			// record.
 			_ = cur.Close()
