@@ -319,8 +319,35 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "forward_floor_at_count_mse = %.4g: the same floor with each test source set observed at the first step with at least its cascade's infected count, a proxy for a forward model also told the count (a step can overshoot it, so this is not the exact-count floor); its gap to forward_floor_mse estimates what not knowing the observation time costs\n",
 			*r.ForwardFloorAtCountMSE)
 	}
+	if r.ForwardFloorMSE != nil && *r.ForwardFloorMSE > 0 {
+		for _, res := range r.Results {
+			mse, ok := res.Extra["forward_test_mse"]
+			if !ok || mse <= poorFitRatio**r.ForwardFloorMSE {
+				continue
+			}
+			// The tables' settings fit within 0-13% of the floor (Power
+			// Grid clusters aside); far above it, the descent has a wrong
+			// map of the spread and SL-VAE's ranking suffers with it.
+			fmt.Fprintf(&b, "%s: forward_test_mse is %.0f%% above the floor: the forward model fits this graph poorly; "+
+				"compare forward models (--forward deepis,gat,monstor) or, for deepis, its edge probability (--method-param %s.forward.p=...)\n",
+				res.Method, 100*(mse / *r.ForwardFloorMSE - 1), baseMethod(res.Method))
+		}
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// poorFitRatio is the forward error, relative to the floor, above which
+// the report calls a forward model's fit poor.
+const poorFitRatio = 1.25
+
+// baseMethod is m without its forward model's expansion: "slvae" for
+// "slvae[gat]".
+func baseMethod(m string) string {
+	if i := strings.IndexByte(m, '['); i >= 0 {
+		return m[:i]
+	}
+	return m
 }
 
 func cell(s Stat, prec int) string {

@@ -519,3 +519,18 @@ func TestRunOnRecordedCascades(t *testing.T) {
 	require.ErrorIs(t, err, ErrConfig)
 	require.ErrorContains(t, err, "recorded cascade 4 is over 5 nodes, the graph has 80")
 }
+
+// A forward model far above the floor is called out with what to try.
+func TestReportCallsOutAPoorForwardFit(t *testing.T) {
+	floor := 0.2
+	rep := &Report{Graph: "g", ForwardFloorMSE: &floor, Results: []Result{
+		{Method: "slvae[gat]", Extra: map[string]float64{"forward_test_mse": 0.3}},
+		{Method: "slvae", Extra: map[string]float64{"forward_test_mse": 0.22}},
+		{Method: "lpsi"},
+	}}
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "slvae[gat]: forward_test_mse is 50% above the floor: the forward model fits this graph poorly; "+
+		"compare forward models (--forward deepis,gat,monstor) or, for deepis, its edge probability (--method-param slvae.forward.p=...)")
+	require.NotContains(t, buf.String(), "slvae: forward_test_mse is", "10% above the floor is a fit")
+}
