@@ -325,6 +325,13 @@ const (
 	TrainInfectedMaxMetric = "train_infected_fraction_max"
 )
 
+// ForwardFloorMetric names the manifest metric holding the forward floor
+// of the validation source sets (diffusion.ForwardFloor: the variance of
+// y given the sources, the least MSE any forward model can reach), set by
+// `train` when it simulated the cascades, so forward_val_mse can be read
+// against it.
+const ForwardFloorMetric = "forward_floor_mse"
+
 // OutsideTraining describes an observation of infected nodes whose
 // fraction of the graph lies outside the range the bundle's training
 // snapshots held (TrainInfectedMinMetric, TrainInfectedMaxMetric), for a

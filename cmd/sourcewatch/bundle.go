@@ -164,6 +164,10 @@ func checkBundlePlugin(dir string, m localize.Manifest, pinned string) *pluginCh
 
 // printBundleSummary prints what train reports about a bundle, from its
 // manifest and a description of the training cascades ("" for none).
+// poorFitRatio is the forward error, relative to the floor, above which
+// the summary calls the fit poor (as eval's report does).
+const poorFitRatio = 1.25
+
 func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades string) {
 	fmt.Fprintf(w, "bundle      %s  (%s)\n", path, m.ID)
 	kind := "edges"
@@ -187,12 +191,21 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		slices.Sort(kv)
 		fmt.Fprintf(w, " (%s)", strings.Join(kv, ", "))
 	}
-	fmt.Fprintf(w, "  val MSE %.4f", m.Metrics["forward_val_mse"])
+	mse := m.Metrics["forward_val_mse"]
+	fmt.Fprintf(w, "  val MSE %.4f", mse)
+	floor, hasFloor := m.Metrics[localize.ForwardFloorMetric]
+	if hasFloor && floor > 0 {
+		fmt.Fprintf(w, " (floor %.4f: %+.0f%%)", floor, 100*(mse/floor-1))
+	}
 	if rho, ok := m.Metrics["forward_source_gate"]; ok {
 		// deepis fitted on pairs with sources observed uninfected
 		fmt.Fprintf(w, "  source gate %.3f", rho)
 	}
 	fmt.Fprintln(w)
+	if hasFloor && floor > 0 && mse > poorFitRatio*floor {
+		fmt.Fprintf(w, "note        the forward model's error is %.0f%% above the floor, the least any model can reach on these cascades: it fits this graph poorly, which can cost SL-VAE's ranking; "+
+			"compare forward models (eval --forward deepis,gat,monstor) or, for deepis, its edge probability (--forward-param p=...)\n", 100*(mse/floor-1))
+	}
 	weight := fmt.Sprintf("weight %.3g (2 x forward val MSE)", m.Solve.PriorWeight)
 	if m.Solve.PriorWeight == 0 {
 		weight = "weight 1 (none recorded: a bundle from before the calibrated weight; retrain it)"

@@ -269,6 +269,17 @@ func TestTrainRanking(t *testing.T) {
 	require.Contains(t, out, "calibration not tried (the ranking is by score")
 	b, err = localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
+	// Simulated cascades give the forward floor to read the fit against,
+	// and a fit far above it is called out.
+	floor := b.Manifest.Metrics[localize.ForwardFloorMetric]
+	require.Positive(t, floor)
+	mse := b.Manifest.Metrics["forward_val_mse"]
+	require.Contains(t, out, fmt.Sprintf("val MSE %.4f (floor %.4f: %+.0f%%)", mse, floor, 100*(mse/floor-1)))
+	if mse > poorFitRatio*floor {
+		require.Contains(t, out, "note        the forward model's error is")
+	} else {
+		require.NotContains(t, out, "note        the forward model's error is")
+	}
 	require.Equal(t, localize.RankByScore, b.Manifest.Ranking)
 	require.False(t, b.Manifest.LoneInfectedFirst)
 	require.NotContains(t, b.Manifest.Metrics, localize.RankingAUCMetric(localize.InfectedFirst))
@@ -568,10 +579,11 @@ func TestTrainCascadesFileWarnsOfSimulationFlags(t *testing.T) {
 	_, stderr, err := runCmd(t, "", append(base, "--beta", "0.9", "--diffusion", "IC")...)
 	require.NoError(t, err)
 	require.Contains(t, stderr, warning+", whose cascades are already spread and observed: --diffusion, --beta")
-	_, stderr, err = runCmd(t, "", base...)
+	out, stderr, err := runCmd(t, "", base...)
 	require.NoError(t, err)
 	require.NotContains(t, stderr, warning)
 	require.NotContains(t, stderr, "every node infected")
+	require.NotContains(t, out, "(floor", "recorded cascades have no model to take a floor from")
 	require.NotContains(t, stderr, `not in \"infected\"`)
 
 	// Valid but suspect recorded cascades are named: every node infected,
