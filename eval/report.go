@@ -328,9 +328,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 			// The tables' settings fit within 0-13% of the floor (Power
 			// Grid clusters aside); far above it, the descent has a wrong
 			// map of the spread and SL-VAE's ranking suffers with it.
-			fmt.Fprintf(&b, "%s: forward_test_mse is %.0f%% above the floor: the forward model fits this graph poorly; "+
-				"compare forward models (--forward deepis,gat,monstor) or, for deepis, its edge probability (--method-param %s.forward.p=...)\n",
-				res.Method, 100*(mse / *r.ForwardFloorMSE - 1), baseMethod(res.Method))
+			try := "compare forward models (--forward deepis,gat,monstor)"
+			if forwardOf(res.Method, r.Settings.Params) == "deepis" {
+				// A parameter of deepis alone: given to the method by its
+				// own name, or every expansion would get it.
+				try += fmt.Sprintf(" or deepis's edge probability (--method-param %s.forward.p=...)", res.Method)
+			}
+			fmt.Fprintf(&b, "%s: forward_test_mse is %.0f%% above the floor: the forward model fits this graph poorly; %s\n",
+				res.Method, 100*(mse / *r.ForwardFloorMSE - 1), try)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
@@ -341,13 +346,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 // the report calls a forward model's fit poor.
 const poorFitRatio = 1.25
 
-// baseMethod is m without its forward model's expansion: "slvae" for
-// "slvae[gat]".
-func baseMethod(m string) string {
-	if i := strings.IndexByte(m, '['); i >= 0 {
-		return m[:i]
+// forwardOf names the forward model of SL-VAE method m: the expansion's
+// ("gat" for "slvae[gat]"), else the method's forward parameter, else
+// deepis, the default.
+func forwardOf(m string, params map[string]string) string {
+	if i := strings.IndexByte(m, '['); i >= 0 && strings.HasSuffix(m, "]") {
+		return m[i+1 : len(m)-1]
 	}
-	return m
+	if f := params[m+".forward"]; f != "" {
+		return f
+	}
+	return "deepis"
 }
 
 func cell(s Stat, prec int) string {

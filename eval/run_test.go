@@ -525,12 +525,20 @@ func TestReportCallsOutAPoorForwardFit(t *testing.T) {
 	floor := 0.2
 	rep := &Report{Graph: "g", ForwardFloorMSE: &floor, Results: []Result{
 		{Method: "slvae[gat]", Extra: map[string]float64{"forward_test_mse": 0.3}},
+		{Method: "slvae[deepis]", Extra: map[string]float64{"forward_test_mse": 0.4}},
 		{Method: "slvae", Extra: map[string]float64{"forward_test_mse": 0.22}},
+		{Method: "slvae-noprior", Extra: map[string]float64{"forward_test_mse": 0.3}},
 		{Method: "lpsi"},
 	}}
+	rep.Settings.Params = map[string]string{"slvae-noprior.forward": "monstor"}
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteTable(&buf))
-	require.Contains(t, buf.String(), "slvae[gat]: forward_test_mse is 50% above the floor: the forward model fits this graph poorly; "+
-		"compare forward models (--forward deepis,gat,monstor) or, for deepis, its edge probability (--method-param slvae.forward.p=...)")
-	require.NotContains(t, buf.String(), "slvae: forward_test_mse is", "10% above the floor is a fit")
+	out := buf.String()
+	require.Contains(t, out, "slvae[gat]: forward_test_mse is 50% above the floor: the forward model fits this graph poorly; "+
+		"compare forward models (--forward deepis,gat,monstor)\n", "deepis's p is not gat's")
+	require.Contains(t, out, "slvae[deepis]: forward_test_mse is 100% above the floor: the forward model fits this graph poorly; "+
+		"compare forward models (--forward deepis,gat,monstor) or deepis's edge probability (--method-param slvae[deepis].forward.p=...)")
+	require.Contains(t, out, "slvae-noprior: forward_test_mse is 50% above the floor: the forward model fits this graph poorly; "+
+		"compare forward models (--forward deepis,gat,monstor)\n")
+	require.NotContains(t, out, "slvae: forward_test_mse is", "10% above the floor is a fit")
 }

@@ -477,6 +477,19 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (
 	if err != nil {
 		return nil, err
 	}
+	// Every entry is checked against the manifest before it is held, so
+	// every entry must have a checksum there.
+	checked := []string{entryGraph, entryVAE, entryTerms, entryForward}
+	for name := range m.Checksums {
+		if !slices.Contains(checked, name) {
+			return nil, fmt.Errorf("%w: manifest has a checksum for %s, not an entry of the format", ErrBadBundle, name)
+		}
+	}
+	for _, name := range checked {
+		if _, ok := m.Checksums[name]; !ok {
+			return nil, fmt.Errorf("%w: manifest has no checksum for %s", ErrBadBundle, name)
+		}
+	}
 	for _, f := range files {
 		if want, ok := m.Checksums[f.Name]; ok {
 			limit, err := limitOf(f)
@@ -493,17 +506,6 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (
 		}
 		if err := read(f); err != nil {
 			return nil, err
-		}
-	}
-	checked := []string{entryGraph, entryVAE, entryTerms, entryForward}
-	for name := range m.Checksums {
-		if !slices.Contains(checked, name) {
-			return nil, fmt.Errorf("%w: manifest has a checksum for %s, not an entry of the format", ErrBadBundle, name)
-		}
-	}
-	for _, name := range checked {
-		if _, ok := m.Checksums[name]; !ok {
-			return nil, fmt.Errorf("%w: manifest has no checksum for %s", ErrBadBundle, name)
 		}
 	}
 	for _, name := range checked {

@@ -74,11 +74,20 @@ leaves them out (and says so), and a list naming them is refused.`,
 // cannot run.
 func (a *app) evalConfig() (cfg eval.Config, implicit map[string]bool, err error) {
 	cfg = eval.DefaultConfig()
-	if cfg.Sim, err = simulationConfig(a.v); err != nil {
-		return cfg, nil, err
-	}
-	if cfg.Cascades, cfg.Seed, cfg.Workers, err = simulationRun(a.v); err != nil {
-		return cfg, nil, err
+	if a.v.GetString("cascades_file") != "" {
+		// Recorded cascades: the simulation flags are not read (and are
+		// named as unused), so their values are not judged either.
+		cfg.Seed, cfg.Workers = a.v.GetInt64("seed"), a.v.GetInt("workers")
+		if cfg.Workers < 0 {
+			return cfg, nil, fmt.Errorf("--workers: %d is negative", cfg.Workers)
+		}
+	} else {
+		if cfg.Sim, err = simulationConfig(a.v); err != nil {
+			return cfg, nil, err
+		}
+		if cfg.Cascades, cfg.Seed, cfg.Workers, err = simulationRun(a.v); err != nil {
+			return cfg, nil, err
+		}
 	}
 	if cfg.Runs = a.v.GetInt("runs"); cfg.Runs < 1 {
 		return cfg, nil, fmt.Errorf("--runs: %d is not positive", cfg.Runs)

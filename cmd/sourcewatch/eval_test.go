@@ -337,12 +337,14 @@ func TestEvalCommandOnRecordedCascades(t *testing.T) {
 	_, _, err := runCmd(t, "", "simulate", "--graph", evalKarate, "--cascades", "40", "--seed", "5", "--out", recorded)
 	require.NoError(t, err)
 	out := filepath.Join(dir, "report.json")
-	stdout, stderr, err := runEvalCmd(t, "--graph", evalKarate, "--cascades-file", recorded, "--beta", "0.9", "--runs", "2",
+	// Simulation flags are not read, so not judged: values that would be
+	// refused for a simulation are only named as unused.
+	stdout, stderr, err := runEvalCmd(t, "--graph", evalKarate, "--cascades-file", recorded, "--beta", "0", "--cascades", "0", "--runs", "2",
 		"--methods", "lpsi,infected,prior", "--json", out, "--log-format", "json")
 	require.NoError(t, err)
 	require.Contains(t, stdout, "cascades recorded in incidents.jsonl")
 	require.Contains(t, stdout, "2 runs x 40 cascades (train 24 / validation 8 / test 8)")
-	require.Contains(t, stderr, "simulation flags are not used with --cascades-file, whose cascades are already spread and observed: --beta")
+	require.Contains(t, stderr, "simulation flags are not used with --cascades-file, whose cascades are already spread and observed: --beta, --cascades")
 	var rep struct {
 		Diffusion string `json:"diffusion"`
 		Settings  struct {
