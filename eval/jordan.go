@@ -61,11 +61,15 @@ func newJordan(env Env) (Method, error) {
 	if m.fixed < 0 {
 		return nil, fmt.Errorf("%w jordan.k=%d: want k >= 1", ErrBadParam, m.fixed)
 	}
-	var dist, queue []int
+	// Scratch and components of the fitted graph, made at the first
+	// cascade and reused (the cascades of a run are localized in turn).
+	var dist, queue, comp []int
+	var sc *eccScratch
 	m.rank = m.byScore(func(ctx context.Context, y []float64, infected []int, scores []float64) error {
 		n := m.g.N()
 		if len(dist) != n {
-			dist, queue = make([]int, n), make([]int, 0, n)
+			dist, queue, comp = make([]int, n), make([]int, 0, n), nil
+			sc = newEccScratch(n)
 		}
 		for i, v := range y {
 			scores[i] = 0
@@ -76,13 +80,15 @@ func newJordan(env Env) (Method, error) {
 		if !m.g.Directed() {
 			// Per component of the graph, whose infected nodes all reach
 			// each other; u(v) is the infected count outside v's.
-			comp, _ := m.g.Components()
+			if comp == nil {
+				comp, _ = m.g.Components()
+			}
 			groups := map[int][]int{}
 			for _, v := range infected {
 				groups[comp[v]] = append(groups[comp[v]], v)
 			}
 			for _, group := range groups {
-				if err := eccentricities(ctx, m.g, group, scores, dist, queue); err != nil {
+				if err := eccentricities(ctx, m.g, group, scores, sc); err != nil {
 					return err
 				}
 				for _, v := range group {
@@ -211,6 +217,20 @@ func newOJC(env Env) (Method, error) {
 	return m, nil
 }
 
+// eccScratch is eccentricities' scratch for a graph of n nodes.
+type eccScratch struct {
+	lo, hi, dist, queue []int
+	isInf               []bool
+}
+
+func newEccScratch(n int) *eccScratch {
+	sc := &eccScratch{lo: make([]int, n), hi: make([]int, n), dist: make([]int, n), queue: make([]int, 0, n), isInf: make([]bool, n)}
+	for i := range sc.dist {
+		sc.dist[i] = -1
+	}
+	return sc
+}
+
 // eccentricities writes -ecc(v) into scores for every infected v of an
 // undirected graph, ecc(v) = max_{i infected} d(v, i) (n when some infected
 // node is unreachable), without a BFS from every infected node: a BFS from
@@ -223,19 +243,25 @@ func newOJC(env Env) (Method, error) {
 // bound is tight (the bounding-eccentricities scheme of Takes and Kosters,
 // restricted to the infected set). Sparse, long-path graphs resolve after
 // a few BFS; the worst case is one BFS per infected node.
-func eccentricities(ctx context.Context, g *graph.Graph, infected []int, scores []float64, dist, queue []int) error {
+//
+// sc is scratch of g's size, reused across calls (a cascade spread over many
+// components calls once per component): its lo and hi are read only at the
+// infected nodes, set here, and isInf and dist, all false and -1 on entry,
+// are left so.
+func eccentricities(ctx context.Context, g *graph.Graph, infected []int, scores []float64, sc *eccScratch) error {
 	n := g.N()
 	off, to, _ := g.CSR()
-	lo, hi := make([]int, n), make([]int, n)
-	isInf := make([]bool, n)
+	lo, hi, isInf, dist, queue := sc.lo, sc.hi, sc.isInf, sc.dist, sc.queue
+	defer func() {
+		for _, v := range infected {
+			isInf[v] = false
+		}
+	}()
 	open := make([]int, 0, len(infected))
 	for _, v := range infected {
 		lo[v], hi[v] = 0, math.MaxInt
 		isInf[v] = true
 		open = append(open, v)
-	}
-	for i := range dist {
-		dist[i] = -1
 	}
 	for turn := 0; len(open) > 0; turn++ {
 		if turn%32 == 31 {

@@ -40,6 +40,14 @@ var (
 	ErrCallTimeout = errors.New("forward plugin call timed out")
 )
 
+// binaryError is a launch that failed on the plugin binary itself (not
+// found, a directory, unreadable, another build), as opposed to the
+// process or the machine; its message is the wrapped error's.
+type binaryError struct{ err error }
+
+func (e *binaryError) Error() string { return e.err.Error() }
+func (e *binaryError) Unwrap() error { return e.err }
+
 // BinaryPrefix is the file name prefix of plugin binaries: the plugin named
 // "icmf" is the executable sourcewatch-forward-icmf.
 const BinaryPrefix = "sourcewatch-forward-"
@@ -192,20 +200,20 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	name := filepath.Base(path)
 	fi, err := os.Stat(path)
 	if err != nil {
-		return nil, fmt.Errorf("forward plugin %s: %w", name, err)
+		return nil, &binaryError{fmt.Errorf("forward plugin %s: %w", name, err)}
 	}
 	if fi.IsDir() {
-		return nil, fmt.Errorf("forward plugin %s: %s is a directory", name, path)
+		return nil, &binaryError{fmt.Errorf("forward plugin %s: %s is a directory", name, path)}
 	}
 	var secure *plugin.SecureConfig
 	if o.checksum != nil {
 		got, err := FileSHA256(path)
 		if err != nil {
-			return nil, fmt.Errorf("forward plugin %s: %w", name, err)
+			return nil, &binaryError{fmt.Errorf("forward plugin %s: %w", name, err)}
 		}
 		if !bytes.Equal(got, o.checksum) {
-			return nil, fmt.Errorf("forward plugin %s: file has sha256 %s, expected %s: %w",
-				path, hex.EncodeToString(got), hex.EncodeToString(o.checksum), ErrChecksum)
+			return nil, &binaryError{fmt.Errorf("forward plugin %s: file has sha256 %s, expected %s: %w",
+				path, hex.EncodeToString(got), hex.EncodeToString(o.checksum), ErrChecksum)}
 		}
 		secure = &plugin.SecureConfig{Checksum: o.checksum, Hash: sha256.New()}
 	}

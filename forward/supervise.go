@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -313,9 +312,10 @@ func (s *Supervised) closedOr(err error) error {
 }
 
 // permanentLaunchError reports whether a launch failed on the binary
-// itself (another build, removed, not executable), which no wait fixes.
+// itself (another build, removed, not a file), which no wait fixes.
 func permanentLaunchError(err error) bool {
-	return errors.Is(err, ErrChecksum) || errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission)
+	var be *binaryError
+	return errors.As(err, &be)
 }
 
 // restartable reports whether err means the process is dead or hung, as
@@ -400,10 +400,13 @@ func (s *Supervised) remember(ctx context.Context, done *Process, g *graph.Graph
 	defer s.release()
 	s.configured, s.g, s.params, s.state = true, g, params, state
 	if cur := s.proc; cur != nil && cur != done && !cur.Exited() {
-		// Not cut short by a caller who gave up: failing here closes a
-		// healthy process and spends a relaunch. The call's own deadline
-		// still bounds it.
-		if err := cur.Configure(context.WithoutCancel(ctx), g, params, state); err != nil {
+		// Not cut short by a caller who gave up (failing here closes a
+		// healthy process and spends a relaunch), but by Close; the
+		// plugin call's own timeout bounds it.
+		cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer cancel()
+		defer context.AfterFunc(s.closing, cancel)()
+		if err := cur.Configure(cctx, g, params, state); err != nil {
 			// The next call finds it dead and relaunches it with the
 			// record.
 			_ = cur.Close()

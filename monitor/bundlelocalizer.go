@@ -27,8 +27,12 @@ type bundleLocalizer struct {
 // bundles: it loads each graph's bundle (checked against the configured
 // edge file), launches the bundle's forward plugin from pluginDir
 // (checksum-verified, supervised: relaunched when it dies or hangs) and
-// configures it with the bundle's state.
+// configures it with the bundle's state. An empty pluginDir is bin (the
+// sourcewatch command passes the directory of its own binary instead).
 func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
+	if pluginDir == "" {
+		pluginDir = "bin"
+	}
 	return func(ctx context.Context, gc GraphConfig, g *graph.Graph) (Localizer, error) {
 		b, err := localize.LoadBundle(gc.Bundle, g, localize.WithoutVAE())
 		if err != nil {

@@ -304,6 +304,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if !d.started.CompareAndSwap(false, true) {
 		return ErrRunTwice
 	}
+	// Last of all, after the drain and the final snapshot, whose failures
+	// the limiter may hold back too.
+	defer d.limiter.flush(true)
 	if d.cfg.HA.Enabled && d.cfg.HA.Replica == "" {
 		d.cfg.HA.Replica = defaultReplica()
 	}

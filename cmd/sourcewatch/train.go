@@ -271,13 +271,16 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		for i := range sets {
 			sets[i] = val[i].Sources
 		}
+		// A diagnostic: its failure (Ctrl-C, a target the redraws miss)
+		// costs the bundle nothing but the floor.
 		floorStart := time.Now()
-		floor, err := diffusion.ForwardFloor(ctx, g, *simCfg, sets, eval.FloorDraws, seed+1)
-		if err != nil {
-			return fmt.Errorf("forward floor: %w", err)
+		floor, err := diffusion.ForwardFloor(ctx, g, *simCfg, sets, eval.FloorDraws, seed+1, diffusion.Workers(v.GetInt("workers")))
+		if err == nil {
+			a.log.Info("forward floor", zap.Float64("mse", floor), zap.Int("source_sets", len(sets)), zap.Duration("took", time.Since(floorStart).Round(time.Millisecond)))
+			b.Manifest.Metrics[localize.ForwardFloorMetric] = floor
+		} else {
+			a.log.Warn("forward floor not estimated; the bundle is written without it", zap.Error(err))
 		}
-		a.log.Info("forward floor", zap.Float64("mse", floor), zap.Int("source_sets", len(sets)), zap.Duration("took", time.Since(floorStart).Round(time.Millisecond)))
-		b.Manifest.Metrics[localize.ForwardFloorMetric] = floor
 	}
 	if err := b.WriteFile(out); err != nil {
 		return err
