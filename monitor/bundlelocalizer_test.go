@@ -1,0 +1,74 @@
+package monitor
+
+import (
+	"encoding/hex"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
+	"github.com/sourcewatch/sourcewatch/plugins/icmf"
+	"github.com/sourcewatch/sourcewatch/prior"
+)
+
+// The daemon's localizer runs a bundle through its real plugin process,
+// keeps the prior terms but not the VAE network, and says at load when
+// the bundle's forward model fits its graph poorly.
+func TestBundleLocalizers(t *testing.T) {
+	plugin := forwardtest.Build(t, "icmf")
+	sum, err := forward.FileSHA256(plugin)
+	require.NoError(t, err)
+	g, err := graph.Load("../configs/demo/karate.edges")
+	require.NoError(t, err)
+	cs, _, err := diffusion.Simulate(t.Context(), g, diffusion.DefaultConfig(), 40, 3)
+	require.NoError(t, err)
+	pairs := make([]forward.Pair, len(cs))
+	for i, c := range cs {
+		pairs[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
+	}
+	m := icmf.New()
+	require.NoError(t, m.Configure(t.Context(), g, nil, nil))
+	pc := prior.DefaultConfig()
+	pc.Hidden, pc.Latent, pc.Epochs = 8, 4, 2
+	opts := localize.DefaultOptions()
+	opts.Restarts = 2
+	b, err := localize.Train(t.Context(), g, m, pairs[:30], pairs[30:], localize.TrainConfig{
+		Forward: localize.ForwardRef{Name: "icmf", Version: "test", SHA256: hex.EncodeToString(sum)},
+		Prior:   pc, Prototypes: 8, Solve: opts, ValidationSolves: 3, Seed: 1,
+	}, nil)
+	require.NoError(t, err)
+	// A floor far below the fit, as train records for a poor one.
+	b.Manifest.Metrics[localize.ForwardFloorMetric] = b.Manifest.Metrics["forward_val_mse"] / 2
+	bundle := filepath.Join(t.TempDir(), "karate.swb")
+	require.NoError(t, b.WriteFile(bundle))
+	gc := DefaultGraphConfig("karate")
+	gc.Bundle = bundle
+	require.NoError(t, BundlePreflight(gc, g))
+
+	core, logs := observer.New(zapcore.WarnLevel)
+	l, err := BundleLocalizers(filepath.Dir(plugin), zap.New(core))(t.Context(), gc, g)
+	require.NoError(t, err)
+	defer l.Close()
+	bl := l.(*bundleLocalizer)
+	require.Nil(t, bl.bundle.VAE, "the daemon keeps the prior terms, not the network")
+	require.NotNil(t, bl.bundle.Terms)
+	require.Positive(t, bl.PluginPID())
+	require.Equal(t, 1, logs.FilterMessageSnippet("fits its graph poorly").Len())
+
+	y := make([]float64, g.N())
+	for _, v := range cs[35].Infected {
+		y[v] = 1
+	}
+	inf, err := l.Localize(t.Context(), y)
+	require.NoError(t, err)
+	require.Len(t, inf.Scores, g.N())
+	require.Equal(t, "icmf", inf.Model.Forward)
+}
