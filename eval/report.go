@@ -37,6 +37,10 @@ type Report struct {
 	// ForwardFloorMSE is the part of the floor that the observation time
 	// accounts for. Nil exactly when ForwardFloorMSE is.
 	ForwardFloorAtCountMSE *float64 `json:"forward_floor_at_count_mse,omitempty"`
+	// EpidemicThreshold is the graph's <k>/<k^2> (graph.EpidemicThreshold),
+	// offered as deepis's edge probability where its fit is poor; 0 on a
+	// weighted graph, whose weights deepis reads instead.
+	EpidemicThreshold float64 `json:"epidemic_threshold,omitempty"`
 	// Partial is set when the evaluation was interrupted (Run returned
 	// ErrInterrupted): Settings.Runs then counts the runs the report
 	// holds, and Results the methods that finished all of them.
@@ -332,7 +336,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if forwardOf(res.Method, r.Settings.Params) == "deepis" {
 				// A parameter of deepis alone: given to the method by its
 				// own name, or every expansion would get it.
-				try += fmt.Sprintf(" or deepis's edge probability (--method-param %s.forward.p=...)", res.Method)
+				p, why := "...", ""
+				if r.EpidemicThreshold > 0 {
+					p, why = fmt.Sprintf("%.3g", r.EpidemicThreshold), ", the graph's mean in-degree over its mean squared in-degree"
+				}
+				try += fmt.Sprintf(" or deepis's edge probability (--method-param %s.forward.p=%s%s)", res.Method, p, why)
 			}
 			fmt.Fprintf(&b, "%s: forward_test_mse is %.0f%% above the floor: the forward model fits this graph poorly; %s\n",
 				res.Method, 100*(mse / *r.ForwardFloorMSE - 1), try)

@@ -533,6 +533,11 @@ func TestReportCallsOutAPoorForwardFit(t *testing.T) {
 		"compare forward models (--forward deepis,gat,monstor)\n", "deepis's p is not gat's")
 	require.Contains(t, out, "slvae[deepis]: forward_test_mse is 100% above the floor: the forward model fits this graph poorly; "+
 		"compare forward models (--forward deepis,gat,monstor) or deepis's edge probability (--method-param slvae[deepis].forward.p=...)")
+	// Where the graph's degrees are known, a value is offered.
+	rep.EpidemicThreshold = 0.0467
+	buf.Reset()
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "(--method-param slvae[deepis].forward.p=0.0467, the graph's mean in-degree over its mean squared in-degree)")
 	require.Contains(t, out, "slvae-noprior: forward_test_mse is 50% above the floor: the forward model fits this graph poorly; "+
 		"compare forward models (--forward deepis,gat,monstor)\n")
 	require.NotContains(t, out, "slvae: forward_test_mse is", "10% above the floor is a fit")

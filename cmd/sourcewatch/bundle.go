@@ -168,6 +168,11 @@ func checkBundlePlugin(dir string, m localize.Manifest, pinned string) *pluginCh
 // the summary calls the fit poor (as eval's report does).
 const poorFitRatio = 1.25
 
+// epidemicThresholdMetric names the manifest metric holding the graph's
+// graph.EpidemicThreshold, which train records beside the floor on an
+// unweighted graph.
+const epidemicThresholdMetric = "graph_epidemic_threshold"
+
 func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades string) {
 	fmt.Fprintf(w, "bundle      %s  (%s)\n", path, m.ID)
 	kind := "edges"
@@ -203,8 +208,16 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	}
 	fmt.Fprintln(w)
 	if hasFloor && floor > 0 && mse > poorFitRatio*floor {
-		fmt.Fprintf(w, "note        the forward model's error is %.0f%% above the floor, the least any model can reach on these cascades: it fits this graph poorly, which can cost SL-VAE's ranking; "+
-			"compare forward models (eval --forward deepis,gat,monstor) or, for deepis, its edge probability (--forward-param p=...)\n", 100*(mse/floor-1))
+		try := "compare forward models (eval --forward deepis,gat,monstor)"
+		if m.Forward.Name == "deepis" {
+			p, why := "...", ""
+			if pc := m.Metrics[epidemicThresholdMetric]; pc > 0 {
+				p, why = fmt.Sprintf("%.3g", pc), ", the graph's mean in-degree over its mean squared in-degree"
+			}
+			try += fmt.Sprintf(" or deepis's edge probability (--forward-param p=%s%s)", p, why)
+		}
+		fmt.Fprintf(w, "note        the forward model's error is %.0f%% above the floor, the least any model can reach on these cascades: it fits this graph poorly, which can cost SL-VAE's ranking; %s\n",
+			100*(mse/floor-1), try)
 	}
 	weight := fmt.Sprintf("weight %.3g (2 x forward val MSE)", m.Solve.PriorWeight)
 	if m.Solve.PriorWeight == 0 {
