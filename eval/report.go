@@ -333,7 +333,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 			// Grid clusters aside); far above it, the descent has a wrong
 			// map of the spread and SL-VAE's ranking suffers with it.
 			try := "compare forward models (--forward deepis,gat,monstor)"
-			if forwardOf(res.Method, r.Settings.Params) == "deepis" {
+			// deepis's p is offered unless the run set one already.
+			if forwardOf(res.Method, r.Settings.Params) == "deepis" && r.Settings.Params[res.Method+".forward.p"] == "" {
 				// A parameter of deepis alone: given to the method by its
 				// own name, or every expansion would get it.
 				p, why := "...", ""

@@ -538,6 +538,11 @@ func TestReportCallsOutAPoorForwardFit(t *testing.T) {
 	buf.Reset()
 	require.NoError(t, rep.WriteTable(&buf))
 	require.Contains(t, buf.String(), "(--method-param slvae[deepis].forward.p=0.0467, the graph's mean in-degree over its mean squared in-degree)")
+	// A run that set p already is not told to set one.
+	rep.Settings.Params = map[string]string{"slvae[deepis].forward.p": "0.0467"}
+	buf.Reset()
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "slvae[deepis]: forward_test_mse is 100% above the floor: the forward model fits this graph poorly; compare forward models (--forward deepis,gat,monstor)\n")
 	require.Contains(t, out, "slvae-noprior: forward_test_mse is 50% above the floor: the forward model fits this graph poorly; "+
 		"compare forward models (--forward deepis,gat,monstor)\n")
 	require.NotContains(t, out, "slvae: forward_test_mse is", "10% above the floor is a fit")

@@ -209,7 +209,7 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	fmt.Fprintln(w)
 	if hasFloor && floor > 0 && mse > poorFitRatio*floor {
 		try := "compare forward models (eval --forward deepis,gat,monstor)"
-		if m.Forward.Name == "deepis" {
+		if m.Forward.Name == "deepis" && m.Forward.Params["p"] == "" { // unless one was set
 			p, why := "...", ""
 			if pc := m.Metrics[epidemicThresholdMetric]; pc > 0 {
 				p, why = fmt.Sprintf("%.3g", pc), ", the graph's mean in-degree over its mean squared in-degree"
