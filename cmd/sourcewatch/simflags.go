@@ -84,6 +84,27 @@ func (a *app) warnUnusedSettings(g *graph.Graph, cfg diffusion.Config) {
 		a.log.Warn("--p is not used: IC on a weighted graph activates each arc with its weight",
 			graphFile, zap.Float64("p", cfg.P))
 	}
+	if g.Weighted() && cfg.Model == diffusion.LT {
+		// LT's weights are a node's share of influence: summed over its
+		// in-arcs above 1, any one infected in-neighbour of weight above
+		// the threshold activates it, and the model drifts towards "any
+		// infected in-neighbour infects".
+		over := 0
+		for v := range g.N() {
+			_, ws := g.In(v)
+			sum := 0.0
+			for _, w := range ws {
+				sum += w
+			}
+			if sum > 1+1e-9 {
+				over++
+			}
+		}
+		if over*10 >= g.N() {
+			a.log.Warn(fmt.Sprintf("%d of %d nodes have incoming weights summing above 1: LT reads a node's weights as shares of its in-neighbours' influence, "+
+				"which should sum to at most 1 (scale each node's in-weights, or drop the weights for LT's default 1/in-degree)", over, g.N()), graphFile)
+		}
+	}
 	if d := g.Stats().Duplicates; g.Weighted() && !g.Directed() && d > 0 {
 		// Reciprocal arcs of a directed file read as one undirected edge,
 		// whatever their weights.

@@ -291,3 +291,23 @@ func TestSimulateWarnsOfMergedWeightedArcs(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, stderr, "merged")
 }
+
+// LT reads a node's in-weights as shares of influence: where they sum
+// above 1 for many nodes, that is said.
+func TestSimulateWarnsOfLTWeightsAboveOne(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		weight string
+		warns  bool
+	}{{"0.9", true}, {"0.2", false}} {
+		path := filepath.Join(dir, "w"+tc.weight+".edges")
+		var w strings.Builder
+		for i := range 20 { // every node has four in-arcs
+			fmt.Fprintf(&w, "%d %d %s\n%d %d %s\n", i, (i+1)%20, tc.weight, i, (i+5)%20, tc.weight)
+		}
+		require.NoError(t, os.WriteFile(path, []byte(w.String()), 0o600))
+		_, stderr, err := runSimulateCmd(t, "--graph", path, "--diffusion", "LT", "--cascades", "5", "--sources", "2", "--observe", "0.2")
+		require.NoError(t, err)
+		require.Equal(t, tc.warns, strings.Contains(stderr, "20 of 20 nodes have incoming weights summing above 1"), "weight %s: %s", tc.weight, stderr)
+	}
+}
