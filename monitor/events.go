@@ -247,6 +247,12 @@ func decodeOne(raw []byte) decoded {
 			return d
 		}
 		ev = *slow
+		if ev.TS == "" && emptyTS(raw) {
+			// A producer that meant to stamp the event and did not: read
+			// as absent, it would apply at arrival time without a word.
+			d.reason, d.detail = ReasonBadJSON, `"ts" is empty: give an RFC 3339 time, or leave "ts" out for the arrival time`
+			return d
+		}
 	}
 	d.ev = ev
 	switch {
@@ -256,6 +262,15 @@ func decodeOne(raw []byte) decoded {
 		d.reason, d.detail = ReasonBadJSON, `no "node": an event names the node it is about`
 	}
 	return d
+}
+
+// emptyTS reports whether raw, one event object that decoded, holds a "ts"
+// key (in any case) with the empty string as its value.
+func emptyTS(raw []byte) bool {
+	var probe struct {
+		TS *string `json:"ts"`
+	}
+	return json.Unmarshal(raw, &probe) == nil && probe.TS != nil && *probe.TS == ""
 }
 
 // eventJSONError says what was wrong with an event in the event's terms,
@@ -357,6 +372,9 @@ func fastObject(b []byte, i int) (wireEvent, int, bool) {
 		case "state":
 			ev.State = view(val)
 		case "ts":
+			if len(val) == 0 {
+				return ev, 0, false // the slow path tells "" from absent
+			}
 			ev.TS = view(val)
 		case "id":
 			ev.ID = view(val)

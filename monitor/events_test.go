@@ -62,6 +62,8 @@ func TestDecodeMessage(t *testing.T) {
 		{"a number", `7`, []string{ReasonBadJSON}},
 		{"a number node", `{"node":7,"state":"infected"}`, []string{ReasonBadJSON}},
 		{"empty array", ` [ ] `, []string{ReasonBadJSON}},
+		{"empty ts", `{"node":"1","state":"infected","ts":""}`, []string{ReasonBadJSON}},
+		{"empty ts, spaced and in another case", `{"node":"1","state":"infected", "TS" : ""}`, []string{ReasonBadJSON}},
 		{"byte-order mark", "\ufeff{\"node\":\"1\",\"state\":\"infected\"}", []string{""}},
 	}
 	details := map[string]string{
@@ -72,6 +74,7 @@ func TestDecodeMessage(t *testing.T) {
 		"a number":                "not an event: a JSON number, want an object (or an array of them)",
 		"a number node":           `"node" is a JSON number, want a string`,
 		"empty array":             "an empty array: a batch holds at least one event",
+		"empty ts":                `"ts" is empty: give an RFC 3339 time, or leave "ts" out for the arrival time`,
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
