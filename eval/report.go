@@ -7,6 +7,8 @@ import (
 	"math"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/sourcewatch/sourcewatch/localize"
 )
 
 // Report is a benchmark's outcome. Its JSON form (snake_case, stable) is
@@ -326,23 +328,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.ForwardFloorMSE != nil && *r.ForwardFloorMSE > 0 {
 		for _, res := range r.Results {
 			mse, ok := res.Extra["forward_test_mse"]
-			if !ok || mse <= poorFitRatio**r.ForwardFloorMSE {
+			if !ok || !localize.PoorFit(mse, *r.ForwardFloorMSE) {
 				continue
 			}
 			// The tables' settings fit within 0-13% of the floor (Power
 			// Grid clusters aside); far above it, the descent has a wrong
 			// map of the spread and SL-VAE's ranking suffers with it.
-			try := "compare forward models (--forward deepis,gat,monstor)"
-			// deepis's p is offered unless the run set one already.
-			if forwardOf(res.Method, r.Settings.Params) == "deepis" && r.Settings.Params[res.Method+".forward.p"] == "" {
-				// A parameter of deepis alone: given to the method by its
-				// own name, or every expansion would get it.
-				p, why := "...", ""
-				if r.EpidemicThreshold > 0 {
-					p, why = fmt.Sprintf("%.3g", r.EpidemicThreshold), ", the graph's mean in-degree over its mean squared in-degree"
-				}
-				try += fmt.Sprintf(" or deepis's edge probability (--method-param %s.forward.p=%s%s)", res.Method, p, why)
-			}
+			// p is deepis's alone: given to the method by its own name, or
+			// every expansion would get it; not offered if the run set one.
+			pSet := r.Settings.Params[res.Method+".forward.p"] != ""
+			try := localize.PoorFitAdvice("--forward deepis,gat,monstor", forwardOf(res.Method, r.Settings.Params), pSet,
+				"--method-param "+res.Method+".forward.p", r.EpidemicThreshold)
 			fmt.Fprintf(&b, "%s: forward_test_mse is %.0f%% above the floor: the forward model fits this graph poorly; %s\n",
 				res.Method, 100*(mse / *r.ForwardFloorMSE - 1), try)
 		}
@@ -350,10 +346,6 @@ func (r *Report) WriteTable(w io.Writer) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
-
-// poorFitRatio is the forward error, relative to the floor, above which
-// the report calls a forward model's fit poor.
-const poorFitRatio = 1.25
 
 // forwardOf names the forward model of SL-VAE method m: the expansion's
 // ("gat" for "slvae[gat]"), else the method's forward parameter, else

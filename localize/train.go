@@ -332,6 +332,37 @@ const (
 // against it.
 const ForwardFloorMetric = "forward_floor_mse"
 
+// EpidemicThresholdMetric names the manifest metric holding the graph's
+// graph.EpidemicThreshold, recorded beside the floor on an unweighted
+// graph for PoorFitAdvice.
+const EpidemicThresholdMetric = "graph_epidemic_threshold"
+
+// PoorFitRatio is the forward error, relative to the floor, above which a
+// forward model is said to fit its graph poorly: the tables' settings fit
+// within 0-13% of the floor (Power Grid clusters aside).
+const PoorFitRatio = 1.25
+
+// PoorFit reports whether a forward error mse is more than PoorFitRatio
+// times floor (never for an unknown floor, <= 0).
+func PoorFit(mse, floor float64) bool { return floor > 0 && mse > PoorFitRatio*floor }
+
+// PoorFitAdvice says what to try for a forward model that fits poorly:
+// other forward models (compare, the command that compares them) and, for
+// deepis without a p of the run's own, its edge probability, given with
+// pFlag ("--forward-param p", "--method-param slvae.forward.p") and the
+// graph's epidemic threshold when known (> 0).
+func PoorFitAdvice(compare, forward string, pSet bool, pFlag string, threshold float64) string {
+	try := "compare forward models (" + compare + ")"
+	if forward == "deepis" && !pSet {
+		p, why := "...", ""
+		if threshold > 0 {
+			p, why = fmt.Sprintf("%.3g", threshold), ", the graph's mean in-degree over its mean squared in-degree"
+		}
+		try += fmt.Sprintf(" or deepis's edge probability (%s=%s%s)", pFlag, p, why)
+	}
+	return try
+}
+
 // OutsideTraining describes an observation of infected nodes whose
 // fraction of the graph lies outside the range the bundle's training
 // snapshots held (TrainInfectedMinMetric, TrainInfectedMaxMetric), for a

@@ -312,3 +312,15 @@ func TestOutsideTraining(t *testing.T) {
 	require.Empty(t, m.OutsideTraining(3), "a bundle that does not record the range says nothing")
 	require.NotEmpty(t, m.OutsideTraining(100), "every node infected is said whatever the bundle records")
 }
+
+func TestPoorFitAdvice(t *testing.T) {
+	require.False(t, localize.PoorFit(0.2, 0), "no floor, no verdict")
+	require.False(t, localize.PoorFit(0.125, 0.1))
+	require.True(t, localize.PoorFit(0.126, 0.1))
+	require.Equal(t, "compare forward models (eval --forward gat) or deepis's edge probability (--forward-param p=0.0474, the graph's mean in-degree over its mean squared in-degree)",
+		localize.PoorFitAdvice("eval --forward gat", "deepis", false, "--forward-param p", 0.04741))
+	require.Equal(t, "compare forward models (x) or deepis's edge probability (--forward-param p=...)",
+		localize.PoorFitAdvice("x", "deepis", false, "--forward-param p", 0), "no threshold known")
+	require.Equal(t, "compare forward models (x)", localize.PoorFitAdvice("x", "deepis", true, "--forward-param p", 0.05), "p set by the run")
+	require.Equal(t, "compare forward models (x)", localize.PoorFitAdvice("x", "gat", false, "--forward-param p", 0.05), "p is deepis's")
+}

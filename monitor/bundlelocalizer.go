@@ -41,8 +41,8 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		// Loading leaves the bundle's entries as garbage, which the
 		// runtime would hand back to the system only over minutes.
 		debug.FreeOSMemory()
-		if floor, ok := b.Manifest.Metrics[localize.ForwardFloorMetric]; ok && floor > 0 {
-			if mse := b.Manifest.Metrics["forward_val_mse"]; mse > 1.25*floor {
+		if floor := b.Manifest.Metrics[localize.ForwardFloorMetric]; floor > 0 {
+			if mse := b.Manifest.Metrics["forward_val_mse"]; localize.PoorFit(mse, floor) {
 				log.Warn("the bundle's forward model fits its graph poorly (validation error far above the floor), which can cost the alerts' rankings; see bundle inspect",
 					zap.String("graph", gc.Name), zap.Float64("forward_val_mse", mse), zap.Float64("forward_floor_mse", floor))
 			}

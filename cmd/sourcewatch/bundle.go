@@ -164,15 +164,6 @@ func checkBundlePlugin(dir string, m localize.Manifest, pinned string) *pluginCh
 
 // printBundleSummary prints what train reports about a bundle, from its
 // manifest and a description of the training cascades ("" for none).
-// poorFitRatio is the forward error, relative to the floor, above which
-// the summary calls the fit poor (as eval's report does).
-const poorFitRatio = 1.25
-
-// epidemicThresholdMetric names the manifest metric holding the graph's
-// graph.EpidemicThreshold, which train records beside the floor on an
-// unweighted graph.
-const epidemicThresholdMetric = "graph_epidemic_threshold"
-
 func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades string) {
 	fmt.Fprintf(w, "bundle      %s  (%s)\n", path, m.ID)
 	kind := "edges"
@@ -207,15 +198,9 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		fmt.Fprintf(w, "  source gate %.3f", rho)
 	}
 	fmt.Fprintln(w)
-	if hasFloor && floor > 0 && mse > poorFitRatio*floor {
-		try := "compare forward models (eval --forward deepis,gat,monstor)"
-		if m.Forward.Name == "deepis" && m.Forward.Params["p"] == "" { // unless one was set
-			p, why := "...", ""
-			if pc := m.Metrics[epidemicThresholdMetric]; pc > 0 {
-				p, why = fmt.Sprintf("%.3g", pc), ", the graph's mean in-degree over its mean squared in-degree"
-			}
-			try += fmt.Sprintf(" or deepis's edge probability (--forward-param p=%s%s)", p, why)
-		}
+	if hasFloor && localize.PoorFit(mse, floor) {
+		try := localize.PoorFitAdvice("eval --forward deepis,gat,monstor", m.Forward.Name, m.Forward.Params["p"] != "",
+			"--forward-param p", m.Metrics[localize.EpidemicThresholdMetric])
 		fmt.Fprintf(w, "note        the forward model's error is %.0f%% above the floor, the least any model can reach on these cascades: it fits this graph poorly, which can cost SL-VAE's ranking; %s\n",
 			100*(mse/floor-1), try)
 	}

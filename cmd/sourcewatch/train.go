@@ -280,7 +280,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 			b.Manifest.Metrics[localize.ForwardFloorMetric] = floor
 			if !g.Weighted() {
 				// What the note offers deepis as its p on a poor fit.
-				b.Manifest.Metrics[epidemicThresholdMetric] = g.EpidemicThreshold()
+				b.Manifest.Metrics[localize.EpidemicThresholdMetric] = g.EpidemicThreshold()
 			}
 		} else {
 			a.log.Warn("forward floor not estimated; the bundle is written without it", zap.Error(err))

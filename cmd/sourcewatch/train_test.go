@@ -275,7 +275,7 @@ func TestTrainRanking(t *testing.T) {
 	require.Positive(t, floor)
 	mse := b.Manifest.Metrics["forward_val_mse"]
 	require.Contains(t, out, fmt.Sprintf("val MSE %.4f (floor %.4f: %+.0f%%)", mse, floor, 100*(mse/floor-1)))
-	if mse > poorFitRatio*floor {
+	if localize.PoorFit(mse, floor) {
 		require.Contains(t, out, "note        the forward model's error is")
 	} else {
 		require.NotContains(t, out, "note        the forward model's error is")
