@@ -181,6 +181,35 @@ func TestFitCapsBatchSizeAtTheData(t *testing.T) {
 	}
 }
 
+// With no epochs given, a fit on few pairs runs as many epochs as make
+// DefaultMinSteps Adam steps, where DefaultEpochs would leave the learned
+// edge scale a few dozen steps; enough pairs keep DefaultEpochs, and
+// epochs given are taken as they are. Without validation pairs nothing
+// stops a fit early, so the epochs run are the budget.
+func TestFitEpochBudgetCoversFewPairs(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(30, 40, false, false, 3)
+	for _, tc := range []struct {
+		pairs, batch, epochs, want int
+	}{
+		{pairs: 10, batch: 0, epochs: 0, want: DefaultMinSteps},     // one step an epoch
+		{pairs: 90, batch: 0, epochs: 0, want: DefaultMinSteps / 3}, // three
+		{pairs: 180, batch: 0, epochs: 0, want: DefaultEpochs},      // the tables' 180 pairs: six
+		{pairs: 400, batch: 0, epochs: 0, want: DefaultEpochs},      // more than enough
+		{pairs: 10, batch: 0, epochs: 3, want: 3},                   // given
+		{pairs: 90, batch: 90, epochs: 0, want: DefaultMinSteps},    // one batch an epoch
+	} {
+		m := New()
+		require.NoError(t, m.Configure(ctx, g, nil, nil))
+		last := 0
+		res, err := m.Fit(ctx, cascades(t, g, tc.pairs, 1), forward.FitOptions{Epochs: tc.epochs, BatchSize: tc.batch, Seed: 2},
+			func(p forward.Progress) { last = p.Epochs })
+		require.NoError(t, err)
+		require.Equal(t, float64(tc.want), res.Metrics["epochs"], "%+v", tc)
+		require.Equal(t, tc.want, last, "%+v: the progress reports' epoch count", tc)
+	}
+}
+
 func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 	// Fit relies on backward's parameter gradients, including the learned
 	// edge scale, on both propagation paths: one P for every arc

@@ -38,7 +38,8 @@
 //
 // where x_sub drops each source of x with probability 1/2 (at least one),
 // the monotonicity penalty of SL-VAE; Adam; early stopping on the
-// validation pairs. VJP back-propagates by hand through the propagation
+// validation pairs, within 20 epochs by default, or as many as make 120
+// Adam steps where the pairs are few. VJP back-propagates by hand through the propagation
 // steps, the MLP and the feature hops.
 //
 // A batch is held node-major (cell v·rows + b), so the restarts of one node

@@ -88,10 +88,13 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	if err := checkPairs(opts.Validation, n, "validation"); err != nil {
 		return forward.FitResult{}, err
 	}
-	epochs := orDefault(opts.Epochs, DefaultEpochs)
 	// No batch is larger than the data; the cap also keeps a huge
 	// BatchSize from the wire from sizing the per-batch buffers.
 	batch := min(orDefault(opts.BatchSize, DefaultBatchSize), max(len(pairs), 1))
+	epochs := opts.Epochs
+	if epochs <= 0 {
+		epochs = defaultEpochs(len(pairs), batch)
+	}
 	lr, lambda := opts.LearningRate, opts.Lambda
 	if math.IsNaN(lr) || math.IsInf(lr, 0) || math.IsNaN(lambda) || math.IsInf(lambda, 0) {
 		return forward.FitResult{}, fmt.Errorf("deepis: fit: learning rate %g and lambda %g: want finite values", lr, lambda)
@@ -183,6 +186,19 @@ func (m *Model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	}
 	m.nt, m.fitted, m.cfg.arch = nt, true, a
 	return forward.FitResult{State: state, Metrics: metrics}, nil
+}
+
+// defaultEpochs is the epoch budget of a fit given none: DefaultEpochs,
+// or more where the pairs are too few for those to make DefaultMinSteps
+// Adam steps. The budget is a cap, early stopping on the validation pairs
+// ends a fit that stops improving; but with few pairs (a few dozen
+// recorded cascades) 20 epochs are a few dozen steps, too few for the
+// learned edge scale, moving by Adam's steps on its log, to correct a
+// poor p: on a graph of hubs, 90 pairs fitted in 20 epochs ended 60-70%
+// above the forward floor, in 60 within 6% of it.
+func defaultEpochs(pairs, batch int) int {
+	perEpoch := (pairs + batch - 1) / batch
+	return max(DefaultEpochs, (DefaultMinSteps+perEpoch-1)/perEpoch)
 }
 
 func orDefault(v, def int) int {

@@ -32,6 +32,7 @@ const (
 	DefaultPatience = 3
 
 	DefaultEpochs       = 20
+	DefaultMinSteps     = 120 // Adam steps: 20 epochs of 180 pairs in batches of 32
 	DefaultLearningRate = 0.01
 	DefaultBatchSize    = 32
 	DefaultLambda       = 1.0
