@@ -39,10 +39,6 @@ type Report struct {
 	// ForwardFloorMSE is the part of the floor that the observation time
 	// accounts for. Nil exactly when ForwardFloorMSE is.
 	ForwardFloorAtCountMSE *float64 `json:"forward_floor_at_count_mse,omitempty"`
-	// EpidemicThreshold is the graph's <k>/<k^2> (graph.EpidemicThreshold),
-	// offered as deepis's edge probability where its fit is poor; 0 on a
-	// weighted graph, whose weights deepis reads instead.
-	EpidemicThreshold float64 `json:"epidemic_threshold,omitempty"`
 	// Partial is set when the evaluation was interrupted (Run returned
 	// ErrInterrupted): Settings.Runs then counts the runs the report
 	// holds, and Results the methods that finished all of them.
@@ -333,31 +329,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 			}
 			// The tables' settings fit within 0-13% of the floor (Power
 			// Grid clusters aside); far above it, the descent has a wrong
-			// map of the spread and SL-VAE's ranking suffers with it.
-			// p is deepis's alone: given to the method by its own name, or
-			// every expansion would get it; not offered if the run set one.
-			pSet := r.Settings.Params[res.Method+".forward.p"] != ""
-			try := localize.PoorFitAdvice("--forward deepis,gat,monstor", forwardOf(res.Method, r.Settings.Params), pSet,
-				"--method-param "+res.Method+".forward.p", r.EpidemicThreshold)
+			// map of the spread and SL-VAE's ranking can suffer with it.
+			// The epochs are given to the method by its own name, or every
+			// expansion would get them.
+			try := localize.PoorFitAdvice("--forward deepis,gat,monstor",
+				"--method-param "+res.Method+".epochs=N",
+				res.Extra["forward_epochs"], res.Extra["forward_best_epoch"])
 			fmt.Fprintf(&b, "%s: forward_test_mse is %.0f%% above the floor: the forward model fits this graph poorly; %s\n",
 				res.Method, 100*(mse / *r.ForwardFloorMSE - 1), try)
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// forwardOf names the forward model of SL-VAE method m: the expansion's
-// ("gat" for "slvae[gat]"), else the method's forward parameter, else
-// deepis, the default.
-func forwardOf(m string, params map[string]string) string {
-	if i := strings.IndexByte(m, '['); i >= 0 && strings.HasSuffix(m, "]") {
-		return m[i+1 : len(m)-1]
-	}
-	if f := params[m+".forward"]; f != "" {
-		return f
-	}
-	return "deepis"
 }
 
 func cell(s Stat, prec int) string {

@@ -668,9 +668,6 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 	if rep.Settings.Pattern == "" {
 		rep.Settings.Pattern = string(diffusion.Uniform)
 	}
-	if !g.Weighted() {
-		rep.EpidemicThreshold = g.EpidemicThreshold()
-	}
 	if len(cfg.Recorded) > 0 {
 		// Nothing was simulated: the simulation's settings would only mislead.
 		rep.Diffusion = "recorded"

@@ -357,6 +357,13 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		// the validation ROC-AUC of the ranking the bundle uses
 		m.extras["val_auc"] = auc
 	}
+	for _, k := range []string{"forward_epochs", "forward_best_epoch"} {
+		// how long a trained forward model's fit ran, and its best
+		// validation epoch: equal where it was still improving at the end
+		if v, ok := b.Manifest.Metrics[k]; ok {
+			m.extras[k] = v
+		}
+	}
 	if rho, ok := b.Manifest.Metrics["forward_source_gate"]; ok {
 		// deepis's fitted chance that a source is observed uninfected,
 		// where the training pairs gave it the gate

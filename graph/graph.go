@@ -250,27 +250,6 @@ func (g *Graph) In(i int) (nbr []int, w []float64) {
 // Degree returns node i's out-degree (its degree when undirected).
 func (g *Graph) Degree(i int) int { return g.outOff[i+1] - g.outOff[i] }
 
-// EpidemicThreshold is the configuration model's epidemic threshold,
-//
-//	p_c = <k> / <k^2>,   k the in-degree, <.> the mean over the nodes,
-//
-// the per-arc spreading probability at which a spread on a graph with g's
-// degrees starts to reach a large part of it (0 for a graph with no
-// arcs). On a graph of hubs it lies far below 1/<k>: a hub's many arcs
-// carry most of a spread.
-func (g *Graph) EpidemicThreshold() float64 {
-	var k1, k2 float64
-	for i := range g.N() {
-		k := float64(g.InDegree(i))
-		k1 += k
-		k2 += k * k
-	}
-	if k2 == 0 {
-		return 0
-	}
-	return k1 / k2
-}
-
 // InDegree returns node i's in-degree.
 func (g *Graph) InDegree(i int) int { return g.inOff[i+1] - g.inOff[i] }
 

@@ -209,14 +209,3 @@ func TestLookupShowsInvisibleDifferences(t *testing.T) {
 	_, err = g.Lookup([]string{"c"})
 	require.EqualError(t, err, `unknown node "c"`)
 }
-
-func TestEpidemicThreshold(t *testing.T) {
-	// A star of one hub and four leaves: in-degrees 4, 1, 1, 1, 1, so
-	// <k> = 8/5 and <k^2> = 20/5.
-	star := New(5, []Edge{{From: 0, To: 1}, {From: 0, To: 2}, {From: 0, To: 3}, {From: 0, To: 4}}, nil, false, false)
-	require.InDelta(t, 8.0/20.0, star.EpidemicThreshold(), 1e-12)
-	// A ring: every in-degree 2, so 1/<k>.
-	ring := New(4, []Edge{{From: 0, To: 1}, {From: 1, To: 2}, {From: 2, To: 3}, {From: 3, To: 0}}, nil, false, false)
-	require.InDelta(t, 0.5, ring.EpidemicThreshold(), 1e-12)
-	require.Zero(t, New(3, nil, nil, false, false).EpidemicThreshold())
-}

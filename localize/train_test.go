@@ -313,14 +313,18 @@ func TestOutsideTraining(t *testing.T) {
 	require.NotEmpty(t, m.OutsideTraining(100), "every node infected is said whatever the bundle records")
 }
 
-func TestPoorFitAdvice(t *testing.T) {
+func TestPoorFit(t *testing.T) {
 	require.False(t, localize.PoorFit(0.2, 0), "no floor, no verdict")
 	require.False(t, localize.PoorFit(0.125, 0.1))
 	require.True(t, localize.PoorFit(0.126, 0.1))
-	require.Equal(t, "compare forward models (eval --forward gat) or deepis's edge probability (--forward-param p=0.0474, the graph's mean in-degree over its mean squared in-degree)",
-		localize.PoorFitAdvice("eval --forward gat", "deepis", false, "--forward-param p", 0.04741))
-	require.Equal(t, "compare forward models (x) or deepis's edge probability (--forward-param p=...)",
-		localize.PoorFitAdvice("x", "deepis", false, "--forward-param p", 0), "no threshold known")
-	require.Equal(t, "compare forward models (x)", localize.PoorFitAdvice("x", "deepis", true, "--forward-param p", 0.05), "p set by the run")
-	require.Equal(t, "compare forward models (x)", localize.PoorFitAdvice("x", "gat", false, "--forward-param p", 0.05), "p is deepis's")
+	for _, tc := range []struct {
+		epochs, best float64
+		want         string
+	}{
+		{20, 14, "train on more cascades, or give the forward model more epochs than its 20 (e), and compare forward models (c); judge by the ranking, not the forward error"},
+		{20, 20, "its fit was still improving at its last epoch (20): give it more epochs (e) or train on more cascades, and compare forward models (c); judge by the ranking, not the forward error"},
+		{0, 0, "set the forward model's parameters, or compare forward models (c); judge by the ranking, not the forward error"},
+	} {
+		require.Equal(t, tc.want, localize.PoorFitAdvice("c", "e", tc.epochs, tc.best))
+	}
 }

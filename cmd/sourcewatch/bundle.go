@@ -199,8 +199,8 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	}
 	fmt.Fprintln(w)
 	if hasFloor && localize.PoorFit(mse, floor) {
-		try := localize.PoorFitAdvice("eval --forward deepis,gat,monstor", m.Forward.Name, m.Forward.Params["p"] != "",
-			"--forward-param p", m.Metrics[localize.EpidemicThresholdMetric])
+		try := localize.PoorFitAdvice("eval --forward deepis,gat,monstor", "train --forward-epochs N",
+			m.Metrics["forward_epochs"], m.Metrics["forward_best_epoch"])
 		fmt.Fprintf(w, "note        the forward model's error is %.0f%% above the floor, the least any model can reach on these cascades: it fits this graph poorly, which can cost SL-VAE's ranking; %s\n",
 			100*(mse/floor-1), try)
 	}

@@ -278,10 +278,6 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		if err == nil {
 			a.log.Info("forward floor", zap.Float64("mse", floor), zap.Int("source_sets", len(sets)), zap.Duration("took", time.Since(floorStart).Round(time.Millisecond)))
 			b.Manifest.Metrics[localize.ForwardFloorMetric] = floor
-			if !g.Weighted() {
-				// What the note offers deepis as its p on a poor fit.
-				b.Manifest.Metrics[localize.EpidemicThresholdMetric] = g.EpidemicThreshold()
-			}
 		} else {
 			a.log.Warn("forward floor not estimated; the bundle is written without it", zap.Error(err))
 		}
