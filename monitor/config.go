@@ -362,9 +362,9 @@ func checkWhole(key string, raw any) error {
 	}
 	switch {
 	case x != math.Trunc(x):
-		return fmt.Errorf("%w: %s: %v is not a whole number", ErrConfig, key, raw)
+		return keyError(key, "%v is not a whole number", raw)
 	case math.Abs(x) >= 1<<62:
-		return fmt.Errorf("%w: %s: %v is out of range", ErrConfig, key, raw)
+		return keyError(key, "%v is out of range", raw)
 	}
 	return nil
 }
@@ -379,16 +379,16 @@ func checkDuration(key string, raw any) error {
 		return nil
 	case string:
 		if _, err := time.ParseDuration(x); err != nil {
-			return fmt.Errorf("%w: %s: %q is not a duration (%s)", ErrConfig, key, x, want)
+			return keyError(key, "%q is not a duration (%s)", x, want)
 		}
 		return nil
 	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, float32, float64:
 		if reflect.ValueOf(x).IsZero() {
 			return nil
 		}
-		return fmt.Errorf("%w: %s: %v is not a duration (%s; a number needs a unit)", ErrConfig, key, x, want)
+		return keyError(key, "%v is not a duration (%s; a number needs a unit)", x, want)
 	default:
-		return fmt.Errorf("%w: %s: %v is not a duration (%s)", ErrConfig, key, x, want)
+		return keyError(key, "%v is not a duration (%s)", x, want)
 	}
 }
 
@@ -441,10 +441,14 @@ func checkKeys(raw any, t reflect.Type, path string) error {
 		for _, k := range keys {
 			ft, ok := fields[strings.ToLower(k)]
 			if !ok {
+				var e *KeyError
 				if u := strings.ReplaceAll(strings.ToLower(k), "-", "_"); fields[u] != nil {
-					return fmt.Errorf("%w: %s: unknown key %q: config keys use underscores; did you mean %s?", ErrConfig, path, k, u)
+					e = keyError(path, "unknown key %q: config keys use underscores; did you mean %s?", k, u)
+				} else {
+					e = keyError(path, "unknown key %q (known: %s)", k, strings.Join(known, ", "))
 				}
-				return fmt.Errorf("%w: %s: unknown key %q (known: %s)", ErrConfig, path, k, strings.Join(known, ", "))
+				e.at = path + "." + k
+				return e
 			}
 			if err := checkKeys(m[k], ft, path+"."+strings.ToLower(k)); err != nil {
 				return err
@@ -488,9 +492,7 @@ var graphName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // Validate reports the first problem found, naming its key as in
 // "graphs[1].window: must be > 0".
 func (c Config) Validate() error {
-	bad := func(key, format string, args ...any) error {
-		return fmt.Errorf("%w: %s: %s", ErrConfig, key, fmt.Sprintf(format, args...))
-	}
+	bad := func(key, format string, args ...any) error { return keyError(key, format, args...) }
 	if c.NATS.URL == "" {
 		if _, err := parseListen(c.NATS.Listen); err != nil {
 			return bad("nats.listen", "%v", err)

@@ -249,3 +249,55 @@ func TestReloadNamesBadDuration(t *testing.T) {
 	require.ErrorContains(t, err, `graphs[0].window: "60 seconds" is not a duration (want e.g. 90s, 5m, 1h)`)
 	require.Equal(t, cfg.Graphs[0].Window, r.d.Config().Graphs[0].Window)
 }
+
+// A key's error names the file and line it was written on, or the
+// environment variable that set it.
+func TestLocateKeyErrorNamesFileAndLine(t *testing.T) {
+	const doc = `nats:
+  listen: "127.0.0.1:4222"
+graphs:
+  - name: karate
+    edges: karate.edges
+    bundle: karate.swb
+  - name: grid
+    edges: grid.edges
+    bundle: grid.swb
+    Window: 0s
+    intervall: 2s
+`
+	for _, tc := range []struct {
+		name, yaml string
+		env        map[string]string
+		want       string
+	}{
+		{"validate, second item", doc[:strings.Index(doc, "    intervall")], nil,
+			"c.yaml:10: graphs[1].window: must be > 0"},
+		{"unknown key, at itself", doc, nil,
+			`c.yaml:11: graphs[1]: unknown key "intervall"`},
+		{"duration", strings.Replace(doc, "    intervall: 2s\n", "    decay: 10 minutes\n", 1), nil,
+			`c.yaml:11: graphs[1].decay: "10 minutes" is not a duration`},
+		{"whole number", minimalYAML + "    min_changes: 1.5\n", nil,
+			"c.yaml:6: graphs[0].min_changes: 1.5 is not a whole number"},
+		{"set by the environment", minimalYAML, map[string]string{"SOURCEWATCH_WORKERS": "1.5"},
+			"invalid config: $SOURCEWATCH_WORKERS: workers: 1.5 is not a whole number"},
+		{"a section's own value", "nats:\n  tls:\n    cert: c.pem\n" + minimalYAML, nil,
+			"c.yaml:2: nats.tls: cert and key go together"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadYAML(t, tc.yaml, tc.env)
+			require.Error(t, err)
+			file := filepath.Join(t.TempDir(), "c.yaml")
+			require.NoError(t, os.WriteFile(file, []byte(tc.yaml), 0o600))
+			located := LocateKeyError(err, file, "SOURCEWATCH")
+			require.ErrorIs(t, located, ErrConfig)
+			require.ErrorContains(t, located, tc.want)
+			var ke *KeyError
+			require.ErrorAs(t, located, &ke)
+		})
+	}
+	// Errors that are not a key's come back as they were; a file of
+	// another format is named without a line.
+	other := errors.New("other")
+	require.Same(t, other, LocateKeyError(other, "c.yaml", "SOURCEWATCH"))
+	require.EqualError(t, LocateKeyError(keyError("ha.ttl", "too short"), "c.json", ""), "invalid config: c.json: ha.ttl: too short")
+}

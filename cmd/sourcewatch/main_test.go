@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -38,6 +40,20 @@ func TestServeConfigRefusesFlagOnlyKeys(t *testing.T) {
 				require.ErrorContains(t, err, tc.want)
 			})
 		}
+	}
+}
+
+// A bad value names the file and line that set it, at start (serve and
+// demo read the config alike).
+func TestServeConfigErrorNamesTheLine(t *testing.T) {
+	path := configWithoutBundle(t, "workers: 0\n")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	line := slices.Index(strings.Split(string(data), "\n"), "workers: 0") + 1
+	require.Positive(t, line)
+	for _, cmdName := range []string{"serve", "demo"} {
+		_, _, err := runCmd(t, "", cmdName, "--config", path)
+		require.ErrorContains(t, err, fmt.Sprintf("invalid config: %s:%d: workers: must be > 0", path, line))
 	}
 }
 

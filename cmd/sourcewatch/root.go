@@ -102,7 +102,7 @@ func failOnUnknownSubcommand(group *cobra.Command) {
 // underscores (--log-level is log_level, SOURCEWATCH_LOG_LEVEL).
 func (a *app) setup(cmd *cobra.Command) error {
 	v := a.v
-	v.SetEnvPrefix("SOURCEWATCH")
+	v.SetEnvPrefix(envPrefix)
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
 	v.AutomaticEnv()
 	var bindErr error
@@ -135,6 +135,9 @@ func (a *app) setup(cmd *cobra.Command) error {
 // reads its nats and subjects sections, so only a dashed spelling of one
 // of its own flags is refused there; the daemon's keys pass silently, and
 // a key neither reads, or a misspelt one inside a section, is warned of.
+// envPrefix starts the environment variable of every config key.
+const envPrefix = "SOURCEWATCH"
+
 var daemonConfigCommands = map[string]bool{"serve": true, "demo": true}
 
 // sharesDaemonConfig are the commands that read a daemon config besides
@@ -171,6 +174,7 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 		// A misspelt key inside a section it reads (subjects.prefx) would
 		// leave the command on the default, as a misspelt top-level key.
 		if err := monitor.UnknownKeys(fv); err != nil {
+			err = monitor.LocateKeyError(err, file, "")
 			log.Warn("a key of the daemon config is not read (misspelt?)", zap.String("config", file), zap.Error(err))
 		}
 	}

@@ -163,7 +163,12 @@ func loadDaemonConfig(cmd *cobra.Command, v *viper.Viper) (monitor.Config, error
 			return monitor.Config{}, err
 		}
 	}
-	return monitor.Load(v)
+	cfg, err := monitor.Load(v)
+	if err != nil {
+		// Load names the key; the file and line are this reader's to add.
+		return monitor.Config{}, monitor.LocateKeyError(err, v.ConfigFileUsed(), envPrefix)
+	}
+	return cfg, nil
 }
 
 // checkTopLevelKeys reports the first top-level key of the config file fv
