@@ -40,6 +40,25 @@ var (
 	ErrCallTimeout = errors.New("forward plugin call timed out")
 )
 
+// handshakeError replaces go-plugin's error for a handshake line it could
+// not read, whose text goes on to guess at architectures and libraries,
+// with the usual cause: a line printed to stdout before Serve, or a
+// process that ended (or closed stdout) before printing any, which its
+// stderr, quoted by the caller, then explains.
+func handshakeError(err error) error {
+	const prefix = "Unrecognized remote plugin message: "
+	msg := err.Error()
+	i := strings.Index(msg, prefix)
+	if i < 0 {
+		return err
+	}
+	line, rest, _ := strings.Cut(msg[i+len(prefix):], "\n")
+	if line == "" && strings.HasPrefix(rest, "Failed to read any lines") {
+		return errors.New("the plugin exited before its handshake, printing nothing to stdout")
+	}
+	return fmt.Errorf("the plugin wrote %q to stdout before forward.Serve, where the host reads the handshake line: write it to stderr", line)
+}
+
 // binaryError is a launch that failed on the plugin binary itself (not
 // found, a directory, unreadable, another build), as opposed to the
 // process or the machine; its message is the wrapped error's.
@@ -266,11 +285,7 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		if shared != nil {
 			shared.region.close()
 		}
-		if strings.Contains(err.Error(), "Unrecognized remote plugin message") {
-			// go-plugin's own text goes on to guess at architectures and
-			// libraries; the usual cause is simpler.
-			err = fmt.Errorf("%w (the plugin wrote that line to stdout before forward.Serve, where the host reads the handshake: write it to stderr)", err)
-		}
+		err = handshakeError(err)
 		if s := tail.String(); s != "" {
 			err = fmt.Errorf("%w; its stderr ended: %s", err, s)
 		}

@@ -340,13 +340,15 @@ func TestLaunchErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(notPlugin, []byte("#!/bin/sh\necho hello\n"), 0o755))
 	_, err = forward.Launch(t.Context(), notPlugin)
 	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-sh: launch")
-	require.ErrorContains(t, err, "wrote that line to stdout before forward.Serve")
+	require.ErrorContains(t, err, `launch: the plugin wrote "hello" to stdout before forward.Serve`)
+	require.NotContains(t, err.Error(), "This usually means", "go-plugin's guesses at architectures are replaced")
 
 	// One that dies before the handshake is quoted.
 	dies := filepath.Join(t.TempDir(), "sourcewatch-forward-dies")
 	require.NoError(t, os.WriteFile(dies, []byte("#!/bin/sh\necho 'cannot open model.bin' >&2\nexit 2\n"), 0o755))
 	_, err = forward.Launch(t.Context(), dies)
-	require.ErrorContains(t, err, "its stderr ended: cannot open model.bin")
+	require.ErrorContains(t, err, "launch: the plugin exited before its handshake, printing nothing to stdout; its stderr ended: cannot open model.bin")
+	require.NotContains(t, err.Error(), "wrote", "it wrote nothing to stdout")
 
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
