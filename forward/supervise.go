@@ -284,7 +284,13 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 			}
 			if permanentLaunchError(err) {
 				s.brokenBinary = true
-				return nil, fmt.Errorf("forward plugin %s: relaunch after %v failed on the binary itself (not retried until the next call): %w", s.path, cause, err)
+				what := "; tried again at the next call"
+				if errors.Is(err, ErrChecksum) {
+					what = "; the file is now another build than the one this process was started with: put that build back, " +
+						"or retrain the bundle with this one (or pin its SHA-256) and reload; tried again at the next call"
+				}
+				// The caller's error already says why it stopped (cause).
+				return nil, fmt.Errorf("forward plugin %s: cannot relaunch it, the binary itself is refused: %w%s", s.path, err, what)
 			}
 			s.brokenBinary = false
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -156,7 +157,9 @@ func TestSupervisedRelaunchChecksChecksum(t *testing.T) {
 	_, err = s.Predict(t.Context(), x)
 	require.ErrorIs(t, err, forward.ErrPluginExited)
 	require.ErrorIs(t, err, forward.ErrChecksum)
-	require.ErrorContains(t, err, "failed on the binary itself")
+	require.ErrorContains(t, err, "cannot relaunch it, the binary itself is refused")
+	require.Equal(t, 1, strings.Count(err.Error(), "forward plugin exited"), "why it stopped, once: %v", err)
+	require.ErrorContains(t, err, "put that build back, or retrain the bundle with this one", "a checksum says what to do")
 	require.Len(t, rec.d, 1, "one launch: another wait cannot fix the binary")
 	require.False(t, s.Healthy())
 	require.Zero(t, s.Restarts())

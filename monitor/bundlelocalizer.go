@@ -33,6 +33,23 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 	if pluginDir == "" {
 		pluginDir = "bin"
 	}
+	// The daemon calls the factory again whenever it rebuilds a graph's
+	// localizer (a reload, a plugin that keeps failing); a bundle's poor
+	// fit is news once.
+	var (
+		warnedMu sync.Mutex
+		warned   = map[string]bool{}
+	)
+	firstWarning := func(graph, bundle string) bool {
+		warnedMu.Lock()
+		defer warnedMu.Unlock()
+		key := graph + "\x00" + bundle
+		if warned[key] {
+			return false
+		}
+		warned[key] = true
+		return true
+	}
 	return func(ctx context.Context, gc GraphConfig, g *graph.Graph) (Localizer, error) {
 		b, err := localize.LoadBundle(gc.Bundle, g, localize.WithoutVAE())
 		if err != nil {
@@ -42,7 +59,7 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		// runtime would hand back to the system only over minutes.
 		debug.FreeOSMemory()
 		if floor := b.Manifest.Metrics[localize.ForwardFloorMetric]; floor > 0 {
-			if mse := b.Manifest.Metrics["forward_val_mse"]; localize.PoorFit(mse, floor) {
+			if mse := b.Manifest.Metrics["forward_val_mse"]; localize.PoorFit(mse, floor) && firstWarning(gc.Name, b.Manifest.ID) {
 				log.Warn("the bundle's forward model fits its graph poorly (validation error far above the floor), which can cost the alerts' rankings; see bundle inspect",
 					zap.String("graph", gc.Name), zap.Float64("forward_val_mse", mse), zap.Float64("forward_floor_mse", floor))
 			}

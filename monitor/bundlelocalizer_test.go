@@ -54,9 +54,15 @@ func TestBundleLocalizers(t *testing.T) {
 	require.NoError(t, BundlePreflight(gc, g))
 
 	core, logs := observer.New(zapcore.WarnLevel)
-	l, err := BundleLocalizers(filepath.Dir(plugin), zap.New(core))(t.Context(), gc, g)
+	factory := BundleLocalizers(filepath.Dir(plugin), zap.New(core))
+	l, err := factory(t.Context(), gc, g)
 	require.NoError(t, err)
 	defer l.Close()
+	// Rebuilt (a reload, a plugin that keeps failing), the same bundle is
+	// not warned of again.
+	again, err := factory(t.Context(), gc, g)
+	require.NoError(t, err)
+	require.NoError(t, again.Close())
 	bl := l.(*bundleLocalizer)
 	require.Nil(t, bl.bundle.VAE, "the daemon keeps the prior terms, not the network")
 	require.NotNil(t, bl.bundle.Terms)

@@ -75,7 +75,9 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 	path := arg
 	if !strings.ContainsRune(arg, os.PathSeparator) {
 		if _, err := os.Stat(arg); err != nil {
-			if path, err = forward.PluginPath(v.GetString("plugin_dir"), arg); err != nil {
+			// The binary's name, as ls shows it, names the plugin too.
+			name := strings.TrimPrefix(arg, forward.BinaryPrefix)
+			if path, err = forward.PluginPath(v.GetString("plugin_dir"), name); err != nil {
 				return err
 			}
 		}

@@ -32,6 +32,10 @@ func TestPluginCheck(t *testing.T) {
 	require.True(t, rep.Passed)
 	require.Equal(t, "icmf", rep.Info.Name)
 	require.Len(t, rep.Results, 12)
+	// By its binary's name, as ls shows it.
+	out, _, err = runCmd(t, "", "plugin", "check", "sourcewatch-forward-icmf", "--plugin-dir", filepath.Dir(icmf), "--cascades", "4", "--log-level", "warn")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "\nPASS\n")
 
 	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
 	out, _, err = runCmd(t, "", "plugin", "check", faulty, "--param", "fault=nan", "--log-level", "warn")

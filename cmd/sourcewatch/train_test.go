@@ -458,7 +458,7 @@ func TestTrainThenLocalize(t *testing.T) {
 	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", filepath.Dir(other))
 	require.ErrorIs(t, err, errPluginMismatch)
 	require.Contains(t, out, ": differs (recorded "+b.Manifest.Forward.SHA256[:12])
-	require.Contains(t, out, "pin its SHA-256 (--forward-checksum, forward_checksum)")
+	require.Contains(t, out, "pin its SHA-256 (--forward-checksum "+hex.EncodeToString(otherSum[:])+", forward_checksum)", "the whole SHA-256, to pin")
 	// Pinned as localize pins it, the rebuild matches.
 	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", filepath.Dir(other), "--forward-checksum", hex.EncodeToString(otherSum[:]))
 	require.NoError(t, err)
