@@ -672,8 +672,13 @@ func (d *Daemon) readiness() []string {
 		}
 	}
 	for _, gr := range d.order {
-		if !gr.healthy() {
+		switch e := gr.lastErr.Load(); {
+		case !gr.healthy():
 			problems = append(problems, "graph "+gr.name+": localizer unhealthy")
+		case e != nil:
+			// A plugin that answers every call with an error is healthy
+			// as a process, yet no alert comes of it.
+			problems = append(problems, "graph "+gr.name+": last inference failed: "+clipN(*e, 200))
 		}
 	}
 	return problems
@@ -1009,9 +1014,15 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 	d.metrics.inference.WithLabelValues(gr.name).Observe(dur.Seconds())
 	if err != nil {
 		msg := err.Error()
-		gr.lastErr.Store(&msg)
+		failing := gr.lastErr.Swap(&msg) != nil
 		d.metrics.inferErrors.WithLabelValues(gr.name).Inc()
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case failing:
+			// A plugin that fails every call would log every interval
+			// for as long as nobody fixes it.
+			d.limiter.warn("infer."+gr.name, "inference still failing", zap.String("graph", gr.name), zap.Error(err))
+		default:
 			d.log.Error("inference failed", zap.String("graph", gr.name), zap.Error(err))
 		}
 		return

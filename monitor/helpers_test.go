@@ -27,6 +27,9 @@ type fakeLocalizer struct {
 	maxConc atomic.Int32
 	closed  atomic.Bool
 	sick    atomic.Bool
+	// failing makes every call fail while the process stays healthy, as
+	// a plugin that panics in each call does.
+	failing atomic.Bool
 	// restarts is what Restarts reports, as a relaunching adapter would.
 	restarts atomic.Int32
 	// dieOnCall makes that call fail as a crashed plugin would: the
@@ -52,6 +55,10 @@ func (f *fakeLocalizer) Localize(ctx context.Context, y []float64) (Inference, e
 		if n <= m || f.maxConc.CompareAndSwap(m, n) {
 			break
 		}
+	}
+	if f.failing.Load() {
+		f.calls.Add(1)
+		return Inference{}, fmt.Errorf("fake %s: plugin panic: index out of range", f.tag)
 	}
 	if c := f.calls.Add(1); c == f.dieOnCall {
 		f.sick.Store(true)

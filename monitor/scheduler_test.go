@@ -11,6 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 )
@@ -254,6 +257,33 @@ func TestPluginDeathIsRelaunched(t *testing.T) {
 	require.Len(t, f.all(), 5)
 	require.False(t, r.d.Status().Graphs[0].LocalizerHealth)
 	require.Equal(t, 4.0, value(t, r.d.metrics.restarts.WithLabelValues("p")))
+}
+
+// A localizer that answers every call with an error, its process alive,
+// makes the daemon not ready, naming the error, and is logged once as an
+// error, not at every tick; the next inference that works clears it.
+func TestFailingInferenceIsNotReady(t *testing.T) {
+	cfg := testConfig(t, "p")
+	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) { l.failing.Store(true) }}
+	core, logs := observer.New(zapcore.InfoLevel)
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)))
+	sink := subscribeAlerts(t, r.nc, "p")
+	require.Empty(t, r.d.readiness())
+
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return f.all()[0].calls.Load() >= 5 }, 10*time.Second, 5*time.Millisecond,
+		"a failed inference is tried again at the next tick")
+	problems := r.d.readiness()
+	require.Len(t, problems, 1)
+	require.Equal(t, `graph p: last inference failed: graph "p": localizing: fake p.swb: plugin panic: index out of range`, problems[0])
+	require.Equal(t, 1, logs.FilterMessage("inference failed").Len())
+	require.LessOrEqual(t, logs.FilterMessage("inference still failing").Len(), 1, "repeats are held back")
+	require.Len(t, f.all(), 1, "a healthy process is not relaunched")
+
+	f.all()[0].failing.Store(false)
+	got := sink.wait(t, 1)
+	require.Equal(t, alerts.Firing, got[0].Status)
+	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 5*time.Millisecond)
 }
 
 // An outbreak on nodes whose earlier infection left the window, and
