@@ -321,6 +321,12 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "forward_floor_at_count_mse = %.4g: the same floor with each test source set observed at the first step with at least its cascade's infected count, a proxy for a forward model also told the count (a step can overshoot it, so this is not the exact-count floor); its gap to forward_floor_mse estimates what not knowing the observation time costs\n",
 			*r.ForwardFloorAtCountMSE)
 	}
+	for _, res := range r.Results {
+		if e, ok := res.Extra[localize.VJPCheckMetric]; ok && e > 1 {
+			fmt.Fprintf(&b, "%s: the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance, mean over runs): the descent follows a wrong gradient, so these numbers are not SL-VAE's; run sourcewatch plugin check\n",
+				res.Method, e)
+		}
+	}
 	if r.ForwardFloorMSE != nil && *r.ForwardFloorMSE > 0 {
 		for _, res := range r.Results {
 			mse, ok := res.Extra["forward_test_mse"]

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
 )
 
 // fakeClock advances 1 ms per reading, so timings are deterministic.
@@ -513,6 +514,19 @@ func TestRunOnRecordedCascades(t *testing.T) {
 	_, err = Run(context.Background(), g, cfg)
 	require.ErrorIs(t, err, ErrConfig)
 	require.ErrorContains(t, err, "recorded cascade 4 is over 5 nodes, the graph has 80")
+}
+
+// A forward model whose VJP failed train's spot check is called out, with
+// or without a floor.
+func TestReportCallsOutABrokenVJP(t *testing.T) {
+	rep := &Report{Graph: "g", Results: []Result{
+		{Method: "slvae[mine]", Extra: map[string]float64{localize.VJPCheckMetric: 4200}},
+		{Method: "slvae"},
+	}}
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "slvae[mine]: the forward model's VJP disagrees with finite differences of its own Predict (4.2e+03 times the tolerance")
+	require.Equal(t, 1, strings.Count(buf.String(), "VJP disagrees"))
 }
 
 // A forward model far above the floor is called out with what to try.

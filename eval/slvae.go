@@ -357,6 +357,10 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		// the validation ROC-AUC of the ranking the bundle uses
 		m.extras["val_auc"] = auc
 	}
+	if e := b.Manifest.Metrics[localize.VJPCheckMetric]; e > 1 {
+		// only when it failed: the report then says so
+		m.extras[localize.VJPCheckMetric] = e
+	}
 	for _, k := range []string{"forward_epochs", "forward_best_epoch"} {
 		// how long a trained forward model's fit ran, and its best
 		// validation epoch: equal where it was still improving at the end

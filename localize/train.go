@@ -200,6 +200,15 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		metrics["forward_val_mse"] = noise
 	}
 	metrics["noise_variance"] = noise
+	// Inference descends along the plugin's VJP; one that disagrees with
+	// its own Predict (a sign, a missing term) gives a bundle that runs
+	// and ranks badly without an error anywhere. A spot check at one
+	// point costs three calls; plugin check is the full one.
+	check, err := forward.CheckVJP(ctx, fm, n, rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a1)), forward.VJPCheckOptions{Rows: 1, CornerRows: -1, Coords: 8})
+	if err != nil {
+		return nil, fmt.Errorf("checking forward model %q's VJP: %w", cfg.Forward.Name, err)
+	}
+	metrics[VJPCheckMetric] = check.MaxErr
 
 	metrics["forward_fit_seconds"] = time.Since(stageStart).Seconds()
 
@@ -331,6 +340,12 @@ const (
 // `train` when it simulated the cascades, so forward_val_mse can be read
 // against it.
 const ForwardFloorMetric = "forward_floor_mse"
+
+// VJPCheckMetric names the manifest metric holding Train's spot check of
+// the forward model's VJP against finite differences of its Predict
+// (forward.VJPCheck.MaxErr at one point, 8 coordinates): above 1 the VJP
+// is wrong, and `sourcewatch plugin check` says where.
+const VJPCheckMetric = "forward_vjp_check_max_err"
 
 // PoorFitRatio is the forward error, relative to the floor, above which a
 // forward model is said to fit its graph poorly: the tables' settings fit

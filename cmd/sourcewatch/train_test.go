@@ -556,6 +556,43 @@ func TestTrainEveryNodeASource(t *testing.T) {
 	require.NotContains(t, b.Manifest.Metrics, localize.WithPriorAUCMetric)
 }
 
+// A plugin whose VJP disagrees with its own Predict still trains, but the
+// summary (and bundle inspect, which prints it) says so, naming the
+// check that finds where; a sound one says nothing.
+func TestTrainSpotChecksTheVJP(t *testing.T) {
+	dir := t.TempDir()
+	edges := filepath.Join(dir, "tiny.edges")
+	require.NoError(t, os.WriteFile(edges, []byte("a b\nb c\nc d\n"), 0o644))
+	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	icmf := forwardtest.Build(t, "icmf")
+	for _, tc := range []struct {
+		plugin string
+		params []string
+		broken bool
+	}{
+		{faulty, []string{"--forward-param", "fault=grad"}, true},
+		{icmf, nil, false},
+	} {
+		name := strings.TrimPrefix(filepath.Base(tc.plugin), forward.BinaryPrefix)
+		bundle := filepath.Join(dir, name+".swb")
+		args := append([]string{"train", "--graph", edges, "--diffusion", "SI", "--sources", "1", "--cascades", "30",
+			"--forward", name, "--plugin-dir", filepath.Dir(tc.plugin), "--prior-epochs", "2", "--prototypes", "8",
+			"--test-solves", "4", "--restarts", "2", "--init-steps", "2", "--out", bundle, "--log-level", "error"}, tc.params...)
+		out, _, err := runCmd(t, "", args...)
+		require.NoError(t, err)
+		const note = "the forward model's VJP disagrees with finite differences of its own Predict"
+		if !tc.broken {
+			require.NotContains(t, out, note)
+			continue
+		}
+		require.Contains(t, out, note)
+		require.Contains(t, out, "run sourcewatch plugin check faulty")
+		b, err := localize.LoadBundle(bundle, nil)
+		require.NoError(t, err)
+		require.Greater(t, b.Manifest.Metrics[localize.VJPCheckMetric], 1.0)
+	}
+}
+
 func TestTiedWithLast(t *testing.T) {
 	res := &localize.Result{Scores: []float64{0.9, 0.5, 0.5, 0.1, 0.5}, Sources: []int{0, 1}}
 	require.Equal(t, []int{2, 4}, tiedWithLast(res))
