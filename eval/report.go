@@ -43,6 +43,18 @@ type Report struct {
 	// ErrInterrupted): Settings.Runs then counts the runs the report
 	// holds, and Results the methods that finished all of them.
 	Partial *Partial `json:"partial,omitempty"`
+	// Failed lists the methods that failed (Run returned
+	// ErrMethodFailed), left out of Results.
+	Failed []FailedMethod `json:"failed,omitempty"`
+}
+
+// FailedMethod is a method that failed, the first run it failed in, and
+// why. It was not run again.
+type FailedMethod struct {
+	Method string `json:"method"`
+	Run    int    `json:"run"`
+	Error  string `json:"error"`
+	err    error
 }
 
 // Settings records how the benchmark was run.
@@ -255,6 +267,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 		} else {
 			fmt.Fprintf(&b, "INTERRUPTED: the first %d of %d runs, every method\n", s.Runs, p.RunsPlanned)
 		}
+	}
+	for _, f := range r.Failed {
+		// The error names the method (methodError).
+		fmt.Fprintf(&b, "FAILED in run %d, left out: %s\n", f.Run, f.Error)
 	}
 	b.WriteString("\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)

@@ -289,6 +289,12 @@ type methodRun struct {
 // stopped early that still has a partial report: see Report.Partial.
 var ErrInterrupted = errors.New("eval: interrupted")
 
+// ErrMethodFailed is returned, with a report of the other methods, by a
+// Run in which a method failed (its plugin crashed for good, say): the
+// failed method is not run again, the others go on, and Report.Failed
+// says what failed where.
+var ErrMethodFailed = errors.New("eval: a method failed")
+
 // Run benchmarks cfg.Methods on g. Per run r it simulates cfg.Cascades
 // cascades with a seed derived from (cfg.Seed, r), shuffles them and splits
 // them into train, validation and test; every method is built fresh, fitted
@@ -327,6 +333,9 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	var floors, countFloors, observed []float64
 	redrawn := 0
 	methodsDone, methodsTotal := 0, cfg.Runs*len(cfg.Methods)
+	// failed holds each method that failed, by index: it is not run
+	// again, since its results could no longer be paired with the others'.
+	failed := map[int]FailedMethod{}
 	o.note = func(note string) {
 		progMu.Lock()
 		done := methodsDone
@@ -389,24 +398,22 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 
 		results[r] = make([]methodRun, len(cfg.Methods))
 		jobs := make(chan int)
-		mctx, cancel := context.WithCancel(ctx)
 		var wg sync.WaitGroup
-		var errMu sync.Mutex
-		var firstErr error
+		var failMu sync.Mutex
 		for w := 0; w < min(workers, len(cfg.Methods)); w++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for mi := range jobs {
 					name := cfg.Methods[mi]
-					res, err := runMethod(mctx, g, name, cfg.paramsFor(name), mix(seed, methodSalt(name)), train, val, test, o)
+					res, err := runMethod(ctx, g, name, cfg.paramsFor(name), mix(seed, methodSalt(name)), train, val, test, o)
 					if err != nil {
-						errMu.Lock()
-						if firstErr == nil {
-							firstErr = fmt.Errorf("run %d: %w", r+1, err)
+						if ctx.Err() == nil {
+							failMu.Lock()
+							failed[mi] = FailedMethod{Method: name, Run: r + 1, Error: err.Error(), err: err}
+							failMu.Unlock()
+							o.log.Warn("method failed; the others go on without it", zap.String("method", name), zap.Int("run", r+1), zap.Error(err))
 						}
-						errMu.Unlock()
-						cancel()
 						continue
 					}
 					res.done = true
@@ -421,15 +428,17 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		}
 	feed:
 		for mi := range cfg.Methods {
+			if _, ok := failed[mi]; ok {
+				continue
+			}
 			select {
 			case jobs <- mi:
-			case <-mctx.Done():
+			case <-ctx.Done():
 				break feed
 			}
 		}
 		close(jobs)
 		wg.Wait()
-		cancel()
 		if ctx.Err() != nil {
 			// A method's error is then most likely the interruption. The
 			// interrupted run is reported when every method finished it,
@@ -451,11 +460,39 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			}
 			return partialReport(ctx, g, cfg, o, redrawn, runs, observed, floors, countFloors)
 		}
-		if firstErr != nil {
-			return nil, firstErr
+		if len(failed) == len(cfg.Methods) {
+			break // nothing left to run
 		}
 	}
+	if len(failed) > 0 {
+		return failedReport(g, cfg, o, redrawn, results, observed, floors, countFloors, failed)
+	}
 	return finishReport(g, cfg, o, redrawn, results, observed, floors, countFloors), nil
+}
+
+// failedReport is Run's answer when methods failed: the report of the
+// others, which finished every run, with Failed saying what failed where,
+// and an error wrapping ErrMethodFailed. No report when every method failed.
+func failedReport(g *graph.Graph, cfg Config, o runOptions, redrawn int, results [][]methodRun,
+	observed, floors, countFloors []float64, failed map[int]FailedMethod) (*Report, error) {
+	var list []FailedMethod
+	var also []string
+	for mi := range cfg.Methods {
+		if f, ok := failed[mi]; ok {
+			list = append(list, f)
+			if len(list) > 1 {
+				also = append(also, fmt.Sprintf("; and in run %d: %s", f.Run, f.Error))
+			}
+		}
+	}
+	// The first failure stays reachable (errors.Is), the others in words.
+	err := fmt.Errorf("%w: in run %d: %w%s", ErrMethodFailed, list[0].Run, list[0].err, strings.Join(also, ""))
+	rep, _ := keptReport(g, cfg, o, redrawn, results, observed, floors, countFloors)
+	if rep == nil {
+		return nil, err
+	}
+	rep.Failed = list
+	return rep, err
 }
 
 func finishReport(g *graph.Graph, cfg Config, o runOptions, redrawn int, results [][]methodRun, observed, floors, countFloors []float64) *Report {
@@ -476,8 +513,20 @@ func finishReport(g *graph.Graph, cfg Config, o runOptions, redrawn int, results
 func partialReport(ctx context.Context, g *graph.Graph, cfg Config, o runOptions, redrawn int, runs [][]methodRun,
 	observed, floors, countFloors []float64) (*Report, error) {
 	err := fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
-	if len(runs) == 0 {
+	rep, left := keptReport(g, cfg, o, redrawn, runs, observed, floors, countFloors)
+	if rep == nil {
 		return nil, err
+	}
+	rep.Partial = &Partial{RunsPlanned: cfg.Runs, LeftOut: left}
+	return rep, err
+}
+
+// keptReport is the report of the methods that finished every run in
+// runs, and the methods left out; no report when none did.
+func keptReport(g *graph.Graph, cfg Config, o runOptions, redrawn int, runs [][]methodRun,
+	observed, floors, countFloors []float64) (*Report, []string) {
+	if len(runs) == 0 {
+		return nil, nil
 	}
 	var kept, left []string
 	var keptIdx []int
@@ -489,7 +538,7 @@ func partialReport(ctx context.Context, g *graph.Graph, cfg Config, o runOptions
 		kept, keptIdx = append(kept, name), append(keptIdx, mi)
 	}
 	if len(kept) == 0 {
-		return nil, err
+		return nil, left
 	}
 	sub := make([][]methodRun, len(runs))
 	for r, run := range runs {
@@ -505,8 +554,7 @@ func partialReport(ctx context.Context, g *graph.Graph, cfg Config, o runOptions
 	rep := finishReport(g, pcfg, o, redrawn, sub, observed, floors, countFloors)
 	rep.Settings.Methods = cfg.Methods
 	rep.Settings.Runs = len(runs)
-	rep.Partial = &Partial{RunsPlanned: cfg.Runs, LeftOut: left}
-	return rep, err
+	return rep, left
 }
 
 // FloorSourceSets and FloorDraws size the forward-floor estimates of a run

@@ -212,10 +212,31 @@ func TestRunErrors(t *testing.T) {
 	cfg := testConfig()
 	cfg.Methods = []string{"infected", "test-nan"}
 	closed := nanClosed.Load()
-	_, err := Run(context.Background(), g, cfg)
+	rep, err := Run(context.Background(), g, cfg)
+	require.ErrorIs(t, err, ErrMethodFailed)
 	require.ErrorIs(t, err, ErrBadPrediction)
-	require.ErrorContains(t, err, "test-nan")
-	require.Equal(t, closed+2, nanClosed.Load(), "closed after Validate's check and after failing")
+	require.ErrorContains(t, err, "eval: a method failed: in run 1: test-nan")
+	require.Equal(t, closed+2, nanClosed.Load(), "closed after Validate's check and after failing, and not run again")
+	// The others go on: the report holds them, every run, and says what
+	// failed.
+	require.NotNil(t, rep)
+	require.Len(t, rep.Results, 1)
+	require.Equal(t, "infected", rep.Results[0].Method)
+	require.Equal(t, cfg.Runs, rep.Settings.Runs)
+	_, _, ntest := cfg.split()
+	require.Equal(t, cfg.Runs*ntest, rep.Results[0].AUC.N)
+	require.Len(t, rep.Failed, 1)
+	require.Equal(t, "test-nan", rep.Failed[0].Method)
+	require.Equal(t, 1, rep.Failed[0].Run)
+	var table bytes.Buffer
+	require.NoError(t, rep.WriteTable(&table))
+	require.Contains(t, table.String(), "FAILED in run 1, left out: test-nan: ")
+	require.Equal(t, 1, strings.Count(table.String(), "test-nan:"), "named once")
+	// Every method failing leaves no report.
+	cfg.Methods = []string{"test-nan"}
+	rep, err = Run(context.Background(), g, cfg)
+	require.ErrorIs(t, err, ErrMethodFailed)
+	require.Nil(t, rep)
 
 	// A method's unknown parameter fails before any cascade is simulated.
 	bad := testConfig()

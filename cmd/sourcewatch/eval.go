@@ -319,13 +319,17 @@ func (a *app) eval(ctx context.Context) error {
 	case err != nil && rep == nil:
 		return fmt.Errorf("eval: %w", simulationError(err))
 	}
-	// An interrupted evaluation still writes what finished, marked as
-	// partial, and then fails: a stopped hour of work is not lost.
+	// An interrupted evaluation, or one in which a method failed, still
+	// writes what finished, marked as such, and then fails: a stopped
+	// hour of work is not lost.
 	if werr := a.writeReport(rep); werr != nil {
 		if err != nil {
 			return fmt.Errorf("%w; and the report: %w", err, werr)
 		}
 		return werr
+	}
+	if err != nil && rep.Partial == nil {
+		return fmt.Errorf("%w (the report holds the other methods)", err)
 	}
 	if err != nil {
 		left := ""
