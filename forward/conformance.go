@@ -123,7 +123,7 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			rep.Results = append(rep.Results, CheckResult{Name: n, Status: CheckSkip, Detail: why})
 		}
 	}
-	all := []string{"handshake", "info", "configure", "fit", "restore state", "predict", "empty and full x", "determinism", "vjp", "fused call", "monotonicity", "timing"}
+	all := []string{"handshake", "info", "configure", "fit", "predict", "restore state", "empty and full x", "determinism", "vjp", "fused call", "monotonicity", "timing"}
 
 	if !run("handshake", func() (CheckStatus, string, error) {
 		var err error
@@ -211,6 +211,17 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			x.Set(i, j, rng.Float64())
 		}
 	}
+	run("predict", func() (CheckStatus, string, error) {
+		y, err := p.Predict(ctx, x)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		if i, j, ok := outOfUnit(y); ok {
+			return CheckFail, fmt.Sprintf("y[%d][%d] = %v is not in [0,1]", i, j, y.At(i, j)), nil
+		}
+		return CheckPass, fmt.Sprintf("%dx%d, all in [0,1]", o.Batch, n), nil
+	})
+
 	run("restore state", func() (CheckStatus, string, error) {
 		y0, err := p.Predict(ctx, x)
 		if err != nil {
@@ -230,17 +241,6 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			return CheckFail, "", err
 		}
 		return CheckPass, "Configure(state) reproduces the fitted model", nil
-	})
-
-	run("predict", func() (CheckStatus, string, error) {
-		y, err := p.Predict(ctx, x)
-		if err != nil {
-			return CheckFail, "", err
-		}
-		if i, j, ok := outOfUnit(y); ok {
-			return CheckFail, fmt.Sprintf("y[%d][%d] = %v is not in [0,1]", i, j, y.At(i, j)), nil
-		}
-		return CheckPass, fmt.Sprintf("%dx%d, all in [0,1]", o.Batch, n), nil
 	})
 
 	run("empty and full x", func() (CheckStatus, string, error) {

@@ -149,13 +149,25 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 		printParams(a.stdout, rep.Info)
 	}
 	if !rep.Passed() {
-		var failed []string
+		// The first failure in full; the rest by name, since one fault
+		// (a panic in Predict) fails most checks with the same long text,
+		// each printed in the report above.
+		var first string
+		var also []string
 		for _, c := range rep.Results {
-			if c.Status == forward.CheckFail {
-				failed = append(failed, c.Name+": "+c.Detail)
+			if c.Status != forward.CheckFail {
+				continue
+			}
+			if first == "" {
+				first = c.Name + ": " + c.Detail
+			} else {
+				also = append(also, c.Name)
 			}
 		}
-		return fmt.Errorf("plugin check %s failed: %s", path, strings.Join(failed, "; "))
+		if len(also) > 0 {
+			first += "; also failed (see above): " + strings.Join(also, ", ")
+		}
+		return fmt.Errorf("plugin check %s failed: %s", path, first)
 	}
 	return nil
 }
