@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 )
@@ -171,4 +174,51 @@ func TestRestoreWhileStatusIsRead(t *testing.T) {
 		_, _, seq := gr.win.counts()
 		require.Equal(t, want, seq, name)
 	}
+}
+
+// Events the stream's limits discard before the window applied them (a
+// max_msgs reached while the daemon was down) cannot be replayed: the
+// restart says so and counts them, rather than log a clean catch-up.
+// Events that only aged out, older than the window, are no loss.
+func TestReplayGapIsReported(t *testing.T) {
+	const n = 10
+	s := runServer(t)
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.Graphs[0].MinInfected = 1 << 20
+	cfg.Events.MaxMsgs = 20
+	f := &factoryOf{}
+	r1 := start(t, cfg, preload(t, n, "p"), WithLocalizerFactory(f.factory))
+	for i := 0; i < 5; i++ {
+		r1.publish(t, "p", Event{Node: strconv.Itoa(i), State: StateInfected, TS: time.Now()}, "")
+	}
+	applied := lastSeq(t, r1.js)
+	waitSeq(t, r1.d, "p", applied)
+	r1.stop(t) // a clean stop: the snapshot covers every event so far
+
+	// While it is down, 40 more: the stream keeps the last 20.
+	_, js := connectJS(t, s.ClientURL())
+	for i := 0; i < 40; i++ {
+		data, err := json.Marshal(Event{Node: strconv.Itoa(i % n), State: StateInfected, TS: time.Now()})
+		require.NoError(t, err)
+		_, err = js.Publish(context.Background(), EventsSubject(cfg.Subjects.Prefix, "p"), data)
+		require.NoError(t, err)
+	}
+	last := lastSeq(t, js)
+
+	core, logs := observer.New(zapcore.WarnLevel)
+	r2 := start(t, cfg, preload(t, n, "p"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)))
+	waitSeq(t, r2.d, "p", last)
+	gaps := logs.FilterMessageSnippet("events discarded by the stream's limits").All()
+	require.Len(t, gaps, 1)
+	lost := last - 20 - applied // first kept is last-19
+	require.Equal(t, lost, uint64(gaps[0].ContextMap()["discarded_at_most"].(uint64)))
+	require.Equal(t, float64(lost), value(t, r2.d.metrics.gap.WithLabelValues("p")))
+	r2.stop(t)
+
+	// Nothing discarded since: the next start reports no gap.
+	core, logs = observer.New(zapcore.WarnLevel)
+	r3 := start(t, cfg, preload(t, n, "p"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)))
+	require.Zero(t, logs.FilterMessageSnippet("events discarded").Len())
+	r3.stop(t)
 }

@@ -25,6 +25,7 @@ type metrics struct {
 	reloadOK    prometheus.Gauge
 	restarts    *prometheus.CounterVec // graph
 	snapshots   *prometheus.CounterVec // result
+	gap         *prometheus.CounterVec // graph
 }
 
 func newMetrics() *metrics {
@@ -79,9 +80,13 @@ func newMetrics() *metrics {
 			Name: "sourcewatch_snapshots_total",
 			Help: "Window snapshots written to KV, by result.",
 		}, []string{"result"}),
+		gap: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sourcewatch_events_discarded_unapplied_total",
+			Help: "Stream sequence numbers the stream's limits discarded before the graph's window applied them (stream-wide: some may be other graphs' events).",
+		}, []string{"graph"}),
 	}
 	m.reg.MustRegister(m.events, m.deadLetters, m.dlFailed, m.infected, m.inference, m.inferErrors,
-		m.alerts, m.pending, m.pubFailed, m.reloadOK, m.restarts, m.snapshots,
+		m.alerts, m.pending, m.pubFailed, m.reloadOK, m.restarts, m.snapshots, m.gap,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range deadReasons {
 		m.deadLetters.WithLabelValues(r)

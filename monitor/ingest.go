@@ -82,6 +82,7 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	if seq > 0 {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cc.OptStartSeq = seq + 1
+		d.reportGap(ctx, gr, seq)
 	}
 	cons, err := d.stream.CreateConsumer(ctx, cc)
 	if err != nil {
@@ -97,6 +98,39 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	}
 	gr.cons.Store(&consHandle{run})
 	return nil
+}
+
+// reportGap warns, and counts, when the stream no longer holds the events
+// after seq, the last the graph's window applied: its limits (max_msgs,
+// max_bytes, max_age) discarded them while the daemon was down or behind,
+// so the window lacks them, which no replay can mend. The stream's
+// sequence is shared by every graph, so the gap is an upper bound on this
+// graph's share.
+func (d *Daemon) reportGap(ctx context.Context, gr *graphRT, seq uint64) {
+	info, err := d.stream.Info(ctx)
+	if err != nil {
+		d.log.Debug("stream info for the replay gap check", zap.String("graph", gr.name), zap.Error(err))
+		return
+	}
+	first := info.State.FirstSeq
+	if first <= seq+1 || info.State.Msgs == 0 && info.State.LastSeq <= seq {
+		return
+	}
+	lost := first - seq - 1
+	// Events discarded for their age alone, by a max_age at least the
+	// window, had left the window anyway: the default (24h against 1h)
+	// after a long stop. A count or size limit at its end may have taken
+	// recent ones.
+	c, st := info.Config, info.State
+	full := (c.MaxMsgs > 0 && st.Msgs >= uint64(c.MaxMsgs)) || (c.MaxBytes > 0 && int64(st.Bytes)+int64(d.cfg.MaxEventBytes) >= c.MaxBytes)
+	if gc := gr.gc.Load(); !full && c.MaxAge > 0 && gc != nil && c.MaxAge >= gc.Window {
+		d.log.Debug("events aged out of the stream before the window applied them, older than the window", zap.String("graph", gr.name), zap.Uint64("discarded_at_most", lost))
+		return
+	}
+	d.metrics.gap.WithLabelValues(gr.name).Add(float64(lost))
+	d.log.Warn("events discarded by the stream's limits before this graph's window applied them: the window lacks them; raise events.max_msgs, max_bytes or max_age if they were this graph's",
+		zap.String("graph", gr.name), zap.Uint64("applied_through_seq", seq), zap.Uint64("stream_first_seq", first),
+		zap.Uint64("discarded_at_most", lost))
 }
 
 // consHandle holds a graph's ConsumeContext, swapped when it is rebound.
