@@ -122,35 +122,44 @@ func (l *lease) stopKeeping() {
 
 // keep renews the lease every third of its TTL until ctx ends. It reports
 // on lost when another replica holds the key, or when no renewal succeeded
-// for two thirds of the TTL (the lease may expire before the next try).
+// for two thirds of the TTL, a third before the lease expires and a
+// standby may take it. Every attempt is cut off at that point, and a
+// failed one is retried every twelfth of the TTL until then: waiting on
+// a blocked renewal, then on the next tick, gave up only at the full TTL,
+// after the lease had expired.
 func (l *lease) keep(ctx context.Context, lost chan<- error) {
-	t := time.NewTicker(l.ttl / 3)
-	defer t.Stop()
+	renewEvery, retryEvery, giveUp := l.ttl/3, l.ttl/12, 2*l.ttl/3
 	last := time.Now()
+	next := last.Add(renewEvery)
+	t := time.NewTimer(renewEvery)
+	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+		deadline := last.Add(giveUp)
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		rev, err := l.kv.Update(rctx, leaseKey, []byte(l.id), l.rev)
 		cancel()
 		switch {
 		case err == nil:
 			l.rev, last = rev, time.Now()
+			next = last.Add(renewEvery)
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
 			// A renewal the server applied but whose reply was lost (a
 			// reconnect) leaves rev behind while the key is still ours:
 			// adopt its revision, as release does, and keep it.
-			gctx, cancel := context.WithTimeout(ctx, l.ttl/3)
+			gctx, cancel := context.WithTimeout(ctx, renewEvery)
 			e, gerr := l.kv.Get(gctx, leaseKey)
 			cancel()
 			if gerr == nil && string(e.Value()) == l.id {
-				l.rev = e.Revision() // renewed at the next tick
-				continue
+				l.rev = e.Revision()
+				next = time.Now() // renewed at once with it
+				break
 			}
 			holder := "another replica"
 			if gerr == nil {
@@ -158,10 +167,16 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 			}
 			lost <- fmt.Errorf("%w: %s holds it: %w", ErrLeaseLost, holder, err)
 			return
-		case time.Since(last) > 2*l.ttl/3:
+		case !time.Now().Before(deadline):
 			lost <- fmt.Errorf("%w: not renewed for %v: %w", ErrLeaseLost, time.Since(last).Round(time.Millisecond), err)
 			return
+		default:
+			next = time.Now().Add(retryEvery)
+			if next.After(deadline) {
+				next = deadline
+			}
 		}
+		t.Reset(max(0, time.Until(next)))
 	}
 }
 

@@ -226,6 +226,55 @@ func (k *cutOffKV) Update(ctx context.Context, key string, value []byte, rev uin
 	return 0, ctx.Err()
 }
 
+// hungKV is a lease bucket that renews once, slowly (a round trip of
+// 50 ms), and is then cut off from the server: every later Update waits
+// for its context and fails.
+type hungKV struct {
+	jetstream.KeyValue
+	calls   atomic.Int32
+	renewed atomic.Int64 // when the one renewal returned, unix ns
+}
+
+func (k *hungKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if k.calls.Add(1) == 1 {
+		time.Sleep(50 * time.Millisecond)
+		r, err := k.KeyValue.Update(ctx, key, value, rev)
+		k.renewed.Store(time.Now().UnixNano())
+		return r, err
+	}
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestLeaseKeepGivesUpBeforeExpiry: with the server unreachable, renewals
+// that hang are cut off, and the keeper reports the lease lost two thirds
+// of the TTL after its last renewal, before the lease expires and a
+// standby may take it. Waiting out each hung renewal on a fixed ticker,
+// the renewal's round trip put the check a hair short at two thirds and
+// gave up only at the full TTL.
+func TestLeaseKeepGivesUpBeforeExpiry(t *testing.T) {
+	kv := newKV(t, LeaseBucket)
+	ctx := context.Background()
+	rev, err := kv.Create(ctx, leaseKey, []byte("a"))
+	require.NoError(t, err)
+	const ttl = 1200 * time.Millisecond
+	hung := &hungKV{KeyValue: kv}
+	l := &lease{kv: hung, id: "a", ttl: ttl, rev: rev}
+	lost := make(chan error, 1)
+	l.startKeeping(ctx, lost)
+	defer l.stopKeeping()
+	select {
+	case err := <-lost:
+		took := time.Since(time.Unix(0, hung.renewed.Load()))
+		require.ErrorIs(t, err, ErrLeaseLost)
+		require.ErrorContains(t, err, "not renewed for")
+		require.GreaterOrEqual(t, took, 2*ttl/3-20*time.Millisecond, "not before two thirds of the TTL")
+		require.Less(t, took, ttl-100*time.Millisecond, "well before the lease expires")
+	case <-time.After(5 * time.Second):
+		t.Fatal("a lease that cannot be renewed was not reported lost")
+	}
+}
+
 // TestLeaseReleaseAfterCutOffRenewal: release stops the keeper before it
 // deletes, and a renewal that landed on the server though the keeper never
 // learnt its revision does not make the release fail (which would leave a
