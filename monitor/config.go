@@ -323,6 +323,10 @@ func checkDurations(t reflect.Type, name string, get func(key string) any) error
 			if err := checkWhole(path, get(key)); err != nil {
 				return err
 			}
+		case f.Type.Kind() == reflect.Bool:
+			if err := checkBool(path, get(key)); err != nil {
+				return err
+			}
 		case f.Type.Kind() == reflect.Struct:
 			sub := func(k string) any { return get(key + "." + k) }
 			if err := checkDurations(f.Type, path, sub); err != nil {
@@ -354,7 +358,7 @@ func checkWhole(key string, raw any) error {
 	case string:
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil {
-			return nil // not a number: Unmarshal says so
+			return keyError(key, "%q is not a whole number", v)
 		}
 		x = f
 	default:
@@ -367,6 +371,23 @@ func checkWhole(key string, raw any) error {
 		return keyError(key, "%v is out of range", raw)
 	}
 	return nil
+}
+
+// checkBool refuses what Unmarshal's weak typing would read as a bool
+// though nobody writes it for one: 1, "T", "yes" (an error there, as
+// others are not). A bool key turns a check off (allow_unverified) or HA
+// on, so only true and false, in any case, are taken, also as strings, as
+// the environment gives them.
+func checkBool(key string, raw any) error {
+	switch v := raw.(type) {
+	case nil, bool:
+		return nil
+	case string:
+		if b := strings.ToLower(strings.TrimSpace(v)); b == "true" || b == "false" {
+			return nil
+		}
+	}
+	return keyError(key, "%v is not true or false", raw)
 }
 
 // checkDuration judges one duration value as Unmarshal would take it: a

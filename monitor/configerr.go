@@ -31,6 +31,11 @@ func keyError(key, format string, args ...any) *KeyError {
 	return &KeyError{Key: key, Msg: fmt.Sprintf(format, args...)}
 }
 
+// TopLevelKeyError is the error of a top-level key of a config file that
+// nothing reads, whose message names it (a command checks those, since
+// its flags share the namespace); LocateKeyError finds it by key.
+func TopLevelKeyError(key, msg string) *KeyError { return &KeyError{Msg: msg, at: key} }
+
 func (e *KeyError) Error() string {
 	var b strings.Builder
 	b.WriteString(ErrConfig.Error())
@@ -42,7 +47,10 @@ func (e *KeyError) Error() string {
 		}
 		b.WriteString(": ")
 	}
-	b.WriteString(e.Key + ": " + e.Msg)
+	if e.Key != "" {
+		b.WriteString(e.Key + ": ")
+	}
+	b.WriteString(e.Msg)
 	return b.String()
 }
 

@@ -55,6 +55,13 @@ func TestServeConfigErrorNamesTheLine(t *testing.T) {
 		_, _, err := runCmd(t, "", cmdName, "--config", path)
 		require.ErrorContains(t, err, fmt.Sprintf("invalid config: %s:%d: workers: must be > 0", path, line))
 	}
+	// A top-level key nothing reads, too.
+	path = configWithoutBundle(t, "wrkers: 3\n")
+	data, err = os.ReadFile(path)
+	require.NoError(t, err)
+	line = slices.Index(strings.Split(string(data), "\n"), "wrkers: 3") + 1
+	_, _, err = runCmd(t, "", "serve", "--config", path)
+	require.ErrorContains(t, err, fmt.Sprintf("invalid config: %s:%d: unknown key \"wrkers\" (known: ", path, line))
 }
 
 // The "known:" list of an unknown key holds what a file may set, not the

@@ -194,11 +194,14 @@ func checkTopLevelKeys(cmd *cobra.Command, fv *viper.Viper) error {
 		if known[k] {
 			continue
 		}
+		var e *monitor.KeyError
 		if hint := keyHint(k, known); hint != "" {
-			return fmt.Errorf("%w: %s: %s: not a config key; %s", monitor.ErrConfig, fv.ConfigFileUsed(), k, hint)
+			e = monitor.TopLevelKeyError(k, k+": not a config key; "+hint)
+		} else {
+			names := slices.Sorted(maps.Keys(known))
+			e = monitor.TopLevelKeyError(k, fmt.Sprintf("unknown key %q (known: %s)", k, strings.Join(names, ", ")))
 		}
-		names := slices.Sorted(maps.Keys(known))
-		return fmt.Errorf("%w: %s: unknown key %q (known: %s)", monitor.ErrConfig, fv.ConfigFileUsed(), k, strings.Join(names, ", "))
+		return monitor.LocateKeyError(e, fv.ConfigFileUsed(), "")
 	}
 	return nil
 }
