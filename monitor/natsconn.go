@@ -147,7 +147,7 @@ func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func(), onC
 			onChange()
 		}),
 		nats.ReconnectHandler(func(c *nats.Conn) {
-			log.Info("nats reconnected", zap.String("url", c.ConnectedUrlRedacted()))
+			log.Info("nats reconnected", zap.String("url", RedactURLs(c.ConnectedUrl())))
 			onChange()
 		}),
 		nats.ClosedHandler(func(*nats.Conn) { onChange() }),

@@ -92,7 +92,7 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 			a.log.Warn("disconnected from NATS", zap.Error(err))
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
-			a.log.Info("reconnected to NATS", zap.String("url", nc.ConnectedUrlRedacted()))
+			a.log.Info("reconnected to NATS", zap.String("url", monitor.RedactURLs(nc.ConnectedUrl())))
 		}),
 	)
 	nc, err := nats.Connect(url, copts...)
@@ -113,7 +113,7 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 	opts = append(opts,
 		alerts.OnReady(func() {
 			a.log.Info("tailing alerts (Ctrl-C to stop)", zap.String("subject", subject),
-				zap.String("url", nc.ConnectedUrlRedacted()), zap.String("from", from))
+				zap.String("url", monitor.RedactURLs(nc.ConnectedUrl())), zap.String("from", from))
 		}),
 		alerts.OnInvalid(func(subject string, seq uint64, err error) {
 			a.log.Warn("skipping a message that is not an alert", zap.String("subject", subject),
