@@ -161,6 +161,11 @@ func (t *Tracker) Observe(o Observation) (Alert, bool) {
 func (t *Tracker) Resolve(graph string, w Window, infected int) (Alert, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.resolve(graph, w, infected, "")
+}
+
+// resolve is Resolve, with note on the alert, under t.mu.
+func (t *Tracker) resolve(graph string, w Window, infected int, note string) (Alert, bool) {
 	t.init()
 	gs := t.graphs[graph]
 	if gs == nil || gs.Open == nil {
@@ -172,11 +177,54 @@ func (t *Tracker) Resolve(graph string, w Window, infected int) (Alert, bool) {
 	a.ID = ID(a.Fingerprint, a.Seq)
 	a.Window = w
 	a.Infected = infected
+	if note != "" {
+		a.Note = note
+	}
 	a.ObservedAt = t.now()
 	a = a.utc()
 	gs.Open = nil
 	gs.Pending = append(gs.Pending, cloneAlert(a))
 	return a, true
+}
+
+// Retire closes the open incident of a graph that is no longer watched,
+// as Resolve does with the incident's last window and count, and note
+// saying why, and reports whether there was one to close. The resolve is
+// queued as pending like any other; Forget drops the graph once nothing
+// is.
+func (t *Tracker) Retire(graph, note string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gs := t.graphs[graph]
+	if gs == nil || gs.Open == nil {
+		return false
+	}
+	_, ok := t.resolve(graph, gs.Open.Window, gs.Open.Infected, note)
+	return ok
+}
+
+// Forget drops a graph's state when it has neither an open incident nor a
+// pending alert, and reports whether it did (or there was none).
+func (t *Tracker) Forget(graph string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	gs := t.graphs[graph]
+	if gs == nil {
+		return true
+	}
+	if gs.Open != nil || len(gs.Pending) > 0 {
+		return false
+	}
+	delete(t.graphs, graph)
+	return true
+}
+
+// Known returns the names of every graph the tracker holds state for
+// (an open incident, a pending alert, or past incidents), sorted.
+func (t *Tracker) Known() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return slices.Sorted(maps.Keys(t.graphs))
 }
 
 // Pending returns the graph's alerts handed out by Observe and Resolve and

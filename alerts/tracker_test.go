@@ -491,3 +491,34 @@ func TestTrackerNote(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, string(data), `"note"`)
 }
+
+// Retire resolves a graph's open incident with a note, queued like any
+// resolve; Forget drops the graph only once nothing is open or pending.
+func TestTrackerRetireAndForget(t *testing.T) {
+	tr := NewTracker(func() time.Time { return time.Date(2026, 1, 2, 5, 0, 0, 0, time.UTC) })
+	fired, ok := tr.Observe(obs("g", "a"))
+	require.True(t, ok)
+	require.True(t, tr.Published("g", fired.ID))
+	_, ok = tr.Observe(obs("h", "b"))
+	require.True(t, ok)
+	require.Equal(t, []string{"g", "h"}, tr.Known())
+
+	require.False(t, tr.Retire("nope", "gone"))
+	require.True(t, tr.Retire("g", "gone"))
+	require.False(t, tr.Retire("g", "gone"), "closed already")
+	p := tr.Pending("g")
+	require.Len(t, p, 1)
+	require.Equal(t, Resolved, p[0].Status)
+	require.Equal(t, fired.Fingerprint, p[0].Fingerprint)
+	require.Equal(t, fired.Seq+1, p[0].Seq)
+	require.Equal(t, fired.Window, p[0].Window, "the incident's last window")
+	require.Equal(t, fired.Infected, p[0].Infected)
+	require.Equal(t, "gone", p[0].Note)
+
+	require.False(t, tr.Forget("g"), "its resolve is pending")
+	require.True(t, tr.Published("g", p[0].ID))
+	require.True(t, tr.Forget("g"))
+	require.Equal(t, []string{"h"}, tr.Known())
+	require.False(t, tr.Forget("h"), "an open incident is kept")
+	require.True(t, tr.Forget("never-seen"))
+}

@@ -463,6 +463,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.restore(setupCtx); err != nil {
 		return err
 	}
+	d.retireRemovedGraphs(setupCtx)
 
 	// Localizers: a graph whose bundle or plugin is broken stops the start,
 	// with the graph named.
@@ -1150,6 +1151,42 @@ func (d *Daemon) saveTracker(ctx context.Context) error {
 		return fmt.Errorf("saving alert state: %w", err)
 	}
 	return nil
+}
+
+// retireRemovedGraphs resolves the open incidents of graphs the alert
+// state knows but the config no longer has, and publishes what they still
+// had pending, so a subscriber does not hold an incident open forever;
+// their state is then dropped. A publish that fails is logged and tried
+// again at the next start, as the state stays.
+func (d *Daemon) retireRemovedGraphs(ctx context.Context) {
+	for _, name := range d.tracker.Known() {
+		if _, ok := d.graphs[name]; ok {
+			continue
+		}
+		if d.tracker.Retire(name, "resolved because graph "+name+" is no longer in the daemon's config; nothing watches it any more") {
+			d.log.Warn("graph no longer configured: resolving its open incident", zap.String("graph", name))
+		}
+		if err := d.saveTracker(ctx); err != nil {
+			d.log.Warn("alert state not saved; the removed graph's alerts wait for the next start", zap.String("graph", name), zap.Error(err))
+			continue
+		}
+		published := true
+		for _, a := range d.tracker.Pending(name) {
+			if err := d.publishAlert(ctx, a, 3); err != nil {
+				d.log.Warn("alert of a removed graph not published; tried again at the next start",
+					zap.String("graph", name), zap.String("id", a.ID), zap.Error(err))
+				published = false
+				break
+			}
+			d.tracker.Published(name, a.ID)
+			d.log.Info("alert", zap.String("graph", name), zap.String("status", string(a.Status)), zap.String("id", a.ID))
+		}
+		if published && d.tracker.Forget(name) {
+			if err := d.saveTracker(ctx); err != nil {
+				d.log.Warn("saving alert state", zap.String("graph", name), zap.Error(err))
+			}
+		}
+	}
 }
 
 // restore loads window snapshots and the alert tracker from KV.

@@ -222,3 +222,42 @@ func TestReplayGapIsReported(t *testing.T) {
 	require.Zero(t, logs.FilterMessageSnippet("events discarded").Len())
 	r3.stop(t)
 }
+
+// A graph removed from the config while its incident is open gets that
+// incident resolved at the next start, with a note saying why, and its
+// alert state is dropped; the graphs still configured keep theirs.
+func TestRemovedGraphsIncidentIsResolved(t *testing.T) {
+	const n = 6
+	s := runServer(t)
+	nc, _ := connectJS(t, s.ClientURL())
+	sinkQ := subscribeAlerts(t, nc, "q")
+	cfg := testConfig(t, "p", "q")
+	cfg.NATS.URL = s.ClientURL()
+	f := &factoryOf{}
+	r1 := start(t, cfg, preload(t, n, "p", "q"), WithLocalizerFactory(f.factory))
+	r1.publish(t, "q", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	r1.publish(t, "p", Event{Node: "1", State: StateInfected, TS: time.Now()}, "")
+	fired := sinkQ.wait(t, 1)[0]
+	require.Equal(t, alerts.Firing, fired.Status)
+	require.Eventually(t, func() bool { _, open := r1.d.tracker.Open("p"); return open }, 10*time.Second, 5*time.Millisecond)
+	r1.stop(t)
+
+	cfg.Graphs = cfg.Graphs[:1] // q removed
+	r2 := start(t, cfg, preload(t, n, "p"), WithLocalizerFactory(f.factory))
+	got := sinkQ.wait(t, 2)
+	resolved := got[1]
+	require.Equal(t, alerts.Resolved, resolved.Status)
+	require.Equal(t, fired.Fingerprint, resolved.Fingerprint, "the same incident")
+	require.Equal(t, fired.Seq+1, resolved.Seq)
+	require.Contains(t, resolved.Note, "graph q is no longer in the daemon's config")
+	require.NotContains(t, r2.d.tracker.Known(), "q")
+	_, open := r2.d.tracker.Open("p")
+	require.True(t, open, "a configured graph's incident stays open")
+	r2.stop(t)
+
+	// Gone for good: the next start publishes nothing more for it.
+	r3 := start(t, cfg, preload(t, n, "p"), WithLocalizerFactory(f.factory))
+	time.Sleep(200 * time.Millisecond)
+	require.Len(t, sinkQ.all(), 2)
+	r3.stop(t)
+}
