@@ -90,6 +90,10 @@ type Daemon struct {
 	// effect: the per-graph settings live in each graphRT.
 	cfg     Config
 	current atomic.Pointer[Config]
+	// checked is the config file as a standby last checked it good
+	// (checkOnStandby): what takeover applies when the file no longer
+	// loads.
+	checked atomic.Pointer[Config]
 	// lastReload is the outcome of the last Reload (nil before one).
 	lastReload atomic.Pointer[ReloadStatus]
 	log        *zap.Logger
@@ -825,6 +829,7 @@ func (d *Daemon) checkOnStandby(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrReload, err)
 	}
+	d.checked.Store(&cfg)
 	d.log.Info("standby: config file checked; this replica applies it when it takes over")
 	return nil
 }
@@ -846,17 +851,27 @@ func (d *Daemon) rereadAtTakeover(ctx context.Context) {
 		err = d.sameGraphs(cfg)
 	}
 	rs := ReloadStatus{At: d.now().UTC(), OK: err == nil}
-	if err != nil {
-		rs.Error = fmt.Sprintf("%v: at takeover: %v", ErrReload, err)
-		d.log.Warn("config file not applied at takeover; running the settings read at start", zap.Error(err))
-	} else {
+	apply := func(cfg *Config) {
 		for i, gr := range d.order {
 			gc := cfg.Graphs[i]
 			gr.gc.Store(&gc)
 			gr.win.setParams(gc.Window, gc.Decay)
 		}
-		d.current.Store(&cfg)
+		d.current.Store(cfg)
+	}
+	switch checked := d.checked.Load(); {
+	case err == nil:
+		apply(&cfg)
 		d.log.Info("config file read again at takeover", zap.Int("graphs", len(d.order)))
+	case checked != nil:
+		// A reload this standby accepted is not undone by a file broken
+		// since: a standalone daemon would be running it.
+		rs.Error = fmt.Sprintf("%v: at takeover: %v", ErrReload, err)
+		apply(checked)
+		d.log.Warn("config file not applied at takeover; running the settings last checked good on standby", zap.Error(err))
+	default:
+		rs.Error = fmt.Sprintf("%v: at takeover: %v", ErrReload, err)
+		d.log.Warn("config file not applied at takeover; running the settings read at start", zap.Error(err))
 	}
 	d.lastReload.Store(&rs)
 	d.metrics.reloadOK.Set(boolGauge(err == nil))

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -384,6 +385,46 @@ func TestHAStandbyReadsItsConfigAtTakeover(t *testing.T) {
 	lr := b.d.Status().LastReload
 	require.NotNil(t, lr)
 	require.True(t, lr.OK)
+}
+
+// TestHAStandbyKeepsACheckedReloadAtTakeover: a reload a standby accepted
+// is what it runs at takeover when the file broke since, not the settings
+// read at start, as a standalone daemon would keep running it.
+func TestHAStandbyKeepsACheckedReloadAtTakeover(t *testing.T) {
+	s := runServer(t)
+	cfgFor := func(id string) Config {
+		cfg := testConfig(t, "p")
+		cfg.NATS.URL = s.ClientURL()
+		cfg.HA = HAConfig{Enabled: true, Replica: id, LeaseTTL: 2 * time.Second}
+		return cfg
+	}
+	a := runReplica(t, cfgFor("a"))
+	require.Eventually(t, a.ready, 30*time.Second, 5*time.Millisecond)
+	var file atomic.Pointer[Config]
+	started := cfgFor("b")
+	file.Store(&started)
+	b := runReplica(t, started, WithReload(func(context.Context) (Config, error) {
+		if c := file.Load(); c != nil {
+			return *c, nil
+		}
+		return Config{}, errors.New("b.yaml:3: broken")
+	}))
+	require.Eventually(t, func() bool { return b.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+
+	changed := cfgFor("b")
+	changed.Graphs[0].Interval = 9 * time.Second
+	file.Store(&changed)
+	require.NoError(t, b.d.Reload(context.Background()))
+	file.Store(nil)
+	require.ErrorContains(t, b.d.Reload(context.Background()), "b.yaml:3: broken")
+
+	require.NoError(t, a.stop(t, false))
+	require.Eventually(t, b.ready, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 9*time.Second, b.d.graphs["p"].gc.Load().Interval, "the reload checked on standby, not the start's settings")
+	lr := b.d.Status().LastReload
+	require.NotNil(t, lr)
+	require.False(t, lr.OK, "the file itself did not load")
+	require.Contains(t, lr.Error, "at takeover")
 }
 
 // TestRunStandingBy: a replica whose lease is taken stands by again in the
