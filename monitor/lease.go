@@ -2,10 +2,13 @@ package monitor
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +19,8 @@ import (
 // LeaseBucket holds the active replica's lease when ha.enabled is set.
 const LeaseBucket = "sourcewatch_lease"
 
-// leaseKey is the one key of LeaseBucket: the active replica's id.
+// leaseKey is the one key of LeaseBucket: the active replica's id and
+// process (id#instance).
 const leaseKey = "active"
 
 // ErrLeaseLost is returned by Run when another replica took the lease (or
@@ -36,9 +40,13 @@ func defaultReplica() string {
 
 // lease is the active replica's hold on LeaseBucket's key.
 type lease struct {
-	kv  jetstream.KeyValue
-	id  string
-	ttl time.Duration
+	kv jetstream.KeyValue
+	id string
+	// instance tells this process from another with the same id: the key
+	// holds id#instance. Without it two replicas given one id each took
+	// the other's renewals for their own and both stayed active.
+	instance string
+	ttl      time.Duration
 	// rev is the revision of the lease's last write. While the keeper runs
 	// only it touches rev, so release stops it first.
 	rev uint64
@@ -47,10 +55,36 @@ type lease struct {
 	keeper       sync.WaitGroup
 }
 
+// value is what the lease key holds while this process has it.
+func (l *lease) value() []byte {
+	if l.instance == "" {
+		return []byte(l.id)
+	}
+	return []byte(l.id + "#" + l.instance)
+}
+
+// holderID is the replica id in a lease key's value (id#instance).
+func holderID(value []byte) string {
+	s := string(value)
+	if i := strings.LastIndexByte(s, '#'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// newInstance is a random tag for this process's lease value.
+func newInstance() string {
+	var b [6]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // acquireLease waits until this replica holds the lease: the key is absent
 // (no replica is active, or the active one's lease expired) or holds this
-// replica's own id (left by its previous process). Meanwhile /readyz says
-// which replica is active.
+// replica's own id left by a previous process that no longer renews it
+// (it is watched for half a TTL first: a live process with the same id is
+// a misconfiguration, logged, and this one stands by). Meanwhile /readyz
+// says which replica is active.
 func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 	ha := d.cfg.HA
 	kv, err := d.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -64,9 +98,9 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, LeaseBucket, err)
 	}
-	l := &lease{kv: kv, id: ha.Replica, ttl: ha.LeaseTTL}
+	l := &lease{kv: kv, id: ha.Replica, instance: newInstance(), ttl: ha.LeaseTTL}
 	for {
-		rev, err := kv.Create(ctx, leaseKey, []byte(l.id))
+		rev, err := kv.Create(ctx, leaseKey, l.value())
 		if err == nil {
 			l.rev = rev
 			d.standby.Store(nil)
@@ -77,14 +111,20 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 		}
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			if e, gerr := kv.Get(ctx, leaseKey); gerr == nil {
-				holder := string(e.Value())
+				holder := holderID(e.Value())
 				if holder == l.id {
-					// This replica's previous process: take it over at once.
-					if rev, uerr := kv.Update(ctx, leaseKey, []byte(l.id), e.Revision()); uerr == nil {
-						l.rev = rev
+					// This replica's previous process, if it no longer
+					// renews: take it over without waiting for expiry.
+					taken, err := l.takeOwn(ctx, e)
+					if err != nil {
+						return nil, err
+					}
+					if taken {
 						d.standby.Store(nil)
 						return l, nil
 					}
+					d.limiter.warn("lease.duplicate", "another live replica has this replica's id: give each replica its own ha.replica; standing by",
+						zap.String("replica", l.id))
 				}
 				msg := "standby: replica " + holder + " is active"
 				if d.standby.Swap(&msg) == nil {
@@ -102,6 +142,27 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 		case <-t.C:
 		}
 	}
+}
+
+// takeOwn takes over a lease key holding this replica's id, found as e,
+// when its writer no longer renews it: the key is watched for half a TTL
+// (a renewal comes every third), then updated at the revision seen. A
+// renewal meanwhile means another live process with this id; taken is
+// false then.
+func (l *lease) takeOwn(ctx context.Context, e jetstream.KeyValueEntry) (taken bool, err error) {
+	if err := SleepContext(ctx, l.ttl/2); err != nil {
+		return false, err
+	}
+	now, err := l.kv.Get(ctx, leaseKey)
+	if err != nil || now.Revision() != e.Revision() {
+		return false, ctx.Err()
+	}
+	rev, err := l.kv.Update(ctx, leaseKey, l.value(), e.Revision())
+	if err != nil {
+		return false, ctx.Err()
+	}
+	l.rev = rev
+	return true, nil
 }
 
 // startKeeping renews the lease in a goroutine of the lease's own (keep)
@@ -141,7 +202,7 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 		}
 		deadline := last.Add(giveUp)
 		rctx, cancel := context.WithDeadline(ctx, deadline)
-		rev, err := l.kv.Update(rctx, leaseKey, []byte(l.id), l.rev)
+		rev, err := l.kv.Update(rctx, leaseKey, l.value(), l.rev)
 		cancel()
 		switch {
 		case err == nil:
@@ -156,14 +217,17 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 			gctx, cancel := context.WithTimeout(ctx, renewEvery)
 			e, gerr := l.kv.Get(gctx, leaseKey)
 			cancel()
-			if gerr == nil && string(e.Value()) == l.id {
+			if gerr == nil && string(e.Value()) == string(l.value()) {
 				l.rev = e.Revision()
 				next = time.Now() // renewed at once with it
 				break
 			}
 			holder := "another replica"
 			if gerr == nil {
-				holder = "replica " + string(e.Value())
+				holder = "replica " + holderID(e.Value())
+				if holderID(e.Value()) == l.id {
+					holder = "another process with this replica's id (give each replica its own ha.replica)"
+				}
 			}
 			lost <- fmt.Errorf("%w: %s holds it: %w", ErrLeaseLost, holder, err)
 			return
@@ -198,8 +262,8 @@ func (l *lease) release(ctx context.Context) error {
 		return nil // expired, or already deleted: nothing left to release
 	case gerr != nil:
 		return fmt.Errorf("releasing the lease: %w", err)
-	case string(e.Value()) != l.id:
-		return fmt.Errorf("releasing the lease: replica %s holds it now", e.Value())
+	case string(e.Value()) != string(l.value()):
+		return fmt.Errorf("releasing the lease: replica %s holds it now", holderID(e.Value()))
 	case e.Revision() == l.rev:
 		return fmt.Errorf("releasing the lease: %w", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 )
@@ -120,7 +122,7 @@ func TestHAStandbyTakesOver(t *testing.T) {
 	kv, err := js.KeyValue(context.Background(), LeaseBucket)
 	require.NoError(t, err)
 	if e, err := kv.Get(context.Background(), leaseKey); err == nil {
-		require.NotEqual(t, "a", string(e.Value()), "a gave its lease up as it stopped")
+		require.NotEqual(t, "a", holderID(e.Value()), "a gave its lease up as it stopped")
 	} else {
 		require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "a gave its lease up as it stopped")
 	}
@@ -149,6 +151,33 @@ func TestHAStandbyTakesOver(t *testing.T) {
 	publish("1")
 	waitSeq(t, last.d, "p", 4)
 	require.Equal(t, 4, last.d.Status().Graphs[0].WindowInfected, "nothing acknowledged was lost")
+}
+
+// TestHADuplicateReplicaIDStandsBy: a second live process given the same
+// ha.replica does not take the lease (both used to stay active, each
+// taking the other's renewals for its own); it says why and stands by,
+// and takes over, as a restarted replica does, once the first stops
+// renewing.
+func TestHADuplicateReplicaIDStandsBy(t *testing.T) {
+	s := runServer(t)
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: time.Second}
+	first := runReplica(t, cfg)
+	require.Eventually(t, first.ready, 30*time.Second, 5*time.Millisecond)
+
+	core, logs := observer.New(zapcore.WarnLevel)
+	second := runReplica(t, cfg, WithLogger(zap.New(core)))
+	require.Eventually(t, func() bool {
+		return logs.FilterMessageSnippet("another live replica has this replica's id").Len() > 0
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Never(t, second.ready, 2*time.Second, 10*time.Millisecond, "one lease, one active replica")
+	require.True(t, first.ready())
+
+	died := time.Now()
+	require.NoError(t, first.stop(t, true))
+	require.Eventually(t, second.ready, 10*time.Second, 10*time.Millisecond, "the same id takes over once the lease is not renewed")
+	t.Logf("took over %v after the crash", time.Since(died).Round(time.Millisecond))
 }
 
 // TestHALostLease: a replica whose lease is taken from it (here: deleted
