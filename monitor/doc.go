@@ -120,14 +120,19 @@
 //
 // With ha.enabled, replicas sharing a NATS server or cluster run as one
 // active and the rest on standby. The active replica holds the key
-// "active" of the KV bucket LeaseBucket, whose TTL is ha.lease_ttl, and
-// renews it every third of that; a standby retries Create on the key every
+// "active" of the KV bucket LeaseBucket (its id and a tag of its process,
+// id#instance), whose TTL is ha.lease_ttl, and renews it every third of
+// that, giving up two thirds after its last renewal; a standby retries
+// Create on the key every
 // quarter TTL, which succeeds once the key is deleted (the active replica
 // stopped, after its final snapshot) or expired (it died). The new active
 // replica then starts as after a restart: it restores the windows and the
 // alert state from KV and replays the stream from the snapshot, so no
-// acknowledged event is lost. A replica that cannot renew its lease, or
-// finds another id in it, stops at once without writing anything and Run
+// acknowledged event is lost. A replica that finds its own id in the key
+// takes it over once it has watched it go unrenewed for half a TTL (a
+// restart); a live process with the same id keeps it, and the other
+// stands by. A replica that cannot renew its lease, or finds another
+// process in it, stops at once without writing anything and Run
 // returns ErrLeaseLost; RunStandingBy (what serve runs) then stands a new
 // daemon by for the lease in the same process. Replicas do not divide the
 // graphs among themselves:
