@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -109,6 +111,7 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 	subject := prefix + ".alerts.>"
 	if graph != "" {
 		subject = alerts.Subject(prefix, graph)
+		a.warnUnknownAlertGraph(cmd.Context(), js, prefix, graph)
 	}
 	opts = append(opts,
 		alerts.OnReady(func() {
@@ -138,6 +141,34 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 		first = false
 		return alerts.Format(a.stdout, al)
 	}, opts...)
+}
+
+// warnUnknownAlertGraph warns when the alerts stream holds alerts of
+// other graphs but none of graph: a misspelt --graph would otherwise
+// wait in silence. Nothing is said when the stream holds none at all (a
+// new deployment) or cannot be read (tail reports that itself).
+func (a *app) warnUnknownAlertGraph(ctx context.Context, js jetstream.JetStream, prefix, graph string) {
+	s, err := js.Stream(ctx, alerts.StreamName)
+	if err != nil {
+		return
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(prefix+".alerts.>"))
+	if err != nil || len(info.State.Subjects) == 0 {
+		return
+	}
+	if _, ok := info.State.Subjects[alerts.Subject(prefix, graph)]; ok {
+		return
+	}
+	var names []string
+	for subj := range info.State.Subjects {
+		names = append(names, strings.TrimPrefix(subj, prefix+".alerts."))
+	}
+	slices.Sort(names)
+	if len(names) > 20 {
+		names = append(names[:20], "...")
+	}
+	a.log.Warn("no alert of this graph is stored, while other graphs have some (misspelt --graph?); waiting for its first",
+		zap.String("graph", graph), zap.String("graphs_with_alerts", strings.Join(names, ", ")))
 }
 
 // natsSection returns the config's nats.* keys, from the file and from the

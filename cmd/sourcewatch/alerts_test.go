@@ -144,6 +144,15 @@ func TestAlertsTailReadable(t *testing.T) {
 	require.NotContains(t, out, "karate", "--graph filters")
 	require.NotContains(t, out, before.ID, "only new alerts by default")
 	require.Equal(t, 2, strings.Count(out, "rank"))
+	require.NotContains(t, stderr.String(), "no alert of this graph")
+
+	// A misspelt graph is said to have no alerts where others have some.
+	_, stderr, stop = runAlertsTail(t, "--nats", url, "--graph", "jaz")
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "tailing alerts") },
+		10*time.Second, 5*time.Millisecond, "stderr: %s", stderr.String())
+	require.NoError(t, stop())
+	require.Contains(t, stderr.String(), "no alert of this graph is stored, while other graphs have some (misspelt --graph?)")
+	require.Contains(t, stderr.String(), `"graphs_with_alerts":"jazz, karate"`)
 }
 
 func TestAlertsTailJSONFromStart(t *testing.T) {
