@@ -336,6 +336,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	// failed holds each method that failed, by index: it is not run
 	// again, since its results could no longer be paired with the others'.
 	failed := map[int]FailedMethod{}
+	var failMu sync.Mutex // failed, written by the workers of a run
 	o.note = func(note string) {
 		progMu.Lock()
 		done := methodsDone
@@ -399,7 +400,6 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		results[r] = make([]methodRun, len(cfg.Methods))
 		jobs := make(chan int)
 		var wg sync.WaitGroup
-		var failMu sync.Mutex
 		for w := 0; w < min(workers, len(cfg.Methods)); w++ {
 			wg.Add(1)
 			go func() {
@@ -428,7 +428,10 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		}
 	feed:
 		for mi := range cfg.Methods {
-			if _, ok := failed[mi]; ok {
+			failMu.Lock()
+			_, gone := failed[mi]
+			failMu.Unlock()
+			if gone {
 				continue
 			}
 			select {
