@@ -2,7 +2,7 @@
 GO       ?= go
 BIN      := bin
 # Packages with goroutines of their own run their tests under the race detector.
-RACE_DIRS := monitor alerts forward plugins cmd
+RACE_DIRS := monitor alerts forward plugins cmd eval diffusion localize
 RACE_PKGS = $(foreach d,$(RACE_DIRS),$(if $(wildcard $(d)/*),./$(d)/...))
 
 .PHONY: all build test bench fuzz run lint proto clean
