@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +74,14 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 	}
 	if l.off {
 		opts.Port = server.RANDOM_PORT // unused, but 0 would mean 4222 in checks
+	}
+	if !l.off && l.port != 0 {
+		// The server would only time out on a port in use: say so now.
+		probe, err := net.Listen("tcp", net.JoinHostPort(l.host, strconv.Itoa(l.port)))
+		if err != nil {
+			return nil, fmt.Errorf("%w: embedded server on %s: %w (another server on it? set nats.listen, or SOURCEWATCH_NATS_LISTEN)", ErrNATS, cfg.NATS.Listen, err)
+		}
+		_ = probe.Close()
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -122,4 +123,24 @@ func TestEnsureJetStreamLogsLimitChanges(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, logs.Len())
 	require.Equal(t, "24h0m0s -> 10m0s", logs.All()[0].ContextMap()["max_age"])
+}
+
+// An embedded server's port already in use fails the start at once,
+// saying so, rather than after the server's 15 s readiness wait.
+func TestEmbeddedPortInUse(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer busy.Close()
+	cfg := testConfig(t, "p")
+	cfg.NATS.Listen = busy.Addr().String()
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	began := time.Now()
+	err = d.Run(ctx)
+	require.ErrorIs(t, err, ErrNATS)
+	require.ErrorContains(t, err, "embedded server on "+busy.Addr().String())
+	require.ErrorContains(t, err, "another server on it? set nats.listen")
+	require.Less(t, time.Since(began), 5*time.Second)
 }
