@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -169,6 +170,13 @@ type graphRT struct {
 	lastAlert   atomic.Pointer[alerts.Alert]
 	lastErr     atomic.Pointer[string]
 	snapshotSeq uint64 // seq of the last snapshot written; snapshot loop only
+	// through is a stream sequence through which the window holds every
+	// event of its subject, other graphs' events included in the count:
+	// a graph without events of its own keeps up with the stream too
+	// (saved as through.<graph>; see saveThrough). throughSaved is the
+	// last value written, snapshot loop only.
+	through      atomic.Uint64
+	throughSaved uint64
 
 	cons atomic.Pointer[consHandle]
 	// replayTo is the stream sequence of the graph's last event when its
@@ -1222,6 +1230,12 @@ func (d *Daemon) restore(ctx context.Context) error {
 		if a, open := d.tracker.Open(gr.name); open && !slices.ContainsFunc(d.tracker.Pending(gr.name), func(p alerts.Alert) bool { return p.ID == a.ID }) {
 			gr.lastAlert.Store(&a)
 		}
+		if e, err := d.kv.Get(ctx, "through."+gr.name); err == nil {
+			if v, perr := strconv.ParseUint(string(e.Value()), 10, 64); perr == nil {
+				gr.through.Store(v)
+				gr.throughSaved = v
+			}
+		}
 		data, err := getBlob(ctx, d.kv, "window."+gr.name)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue
@@ -1304,12 +1318,47 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 		d.metrics.snapshots.WithLabelValues("ok").Inc()
 		gr.snapshotSeq = s.Seq
 	}
+	if info, err := d.stream.Info(ctx); err == nil {
+		for _, gr := range d.order {
+			if err := d.saveThrough(ctx, gr, info.State.LastSeq); err != nil {
+				errs = append(errs, fmt.Errorf("graph %q: %w", gr.name, err))
+			}
+		}
+	}
 	if final {
 		if err := d.saveTracker(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// saveThrough records how far along the stream gr's window is complete:
+// through last, the stream's last sequence read before this call, when
+// the window has applied its subject's last event (read after last, so no
+// event of the subject up to last is missing), else through the window's
+// own seq. It is what the replay-gap check at the next start measures
+// from (reportGap), so a graph without events of its own is not taken
+// for one that lost events when other graphs' events are discarded.
+func (d *Daemon) saveThrough(ctx context.Context, gr *graphRT, last uint64) error {
+	_, _, seq := gr.win.counts()
+	through := seq
+	m, err := d.stream.GetLastMsgForSubject(ctx, EventsSubject(d.cfg.Subjects.Prefix, gr.name))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && m.Sequence <= seq:
+		through = max(seq, last)
+	case err != nil:
+		return fmt.Errorf("last event of the graph: %w", err)
+	}
+	if through <= gr.throughSaved {
+		return nil
+	}
+	if _, err := d.kv.Put(ctx, "through."+gr.name, []byte(strconv.FormatUint(through, 10))); err != nil {
+		return fmt.Errorf("saving through.%s: %w", gr.name, err)
+	}
+	gr.throughSaved = through
+	gr.through.Store(through)
+	return nil
 }
 
 // Reload re-reads the configuration (WithReload), rebuilds every graph's

@@ -101,22 +101,26 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 }
 
 // reportGap warns, and counts, when the stream no longer holds the events
-// after seq, the last the graph's window applied: its limits (max_msgs,
+// after the point through which the graph's window is complete (seq, the
+// last it applied, or later: graphRT.through): its limits (max_msgs,
 // max_bytes, max_age) discarded them while the daemon was down or behind,
-// so the window lacks them, which no replay can mend. The stream's
-// sequence is shared by every graph, so the gap is an upper bound on this
-// graph's share.
+// so the window may lack them, which no replay can mend. The stream's
+// sequence is shared by every graph and whose events they were is lost
+// with them, so the gap is an upper bound on this graph's share.
 func (d *Daemon) reportGap(ctx context.Context, gr *graphRT, seq uint64) {
 	info, err := d.stream.Info(ctx)
 	if err != nil {
 		d.log.Debug("stream info for the replay gap check", zap.String("graph", gr.name), zap.Error(err))
 		return
 	}
+	// Complete through the later of its own last event and the stream
+	// position recorded at the last snapshot (saveThrough).
+	base := max(seq, gr.through.Load())
 	first := info.State.FirstSeq
-	if first <= seq+1 || info.State.Msgs == 0 && info.State.LastSeq <= seq {
+	if first <= base+1 {
 		return
 	}
-	lost := first - seq - 1
+	lost := first - base - 1
 	// Events discarded for their age alone, by a max_age at least the
 	// window, had left the window anyway: the default (24h against 1h)
 	// after a long stop. A count or size limit at its end may have taken
@@ -129,7 +133,7 @@ func (d *Daemon) reportGap(ctx context.Context, gr *graphRT, seq uint64) {
 	}
 	d.metrics.gap.WithLabelValues(gr.name).Add(float64(lost))
 	d.log.Warn("events discarded by the stream's limits before this graph's window applied them: the window lacks them; raise events.max_msgs, max_bytes or max_age if they were this graph's",
-		zap.String("graph", gr.name), zap.Uint64("applied_through_seq", seq), zap.Uint64("stream_first_seq", first),
+		zap.String("graph", gr.name), zap.Uint64("applied_through_seq", base), zap.Uint64("stream_first_seq", first),
 		zap.Uint64("discarded_at_most", lost))
 }
 
