@@ -115,13 +115,16 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 				if holder == l.id {
 					// This replica's previous process, if it no longer
 					// renews: take it over without waiting for expiry.
-					taken, err := l.takeOwn(ctx, e)
+					taken, duplicate, err := l.takeOwn(ctx, e)
 					if err != nil {
 						return nil, err
 					}
 					if taken {
 						d.standby.Store(nil)
 						return l, nil
+					}
+					if !duplicate {
+						continue // expired or taken meanwhile: look again
 					}
 					d.limiter.warn("lease.duplicate", "another live replica has this replica's id: give each replica its own ha.replica; standing by",
 						zap.String("replica", l.id))
@@ -146,23 +149,27 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 
 // takeOwn takes over a lease key holding this replica's id, found as e,
 // when its writer no longer renews it: the key is watched for half a TTL
-// (a renewal comes every third), then updated at the revision seen. A
-// renewal meanwhile means another live process with this id; taken is
-// false then.
-func (l *lease) takeOwn(ctx context.Context, e jetstream.KeyValueEntry) (taken bool, err error) {
+// (a renewal comes every third), then updated at the revision seen.
+// duplicate reports a renewal meanwhile by another process with this id;
+// neither taken nor duplicate, the key expired or changed hands while
+// watched, and the caller looks again.
+func (l *lease) takeOwn(ctx context.Context, e jetstream.KeyValueEntry) (taken, duplicate bool, err error) {
 	if err := SleepContext(ctx, l.ttl/2); err != nil {
-		return false, err
+		return false, false, err
 	}
 	now, err := l.kv.Get(ctx, leaseKey)
-	if err != nil || now.Revision() != e.Revision() {
-		return false, ctx.Err()
+	switch {
+	case err != nil:
+		return false, false, ctx.Err()
+	case now.Revision() != e.Revision():
+		return false, holderID(now.Value()) == l.id && string(now.Value()) != string(l.value()), nil
 	}
 	rev, err := l.kv.Update(ctx, leaseKey, l.value(), e.Revision())
 	if err != nil {
-		return false, ctx.Err()
+		return false, false, ctx.Err()
 	}
 	l.rev = rev
-	return true, nil
+	return true, false, nil
 }
 
 // startKeeping renews the lease in a goroutine of the lease's own (keep)
@@ -214,23 +221,36 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 			// A renewal the server applied but whose reply was lost (a
 			// reconnect) leaves rev behind while the key is still ours:
 			// adopt its revision, as release does, and keep it.
-			gctx, cancel := context.WithTimeout(ctx, renewEvery)
+			gctx, cancel := context.WithDeadline(ctx, deadline)
 			e, gerr := l.kv.Get(gctx, leaseKey)
 			cancel()
-			if gerr == nil && string(e.Value()) == string(l.value()) {
+			switch {
+			case gerr == nil && string(e.Value()) == string(l.value()):
 				l.rev = e.Revision()
 				next = time.Now() // renewed at once with it
-				break
-			}
-			holder := "another replica"
-			if gerr == nil {
-				holder = "replica " + holderID(e.Value())
+			case gerr == nil:
+				holder := "replica " + holderID(e.Value())
 				if holderID(e.Value()) == l.id {
 					holder = "another process with this replica's id (give each replica its own ha.replica)"
 				}
+				lost <- fmt.Errorf("%w: %s holds it: %w", ErrLeaseLost, holder, err)
+				return
+			case ctx.Err() != nil:
+				return
+			case errors.Is(gerr, jetstream.ErrKeyNotFound):
+				lost <- fmt.Errorf("%w: the key is gone (expired or deleted): %w", ErrLeaseLost, err)
+				return
+			case !time.Now().Before(deadline):
+				lost <- fmt.Errorf("%w: not renewed for %v: %w", ErrLeaseLost, time.Since(last).Round(time.Millisecond), gerr)
+				return
+			default:
+				// Not reachable to say whose it is: try again, as after
+				// any failed renewal.
+				next = time.Now().Add(retryEvery)
+				if next.After(deadline) {
+					next = deadline
+				}
 			}
-			lost <- fmt.Errorf("%w: %s holds it: %w", ErrLeaseLost, holder, err)
-			return
 		case !time.Now().Before(deadline):
 			lost <- fmt.Errorf("%w: not renewed for %v: %w", ErrLeaseLost, time.Since(last).Round(time.Millisecond), err)
 			return

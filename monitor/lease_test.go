@@ -162,7 +162,9 @@ func TestHADuplicateReplicaIDStandsBy(t *testing.T) {
 	s := runServer(t)
 	cfg := testConfig(t, "p")
 	cfg.NATS.URL = s.ClientURL()
-	cfg.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: time.Second}
+	// Renewals every second against a watch of 1.5 s: room for a slow
+	// renewal under -race.
+	cfg.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: 3 * time.Second}
 	first := runReplica(t, cfg)
 	require.Eventually(t, first.ready, 30*time.Second, 5*time.Millisecond)
 
@@ -176,8 +178,60 @@ func TestHADuplicateReplicaIDStandsBy(t *testing.T) {
 
 	died := time.Now()
 	require.NoError(t, first.stop(t, true))
-	require.Eventually(t, second.ready, 10*time.Second, 10*time.Millisecond, "the same id takes over once the lease is not renewed")
+	require.Eventually(t, second.ready, 15*time.Second, 10*time.Millisecond, "the same id takes over once the lease is not renewed")
 	t.Logf("took over %v after the crash", time.Since(died).Round(time.Millisecond))
+}
+
+// takeOwn takes a key holding this replica's id that nobody renews while
+// it watches, stands by for one another process with the id renews, and
+// says neither when the key expired or changed hands meanwhile (a restart
+// after its old lease ran out is no duplicate).
+func TestLeaseTakeOwn(t *testing.T) {
+	ctx := context.Background()
+	update := func(value string) func(jetstream.KeyValue, uint64) error {
+		return func(kv jetstream.KeyValue, rev uint64) error {
+			_, err := kv.Update(ctx, leaseKey, []byte(value), rev)
+			return err
+		}
+	}
+	for _, tc := range []struct {
+		name             string
+		meanwhile        func(kv jetstream.KeyValue, rev uint64) error
+		taken, duplicate bool
+	}{
+		{"left by a dead process", nil, true, false},
+		{"renewed by a live one", update("a#other"), false, true},
+		{"expired", func(kv jetstream.KeyValue, _ uint64) error { return kv.Delete(ctx, leaseKey) }, false, false},
+		{"taken by another replica", update("b#x"), false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := newKV(t, LeaseBucket)
+			rev, err := kv.Create(ctx, leaseKey, []byte("a#other"))
+			require.NoError(t, err)
+			e, err := kv.Get(ctx, leaseKey)
+			require.NoError(t, err)
+			l := &lease{kv: kv, id: "a", instance: "mine", ttl: 400 * time.Millisecond}
+			done := make(chan error, 1)
+			go func() {
+				time.Sleep(50 * time.Millisecond) // inside the 200 ms watch
+				if tc.meanwhile == nil {
+					done <- nil
+					return
+				}
+				done <- tc.meanwhile(kv, rev)
+			}()
+			taken, duplicate, err := l.takeOwn(ctx, e)
+			require.NoError(t, err)
+			require.NoError(t, <-done)
+			require.Equal(t, tc.taken, taken)
+			require.Equal(t, tc.duplicate, duplicate)
+			if taken {
+				now, err := kv.Get(ctx, leaseKey)
+				require.NoError(t, err)
+				require.Equal(t, "a#mine", string(now.Value()))
+			}
+		})
+	}
 }
 
 // TestHALostLease: a replica whose lease is taken from it (here: deleted
