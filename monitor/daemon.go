@@ -169,6 +169,10 @@ type graphRT struct {
 	inferred    atomic.Pointer[[]bool]
 	lastAlert   atomic.Pointer[alerts.Alert]
 	lastErr     atomic.Pointer[string]
+	// failing is set by a failed inference and cleared by one that works
+	// or by a tick with nothing to infer (the outbreak over): /readyz
+	// reports it, while lastErr stays for /status.
+	failing atomic.Bool
 	snapshotSeq uint64 // seq of the last snapshot written; snapshot loop only
 	// through is a stream sequence through which the window holds every
 	// event of its subject, other graphs' events included in the count:
@@ -688,7 +692,7 @@ func (d *Daemon) readiness() []string {
 		switch e := gr.lastErr.Load(); {
 		case !gr.healthy():
 			problems = append(problems, "graph "+gr.name+": localizer unhealthy")
-		case e != nil:
+		case e != nil && gr.failing.Load():
 			// A plugin that answers every call with an error is healthy
 			// as a process, yet no alert comes of it.
 			problems = append(problems, "graph "+gr.name+": last inference failed: "+clipN(*e, 200))
@@ -792,6 +796,9 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 		case o.infected >= gc.MinInfected && changedEnough(changedSince(gr.inferred.Load(), o.y), gc.MinChanges):
 			kind = jobInfer
 		case o.infected < gc.MinInfected:
+			// Nothing to infer: a failed inference of an outbreak now over
+			// no longer keeps the graph from being ready.
+			gr.failing.Store(false)
 			if _, open := d.tracker.Open(gr.name); open {
 				kind = jobResolve
 			}
@@ -1038,7 +1045,8 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 	d.metrics.inference.WithLabelValues(gr.name).Observe(dur.Seconds())
 	if err != nil {
 		msg := err.Error()
-		failing := gr.lastErr.Swap(&msg) != nil
+		failing := gr.failing.Swap(true)
+		gr.lastErr.Store(&msg)
 		d.metrics.inferErrors.WithLabelValues(gr.name).Inc()
 		switch {
 		case ctx.Err() != nil:
@@ -1052,6 +1060,7 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		return
 	}
 	gr.lastErr.Store(nil)
+	gr.failing.Store(false)
 	gr.relaunches.Store(0)
 	gr.inferred.Store(infectedSet(o.y))
 	if len(srcs) == 0 {

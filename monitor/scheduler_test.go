@@ -280,10 +280,17 @@ func TestFailingInferenceIsNotReady(t *testing.T) {
 	require.LessOrEqual(t, logs.FilterMessage("inference still failing").Len(), 1, "repeats are held back")
 	require.Len(t, f.all(), 1, "a healthy process is not relaunched")
 
+	// The outbreak ends with nothing inferred: nothing is left to fail.
+	r.publish(t, "p", Event{Node: "2", State: StateRecovered, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 5*time.Millisecond)
+	require.NotEmpty(t, r.d.Status().Graphs[0].LastError, "/status still says what failed last")
+
 	f.all()[0].failing.Store(false)
+	r.publish(t, "p", Event{Node: "3", State: StateInfected, TS: time.Now()}, "")
 	got := sink.wait(t, 1)
 	require.Equal(t, alerts.Firing, got[0].Status)
-	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 5*time.Millisecond)
+	require.Empty(t, r.d.readiness())
+	require.Empty(t, r.d.Status().Graphs[0].LastError)
 }
 
 // An outbreak on nodes whose earlier infection left the window, and
