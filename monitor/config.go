@@ -356,6 +356,9 @@ func checkWhole(key string, raw any) error {
 	case float32:
 		x = float64(v)
 	case string:
+		if _, err := strconv.ParseInt(strings.TrimSpace(v), 0, 64); err == nil {
+			return nil // as the decoder reads it: 42, 0x10, 1_000
+		}
 		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		if err != nil {
 			return keyError(key, "%q is not a whole number", v)
@@ -374,16 +377,21 @@ func checkWhole(key string, raw any) error {
 }
 
 // checkBool refuses what Unmarshal's weak typing would read as a bool
-// though nobody writes it for one: 1, "T", "yes" (an error there, as
-// others are not). A bool key turns a check off (allow_unverified) or HA
-// on, so only true and false, in any case, are taken, also as strings, as
-// the environment gives them.
+// though nobody means one by it: "T", "f", 2 (and "yes", which it refuses
+// itself without naming the key). A bool key turns a check off
+// (allow_unverified) or HA on, so only true and false, in any case, and 1
+// and 0, as environments often set flags, are taken, as strings too.
 func checkBool(key string, raw any) error {
 	switch v := raw.(type) {
 	case nil, bool:
 		return nil
+	case int, int64, uint64, float64:
+		if x := reflect.ValueOf(v).Convert(reflect.TypeOf(float64(0))).Float(); x == 0 || x == 1 {
+			return nil
+		}
 	case string:
-		if b := strings.ToLower(strings.TrimSpace(v)); b == "true" || b == "false" {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "true", "false", "1", "0":
 			return nil
 		}
 	}

@@ -286,8 +286,8 @@ graphs:
 			`invalid config: $SOURCEWATCH_WORKERS: workers: "abc" is not a whole number`},
 		{"not a bool", minimalYAML + "    directed: maybe\n", nil,
 			"c.yaml:6: graphs[0].directed: maybe is not true or false"},
-		{"a number for a bool that turns a check off", minimalYAML + "    allow_unverified: 1\n", nil,
-			"c.yaml:6: graphs[0].allow_unverified: 1 is not true or false"},
+		{"a number for a bool that turns a check off", minimalYAML + "    allow_unverified: 2\n", nil,
+			"c.yaml:6: graphs[0].allow_unverified: 2 is not true or false"},
 		{"a letter for a bool", minimalYAML + "    allow_unverified: \"T\"\n", nil,
 			"c.yaml:6: graphs[0].allow_unverified: T is not true or false"},
 		{"yes for a bool, from the environment", minimalYAML, map[string]string{"SOURCEWATCH_HA_ENABLED": "yes"},
@@ -312,4 +312,17 @@ graphs:
 	other := errors.New("other")
 	require.Same(t, other, LocateKeyError(other, "c.yaml", "SOURCEWATCH"))
 	require.EqualError(t, LocateKeyError(keyError("ha.ttl", "too short"), "c.json", ""), "invalid config: c.json: ha.ttl: too short")
+}
+
+// The forms the decoder took before the key checks ran still load: 1 and
+// 0 for a bool (environments set flags so), a hex or underscored int.
+func TestLoadKeepsDecoderForms(t *testing.T) {
+	cfg, err := loadYAML(t, minimalYAML+"    directed: 1\n    allow_unverified: \"0\"\n    min_changes: 1_000\n",
+		map[string]string{"SOURCEWATCH_WORKERS": "0x10", "SOURCEWATCH_HA_ENABLED": "0"})
+	require.NoError(t, err)
+	require.True(t, cfg.Graphs[0].Directed)
+	require.False(t, cfg.Graphs[0].AllowUnverified)
+	require.Equal(t, 1000, cfg.Graphs[0].MinChanges)
+	require.Equal(t, 16, cfg.Workers)
+	require.False(t, cfg.HA.Enabled)
 }
