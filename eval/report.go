@@ -265,7 +265,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(&b, "INTERRUPTED in run 1 of %d: the methods that finished it; left out, unfinished: %s\n",
 				p.RunsPlanned, strings.Join(p.LeftOut, ", "))
 		} else {
-			fmt.Fprintf(&b, "INTERRUPTED: the first %d of %d runs, every method\n", s.Runs, p.RunsPlanned)
+			every := "every method"
+			if len(r.Failed) > 0 {
+				every += " that had not failed"
+			}
+			fmt.Fprintf(&b, "INTERRUPTED: the first %d of %d runs, %s\n", s.Runs, p.RunsPlanned, every)
 		}
 	}
 	for _, f := range r.Failed {

@@ -339,9 +339,9 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	var failMu sync.Mutex // failed, written by the workers of a run
 	o.note = func(note string) {
 		progMu.Lock()
-		done := methodsDone
+		done, total := methodsDone, methodsTotal
 		progMu.Unlock()
-		progress(note, done, methodsTotal)
+		progress(note, done, total)
 	}
 	for r := 0; r < cfg.Runs; r++ {
 		seed := mix(cfg.Seed, uint64(r))
@@ -349,7 +349,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		cs, rep, err := runCascades(ctx, g, cfg, seed, workers, func(done int) { progress("simulate", base+done, cfg.Runs*cfg.Cascades) })
 		if err != nil {
 			if ctx.Err() != nil {
-				return partialReport(ctx, g, cfg, o, redrawn, results[:r], observed, floors, countFloors)
+				return partialReport(ctx, g, cfg, o, redrawn, results[:r], observed, floors, countFloors, failed)
 			}
 			return nil, fmt.Errorf("run %d: simulating: %w", r+1, err)
 		}
@@ -375,7 +375,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			if err != nil {
 				if ctx.Err() != nil {
 					dropRun()
-					return partialReport(ctx, g, cfg, o, redrawn, results[:r], observed, floors, countFloors)
+					return partialReport(ctx, g, cfg, o, redrawn, results[:r], observed, floors, countFloors, failed)
 				}
 				return nil, fmt.Errorf("run %d: forward floor: %w", r+1, err)
 			}
@@ -390,7 +390,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			if err != nil {
 				if ctx.Err() != nil {
 					dropRun()
-					return partialReport(ctx, g, cfg, o, redrawn, results[:r], observed, floors, countFloors)
+					return partialReport(ctx, g, cfg, o, redrawn, results[:r], observed, floors, countFloors, failed)
 				}
 				return nil, fmt.Errorf("run %d: forward floor at the observed counts: %w", r+1, err)
 			}
@@ -412,6 +412,9 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 							failMu.Lock()
 							failed[mi] = FailedMethod{Method: name, Run: r + 1, Error: err.Error(), err: err}
 							failMu.Unlock()
+							progMu.Lock()
+							methodsTotal -= cfg.Runs - r // this run's and the later ones, never run
+							progMu.Unlock()
 							o.log.Warn("method failed; the others go on without it", zap.String("method", name), zap.Int("run", r+1), zap.Error(err))
 						}
 						continue
@@ -420,9 +423,9 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 					results[r][mi] = res
 					progMu.Lock()
 					methodsDone++
-					done := methodsDone
+					done, total := methodsDone, methodsTotal
 					progMu.Unlock()
-					progress("methods", done, methodsTotal)
+					progress("methods", done, total)
 				}
 			}()
 		}
@@ -447,21 +450,22 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 			// interrupted run is reported when every method finished it,
 			// or when it is the first (its finished methods alone);
 			// otherwise the runs before it, with every method.
-			finished := 0
+			// Failed methods are not expected to finish it.
+			finished, active := 0, len(cfg.Methods)-len(failed)
 			for _, m := range results[r] {
 				if m.done {
 					finished++
 				}
 			}
-			if finished == len(cfg.Methods) && r == cfg.Runs-1 {
+			if finished == active && r == cfg.Runs-1 {
 				break // ended as the last run finished: nothing is missing
 			}
 			runs := results[:r+1]
-			if finished == 0 || (r > 0 && finished < len(cfg.Methods)) {
+			if finished == 0 || (r > 0 && finished < active) {
 				runs = results[:r]
 				dropRun()
 			}
-			return partialReport(ctx, g, cfg, o, redrawn, runs, observed, floors, countFloors)
+			return partialReport(ctx, g, cfg, o, redrawn, runs, observed, floors, countFloors, failed)
 		}
 		if len(failed) == len(cfg.Methods) {
 			break // nothing left to run
@@ -514,11 +518,22 @@ func finishReport(g *graph.Graph, cfg Config, o runOptions, redrawn int, results
 // every method in it is scored on the same test cascades and the paired
 // differences stay paired. It returns no report when nothing finished.
 func partialReport(ctx context.Context, g *graph.Graph, cfg Config, o runOptions, redrawn int, runs [][]methodRun,
-	observed, floors, countFloors []float64) (*Report, error) {
+	observed, floors, countFloors []float64, failed map[int]FailedMethod) (*Report, error) {
 	err := fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
 	rep, left := keptReport(g, cfg, o, redrawn, runs, observed, floors, countFloors)
 	if rep == nil {
 		return nil, err
+	}
+	// A method that failed before the interruption is said so, not
+	// listed as unfinished.
+	for mi, name := range cfg.Methods {
+		if f, ok := failed[mi]; ok {
+			rep.Failed = append(rep.Failed, f)
+			left = slices.DeleteFunc(left, func(l string) bool { return l == name })
+		}
+	}
+	if len(left) == 0 {
+		left = nil
 	}
 	rep.Partial = &Partial{RunsPlanned: cfg.Runs, LeftOut: left}
 	return rep, err

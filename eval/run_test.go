@@ -473,6 +473,25 @@ func TestRunInterruptedKeepsWhatFinished(t *testing.T) {
 	rep, err = Run(ctx, g, cfg)
 	require.ErrorIs(t, err, ErrInterrupted)
 	require.Nil(t, rep)
+
+	// A method that failed before the interruption is reported as
+	// failed, not as unfinished, and does not count as one the
+	// interrupted run waited for.
+	secondRunFits.Store(0)
+	cfg.Methods = []string{"infected", "test-nan", "test-second-run-blocks"}
+	ctx, cancel = context.WithCancel(t.Context())
+	defer cancel()
+	rep, err = Run(ctx, g, cfg, OnProgress(func(stage string, done, _ int) {
+		if stage == "methods" && done == 3 { // run 1 infected and the blocker, run 2 infected
+			cancel()
+		}
+	}))
+	require.ErrorIs(t, err, ErrInterrupted)
+	require.NotNil(t, rep)
+	require.Equal(t, &Partial{RunsPlanned: 2}, rep.Partial, "nothing unfinished among the methods that had not failed")
+	require.Len(t, rep.Failed, 1)
+	require.Equal(t, "test-nan", rep.Failed[0].Method)
+	require.Len(t, rep.Results, 2)
 }
 
 // The harness names a method once in its errors, whether or not the

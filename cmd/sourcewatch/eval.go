@@ -316,6 +316,8 @@ func (a *app) eval(ctx context.Context) error {
 	switch {
 	case err != nil && rep == nil && errors.Is(err, eval.ErrInterrupted):
 		return fmt.Errorf("%w: no method finished a run, so there is no report to write", err)
+	case err != nil && rep == nil && errors.Is(err, eval.ErrMethodFailed):
+		return fmt.Errorf("%w (every method failed, so there is no report to write)", err)
 	case err != nil && rep == nil:
 		return fmt.Errorf("eval: %w", simulationError(err))
 	}
