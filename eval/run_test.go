@@ -583,7 +583,7 @@ func TestReportCallsOutAPoorForwardFit(t *testing.T) {
 	require.NoError(t, rep.WriteTable(&buf))
 	out := buf.String()
 	require.Contains(t, out, "slvae[gat]: forward_test_mse is 50% above the floor: the forward model fits this graph poorly; "+
-		"train on more cascades, or give the forward model more epochs than its 60 (--method-param slvae[gat].epochs=N), "+
+		"its validation error stopped improving at epoch 41 of 60, so more epochs will not help: train on more cascades, "+
 		"and compare forward models (--forward deepis,gat,monstor); judge by the ranking, not the forward error\n")
 	require.Contains(t, out, "slvae[deepis]: forward_test_mse is 100% above the floor: the forward model fits this graph poorly; "+
 		"its fit was still improving at its last epoch (20): give it more epochs (--method-param slvae[deepis].epochs=N)",

@@ -359,10 +359,10 @@ func PoorFit(mse, floor float64) bool { return floor > 0 && mse > PoorFitRatio*f
 // PoorFitAdvice says what to try for a forward model that fits poorly,
 // given its fit's epochs and best epoch (the forward_epochs and
 // forward_best_epoch metrics; 0 for a model that is not trained): for a
-// trained one, more training data or epochs (epochsFlag, the flag that
-// sets them), and, said so, where the fit was still improving at its
-// last epoch; for every model, other forward models (compare, the command
-// that compares them). It does not offer deepis another edge
+// trained one still improving at its last epoch, more epochs
+// (epochsFlag, the flag that sets them) or data, and for one that early
+// stopping ended, more data; for every model, other forward models
+// (compare, the command that compares them). It does not offer deepis another edge
 // probability: on a graph of hubs, where 1/<k> is far too high, the
 // epidemic threshold <k>/<k²> fitted deepis to the floor, yet SL-VAE
 // ranked worse with it than with the default (paired ROC-AUC over
@@ -378,8 +378,9 @@ func PoorFitAdvice(compare, epochsFlag string, epochs, bestEpoch float64) string
 		try = fmt.Sprintf("its fit was still improving at its last epoch (%.0f): give it more epochs (%s) or train on more cascades, and compare forward models (%s)",
 			epochs, epochsFlag, compare)
 	default:
-		try = fmt.Sprintf("train on more cascades, or give the forward model more epochs than its %.0f (%s), and compare forward models (%s)",
-			epochs, epochsFlag, compare)
+		// Early stopping ended it: more epochs would end the same way.
+		try = fmt.Sprintf("its validation error stopped improving at epoch %.0f of %.0f, so more epochs will not help: train on more cascades, and compare forward models (%s)",
+			bestEpoch, epochs, compare)
 	}
 	return try + "; judge by the ranking, not the forward error"
 }

@@ -321,7 +321,7 @@ func TestPoorFit(t *testing.T) {
 		epochs, best float64
 		want         string
 	}{
-		{20, 14, "train on more cascades, or give the forward model more epochs than its 20 (e), and compare forward models (c); judge by the ranking, not the forward error"},
+		{20, 14, "its validation error stopped improving at epoch 14 of 20, so more epochs will not help: train on more cascades, and compare forward models (c); judge by the ranking, not the forward error"},
 		{20, 20, "its fit was still improving at its last epoch (20): give it more epochs (e) or train on more cascades, and compare forward models (c); judge by the ranking, not the forward error"},
 		{0, 0, "set the forward model's parameters, or compare forward models (c); judge by the ranking, not the forward error"},
 	} {

@@ -479,7 +479,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.restore(setupCtx); err != nil {
 		return err
 	}
-	d.retireRemovedGraphs(setupCtx)
+	// Its own deadline: a slow alerts stream must not eat the setup's.
+	retireCtx, cancelRetire := context.WithTimeout(ctx, 10*time.Second)
+	d.retireRemovedGraphs(retireCtx)
+	cancelRetire()
 
 	// Localizers: a graph whose bundle or plugin is broken stops the start,
 	// with the graph named.
@@ -1204,7 +1207,7 @@ func (d *Daemon) retireRemovedGraphs(ctx context.Context) {
 		}
 		published := true
 		for _, a := range d.tracker.Pending(name) {
-			if err := d.publishAlert(ctx, a, 3); err != nil {
+			if err := d.publishAlert(ctx, a, 1); err != nil {
 				d.log.Warn("alert of a removed graph not published; tried again at the next start",
 					zap.String("graph", name), zap.String("id", a.ID), zap.Error(err))
 				published = false
