@@ -166,13 +166,13 @@ type graphRT struct {
 	inferMu    ctxMutex     // one Localize at a time per graph
 	// inferred is the observation's infected set at the last successful
 	// inference (y_v > 0), nil until the first one of this process.
-	inferred    atomic.Pointer[[]bool]
-	lastAlert   atomic.Pointer[alerts.Alert]
-	lastErr     atomic.Pointer[string]
+	inferred  atomic.Pointer[[]bool]
+	lastAlert atomic.Pointer[alerts.Alert]
+	lastErr   atomic.Pointer[string]
 	// failing is set by a failed inference and cleared by one that works
 	// or by a tick with nothing to infer (the outbreak over): /readyz
 	// reports it, while lastErr stays for /status.
-	failing atomic.Bool
+	failing     atomic.Bool
 	snapshotSeq uint64 // seq of the last snapshot written; snapshot loop only
 	// through is a stream sequence through which the window holds every
 	// event of its subject, other graphs' events included in the count:
