@@ -208,6 +208,19 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 		case <-t.C:
 		}
 		deadline := last.Add(giveUp)
+		// failed schedules another try after a failure, or reports the
+		// lease lost once the deadline has come.
+		failed := func(err error) bool {
+			if !time.Now().Before(deadline) {
+				lost <- fmt.Errorf("%w: not renewed for %v: %w", ErrLeaseLost, time.Since(last).Round(time.Millisecond), err)
+				return false
+			}
+			next = time.Now().Add(retryEvery)
+			if next.After(deadline) {
+				next = deadline
+			}
+			return true
+		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		rev, err := l.kv.Update(rctx, leaseKey, l.value(), l.rev)
 		cancel()
@@ -240,25 +253,13 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 			case errors.Is(gerr, jetstream.ErrKeyNotFound):
 				lost <- fmt.Errorf("%w: the key is gone (expired or deleted): %w", ErrLeaseLost, err)
 				return
-			case !time.Now().Before(deadline):
-				lost <- fmt.Errorf("%w: not renewed for %v: %w", ErrLeaseLost, time.Since(last).Round(time.Millisecond), gerr)
+			// Not reachable to say whose it is: retried as after any
+			// failed renewal, until the deadline.
+			case !failed(gerr):
 				return
-			default:
-				// Not reachable to say whose it is: try again, as after
-				// any failed renewal.
-				next = time.Now().Add(retryEvery)
-				if next.After(deadline) {
-					next = deadline
-				}
 			}
-		case !time.Now().Before(deadline):
-			lost <- fmt.Errorf("%w: not renewed for %v: %w", ErrLeaseLost, time.Since(last).Round(time.Millisecond), err)
+		case !failed(err):
 			return
-		default:
-			next = time.Now().Add(retryEvery)
-			if next.After(deadline) {
-				next = deadline
-			}
 		}
 		t.Reset(max(0, time.Until(next)))
 	}

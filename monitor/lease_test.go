@@ -434,7 +434,10 @@ func TestLeaseKeepAdoptsALostRenewal(t *testing.T) {
 // checking the file (a broken one is an error now) and applies the file as
 // it is when it takes over, so a change signalled to every replica is not
 // undone by the next failover.
-func TestHAStandbyReadsItsConfigAtTakeover(t *testing.T) {
+// activeAndConfig runs replica "a" on a server of its own until it is
+// active, and returns it with the config of a replica of that id.
+func activeAndConfig(t *testing.T) (*replica, func(id string) Config) {
+	t.Helper()
 	s := runServer(t)
 	cfgFor := func(id string) Config {
 		cfg := testConfig(t, "p")
@@ -444,6 +447,11 @@ func TestHAStandbyReadsItsConfigAtTakeover(t *testing.T) {
 	}
 	a := runReplica(t, cfgFor("a"))
 	require.Eventually(t, a.ready, 30*time.Second, 5*time.Millisecond)
+	return a, cfgFor
+}
+
+func TestHAStandbyReadsItsConfigAtTakeover(t *testing.T) {
+	a, cfgFor := activeAndConfig(t)
 
 	var file atomic.Pointer[Config]
 	started := cfgFor("b")
@@ -474,15 +482,7 @@ func TestHAStandbyReadsItsConfigAtTakeover(t *testing.T) {
 // is what it runs at takeover when the file broke since, not the settings
 // read at start, as a standalone daemon would keep running it.
 func TestHAStandbyKeepsACheckedReloadAtTakeover(t *testing.T) {
-	s := runServer(t)
-	cfgFor := func(id string) Config {
-		cfg := testConfig(t, "p")
-		cfg.NATS.URL = s.ClientURL()
-		cfg.HA = HAConfig{Enabled: true, Replica: id, LeaseTTL: 2 * time.Second}
-		return cfg
-	}
-	a := runReplica(t, cfgFor("a"))
-	require.Eventually(t, a.ready, 30*time.Second, 5*time.Millisecond)
+	a, cfgFor := activeAndConfig(t)
 	var file atomic.Pointer[Config]
 	started := cfgFor("b")
 	file.Store(&started)
