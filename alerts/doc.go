@@ -6,7 +6,10 @@
 // An alert is one JSON object on the subject <prefix>.alerts.<graph>
 // (prefix "sourcewatch" by default), kept in the JetStream stream
 // SOURCEWATCH_ALERTS so that a late subscriber can replay it. Times are
-// RFC 3339 in UTC.
+// RFC 3339 in UTC, with as many fraction digits as needed (none to nine:
+// parse them, do not compare them as strings). The window's times are the
+// events' own (producers' clocks, up to max_future_skew ahead of the
+// daemon's); observed_at is the daemon's.
 //
 //	{
 //	  "schema": "sourcewatch.alert.v1",
@@ -16,11 +19,12 @@
 //	  "graph": "jazz",
 //	  "window": {"from": "...Z", "to": "...Z"},
 //	  "infected": 57,                          infected nodes in the window
-//	  "sources": [{"node": "12", "score": 3.1, "probability": 0.41}, ...],
+//	  "sources": [{"node": "12", "score": 0.83, "probability": 0.41}, ...],
 //	  "credible_set": ["12", "7"],             see CredibleSet, mass 0.9
 //	  "threshold": 0.5,                        score cut that chose the sources
 //	  "model": {"bundle": "...", "forward": "deepis", "forward_version": "1.1.0"},
 //	  "inference_ms": 12.5,
+//	  "note": "...",                           only when there is something to say
 //	  "seq": 1,                                per incident: 1 = firing
 //	  "observed_at": "...Z"
 //	}

@@ -406,6 +406,24 @@ func (m *Manifest) OutsideTraining(infected int) string {
 		100*f, 100*lo, 100*hi)
 }
 
+// AnswerNote is the note for a reader of the bundle's answer to an
+// observation of infected nodes under rule (the bundle's SourceRule, or
+// the one a caller chose instead): OutsideTraining's, and, where a count
+// rule names at least as many nodes as are infected, that every infected
+// node is named with probability 1 (each restart names them all), so
+// that neither probability nor credible_set says anything; "" when
+// there is nothing to say.
+func (m *Manifest) AnswerNote(infected int, rule SourceRule) string {
+	var notes []string
+	if s := m.OutsideTraining(infected); s != "" {
+		notes = append(notes, s)
+	}
+	if k := rule.K(infected); k > 0 && k >= infected && infected < m.Graph.Nodes {
+		notes = append(notes, fmt.Sprintf("every infected node is named a source, as the bundle names %d by its count rule and %d are infected: probability and credible_set say nothing here; read score for the order", k, infected))
+	}
+	return strings.Join(notes, "; ")
+}
+
 // InfectedFractionRange returns the smallest and largest fraction of n
 // nodes the pairs' snapshots hold infected.
 func InfectedFractionRange(pairs []forward.Pair, n int) (lo, hi float64) {

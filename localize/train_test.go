@@ -328,3 +328,22 @@ func TestPoorFit(t *testing.T) {
 		require.Equal(t, tc.want, localize.PoorFitAdvice("c", "e", tc.epochs, tc.best))
 	}
 }
+
+// A count rule that names every infected node says so: each restart names
+// them all, so probability and credible_set carry nothing.
+func TestAnswerNote(t *testing.T) {
+	m := localize.Manifest{Graph: localize.GraphRef{Nodes: 100}, Metrics: map[string]float64{
+		localize.TrainInfectedMinMetric: 0.05, localize.TrainInfectedMaxMetric: 0.5}}
+	count := localize.SourceRule{Count: 7}
+	require.Empty(t, m.AnswerNote(20, count))
+	require.Empty(t, m.AnswerNote(6, localize.SourceRule{}), "a threshold names what clears it")
+	require.Equal(t, "every infected node is named a source, as the bundle names 7 by its count rule and 6 are infected: probability and credible_set say nothing here; read score for the order",
+		m.AnswerNote(6, count))
+	require.Contains(t, m.AnswerNote(7, count), "every infected node is named")
+	both := m.AnswerNote(3, count)
+	require.Contains(t, both, "3.0% of the nodes infected, outside")
+	require.Contains(t, both, "; every infected node is named a source")
+	require.Contains(t, m.AnswerNote(1, localize.SourceRule{Fraction: 0.5}), "names 1 by its count rule and 1 are infected", "a fraction rule's K")
+	require.NotContains(t, m.AnswerNote(2, localize.SourceRule{Fraction: 0.5}), "named a source")
+	require.NotContains(t, m.AnswerNote(100, count), "named a source", "every node infected is said otherwise")
+}

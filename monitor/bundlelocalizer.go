@@ -114,9 +114,13 @@ func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (Inference,
 			infected++
 		}
 	}
+	rule := l.bundle.Manifest.SourceRule
+	if l.opts.Threshold != 0 {
+		rule = localize.SourceRule{} // an explicit threshold overrides it, as in Solve
+	}
 	return Inference{
 		Scores: res.Scores, Probability: res.Probability, Sources: res.Sources,
-		Threshold: res.Threshold, Model: l.model, Note: l.bundle.Manifest.OutsideTraining(infected),
+		Threshold: res.Threshold, Model: l.model, Note: l.bundle.Manifest.AnswerNote(infected, rule),
 	}, nil
 }
 

@@ -94,12 +94,16 @@ type localizeOutput struct {
 	// OutsideTraining describes an infected fraction outside the range the
 	// bundle's training snapshots held; empty inside it or when the bundle
 	// does not record the range.
-	OutsideTraining string              `json:"outside_training,omitempty"`
-	Sources         []rankedSource      `json:"sources"`
-	Top             []rankedSource      `json:"top"`
-	Bundle          string              `json:"bundle"`
-	Timing          localize.Timing     `json:"timing"`
-	Forward         localize.ForwardRef `json:"forward"`
+	OutsideTraining string `json:"outside_training,omitempty"`
+	// Note is what a reader of the answer should know, as an alert's note
+	// (localize.Manifest.AnswerNote): OutsideTraining, and that a count
+	// rule named every infected node.
+	Note    string              `json:"note,omitempty"`
+	Sources []rankedSource      `json:"sources"`
+	Top     []rankedSource      `json:"top"`
+	Bundle  string              `json:"bundle"`
+	Timing  localize.Timing     `json:"timing"`
+	Forward localize.ForwardRef `json:"forward"`
 }
 
 type rankedSource struct {
@@ -191,6 +195,11 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
 			OutsideTraining: b.Manifest.OutsideTraining(len(idx)),
 		}
+		rule := b.Manifest.SourceRule
+		if opts.Threshold > 0 {
+			rule = localize.SourceRule{}
+		}
+		out.Note = b.Manifest.AnswerNote(len(idx), rule)
 		if out.SourceRule != "" {
 			out.Tied = ranked(b.Graph, res, tiedWithLast(res))
 		}
@@ -294,8 +303,8 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 		}
 		fmt.Fprintf(w, "tied with the last suspect, left out by the count: %s\n", strings.Join(names, ", "))
 	}
-	if o.OutsideTraining != "" {
-		fmt.Fprintf(w, "note: %s\n", o.OutsideTraining)
+	if o.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", o.Note)
 	}
 }
 
