@@ -19,12 +19,16 @@ import (
 
 // LocalizeRequest is the body of a request to <prefix>.svc.localize.
 type LocalizeRequest struct {
+	// ID is the caller's own name for the observation, echoed in the
+	// answer (as localize's observation files take one).
+	ID       string   `json:"id,omitempty"`
 	Graph    string   `json:"graph"`
 	Infected []string `json:"infected"`
 }
 
 // LocalizeResponse is its answer: the ranked source set.
 type LocalizeResponse struct {
+	ID          string          `json:"id,omitempty"`
 	Graph       string          `json:"graph"`
 	Sources     []alerts.Source `json:"sources"`
 	CredibleSet []string        `json:"credible_set"`
@@ -131,7 +135,7 @@ func (d *Daemon) Localize(ctx context.Context, req LocalizeRequest) (LocalizeRes
 		return LocalizeResponse{}, err
 	}
 	return LocalizeResponse{
-		Graph: req.Graph, Sources: srcs, CredibleSet: alerts.CredibleSet(srcs, alerts.DefaultMass),
+		ID: req.ID, Graph: req.Graph, Sources: srcs, CredibleSet: alerts.CredibleSet(srcs, alerts.DefaultMass),
 		Threshold: inf.Threshold, InferenceMS: float64(dur.Microseconds()) / 1000,
 		Model: alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
 		Note:  inf.Note,

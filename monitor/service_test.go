@@ -39,10 +39,11 @@ func TestMicroEndpoints(t *testing.T) {
 		WithReload(func(context.Context) (Config, error) { return cfg, nil }))
 
 	// localize: an observation in, ranked sources out.
-	m := request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "q", Infected: []string{"3", "2"}})
+	m := request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{ID: "incident-7", Graph: "q", Infected: []string{"3", "2"}})
 	require.Empty(t, m.Header.Get(micro.ErrorHeader))
 	var resp LocalizeResponse
 	require.NoError(t, json.Unmarshal(m.Data, &resp))
+	require.Equal(t, "incident-7", resp.ID, "the caller's id is echoed")
 	require.Equal(t, "q", resp.Graph)
 	require.Len(t, resp.Sources, 1)
 	require.Equal(t, "2", resp.Sources[0].Node)
