@@ -46,6 +46,9 @@ the next cascade. Ctrl-C stops everything cleanly.`,
 	return cmd
 }
 
+// demoSharedWarning is logged by a demo run on an external server.
+const demoSharedWarning = "the demo publishes simulated events and real-looking alerts on an external NATS server: where a deployment uses it, they mix with its own (one deployment per NATS account); run the demo on its embedded server (no nats.url) or in an account of its own"
+
 func runDemo(cmd *cobra.Command, a *app) error {
 	ctx := cmd.Context()
 	cfg, err := loadDaemonConfig(cmd, a.v)
@@ -136,6 +139,12 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		return err
 	}
 	prefix := cfg.Subjects.Prefix
+	if cfg.NATS.URL != "" {
+		// On a server a deployment uses, its simulated events and alerts
+		// mix with the deployment's, with nothing to tell them apart: the
+		// streams are one per NATS account, whatever the prefix.
+		a.log.Warn(demoSharedWarning, zap.String("nats", monitor.RedactURLs(cfg.NATS.URL)), zap.String("prefix", prefix))
+	}
 	// The replayer and the alert printer write concurrently: each writes
 	// whole messages through one lock.
 	out := &lockedWriter{w: a.stdout}

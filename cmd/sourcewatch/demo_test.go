@@ -49,13 +49,26 @@ func trainTestBundle(t *testing.T) (bundle, pluginDir string) {
 // resolution.
 func TestDemo(t *testing.T) {
 	config := demoConfig(t)
-	out, _, err := runCmd(t, "", "demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "4", "--log-level", "warn")
+	out, stderr, err := runCmd(t, "", "demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "4", "--log-level", "warn")
 	require.NoError(t, err)
+	require.NotContains(t, stderr, demoSharedWarning, "its own embedded server")
 	require.Contains(t, out, `sourcewatch demo: graph "club" (34 nodes)`)
 	require.Contains(t, out, "--- cascade 1: true sources")
 	require.Contains(t, out, "FIRING club")
 	require.Contains(t, out, "RESOLVED club")
 	require.Contains(t, out, "forward icmf")
+}
+
+// On an external server the demo warns that its simulated alerts look
+// like a real deployment's, which may share it.
+func TestDemoOnExternalServerWarns(t *testing.T) {
+	url, _ := startAlertsNATS(t, "sourcewatch")
+	config := demoConfig(t)
+	t.Setenv("SOURCEWATCH_NATS_URL", url)
+	out, stderr, err := runCmd(t, "", "demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "4", "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "FIRING club")
+	require.Contains(t, stderr, demoSharedWarning)
 }
 
 // demoConfig trains a small bundle and writes a demo config with a 3 s
