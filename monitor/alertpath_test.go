@@ -46,6 +46,18 @@ func storedAlerts(t *testing.T, js jetstream.JetStream, graphName string) []aler
 	return out
 }
 
+// waitAcknowledged waits until the daemon has the stream's acknowledgement
+// of every alert of graph it published. A test that deletes the stream
+// right after seeing an alert stored must wait for this too: the server
+// sends the acknowledgement after storing, from a queue the deletion drops,
+// and an alert without one is rightly still pending (sent again once the
+// stream is back).
+func waitAcknowledged(t *testing.T, d *Daemon, graphName string) {
+	t.Helper()
+	require.Eventually(t, func() bool { return len(d.tracker.Pending(graphName)) == 0 },
+		20*time.Second, 5*time.Millisecond, "graph %s: alerts still unacknowledged", graphName)
+}
+
 func waitStored(t *testing.T, js jetstream.JetStream, graphName string, n int) []alerts.Alert {
 	t.Helper()
 	var got []alerts.Alert
@@ -88,6 +100,7 @@ func TestAlertsSurviveAStreamOutage(t *testing.T) {
 	infect(3, StateInfected, 0)
 	fired := waitStored(t, r.js, "p", 1)
 	require.Equal(t, []string{"firing/1/3"}, summary(fired))
+	waitAcknowledged(t, r.d, "p")
 
 	require.NoError(t, r.js.DeleteStream(ctx, alerts.StreamName))
 	// A new lowest infected node: updated, seq 2, which cannot be stored.
@@ -151,6 +164,7 @@ func TestPendingAlertIsSentAfterRestart(t *testing.T) {
 	r1 := start(t, cfg, opts...)
 	r1.publish(t, "p", Event{Node: "2", State: StateInfected, TS: now}, "")
 	fired := waitStored(t, r1.js, "p", 1)[0]
+	waitAcknowledged(t, r1.d, "p")
 	require.NoError(t, r1.js.DeleteStream(ctx, alerts.StreamName))
 	r1.publish(t, "p", Event{Node: "2", State: StateRecovered, TS: now.Add(time.Second)}, "")
 	require.Eventually(t, func() bool {
