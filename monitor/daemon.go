@@ -181,6 +181,10 @@ type graphRT struct {
 	// last value written, snapshot loop only.
 	through      atomic.Uint64
 	throughSaved uint64
+	// resumed is set when restore found a snapshot or through point of an
+	// earlier run: the window then continues one, and events the stream
+	// discarded since are a gap even if it had applied none of its own.
+	resumed atomic.Bool
 
 	cons atomic.Pointer[consHandle]
 	// replayTo is the stream sequence of the graph's last event when its
@@ -1246,6 +1250,7 @@ func (d *Daemon) restore(ctx context.Context) error {
 			if v, perr := strconv.ParseUint(string(e.Value()), 10, 64); perr == nil {
 				gr.through.Store(v)
 				gr.throughSaved = v
+				gr.resumed.Store(true)
 			}
 		}
 		data, err := getBlob(ctx, d.kv, "window."+gr.name)
@@ -1279,6 +1284,7 @@ func (d *Daemon) restore(ctx context.Context) error {
 		// first tick infers; an unchanged source set publishes nothing.
 		gr.inferred.Store(nil)
 		gr.snapshotSeq = s.Seq
+		gr.resumed.Store(true)
 		d.log.Info("window restored", zap.String("graph", gr.name), zap.Uint64("seq", s.Seq), zap.Int("nodes", len(s.Nodes)),
 			zap.Int("infected", gr.win.observe(d.now(), nil).infected))
 	}

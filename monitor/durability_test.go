@@ -181,11 +181,13 @@ func TestRestoreWhileStatusIsRead(t *testing.T) {
 // restart says so and counts them, rather than log a clean catch-up. A
 // graph without events of its own while others' are discarded, all
 // applied, has lost nothing and is not warned of (its snapshots record
-// how far along the stream it is complete).
+// how far along the stream it is complete); once events it may not have
+// applied are discarded, it is told of them, with events of its own (q)
+// or none ever (r).
 func TestReplayGapIsReported(t *testing.T) {
 	const n = 10
 	s := runServer(t)
-	cfg := testConfig(t, "p", "q")
+	cfg := testConfig(t, "p", "q", "r")
 	cfg.NATS.URL = s.ClientURL()
 	for i := range cfg.Graphs {
 		cfg.Graphs[i].MinInfected = 1 << 20
@@ -194,7 +196,7 @@ func TestReplayGapIsReported(t *testing.T) {
 	f := &factoryOf{}
 	startLogged := func() (*running, *observer.ObservedLogs) {
 		core, logs := observer.New(zapcore.WarnLevel)
-		return start(t, cfg, preload(t, n, "p", "q"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core))), logs
+		return start(t, cfg, preload(t, n, "p", "q", "r"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core))), logs
 	}
 	gaps := func(logs *observer.ObservedLogs) map[string]uint64 {
 		out := map[string]uint64{}
@@ -205,6 +207,8 @@ func TestReplayGapIsReported(t *testing.T) {
 	}
 	r1, _ := startLogged()
 	r1.publish(t, "q", Event{Node: "1", State: StateInfected, TS: time.Now()}, "")
+	// Applied before p's events push it out of the stream (max_msgs).
+	waitSeq(t, r1.d, "q", 1)
 	for i := 0; i < 40; i++ {
 		r1.publish(t, "p", Event{Node: strconv.Itoa(i % n), State: StateInfected, TS: time.Now()}, "")
 	}
@@ -235,6 +239,7 @@ func TestReplayGapIsReported(t *testing.T) {
 	// Whose events they were is lost with them: q is told of them too, as
 	// at most that many.
 	require.Equal(t, lost, got["q"])
+	require.Equal(t, lost, got["r"])
 	r3.stop(t)
 
 	// Nothing discarded since: the next start reports no gap.

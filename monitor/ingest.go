@@ -82,6 +82,14 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	if seq > 0 {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cc.OptStartSeq = seq + 1
+	}
+	// A window that continues an earlier run's, or this run's after a
+	// rebind, has a gap if the stream discarded what it had not applied,
+	// though it applied none of its graph's events yet (seq 0: a graph
+	// without events, or whose first was still queued at the last stop).
+	// A first start has none: what the stream discarded before was never
+	// this daemon's.
+	if seq > 0 || gr.resumed.Load() || gr.cons.Load() != nil {
 		d.reportGap(ctx, gr, seq)
 	}
 	cons, err := d.stream.CreateConsumer(ctx, cc)
