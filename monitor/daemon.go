@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -486,6 +487,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// Its own deadline: a slow alerts stream must not eat the setup's.
 	retireCtx, cancelRetire := context.WithTimeout(ctx, 10*time.Second)
 	d.retireRemovedGraphs(retireCtx)
+	d.dropRemovedGraphState(retireCtx)
 	cancelRetire()
 
 	// Localizers: a graph whose bundle or plugin is broken stops the start,
@@ -1225,6 +1227,53 @@ func (d *Daemon) retireRemovedGraphs(ctx context.Context) {
 				d.log.Warn("saving alert state", zap.String("graph", name), zap.Error(err))
 			}
 		}
+	}
+}
+
+// dropRemovedGraphState deletes what graphs the config no longer has left
+// in the state bucket (window snapshots with their parts, through points)
+// and on the events stream (durable consumers), so they do not stay for
+// months, and a graph added again under an old name starts afresh rather
+// than from a snapshot of long ago. Best effort: what fails is logged and
+// tried again at the next start.
+func (d *Daemon) dropRemovedGraphState(ctx context.Context) {
+	removed := func(name string) bool { _, ok := d.graphs[name]; return !ok }
+	var dropped []string
+	keys, err := d.kv.ListKeys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		d.log.Warn("listing the state of removed graphs", zap.Error(err))
+	}
+	if err == nil {
+		for key := range keys.Keys() {
+			kind, rest, _ := strings.Cut(key, ".")
+			name, _, _ := strings.Cut(rest, ".")
+			if (kind != "window" && kind != "through") || name == "" || !removed(name) {
+				continue
+			}
+			if err := d.kv.Purge(ctx, key); err != nil {
+				d.log.Warn("deleting the state of a removed graph", zap.String("key", key), zap.Error(err))
+				continue
+			}
+			dropped = append(dropped, key)
+		}
+	}
+	names := d.stream.ConsumerNames(ctx)
+	for cons := range names.Name() {
+		name, ok := strings.CutPrefix(cons, consumerName(""))
+		if !ok || cons == unroutedConsumer || !removed(name) {
+			continue
+		}
+		if err := d.stream.DeleteConsumer(ctx, cons); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			d.log.Warn("deleting the consumer of a removed graph", zap.String("consumer", cons), zap.Error(err))
+			continue
+		}
+		dropped = append(dropped, "consumer "+cons)
+	}
+	if err := names.Err(); err != nil {
+		d.log.Warn("listing the consumers of removed graphs", zap.Error(err))
+	}
+	if len(dropped) > 0 {
+		d.log.Info("state of graphs no longer configured deleted", zap.Strings("deleted", dropped))
 	}
 }
 

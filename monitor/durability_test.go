@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -266,9 +268,36 @@ func TestRemovedGraphsIncidentIsResolved(t *testing.T) {
 	require.Equal(t, alerts.Firing, fired.Status)
 	require.Eventually(t, func() bool { _, open := r1.d.tracker.Open("p"); return open }, 10*time.Second, 5*time.Millisecond)
 	r1.stop(t)
+	_, js := connectJS(t, s.ClientURL())
+	kv, err := js.KeyValue(context.Background(), StateBucket)
+	require.NoError(t, err)
+	// A part of a snapshot too large for one message, as putBlob names it.
+	_, err = kv.Put(context.Background(), "window.q.part.abc.0", []byte("x"))
+	require.NoError(t, err)
+	stateOf := func(graphName string) []string {
+		var have []string
+		keys, err := kv.ListKeys(context.Background())
+		require.NoError(t, err)
+		for k := range keys.Keys() {
+			if strings.HasPrefix(k, "window."+graphName+".") || k == "window."+graphName || k == "through."+graphName {
+				have = append(have, k)
+			}
+		}
+		stream, err := js.Stream(context.Background(), EventsStream)
+		require.NoError(t, err)
+		if _, err := stream.Consumer(context.Background(), consumerName(graphName)); err == nil {
+			have = append(have, "consumer")
+		}
+		sort.Strings(have)
+		return have
+	}
+	require.Equal(t, []string{"consumer", "through.q", "window.q", "window.q.part.abc.0"}, stateOf("q"))
 
 	cfg.Graphs = cfg.Graphs[:1] // q removed
 	r2 := start(t, cfg, preload(t, n, "p"), WithLocalizerFactory(f.factory))
+	// Its snapshot, through point and consumer are deleted; p keeps its.
+	require.Empty(t, stateOf("q"))
+	require.Equal(t, []string{"consumer", "through.p", "window.p"}, stateOf("p"))
 	got := sinkQ.wait(t, 2)
 	resolved := got[1]
 	require.Equal(t, alerts.Resolved, resolved.Status)
