@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -362,21 +363,62 @@ func readObservations(path string, stdin io.Reader, check func(*observationFile)
 	return out, nil
 }
 
+// observationID is an observation's optional id, echoed with its answer:
+// a string as it is, a number as written (a recorded file's numeric ids).
+func observationID(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) == nil {
+		return n.String(), nil
+	}
+	return "", fmt.Errorf(`"id" holds %s where it wants a string or a number`, describeJSON(raw))
+}
+
+// describeJSON names the kind of JSON value raw holds, for errors.
+func describeJSON(raw json.RawMessage) string {
+	switch raw[0] {
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	}
+	return "a value"
+}
+
+// keysFound lists an object's keys for the error about its missing
+// "infected" (a misspelt key is then plain to see), or nothing.
+func keysFound(data []byte) string {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(data, &m) != nil || len(m) == 0 {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	for i, k := range keys {
+		keys[i] = fmt.Sprintf("%q", k)
+	}
+	return " (its keys: " + strings.Join(keys, ", ") + ")"
+}
+
 // decodeObservation decodes one {"infected":[ids...]} object, where names
 // it in errors, and checks it with check (the ids, against the graph,
 // setting nodes) before its own checks of the list.
 func decodeObservation(data []byte, where string, check func(*observationFile) error) (observationFile, error) {
-	// A cascade file's line (simulate's output) is an observation too:
-	// its infected list is read and its sources and times are not.
+	// A cascade file's line (simulate's output, or a recorded cascade
+	// with keys of its own, as train reads them) is an observation too:
+	// its infected list is read and every other key is not.
 	var raw struct {
-		Infected  *[]string       `json:"infected"`
-		ID        string          `json:"id"`
-		Sources   json.RawMessage `json:"sources"`
-		Times     json.RawMessage `json:"times"`
-		Recovered json.RawMessage `json:"recovered"`
+		Infected *[]string      `json:"infected"`
+		ID       json.RawMessage `json:"id"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {
 		// encoding/json names Go types; say it in the file's terms.
 		var typeErr *json.UnmarshalTypeError
@@ -388,8 +430,6 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 				err = fmt.Errorf(`"infected" holds a number: node ids are strings ("7", not 7)`)
 			case field == "infected":
 				err = fmt.Errorf(`"infected" holds a JSON %s where it wants an array of node ids`, typeErr.Value)
-			case field == "id":
-				err = fmt.Errorf(`"id" holds a JSON %s where it wants a string`, typeErr.Value)
 			default:
 				err = fmt.Errorf("%q holds a JSON %s, not what it should", field, typeErr.Value)
 			}
@@ -400,9 +440,13 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 		return observationFile{}, fmt.Errorf(`%s: want one {"infected":[ids...]} object per line`, where)
 	}
 	if raw.Infected == nil {
-		return observationFile{}, fmt.Errorf(`%s: no "infected" field; want {"infected":[ids...]}`, where)
+		return observationFile{}, fmt.Errorf(`%s: no "infected" field%s; want {"infected":[ids...]}`, where, keysFound(data))
 	}
-	o := observationFile{Infected: *raw.Infected, ID: raw.ID, where: where}
+	id, err := observationID(raw.ID)
+	if err != nil {
+		return observationFile{}, fmt.Errorf(`%s: want {"infected":[ids...]}: %v`, where, err)
+	}
+	o := observationFile{Infected: *raw.Infected, ID: id, where: where}
 	if check != nil {
 		// The ids first: an unknown id names its node, an empty list
 		// has none to name.
