@@ -43,4 +43,7 @@ type Cascade struct {
 	// N is the number of nodes of the graph the cascade lives on; X and Y
 	// return vectors of this length.
 	N int
+	// Line is the line of the file ReadJSONL read the cascade from, so a
+	// warning about it can name it; 0 for a simulated cascade.
+	Line int
 }

@@ -142,11 +142,12 @@ func ReadJSONL(r io.Reader, g *graph.Graph, name string) ([]Cascade, error) {
 			c, err := parseCascade(text, g, n)
 			switch {
 			case err != nil && len(bad) == maxReadErrors:
-				bad = append(bad, fmt.Errorf("%s: more bad lines after line %d not read", name, lineNo-1))
+				bad = append(bad, fmt.Errorf("%s: more than %d bad lines; stopped reading at line %d", name, maxReadErrors, lineNo))
 				return nil, errors.Join(bad...)
 			case err != nil:
 				bad = append(bad, fmt.Errorf("%s:%d: %w", name, lineNo, err))
 			default:
+				c.Line = lineNo
 				out = append(out, c)
 			}
 		}
@@ -209,10 +210,23 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 		// learns that sources need not spread at all.
 		return Cascade{}, errors.New(`"infected" is empty and nothing recovered: the snapshot shows no spread`)
 	}
+	if c.Recovered != nil {
+		for _, v := range c.Infected {
+			if c.Recovered[v] >= 0 {
+				return Cascade{}, fmt.Errorf(`node %q is in both "infected" and "recovered" (a recovered node is not infected at the snapshot)`, g.ID(v))
+			}
+		}
+	}
 	if c.Times != nil {
 		for _, v := range c.Infected {
 			if c.Times[v] < 0 {
 				return Cascade{}, fmt.Errorf("infected node %q has no time", g.ID(v))
+			}
+		}
+		for v, t := range c.Times {
+			_, infected := slices.BinarySearch(c.Infected, v)
+			if t >= 0 && !infected && (c.Recovered == nil || c.Recovered[v] < 0) {
+				return Cascade{}, fmt.Errorf(`node %q has a time in "times" but is neither infected nor recovered`, g.ID(v))
 			}
 		}
 		for _, v := range c.Sources {

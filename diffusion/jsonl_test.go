@@ -22,6 +22,10 @@ func TestJSONLRoundTrip(t *testing.T) {
 			require.Equal(t, 20, strings.Count(buf.String(), "\n"))
 			back, err := ReadJSONL(&buf, g, "cascades.jsonl")
 			require.NoError(t, err)
+			for k := range back {
+				require.Equal(t, k+1, back[k].Line, "a read cascade knows its line")
+				back[k].Line = 0
+			}
 			require.Equal(t, cs, back)
 		})
 	}
@@ -35,6 +39,7 @@ func TestJSONLUsesTheGraphsIDs(t *testing.T) {
 	require.Equal(t, `{"sources":["b\"ob"],"infected":["alice","b\"ob"],"times":{"alice":2,"b\"ob":0}}`+"\n", buf.String())
 	back, err := ReadJSONL(&buf, g, "x")
 	require.NoError(t, err)
+	c.Line = 1
 	require.Equal(t, []Cascade{c}, back)
 
 	require.ErrorContains(t, WriteJSONL(&buf, g, []Cascade{{Sources: []int{5}}}), "cascade 0: node index 5 out of range")
@@ -52,7 +57,7 @@ func TestReadJSONLReportsEveryBadLine(t *testing.T) {
 		many.WriteString("{}\n")
 	}
 	_, err = ReadJSONL(strings.NewReader(many.String()), g, "c.jsonl")
-	require.ErrorContains(t, err, "c.jsonl:10: missing \"sources\"\nc.jsonl: more bad lines after line 10 not read")
+	require.ErrorContains(t, err, "c.jsonl:10: missing \"sources\"\nc.jsonl: more than 10 bad lines; stopped reading at line 11")
 	require.NotContains(t, err.Error(), "c.jsonl:11:")
 
 	cs, err := ReadJSONL(strings.NewReader("\ufeff"+good+"\n"), g, "bom.jsonl")
@@ -64,7 +69,7 @@ func TestReadJSONLWithoutTimes(t *testing.T) {
 	g := graph.New(3, nil, nil, false, false)
 	cs, err := ReadJSONL(strings.NewReader("\n{\"sources\":[\"2\"],\"infected\":[\"2\",\"0\"]}\n\n"), g, "obs")
 	require.NoError(t, err)
-	require.Equal(t, []Cascade{{Sources: []int{2}, Infected: []int{0, 2}, N: 3}}, cs)
+	require.Equal(t, []Cascade{{Sources: []int{2}, Infected: []int{0, 2}, N: 3, Line: 2}}, cs, "blank lines count")
 	require.Equal(t, []float64{1, 0, 1}, cs[0].Y(nil))
 }
 
@@ -91,6 +96,8 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 		{"negative step", `{"sources":["a"],"infected":["a"],"times":{"a":-2}}`, `c.jsonl:2: node "a" has negative step -2 in times`},
 		{"infected without time", `{"sources":["a"],"infected":["a","c"],"times":{"a":0}}`, `c.jsonl:2: infected node "c" has no time`},
 		{"source not at zero", `{"sources":["a"],"infected":["a"],"times":{"a":3}}`, `c.jsonl:2: source "a" has step 3 in "times", want 0`},
+		{"infected and recovered", `{"sources":["a"],"infected":["a","b"],"recovered":{"b":2}}`, `c.jsonl:2: node "b" is in both "infected" and "recovered"`},
+		{"time of an uninfected node", `{"sources":["a"],"infected":["a"],"times":{"a":0,"c":1}}`, `c.jsonl:2: node "c" has a time in "times" but is neither infected nor recovered`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadJSONL(strings.NewReader(good+"\n"+tc.line+"\n"+good+"\n"), g, "c.jsonl")

@@ -272,7 +272,7 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		if m.Solve.Variant == localize.NoPrior {
 			verdict = "dropped"
 		}
-		fmt.Fprintf(w, "prior term  %s (validation ROC-AUC with it: %.3f; without: %.3f)\n", verdict, with, without)
+		fmt.Fprintf(w, "prior term  %s (validation ROC-AUC with it: %s; without: %s)\n", verdict, distinct(with, without), distinct(without, with))
 	}
 	schedule := "paper (L_init, then L_pred)"
 	switch m.Solve.Variant {
@@ -333,4 +333,16 @@ func metric(m localize.Manifest, key string) string {
 		return "n/a"
 	}
 	return strconv.FormatFloat(v, 'f', 3, 64)
+}
+
+// distinct formats a with three decimals, or with as many more (up to
+// six) as it takes to tell it from b: a choice made because one number
+// beat the other should not print them as a tie.
+func distinct(a, b float64) string {
+	for digits := 3; digits < 6; digits++ {
+		if fa := strconv.FormatFloat(a, 'f', digits, 64); fa != strconv.FormatFloat(b, 'f', digits, 64) {
+			return fa
+		}
+	}
+	return strconv.FormatFloat(a, 'f', 6, 64)
 }

@@ -74,7 +74,7 @@ leaves them out (and says so), and a list naming them is refused.`,
 // cannot run.
 func (a *app) evalConfig() (cfg eval.Config, implicit map[string]bool, err error) {
 	cfg = eval.DefaultConfig()
-	if a.v.GetString("cascades_file") != "" {
+	if recordedFile(a.v) != "" {
 		// Recorded cascades: the simulation flags are not read (and are
 		// named as unused), so their values are not judged either.
 		cfg.Seed, cfg.Workers = a.v.GetInt64("seed"), a.v.GetInt("workers")
@@ -276,7 +276,7 @@ func (a *app) eval(ctx context.Context) error {
 	if err := a.leaveOutUnsupported(g, &cfg, implicit); err != nil {
 		return err
 	}
-	if path := a.v.GetString("cascades_file"); path != "" {
+	if path := recordedFile(a.v); path != "" {
 		if cfg.Recorded, err = a.recordedCascades(g, path); err != nil {
 			return err
 		}

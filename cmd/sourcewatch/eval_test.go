@@ -344,7 +344,7 @@ func TestEvalCommandOnRecordedCascades(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, stdout, "cascades recorded in incidents.jsonl")
 	require.Contains(t, stdout, "2 runs x 40 cascades (train 24 / validation 8 / test 8)")
-	require.Contains(t, stderr, "simulation flags are not used with --cascades-file, whose cascades are already spread and observed: --beta, --cascades")
+	require.Contains(t, stderr, "simulation flags are not used with recorded cascades, which are already spread and observed: --beta, --cascades")
 	var rep struct {
 		Diffusion string `json:"diffusion"`
 		Settings  struct {
@@ -358,6 +358,14 @@ func TestEvalCommandOnRecordedCascades(t *testing.T) {
 	require.Equal(t, "recorded", rep.Diffusion)
 	require.Equal(t, "incidents.jsonl", rep.Settings.Recorded)
 	require.Equal(t, 40, rep.Settings.Cascades)
+
+	// --cascades given a file, not a count, reads it the same way.
+	stdout, stderr, err = runEvalCmd(t, "--graph", evalKarate, "--cascades", recorded, "--beta", "0", "--runs", "2",
+		"--methods", "lpsi,infected,prior", "--log-format", "json")
+	require.NoError(t, err)
+	require.Contains(t, stdout, "cascades recorded in incidents.jsonl")
+	require.Contains(t, stdout, "2 runs x 40 cascades (train 24 / validation 8 / test 8)")
+	require.Contains(t, stderr, "already spread and observed: --beta\"", "the file is not named as an unused flag")
 
 	// A bad line is named before anything is fitted.
 	require.NoError(t, os.WriteFile(recorded, []byte(`{"sources":["0"],"infected":["0","nobody"]}`+"\n"), 0o644))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,9 +38,50 @@ func addSimulationFlags(cmd *cobra.Command) {
 	f.String("observe", fmt.Sprintf("%g-%g", d.ObserveMin, d.ObserveMax), "infected fraction at the snapshot, drawn per cascade from MIN-MAX (or one value)")
 	f.Int("max-steps", d.MaxSteps, "longest run in steps before a cascade is redrawn")
 	f.Int("max-redraws", d.MaxRedraws, "failed draws in a row before giving up on a cascade")
-	f.Int("cascades", 100, "number of cascades")
+	cascades := countOrFile("100")
+	if cmd.Name() == "simulate" {
+		f.Var(&cascades, "cascades", "number of cascades")
+	} else {
+		f.Var(&cascades, "cascades", "number of cascades to simulate, or a JSONL file of recorded ones (the same as --cascades-file)")
+	}
 	f.Int64("seed", 1, "random seed; the same seed gives the same cascades")
 	f.Int("workers", 0, "parallel simulations; 0 uses every core")
+}
+
+// countOrFile is the value of --cascades: a number of cascades to
+// simulate or, where recorded ones can be read instead (train, eval), the
+// file holding them, as `train --cascades cascades.jsonl` reads; see
+// recordedFile. A count is checked where it is read (simulationRun), so
+// the flag takes any non-empty text.
+type countOrFile string
+
+func (c *countOrFile) String() string { return string(*c) }
+func (c *countOrFile) Type() string   { return "count|file" }
+func (c *countOrFile) Set(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("want a number of cascades or a file of recorded ones")
+	}
+	*c = countOrFile(s)
+	return nil
+}
+
+// isCount reports whether --cascades holds a number, not a file name.
+func isCount(s string) bool {
+	_, err := strconv.Atoi(strings.TrimSpace(s))
+	return err == nil
+}
+
+// recordedFile is the file of recorded cascades train and eval read
+// instead of simulating: --cascades-file, or --cascades given a file name
+// rather than a count. "" means simulate.
+func recordedFile(v *viper.Viper) string {
+	if path := v.GetString("cascades_file"); path != "" {
+		return path
+	}
+	if s := v.GetString("cascades"); !isCount(s) {
+		return s
+	}
+	return ""
 }
 
 // loadGraph loads --graph (with --directed).
@@ -105,11 +147,15 @@ func (a *app) warnUnusedSettings(g *graph.Graph, cfg diffusion.Config) {
 				"which should sum to at most 1 (scale each node's in-weights, or drop the weights for LT's default 1/in-degree)", over, g.N()), graphFile)
 		}
 	}
-	if d := g.Stats().Duplicates; g.Weighted() && !g.Directed() && d > 0 {
+	switch d := g.Stats().Duplicates; {
+	case !g.Weighted() || d == 0:
+	case !g.Directed():
 		// Reciprocal arcs of a directed file read as one undirected edge,
 		// whatever their weights.
 		a.log.Warn(fmt.Sprintf("%d repeated edges of the weighted edge list were merged into one, the first weight kept: "+
 			"if the file lists u v and v u as two arcs with weights of their own, pass --directed", d), graphFile)
+	default:
+		a.log.Warn(fmt.Sprintf("%d arcs of the weighted edge list are listed more than once; the first weight of each is kept, the later ones dropped", d), graphFile)
 	}
 	models := []diffusion.Model{diffusion.SI, diffusion.SIR, diffusion.IC, diffusion.LT}
 	warned := slices.Clone(modelFlags[cfg.Model])
@@ -190,36 +236,59 @@ func slowerSpread(g *graph.Graph, cfg diffusion.Config) string {
 	}
 }
 
-// warnRecorded warns of recorded cascades that are valid but suspect: a
-// snapshot of every node infected says nothing of where the spread began
-// (and widens the range of infected fractions the bundle says it was
-// trained on), and a source observed uninfected with no "recovered" to
-// say why is a recovered source under SIR but a data error under SI.
+// warnRecorded warns of recorded cascades that are valid but suspect,
+// naming their lines: a snapshot of every node infected says nothing of
+// where the spread began (and, in the training split, widens the range
+// of infected fractions the bundle says it was trained on), and a source
+// observed uninfected with no "recovered" to say why is a recovered source
+// under SIR but a data error under SI.
 func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) {
-	all, unobserved := 0, 0
+	var all, unobserved []int
 	for _, c := range cs {
 		if len(c.Infected) == g.N() {
-			all++
+			all = append(all, c.Line)
 		}
 		if c.Recovered == nil {
 			for _, s := range c.Sources {
 				if _, ok := slices.BinarySearch(c.Infected, s); !ok {
-					unobserved++
+					unobserved = append(unobserved, c.Line)
 					break
 				}
 			}
 		}
 	}
-	if all > 0 {
-		a.log.Warn(fmt.Sprintf("%d of %d cascades have every node infected: such a snapshot says nothing of where the spread began, "+
-			"and the bundle will count it in the range of infected fractions it was trained on; drop them unless that is what you observe", all, len(cs)),
+	if len(all) > 0 {
+		a.log.Warn(fmt.Sprintf("%d of %d cascades have every node infected (%s): such a snapshot says nothing of where the spread began, "+
+			"and one in the training split widens the range of infected fractions the bundle says it was trained on; drop them unless that is what you observe",
+			len(all), len(cs), linesOf(all, path)),
 			zap.String("cascades_file", path))
 	}
-	if unobserved > 0 {
-		a.log.Warn(fmt.Sprintf(`%d of %d cascades have a source that is not in "infected" and no "recovered" to say why: `+
-			"under SIR a source may have recovered (list it in \"recovered\"); under SI it is a data error", unobserved, len(cs)),
+	if len(unobserved) > 0 {
+		a.log.Warn(fmt.Sprintf(`%d of %d cascades have a source that is not in "infected" and no "recovered" to say why (%s): `+
+			"under SIR a source may have recovered (list it in \"recovered\"); under SI it is a data error", len(unobserved), len(cs), linesOf(unobserved, path)),
 			zap.String("cascades_file", path))
 	}
+}
+
+// linesOf names up to five lines of path, and how many more there are.
+func linesOf(lines []int, path string) string {
+	const most = 5
+	var b strings.Builder
+	b.WriteString("line")
+	if len(lines) > 1 {
+		b.WriteString("s")
+	}
+	for i, l := range lines[:min(len(lines), most)] {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %d", l)
+	}
+	if len(lines) > most {
+		fmt.Fprintf(&b, " and %d more", len(lines)-most)
+	}
+	fmt.Fprintf(&b, " of %s", filepath.Base(path))
+	return b.String()
 }
 
 // simFlags names the diffusion.Config parameters an unreachable
@@ -322,7 +391,11 @@ func simulationConfig(v *viper.Viper) (diffusion.Config, error) {
 // simulationRun reads how many cascades to simulate, the seed and the
 // worker count.
 func simulationRun(v *viper.Viper) (cascades int, seed int64, workers int, err error) {
-	if cascades = v.GetInt("cascades"); cascades < 1 {
+	s := v.GetString("cascades")
+	if !isCount(s) {
+		return 0, 0, 0, fmt.Errorf("--cascades: %q is not a number of cascades", s)
+	}
+	if cascades, _ = strconv.Atoi(strings.TrimSpace(s)); cascades < 1 {
 		return 0, 0, 0, fmt.Errorf("--cascades: %d is not positive", cascades)
 	}
 	if workers = v.GetInt("workers"); workers < 0 {

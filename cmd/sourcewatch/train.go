@@ -154,7 +154,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	train, val, test := eval.Split(cascades, ntrain, nval, seed)
 	// Where more cascades come from: the flag, or more recorded lines.
 	more := "use --cascades 100 or more"
-	if path := v.GetString("cascades_file"); path != "" {
+	if path := recordedFile(v); path != "" {
 		more = fmt.Sprintf("record 100 or more in %s", path)
 	}
 	if len(train) == 0 || len(val) == 0 || len(test) == 0 {
@@ -299,7 +299,7 @@ var simulationKeys = []string{"diffusion", "beta", "gamma", "p", "lt_threshold",
 // and, for simulated ones, the simulation's config (nil for recorded).
 func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.Cascade, json.RawMessage, *diffusion.Config, error) {
 	v := a.v
-	if path := v.GetString("cascades_file"); path != "" {
+	if path := recordedFile(v); path != "" {
 		cs, err := a.recordedCascades(g, path)
 		if err != nil {
 			return nil, nil, nil, err
@@ -312,7 +312,10 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 		return nil, nil, nil, err
 	}
 	a.warnUnusedSettings(g, cfg)
-	count := v.GetInt("cascades")
+	count, _, _, err := simulationRun(v)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	bar := a.progress("simulate", count)
 	cs, _, err := diffusion.Simulate(ctx, g, cfg, count, v.GetInt64("seed"),
 		diffusion.OnProgress(func(done, _ int) { bar.Set(done, "") }))
@@ -330,17 +333,24 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade, error) {
 	var unused []string
 	for _, key := range simulationKeys {
+		if key == "cascades" && !isCount(a.v.GetString(key)) {
+			continue // the file itself
+		}
 		if a.v.IsSet(key) {
 			unused = append(unused, "--"+strings.ReplaceAll(key, "_", "-"))
 		}
 	}
 	if len(unused) > 0 {
-		a.log.Warn("simulation flags are not used with --cascades-file, whose cascades are already spread and observed: "+strings.Join(unused, ", "),
+		a.log.Warn("simulation flags are not used with recorded cascades, which are already spread and observed: "+strings.Join(unused, ", "),
 			zap.String("cascades_file", path))
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("--cascades-file: %w", err)
+		flag := "--cascades-file"
+		if a.v.GetString("cascades_file") == "" {
+			flag = "--cascades" // given a file name, not a count
+		}
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	defer f.Close()
 	cs, err := diffusion.ReadJSONL(f, g, path)

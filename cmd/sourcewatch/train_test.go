@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,7 +218,7 @@ func TestTrainRanking(t *testing.T) {
 	} else {
 		require.Contains(t, inspect, "schedule datainit (the data term, then L_pred)")
 	}
-	require.Contains(t, inspect, fmt.Sprintf("prior term  %s (validation ROC-AUC with it: %.3f; without: %.3f)\n", verdict, with, without))
+	require.Contains(t, inspect, fmt.Sprintf("prior term  %s (validation ROC-AUC with it: %s; without: %s)\n", verdict, distinct(with, without), distinct(without, with)))
 
 	obs := `{"infected":["0","1","2","3","7","13"]}`
 	calibration := &localize.Calibration{ComponentSizes: []int{1}, Classes: []localize.CalibrationSteps{
@@ -618,10 +619,21 @@ func TestTrainCascadesFileWarnsOfSimulationFlags(t *testing.T) {
 		"--forward", "icmf", "--plugin-dir", pluginDir, "--prior-epochs", "2", "--prototypes", "16",
 		"--test-solves", "2", "--val-solves", "4", "--restarts", "2", "--init-steps", "3", "--opt-steps", "5",
 		"--out", filepath.Join(dir, "k.swb"), "--log-format", "json"}
-	const warning = "simulation flags are not used with --cascades-file"
+	const warning = "simulation flags are not used with recorded cascades"
 	_, stderr, err := runCmd(t, "", append(base, "--beta", "0.9", "--diffusion", "IC")...)
 	require.NoError(t, err)
-	require.Contains(t, stderr, warning+", whose cascades are already spread and observed: --diffusion, --beta")
+	require.Contains(t, stderr, warning+", which are already spread and observed: --diffusion, --beta")
+	// The issue's spelling, --cascades with a file: the same training.
+	viaCount := slices.Clone(base)
+	viaCount[slices.Index(viaCount, "--cascades-file")] = "--cascades"
+	_, stderr, err = runCmd(t, "", viaCount...)
+	require.NoError(t, err)
+	require.NotContains(t, stderr, warning)
+	_, _, err = runCmd(t, "", append(slices.Clone(viaCount), "--cascades", filepath.Join(dir, "missing.jsonl"))...)
+	require.ErrorContains(t, err, "--cascades: open ")
+	// simulate writes cascades: its --cascades is a count.
+	_, _, err = runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", cascades)
+	require.ErrorContains(t, err, "--cascades: \""+cascades+"\" is not a number of cascades")
 	out, stderr, err := runCmd(t, "", base...)
 	require.NoError(t, err)
 	require.NotContains(t, stderr, warning)
@@ -642,6 +654,13 @@ func TestTrainCascadesFileWarnsOfSimulationFlags(t *testing.T) {
 	require.NoError(t, f.Close())
 	_, stderr, err = runCmd(t, "", base...)
 	require.NoError(t, err)
-	require.Contains(t, stderr, "1 of 42 cascades have every node infected")
-	require.Contains(t, stderr, `1 of 42 cascades have a source that is not in \"infected\" and no \"recovered\" to say why`)
+	require.Contains(t, stderr, "1 of 42 cascades have every node infected (line 41 of recorded.jsonl)")
+	require.Contains(t, stderr, `1 of 42 cascades have a source that is not in \"infected\" and no \"recovered\" to say why (line 42 of recorded.jsonl)`)
+}
+
+func TestDistinctTellsCloseNumbersApart(t *testing.T) {
+	require.Equal(t, "0.950", distinct(0.9496, 0.9610))
+	require.Equal(t, "0.9496", distinct(0.9496, 0.9503))
+	require.Equal(t, "0.9503", distinct(0.9503, 0.9496))
+	require.Equal(t, "0.500000", distinct(0.5, 0.5))
 }
