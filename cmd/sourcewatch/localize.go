@@ -415,7 +415,7 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 	// with keys of its own, as train reads them) is an observation too:
 	// its infected list is read and every other key is not.
 	var raw struct {
-		Infected *[]string      `json:"infected"`
+		Infected *[]string       `json:"infected"`
 		ID       json.RawMessage `json:"id"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
