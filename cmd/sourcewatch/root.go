@@ -230,7 +230,9 @@ func newLogger(w io.Writer, level, format string, terminal bool) (*zap.Logger, e
 	default:
 		return nil, errors.New(`log_format: want auto, console or json, got "` + format + `"`)
 	}
-	return zap.New(zapcore.NewCore(enc, zapcore.AddSync(w), lvl)), nil
+	// Locked: the daemon logs from many goroutines, and a writer that is
+	// not a file (a test's buffer, a pipe wrapper) is not safe for that.
+	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(w)), lvl)), nil
 }
 
 // stringMap reads a repeatable name=value flag (a StringArray) from viper
