@@ -369,6 +369,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.metrics.restarts.WithLabelValues(gc.Name)
 		d.metrics.pending.WithLabelValues(gc.Name)
 		d.metrics.pubFailed.WithLabelValues(gc.Name)
+		d.metrics.gap.WithLabelValues(gc.Name)
 		for _, st := range []alerts.Status{alerts.Firing, alerts.Updated, alerts.Resolved} {
 			d.metrics.alerts.WithLabelValues(gc.Name, string(st))
 		}

@@ -49,12 +49,12 @@ func newMetrics() *metrics {
 		}, []string{"graph"}),
 		inference: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sourcewatch_inference_seconds",
-			Help:    "Time of one localization.",
+			Help:    "Time of one scheduled localization (not svc.localize requests).",
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
 		}, []string{"graph"}),
 		inferErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sourcewatch_inference_errors_total",
-			Help: "Localizations that failed.",
+			Help: "Scheduled localizations that failed (not svc.localize requests).",
 		}, []string{"graph"}),
 		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sourcewatch_alerts_total",
@@ -91,6 +91,9 @@ func newMetrics() *metrics {
 	for _, r := range deadReasons {
 		m.deadLetters.WithLabelValues(r)
 	}
+	// Failure series exist from the start, so increase() sees the first.
+	m.snapshots.WithLabelValues("ok")
+	m.snapshots.WithLabelValues("error")
 	m.reloadOK.Set(1)
 	return m
 }

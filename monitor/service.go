@@ -191,8 +191,10 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 		h    micro.HandlerFunc
 	}{
 		{"localize", func(r micro.Request) {
-			// Strict, like localize's observation files: a misspelt key
-			// would otherwise localize nothing infected.
+			// Strict, unlike localize's observation files (which may be
+			// recorded cascades with keys of their own): a request is
+			// written for this endpoint, and a misspelt key would
+			// otherwise localize nothing infected.
 			var req LocalizeRequest
 			dec := json.NewDecoder(bytes.NewReader(r.Data()))
 			dec.DisallowUnknownFields()

@@ -168,6 +168,9 @@ func TestHTTPEndpoints(t *testing.T) {
 		// Failure counters exist at 0 before their first failure.
 		`sourcewatch_inference_errors_total{graph="p"} 0`,
 		`sourcewatch_alerts_total{graph="p",status="resolved"} 0`,
+		`sourcewatch_alert_publish_failures_total{graph="p"} 0`,
+		`sourcewatch_events_discarded_unapplied_total{graph="p"} 0`,
+		`sourcewatch_snapshots_total{result="error"} 0`,
 		`go_goroutines`,
 	} {
 		require.Contains(t, body, want)

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -91,7 +94,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		monitor.WithGraphs(map[string]*graph.Graph{gc.Name: g}),
 		monitor.WithLocalizerFactory(monitor.BundleLocalizers(daemonPluginDir(cfg), a.log)),
 		monitor.WithPreflight(monitor.BundlePreflight),
-		monitor.WithReload(func(context.Context) (monitor.Config, error) { return loadDaemonConfig(cmd, a.v) }))
+		monitor.WithReload(configReloader(cmd, a)))
 	if err != nil {
 		return err
 	}
@@ -104,9 +107,31 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		defer wg.Done()
 		runErr <- d.Run(ctx)
 	}()
+	// SIGHUP reloads, as under serve (whose daemon this is), rather than
+	// ending the demo with no final snapshot.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				a.log.Info("SIGHUP: reloading")
+				if err := d.Reload(ctx); err != nil {
+					a.log.Error("keeping the running setup", zap.Error(err))
+				}
+			}
+		}
+	}()
 	select {
 	case <-d.Ready():
 	case err := <-runErr:
+		cancel()
+		wg.Wait()
 		return err
 	}
 	url := d.ClientURL()

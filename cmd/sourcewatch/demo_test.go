@@ -3,15 +3,18 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
@@ -222,4 +225,62 @@ func TestBundleLocalizerNotesObservationsOutsideTraining(t *testing.T) {
 	inf, err = l.Localize(t.Context(), y)
 	require.NoError(t, err)
 	require.Empty(t, inf.Note)
+}
+
+// The demo's daemon reloads as serve's does: the reload endpoint and
+// SIGHUP read the config file again (a file broken since start is
+// reported, not taken for success), and SIGHUP does not end the demo.
+func TestDemoReloadsItsConfigFile(t *testing.T) {
+	config := demoConfig(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out lockedBuffer
+	root := newRootCmd(&out, io.Discard)
+	root.SetArgs([]string{"demo", "--config", config, "--speed", "20", "--seed", "4", "--log-level", "error"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	var url string
+	require.Eventually(t, func() bool {
+		_, rest, ok := strings.Cut(out.String(), ", NATS ")
+		url, _, _ = strings.Cut(rest, ", alerts on ")
+		return ok && strings.Contains(rest, ", alerts on ")
+	}, time.Minute, 20*time.Millisecond, "the demo prints its NATS URL")
+	nc, err := nats.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	status := func() monitor.Status {
+		msg, err := nc.Request(monitor.DefaultPrefix+".svc.status", nil, 10*time.Second)
+		require.NoError(t, err)
+		var st monitor.Status
+		require.NoError(t, json.Unmarshal(msg.Data, &st))
+		return st
+	}
+
+	data, err := os.ReadFile(config)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(config, bytes.Replace(data, []byte("interval: 300ms"), []byte("interval: 3 seconds"), 1), 0o644))
+	msg, err := nc.Request(monitor.DefaultPrefix+".svc.reload", nil, time.Minute)
+	require.NoError(t, err)
+	require.Contains(t, msg.Header.Get("Nats-Service-Error"), "graphs[0].interval")
+	st := status()
+	require.NotNil(t, st.LastReload)
+	require.False(t, st.LastReload.OK)
+	require.Contains(t, st.LastReload.Error, "demo.yaml:")
+
+	// Fixed, and signalled: the demo reloads and goes on.
+	require.NoError(t, os.WriteFile(config, data, 0o644))
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGHUP))
+	require.Eventually(t, func() bool {
+		st := status()
+		return st.LastReload != nil && st.LastReload.OK
+	}, 30*time.Second, 20*time.Millisecond, "SIGHUP reloads the fixed file")
+	select {
+	case err := <-done:
+		t.Fatalf("the demo ended on SIGHUP: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-done; err != nil {
+		require.ErrorIs(t, err, context.Canceled)
+	}
 }

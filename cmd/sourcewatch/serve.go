@@ -85,19 +85,7 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 	if factory == nil {
 		return errNoLocalizer
 	}
-	// Reads of the file come from SIGHUP and from a replica standing by
-	// again, which may meet: viper is not safe for concurrent use.
-	var readMu sync.Mutex
-	reload := func(context.Context) (monitor.Config, error) {
-		readMu.Lock()
-		defer readMu.Unlock()
-		if path := a.v.GetString("config"); path != "" {
-			if err := a.v.ReadInConfig(); err != nil {
-				return monitor.Config{}, fmt.Errorf("re-reading %s: %w", path, err)
-			}
-		}
-		return loadDaemonConfig(cmd, a.v)
-	}
+	reload := configReloader(cmd, a)
 	opts := []monitor.Option{
 		monitor.WithLogger(a.log),
 		monitor.WithLocalizerFactory(factory),
@@ -141,6 +129,24 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 				}
 			}
 		}
+	}
+}
+
+// configReloader returns the daemon's reload: the config file (when there
+// is one) read again and loaded as at start. Reads come from SIGHUP, the
+// reload endpoint and a replica standing by again, which may meet: viper
+// is not safe for concurrent use, so they take turns.
+func configReloader(cmd *cobra.Command, a *app) func(context.Context) (monitor.Config, error) {
+	var readMu sync.Mutex
+	return func(context.Context) (monitor.Config, error) {
+		readMu.Lock()
+		defer readMu.Unlock()
+		if path := a.v.GetString("config"); path != "" {
+			if err := a.v.ReadInConfig(); err != nil {
+				return monitor.Config{}, fmt.Errorf("re-reading %s: %w", path, err)
+			}
+		}
+		return loadDaemonConfig(cmd, a.v)
 	}
 }
 
