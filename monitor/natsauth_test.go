@@ -1,0 +1,163 @@
+package monitor
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+	"github.com/stretchr/testify/require"
+)
+
+// testPKI is a CA and, signed by it, a server certificate for 127.0.0.1
+// and a client certificate, written as PEM files.
+type testPKI struct {
+	caFile, serverCert, serverKey, clientCert, clientKey string
+	pool                                                 *x509.CertPool
+}
+
+func newTestPKI(t *testing.T) testPKI {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, kind string, der []byte) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600))
+		return path
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sourcewatch test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	require.NoError(t, err)
+	ca, err := x509.ParseCertificate(caDER)
+	require.NoError(t, err)
+	p := testPKI{caFile: write("ca.pem", "CERTIFICATE", caDER), pool: x509.NewCertPool()}
+	p.pool.AddCert(ca)
+	leaf := func(serial int64, usage x509.ExtKeyUsage) (certDER, keyDER []byte) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		require.NoError(t, err)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "127.0.0.1"},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		}
+		certDER, err = x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		require.NoError(t, err)
+		keyDER, err = x509.MarshalECPrivateKey(key)
+		require.NoError(t, err)
+		return certDER, keyDER
+	}
+	c, k := leaf(2, x509.ExtKeyUsageServerAuth)
+	p.serverCert, p.serverKey = write("server.pem", "CERTIFICATE", c), write("server-key.pem", "EC PRIVATE KEY", k)
+	c, k = leaf(3, x509.ExtKeyUsageClientAuth)
+	p.clientCert, p.clientKey = write("client.pem", "CERTIFICATE", c), write("client-key.pem", "EC PRIVATE KEY", k)
+	return p
+}
+
+// TestDaemonOverTLSWithNKey runs the daemon against a server that wants
+// TLS with a client certificate and an nkey user, configured as an
+// operator would (nats.tls.*, nats.nkey as files): it connects, ingests
+// and alerts; without the client certificate it is refused, and /readyz
+// says so.
+func TestDaemonOverTLSWithNKey(t *testing.T) {
+	pki := newTestPKI(t)
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	pub, err := user.PublicKey()
+	require.NoError(t, err)
+	seed, err := user.Seed()
+	require.NoError(t, err)
+	seedFile := filepath.Join(t.TempDir(), "user.nk")
+	require.NoError(t, os.WriteFile(seedFile, seed, 0o600))
+
+	serverPair, err := tls.LoadX509KeyPair(pki.serverCert, pki.serverKey)
+	require.NoError(t, err)
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Nkeys: []*server.NkeyUser{{Nkey: pub}},
+		TLS:   true, TLSVerify: true, TLSTimeout: 5,
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{serverPair}, ClientCAs: pki.pool,
+			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
+	})
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.NATS.NKey = seedFile
+	cfg.NATS.TLS = TLSConfig{CA: pki.caFile, Cert: pki.clientCert, Key: pki.clientKey}
+	require.NoError(t, cfg.Validate())
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	_, stop := runInBackground(t, d)
+	select {
+	case <-d.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon never ready over TLS with an nkey")
+	}
+	// A producer with the same credentials: its event is applied.
+	nc, err := nats.Connect(s.ClientURL(), nats.RootCAs(pki.caFile), nats.ClientCert(pki.clientCert, pki.clientKey), mustNkey(t, seedFile))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	data, err := json.Marshal(Event{Node: "2", State: StateInfected, TS: time.Now()})
+	require.NoError(t, err)
+	ack, err := js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
+	require.NoError(t, err)
+	waitSeq(t, d, "p", ack.Sequence)
+	stop()
+
+	// The server wants a client certificate: without one the daemon is
+	// refused, and /readyz names the reason.
+	cfg = testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.NATS.NKey = seedFile
+	cfg.NATS.TLS = TLSConfig{CA: pki.caFile}
+	d, err = New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	_, stop = runInBackground(t, d)
+	defer stop()
+	var body string
+	require.Eventually(t, func() bool {
+		if d.HTTPAddr() == "" {
+			return false
+		}
+		var code int
+		code, body = get(t, "http://"+d.HTTPAddr()+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "last attempt:")
+	}, 15*time.Second, 50*time.Millisecond, "readyz never named the refusal")
+	require.Contains(t, body, "nats: waiting for the first connection")
+	require.Contains(t, body, "certificate required")
+}
+
+func mustNkey(t *testing.T, seedFile string) nats.Option {
+	t.Helper()
+	o, err := nats.NkeyOptionFromSeed(seedFile)
+	require.NoError(t, err)
+	return o
+}
