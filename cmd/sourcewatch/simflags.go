@@ -65,10 +65,16 @@ func (c *countOrFile) Set(s string) error {
 	return nil
 }
 
-// isCount reports whether --cascades holds a number, not a file name.
+// isCount reports whether --cascades holds a number, not a file name: an
+// integer as an int flag reads one (base prefixes and underscores too).
 func isCount(s string) bool {
-	_, err := strconv.Atoi(strings.TrimSpace(s))
+	_, err := parseCount(s)
 	return err == nil
+}
+
+func parseCount(s string) (int, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 0, strconv.IntSize)
+	return int(n), err
 }
 
 // recordedFile is the file of recorded cascades train and eval read
@@ -395,7 +401,7 @@ func simulationRun(v *viper.Viper) (cascades int, seed int64, workers int, err e
 	if !isCount(s) {
 		return 0, 0, 0, fmt.Errorf("--cascades: %q is not a number of cascades", s)
 	}
-	if cascades, _ = strconv.Atoi(strings.TrimSpace(s)); cascades < 1 {
+	if cascades, _ = parseCount(s); cascades < 1 {
 		return 0, 0, 0, fmt.Errorf("--cascades: %d is not positive", cascades)
 	}
 	if workers = v.GetInt("workers"); workers < 0 {

@@ -664,3 +664,15 @@ func TestDistinctTellsCloseNumbersApart(t *testing.T) {
 	require.Equal(t, "0.9503", distinct(0.9503, 0.9496))
 	require.Equal(t, "0.500000", distinct(0.5, 0.5))
 }
+
+func TestCascadesCountOrFile(t *testing.T) {
+	for _, tc := range []struct {
+		in    string
+		count bool
+	}{
+		{"300", true}, {" 300 ", true}, {"0x10", true}, {"1_000", true}, {"-1", true},
+		{"hist.jsonl", false}, {"./300", false}, {"3e2", false},
+	} {
+		require.Equal(t, tc.count, isCount(tc.in), "%q", tc.in)
+	}
+}
