@@ -85,6 +85,15 @@ func WithReload(f func(ctx context.Context) (Config, error)) Option {
 	return func(d *Daemon) { d.reloadCfg = f }
 }
 
+// WithoutRetiringUnconfigured leaves alone what the state holds for graphs
+// this daemon's config lacks: their open incidents are not resolved, nor
+// their snapshots, through points and consumers deleted. For a process
+// that shares a NATS account without owning it (the demo on an external
+// server), whose config names only its own graphs.
+func WithoutRetiringUnconfigured() Option {
+	return func(d *Daemon) { d.keepUnconfigured = true }
+}
+
 // Daemon is the streaming monitor. Create it with New, run it with Run.
 type Daemon struct {
 	// cfg is the configuration Run started with; it does not change, so
@@ -102,9 +111,11 @@ type Daemon struct {
 	now        func() time.Time
 	factory    LocalizerFactory
 	reloadCfg  func(ctx context.Context) (Config, error)
-	preflight  func(GraphConfig, *graph.Graph) error
-	preloaded  map[string]*graph.Graph
-	metrics    *metrics
+	// keepUnconfigured: see WithoutRetiringUnconfigured.
+	keepUnconfigured bool
+	preflight        func(GraphConfig, *graph.Graph) error
+	preloaded        map[string]*graph.Graph
+	metrics          *metrics
 
 	ready     chan struct{}
 	clientURL atomic.Value // string
@@ -485,11 +496,16 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.restore(setupCtx); err != nil {
 		return err
 	}
-	// Its own deadline: a slow alerts stream must not eat the setup's.
-	retireCtx, cancelRetire := context.WithTimeout(ctx, 10*time.Second)
-	d.retireRemovedGraphs(retireCtx)
-	d.dropRemovedGraphState(retireCtx)
-	cancelRetire()
+	if !d.keepUnconfigured {
+		// Deadlines of their own: a slow alerts stream must not eat the
+		// setup's, nor the retirement the cleanup's.
+		retireCtx, cancelRetire := context.WithTimeout(ctx, 10*time.Second)
+		d.retireRemovedGraphs(retireCtx)
+		cancelRetire()
+		dropCtx, cancelDrop := context.WithTimeout(ctx, 10*time.Second)
+		d.dropRemovedGraphState(dropCtx)
+		cancelDrop()
+	}
 
 	// Localizers: a graph whose bundle or plugin is broken stops the start,
 	// with the graph named.
@@ -1233,18 +1249,17 @@ func (d *Daemon) retireRemovedGraphs(ctx context.Context) {
 
 // dropRemovedGraphState deletes what graphs the config no longer has left
 // in the state bucket (window snapshots with their parts, through points)
-// and on the events stream (durable consumers), so they do not stay for
-// months, and a graph added again under an old name starts afresh rather
-// than from a snapshot of long ago. Best effort: what fails is logged and
-// tried again at the next start.
+// and on the events stream (their durable consumers, known by name and
+// filter subject, so an operator's own consumer is never taken for one),
+// so they do not stay for months, and a graph added again under an old
+// name starts afresh rather than from a snapshot of long ago. Best effort:
+// what fails is logged and tried again at the next start.
 func (d *Daemon) dropRemovedGraphState(ctx context.Context) {
 	removed := func(name string) bool { _, ok := d.graphs[name]; return !ok }
 	var dropped []string
-	keys, err := d.kv.ListKeys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+	if keys, err := d.kv.ListKeys(ctx); err != nil {
 		d.log.Warn("listing the state of removed graphs", zap.Error(err))
-	}
-	if err == nil {
+	} else {
 		for key := range keys.Keys() {
 			kind, rest, _ := strings.Cut(key, ".")
 			name, _, _ := strings.Cut(rest, ".")
@@ -1258,23 +1273,29 @@ func (d *Daemon) dropRemovedGraphState(ctx context.Context) {
 			dropped = append(dropped, key)
 		}
 	}
-	names := d.stream.ConsumerNames(ctx)
-	for cons := range names.Name() {
-		name, ok := strings.CutPrefix(cons, consumerName(""))
-		if !ok || cons == unroutedConsumer || !removed(name) {
+	consumers := d.stream.ListConsumers(ctx)
+	for info := range consumers.Info() {
+		name, ok := strings.CutPrefix(info.Name, consumerName(""))
+		if !ok || info.Name == unroutedConsumer || !removed(name) ||
+			info.Config.FilterSubject != EventsSubject(d.cfg.Subjects.Prefix, name) {
 			continue
 		}
-		if err := d.stream.DeleteConsumer(ctx, cons); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			d.log.Warn("deleting the consumer of a removed graph", zap.String("consumer", cons), zap.Error(err))
+		if err := d.stream.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			d.log.Warn("deleting the consumer of a removed graph", zap.String("consumer", info.Name), zap.Error(err))
 			continue
 		}
-		dropped = append(dropped, "consumer "+cons)
+		dropped = append(dropped, "consumer "+info.Name)
 	}
-	if err := names.Err(); err != nil {
+	if err := consumers.Err(); err != nil {
 		d.log.Warn("listing the consumers of removed graphs", zap.Error(err))
 	}
+	if ctx.Err() != nil {
+		d.log.Warn("deleting the state of removed graphs cut off; the rest is tried at the next start", zap.Error(ctx.Err()))
+	}
 	if len(dropped) > 0 {
-		d.log.Info("state of graphs no longer configured deleted", zap.Strings("deleted", dropped))
+		// Warn: the state of a graph another replica still runs (a config
+		// that differs between replicas) would be gone too.
+		d.log.Warn("state of graphs no longer configured deleted", zap.Strings("deleted", dropped))
 	}
 }
 
@@ -1303,13 +1324,18 @@ func (d *Daemon) restore(ctx context.Context) error {
 				gr.resumed.Store(true)
 			}
 		}
+		// A window not restored starts empty: the through point saved
+		// with its snapshot no longer holds, and the replay-gap check
+		// measures from the window's own start.
 		data, err := getBlob(ctx, d.kv, "window."+gr.name)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			gr.through.Store(0)
 			continue
 		}
 		if errors.Is(err, errBadBlob) {
 			// Damaged parts: the stream still holds what the window needs.
 			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
+			gr.through.Store(0)
 			continue
 		}
 		if err != nil {
@@ -1318,12 +1344,14 @@ func (d *Daemon) restore(ctx context.Context) error {
 		var s snapshot
 		if err := json.Unmarshal(data, &s); err != nil {
 			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
+			gr.through.Store(0)
 			continue
 		}
 		skipped, err := gr.win.restore(s)
 		if err != nil {
 			d.log.Warn("snapshot unusable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
 			gr.win.reset()
+			gr.through.Store(0)
 			continue
 		}
 		if len(skipped) > 0 {
@@ -1410,11 +1438,13 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 // for one that lost events when other graphs' events are discarded.
 func (d *Daemon) saveThrough(ctx context.Context, gr *graphRT, last uint64) error {
 	_, _, seq := gr.win.counts()
-	through := seq
+	// The window is complete through the later of its own last event and
+	// the point known before (the stream's start, at a first start).
+	through := max(seq, gr.through.Load())
 	m, err := d.stream.GetLastMsgForSubject(ctx, EventsSubject(d.cfg.Subjects.Prefix, gr.name))
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && m.Sequence <= seq:
-		through = max(seq, last)
+		through = max(through, last)
 	case err != nil:
 		return fmt.Errorf("last event of the graph: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -250,6 +251,74 @@ func TestReplayGapIsReported(t *testing.T) {
 	r4.stop(t)
 }
 
+// The replay-gap check's two edges: a daemon starting afresh against a
+// stream that discarded events before it existed does not count them,
+// even when its consumer is rebound before its first snapshot; and a
+// resumed graph whose snapshot is gone measures from its empty window,
+// not from the completeness point saved with the lost snapshot.
+func TestReplayGapEdges(t *testing.T) {
+	const n = 10
+	s := runServer(t)
+	cfg := testConfig(t, "p", "q")
+	cfg.NATS.URL = s.ClientURL()
+	for i := range cfg.Graphs {
+		cfg.Graphs[i].MinInfected = 1 << 20
+	}
+	cfg.Events.MaxMsgs = 20
+	f := &factoryOf{}
+	startLogged := func() (*running, *observer.ObservedLogs) {
+		core, logs := observer.New(zapcore.WarnLevel)
+		return start(t, cfg, preload(t, n, "p", "q"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core))), logs
+	}
+	gapOf := func(logs *observer.ObservedLogs, graphName string) uint64 {
+		var lost uint64
+		for _, e := range logs.FilterMessageSnippet("events discarded by the stream's limits").FilterField(zap.String("graph", graphName)).All() {
+			lost += e.ContextMap()["discarded_at_most"].(uint64)
+		}
+		return lost
+	}
+	_, js := connectJS(t, s.ClientURL())
+	publish := func(count int) {
+		for i := range count {
+			data, err := json.Marshal(Event{Node: strconv.Itoa(i % n), State: StateInfected, TS: time.Now()})
+			require.NoError(t, err)
+			_, err = js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
+			require.NoError(t, err)
+		}
+	}
+
+	// A stream of 40 events that kept the last 20, and no daemon state.
+	r0, _ := startLogged()
+	r0.stop(t)
+	publish(40)
+	require.NoError(t, js.DeleteKeyValue(context.Background(), StateBucket))
+	r1, logs := startLogged()
+	waitSeq(t, r1.d, "p", lastSeq(t, js))
+	stream, err := js.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	// q has no events: only the baseline keeps its rebind from counting
+	// the 20 discarded before.
+	require.NoError(t, stream.DeleteConsumer(context.Background(), consumerName("q")))
+	require.Eventually(t, func() bool {
+		return len(logs.FilterMessageSnippet("consumer stopped; rebound").All()) > 0
+	}, 20*time.Second, 10*time.Millisecond)
+	require.Zero(t, gapOf(logs, "q"), "discarded before this daemon first ran")
+	r1.stop(t)
+
+	// The snapshot is lost while the daemon is down and 40 more arrive:
+	// the window restarts empty, so all it lacks is counted.
+	kv, err := js.KeyValue(context.Background(), StateBucket)
+	require.NoError(t, err)
+	require.NoError(t, kv.Purge(context.Background(), "window.p"))
+	publish(40)
+	last := lastSeq(t, js)
+	r2, logs := startLogged()
+	waitSeq(t, r2.d, "p", last)
+	require.Equal(t, last-20, gapOf(logs, "p"), "the first kept is last-19; the window holds nothing before it")
+	require.Equal(t, uint64(20), gapOf(logs, "q"), "q's snapshot covers it through the stream's end at the stop")
+	r2.stop(t)
+}
+
 // A graph removed from the config while its incident is open gets that
 // incident resolved at the next start, with a note saying why, and its
 // alert state is dropped; the graphs still configured keep theirs.
@@ -292,12 +361,27 @@ func TestRemovedGraphsIncidentIsResolved(t *testing.T) {
 		return have
 	}
 	require.Equal(t, []string{"consumer", "through.q", "window.q", "window.q.part.abc.0"}, stateOf("q"))
+	// An operator's own consumer that happens to share the name prefix.
+	stream, err := js.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	_, err = stream.CreateConsumer(context.Background(), jetstream.ConsumerConfig{Durable: consumerName("audit"), FilterSubject: EventsSubject(DefaultPrefix, ">")})
+	require.NoError(t, err)
 
 	cfg.Graphs = cfg.Graphs[:1] // q removed
+	// A process that shares the account without owning it leaves q alone.
+	guest := start(t, cfg, preload(t, n, "p"), WithLocalizerFactory(f.factory), WithoutRetiringUnconfigured())
+	require.Contains(t, guest.d.tracker.Known(), "q")
+	guest.stop(t)
+	require.Equal(t, []string{"consumer", "through.q", "window.q", "window.q.part.abc.0"}, stateOf("q"))
+	require.Len(t, sinkQ.all(), 1, "no resolve")
+
 	r2 := start(t, cfg, preload(t, n, "p"), WithLocalizerFactory(f.factory))
-	// Its snapshot, through point and consumer are deleted; p keeps its.
+	// Its snapshot, through point and consumer are deleted; p keeps its,
+	// and the operator's consumer stays.
 	require.Empty(t, stateOf("q"))
 	require.Equal(t, []string{"consumer", "through.p", "window.p"}, stateOf("p"))
+	_, err = stream.Consumer(context.Background(), consumerName("audit"))
+	require.NoError(t, err)
 	got := sinkQ.wait(t, 2)
 	resolved := got[1]
 	require.Equal(t, alerts.Resolved, resolved.Status)

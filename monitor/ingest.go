@@ -88,9 +88,11 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	// though it applied none of its graph's events yet (seq 0: a graph
 	// without events, or whose first was still queued at the last stop).
 	// A first start has none: what the stream discarded before was never
-	// this daemon's.
+	// this daemon's, so the window is complete up to the stream's start.
 	if seq > 0 || gr.resumed.Load() || gr.cons.Load() != nil {
 		d.reportGap(ctx, gr, seq)
+	} else if info, err := d.stream.Info(ctx); err == nil && info.State.FirstSeq > 1 {
+		gr.through.Store(max(gr.through.Load(), info.State.FirstSeq-1))
 	}
 	cons, err := d.stream.CreateConsumer(ctx, cc)
 	if err != nil {

@@ -50,7 +50,7 @@ the next cascade. Ctrl-C stops everything cleanly.`,
 }
 
 // demoSharedWarning is logged by a demo run on an external server.
-const demoSharedWarning = "the demo publishes simulated events and real-looking alerts on an external NATS server: where a deployment uses it, they mix with its own (one deployment per NATS account); run the demo on its embedded server (no nats.url) or in an account of its own"
+const demoSharedWarning = "the demo publishes simulated events and real-looking alerts on an external NATS server: where a deployment uses it, they mix with its own (one deployment per NATS account; the demo leaves the state of graphs it does not run alone); run the demo on its embedded server (no nats.url) or in an account of its own"
 
 func runDemo(cmd *cobra.Command, a *app) error {
 	ctx := cmd.Context()
@@ -80,21 +80,38 @@ func runDemo(cmd *cobra.Command, a *app) error {
 	if err := sim.Validate(g); err != nil {
 		return err
 	}
-	// Checked before the daemon starts: a speed of 0 would stamp every
-	// event centuries in the past, and the daemon would dead-letter them.
-	if speed := a.v.GetFloat64("speed"); !(speed > 0) || math.IsInf(speed, 1) {
+	// Read once, before the daemon runs: a reload reads the config file
+	// into the same viper, which is not safe for concurrent use. Checked
+	// before the daemon starts too: a speed of 0 would stamp every event
+	// centuries in the past, and the daemon would dead-letter them.
+	speed, cascades, seed := a.v.GetFloat64("speed"), a.v.GetInt("cascades"), a.v.GetInt64("seed")
+	if !(speed > 0) || math.IsInf(speed, 1) {
 		return fmt.Errorf("--speed: want simulation steps per second > 0, got %g", speed)
 	}
-	if n := a.v.GetInt("cascades"); n < 0 {
-		return fmt.Errorf("--cascades: want a count >= 0 (0: until Ctrl-C), got %d", n)
+	if cascades < 0 {
+		return fmt.Errorf("--cascades: want a count >= 0 (0: until Ctrl-C), got %d", cascades)
+	}
+	if seed == 0 {
+		seed = time.Now().UnixNano()
 	}
 
-	d, err := monitor.New(cfg,
+	opts := []monitor.Option{
 		monitor.WithLogger(a.log),
 		monitor.WithGraphs(map[string]*graph.Graph{gc.Name: g}),
 		monitor.WithLocalizerFactory(monitor.BundleLocalizers(daemonPluginDir(cfg), a.log)),
 		monitor.WithPreflight(monitor.BundlePreflight),
-		monitor.WithReload(configReloader(cmd, a)))
+		monitor.WithReload(configReloader(cmd, a)),
+	}
+	if cfg.NATS.URL != "" {
+		// On a server a deployment uses, its simulated events and alerts
+		// mix with the deployment's, with nothing to tell them apart: the
+		// streams are one per NATS account, whatever the prefix. Said
+		// before the start, and the deployment's graphs, which the demo's
+		// config does not name, keep their incidents and state.
+		a.log.Warn(demoSharedWarning, zap.String("nats", monitor.RedactURLs(cfg.NATS.URL)), zap.String("prefix", cfg.Subjects.Prefix))
+		opts = append(opts, monitor.WithoutRetiringUnconfigured())
+	}
+	d, err := monitor.New(cfg, opts...)
 	if err != nil {
 		return err
 	}
@@ -164,12 +181,6 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		return err
 	}
 	prefix := cfg.Subjects.Prefix
-	if cfg.NATS.URL != "" {
-		// On a server a deployment uses, its simulated events and alerts
-		// mix with the deployment's, with nothing to tell them apart: the
-		// streams are one per NATS account, whatever the prefix.
-		a.log.Warn(demoSharedWarning, zap.String("nats", monitor.RedactURLs(cfg.NATS.URL)), zap.String("prefix", prefix))
-	}
 	// The replayer and the alert printer write concurrently: each writes
 	// whole messages through one lock.
 	out := &lockedWriter{w: a.stdout}
@@ -220,17 +231,12 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		}
 	}()
 
-	seed := a.v.GetInt64("seed")
-	if seed == 0 {
-		seed = time.Now().UnixNano()
-	}
-	speed := a.v.GetFloat64("speed")
 	step := time.Duration(float64(time.Second) / speed)
 	replayErr := func() error {
 		if err := awaitCleanSlate(ctx, out, d, gc); err != nil {
 			return err
 		}
-		for k := 1; a.v.GetInt("cascades") == 0 || k <= a.v.GetInt("cascades"); k++ {
+		for k := 1; cascades == 0 || k <= cascades; k++ {
 			cs, _, err := diffusion.Simulate(ctx, g, sim, 1, seed+int64(k))
 			if err != nil {
 				return err

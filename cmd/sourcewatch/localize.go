@@ -440,6 +440,9 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 		return observationFile{}, fmt.Errorf(`%s: want one {"infected":[ids...]} object per line`, where)
 	}
 	if raw.Infected == nil {
+		if keys := keysFound(data); strings.Contains(keys, `"infected"`) {
+			return observationFile{}, fmt.Errorf(`%s: "infected" is null; want {"infected":[ids...]}`, where)
+		}
 		return observationFile{}, fmt.Errorf(`%s: no "infected" field%s; want {"infected":[ids...]}`, where, keysFound(data))
 	}
 	id, err := observationID(raw.ID)

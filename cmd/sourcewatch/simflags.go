@@ -59,7 +59,7 @@ func (c *countOrFile) String() string { return string(*c) }
 func (c *countOrFile) Type() string   { return "count|file" }
 func (c *countOrFile) Set(s string) error {
 	if strings.TrimSpace(s) == "" {
-		return errors.New("want a number of cascades or a file of recorded ones")
+		return errors.New("empty: want a number of cascades")
 	}
 	*c = countOrFile(s)
 	return nil
@@ -161,7 +161,7 @@ func (a *app) warnUnusedSettings(g *graph.Graph, cfg diffusion.Config) {
 		a.log.Warn(fmt.Sprintf("%d repeated edges of the weighted edge list were merged into one, the first weight kept: "+
 			"if the file lists u v and v u as two arcs with weights of their own, pass --directed", d), graphFile)
 	default:
-		a.log.Warn(fmt.Sprintf("%d arcs of the weighted edge list are listed more than once; the first weight of each is kept, the later ones dropped", d), graphFile)
+		a.log.Warn(fmt.Sprintf("%d repeated arc(s) of the weighted edge list dropped: the first weight of each arc is kept", d), graphFile)
 	}
 	models := []diffusion.Model{diffusion.SI, diffusion.SIR, diffusion.IC, diffusion.LT}
 	warned := slices.Clone(modelFlags[cfg.Model])

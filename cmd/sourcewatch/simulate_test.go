@@ -295,7 +295,7 @@ func TestSimulateWarnsOfMergedWeightedArcs(t *testing.T) {
 	require.NoError(t, os.WriteFile(path, []byte("0 1 0.5\n0 1 0.9\n1 2 0.3\n2 3 0.4\n3 4 0.2\n4 0 0.6\n"), 0o600))
 	_, stderr, err = runSimulateCmd(t, "--graph", path, "--directed", "--diffusion", "IC", "--sources", "1", "--cascades", "2", "--observe", "0.2")
 	require.NoError(t, err)
-	require.Contains(t, stderr, "1 arcs of the weighted edge list are listed more than once; the first weight of each is kept")
+	require.Contains(t, stderr, "1 repeated arc(s) of the weighted edge list dropped: the first weight of each arc is kept")
 }
 
 // LT reads a node's in-weights as shares of influence: where they sum

@@ -331,9 +331,13 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 // recordedCascades reads --cascades-file, warning of the simulation flags
 // set that it makes unused and of suspect cascades (warnRecorded).
 func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade, error) {
+	fileFlag := a.v.GetString("cascades_file") != ""
+	if s := a.v.GetString("cascades"); fileFlag && !isCount(s) {
+		return nil, fmt.Errorf("--cascades %q and --cascades-file %q: name the file of recorded cascades once", s, path)
+	}
 	var unused []string
 	for _, key := range simulationKeys {
-		if key == "cascades" && !isCount(a.v.GetString(key)) {
+		if key == "cascades" && !fileFlag {
 			continue // the file itself
 		}
 		if a.v.IsSet(key) {
@@ -347,7 +351,7 @@ func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade
 	f, err := os.Open(path)
 	if err != nil {
 		flag := "--cascades-file"
-		if a.v.GetString("cascades_file") == "" {
+		if !fileFlag {
 			flag = "--cascades" // given a file name, not a count
 		}
 		return nil, fmt.Errorf("%s: %w", flag, err)

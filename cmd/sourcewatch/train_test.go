@@ -389,6 +389,7 @@ func TestTrainThenLocalize(t *testing.T) {
 		{`null`, `stdin: no "infected" field`},
 		{`{"infected":[]}`, `stdin: "infected" is empty`},
 		{`{"infectd":["0"],"id":"a"}`, `stdin: no "infected" field (its keys: "id", "infectd")`},
+		{`{"infected":null}`, `stdin: "infected" is null`},
 		{"{\n  \"infected\": []\n}\n", `stdin: "infected" is empty`},
 		// Type errors in the file's terms, not Go's.
 		{`["0","1"]`, `stdin: want {"infected":[ids...]}: found a JSON array, not an object`},
@@ -631,6 +632,8 @@ func TestTrainCascadesFileWarnsOfSimulationFlags(t *testing.T) {
 	require.NotContains(t, stderr, warning)
 	_, _, err = runCmd(t, "", append(slices.Clone(viaCount), "--cascades", filepath.Join(dir, "missing.jsonl"))...)
 	require.ErrorContains(t, err, "--cascades: open ")
+	_, _, err = runCmd(t, "", append(slices.Clone(base), "--cascades", filepath.Join(dir, "other.jsonl"))...)
+	require.ErrorContains(t, err, "name the file of recorded cascades once")
 	// simulate writes cascades: its --cascades is a count.
 	_, _, err = runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", cascades)
 	require.ErrorContains(t, err, "--cascades: \""+cascades+"\" is not a number of cascades")
