@@ -398,10 +398,10 @@ func simulationConfig(v *viper.Viper) (diffusion.Config, error) {
 // worker count.
 func simulationRun(v *viper.Viper) (cascades int, seed int64, workers int, err error) {
 	s := v.GetString("cascades")
-	if !isCount(s) {
+	if cascades, err = parseCount(s); err != nil {
 		return 0, 0, 0, fmt.Errorf("--cascades: %q is not a number of cascades", s)
 	}
-	if cascades, _ = parseCount(s); cascades < 1 {
+	if cascades < 1 {
 		return 0, 0, 0, fmt.Errorf("--cascades: %d is not positive", cascades)
 	}
 	if workers = v.GetInt("workers"); workers < 0 {
