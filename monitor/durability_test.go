@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -179,6 +180,25 @@ func TestRestoreWhileStatusIsRead(t *testing.T) {
 	}
 }
 
+// gapSetup is a standalone server whose events stream keeps 20 messages,
+// and a start of a daemon on it for graphs of n nodes (never inferring),
+// its warnings observed, for the replay-gap tests.
+func gapSetup(t *testing.T, n int, graphs ...string) (*server.Server, Config, func() (*running, *observer.ObservedLogs)) {
+	t.Helper()
+	s := runServer(t)
+	cfg := testConfig(t, graphs...)
+	cfg.NATS.URL = s.ClientURL()
+	for i := range cfg.Graphs {
+		cfg.Graphs[i].MinInfected = 1 << 20
+	}
+	cfg.Events.MaxMsgs = 20
+	f := &factoryOf{}
+	return s, cfg, func() (*running, *observer.ObservedLogs) {
+		core, logs := observer.New(zapcore.WarnLevel)
+		return start(t, cfg, preload(t, n, graphs...), WithLocalizerFactory(f.factory), WithLogger(zap.New(core))), logs
+	}
+}
+
 // Events the stream's limits discard before the window applied them (a
 // max_msgs reached while the daemon was down) cannot be replayed: the
 // restart says so and counts them, rather than log a clean catch-up. A
@@ -189,18 +209,7 @@ func TestRestoreWhileStatusIsRead(t *testing.T) {
 // or none ever (r).
 func TestReplayGapIsReported(t *testing.T) {
 	const n = 10
-	s := runServer(t)
-	cfg := testConfig(t, "p", "q", "r")
-	cfg.NATS.URL = s.ClientURL()
-	for i := range cfg.Graphs {
-		cfg.Graphs[i].MinInfected = 1 << 20
-	}
-	cfg.Events.MaxMsgs = 20
-	f := &factoryOf{}
-	startLogged := func() (*running, *observer.ObservedLogs) {
-		core, logs := observer.New(zapcore.WarnLevel)
-		return start(t, cfg, preload(t, n, "p", "q", "r"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core))), logs
-	}
+	s, cfg, startLogged := gapSetup(t, n, "p", "q", "r")
 	gaps := func(logs *observer.ObservedLogs) map[string]uint64 {
 		out := map[string]uint64{}
 		for _, e := range logs.FilterMessageSnippet("events discarded by the stream's limits").All() {
@@ -258,18 +267,7 @@ func TestReplayGapIsReported(t *testing.T) {
 // not from the completeness point saved with the lost snapshot.
 func TestReplayGapEdges(t *testing.T) {
 	const n = 10
-	s := runServer(t)
-	cfg := testConfig(t, "p", "q")
-	cfg.NATS.URL = s.ClientURL()
-	for i := range cfg.Graphs {
-		cfg.Graphs[i].MinInfected = 1 << 20
-	}
-	cfg.Events.MaxMsgs = 20
-	f := &factoryOf{}
-	startLogged := func() (*running, *observer.ObservedLogs) {
-		core, logs := observer.New(zapcore.WarnLevel)
-		return start(t, cfg, preload(t, n, "p", "q"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core))), logs
-	}
+	s, _, startLogged := gapSetup(t, n, "p", "q")
 	gapOf := func(logs *observer.ObservedLogs, graphName string) uint64 {
 		var lost uint64
 		for _, e := range logs.FilterMessageSnippet("events discarded by the stream's limits").FilterField(zap.String("graph", graphName)).All() {
