@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -164,4 +165,88 @@ func mustNkey(t *testing.T, seedFile string) nats.Option {
 	o, err := nats.NkeyOptionFromSeed(seedFile)
 	require.NoError(t, err)
 	return o
+}
+
+// TestDaemonWithCredsInOperatorMode runs the daemon against a server in
+// operator mode (accounts and users as JWTs, as NGS or a Synadia-managed
+// cluster issue them), authenticated by a .creds file (nats.creds): it
+// connects, makes its streams and buckets in its account, and ingests.
+func TestDaemonWithCredsInOperatorMode(t *testing.T) {
+	operator, err := nkeys.CreateOperator()
+	require.NoError(t, err)
+	opub, err := operator.PublicKey()
+	require.NoError(t, err)
+	oc := jwt.NewOperatorClaims(opub)
+	ojwt, err := oc.Encode(operator)
+	require.NoError(t, err)
+	oclaims, err := jwt.DecodeOperatorClaims(ojwt)
+	require.NoError(t, err)
+
+	resolver := &server.MemAccResolver{}
+	account := func(jetStream bool) (nkeys.KeyPair, string) {
+		kp, err := nkeys.CreateAccount()
+		require.NoError(t, err)
+		pub, err := kp.PublicKey()
+		require.NoError(t, err)
+		ac := jwt.NewAccountClaims(pub)
+		if jetStream {
+			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+		}
+		ajwt, err := ac.Encode(operator)
+		require.NoError(t, err)
+		require.NoError(t, resolver.Store(pub, ajwt))
+		return kp, pub
+	}
+	_, sysPub := account(false)
+	acct, _ := account(true)
+
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	upub, err := user.PublicKey()
+	require.NoError(t, err)
+	ujwt, err := jwt.NewUserClaims(upub).Encode(acct)
+	require.NoError(t, err)
+	seed, err := user.Seed()
+	require.NoError(t, err)
+	creds, err := jwt.FormatUserConfig(ujwt, seed)
+	require.NoError(t, err)
+	credsFile := filepath.Join(t.TempDir(), "sourcewatch.creds")
+	require.NoError(t, os.WriteFile(credsFile, creds, 0o600))
+
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		TrustedOperators: []*jwt.OperatorClaims{oclaims}, AccountResolver: resolver, SystemAccount: sysPub,
+	})
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.NATS.Creds = credsFile
+	require.NoError(t, cfg.Validate())
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	_, stop := runInBackground(t, d)
+	t.Cleanup(stop)
+	select {
+	case <-d.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon never ready with a .creds file in operator mode")
+	}
+	nc, err := nats.Connect(s.ClientURL(), nats.UserCredentials(credsFile))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	data, err := json.Marshal(Event{Node: "1", State: StateInfected, TS: time.Now()})
+	require.NoError(t, err)
+	ack, err := js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
+	require.NoError(t, err)
+	waitSeq(t, d, "p", ack.Sequence)
+	// Without credentials the server refuses the connection: the creds
+	// file is what let the daemon in.
+	_, err = nats.Connect(s.ClientURL())
+	require.Error(t, err)
 }
