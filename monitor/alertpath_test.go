@@ -361,6 +361,7 @@ func TestReplayMakesNoFalseResolve(t *testing.T) {
 	r1 := start(t, cfg, opts...)
 	r1.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now().Add(-2*time.Minute + 3*time.Second)}, "")
 	fired := waitStored(t, r1.js, "p", 1)
+	waitAcknowledged(t, r1.d, "p")
 	r1.stop(t)
 
 	time.Sleep(3200 * time.Millisecond) // node 2's infection leaves the window

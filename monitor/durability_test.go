@@ -334,6 +334,10 @@ func TestRemovedGraphsIncidentIsResolved(t *testing.T) {
 	fired := sinkQ.wait(t, 1)[0]
 	require.Equal(t, alerts.Firing, fired.Status)
 	require.Eventually(t, func() bool { _, open := r1.d.tracker.Open("p"); return open }, 10*time.Second, 5*time.Millisecond)
+	// Acknowledged before the stop, or the next start sends the firing
+	// again (at least once: a plain subscriber would see it twice).
+	waitAcknowledged(t, r1.d, "q")
+	waitAcknowledged(t, r1.d, "p")
 	r1.stop(t)
 	_, js := connectJS(t, s.ClientURL())
 	kv, err := js.KeyValue(context.Background(), StateBucket)

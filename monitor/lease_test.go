@@ -112,6 +112,9 @@ func TestHAStandbyTakesOver(t *testing.T) {
 	publish("3")
 	publish("4")
 	require.Equal(t, alerts.Firing, sink.wait(t, 1)[0].Status)
+	// Seen by a subscriber is not yet acknowledged by the stream: a stop
+	// before that leaves it pending, for the next replica to send again.
+	waitAcknowledged(t, a.d, "p")
 	require.False(t, b.ready() || c.ready())
 	require.Empty(t, b.f.all(), "a standby launches no plugin")
 
