@@ -1324,18 +1324,20 @@ func (d *Daemon) restore(ctx context.Context) error {
 				gr.resumed.Store(true)
 			}
 		}
-		// A window not restored starts empty: the through point saved
-		// with its snapshot no longer holds, and the replay-gap check
-		// measures from the window's own start.
+		// A snapshot there but not restored leaves the window empty: the
+		// through point saved with it no longer holds, and the replay-gap
+		// check measures from the window's own start. (No snapshot at all
+		// is the normal state of a window that never applied an event:
+		// the periodic snapshot skips an unchanged one.)
 		data, err := getBlob(ctx, d.kv, "window."+gr.name)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			gr.through.Store(0)
 			continue
 		}
 		if errors.Is(err, errBadBlob) {
 			// Damaged parts: the stream still holds what the window needs.
 			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
 			gr.through.Store(0)
+			gr.resumed.Store(true)
 			continue
 		}
 		if err != nil {
@@ -1345,6 +1347,7 @@ func (d *Daemon) restore(ctx context.Context) error {
 		if err := json.Unmarshal(data, &s); err != nil {
 			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
 			gr.through.Store(0)
+			gr.resumed.Store(true)
 			continue
 		}
 		skipped, err := gr.win.restore(s)
@@ -1352,6 +1355,7 @@ func (d *Daemon) restore(ctx context.Context) error {
 			d.log.Warn("snapshot unusable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
 			gr.win.reset()
 			gr.through.Store(0)
+			gr.resumed.Store(true)
 			continue
 		}
 		if len(skipped) > 0 {

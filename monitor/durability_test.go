@@ -263,8 +263,8 @@ func TestReplayGapIsReported(t *testing.T) {
 // The replay-gap check's two edges: a daemon starting afresh against a
 // stream that discarded events before it existed does not count them,
 // even when its consumer is rebound before its first snapshot; and a
-// resumed graph whose snapshot is gone measures from its empty window,
-// not from the completeness point saved with the lost snapshot.
+// resumed graph whose snapshot cannot be restored measures from its empty
+// window, not from the completeness point saved with that snapshot.
 func TestReplayGapEdges(t *testing.T) {
 	const n = 10
 	s, _, startLogged := gapSetup(t, n, "p", "q")
@@ -303,11 +303,12 @@ func TestReplayGapEdges(t *testing.T) {
 	require.Zero(t, gapOf(logs, "q"), "discarded before this daemon first ran")
 	r1.stop(t)
 
-	// The snapshot is lost while the daemon is down and 40 more arrive:
-	// the window restarts empty, so all it lacks is counted.
+	// The snapshot is damaged while the daemon is down and 40 more
+	// arrive: the window restarts empty, so all it lacks is counted.
 	kv, err := js.KeyValue(context.Background(), StateBucket)
 	require.NoError(t, err)
-	require.NoError(t, kv.Purge(context.Background(), "window.p"))
+	_, err = kv.Put(context.Background(), "window.p", []byte("not a snapshot"))
+	require.NoError(t, err)
 	publish(40)
 	last := lastSeq(t, js)
 	r2, logs := startLogged()
