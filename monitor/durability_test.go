@@ -402,3 +402,33 @@ func TestRemovedGraphsIncidentIsResolved(t *testing.T) {
 	require.Len(t, sinkQ.all(), 2)
 	r3.stop(t)
 }
+
+// A graph without events of its own has a through point saved by every
+// periodic snapshot but no window snapshot (an unchanged empty window is
+// skipped). After a crash it lost nothing, and the restart says no gap.
+func TestCrashReportsNoGapForAGraphWithoutEvents(t *testing.T) {
+	const n = 10
+	s, _, startLogged := gapSetup(t, n, "p", "q")
+	_, js := connectJS(t, s.ClientURL())
+	r1, _ := startLogged()
+	for i := range 40 {
+		data, err := json.Marshal(Event{Node: strconv.Itoa(i % n), State: StateInfected, TS: time.Now()})
+		require.NoError(t, err)
+		_, err = js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
+		require.NoError(t, err)
+	}
+	last := lastSeq(t, js)
+	waitSeq(t, r1.d, "p", last)
+	require.NoError(t, r1.d.snapshotAll(context.Background(), false)) // as the periodic loop does
+	kv, err := js.KeyValue(context.Background(), StateBucket)
+	require.NoError(t, err)
+	_, err = kv.Get(context.Background(), "through.q")
+	require.NoError(t, err)
+	r1.d.crash.Store(true)
+	r1.stop(t)
+
+	r2, logs := startLogged()
+	waitSeq(t, r2.d, "p", last)
+	require.Empty(t, logs.FilterMessageSnippet("events discarded by the stream's limits").All())
+	r2.stop(t)
+}
