@@ -241,7 +241,14 @@ func lastSeq(t *testing.T, js jetstream.JetStream) uint64 {
 // connects to by URL would be.
 func runServer(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	return runServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+}
+
+// runServerWith starts a server of opts (auth, TLS, ...) until the test
+// ends.
+func runServerWith(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(opts)
 	require.NoError(t, err)
 	go s.Start()
 	require.True(t, s.ReadyForConnections(10*time.Second))

@@ -95,43 +95,19 @@ func TestDaemonOverTLSWithNKey(t *testing.T) {
 
 	serverPair, err := tls.LoadX509KeyPair(pki.serverCert, pki.serverKey)
 	require.NoError(t, err)
-	s, err := server.NewServer(&server.Options{
+	s := runServerWith(t, &server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 		Nkeys: []*server.NkeyUser{{Nkey: pub}},
 		TLS:   true, TLSVerify: true, TLSTimeout: 5,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{serverPair}, ClientCAs: pki.pool,
 			ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12},
 	})
-	require.NoError(t, err)
-	go s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 
 	cfg := testConfig(t, "p")
 	cfg.NATS.URL = s.ClientURL()
 	cfg.NATS.NKey = seedFile
 	cfg.NATS.TLS = TLSConfig{CA: pki.caFile, Cert: pki.clientCert, Key: pki.clientKey}
-	require.NoError(t, cfg.Validate())
-	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
-	require.NoError(t, err)
-	_, stop := runInBackground(t, d)
-	t.Cleanup(stop) // a second call is harmless
-	select {
-	case <-d.Ready():
-	case <-time.After(30 * time.Second):
-		t.Fatal("daemon never ready over TLS with an nkey")
-	}
-	// A producer with the same credentials: its event is applied.
-	nc, err := nats.Connect(s.ClientURL(), nats.RootCAs(pki.caFile), nats.ClientCert(pki.clientCert, pki.clientKey), mustNkey(t, seedFile))
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	data, err := json.Marshal(Event{Node: "2", State: StateInfected, TS: time.Now()})
-	require.NoError(t, err)
-	ack, err := js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
-	require.NoError(t, err)
-	waitSeq(t, d, "p", ack.Sequence)
+	stop := readyAndIngesting(t, cfg, nats.RootCAs(pki.caFile), nats.ClientCert(pki.clientCert, pki.clientKey), mustNkey(t, seedFile))
 	stop()
 
 	// The server wants a client certificate: without one the daemon is
@@ -140,7 +116,7 @@ func TestDaemonOverTLSWithNKey(t *testing.T) {
 	cfg.NATS.URL = s.ClientURL()
 	cfg.NATS.NKey = seedFile
 	cfg.NATS.TLS = TLSConfig{CA: pki.caFile}
-	d, err = New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
 	require.NoError(t, err)
 	_, stop = runInBackground(t, d)
 	defer stop()
@@ -158,6 +134,35 @@ func TestDaemonOverTLSWithNKey(t *testing.T) {
 	// ("tls: certificate required") or as the connection closed after
 	// the handshake ("tls error: ..."); either way a TLS failure.
 	require.Regexp(t, `last attempt: [^"]*(tls: certificate required|nats: tls error: )`, body)
+}
+
+// readyAndIngesting runs a daemon of cfg (graph p) until the test ends,
+// requires it ready, and requires an event published by a client
+// connecting with opts (the same credentials) to be applied. stop ends
+// the daemon early.
+func readyAndIngesting(t *testing.T, cfg Config, opts ...nats.Option) (stop func()) {
+	t.Helper()
+	require.NoError(t, cfg.Validate())
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	_, stop = runInBackground(t, d)
+	t.Cleanup(stop) // a second call is harmless
+	select {
+	case <-d.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon never ready")
+	}
+	nc, err := nats.Connect(cfg.NATS.URL, opts...)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	data, err := json.Marshal(Event{Node: "2", State: StateInfected, TS: time.Now()})
+	require.NoError(t, err)
+	ack, err := js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
+	require.NoError(t, err)
+	waitSeq(t, d, "p", ack.Sequence)
+	return stop
 }
 
 func mustNkey(t *testing.T, seedFile string) nats.Option {
@@ -213,38 +218,15 @@ func TestDaemonWithCredsInOperatorMode(t *testing.T) {
 	credsFile := filepath.Join(t.TempDir(), "sourcewatch.creds")
 	require.NoError(t, os.WriteFile(credsFile, creds, 0o600))
 
-	s, err := server.NewServer(&server.Options{
+	s := runServerWith(t, &server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 		TrustedOperators: []*jwt.OperatorClaims{oclaims}, AccountResolver: resolver, SystemAccount: sysPub,
 	})
-	require.NoError(t, err)
-	go s.Start()
-	require.True(t, s.ReadyForConnections(10*time.Second))
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 
 	cfg := testConfig(t, "p")
 	cfg.NATS.URL = s.ClientURL()
 	cfg.NATS.Creds = credsFile
-	require.NoError(t, cfg.Validate())
-	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
-	require.NoError(t, err)
-	_, stop := runInBackground(t, d)
-	t.Cleanup(stop)
-	select {
-	case <-d.Ready():
-	case <-time.After(30 * time.Second):
-		t.Fatal("daemon never ready with a .creds file in operator mode")
-	}
-	nc, err := nats.Connect(s.ClientURL(), nats.UserCredentials(credsFile))
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	require.NoError(t, err)
-	data, err := json.Marshal(Event{Node: "1", State: StateInfected, TS: time.Now()})
-	require.NoError(t, err)
-	ack, err := js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
-	require.NoError(t, err)
-	waitSeq(t, d, "p", ack.Sequence)
+	readyAndIngesting(t, cfg, nats.UserCredentials(credsFile))
 	// Without credentials the server refuses the connection: the creds
 	// file is what let the daemon in.
 	_, err = nats.Connect(s.ClientURL())
