@@ -1336,8 +1336,9 @@ func (d *Daemon) restore(ctx context.Context) error {
 		if errors.Is(err, errBadBlob) {
 			// Damaged parts: the stream still holds what the window needs.
 			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
-			gr.through.Store(0)
-			gr.resumed.Store(true)
+			if err := d.voidThrough(ctx, gr); err != nil {
+				return err
+			}
 			continue
 		}
 		if err != nil {
@@ -1346,16 +1347,18 @@ func (d *Daemon) restore(ctx context.Context) error {
 		var s snapshot
 		if err := json.Unmarshal(data, &s); err != nil {
 			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
-			gr.through.Store(0)
-			gr.resumed.Store(true)
+			if err := d.voidThrough(ctx, gr); err != nil {
+				return err
+			}
 			continue
 		}
 		skipped, err := gr.win.restore(s)
 		if err != nil {
 			d.log.Warn("snapshot unusable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
 			gr.win.reset()
-			gr.through.Store(0)
-			gr.resumed.Store(true)
+			if err := d.voidThrough(ctx, gr); err != nil {
+				return err
+			}
 			continue
 		}
 		if len(skipped) > 0 {
@@ -1370,6 +1373,25 @@ func (d *Daemon) restore(ctx context.Context) error {
 		d.log.Info("window restored", zap.String("graph", gr.name), zap.Uint64("seq", s.Seq), zap.Int("nodes", len(s.Nodes)),
 			zap.Int("infected", gr.win.observe(d.now(), nil).infected))
 	}
+	return nil
+}
+
+// voidThrough drops gr's through point when its snapshot could not be
+// restored: the window restarts empty and the replay-gap check measures
+// from its own start. The stored point is reset too, or a stop before the
+// window's replay passed the old point would leave it standing for the
+// next start, which would then miss what the stream discarded before it.
+// The graph still counts as resumed: it continues an earlier run's window.
+func (d *Daemon) voidThrough(ctx context.Context, gr *graphRT) error {
+	gr.through.Store(0)
+	gr.resumed.Store(true)
+	if gr.throughSaved == 0 {
+		return nil
+	}
+	if _, err := d.kv.Put(ctx, "through."+gr.name, []byte("0")); err != nil {
+		return fmt.Errorf("%w: resetting through.%s: %w", ErrNATS, gr.name, err)
+	}
+	gr.throughSaved = 0
 	return nil
 }
 
@@ -1433,17 +1455,20 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 	return errors.Join(errs...)
 }
 
-// saveThrough records how far along the stream gr's window is complete:
-// through last, the stream's last sequence read before this call, when
-// the window has applied its subject's last event (read after last, so no
-// event of the subject up to last is missing), else through the window's
-// own seq. It is what the replay-gap check at the next start measures
-// from (reportGap), so a graph without events of its own is not taken
-// for one that lost events when other graphs' events are discarded.
+// saveThrough records how far along the stream gr's saved window snapshot
+// is complete: through last, the stream's last sequence read before this
+// call, when the snapshot holds its subject's last event (read after
+// last, so no event of the subject up to last is missing), else through
+// the snapshot's own seq. It is what the replay-gap check at the next
+// start measures from (reportGap), so a graph without events of its own
+// is not taken for one that lost events when other graphs' events are
+// discarded. It measures the snapshot, not the live window: after a crash
+// the window restarts from the snapshot, and events the window applied
+// after it are replayed from the stream, or are a gap if discarded.
 func (d *Daemon) saveThrough(ctx context.Context, gr *graphRT, last uint64) error {
-	_, _, seq := gr.win.counts()
-	// The window is complete through the later of its own last event and
-	// the point known before (the stream's start, at a first start).
+	seq := gr.snapshotSeq
+	// The snapshot is complete through the later of its own last event
+	// and the point known before (the stream's start, at a first start).
 	through := max(seq, gr.through.Load())
 	m, err := d.stream.GetLastMsgForSubject(ctx, EventsSubject(d.cfg.Subjects.Prefix, gr.name))
 	switch {

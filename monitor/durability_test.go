@@ -312,6 +312,11 @@ func TestReplayGapEdges(t *testing.T) {
 	publish(40)
 	last := lastSeq(t, js)
 	r2, logs := startLogged()
+	// The stored point is reset as well: a stop before the replay passed
+	// the old point must not leave it for the next start to trust.
+	e, err := kv.Get(context.Background(), "through.p")
+	require.NoError(t, err)
+	require.Equal(t, "0", string(e.Value()))
 	waitSeq(t, r2.d, "p", last)
 	require.Equal(t, last-20, gapOf(logs, "p"), "the first kept is last-19; the window holds nothing before it")
 	require.Equal(t, uint64(20), gapOf(logs, "q"), "q's snapshot covers it through the stream's end at the stop")
@@ -430,5 +435,46 @@ func TestCrashReportsNoGapForAGraphWithoutEvents(t *testing.T) {
 	r2, logs := startLogged()
 	waitSeq(t, r2.d, "p", last)
 	require.Empty(t, logs.FilterMessageSnippet("events discarded by the stream's limits").All())
+	r2.stop(t)
+}
+
+// The through point saved beside a snapshot measures the snapshot, not the
+// live window: a window that applied events after its snapshot restarts
+// from the snapshot after a crash, so what the stream discarded since the
+// snapshot is a gap, however far the window had got before the crash.
+func TestThroughPointFollowsTheSnapshot(t *testing.T) {
+	const n = 10
+	s, _, startLogged := gapSetup(t, n, "p")
+	_, js := connectJS(t, s.ClientURL())
+	publish := func(count int) {
+		for i := range count {
+			data, err := json.Marshal(Event{Node: strconv.Itoa(i % n), State: StateInfected, TS: time.Now()})
+			require.NoError(t, err)
+			_, err = js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
+			require.NoError(t, err)
+		}
+	}
+	r1, _ := startLogged()
+	publish(5)
+	snapped := lastSeq(t, js)
+	waitSeq(t, r1.d, "p", snapped)
+	require.NoError(t, r1.d.snapshotAll(context.Background(), false)) // as the periodic loop does
+	// Events the window applies between a snapshot and the through point
+	// saved after it (snapshotAll reads the stream in between).
+	publish(5)
+	waitSeq(t, r1.d, "p", lastSeq(t, js))
+	require.NoError(t, r1.d.saveThrough(context.Background(), r1.d.graphs["p"], lastSeq(t, js)))
+	r1.d.crash.Store(true)
+	r1.stop(t)
+
+	publish(40) // the stream keeps the last 20
+	last := lastSeq(t, js)
+	r2, logs := startLogged()
+	waitSeq(t, r2.d, "p", last)
+	var lost uint64
+	for _, e := range logs.FilterMessageSnippet("events discarded by the stream's limits").All() {
+		lost += e.ContextMap()["discarded_at_most"].(uint64)
+	}
+	require.Equal(t, last-20-snapped, lost, "the first kept is last-19; the snapshot holds through %d", snapped)
 	r2.stop(t)
 }
