@@ -209,6 +209,13 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 		}},
 		{"status", func(r micro.Request) { respond(r, d.Status(), nil) }},
 		{"reload", func(r micro.Request) {
+			// A reload is of the whole config file: a body asking for more
+			// (one graph, a setting) would be silently ignored, so it is
+			// refused before anything is reloaded.
+			if body := bytes.TrimSpace(r.Data()); len(body) > 0 && !bytes.Equal(body, []byte("{}")) && !bytes.Equal(body, []byte("null")) {
+				respond(r, nil, fmt.Errorf("%w: reload takes no request body (got %q): it reads the whole config file again; change the file, then send an empty request", errBadRequest, clipN(string(body), 64)))
+				return
+			}
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 			defer cancel()
 			err := d.Reload(ctx)

@@ -94,6 +94,14 @@ func TestMicroEndpoints(t *testing.T) {
 	for _, l := range f.all()[:2] {
 		require.True(t, l.closed.Load())
 	}
+	// A body asking for more than the whole file is refused, not ignored.
+	m = request(t, r.nc, "sourcewatch.svc.reload", map[string]string{"graph": "p"})
+	require.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader))
+	require.Contains(t, m.Header.Get(micro.ErrorHeader), "reload takes no request body")
+	require.Len(t, f.all(), 4, "nothing reloaded")
+	m = request(t, r.nc, "sourcewatch.svc.reload", map[string]string{})
+	require.Empty(t, m.Header.Get(micro.ErrorHeader))
+	require.Len(t, f.all(), 6)
 	f.fail.Store(true)
 	m = request(t, r.nc, "sourcewatch.svc.reload", nil)
 	require.Equal(t, "500", m.Header.Get(micro.ErrorCodeHeader))
