@@ -232,3 +232,59 @@ func TestDaemonWithCredsInOperatorMode(t *testing.T) {
 	_, err = nats.Connect(s.ClientURL())
 	require.Error(t, err)
 }
+
+// TestDaemonWithUserPassword runs the daemon against a server that wants
+// a user and password, given either as nats.user and nats.password or in
+// the URL, as operators write them: it connects and ingests. A wrong
+// password is refused, and /readyz names the refusal without the secret.
+func TestDaemonWithUserPassword(t *testing.T) {
+	s := runServerWith(t, &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "sw", Password: "s3cret"}},
+	})
+	addr := strings.TrimPrefix(s.ClientURL(), "nats://")
+	for _, tc := range []struct {
+		name, url, user, password string
+	}{
+		{name: "config", url: s.ClientURL(), user: "sw", password: "s3cret"},
+		{name: "url", url: "nats://sw:s3cret@" + addr},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "p")
+			cfg.NATS.URL, cfg.NATS.User, cfg.NATS.Password = tc.url, tc.user, tc.password
+			var opts []nats.Option
+			if tc.user != "" {
+				opts = append(opts, nats.UserInfo(tc.user, tc.password))
+			}
+			readyAndIngesting(t, cfg, opts...)()
+		})
+	}
+
+	// Refused either way; the secret stays out of /readyz.
+	for _, tc := range []struct {
+		name, url, user, password string
+	}{
+		{name: "config", url: s.ClientURL(), user: "sw", password: "wrong-secret"},
+		{name: "url", url: "nats://sw:wrong-secret@" + addr},
+	} {
+		t.Run("refused by "+tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "p")
+			cfg.NATS.URL, cfg.NATS.User, cfg.NATS.Password = tc.url, tc.user, tc.password
+			d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+			require.NoError(t, err)
+			_, stop := runInBackground(t, d)
+			defer stop()
+			var body string
+			require.Eventually(t, func() bool {
+				if d.HTTPAddr() == "" {
+					return false
+				}
+				var code int
+				code, body = get(t, "http://"+d.HTTPAddr()+"/readyz")
+				return code == http.StatusServiceUnavailable && strings.Contains(body, "last attempt:")
+			}, 15*time.Second, 50*time.Millisecond, "readyz never named the refusal")
+			require.Contains(t, strings.ToLower(body), "nats: authorization violation")
+			require.NotContains(t, body, "wrong-secret")
+		})
+	}
+}
