@@ -94,6 +94,14 @@ func WithoutRetiringUnconfigured() Option {
 	return func(d *Daemon) { d.keepUnconfigured = true }
 }
 
+// WithAlertNote adds note to the note of every alert the daemon publishes,
+// firing and resolved alike, after any note of the alert's own: the demo
+// marks its alerts as inferences on simulated events with it, so a reader
+// of the alert subjects can tell them from a deployment's.
+func WithAlertNote(note string) Option {
+	return func(d *Daemon) { d.alertNote = note }
+}
+
 // Daemon is the streaming monitor. Create it with New, run it with Run.
 type Daemon struct {
 	// cfg is the configuration Run started with; it does not change, so
@@ -113,9 +121,11 @@ type Daemon struct {
 	reloadCfg  func(ctx context.Context) (Config, error)
 	// keepUnconfigured: see WithoutRetiringUnconfigured.
 	keepUnconfigured bool
-	preflight        func(GraphConfig, *graph.Graph) error
-	preloaded        map[string]*graph.Graph
-	metrics          *metrics
+	// alertNote: see WithAlertNote.
+	alertNote string
+	preflight func(GraphConfig, *graph.Graph) error
+	preloaded map[string]*graph.Graph
+	metrics   *metrics
 
 	ready     chan struct{}
 	clientURL atomic.Value // string
@@ -1149,6 +1159,7 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 		return false
 	}
 	for _, a := range pending {
+		a = d.withAlertNote(a)
 		if err := d.publishAlert(ctx, a, attempts); err != nil {
 			if ctx.Err() == nil {
 				d.metrics.pubFailed.WithLabelValues(gr.name).Inc()
@@ -1170,6 +1181,20 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 		d.log.Warn("saving alert state", zap.String("graph", gr.name), zap.Error(err))
 	}
 	return true
+}
+
+// withAlertNote returns a with the daemon's alert note (WithAlertNote)
+// after its own. The tracker keeps the unmarked alert: the mark is the
+// publisher's, and a restart marks it again before resending.
+func (d *Daemon) withAlertNote(a alerts.Alert) alerts.Alert {
+	switch {
+	case d.alertNote == "":
+	case a.Note == "":
+		a.Note = d.alertNote
+	default:
+		a.Note += "; " + d.alertNote
+	}
+	return a
 }
 
 // publishAlert sends a and waits for the stream's acknowledgement, up to

@@ -49,8 +49,12 @@ the next cascade. Ctrl-C stops everything cleanly.`,
 	return cmd
 }
 
+// demoAlertNote ends the note of every alert the demo publishes, so that
+// a reader of the alert subjects can tell them from a deployment's.
+const demoAlertNote = "demo: inferred from simulated events, not a real incident"
+
 // demoSharedWarning is logged by a demo run on an external server.
-const demoSharedWarning = "the demo publishes simulated events and real-looking alerts on an external NATS server: where a deployment uses it, they mix with its own (one deployment per NATS account; the demo leaves the state of graphs it does not run alone); run the demo on its embedded server (no nats.url) or in an account of its own"
+const demoSharedWarning = "the demo publishes simulated events and their alerts (marked in note) on an external NATS server: where a deployment uses it, they mix with its own (one deployment per NATS account; the demo leaves the state of graphs it does not run alone); run the demo on its embedded server (no nats.url) or in an account of its own"
 
 func runDemo(cmd *cobra.Command, a *app) error {
 	ctx := cmd.Context()
@@ -101,6 +105,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		monitor.WithLocalizerFactory(monitor.BundleLocalizers(daemonPluginDir(cfg), a.log)),
 		monitor.WithPreflight(monitor.BundlePreflight),
 		monitor.WithReload(configReloader(cmd, a)),
+		monitor.WithAlertNote(demoAlertNote),
 	}
 	if cfg.NATS.URL != "" {
 		// On a server a deployment uses, its simulated events and alerts

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/monitor"
@@ -62,16 +63,33 @@ func TestDemo(t *testing.T) {
 	require.Contains(t, out, "forward icmf")
 }
 
-// On an external server the demo warns that its simulated alerts look
-// like a real deployment's, which may share it.
+// On an external server the demo warns that its simulated events and
+// alerts mix with a deployment's that may share it, and every alert it
+// publishes, firing and resolved, says in its note that it is a demo's.
 func TestDemoOnExternalServerWarns(t *testing.T) {
-	url, _ := startAlertsNATS(t, "sourcewatch")
+	url, js := startAlertsNATS(t, "sourcewatch")
 	config := demoConfig(t)
 	t.Setenv("SOURCEWATCH_NATS_URL", url)
 	out, stderr, err := runCmd(t, "", "demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "4", "--log-level", "warn")
 	require.NoError(t, err)
 	require.Contains(t, out, "FIRING club")
 	require.Contains(t, stderr, demoSharedWarning)
+
+	stream, err := js.Stream(t.Context(), alerts.StreamName)
+	require.NoError(t, err)
+	info, err := stream.Info(t.Context())
+	require.NoError(t, err)
+	statuses := map[alerts.Status]int{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := stream.GetMsg(t.Context(), seq)
+		require.NoError(t, err)
+		var a alerts.Alert
+		require.NoError(t, json.Unmarshal(m.Data, &a))
+		require.True(t, strings.HasSuffix(a.Note, demoAlertNote), "alert %d (%s): note %q", seq, a.Status, a.Note)
+		statuses[a.Status]++
+	}
+	require.Positive(t, statuses[alerts.Firing])
+	require.Positive(t, statuses[alerts.Resolved])
 }
 
 // demoConfig trains a small bundle and writes a demo config with a 3 s
