@@ -183,7 +183,7 @@ func TestRestoreWhileStatusIsRead(t *testing.T) {
 // gapSetup is a standalone server whose events stream keeps 20 messages,
 // and a start of a daemon on it for graphs of n nodes (never inferring),
 // its warnings observed, for the replay-gap tests.
-func gapSetup(t *testing.T, n int, graphs ...string) (*server.Server, Config, func() (*running, *observer.ObservedLogs)) {
+func gapSetup(t *testing.T, n int, graphs ...string) (*server.Server, func() (*running, *observer.ObservedLogs)) {
 	t.Helper()
 	s := runServer(t)
 	cfg := testConfig(t, graphs...)
@@ -193,7 +193,7 @@ func gapSetup(t *testing.T, n int, graphs ...string) (*server.Server, Config, fu
 	}
 	cfg.Events.MaxMsgs = 20
 	f := &factoryOf{}
-	return s, cfg, func() (*running, *observer.ObservedLogs) {
+	return s, func() (*running, *observer.ObservedLogs) {
 		core, logs := observer.New(zapcore.WarnLevel)
 		return start(t, cfg, preload(t, n, graphs...), WithLocalizerFactory(f.factory), WithLogger(zap.New(core))), logs
 	}
@@ -209,7 +209,7 @@ func gapSetup(t *testing.T, n int, graphs ...string) (*server.Server, Config, fu
 // or none ever (r).
 func TestReplayGapIsReported(t *testing.T) {
 	const n = 10
-	s, cfg, startLogged := gapSetup(t, n, "p", "q", "r")
+	s, startLogged := gapSetup(t, n, "p", "q", "r")
 	gaps := func(logs *observer.ObservedLogs) map[string]uint64 {
 		out := map[string]uint64{}
 		for _, e := range logs.FilterMessageSnippet("events discarded by the stream's limits").All() {
@@ -235,12 +235,7 @@ func TestReplayGapIsReported(t *testing.T) {
 
 	// While it is down, 40 more of p's: the stream keeps the last 20.
 	_, js := connectJS(t, s.ClientURL())
-	for i := 0; i < 40; i++ {
-		data, err := json.Marshal(Event{Node: strconv.Itoa(i % n), State: StateInfected, TS: time.Now()})
-		require.NoError(t, err)
-		_, err = js.Publish(context.Background(), EventsSubject(cfg.Subjects.Prefix, "p"), data)
-		require.NoError(t, err)
-	}
+	publishInfected(t, js, "p", n, 40)
 	last := lastSeq(t, js)
 	r3, logs := startLogged()
 	waitSeq(t, r3.d, "p", last)
@@ -267,7 +262,7 @@ func TestReplayGapIsReported(t *testing.T) {
 // window, not from the completeness point saved with that snapshot.
 func TestReplayGapEdges(t *testing.T) {
 	const n = 10
-	s, _, startLogged := gapSetup(t, n, "p", "q")
+	s, startLogged := gapSetup(t, n, "p", "q")
 	gapOf := func(logs *observer.ObservedLogs, graphName string) uint64 {
 		var lost uint64
 		for _, e := range logs.FilterMessageSnippet("events discarded by the stream's limits").FilterField(zap.String("graph", graphName)).All() {
@@ -276,14 +271,7 @@ func TestReplayGapEdges(t *testing.T) {
 		return lost
 	}
 	_, js := connectJS(t, s.ClientURL())
-	publish := func(count int) {
-		for i := range count {
-			data, err := json.Marshal(Event{Node: strconv.Itoa(i % n), State: StateInfected, TS: time.Now()})
-			require.NoError(t, err)
-			_, err = js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
-			require.NoError(t, err)
-		}
-	}
+	publish := func(count int) { publishInfected(t, js, "p", n, count) }
 
 	// A stream of 40 events that kept the last 20, and no daemon state.
 	r0, _ := startLogged()
@@ -413,15 +401,10 @@ func TestRemovedGraphsIncidentIsResolved(t *testing.T) {
 // skipped). After a crash it lost nothing, and the restart says no gap.
 func TestCrashReportsNoGapForAGraphWithoutEvents(t *testing.T) {
 	const n = 10
-	s, _, startLogged := gapSetup(t, n, "p", "q")
+	s, startLogged := gapSetup(t, n, "p", "q")
 	_, js := connectJS(t, s.ClientURL())
 	r1, _ := startLogged()
-	for i := range 40 {
-		data, err := json.Marshal(Event{Node: strconv.Itoa(i % n), State: StateInfected, TS: time.Now()})
-		require.NoError(t, err)
-		_, err = js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
-		require.NoError(t, err)
-	}
+	publishInfected(t, js, "p", n, 40)
 	last := lastSeq(t, js)
 	waitSeq(t, r1.d, "p", last)
 	require.NoError(t, r1.d.snapshotAll(context.Background(), false)) // as the periodic loop does
@@ -444,16 +427,9 @@ func TestCrashReportsNoGapForAGraphWithoutEvents(t *testing.T) {
 // snapshot is a gap, however far the window had got before the crash.
 func TestThroughPointFollowsTheSnapshot(t *testing.T) {
 	const n = 10
-	s, _, startLogged := gapSetup(t, n, "p")
+	s, startLogged := gapSetup(t, n, "p")
 	_, js := connectJS(t, s.ClientURL())
-	publish := func(count int) {
-		for i := range count {
-			data, err := json.Marshal(Event{Node: strconv.Itoa(i % n), State: StateInfected, TS: time.Now()})
-			require.NoError(t, err)
-			_, err = js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
-			require.NoError(t, err)
-		}
-	}
+	publish := func(count int) { publishInfected(t, js, "p", n, count) }
 	r1, _ := startLogged()
 	publish(5)
 	snapped := lastSeq(t, js)
@@ -477,4 +453,16 @@ func TestThroughPointFollowsTheSnapshot(t *testing.T) {
 	}
 	require.Equal(t, last-20-snapped, lost, "the first kept is last-19; the snapshot holds through %d", snapped)
 	r2.stop(t)
+}
+
+// publishInfected publishes count events of graph's nodes "0" to
+// strconv.Itoa(n-1) in turn becoming infected, through js.
+func publishInfected(t *testing.T, js jetstream.JetStream, graphName string, n, count int) {
+	t.Helper()
+	for i := range count {
+		data, err := json.Marshal(Event{Node: strconv.Itoa(i % n), State: StateInfected, TS: time.Now()})
+		require.NoError(t, err)
+		_, err = js.Publish(context.Background(), EventsSubject(DefaultPrefix, graphName), data)
+		require.NoError(t, err)
+	}
 }
