@@ -37,7 +37,7 @@ func newMetrics() *metrics {
 		}, []string{"graph", "outcome"}),
 		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sourcewatch_deadletters_total",
-			Help: "Rejected events republished to the dead-letter subject, by reason.",
+			Help: "Rejected events, by reason; each is republished to the dead-letter subject or counted in sourcewatch_deadletter_publish_failures_total.",
 		}, []string{"reason"}),
 		dlFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sourcewatch_deadletter_publish_failures_total",

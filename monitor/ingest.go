@@ -392,6 +392,7 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 		id += "-" + strconv.Itoa(idx)
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, id)
+	clipDeadLetter(msg, d.nc.MaxPayload())
 	var err error
 	for attempt := range 3 {
 		if attempt > 0 {
@@ -412,6 +413,31 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 	d.metrics.dlFailed.Inc()
 	d.log.Error("dead letter lost", zap.String("reason", reason), zap.String("subject", subject), zap.Error(err))
 	return nil
+}
+
+// clipDeadLetter cuts msg's body to what fits the server's max_payload
+// with its headers, and says so in HeaderTruncated (the original length):
+// the headers added to an event just under the limit would otherwise make
+// its dead letter too large to publish, and the event would be lost from
+// both streams. maxPayload <= 0 (not known) leaves msg as it is.
+func clipDeadLetter(msg *nats.Msg, maxPayload int64) {
+	if maxPayload <= 0 {
+		return
+	}
+	// The encoded header block: "NATS/1.0\r\n", "Key: value\r\n" per
+	// value, "\r\n"; with room for the truncation header itself.
+	size := int64(len("NATS/1.0\r\n\r\n")) + int64(len(HeaderTruncated)+4+20)
+	for k, vs := range msg.Header {
+		for _, v := range vs {
+			size += int64(len(k) + len(v) + 4)
+		}
+	}
+	room := maxPayload - size
+	if int64(len(msg.Data)) <= room {
+		return
+	}
+	msg.Header.Set(HeaderTruncated, strconv.Itoa(len(msg.Data)))
+	msg.Data = msg.Data[:max(room, 0)]
 }
 
 // startUnrouted consumes the headers of every event message and

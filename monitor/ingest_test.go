@@ -3,12 +3,14 @@ package monitor
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -382,4 +384,42 @@ func TestStopConsumersBoundsTheWholeWait(t *testing.T) {
 	for name, want := range map[string]int32{"done": 1, "breaks": 1, "stuck": 0, "stuck2": 0} {
 		require.Equal(t, want, acks[name].acks.Load(), name)
 	}
+}
+
+// An event just under the server's max_payload is too large for the
+// daemon, and its dead letter, the body with the reason's headers, would
+// be over the limit: the dead letter carries the body's start and its
+// original length, instead of being lost. The dead-letter stream keeps
+// message ids for a day, so a restart's replay long after a rejection
+// does not store it twice.
+func TestDeadLetterOfAnEventNearMaxPayload(t *testing.T) {
+	const maxPayload = 8 << 10
+	s := runServerWith(t, &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		MaxPayload: maxPayload,
+	})
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.MaxEventBytes = 1 << 10
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	body := []byte(`{"node":"1","state":"infected","pad":"` + strings.Repeat("x", maxPayload-100) + `"}`)
+	require.Less(t, len(body), maxPayload)
+	r.publish(t, "p", body, "")
+
+	stream, err := r.js.Stream(context.Background(), DeadLetterStream)
+	require.NoError(t, err)
+	var m *jetstream.RawStreamMsg
+	require.Eventually(t, func() bool {
+		m, err = stream.GetMsg(context.Background(), 1)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "no dead letter")
+	require.Equal(t, ReasonTooLarge, m.Header.Get(HeaderReason))
+	require.Equal(t, strconv.Itoa(len(body)), m.Header.Get(HeaderTruncated))
+	require.Less(t, len(m.Data), len(body))
+	require.Equal(t, body[:len(m.Data)], m.Data, "the body's start")
+	require.Zero(t, value(t, r.d.metrics.dlFailed))
+
+	info, err := stream.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 24*time.Hour, info.Config.Duplicates)
 }

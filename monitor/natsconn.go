@@ -31,6 +31,15 @@ const (
 	HeaderDetail = "Sourcewatch-Detail"
 	// HeaderIndex is the element's index when it came from an array.
 	HeaderIndex = "Sourcewatch-Index"
+	// HeaderTruncated is the original body's length in bytes when the
+	// dead letter carries only its start: the body with the headers would
+	// exceed the server's max_payload (an event just under it, itself).
+	HeaderTruncated = "Sourcewatch-Truncated"
+	// deadLetterDuplicates is the dead-letter stream's Nats-Msg-Id window:
+	// an event is redelivered, and dead-lettered again, when a restart
+	// replays the stream from the window's last snapshot, however long the
+	// daemon was down; a day, as the alert stream's.
+	deadLetterDuplicates = 24 * time.Hour
 )
 
 // EventsSubject is where events for graph are published.
@@ -245,7 +254,7 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 		Description: "sourcewatch rejected events, with the reason in a header",
 		Subjects:    []string{DeadLetterSubject(p)},
 		Storage:     jetstream.FileStorage,
-		Duplicates:  2 * time.Minute,
+		Duplicates:  deadLetterDuplicates,
 		MaxAge:      7 * 24 * time.Hour,
 		MaxBytes:    256 << 20,
 		Replicas:    max(cfg.Events.Replicas, 1),
