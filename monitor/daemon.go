@@ -133,6 +133,11 @@ type Daemon struct {
 	bound     atomic.Bool  // every consumer is consuming
 	started   atomic.Bool
 	reloadMu  sync.Mutex
+	// reloadAfterStart is set, under reloadMu, by a reload requested
+	// before the start was done (the file checked then); Run reloads once
+	// started, so a change signalled during a slow start or a wait for
+	// NATS is applied, not dropped.
+	reloadAfterStart bool
 	// saveMu is held across marshalling the tracker and writing it to KV,
 	// so saves land in the order their states were taken.
 	saveMu sync.Mutex
@@ -574,6 +579,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	loops.Go(func() { d.limiter.flushLoop(loopCtx) })
 
 	close(d.ready)
+	loops.Go(func() { d.reloadIfRequestedDuringStart(loopCtx) })
 	for _, gr := range d.order {
 		if iv := gr.gc.Load().Interval; iv < time.Second {
 			d.log.Warn("interval below a second: the graph is considered for inference that often (1m is a minute, 1ms a millisecond)",
@@ -867,8 +873,20 @@ func (d *Daemon) sameGraphs(cfg Config) error {
 // checked as a reload would, so a broken one is reported now, but applied
 // only when this replica takes over (rereadAtTakeover).
 func (d *Daemon) checkOnStandby(ctx context.Context) error {
+	cfg, err := d.checkFile(ctx)
+	if err != nil || cfg == nil {
+		return err
+	}
+	d.checked.Store(cfg)
+	d.log.Info("standby: config file checked; this replica applies it when it takes over")
+	return nil
+}
+
+// checkFile loads the config file (WithReload) and checks it as a reload
+// would, without applying it; nil without a file to read.
+func (d *Daemon) checkFile(ctx context.Context) (*Config, error) {
 	if d.reloadCfg == nil {
-		return nil
+		return nil, nil
 	}
 	cfg, err := d.reloadCfg(ctx)
 	if err == nil {
@@ -878,11 +896,26 @@ func (d *Daemon) checkOnStandby(ctx context.Context) error {
 		err = d.sameGraphs(cfg)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrReload, err)
+		return nil, fmt.Errorf("%w: %w", ErrReload, err)
 	}
-	d.checked.Store(&cfg)
-	d.log.Info("standby: config file checked; this replica applies it when it takes over")
-	return nil
+	return &cfg, nil
+}
+
+// reloadIfRequestedDuringStart runs the reload a request before the start
+// was done deferred (reloadAfterStart).
+func (d *Daemon) reloadIfRequestedDuringStart(ctx context.Context) {
+	d.reloadMu.Lock()
+	pending := d.reloadAfterStart
+	d.reloadAfterStart = false
+	d.reloadMu.Unlock()
+	if !pending {
+		return
+	}
+	if err := d.Reload(ctx); err != nil {
+		d.log.Error("reload requested during the start failed; keeping the running setup", zap.Error(err))
+		return
+	}
+	d.log.Info("reload requested during the start applied")
 }
 
 // rereadAtTakeover applies the per-graph settings of the config file as
@@ -1555,12 +1588,19 @@ func (d *Daemon) reload(ctx context.Context) error {
 			// again at takeover.
 			return d.checkOnStandby(ctx)
 		}
-		if msg := d.waiting.Load(); msg != nil {
-			// nats.url is a daemon-wide setting: a reload could not
-			// change it anyway.
-			return fmt.Errorf("%w: not started yet (%s); to change nats.url, restart the daemon", ErrReload, *msg)
+		// Nothing runs to reload yet: the file is checked now, so a
+		// broken one is reported at once, and read again once started.
+		cfg, err := d.checkFile(ctx)
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("%w: daemon not started yet", ErrReload)
+		if msg := d.waiting.Load(); msg != nil && cfg != nil && cfg.NATS.URL != d.cfg.NATS.URL {
+			// nats.url is a daemon-wide setting: no reload changes it.
+			return fmt.Errorf("%w: not started yet (%s), and nats.url changed in the file; to use it, restart the daemon", ErrReload, *msg)
+		}
+		d.reloadAfterStart = true
+		d.log.Info("reload requested during the start: config file checked; it is read again and applied once started")
+		return nil
 	}
 	cfg := d.Config()
 	if d.reloadCfg != nil {

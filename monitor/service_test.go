@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -263,7 +265,17 @@ func TestWaitsForNATS(t *testing.T) {
 	cfg.NATS.URL = fmt.Sprintf("nats://watcher:s3cret@127.0.0.1:%d", port)
 	cfg.HTTP.Addr = "127.0.0.1:0"
 	f := &factoryOf{}
-	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+	// The config file, as WithReload reads it.
+	fileCfg := cfg
+	var fileMu sync.Mutex
+	readFile := func(context.Context) (Config, error) {
+		fileMu.Lock()
+		defer fileMu.Unlock()
+		c := fileCfg
+		c.Graphs = slices.Clone(c.Graphs)
+		return c, nil
+	}
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory), WithReload(readFile))
 	require.NoError(t, err)
 	done, stop := runInBackground(t, d)
 	defer stop()
@@ -281,9 +293,22 @@ func TestWaitsForNATS(t *testing.T) {
 	require.NotContains(t, body, "s3cret")
 	code, _ = get(t, "http://"+d.HTTPAddr()+"/status")
 	require.Equal(t, http.StatusOK, code, "/status answers while NATS is awaited")
+	// A reload requested while NATS is awaited is checked now and applied
+	// once started; one that changes nats.url is refused, since no
+	// reload changes it.
+	fileMu.Lock()
+	fileCfg.NATS.URL = "nats://127.0.0.1:1"
+	fileMu.Unlock()
 	err = d.Reload(t.Context())
 	require.ErrorIs(t, err, ErrReload)
-	require.ErrorContains(t, err, "to change nats.url, restart the daemon")
+	require.ErrorContains(t, err, "nats.url changed in the file; to use it, restart the daemon")
+	fileMu.Lock()
+	fileCfg.NATS.URL = cfg.NATS.URL
+	fileCfg.Graphs = slices.Clone(cfg.Graphs)
+	fileCfg.Graphs[0].Window = 7 * time.Minute
+	fileMu.Unlock()
+	require.NoError(t, d.Reload(t.Context()))
+	require.Len(t, f.all(), 0, "nothing built before the start")
 
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	require.NoError(t, err)
@@ -297,6 +322,13 @@ func TestWaitsForNATS(t *testing.T) {
 		t.Fatal("not ready after the server came up")
 	}
 	require.Empty(t, d.readiness())
+	require.Eventually(t, func() bool { return d.graphs["p"].gc.Load().Window == 7*time.Minute }, 10*time.Second, 10*time.Millisecond,
+		"the reload requested during the start applied")
+	require.Eventually(t, func() bool { return len(f.all()) == 2 }, 10*time.Second, 10*time.Millisecond, "the start's localizer, then the reload's")
+	rs := d.lastReload.Load()
+	require.NotNil(t, rs)
+	require.True(t, rs.OK, "%+v", rs)
+	require.Equal(t, 1.0, value(t, d.metrics.reloadOK))
 }
 
 func TestRunWithoutFactory(t *testing.T) {
