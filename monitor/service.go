@@ -2,10 +2,12 @@ package monitor
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -15,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 // LocalizeRequest is the body of a request to <prefix>.svc.localize.
@@ -24,6 +27,10 @@ type LocalizeRequest struct {
 	ID       string   `json:"id,omitempty"`
 	Graph    string   `json:"graph"`
 	Infected []string `json:"infected"`
+	// Top asks for the Top highest-scored nodes as well (Ranked), whether
+	// or not they pass the bundle's threshold: an observation unlike the
+	// training data may have no source set but still a ranking. 0: none.
+	Top int `json:"top,omitempty"`
 }
 
 // LocalizeResponse is its answer: the ranked source set.
@@ -37,6 +44,9 @@ type LocalizeResponse struct {
 	InferenceMS float64         `json:"inference_ms"`
 	// Note is the localizer's note, as in an alert.
 	Note string `json:"note,omitempty"`
+	// Ranked is the request's Top highest-scored nodes, best first (node
+	// id breaking ties), sources or not; absent when Top is 0.
+	Ranked []alerts.Source `json:"ranked,omitempty"`
 }
 
 // GraphStatus is one graph in the status answer.
@@ -122,6 +132,9 @@ func (d *Daemon) Localize(ctx context.Context, req LocalizeRequest) (LocalizeRes
 	if len(req.Infected) == 0 {
 		return LocalizeResponse{}, fmt.Errorf(`%w: "infected" is missing or empty: nothing to localize`, errBadRequest)
 	}
+	if req.Top < 0 {
+		return LocalizeResponse{}, fmt.Errorf(`%w: "top" is %d: want a count of nodes, 0 for none`, errBadRequest, req.Top)
+	}
 	y := make([]float64, gr.g.N())
 	for _, id := range req.Infected {
 		v, ok := gr.g.Index(id)
@@ -137,9 +150,35 @@ func (d *Daemon) Localize(ctx context.Context, req LocalizeRequest) (LocalizeRes
 	return LocalizeResponse{
 		ID: req.ID, Graph: req.Graph, Sources: srcs, CredibleSet: alerts.CredibleSet(srcs, alerts.DefaultMass),
 		Threshold: inf.Threshold, InferenceMS: float64(dur.Microseconds()) / 1000,
-		Model: alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
-		Note:  inf.Note,
+		Model:  alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
+		Note:   inf.Note,
+		Ranked: topScored(gr.g, inf, req.Top),
 	}, nil
+}
+
+// topScored is the k highest-scored nodes of inf (all of them when k is
+// more), best first, node id breaking ties; nil for k = 0. inf's shape
+// was checked by rankSources.
+func topScored(g *graph.Graph, inf Inference, k int) []alerts.Source {
+	k = min(k, g.N())
+	if k <= 0 {
+		return nil
+	}
+	order := make([]int, g.N())
+	for v := range order {
+		order[v] = v
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		if c := cmp.Compare(inf.Scores[b], inf.Scores[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(g.ID(a), g.ID(b))
+	})
+	out := make([]alerts.Source, k)
+	for i, v := range order[:k] {
+		out[i] = alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v]}
+	}
+	return out
 }
 
 // startService registers the micro service "sourcewatch" with endpoints

@@ -51,6 +51,32 @@ func TestMicroEndpoints(t *testing.T) {
 	require.Equal(t, "2", resp.Sources[0].Node)
 	require.Equal(t, []string{"2"}, resp.CredibleSet)
 	require.Equal(t, "q.swb", resp.Model.Bundle)
+	require.Nil(t, resp.Ranked, "no top asked for")
+
+	// top: the highest-scored nodes, sources or not, best first and node
+	// id breaking ties; no more than the graph has.
+	for _, tc := range []struct {
+		top  int
+		want []string
+	}{
+		{3, []string{"2", "0", "1"}},
+		{100, []string{"2", "0", "1", "3", "4"}},
+	} {
+		m = request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "q", Infected: []string{"3", "2"}, Top: tc.top})
+		require.Empty(t, m.Header.Get(micro.ErrorHeader))
+		resp = LocalizeResponse{}
+		require.NoError(t, json.Unmarshal(m.Data, &resp))
+		var got []string
+		for _, s := range resp.Ranked {
+			got = append(got, s.Node)
+		}
+		require.Equal(t, tc.want, got, "top %d", tc.top)
+		require.Equal(t, 0.9, resp.Ranked[0].Score)
+		require.Len(t, resp.Sources, 1, "the source set is the threshold's still")
+	}
+	m = request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "q", Infected: []string{"3"}, Top: -1})
+	require.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader))
+	require.Contains(t, m.Header.Get(micro.ErrorHeader), `"top" is -1`)
 
 	// Bad requests say what is wrong.
 	m = request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "p", Infected: []string{"99"}})
