@@ -452,6 +452,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	nc, err := connect(cfg, d.srv, d.log, func() {}, func(err error) {
 		msg := redactedError{err, cfg.NATS.URL}.Error()
 		d.lastConnErr.Store(&msg)
+	}, func(err error) {
+		// A publish the account may not make fails only by its timeout
+		// (an alert "not published ... context deadline exceeded"): this
+		// line names the subject and the reason.
+		d.limiter.warn("nats_async."+asyncErrKind(err), "error from the NATS server", zap.Error(err))
 	})
 	if err != nil {
 		return err

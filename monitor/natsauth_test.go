@@ -25,6 +25,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // testPKI is a CA and, signed by it, a server certificate for 127.0.0.1
@@ -279,4 +282,40 @@ func readyzRefusal(t *testing.T, d *Daemon) string {
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "last attempt:")
 	}, 15*time.Second, 50*time.Millisecond, "readyz never named the refusal")
 	return body
+}
+
+// A server that refuses the daemon a publish (here its alerts) says why
+// only asynchronously; the daemon's log carries it, naming the subject,
+// beside the alert's "not published" warning.
+func TestPermissionViolationIsLogged(t *testing.T) {
+	s := runServerWith(t, &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "sw", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"sourcewatch.alerts.>"}},
+		}}},
+	})
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL, cfg.NATS.User, cfg.NATS.Password = s.ClientURL(), "sw", "pw"
+	cfg.Graphs[0].MinInfected = 1
+	core, logs := observer.New(zapcore.WarnLevel)
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory), WithLogger(zap.New(core)))
+	require.NoError(t, err)
+	_, stop := runInBackground(t, d)
+	defer stop()
+	select {
+	case <-d.Ready():
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon never ready")
+	}
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("sw", "pw"))
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	publishInfected(t, js, "p", 1, 1)
+	require.Eventually(t, func() bool {
+		return logs.FilterMessage("error from the NATS server").Len() > 0
+	}, 20*time.Second, 10*time.Millisecond, "no log of the server's refusal")
+	e := logs.FilterMessage("error from the NATS server").All()[0]
+	require.Contains(t, strings.ToLower(e.ContextMap()["error"].(string)), `permissions violation for publish to "sourcewatch.alerts.p"`)
 }

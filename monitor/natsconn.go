@@ -146,8 +146,11 @@ func ClientAuth(n NATSConfig) ([]nats.Option, error) {
 // s, or to cfg.NATS.URL with credentials, reconnecting forever.
 //
 // onConnErr sees every failed attempt to (re)connect, such as a server
-// refusing the credentials, which nats.go otherwise only retries.
-func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func(), onConnErr func(error)) (*nats.Conn, error) {
+// refusing the credentials, which nats.go otherwise only retries; onAsyncErr
+// every error the server sends outside a request, such as a permissions
+// violation on a publish, which otherwise surfaces only as the publish's
+// timeout (nats.go would print it to stderr, outside the log).
+func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func(), onConnErr, onAsyncErr func(error)) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name("sourcewatch"),
 		nats.MaxReconnects(-1),
@@ -173,6 +176,11 @@ func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func(), onC
 		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				onConnErr(err)
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if err != nil {
+				onAsyncErr(err)
 			}
 		}),
 	}
@@ -346,3 +354,17 @@ func (e redactedError) Error() string {
 }
 
 func (e redactedError) Unwrap() error { return e.err }
+
+// asyncErrKind groups the server's asynchronous errors for the log
+// limiter, so one kind (a permissions violation repeated every tick)
+// does not hold back another.
+func asyncErrKind(err error) string {
+	switch {
+	case errors.Is(err, nats.ErrPermissionViolation):
+		return "permission"
+	case errors.Is(err, nats.ErrSlowConsumer):
+		return "slow_consumer"
+	default:
+		return "other"
+	}
+}

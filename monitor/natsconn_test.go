@@ -70,7 +70,7 @@ func TestRedactURLs(t *testing.T) {
 	}
 	// A URL nats cannot parse is refused without its password.
 	cfg := Config{NATS: NATSConfig{URL: "nats://user:pa/s3cret@127.0.0.1:14222"}}
-	_, err := connect(cfg, nil, zap.NewNop(), func() {}, func(error) {})
+	_, err := connect(cfg, nil, zap.NewNop(), func() {}, func(error) {}, func(error) {})
 	require.ErrorIs(t, err, ErrNATS)
 	require.NotContains(t, err.Error(), "s3cret")
 	require.NotContains(t, err.Error(), ":pa")

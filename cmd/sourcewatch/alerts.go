@@ -96,6 +96,11 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			a.log.Info("reconnected to NATS", zap.String("url", monitor.RedactURLs(nc.ConnectedUrl())))
 		}),
+		// A subscription the account may not make is refused only
+		// asynchronously: said in the log, not printed beside it.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			a.log.Warn("error from the NATS server", zap.Error(err))
+		}),
 	)
 	nc, err := nats.Connect(url, copts...)
 	if err != nil {
