@@ -343,7 +343,7 @@ func (e redactedError) Error() string {
 	msg := e.err.Error()
 	if strings.Contains(msg, `parse "`) && strings.Contains(e.urls, "@") {
 		// The parser's message quotes pieces of the userinfo too.
-		return "not a URL that parses (the details would show its credentials)"
+		return "not a URL that parses (the details would show its credentials); percent-encode what the user or password holds of : / ? # [ ] @ % (# as %23, / as %2F, @ as %40), or set nats.user and nats.password instead"
 	}
 	for _, p := range strings.Split(e.urls, ",") {
 		if p = strings.TrimSpace(p); p != "" {

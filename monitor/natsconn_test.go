@@ -75,6 +75,7 @@ func TestRedactURLs(t *testing.T) {
 	require.NotContains(t, err.Error(), "s3cret")
 	require.NotContains(t, err.Error(), ":pa")
 	require.Contains(t, err.Error(), "nats://***@127.0.0.1:14222")
+	require.Contains(t, err.Error(), "percent-encode", "says how to write such a password")
 }
 
 // The embedded server lets a message somewhat over max_event_bytes through,
