@@ -343,7 +343,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	for _, res := range r.Results {
 		if e, ok := res.Extra[localize.VJPCheckMetric]; ok && e > 1 {
-			fmt.Fprintf(&b, "%s: the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance, mean over runs): the descent follows a wrong gradient, so these numbers are not SL-VAE's; run sourcewatch plugin check\n",
+			fmt.Fprintf(&b, "%s: the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance, mean over runs): the descent follows a wrong gradient, so these numbers are not SL-VAE's; run sourcewatch plugin check NAME --plugin-dir <the directory eval found it in>\n",
 				res.Method, e)
 		}
 	}

@@ -205,7 +205,7 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 			100*(mse/floor-1), try)
 	}
 	if e := m.Metrics[localize.VJPCheckMetric]; e > 1 {
-		fmt.Fprintf(w, "note        the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance at train's spot check): inference descends along it, so this bundle's rankings cannot be trusted; run sourcewatch plugin check %s\n",
+		fmt.Fprintf(w, "note        the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance at train's spot check): inference descends along it, so this bundle's rankings cannot be trusted; run sourcewatch plugin check %s --plugin-dir <the directory train found it in>\n",
 			e, m.Forward.Name)
 	}
 	weight := fmt.Sprintf("weight %.3g (2 x forward val MSE)", m.Solve.PriorWeight)
