@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -1066,13 +1067,17 @@ func rankSources(g *graph.Graph, inf Inference) ([]alerts.Source, error) {
 		seen[v] = true
 		srcs = append(srcs, alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v]})
 	}
-	sort.SliceStable(srcs, func(i, j int) bool {
-		if srcs[i].Score != srcs[j].Score {
-			return srcs[i].Score > srcs[j].Score
-		}
-		return srcs[i].Node < srcs[j].Node
-	})
+	slices.SortStableFunc(srcs, byRank)
 	return srcs, nil
+}
+
+// byRank orders sources by score, best first, node id breaking ties: the
+// order of an alert's sources and of the localize endpoint's ranking.
+func byRank(a, b alerts.Source) int {
+	if c := cmp.Compare(b.Score, a.Score); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Node, b.Node)
 }
 
 // relaunch replaces gr's Localizer by a fresh one from the factory (a new

@@ -2,7 +2,6 @@ package monitor
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -164,21 +163,12 @@ func topScored(g *graph.Graph, inf Inference, k int) []alerts.Source {
 	if k <= 0 {
 		return nil
 	}
-	order := make([]int, g.N())
-	for v := range order {
-		order[v] = v
+	all := make([]alerts.Source, g.N())
+	for v := range all {
+		all[v] = alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v]}
 	}
-	slices.SortStableFunc(order, func(a, b int) int {
-		if c := cmp.Compare(inf.Scores[b], inf.Scores[a]); c != 0 {
-			return c
-		}
-		return strings.Compare(g.ID(a), g.ID(b))
-	})
-	out := make([]alerts.Source, k)
-	for i, v := range order[:k] {
-		out[i] = alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v]}
-	}
-	return out
+	slices.SortStableFunc(all, byRank)
+	return all[:k:k]
 }
 
 // startService registers the micro service "sourcewatch" with endpoints
