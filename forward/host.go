@@ -249,7 +249,7 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	}
 	cmd := exec.Command(path)
 	cmd.Env = pluginEnv(os.Environ(), plugin.EnvUnixSocketDir+"="+sockDir)
-	setParentDeathSignal(cmd)
+	isolateProcess(cmd)
 	var shared *hostShared
 	if !o.noShared && sharedSupported {
 		if shared, err = newHostShared(); err != nil {
@@ -279,7 +279,9 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
 	})
+	// fail runs after the start has returned, so cmd.Process is settled.
 	fail := func(err error) (*Process, error) {
+		killProcessGroup(cmd)
 		client.Kill()
 		_ = os.RemoveAll(sockDir)
 		if shared != nil {
@@ -292,7 +294,9 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, err)
 	}
 	// go-plugin's handshake ignores contexts, so it runs in a goroutine that
-	// this function always waits for, and a cancelled ctx kills the child.
+	// this function always waits for. go-plugin holds its lock for the whole
+	// start, so a cancelled ctx cannot kill the child before the handshake
+	// or the start timeout ends it; it is killed then.
 	var (
 		raw  any
 		done = make(chan error, 1)
@@ -307,7 +311,6 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		client.Kill()
 		<-done
 		return fail(ctx.Err())
 	}
@@ -354,15 +357,32 @@ func (p *Process) Pid() int {
 // Exited reports whether the plugin process has exited.
 func (p *Process) Exited() bool { return p.client.Exited() }
 
+// closeGrace bounds go-plugin's Kill (its graceful wait is two seconds)
+// before Close kills the plugin's whole process group.
+const closeGrace = 5 * time.Second
+
 // Close stops the plugin process and waits for it: gracefully, then by
 // force after two seconds, or at once if a call has timed out, since a hung
 // plugin will not shut down gracefully. It is safe to call more than once.
 func (p *Process) Close() error {
 	p.close.Do(func() {
-		if p.hung.Load() && p.cmd.Process != nil {
-			_ = p.cmd.Process.Kill()
+		if p.hung.Load() {
+			killProcessGroup(p.cmd)
 		}
-		p.client.Kill()
+		// go-plugin's Kill kills the process it started, then waits for its
+		// stdout and stderr to close; a plugin run by a wrapper script that
+		// did not exec it holds them open, so past the grace its group goes.
+		killed := make(chan struct{})
+		go func() {
+			p.client.Kill()
+			close(killed)
+		}()
+		select {
+		case <-killed:
+		case <-time.After(closeGrace):
+			killProcessGroup(p.cmd)
+			<-killed
+		}
 		_ = os.RemoveAll(p.sockDir)
 		if sh := p.shared; sh != nil {
 			// The plugin is gone, so a call using the region fails now;

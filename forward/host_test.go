@@ -547,3 +547,88 @@ func TestPluginRunByHand(t *testing.T) {
 	require.Equal(t, 1, exit.ExitCode())
 	require.Contains(t, string(out), "sourcewatch-forward-icmf is a sourcewatch forward-model plugin: sourcewatch starts it (train --forward icmf, plugin check icmf, serve)")
 }
+
+// wrapper writes a shell script that runs cmd without exec, as plugin
+// authors often do to set an environment variable, so the plugin is the
+// script's child and holds the pipes go-plugin reads.
+func wrapper(t *testing.T, cmd string) (path, pidFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	path = filepath.Join(dir, "sourcewatch-forward-wrapped")
+	pidFile = filepath.Join(dir, "child.pid")
+	script := "#!/bin/sh\n" + cmd + " &\necho $! > " + pidFile + "\nwait\n"
+	require.NoError(t, os.WriteFile(path, []byte(script), 0o755))
+	return path, pidFile
+}
+
+func readPid(t *testing.T, file string) int {
+	t.Helper()
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	return pid
+}
+
+// A wrapper script whose child never completes the handshake: the failed
+// launch takes the child down too rather than waiting for it to close the
+// pipes it inherited (before, Launch blocked until the child exited).
+func TestWrapperScriptChildIsKilledOnFailedStart(t *testing.T) {
+	t.Parallel()
+	path, pidFile := wrapper(t, "sleep 300")
+	_, err := forward.Launch(t.Context(), path, forward.WithStartTimeout(500*time.Millisecond))
+	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-wrapped: launch")
+	require.ErrorContains(t, err, "timeout")
+	pid := readPid(t, pidFile)
+	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond,
+		"the wrapper's child %d outlived the failed launch", pid)
+}
+
+// A hung plugin behind a wrapper script is killed with the script on Close.
+func TestWrapperScriptChildIsKilledWhenHung(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	path, pidFile := wrapper(t, forwardtest.Build(t, faulty))
+	p, err := forward.Launch(t.Context(), path, forward.WithCallTimeout(time.Second))
+	require.NoError(t, err)
+	child := readPid(t, pidFile)
+	require.NotEqual(t, child, p.Pid(), "the plugin runs under the script")
+	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "hang"}, nil))
+	x, _ := batch(g.N(), 1, 4)
+	_, err = p.Predict(t.Context(), x)
+	require.ErrorIs(t, err, forward.ErrCallTimeout)
+	require.NoError(t, p.Close())
+	require.Eventually(t, func() bool { return !alive(child) }, 10*time.Second, 20*time.Millisecond,
+		"the hung plugin %d outlived Close", child)
+}
+
+// A healthy plugin behind a wrapper script shuts down on Close.
+func TestWrapperScriptPluginCloses(t *testing.T) {
+	t.Parallel()
+	path, pidFile := wrapper(t, forwardtest.Build(t, "icmf"))
+	p, err := forward.Launch(t.Context(), path)
+	require.NoError(t, err)
+	child := readPid(t, pidFile)
+	require.True(t, alive(child))
+	require.NoError(t, p.Close())
+	require.Eventually(t, func() bool { return !alive(child) }, 10*time.Second, 20*time.Millisecond)
+}
+
+// A wrapper script that leaves a helper behind, holding the pipes after the
+// plugin itself shut down: Close kills the group after its grace instead
+// of waiting for the helper (before, it waited as long as the helper ran).
+func TestWrapperScriptHelperIsKilledOnClose(t *testing.T) {
+	t.Parallel()
+	helperPid := filepath.Join(t.TempDir(), "helper.pid")
+	path, pidFile := wrapper(t, "sleep 300 & echo $! > "+helperPid+"\n"+forwardtest.Build(t, "icmf"))
+	p, err := forward.Launch(t.Context(), path)
+	require.NoError(t, err)
+	child, helper := readPid(t, pidFile), readPid(t, helperPid)
+	require.NoError(t, p.Close())
+	require.Eventually(t, func() bool { return !alive(child) && !alive(helper) }, 10*time.Second, 20*time.Millisecond)
+}

@@ -4,6 +4,13 @@ package forward
 
 import "os/exec"
 
-// setParentDeathSignal has no portable equivalent off Linux; go-plugin's
-// cleanup on Close and on host exit remains.
-func setParentDeathSignal(*exec.Cmd) {}
+// isolateProcess has no portable equivalent off Linux; go-plugin's cleanup
+// on Close and on host exit remains.
+func isolateProcess(*exec.Cmd) {}
+
+// killProcessGroup kills the started plugin process only.
+func killProcessGroup(cmd *exec.Cmd) {
+	if cmd.Process != nil {
+		_ = cmd.Process.Kill()
+	}
+}
