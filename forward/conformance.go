@@ -111,8 +111,7 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		rep.Results = append(rep.Results, CheckResult{Name: name, Status: st, Detail: detail, Duration: time.Since(start)})
 		return st != CheckFail
 	}
-	skipRest := func(names ...string) {
-		why := "an earlier check failed"
+	skipRestBecause := func(why string, names ...string) {
 		switch {
 		case p != nil && p.Exited():
 			why = "plugin process has exited"
@@ -123,6 +122,7 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			rep.Results = append(rep.Results, CheckResult{Name: n, Status: CheckSkip, Detail: why})
 		}
 	}
+	skipRest := func(names ...string) { skipRestBecause("an earlier check failed", names...) }
 	all := []string{"handshake", "info", "configure", "fit", "predict", "restore state", "empty and full x", "determinism", "vjp", "fused call", "monotonicity", "timing"}
 
 	if !run("handshake", func() (CheckStatus, string, error) {
@@ -222,12 +222,14 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		return CheckPass, fmt.Sprintf("%dx%d, all in [0,1]", o.Batch, n), nil
 	})
 
+	refused := false
 	run("restore state", func() (CheckStatus, string, error) {
 		y0, err := p.Predict(ctx, x)
 		if err != nil {
 			return CheckFail, "", err
 		}
 		if err := p.Configure(ctx, g, o.Params, state); err != nil {
+			refused = true
 			return CheckFail, "", fmt.Errorf("configure with the fitted state: %w", err)
 		}
 		y1, err := p.Predict(ctx, x)
@@ -242,6 +244,19 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		}
 		return CheckPass, "Configure(state) reproduces the fitted model", nil
 	})
+
+	if refused {
+		// A failed Configure leaves the plugin unconfigured; fit it afresh
+		// so the checks below still say something about the model.
+		if err := p.Configure(ctx, g, o.Params, nil); err != nil {
+			skipRestBecause(fmt.Sprintf("the plugin refused its fitted state and then a plain configure: %v", err), all[6:]...)
+			return rep
+		}
+		if _, err := p.Fit(ctx, pairs, o.Fit, nil); err != nil {
+			skipRestBecause(fmt.Sprintf("the plugin refused its fitted state and then failed to fit again: %v", err), all[6:]...)
+			return rep
+		}
+	}
 
 	run("empty and full x", func() (CheckStatus, string, error) {
 		ends := mat.NewDense(2, n, nil)

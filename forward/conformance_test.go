@@ -91,6 +91,23 @@ func TestCheckPlugin(t *testing.T) {
 		})
 	}
 
+	// A plugin that cannot read back its own state fails that check; the
+	// checker fits it again, so the checks after it still run.
+	t.Run("unreadable state fails its check only", func(t *testing.T) {
+		t.Parallel()
+		rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, faulty), g, pairs, forward.PluginCheckOptions{
+			Params: map[string]string{"fault": "state"},
+		})
+		require.False(t, rep.Passed())
+		st := statuses(rep)
+		require.Equal(t, forward.CheckFail, st["restore state"], rep.String())
+		require.Contains(t, detail(rep, "restore state"), "configure with the fitted state: ")
+		require.Contains(t, detail(rep, "restore state"), "10-byte state")
+		for _, name := range []string{"empty and full x", "determinism", "vjp", "fused call", "monotonicity", "timing"} {
+			require.Equal(t, forward.CheckPass, st[name], "%s: %s", name, detail(rep, name))
+		}
+	})
+
 	t.Run("a binary named for another model is warned about", func(t *testing.T) {
 		src, err := os.ReadFile(forwardtest.Build(t, "icmf"))
 		require.NoError(t, err)

@@ -14,6 +14,8 @@
 //	crash  exit the process with status 3
 //	fatal  log.Fatalf, which writes its reason to the process's stderr
 //	panic  index a slice out of range (Serve turns it into an error)
+//	state  Fit returns a state that Configure refuses (a plugin that cannot
+//	       read back its own state)
 //
 // The fault strikes from the Nth Predict or VJP call (or Fit, for hang,
 // crash and fatal) of the process on
@@ -64,7 +66,7 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 	in, err := m.Model.Info(ctx)
 	in.Name = "faulty"
 	in.Params = append(in.Params,
-		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal or panic"},
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic or state"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
 	return in, err
 }
@@ -76,10 +78,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		switch k {
 		case "fault":
 			switch v {
-			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner":
+			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "state":
 				m.fault = v
 			default:
-				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, inf, short, hang, crash, fatal or panic", v)
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic or state", v)
 			}
 		case "fault_after":
 			n, err := strconv.Atoi(v)
@@ -155,7 +157,11 @@ func (m *model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	if m.fault == "hang" || m.fault == "crash" || m.fault == "fatal" {
 		m.strike()
 	}
-	return m.Model.Fit(ctx, pairs, opts, progress)
+	res, err := m.Model.Fit(ctx, pairs, opts, progress)
+	if err == nil && m.fault == "state" {
+		res.State = []byte("unreadable")
+	}
+	return res, err
 }
 
 func (m *model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
