@@ -347,6 +347,18 @@ const ForwardFloorMetric = "forward_floor_mse"
 // is wrong, and `sourcewatch plugin check` says where.
 const VJPCheckMetric = "forward_vjp_check_max_err"
 
+// VJPCheckFailure describes the failed spot check Train recorded under
+// VJPCheckMetric, for a reader deciding whether to trust the bundle's
+// rankings; "" when it passed or the bundle does not record it.
+func (m *Manifest) VJPCheckFailure() string {
+	e := m.Metrics[VJPCheckMetric]
+	if !(e > 1) {
+		return ""
+	}
+	return fmt.Sprintf("the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance at train's spot check): inference descends along it, so this bundle's rankings cannot be trusted; run sourcewatch plugin check %s --plugin-dir <the directory train found it in>",
+		e, m.Forward.Name)
+}
+
 // PoorFitRatio is the forward error, relative to the floor, above which a
 // forward model is said to fit its graph poorly: the tables' settings fit
 // within 0-13% of the floor (Power Grid clusters aside).

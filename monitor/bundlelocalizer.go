@@ -35,15 +35,15 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 	}
 	// The daemon calls the factory again whenever it rebuilds a graph's
 	// localizer (a reload, a plugin that keeps failing); a bundle's poor
-	// fit is news once.
+	// fit or wrong gradient is news once.
 	var (
 		warnedMu sync.Mutex
 		warned   = map[string]bool{}
 	)
-	firstWarning := func(graph, bundle string) bool {
+	firstWarning := func(graph, bundle, about string) bool {
 		warnedMu.Lock()
 		defer warnedMu.Unlock()
-		key := graph + "\x00" + bundle
+		key := graph + "\x00" + bundle + "\x00" + about
 		if warned[key] {
 			return false
 		}
@@ -59,10 +59,13 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		// runtime would hand back to the system only over minutes.
 		debug.FreeOSMemory()
 		if floor := b.Manifest.Metrics[localize.ForwardFloorMetric]; floor > 0 {
-			if mse := b.Manifest.Metrics["forward_val_mse"]; localize.PoorFit(mse, floor) && firstWarning(gc.Name, b.Manifest.ID) {
+			if mse := b.Manifest.Metrics["forward_val_mse"]; localize.PoorFit(mse, floor) && firstWarning(gc.Name, b.Manifest.ID, "fit") {
 				log.Warn("the bundle's forward model fits its graph poorly (validation error far above the floor), which can cost the alerts' rankings; see bundle inspect",
 					zap.String("graph", gc.Name), zap.Float64("forward_val_mse", mse), zap.Float64("forward_floor_mse", floor))
 			}
+		}
+		if s := b.Manifest.VJPCheckFailure(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "vjp") {
+			log.Warn("the bundle's forward model has a wrong gradient: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
 		}
 		proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
 			PluginDir:       pluginDir,

@@ -21,7 +21,8 @@ import (
 
 // The daemon's localizer runs a bundle through its real plugin process,
 // keeps the prior terms but not the VAE network, and says at load when
-// the bundle's forward model fits its graph poorly.
+// the bundle's forward model fits its graph poorly or failed train's VJP
+// spot check.
 func TestBundleLocalizers(t *testing.T) {
 	plugin := forwardtest.Build(t, "icmf")
 	sum, err := forward.FileSHA256(plugin)
@@ -47,6 +48,8 @@ func TestBundleLocalizers(t *testing.T) {
 	require.NoError(t, err)
 	// A floor far below the fit, as train records for a poor one.
 	b.Manifest.Metrics[localize.ForwardFloorMetric] = b.Manifest.Metrics["forward_val_mse"] / 2
+	// And a failed VJP spot check, as train records for a wrong gradient.
+	b.Manifest.Metrics[localize.VJPCheckMetric] = 40
 	bundle := filepath.Join(t.TempDir(), "karate.swb")
 	require.NoError(t, b.WriteFile(bundle))
 	gc := DefaultGraphConfig("karate")
@@ -68,6 +71,7 @@ func TestBundleLocalizers(t *testing.T) {
 	require.NotNil(t, bl.bundle.Terms)
 	require.Positive(t, bl.PluginPID())
 	require.Equal(t, 1, logs.FilterMessageSnippet("fits its graph poorly").Len())
+	require.Equal(t, 1, logs.FilterMessageSnippet("has a wrong gradient: the forward model's VJP disagrees").Len())
 
 	y := make([]float64, g.N())
 	for _, v := range cs[35].Infected {

@@ -204,9 +204,8 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		fmt.Fprintf(w, "note        the forward model's error is %.0f%% above the floor, the least any model can reach on these cascades: it fits this graph poorly, which can cost SL-VAE's ranking; %s\n",
 			100*(mse/floor-1), try)
 	}
-	if e := m.Metrics[localize.VJPCheckMetric]; e > 1 {
-		fmt.Fprintf(w, "note        the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance at train's spot check): inference descends along it, so this bundle's rankings cannot be trusted; run sourcewatch plugin check %s --plugin-dir <the directory train found it in>\n",
-			e, m.Forward.Name)
+	if s := m.VJPCheckFailure(); s != "" {
+		fmt.Fprintf(w, "note        %s\n", s)
 	}
 	weight := fmt.Sprintf("weight %.3g (2 x forward val MSE)", m.Solve.PriorWeight)
 	if m.Solve.PriorWeight == 0 {

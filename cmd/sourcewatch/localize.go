@@ -140,6 +140,9 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		return err
 	}
+	if s := b.Manifest.VJPCheckFailure(); s != "" {
+		fmt.Fprintf(a.stderr, "warning: %s: %s\n", path, s)
+	}
 	// Every line is checked, ids included, before the plugin starts, so a
 	// typo in the last line of a JSONL fails at once; the first bad line
 	// is the one named.

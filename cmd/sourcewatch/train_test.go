@@ -565,8 +565,8 @@ func TestTrainEveryNodeASource(t *testing.T) {
 }
 
 // A plugin whose VJP disagrees with its own Predict still trains, but the
-// summary (and bundle inspect, which prints it) says so, naming the
-// check that finds where; a sound one says nothing.
+// summary (and bundle inspect, which prints it) and localize say so,
+// naming the check that finds where; a sound one says nothing.
 func TestTrainSpotChecksTheVJP(t *testing.T) {
 	dir := t.TempDir()
 	edges := filepath.Join(dir, "tiny.edges")
@@ -589,11 +589,18 @@ func TestTrainSpotChecksTheVJP(t *testing.T) {
 		out, _, err := runCmd(t, "", args...)
 		require.NoError(t, err)
 		const note = "the forward model's VJP disagrees with finite differences of its own Predict"
+		// localize answers, and warns on stderr of such a bundle.
+		answer, warned, err := runCmd(t, `{"infected":["b","c"]}`, "localize", "--bundle", bundle,
+			"--plugin-dir", filepath.Dir(tc.plugin), "--log-level", "error")
+		require.NoError(t, err)
+		require.Contains(t, answer, "suspected source(s)")
 		if !tc.broken {
 			require.NotContains(t, out, note)
+			require.NotContains(t, warned, note)
 			continue
 		}
 		require.Contains(t, out, note)
+		require.Contains(t, warned, "warning: "+bundle+": "+note)
 		require.Contains(t, out, "run sourcewatch plugin check faulty")
 		b, err := localize.LoadBundle(bundle, nil)
 		require.NoError(t, err)
