@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,9 +46,24 @@ var (
 // with the usual cause: a line printed to stdout before Serve, or a
 // process that ended (or closed stdout) before printing any, which its
 // stderr, quoted by the caller, then explains.
+//
+// It also rewords go-plugin's version and protocol refusals, which are
+// written for go-plugin's own users ("Please report this to the plugin
+// author"), in the terms of this contract.
 func handshakeError(err error) error {
 	const prefix = "Unrecognized remote plugin message: "
 	msg := err.Error()
+	if m := appVersionRefusal.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("the plugin speaks sourcewatch forward protocol %s and this host speaks %d: rebuild it against this sourcewatch's forward package (a plugin in another language: put %d in the handshake line's second field, see forward/README.md)",
+			m[1], ProtocolVersion, ProtocolVersion)
+	}
+	if m := coreVersionRefusal.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("the plugin speaks go-plugin core protocol %s and this host speaks %d: rebuild it with a current github.com/hashicorp/go-plugin (a plugin in another language: put %d in the handshake line's first field)",
+			m[1], plugin.CoreProtocolVersion, plugin.CoreProtocolVersion)
+	}
+	if m := protocolRefusal.FindStringSubmatch(msg); m != nil {
+		return fmt.Errorf("the plugin offers protocol %q; sourcewatch plugins speak gRPC only (forward.Serve does; in another language put grpc in the handshake line's fifth field)", m[1])
+	}
 	i := strings.Index(msg, prefix)
 	if i < 0 {
 		return err
@@ -58,6 +74,13 @@ func handshakeError(err error) error {
 	}
 	return fmt.Errorf("the plugin wrote %q to stdout before forward.Serve, where the host reads the handshake line: write it to stderr", line)
 }
+
+// go-plugin's refusals of a handshake line, as its client words them.
+var (
+	appVersionRefusal  = regexp.MustCompile(`incompatible API version with plugin\. Plugin version: (-?\d+)`)
+	coreVersionRefusal = regexp.MustCompile(`incompatible core API version with plugin\. Plugin version: (\S+?),`)
+	protocolRefusal    = regexp.MustCompile(`unsupported plugin protocol "([^"]*)"`)
+)
 
 // binaryError is a launch that failed on the plugin binary itself (not
 // found, a directory, unreadable, another build), as opposed to the

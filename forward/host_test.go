@@ -350,6 +350,20 @@ func TestLaunchErrors(t *testing.T) {
 	require.ErrorContains(t, err, "launch: the plugin exited before its handshake, printing nothing to stdout; its stderr ended: cannot open model.bin")
 	require.NotContains(t, err.Error(), "wrote", "it wrote nothing to stdout")
 
+	// Handshake lines go-plugin refuses are explained in this contract's
+	// terms, not go-plugin's ("Please report this to the plugin author").
+	for _, tc := range []struct{ line, want string }{
+		{"1|7|tcp|127.0.0.1:1|grpc", "the plugin speaks sourcewatch forward protocol 7 and this host speaks 1: rebuild it"},
+		{"3|1|tcp|127.0.0.1:1|grpc", "the plugin speaks go-plugin core protocol 3 and this host speaks 1: rebuild it"},
+		{"1|1|tcp|127.0.0.1:1|netrpc", `the plugin offers protocol "netrpc"; sourcewatch plugins speak gRPC only`},
+	} {
+		old := filepath.Join(t.TempDir(), "sourcewatch-forward-old")
+		require.NoError(t, os.WriteFile(old, []byte("#!/bin/sh\necho '"+tc.line+"'\nexec sleep 30\n"), 0o755))
+		_, err = forward.Launch(t.Context(), old)
+		require.ErrorContains(t, err, "forward plugin sourcewatch-forward-old: launch: "+tc.want, tc.line)
+		require.NotContains(t, err.Error(), "report this", tc.line)
+	}
+
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	_, err = forward.Launch(ctx, forwardtest.Build(t, "icmf"))
