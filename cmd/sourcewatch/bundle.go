@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -43,7 +44,8 @@ settings, and the validation and test metrics recorded by train.
 It also looks for the forward plugin the bundle was trained with in
 --plugin-dir and compares the binary's SHA-256 with the one the bundle
 recorded: localize and serve refuse a different binary, so inspect exits
-non-zero when the plugin is missing or differs (after printing the rest).
+non-zero when the plugin is missing, unusable (not executable) or
+differs (after printing the rest).
 Pass --plugin-dir "" to skip that check. With --graph it also checks that
 the bundle was trained on that edge list (the graph's fingerprint).`,
 		Example: `  sourcewatch bundle inspect karate.swb
@@ -61,13 +63,13 @@ the bundle was trained on that edge list (the graph's fingerprint).`,
 }
 
 // errPluginMismatch is inspect's verdict on a bundle whose plugin binary
-// is missing or differs from the recorded one.
-var errPluginMismatch = errors.New("the bundle's forward plugin is missing or not the build it was trained with")
+// is missing, unusable or differs from the recorded one.
+var errPluginMismatch = errors.New("the bundle's forward plugin is missing, unusable or not the build it was trained with")
 
 // pluginCheck is the state of the forward plugin a bundle names.
 type pluginCheck struct {
 	Path   string `json:"path"`
-	Status string `json:"status"` // match, differs, unrecorded, missing
+	Status string `json:"status"` // match, differs, unrecorded, missing, unusable
 	SHA256 string `json:"sha256,omitempty"`
 	Detail string `json:"detail,omitempty"`
 }
@@ -137,11 +139,12 @@ func (a *app) bundleInspect(path string) error {
 func checkBundlePlugin(dir string, m localize.Manifest, pinned string) *pluginCheck {
 	path, err := forward.PluginPath(dir, m.Forward.Name)
 	if err != nil {
-		return &pluginCheck{Path: filepath.Join(dir, forward.BinaryPrefix+m.Forward.Name), Status: "missing", Detail: err.Error()}
+		path = filepath.Join(dir, forward.BinaryPrefix+m.Forward.Name)
+		return &pluginCheck{Path: path, Status: pluginUnavailable(path), Detail: err.Error()}
 	}
 	sum, err := forward.FileSHA256(path)
 	if err != nil {
-		return &pluginCheck{Path: path, Status: "missing", Detail: err.Error()}
+		return &pluginCheck{Path: path, Status: pluginUnavailable(path), Detail: err.Error()}
 	}
 	got := hex.EncodeToString(sum)
 	switch {
@@ -160,6 +163,16 @@ func checkBundlePlugin(dir string, m localize.Manifest, pinned string) *pluginCh
 		return &pluginCheck{Path: path, Status: "differs", SHA256: got,
 			Detail: fmt.Sprintf("recorded %.12s, file %.12s: localize and serve refuse it; retrain with this build, or, if it is a trusted rebuild of the same model, pin its SHA-256 (--forward-checksum %s, forward_checksum)", m.Forward.SHA256, got, got)}
 	}
+}
+
+// pluginUnavailable is the status of a plugin file that cannot be run:
+// missing when nothing is there, unusable when something is (a directory,
+// a file without execute permission or that cannot be read).
+func pluginUnavailable(path string) string {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+		return "missing"
+	}
+	return "unusable"
 }
 
 // printBundleSummary prints what train reports about a bundle, from its

@@ -475,7 +475,14 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.ErrorIs(t, err, errPluginMismatch, "pinned, the recorded build is not the one")
 	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", t.TempDir())
 	require.ErrorIs(t, err, errPluginMismatch)
-	require.ErrorContains(t, err, "missing")
+	require.ErrorContains(t, err, ": missing: ")
+	// A copy that lost its execute bit is there but cannot run.
+	noExec := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(noExec, "sourcewatch-forward-icmf"), data, 0o644))
+	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", noExec)
+	require.ErrorIs(t, err, errPluginMismatch)
+	require.ErrorContains(t, err, ": unusable: ")
+	require.Contains(t, out, "is not an executable file")
 	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", "", "--json")
 	require.NoError(t, err, "no plugin check without a plugin dir")
 	var report struct {
