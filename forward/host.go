@@ -592,7 +592,7 @@ func (p *Process) checkOut(op, field string, m *mat.Dense, rows, cols int) error
 	}
 	if field == "y" {
 		if i, j, bad := outOfUnit(m); bad {
-			return fmt.Errorf("forward plugin %s: %s: %s[%d][%d] is %v, outside [0, 1]: %w", p.name, op, field, i, j, m.At(i, j), ErrBadOutput)
+			return fmt.Errorf("forward plugin %s: %s: %s[%d][%d] is %v, outside [0, 1] (end the model in a sigmoid or a clamp, see forward/README.md): %w", p.name, op, field, i, j, m.At(i, j), ErrBadOutput)
 		}
 	}
 	return nil

@@ -147,7 +147,7 @@ func TestBadOutput(t *testing.T) {
 		{"nan", "predict: y[0][0] is NaN", "vjp: y[0][0] is NaN", "squared-error vjp: loss[0] is NaN"},
 		{"inf", "predict: y[0][0] is +Inf", "vjp: dx[0][0] is +Inf", "squared-error vjp: loss[0] is +Inf"},
 		{"short", "predict: y is 2x33, want 2x34", "vjp: y is 2x33, want 2x34", "predict returned 2x33 for 2x34"},
-		{"range", "predict: y[0][0] is 1.5, outside [0, 1]", "vjp: y[0][0] is 1.5, outside [0, 1]", ""},
+		{"range", "predict: y[0][0] is 1.5, outside [0, 1] (end the model in a sigmoid or a clamp, see forward/README.md)", "vjp: y[0][0] is 1.5, outside [0, 1]", ""},
 	} {
 		t.Run(tc.fault, func(t *testing.T) {
 			require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": tc.fault}, nil))

@@ -104,6 +104,9 @@ func BundlePreflight(gc GraphConfig, g *graph.Graph) error {
 	return nil
 }
 
+// Model names the bundle and the forward plugin that answered Info.
+func (l *bundleLocalizer) Model() ModelInfo { return l.model }
+
 func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (Inference, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

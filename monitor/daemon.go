@@ -201,6 +201,9 @@ type graphRT struct {
 	// or by a tick with nothing to infer (the outbreak over): /readyz
 	// reports it, while lastErr stays for /status.
 	failing     atomic.Bool
+	// budgetSpent is set while the plugin is down with its relaunches
+	// used up, so the tick that finds it up again says so.
+	budgetSpent atomic.Bool
 	snapshotSeq uint64 // seq of the last snapshot written; snapshot loop only
 	// through is a stream sequence through which the window holds every
 	// event of its subject, other graphs' events included in the count:
@@ -592,7 +595,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 				zap.String("graph", gr.name), zap.Duration("interval", iv))
 		}
 	}
-	d.log.Info("sourcewatch serving", zap.Int("graphs", len(d.order)),
+	d.log.Info("sourcewatch serving", zap.Int("graphs", len(d.order)), zap.Strings("models", d.models()),
 		zap.String("nats", RedactURLs(d.ClientURL())), zap.String("http", d.HTTPAddr()))
 
 	var lost error
@@ -825,9 +828,15 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 			// each time, while one that dies at once still hits the cap.
 			gr.relaunches.Store(0)
 		}
-		if !healthy && gr.relaunches.Load() == int64(gc.Restarts) && gc.Restarts > 0 {
-			d.limiter.warn("relaunch_budget", "forward plugin down and its relaunches used up (restarts); the next inference or localize request tries once more",
+		budget := "relaunch_budget." + gr.name
+		switch {
+		case !healthy && gr.relaunches.Load() == int64(gc.Restarts) && gc.Restarts > 0:
+			gr.budgetSpent.Store(true)
+			d.limiter.warn(budget, "forward plugin down and its relaunches used up (restarts); the next inference or localize request tries once more",
 				zap.String("graph", gr.name), zap.Int("restarts", gc.Restarts))
+		case healthy && gr.budgetSpent.Swap(false):
+			d.log.Info("forward plugin up again after its relaunches were used up", zap.String("graph", gr.name),
+				zap.Int("suppressed", d.limiter.ended(budget)))
 		}
 		replaying := d.replaying(gr)
 		switch {
@@ -1139,7 +1148,9 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		return
 	}
 	gr.lastErr.Store(nil)
-	gr.failing.Store(false)
+	if gr.failing.Swap(false) {
+		d.log.Info("inference succeeds again", zap.String("graph", gr.name), zap.Int("suppressed", d.limiter.ended("infer."+gr.name)))
+	}
 	gr.relaunches.Store(0)
 	gr.inferred.Store(infectedSet(o.y))
 	if len(srcs) == 0 {
@@ -1652,8 +1663,26 @@ func (d *Daemon) reload(ctx context.Context) error {
 		gr.inferred.Store(nil)
 	}
 	d.current.Store(&cfg)
-	d.log.Info("reloaded", zap.Int("graphs", len(d.order)), zap.Strings("changed", changed))
+	d.log.Info("reloaded", zap.Int("graphs", len(d.order)), zap.Strings("changed", changed), zap.Strings("models", d.models()))
 	return nil
+}
+
+// models describes each graph's model as graph=bundle (forward version),
+// so a log line says which bundle serves, even when a reload read a file
+// retrained in place, whose path did not change.
+func (d *Daemon) models() []string {
+	var out []string
+	for _, gr := range d.order {
+		h := gr.loc.Load()
+		if h == nil {
+			continue
+		}
+		if mr, ok := h.l.(modelReporter); ok {
+			m := mr.Model()
+			out = append(out, fmt.Sprintf("%s=%s (%s %s)", gr.name, m.Bundle, m.Forward, m.ForwardVersion))
+		}
+	}
+	return out
 }
 
 // changedKeys lists the config keys (prefix + mapstructure tag) whose
@@ -1701,6 +1730,20 @@ func (l *logLimiter) warn(kind, msg string, fields ...zap.Field) {
 	l.last[kind], l.held[kind] = now, 0
 	l.mu.Unlock()
 	l.log.Warn(msg, append(fields, zap.String("kind", kind), zap.Int("suppressed", held))...)
+}
+
+// ended forgets a kind of problem that has stopped and returns how many of
+// its lines were held back since its last one, so that the caller's line
+// saying it stopped can count them, and no later flush reports the
+// problem as if it went on.
+func (l *logLimiter) ended(kind string) (held int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	held = l.held[kind]
+	delete(l.last, kind)
+	delete(l.held, kind)
+	delete(l.msg, kind)
+	return held
 }
 
 // flush logs, for each kind whose interval has passed since its last

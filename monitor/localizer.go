@@ -45,5 +45,9 @@ type LocalizerFactory func(ctx context.Context, gc GraphConfig, g *graph.Graph) 
 // healthChecker is the optional health report of a Localizer.
 type healthChecker interface{ Healthy() bool }
 
+// modelReporter is the optional description of the model a Localizer
+// runs, for the daemon's start and reload log lines.
+type modelReporter interface{ Model() ModelInfo }
+
 // restartCounter is the optional plugin relaunch count of a Localizer.
 type restartCounter interface{ Restarts() int }

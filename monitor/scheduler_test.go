@@ -224,7 +224,8 @@ func TestPluginDeathIsRelaunched(t *testing.T) {
 		}
 		l.sick.Store(bornSick.Load())
 	}}
-	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory))
+	core, logs := observer.New(zapcore.InfoLevel)
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)))
 	sink := subscribeAlerts(t, r.nc, "p")
 
 	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: now}, "")
@@ -257,6 +258,16 @@ func TestPluginDeathIsRelaunched(t *testing.T) {
 	require.Len(t, f.all(), 5)
 	require.False(t, r.d.Status().Graphs[0].LocalizerHealth)
 	require.Equal(t, 4.0, value(t, r.d.metrics.restarts.WithLabelValues("p")))
+	require.Equal(t, 1, logs.FilterMessageSnippet("relaunches used up").Len(), "said once, the repeats held back")
+
+	// The next inference tries once more; up again, the plugin is said to
+	// be, and the budget's held-back lines are not reported after that.
+	bornSick.Store(false)
+	r.publish(t, "p", Event{Node: "3", State: StateInfected, TS: now}, "")
+	require.Eventually(t, func() bool { return logs.FilterMessage("forward plugin up again after its relaunches were used up").Len() == 1 },
+		10*time.Second, 5*time.Millisecond)
+	r.d.limiter.flush(true)
+	require.Zero(t, logs.FilterMessageSnippet("relaunches used up (restarts); the next inference or localize request tries once more (held back").Len())
 }
 
 // A localizer that answers every call with an error, its process alive,
@@ -291,6 +302,29 @@ func TestFailingInferenceIsNotReady(t *testing.T) {
 	require.Equal(t, alerts.Firing, got[0].Status)
 	require.Empty(t, r.d.readiness())
 	require.Empty(t, r.d.Status().Graphs[0].LastError)
+}
+
+// A failing inference that starts to work again during the outbreak says
+// so, with the repeats it held back, and leaves nothing held back for a
+// later line to report as if the failures went on.
+func TestInferenceRecoveryIsLogged(t *testing.T) {
+	cfg := testConfig(t, "p")
+	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) { l.failing.Store(true) }}
+	core, logs := observer.New(zapcore.InfoLevel)
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)))
+	sink := subscribeAlerts(t, r.nc, "p")
+
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return f.all()[0].calls.Load() >= 5 }, 10*time.Second, 5*time.Millisecond)
+	f.all()[0].failing.Store(false)
+	got := sink.wait(t, 1)
+	require.Equal(t, alerts.Firing, got[0].Status)
+	require.Eventually(t, func() bool { return logs.FilterMessage("inference succeeds again").Len() == 1 }, 10*time.Second, 5*time.Millisecond)
+	line := logs.FilterMessage("inference succeeds again").All()[0].ContextMap()
+	require.Equal(t, "p", line["graph"])
+	require.GreaterOrEqual(t, line["suppressed"], int64(1), "the repeats held back since the last line are counted here")
+	r.d.limiter.flush(true)
+	require.Zero(t, logs.FilterMessageSnippet("held back since the last line").Len(), "nothing is reported as still failing")
 }
 
 // An outbreak on nodes whose earlier infection left the window, and

@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sourcewatch/sourcewatch/localize"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
@@ -43,7 +46,8 @@ func TestDaemonPluginLifecycle(t *testing.T) {
 	cfg.Graphs = []monitor.GraphConfig{good, flaky}
 
 	reloadTo := cfg
-	d, err := monitor.New(cfg,
+	core, logs := observer.New(zapcore.InfoLevel)
+	d, err := monitor.New(cfg, monitor.WithLogger(zap.New(core)),
 		monitor.WithLocalizerFactory(monitor.BundleLocalizers(pluginDir, zap.NewNop())),
 		monitor.WithReload(func(context.Context) (monitor.Config, error) { return reloadTo, nil }))
 	require.NoError(t, err)
@@ -86,6 +90,18 @@ func TestDaemonPluginLifecycle(t *testing.T) {
 	require.ErrorContains(t, err, strings.Repeat("0", 64))
 	replay("good", 7)
 	require.Contains(t, []alerts.Status{alerts.Updated, alerts.Firing}, await("good").Status)
+
+	// The start and a reload say which bundle each graph runs, so a bundle
+	// retrained in place (same path, so no changed key) shows in the log.
+	m, err := localize.ReadManifest(bundle)
+	require.NoError(t, err)
+	reloadTo.Graphs = []monitor.GraphConfig{good, flaky}
+	require.NoError(t, d.Reload(ctx))
+	for _, msg := range []string{"sourcewatch serving", "reloaded"} {
+		lines := logs.FilterMessage(msg).All()
+		require.Len(t, lines, 1, msg)
+		require.Contains(t, lines[0].ContextMap()["models"], "good="+m.ID+" (icmf 1.0.0)", msg)
+	}
 }
 
 func scrape(t *testing.T, addr string) string {
