@@ -200,7 +200,7 @@ type graphRT struct {
 	// failing is set by a failed inference and cleared by one that works
 	// or by a tick with nothing to infer (the outbreak over): /readyz
 	// reports it, while lastErr stays for /status.
-	failing     atomic.Bool
+	failing atomic.Bool
 	// budgetSpent is set while the plugin is down with its relaunches
 	// used up, so the tick that finds it up again says so.
 	budgetSpent atomic.Bool

@@ -264,7 +264,9 @@ func TestPluginDeathIsRelaunched(t *testing.T) {
 	// be, and the budget's held-back lines are not reported after that.
 	bornSick.Store(false)
 	r.publish(t, "p", Event{Node: "3", State: StateInfected, TS: now}, "")
-	require.Eventually(t, func() bool { return logs.FilterMessage("forward plugin up again after its relaunches were used up").Len() == 1 },
+	require.Eventually(t, func() bool {
+		return logs.FilterMessage("forward plugin up again after its relaunches were used up").Len() == 1
+	},
 		10*time.Second, 5*time.Millisecond)
 	r.d.limiter.flush(true)
 	require.Zero(t, logs.FilterMessageSnippet("relaunches used up (restarts); the next inference or localize request tries once more (held back").Len())
