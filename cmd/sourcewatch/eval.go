@@ -82,7 +82,7 @@ func (a *app) evalConfig() (cfg eval.Config, implicit map[string]bool, err error
 			return cfg, nil, fmt.Errorf("--workers: %d is negative", cfg.Workers)
 		}
 	} else {
-		if cfg.Sim, err = simulationConfig(a.v); err != nil {
+		if cfg.Sim, err = a.simulationConfig(); err != nil {
 			return cfg, nil, err
 		}
 		if cfg.Cascades, cfg.Seed, cfg.Workers, err = simulationRun(a.v); err != nil {

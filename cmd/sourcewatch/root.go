@@ -27,6 +27,8 @@ type app struct {
 	stdout   io.Writer
 	stderr   io.Writer
 	terminal bool // stderr is a terminal: show progress bars, console logs
+	// flags are the command's flags by config key, for settingLayer.
+	flags map[string]*pflag.Flag
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -106,8 +108,10 @@ func (a *app) setup(cmd *cobra.Command) error {
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
 	v.AutomaticEnv()
 	var bindErr error
+	a.flags = map[string]*pflag.Flag{}
 	bind := func(f *pflag.Flag) {
-		if err := v.BindPFlag(strings.ReplaceAll(f.Name, "-", "_"), f); err != nil && bindErr == nil {
+		a.flags[flagKey(f.Name)] = f
+		if err := v.BindPFlag(flagKey(f.Name), f); err != nil && bindErr == nil {
 			bindErr = err
 		}
 	}
@@ -128,6 +132,30 @@ func (a *app) setup(cmd *cobra.Command) error {
 	}
 	a.log = log
 	return checkFlagKeys(cmd, v, log)
+}
+
+// Where a setting comes from, in viper's order of precedence.
+const (
+	fromDefault = iota
+	fromConfigFile
+	fromEnvironment
+	fromFlag
+)
+
+// settingLayer returns where the value of key comes from, for two
+// settings that say the same thing two ways (--sources, --source-ratio):
+// the one given at the stronger layer wins, and two given at the same
+// layer are a conflict.
+func (a *app) settingLayer(key string) int {
+	switch {
+	case a.flags[key] != nil && a.flags[key].Changed:
+		return fromFlag
+	case os.Getenv(envPrefix+"_"+strings.ToUpper(key)) != "":
+		return fromEnvironment
+	case a.v.InConfig(key):
+		return fromConfigFile
+	}
+	return fromDefault
 }
 
 // daemonConfigCommands read a daemon config file (configs/sourcewatch.yaml):

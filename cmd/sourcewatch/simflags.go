@@ -32,7 +32,7 @@ func addSimulationFlags(cmd *cobra.Command) {
 	f.Float64("gamma", d.Gamma, "SIR recovery probability per step")
 	f.Float64("p", d.P, "IC activation probability per arc (a weighted graph's weights replace it)")
 	f.Float64("lt-threshold", d.Threshold, "LT node threshold in [0,1]; negative draws U[0,1] per node per cascade")
-	f.String("sources", "", "sources per cascade: a count N or a range MIN-MAX (overrides --source-ratio)")
+	f.String("sources", "", "sources per cascade: a count N or a range MIN-MAX (instead of --source-ratio)")
 	f.Float64("source-ratio", d.Sources.Ratio, "sources per cascade as a fraction of the nodes")
 	f.String("pattern", string(d.Pattern), "source placement: uniform, degree (proportional to degree) or cluster (BFS ball)")
 	f.String("observe", fmt.Sprintf("%g-%g", d.ObserveMin, d.ObserveMax), "infected fraction at the snapshot, drawn per cascade from MIN-MAX (or one value)")
@@ -339,7 +339,8 @@ func (e *renamedError) Unwrap() error { return e.err }
 // simulationConfig builds the diffusion config from the simulation flags.
 // It checks what it can without the graph; source counts against the
 // graph's size are checked by diffusion.Config.Validate.
-func simulationConfig(v *viper.Viper) (diffusion.Config, error) {
+func (a *app) simulationConfig() (diffusion.Config, error) {
+	v := a.v
 	cfg := diffusion.DefaultConfig()
 	var err error
 	if cfg.Model, err = diffusion.ParseModel(v.GetString("diffusion")); err != nil {
@@ -370,7 +371,13 @@ func simulationConfig(v *viper.Viper) (diffusion.Config, error) {
 		}
 	}
 
-	if s := strings.TrimSpace(v.GetString("sources")); s != "" {
+	count, ratio := a.settingLayer("sources"), a.settingLayer("source_ratio")
+	if count == ratio && count > fromDefault {
+		// Either would be silently dropped for the other.
+		return cfg, fmt.Errorf("--sources %s and --source-ratio %v both given: give one (a count or range of sources, or a fraction of the nodes)",
+			v.GetString("sources"), v.GetFloat64("source_ratio"))
+	}
+	if s := strings.TrimSpace(v.GetString("sources")); s != "" && count >= ratio {
 		if cfg.Sources, err = parseSources(s); err != nil {
 			return cfg, fmt.Errorf("--sources: %w", err)
 		}

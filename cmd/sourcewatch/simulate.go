@@ -51,7 +51,7 @@ func (a *app) simulate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := simulationConfig(a.v)
+	cfg, err := a.simulationConfig()
 	if err != nil {
 		return err
 	}

@@ -217,6 +217,19 @@ func TestSimulateCommandPrecedence(t *testing.T) {
 	_, stderr, err = runSimulateCmd(t, "--config", cfgPath, "--graph", simKarate, "--cascades", "4", "--diffusion", "LT")
 	require.NoError(t, err)
 	require.Contains(t, stderr, "simulate: 4 LT cascades")
+
+	// --sources and --source-ratio say one thing two ways: the one given
+	// at the stronger layer wins (before, the file's sources beat the
+	// flag's ratio), and both at one layer are refused.
+	_, stderr, err = runSimulateCmd(t, "--config", cfgPath, "--graph", simKarate, "--source-ratio", "0.1")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "mean 3.0 sources", "10% of 34 nodes, not the file's 2")
+	t.Setenv("SOURCEWATCH_SOURCES", "4")
+	_, stderr, err = runSimulateCmd(t, "--config", cfgPath, "--graph", simKarate)
+	require.NoError(t, err)
+	require.Contains(t, stderr, "mean 4.0 sources")
+	_, _, err = runSimulateCmd(t, "--graph", simKarate, "--sources", "2", "--source-ratio", "0.1")
+	require.ErrorContains(t, err, "--sources 2 and --source-ratio 0.1 both given: give one")
 }
 
 func TestParseFraction(t *testing.T) {

@@ -307,7 +307,7 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 		prov, _ := json.Marshal(map[string]any{"file": filepath.Base(path), "cascades": len(cs)})
 		return cs, prov, nil, nil
 	}
-	cfg, err := simulationConfig(v)
+	cfg, err := a.simulationConfig()
 	if err != nil {
 		return nil, nil, nil, err
 	}
