@@ -72,13 +72,15 @@ type Settings struct {
 	Recorded string `json:"recorded,omitempty"`
 	Sources  string `json:"sources,omitempty"`
 	Pattern  string `json:"pattern,omitempty"`
-	// Beta, Gamma, P and Threshold are the simulation's parameters as
-	// set, whether or not its diffusion model reads them; Threshold is
-	// LT's node threshold, negative for theta_v ~ U[0,1] per node.
-	Beta      float64           `json:"beta"`
-	Gamma     float64           `json:"gamma"`
-	P         float64           `json:"p"`
-	Threshold float64           `json:"threshold"`
+	// Beta, Gamma, P and Threshold are the simulation's parameters that
+	// its diffusion model reads (nil the others: SI reads beta, SIR beta
+	// and gamma, IC p, unless a weighted graph's weights replace it, LT
+	// threshold); Threshold is LT's node threshold, negative for
+	// theta_v ~ U[0,1] per node.
+	Beta      *float64          `json:"beta,omitempty"`
+	Gamma     *float64          `json:"gamma,omitempty"`
+	P         *float64          `json:"p,omitempty"`
+	Threshold *float64          `json:"threshold,omitempty"`
 	Observe   [2]float64        `json:"observe"`
 	Methods   []string          `json:"methods"`
 	Params    map[string]string `json:"params,omitempty"`

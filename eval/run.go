@@ -726,13 +726,24 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 			Cascades: cfg.Cascades, Runs: cfg.Runs, Seed: cfg.Seed,
 			Train: int(math.Round(cfg.TrainFrac * float64(cfg.Cascades))), Validation: int(math.Round(cfg.ValFrac * float64(cfg.Cascades))), Test: ntest,
 			Sources: cfg.Sim.Sources.String(), Pattern: string(cfg.Sim.Pattern),
-			Beta: cfg.Sim.Beta, Gamma: cfg.Sim.Gamma, P: cfg.Sim.P, Threshold: cfg.Sim.Threshold,
 			Observe: [2]float64{cfg.Sim.ObserveMin, cfg.Sim.ObserveMax},
 			Methods: cfg.Methods, Params: cfg.Params, Redrawn: redrawn,
 		},
 	}
 	if rep.Settings.Pattern == "" {
 		rep.Settings.Pattern = string(diffusion.Uniform)
+	}
+	switch sim := cfg.Sim; sim.Model {
+	case diffusion.SI:
+		rep.Settings.Beta = &sim.Beta
+	case diffusion.SIR:
+		rep.Settings.Beta, rep.Settings.Gamma = &sim.Beta, &sim.Gamma
+	case diffusion.IC:
+		if !g.Weighted() {
+			rep.Settings.P = &sim.P
+		}
+	case diffusion.LT:
+		rep.Settings.Threshold = &sim.Threshold
 	}
 	if len(cfg.Recorded) > 0 {
 		// Nothing was simulated: the simulation's settings would only mislead.
@@ -742,7 +753,7 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 		if s.Recorded == "" {
 			s.Recorded = "recorded cascades"
 		}
-		s.Sources, s.Pattern, s.Beta, s.Gamma, s.P, s.Threshold, s.Observe = "", "", 0, 0, 0, 0, [2]float64{}
+		s.Sources, s.Pattern, s.Beta, s.Gamma, s.P, s.Threshold, s.Observe = "", "", nil, nil, nil, nil, [2]float64{}
 	}
 	// Every method is scored on the same test cascades in the same order,
 	// so a method's values pair with the reference method's.

@@ -137,7 +137,7 @@ func TestRun(t *testing.T) {
 	require.Equal(t, "rand.edges", rep.Graph)
 	require.Equal(t, 80, rep.Nodes)
 	require.Equal(t, Settings{Cascades: 40, Runs: 2, Seed: 11, Train: 24, Validation: 8, Test: 8,
-		Sources: "ratio 0.1", Pattern: "uniform", Beta: 0.1, Gamma: 0.05, P: 0.1, Threshold: -1,
+		Sources: "ratio 0.1", Pattern: "uniform", Beta: ptr(0.1), // SI reads beta alone
 		Observe: [2]float64{0.2, 0.5}, ObservedInfected: rep.Settings.ObservedInfected,
 		Methods: cfg.Methods, Params: cfg.Params, Redrawn: rep.Settings.Redrawn}, rep.Settings)
 	// Every test snapshot is at or above its target of at least 20%.
@@ -531,7 +531,7 @@ func TestRunOnRecordedCascades(t *testing.T) {
 	require.Equal(t, "recorded", rep.Diffusion)
 	require.Equal(t, "incidents.jsonl", rep.Settings.Recorded)
 	require.Equal(t, 50, rep.Settings.Cascades)
-	require.Zero(t, rep.Settings.Beta, "nothing simulated, no simulation settings")
+	require.Nil(t, rep.Settings.Beta, "nothing simulated, no simulation settings")
 	require.Equal(t, cfg.Runs*rep.Settings.Test, rep.Results[0].F1.N)
 	require.Nil(t, rep.ForwardFloorMSE)
 	// The runs split the same cascades differently: the second run's test
@@ -592,3 +592,5 @@ func TestReportCallsOutAPoorForwardFit(t *testing.T) {
 		"set the forward model's parameters, or compare forward models", "a model that reports no epochs is not trained")
 	require.NotContains(t, out, "slvae: forward_test_mse is", "10% above the floor is a fit")
 }
+
+func ptr(v float64) *float64 { return &v }
