@@ -252,8 +252,21 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if s.Recorded != "" {
 		fmt.Fprintf(&b, "%s: %d nodes, %d edges; cascades recorded in %s%s\n", name, r.Nodes, r.Edges, s.Recorded, held)
 	} else {
+		var params []string
+		for _, p := range []struct {
+			name string
+			v    *float64
+		}{{"beta", s.Beta}, {"gamma", s.Gamma}, {"p", s.P}, {"threshold", s.Threshold}} {
+			if p.v != nil {
+				params = append(params, fmt.Sprintf("%s %g", p.name, *p.v))
+			}
+		}
+		model := r.Diffusion
+		if len(params) > 0 {
+			model += " (" + strings.Join(params, ", ") + ")"
+		}
 		fmt.Fprintf(&b, "%s: %d nodes, %d edges; %s, sources %s (%s), observed at %g-%g infected%s\n",
-			name, r.Nodes, r.Edges, r.Diffusion, s.Sources, s.Pattern, s.Observe[0], s.Observe[1], held)
+			name, r.Nodes, r.Edges, model, s.Sources, s.Pattern, s.Observe[0], s.Observe[1], held)
 	}
 	runs := "runs"
 	if s.Runs == 1 {

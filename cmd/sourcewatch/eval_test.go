@@ -35,7 +35,7 @@ func TestEvalCommand(t *testing.T) {
 	// off a terminal there is no progress bar
 	require.NotContains(t, stderr, "eval [")
 	lines := strings.Split(stdout, "\n")
-	require.Contains(t, lines[0], "34 nodes, 78 edges; SI")
+	require.Contains(t, lines[0], "34 nodes, 78 edges; SI (beta 0.1), sources ratio 0.1")
 	require.Contains(t, stdout, "2 runs x 30 cascades (train 18 / validation 6 / test 6)")
 	header := -1
 	for i, l := range lines {
