@@ -276,16 +276,7 @@ func TestPluginDeathIsRelaunched(t *testing.T) {
 // makes the daemon not ready, naming the error, and is logged once as an
 // error, not at every tick; the next inference that works clears it.
 func TestFailingInferenceIsNotReady(t *testing.T) {
-	cfg := testConfig(t, "p")
-	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) { l.failing.Store(true) }}
-	core, logs := observer.New(zapcore.InfoLevel)
-	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)))
-	sink := subscribeAlerts(t, r.nc, "p")
-	require.Empty(t, r.d.readiness())
-
-	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
-	require.Eventually(t, func() bool { return f.all()[0].calls.Load() >= 5 }, 10*time.Second, 5*time.Millisecond,
-		"a failed inference is tried again at the next tick")
+	r, f, logs, sink := startFailingInference(t)
 	problems := r.d.readiness()
 	require.Len(t, problems, 1)
 	require.Equal(t, `graph p: last inference failed: graph "p": localizing: fake p.swb: plugin panic: index out of range`, problems[0])
@@ -306,18 +297,28 @@ func TestFailingInferenceIsNotReady(t *testing.T) {
 	require.Empty(t, r.d.Status().Graphs[0].LastError)
 }
 
-// A failing inference that starts to work again during the outbreak says
-// so, with the repeats it held back, and leaves nothing held back for a
-// later line to report as if the failures went on.
-func TestInferenceRecoveryIsLogged(t *testing.T) {
+// startFailingInference starts a daemon whose localizer answers every
+// call with an error, and an outbreak it has failed to infer five times.
+func startFailingInference(t *testing.T) (*running, *factoryOf, *observer.ObservedLogs, *alertSink) {
+	t.Helper()
 	cfg := testConfig(t, "p")
 	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) { l.failing.Store(true) }}
 	core, logs := observer.New(zapcore.InfoLevel)
 	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)))
 	sink := subscribeAlerts(t, r.nc, "p")
+	require.Empty(t, r.d.readiness())
 
 	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
-	require.Eventually(t, func() bool { return f.all()[0].calls.Load() >= 5 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return f.all()[0].calls.Load() >= 5 }, 10*time.Second, 5*time.Millisecond,
+		"a failed inference is tried again at the next tick")
+	return r, f, logs, sink
+}
+
+// A failing inference that starts to work again during the outbreak says
+// so, with the repeats it held back, and leaves nothing held back for a
+// later line to report as if the failures went on.
+func TestInferenceRecoveryIsLogged(t *testing.T) {
+	r, f, logs, sink := startFailingInference(t)
 	f.all()[0].failing.Store(false)
 	got := sink.wait(t, 1)
 	require.Equal(t, alerts.Firing, got[0].Status)
