@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
@@ -313,8 +314,28 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	d.clientURL.Store("")
 	d.httpAddr.Store("")
 	d.limiter = newLogLimiter(DefaultInterval, d.now, d.log)
+	d.metrics.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sourcewatch_ready",
+			Help: "1 when /readyz answers ready, 0 otherwise (starting, standing by, or a problem /readyz names).",
+		}, func() float64 { return boolGauge(len(d.readiness()) == 0) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sourcewatch_active",
+			Help: "1 when this replica has started and does the work (holds the HA lease, or runs without HA), 0 while starting or standing by.",
+		}, func() float64 { return boolGauge(d.active()) }))
 	return d, nil
 }
+
+// active reports whether this replica has started and is not standing by.
+func (d *Daemon) active() bool {
+	select {
+	case <-d.ready:
+		return d.standby.Load() == nil
+	default:
+		return false
+	}
+}
+
 
 // Ready is closed once Run is consuming and serving.
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
@@ -396,6 +417,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		// a failure sees its first one instead of a series appearing at 1.
 		d.metrics.infected.WithLabelValues(gc.Name)
 		d.metrics.inferErrors.WithLabelValues(gc.Name)
+		d.metrics.inference.WithLabelValues(gc.Name)
 		d.metrics.restarts.WithLabelValues(gc.Name)
 		d.metrics.pending.WithLabelValues(gc.Name)
 		d.metrics.pubFailed.WithLabelValues(gc.Name)

@@ -107,7 +107,11 @@ func TestHAStandbyTakesOver(t *testing.T) {
 		}, 10*time.Second, 10*time.Millisecond)
 		code, _ := get(t, "http://"+r.d.HTTPAddr()+"/healthz")
 		require.Equal(t, http.StatusOK, code)
+		m := metricFamilies(t, r.d)
+		require.Zero(t, m["sourcewatch_active"], "a standby does not do the work")
+		require.Zero(t, m["sourcewatch_ready"])
 	}
+	require.Equal(t, 1.0, metricFamilies(t, a.d)["sourcewatch_active"])
 
 	publish("3")
 	publish("4")
