@@ -336,7 +336,6 @@ func (d *Daemon) active() bool {
 	}
 }
 
-
 // Ready is closed once Run is consuming and serving.
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
