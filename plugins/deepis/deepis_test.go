@@ -664,3 +664,63 @@ func TestGatherKernelsMatchTheirDefinition(t *testing.T) {
 		}
 	}
 }
+
+// With P0 = 1 (p=1, or p=auto on a graph with fewer arcs than nodes, or
+// weights of 1) the learned scale starts at the clamp P = min(1, s P0);
+// it must still learn down. Before, the clamp's zero derivative held it
+// there and the model saturated (forward error 2-3 times the floor).
+func TestFitLearnsTheScaleDownFromTheClamp(t *testing.T) {
+	ctx := context.Background()
+	var edges []graph.Edge
+	for v := 1; v <= 50; v++ {
+		edges = append(edges, graph.Edge{From: 0, To: v}) // an out-star
+	}
+	g := graph.New(51, edges, nil, true, false)
+	require.Equal(t, 1.0, autoP(g), "50 arcs on 51 nodes")
+	rng := rand.New(rand.NewPCG(1, 1))
+	var pairs []forward.Pair
+	for k := 0; k < 60; k++ {
+		if k%2 == 1 {
+			v := 1 + rng.IntN(50)
+			pairs = append(pairs, forward.Pair{Sources: []int{v}, Infected: []int{v}})
+			continue
+		}
+		// The hub infects each leaf with probability 0.4, not 1.
+		infected := []int{0}
+		for v := 1; v <= 50; v++ {
+			if rng.Float64() < 0.4 {
+				infected = append(infected, v)
+			}
+		}
+		pairs = append(pairs, forward.Pair{Sources: []int{0}, Infected: infected})
+	}
+	m := New()
+	require.NoError(t, m.Configure(ctx, g, nil, nil))
+	_, err := m.Fit(ctx, pairs, forward.FitOptions{}, nil)
+	require.NoError(t, err)
+	require.Less(t, m.nt.logScale.Value[0], -0.5, "P = exp(a) P0 learned well below 1")
+}
+
+// Where P = 1 and a source's y is 1, the factor 1 - P y is clamped; the
+// gradient there must be the one-sided one from inside [0, 1], where
+// inference moves x from a corner. Before, it was 0 (a chain: analytic
+// 0.017, numeric -0.893).
+func TestVJPAtTheClampMatchesOneSidedDifferences(t *testing.T) {
+	ctx := context.Background()
+	var edges []graph.Edge
+	for v := 0; v < 30; v++ {
+		edges = append(edges, graph.Edge{From: v, To: v + 1}) // a directed chain
+	}
+	g := graph.New(31, edges, nil, true, false)
+	m := New()
+	require.NoError(t, m.Configure(ctx, g, map[string]string{"p": "1"}, nil))
+	randomize(m, 7) // scale e^0.3: P = min(1, 1.35) = 1
+	// A seed probability q well inside (0, 1), as a fitted model has, so
+	// a corner x_u = 1 moves y_u, and with it the clamped factor.
+	last := m.nt.mlp.Layers[len(m.nt.mlp.Layers)-1]
+	last.W.Zero()
+	last.B[0] = -1
+	res, err := forward.CheckVJP(ctx, m, g.N(), rand.New(rand.NewPCG(4, 4)), forward.VJPCheckOptions{Rows: 1, CornerRows: 3})
+	require.NoError(t, err)
+	require.True(t, res.Pass(), res.Describe(g.ID))
+}

@@ -28,7 +28,10 @@
 // propagation matrix P = min(1, s P0)
 // carries one learned scale s = exp(a) (a starts at 0), so training can
 // correct the assumed infection probability. Each factor 1 - P_uv y_u is
-// clamped below at 1e-12; the product is formed directly, which equals
+// clamped below at 1e-12 (reached only where P_uv = 1 and y_u = 1: the
+// gradient there is the one-sided one from inside [0, 1], as if unclamped,
+// which is what inference, moving x inward from a corner, sees); the
+// product is formed directly, which equals
 // exp(Σ log(1 - P_uv y_u)) and cannot overflow, and at worst underflows to
 // 0 exactly where y saturates at 1.
 //

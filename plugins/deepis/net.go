@@ -96,7 +96,7 @@ type tape struct {
 	ys   [][]float64 // Steps+1 iterates
 	prod [][]float64 // Steps products Π(1 - P y)
 	pe   []float64   // P per in-arc for this pass
-	peOK []bool      // P < 1, so dP/da = P (else clamped, 0)
+	peOK []bool      // s P0 <= 1, so dP/da = P (else clamped, 0); at 1, the derivative from below
 	rho  float64     // the source gate of this pass (0 without it)
 	gxe  []float64   // dL/dx through the source gate, node-major
 	outT []float64   // the gated output, node-major
@@ -245,7 +245,11 @@ func (nt *net) forward(w *worker, x []float64, rows int, y []float64) {
 	tp.peOK = tp.peOK[:len(nt.p0w)]
 	for a, wa := range nt.p0w {
 		p := s * wa
-		tp.peOK[a] = p < 1
+		// At exactly 1 (P0 = 1: a weight of 1, or p=auto on a graph with
+		// fewer arcs than nodes) the scale must still be able to learn
+		// down; with the clamp's zero derivative it stayed at P = 1 and the
+		// model saturated (forward error 2-3 times the floor).
+		tp.peOK[a] = p <= 1
 		tp.pe[a] = math.Min(p, 1)
 	}
 	if nt.uniform {
@@ -457,11 +461,10 @@ func (nt *net) stepBackUniform(tp *tape, g, gp, yp, pr []float64, training bool)
 		gv, e := g[c], pr[c]
 		gp[c] = gv * e
 		hv[c] = -gv * (1 - yu) * e
-		if m := 1 - p*yu; m < minFactor {
-			inv[c] = 0
-		} else {
-			inv[c] = 1 / m
-		}
+		// Past the clamp (P = 1, y_u = 1) the factor's derivative is the
+		// one from inside [0, 1], where m > 0: E/m with m the clamped
+		// value is still the product of the other factors.
+		inv[c] = 1 / max(1-p*yu, minFactor)
 	}
 	var gScale float64
 	for u := 0; u < nt.n; u++ {
@@ -503,11 +506,12 @@ func (nt *net) stepBackWeighted(tp *tape, g, gp, yp, pr []float64, training bool
 			p, ok := tp.pe[a], tp.peOK[a] && training
 			src, dst := yp[u:u+rows], gp[u:u+rows]
 			for b, yu := range src {
-				m := 1 - p*yu
-				if m < minFactor || hv[b] == 0 {
+				if hv[b] == 0 {
 					continue
 				}
-				dm := hv[b] / m
+				// As in stepBackUniform, the clamped factor keeps the
+				// derivative from inside [0, 1].
+				dm := hv[b] / max(1-p*yu, minFactor)
 				dst[b] -= dm * p
 				if ok {
 					*gScale -= dm * yu * p
