@@ -235,6 +235,7 @@ func TestEvalCommandWarnsOfUnusedWeights(t *testing.T) {
 	_, stderr, err := runEvalCmd(t, "--graph", weighted, "--cascades", "10", "--runs", "2", "--methods", "infected", "--diffusion", "SIR", "--beta", "0.4")
 	require.NoError(t, err)
 	require.Equal(t, 1, strings.Count(stderr, "the graph's edge weights are not used: SIR infects along every arc with --beta"), stderr)
+	require.Contains(t, stderr, "the forward models read them all the same", "eval trains forward models, which do read them")
 }
 
 // SL-VAE (through a real plugin process) and the learned baseline run in

@@ -196,6 +196,7 @@ func TestSimulateCommandWarnsOfUnusedWeights(t *testing.T) {
 				}
 				require.Equal(t, want, strings.Count(stderr, warning), stderr)
 			}
+			require.NotContains(t, stderr, "forward models", "simulate trains none")
 		})
 	}
 }
