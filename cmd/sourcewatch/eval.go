@@ -285,6 +285,9 @@ func (a *app) eval(ctx context.Context) error {
 	if err := cfg.Validate(g); err != nil {
 		return err
 	}
+	if err := a.refuseInputAsOutput("--json", a.v.GetString("json")); err != nil {
+		return err
+	}
 	if err := checkJSONPath(a.v.GetString("json")); err != nil {
 		return err
 	}

@@ -134,6 +134,32 @@ func (a *app) setup(cmd *cobra.Command) error {
 	return checkFlagKeys(cmd, v, log)
 }
 
+// refuseInputAsOutput returns an error when out, the value of flag, is a
+// file the command reads (the graph, the recorded cascades, the config
+// file): writing it would destroy it, an edge list turned into a bundle.
+func (a *app) refuseInputAsOutput(flag, out string) error {
+	if out == "" || out == "-" {
+		return nil
+	}
+	oi, err := os.Stat(out)
+	if err != nil {
+		return nil // not there yet: nothing to destroy
+	}
+	for _, in := range []struct{ what, path string }{
+		{"--graph", a.v.GetString("graph")},
+		{"the recorded cascades", recordedFile(a.v)},
+		{"--config", a.v.ConfigFileUsed()},
+	} {
+		if in.path == "" {
+			continue
+		}
+		if ii, err := os.Stat(in.path); err == nil && os.SameFile(oi, ii) {
+			return fmt.Errorf("%s %s: that is %s, which this command reads; writing it would destroy it", flag, out, in.what)
+		}
+	}
+	return nil
+}
+
 // Where a setting comes from, in viper's order of precedence.
 const (
 	fromDefault = iota

@@ -47,6 +47,9 @@ cascades also carry "recovered". Node ids are the graph file's own.`,
 }
 
 func (a *app) simulate(ctx context.Context) error {
+	if err := a.refuseInputAsOutput("--out", a.v.GetString("out")); err != nil {
+		return err
+	}
 	g, err := loadGraph(a.v)
 	if err != nil {
 		return err

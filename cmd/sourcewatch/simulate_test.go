@@ -331,3 +331,46 @@ func TestSimulateWarnsOfLTWeightsAboveOne(t *testing.T) {
 		require.Equal(t, tc.warns, strings.Contains(stderr, "20 of 20 nodes have incoming weights summing above 1"), "weight %s: %s", tc.weight, stderr)
 	}
 }
+
+// An output path naming one of the command's inputs is refused before
+// anything is written: simulate, train and eval once overwrote the edge
+// list, the recorded cascades or the config with their output.
+func TestOutputOverAnInputIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	edges := filepath.Join(dir, "g.edges")
+	src, err := os.ReadFile(simKarate)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(edges, src, 0o644))
+	cascades := filepath.Join(dir, "c.jsonl")
+	_, _, err = runCmd(t, "", "simulate", "--graph", edges, "--cascades", "20", "--out", cascades)
+	require.NoError(t, err)
+	recorded, err := os.ReadFile(cascades)
+	require.NoError(t, err)
+	config := filepath.Join(dir, "sw.yaml")
+	require.NoError(t, os.WriteFile(config, []byte("cascades: 20\n"), 0o644))
+	// The same file by another path is the same file.
+	sameEdges := filepath.Join(dir, ".", "g.edges")
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"simulate", "--graph", edges, "--out", sameEdges}, "--out " + sameEdges + ": that is --graph, which this command reads"},
+		{[]string{"simulate", "--graph", edges, "--config", config, "--out", config}, "that is --config"},
+		{[]string{"train", "--graph", edges, "--cascades-file", cascades, "--out", cascades}, "--out " + cascades + ": that is the recorded cascades"},
+		{[]string{"train", "--graph", edges, "--out", edges}, "that is --graph"},
+		{[]string{"eval", "--graph", edges, "--cascades", cascades, "--methods", "infected", "--json", edges}, "--json " + edges + ": that is --graph"},
+	} {
+		_, _, err := runCmd(t, "", tc.args...)
+		require.ErrorContains(t, err, tc.want, tc.args)
+	}
+	got, err := os.ReadFile(edges)
+	require.NoError(t, err)
+	require.Equal(t, src, got, "the edge list is untouched")
+	got, err = os.ReadFile(cascades)
+	require.NoError(t, err)
+	require.Equal(t, recorded, got, "the recorded cascades are untouched")
+	got, err = os.ReadFile(config)
+	require.NoError(t, err)
+	require.Equal(t, "cascades: 20\n", string(got))
+}

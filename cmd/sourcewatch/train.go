@@ -83,6 +83,9 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		return fmt.Errorf("--out: the bundle file to write is required")
 	}
 	// Refused now rather than after minutes of training.
+	if err := a.refuseInputAsOutput("--out", out); err != nil {
+		return err
+	}
 	switch fi, err := os.Stat(filepath.Dir(out)); {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("--out %s: directory %s does not exist", out, filepath.Dir(out))
