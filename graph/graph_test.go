@@ -22,6 +22,10 @@ func TestReadErrorsNameFileAndLine(t *testing.T) {
 		{"weight range", "0 1 1.5\n", "g.edges:1: weight 1.5 outside [0, 1]"},
 		{"mixed weights", "0 1 0.5\n1 2\n", "g.edges:2: 2 fields, but line 1 had 3"},
 		{"empty", "# nothing\n\n", "g.edges: graph has no nodes"},
+		{"comma and space", "0, 1\n1, 2\n", `g.edges:1: node id "0," ends with ",": fields are separated by spaces or tabs`},
+		{"semicolon and space", "a b\nb; c\n", `g.edges:2: node id "b;" ends with ";"`},
+		{"late byte-order mark", "# c\n\ufeff0 1\n", `g.edges:2: node id "\ufeff0" holds the invisible character U+FEFF`},
+		{"zero-width space", "a b\nb\u200b c\n", `g.edges:2: node id "b\u200b" holds the invisible character U+200B`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,6 +46,16 @@ func TestReadDropsSelfLoopsAndDuplicates(t *testing.T) {
 		require.Equal(t, 2, g.Degree(i))
 	}
 	require.Equal(t, 6, g.Arcs())
+}
+
+// A '#' starts a comment at the start of a line or after a space or tab;
+// inside an id it is part of it. Before, "bob#1234" and "bob#9999" were
+// both cut to "bob", one node.
+func TestHashInsideAnID(t *testing.T) {
+	g, err := Read(strings.NewReader("alice bob#1234\nalice bob#9999 # two people\nC# F#\t# languages\n#a b\n"), "x")
+	require.NoError(t, err)
+	require.Equal(t, []string{"C#", "F#", "alice", "bob#1234", "bob#9999"}, g.IDs())
+	require.Equal(t, Stats{Edges: 3}, g.Stats())
 }
 
 func TestDirectedKeepsBothArcs(t *testing.T) {

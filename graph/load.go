@@ -37,8 +37,11 @@ func Load(path string, opts ...Option) (*Graph, error) {
 }
 
 // Read parses a whitespace-separated edge list: one edge "u v" or "u v w"
-// per line, '#' starting a comment, blank lines ignored. Node ids are
-// arbitrary strings. w, when present, is the edge's infection probability
+// per line, '#' at the start of a line or after a space or tab starting a
+// comment, blank lines ignored. Node ids are arbitrary strings without
+// whitespace (a '#' inside one, as in C#, is part of it); an id ending in
+// a comma or semicolon, or holding a byte-order mark or zero-width space,
+// is refused as the mark of a file in another format. w, when present, is the edge's infection probability
 // and must be in [0, 1]; either every edge has a weight or none does.
 // Errors name the source and line, as "name:17: want 2 or 3 fields, got 1".
 //
@@ -73,9 +76,7 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			// first node's id.
 			text = strings.TrimPrefix(text, "\ufeff")
 		}
-		if i := strings.IndexByte(text, '#'); i >= 0 {
-			text = text[:i]
-		}
+		text = stripComment(text)
 		// Node ids travel as JSON and protobuf strings (cascade files,
 		// events, the plugin protocol), which must be UTF-8: an id that is
 		// not would load here and fail far away, or turn into U+FFFD and
@@ -99,6 +100,14 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 				hint = " (a node without edges is listed as a self-loop, `v v`: the loop is dropped, the node kept)"
 			}
 			return nil, fmt.Errorf("%s:%d: want 2 or 3 fields, got %d%s", name, line, len(fields), hint)
+		}
+		for _, id := range fields[:2] {
+			if strings.HasSuffix(id, ",") || strings.HasSuffix(id, ";") {
+				return nil, fmt.Errorf("%s:%d: node id %q ends with %q: fields are separated by spaces or tabs, not commas or semicolons", name, line, id, id[len(id)-1:])
+			}
+			if i := strings.IndexFunc(id, invisible); i >= 0 {
+				return nil, fmt.Errorf("%s:%d: node id %q holds the invisible character %U (a byte-order mark or zero-width space, as joining two exported files leaves): remove it, or the id is another node", name, line, id, []rune(id[i:])[0])
+			}
 		}
 		e := rawEdge{a: fields[0], b: fields[1], w: 1}
 		hasW := 0
@@ -211,3 +220,20 @@ func checkHeader(name string, line int, a, b string, rest [][2]string) error {
 	}
 	return fmt.Errorf("%s:%d: %q looks like a header, every other node id being a number: comment it out with #", name, line, a+" "+b)
 }
+
+// stripComment cuts text at the first '#' that starts the line or follows
+// a space or tab; one inside a token belongs to a node id.
+func stripComment(text string) string {
+	for i := 0; i < len(text); i++ {
+		if text[i] == '#' && (i == 0 || text[i-1] == ' ' || text[i-1] == '\t') {
+			return text[:i]
+		}
+	}
+	return text
+}
+
+// invisible reports the characters that cannot be seen in an id yet make
+// it another node's: U+FEFF (a byte-order mark past the first line),
+// U+200B (zero-width space) and U+2060 (word joiner). Zero-width joiners,
+// which some scripts and emoji need, are allowed.
+func invisible(r rune) bool { return r == '\ufeff' || r == '\u200b' || r == '\u2060' }
