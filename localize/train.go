@@ -341,6 +341,27 @@ const (
 // against it.
 const ForwardFloorMetric = "forward_floor_mse"
 
+// TestInfectedF1Metric and TestInfectedAUCMetric name the manifest metrics
+// holding the infected control's F1 and ROC-AUC on train's test cascades
+// (every infected node named a source, scored 1; the rest 0): what a
+// bundle must beat to say more than the observation itself.
+const (
+	TestInfectedF1Metric  = "test_infected_f1"
+	TestInfectedAUCMetric = "test_infected_auc"
+)
+
+// NoBetterThanInfected describes a bundle whose test ROC-AUC is not above
+// the infected control's on the same cascades; "" when it is, or when the
+// bundle records no control.
+func (m *Manifest) NoBetterThanInfected() string {
+	ctl, ok := m.Metrics[TestInfectedAUCMetric]
+	auc, ok2 := m.Metrics["test_auc"]
+	if !ok || !ok2 || auc > ctl {
+		return ""
+	}
+	return fmt.Sprintf("on its test cascades this bundle ranks no better than the observation itself (ROC-AUC %.3f, the infected control %.3f): its alerts add nothing to the list of infected nodes here; compare forward models and more cascades with eval on this graph before serving it", auc, ctl)
+}
+
 // VJPCheckMetric names the manifest metric holding Train's spot check of
 // the forward model's VJP against finite differences of its Predict
 // (forward.VJPCheck.MaxErr at one point, 8 coordinates): above 1 the VJP

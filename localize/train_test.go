@@ -298,6 +298,25 @@ func TestTrainChoosesPrior(t *testing.T) {
 	require.ErrorContains(t, err, `want auto or on, got "off"`)
 }
 
+func TestNoBetterThanInfected(t *testing.T) {
+	for _, tc := range []struct {
+		metrics map[string]float64
+		want    string
+	}{
+		{map[string]float64{"test_auc": 0.9, localize.TestInfectedAUCMetric: 0.8}, ""},
+		{map[string]float64{"test_auc": 0.755, localize.TestInfectedAUCMetric: 0.805}, "ranks no better than the observation itself (ROC-AUC 0.755, the infected control 0.805)"},
+		{map[string]float64{"test_auc": 0.8, localize.TestInfectedAUCMetric: 0.8}, "ROC-AUC 0.800, the infected control 0.800"},
+		{map[string]float64{"test_auc": 0.5}, ""}, // a bundle from before the control was recorded
+	} {
+		m := localize.Manifest{Metrics: tc.metrics}
+		if tc.want == "" {
+			require.Empty(t, m.NoBetterThanInfected(), tc.metrics)
+			continue
+		}
+		require.Contains(t, m.NoBetterThanInfected(), tc.want)
+	}
+}
+
 func TestOutsideTraining(t *testing.T) {
 	m := localize.Manifest{Graph: localize.GraphRef{Nodes: 100}, Metrics: map[string]float64{
 		localize.TrainInfectedMinMetric: 0.2, localize.TrainInfectedMaxMetric: 0.5}}

@@ -67,6 +67,9 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		if s := b.Manifest.VJPCheckFailure(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "vjp") {
 			log.Warn("the bundle's forward model has a wrong gradient: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
 		}
+		if s := b.Manifest.NoBetterThanInfected(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "control") {
+			log.Warn("the bundle ranks no better than the infected control: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
+		}
 		proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
 			PluginDir:       pluginDir,
 			Forward:         gc.Forward,

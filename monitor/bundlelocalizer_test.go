@@ -50,6 +50,8 @@ func TestBundleLocalizers(t *testing.T) {
 	b.Manifest.Metrics[localize.ForwardFloorMetric] = b.Manifest.Metrics["forward_val_mse"] / 2
 	// And a failed VJP spot check, as train records for a wrong gradient.
 	b.Manifest.Metrics[localize.VJPCheckMetric] = 40
+	// And a test ROC-AUC below the infected control's.
+	b.Manifest.Metrics["test_auc"], b.Manifest.Metrics[localize.TestInfectedAUCMetric] = 0.75, 0.80
 	bundle := filepath.Join(t.TempDir(), "karate.swb")
 	require.NoError(t, b.WriteFile(bundle))
 	gc := DefaultGraphConfig("karate")
@@ -72,6 +74,7 @@ func TestBundleLocalizers(t *testing.T) {
 	require.Positive(t, bl.PluginPID())
 	require.Equal(t, 1, logs.FilterMessageSnippet("fits its graph poorly").Len())
 	require.Equal(t, 1, logs.FilterMessageSnippet("has a wrong gradient: the forward model's VJP disagrees").Len())
+	require.Equal(t, 1, logs.FilterMessageSnippet("ranks no better than the infected control: on its test cascades").Len())
 
 	y := make([]float64, g.N())
 	for _, v := range cs[35].Infected {

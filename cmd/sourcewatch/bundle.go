@@ -309,6 +309,13 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 	if _, ok := m.Metrics["test_f1"]; ok {
 		fmt.Fprintf(w, "test        F1 %s  precision %s  recall %s  ROC-AUC %s  top-k %s  (%d held-out cascades)\n",
 			metric(m, "test_f1"), metric(m, "test_precision"), metric(m, "test_recall"), metric(m, "test_auc"), metric(m, "test_topk"), int(m.Metrics["test_cascades"]))
+		if _, ok := m.Metrics[localize.TestInfectedAUCMetric]; ok {
+			fmt.Fprintf(w, "control     infected (every infected node named): F1 %s  ROC-AUC %s on the same cascades\n",
+				metric(m, localize.TestInfectedF1Metric), metric(m, localize.TestInfectedAUCMetric))
+		}
+		if s := m.NoBetterThanInfected(); s != "" {
+			fmt.Fprintf(w, "note        %s\n", s)
+		}
 	}
 }
 

@@ -140,8 +140,10 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		return err
 	}
-	if s := b.Manifest.VJPCheckFailure(); s != "" {
-		fmt.Fprintf(a.stderr, "warning: %s: %s\n", path, s)
+	for _, s := range []string{b.Manifest.VJPCheckFailure(), b.Manifest.NoBetterThanInfected()} {
+		if s != "" {
+			fmt.Fprintf(a.stderr, "warning: %s: %s\n", path, s)
+		}
 	}
 	// Every line is checked, ids included, before the plugin starts, so a
 	// typo in the last line of a JSONL fails at once; the first bad line

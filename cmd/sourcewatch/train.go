@@ -401,7 +401,8 @@ func launchPlugin(ctx context.Context, a *app, path, sum string) (*forward.Proce
 }
 
 // heldOut solves up to limit test cascades with the bundle and returns
-// test_f1, test_precision, test_recall, test_topk and test_cascades.
+// test_f1, test_precision, test_recall, test_topk and test_cascades, and
+// the infected control's F1 and ROC-AUC on the same cascades.
 func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward, test []diffusion.Cascade, limit int) (map[string]float64, error) {
 	if limit <= 0 || limit > len(test) {
 		limit = len(test)
@@ -409,7 +410,7 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 	bar := a.progress("train test", limit)
 	defer bar.Done()
 	n := b.Manifest.Graph.Nodes
-	var prec, rec, f1, topk, auc []float64
+	var prec, rec, f1, topk, auc, ctlF1, ctlAUC []float64
 	y := make([]float64, n)
 	opts := b.Options()
 	for i := 0; i < limit; i++ {
@@ -422,12 +423,17 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 		m := eval.Score(b.Graph, test[i].Sources, eval.Prediction{Scores: res.Scores, Sources: res.Sources})
 		prec, rec, f1 = append(prec, m.Precision), append(rec, m.Recall), append(f1, m.F1)
 		topk, auc = append(topk, m.TopK), append(auc, m.AUC)
+		// The infected control on the same cascade, so the summary can
+		// say whether the bundle ranks better than the observation itself.
+		ctl := eval.Score(b.Graph, test[i].Sources, eval.Prediction{Scores: slices.Clone(y), Sources: test[i].Infected})
+		ctlF1, ctlAUC = append(ctlF1, ctl.F1), append(ctlAUC, ctl.AUC)
 		bar.Set(i+1, "")
 	}
 	mean := func(xs []float64) float64 { return eval.Summarize(xs).Mean }
 	return map[string]float64{
 		"test_precision": mean(prec), "test_recall": mean(rec), "test_f1": mean(f1),
 		"test_topk": mean(topk), "test_auc": mean(auc), "test_cascades": float64(limit),
+		localize.TestInfectedF1Metric: mean(ctlF1), localize.TestInfectedAUCMetric: mean(ctlAUC),
 	}, nil
 }
 

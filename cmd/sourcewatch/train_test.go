@@ -53,6 +53,7 @@ func trainSmall(t *testing.T, flags ...string) (out, bundle, pluginDir string) {
 func TestTrainSchedulePaper(t *testing.T) {
 	out, bundle, pluginDir := trainSmall(t, "--val-solves", "4", "--opt-steps", "10", "--schedule", "paper", "--prior", "on")
 	require.Contains(t, out, "schedule paper")
+	require.Contains(t, out, "control     infected (every infected node named): F1 ", "the test line has the infected control beside it")
 	b, err := localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
 	require.Equal(t, localize.Full, b.Manifest.Solve.Variant)
