@@ -197,16 +197,26 @@ func (a *app) warnUnusedSettings(g *graph.Graph, cfg diffusion.Config) {
 // the spread began, yet train would learn on it (eval says what its test
 // snapshots held; see warnOvershootMean).
 func (a *app) warnOvershoot(g *graph.Graph, cfg diffusion.Config, cs []diffusion.Cascade) {
-	over, all := 0, 0
+	over, all, bySources := 0, 0, 0
 	for _, c := range cs {
 		if float64(len(c.Infected)) > (cfg.ObserveMax+0.1)*float64(g.N()) {
 			over++
+			if len(c.Infected) <= len(c.Sources) {
+				// observed at the start: the sources alone are past it
+				bySources++
+			}
 		}
 		if len(c.Infected) == g.N() {
 			all++
 		}
 	}
 	if len(cs) == 0 || (over*4 < len(cs) && all*20 < len(cs)) {
+		return
+	}
+	if bySources*2 >= over && over > 0 {
+		a.log.Warn(fmt.Sprintf("%d of %d snapshots hold over %.0f%% of the nodes, past the --observe maximum %g, %d of them at the start: "+
+			"the sources alone are that many; fewer --sources (or a lower --source-ratio) or a higher --observe observe a spread, not its sources",
+			over, len(cs), 100*(cfg.ObserveMax+0.1), cfg.ObserveMax, bySources))
 		return
 	}
 	if cfg.ObserveMax+0.1 >= 1 {

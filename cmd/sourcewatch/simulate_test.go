@@ -278,6 +278,12 @@ func TestSimulateWarnsOfOvershoot(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, stderr, "snapshots hold over 60% of the nodes, past the --observe maximum 0.5")
 	require.Contains(t, stderr, "a lower --beta observes it earlier")
+	// Sources alone past the target: the advice is fewer sources, not a
+	// slower spread, which cannot help a snapshot at the start.
+	_, stderr, err = runSimulateCmd(t, "--graph", simKarate, "--sources", "15", "--observe", "0.2-0.3", "--cascades", "10")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "10 of 10 snapshots hold over 40% of the nodes, past the --observe maximum 0.3, 10 of them at the start: the sources alone are that many; fewer --sources")
+	require.NotContains(t, stderr, "--beta")
 	// The advice is the model's: IC reads --p, LT its threshold.
 	_, stderr, err = runSimulateCmd(t, "--graph", path, "--diffusion", "IC", "--p", "0.9", "--sources", "2", "--cascades", "50")
 	require.NoError(t, err)
