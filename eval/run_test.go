@@ -350,6 +350,12 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	d.AUC = Difference{Mean: -0.04, CI95: 0.05, N: 4}
 	require.NoError(t, worse.WriteTable(&buf))
 	require.NotContains(t, buf.String(), "ranks worse")
+	// Nor one whose difference rounds to -0.000, however narrow.
+	buf.Reset()
+	d.AUC = Difference{Mean: -2.5e-5, CI95: 3e-17, N: 4}
+	require.NoError(t, worse.WriteTable(&buf))
+	require.Contains(t, buf.String(), "AUC -0.000 ± 0.000")
+	require.NotContains(t, buf.String(), "ranks worse")
 }
 
 // An undefined mean or interval travels as JSON null and comes back NaN.
