@@ -2,6 +2,7 @@ package graph
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -82,7 +83,12 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 		// not would load here and fail far away, or turn into U+FFFD and
 		// merge with another.
 		if !utf8.ValidString(text) {
-			return nil, fmt.Errorf("%s:%d: not valid UTF-8: node ids are text (convert the file, e.g. iconv -f latin1 -t utf-8)", name, line)
+			from := "latin1"
+			if line == 1 && (strings.HasPrefix(text, "\xff\xfe") || strings.HasPrefix(text, "\xfe\xff")) {
+				// UTF-16's byte-order mark: what Windows tools call Unicode.
+				from = "utf-16"
+			}
+			return nil, fmt.Errorf("%s:%d: not valid UTF-8: node ids are text (convert the file, e.g. iconv -f %s -t utf-8)", name, line, from)
 		}
 		if i := strings.IndexFunc(text, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\r' && r != '\v' && r != '\f' }); i >= 0 {
 			return nil, fmt.Errorf("%s:%d: control character %U in the line: node ids are printable text", name, line, []rune(text[i:])[0])
@@ -96,6 +102,8 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			switch {
 			case strings.ContainsAny(text, ",;"):
 				hint = " (fields are separated by spaces or tabs, not commas or semicolons)"
+			case strings.ContainsAny(text, `"'`):
+				hint = " (quotes do not group: a node id cannot hold a space; replace spaces inside ids, e.g. with _)"
 			case len(fields) == 1:
 				hint = " (a node without edges is listed as a self-loop, `v v`: the loop is dropped, the node kept)"
 			}
@@ -140,6 +148,9 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 		raw = append(raw, e)
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return nil, fmt.Errorf("%s:%d: line longer than 16 MiB: not an edge list, or one without line breaks", name, line+1)
+		}
 		return nil, fmt.Errorf("%s:%d: %w", name, line+1, err)
 	}
 	if len(raw) > 1 {
