@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -16,6 +17,12 @@ func main() {
 	defer stop()
 	root := newRootCmd(os.Stdout, os.Stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
+		if ctx.Err() != nil && !strings.Contains(err.Error(), "nterrupted") {
+			// A command cut short by Ctrl-C or SIGTERM fails with whatever
+			// call the cancellation reached ("forward vjp: context
+			// canceled"); say first that it was stopped.
+			err = fmt.Errorf("interrupted: %w", err)
+		}
 		fmt.Fprintln(os.Stderr, "sourcewatch:", err)
 		stop()
 		os.Exit(1)
