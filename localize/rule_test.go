@@ -150,3 +150,18 @@ func TestReadOlderFormatBundles(t *testing.T) {
 		require.Equal(t, RankByScore, b.Manifest.Ranking)
 	}
 }
+
+func TestKeepCountRule(t *testing.T) {
+	for _, tc := range []struct {
+		count, threshold float64
+		keep             bool
+	}{
+		{0.55, 0.50, true},
+		{0.50, 0.55, false},
+		{0.50, 0.50, false}, // a tie keeps the threshold
+		{0.004, 0.0, false}, // nothing finds sources: noise, not a better rule
+		{0.01, 0.0, true},
+	} {
+		require.Equal(t, tc.keep, keepCountRule(tc.count, tc.threshold), "%+v", tc)
+	}
+}

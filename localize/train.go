@@ -866,7 +866,7 @@ func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, 
 	if !cfg.ThresholdOnly {
 		v.metrics[ThresholdF1Metric] = v.metrics["val_f1"]
 		rule, f1 := ChooseSourceRule(scores[best], val)
-		if mean(f1) > v.metrics["val_f1"]+1e-12 {
+		if keepCountRule(mean(f1), v.metrics["val_f1"]) {
 			v.rule = rule
 			v.metrics["val_f1"] = mean(f1)
 		}
@@ -893,4 +893,16 @@ func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, 
 		}
 	}
 	return v, nil
+}
+
+// minCountRuleF1 is the validation F1 below which a count rule is not
+// kept: there nothing finds sources, the rules' differences are noise,
+// and a fraction of the infected count named thousands of sources where
+// the training cascades had one (a 20,000-node path).
+const minCountRuleF1 = 0.01
+
+// keepCountRule reports whether a count rule of validation F1 countF1
+// replaces the threshold of validation F1 thresholdF1.
+func keepCountRule(countF1, thresholdF1 float64) bool {
+	return countF1 >= minCountRuleF1 && countF1 > thresholdF1+1e-12
 }
