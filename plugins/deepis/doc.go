@@ -6,7 +6,8 @@
 // Let P0 be the fixed edge infection-probability matrix (the graph's edge
 // weights when it is weighted, else the parameter p on every edge; p
 // defaults to 1/mean in-degree, so one infected node infects about one
-// neighbour per step). For a source vector x in [0,1]^n:
+// neighbour per step, at most 0.5: at P = 1 a graph with fewer arcs than
+// nodes saturates and nothing learns). For a source vector x in [0,1]^n:
 //
 //	features    φ_v = [x_v, (P0^T x)_v, ((P0^T)^2 x)_v, ..., ((P0^T)^H x)_v, log(1 + indeg_v)]
 //	initial     q_v = MLP(φ_v)                      (shared MLP, sigmoid output)
