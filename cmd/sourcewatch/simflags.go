@@ -96,6 +96,11 @@ func loadGraph(v *viper.Viper) (*graph.Graph, error) {
 	if path == "" {
 		return nil, errors.New("--graph: an edge list file is required")
 	}
+	if path == "-" {
+		// Standard input carries observations (localize) and cascades
+		// elsewhere; the graph is read more than once by some commands.
+		return nil, errors.New("--graph -: the graph is read from a file, not standard input (save it to a file, or pass /dev/stdin where nothing else reads it)")
+	}
 	// A directory opens fine and fails only on the first read, as
 	// "tmp:1: read /tmp: is a directory": say what is wrong instead.
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {

@@ -108,6 +108,7 @@ func TestSimulateCommandErrorsNameTheFlag(t *testing.T) {
 	}{
 		{"no graph", nil, "--graph: an edge list file is required"},
 		{"missing graph", []string{"--graph", "nope.edges"}, "--graph: loading graph"},
+		{"graph on stdin", []string{"--graph", "-"}, "--graph -: the graph is read from a file, not standard input"},
 		{"model", []string{"--diffusion", "SEIR"}, `--diffusion: invalid diffusion config: unknown diffusion model "SEIR"`},
 		{"beta", []string{"--beta", "1.5"}, "--beta: 1.5 is not a probability"},
 		{"gamma", []string{"--diffusion", "SIR", "--gamma", "-1"}, "--gamma: -1 is not a probability"},
@@ -133,7 +134,7 @@ func TestSimulateCommandErrorsNameTheFlag(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
-			if tc.name != "no graph" && tc.name != "missing graph" {
+			if tc.name != "no graph" && tc.name != "missing graph" && tc.name != "graph on stdin" {
 				args = append([]string{"--graph", simKarate, "--cascades", "3"}, args...)
 			}
 			stdout, _, err := runSimulateCmd(t, args...)
