@@ -97,8 +97,8 @@ func loadGraph(v *viper.Viper) (*graph.Graph, error) {
 		return nil, errors.New("--graph: an edge list file is required")
 	}
 	if path == "-" {
-		// Standard input carries observations (localize) and cascades
-		// elsewhere; the graph is read more than once by some commands.
+		// Standard input carries other input (localize's observations);
+		// "-" would otherwise fail as a file named "-" that is missing.
 		return nil, errors.New("--graph -: the graph is read from a file, not standard input (save it to a file, or pass /dev/stdin where nothing else reads it)")
 	}
 	// A directory opens fine and fails only on the first read, as
