@@ -386,7 +386,8 @@ const closeGrace = 5 * time.Second
 
 // Close stops the plugin process and waits for it: gracefully, then by
 // force after two seconds, or at once if a call has timed out, since a hung
-// plugin will not shut down gracefully. It is safe to call more than once.
+// plugin will not shut down gracefully; its whole process group too, at
+// once when hung, else after closeGrace. It is safe to call more than once.
 func (p *Process) Close() error {
 	p.close.Do(func() {
 		if p.hung.Load() {
