@@ -190,6 +190,7 @@ func TestReadHeaderBOMAndDroppedEdges(t *testing.T) {
 	}{
 		{"header", "src dst\n0 1\n1 2\n", `h.edges:1: "src dst" looks like a header, every other node id being a number: comment it out with #`},
 		{"header after a comment", "# exported\nfrom to\n0 1\n", `h.edges:2: "from to" looks like a header`},
+		{"header above text ids", "Source\tTarget\nalice bob\nbob carol\n", `h.edges:1: "Source Target" looks like a header (column names, linked to no other node)`},
 		{"weighted header", "src dst weight\n0 1 0.5\n", `h.edges:1: weight "weight" is not a number (a header line? comment it out with #)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -199,7 +200,8 @@ func TestReadHeaderBOMAndDroppedEdges(t *testing.T) {
 	}
 	// Not headers: string ids throughout, a first-line id used again, a
 	// single edge.
-	for _, ok := range []string{"a b\nb c\n", "x 0\nx 1\n", "a b\n"} {
+	// Column names linked to the rest are nodes.
+	for _, ok := range []string{"a b\nb c\n", "x 0\nx 1\n", "a b\n", "from to\nto v\n"} {
 		_, err := Read(strings.NewReader(ok), "h.edges")
 		require.NoError(t, err, "%q", ok)
 	}

@@ -222,14 +222,31 @@ func checkHeader(name string, line int, a, b string, rest [][2]string) error {
 	if numeric(a) && numeric(b) {
 		return nil
 	}
+	allNumeric, elsewhere := true, false
 	for _, e := range rest {
 		for _, id := range e {
-			if id == a || id == b || !numeric(id) {
-				return nil
-			}
+			elsewhere = elsewhere || id == a || id == b
+			allNumeric = allNumeric && numeric(id)
 		}
 	}
-	return fmt.Errorf("%s:%d: %q looks like a header, every other node id being a number: comment it out with #", name, line, a+" "+b)
+	switch {
+	case elsewhere:
+		return nil
+	case allNumeric:
+		return fmt.Errorf("%s:%d: %q looks like a header, every other node id being a number: comment it out with #", name, line, a+" "+b)
+	case headerWords[strings.ToLower(a)] && headerWords[strings.ToLower(b)]:
+		// Above text ids the numbers cannot tell; a pair of column
+		// names linked to nothing else can.
+		return fmt.Errorf("%s:%d: %q looks like a header (column names, linked to no other node): comment it out with #", name, line, a+" "+b)
+	}
+	return nil
+}
+
+// headerWords are the column names edge-list exports use.
+var headerWords = map[string]bool{
+	"source": true, "target": true, "from": true, "to": true, "src": true, "dst": true,
+	"u": true, "v": true, "node1": true, "node2": true, "id1": true, "id2": true,
+	"head": true, "tail": true, "sender": true, "receiver": true,
 }
 
 // stripComment cuts text at the first '#' that starts the line or follows
