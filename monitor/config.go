@@ -90,6 +90,11 @@ type SubjectConfig struct {
 type HTTPConfig struct {
 	// Addr is host:port; empty disables HTTP.
 	Addr string `mapstructure:"addr"`
+	// Pprof serves Go's profiles under /debug/pprof/ (heap, goroutines,
+	// CPU), for an operator chasing memory or CPU in a long run. Off by
+	// default: a profile can be costly and shows internals, so enable it
+	// only on an address others cannot reach.
+	Pprof bool `mapstructure:"pprof"`
 }
 
 // EventsConfig limits the SOURCEWATCH_EVENTS stream. Zero or negative
@@ -210,6 +215,7 @@ func scalarDefaults() map[string]any {
 		"plugin_dir":        d.PluginDir,
 		"workers":           d.Workers,
 		"http.addr":         d.HTTP.Addr,
+		"http.pprof":        d.HTTP.Pprof,
 		"data_dir":          d.DataDir,
 		"snapshot_interval": d.SnapshotInterval,
 		"max_event_bytes":   d.MaxEventBytes,

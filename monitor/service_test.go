@@ -411,3 +411,19 @@ func TestPreflightFailsBeforeWaitingForNATS(t *testing.T) {
 	}
 	require.Empty(t, d.HTTPAddr(), "HTTP never came up")
 }
+
+// Go's profiles are served only when http.pprof asks for them.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		cfg := testConfig(t, "p")
+		cfg.HTTP.Pprof = on
+		r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+		code, body := get(t, "http://"+r.d.HTTPAddr()+"/debug/pprof/heap?debug=1")
+		if !on {
+			require.Equal(t, http.StatusNotFound, code)
+			continue
+		}
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, body, "heap profile:")
+	}
+}
