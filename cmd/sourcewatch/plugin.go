@@ -34,7 +34,8 @@ func newPluginCheckCmd(a *app) *cobra.Command {
 		Use:   "check PATH|NAME",
 		Short: "Check a forward-model plugin against the plugin contract",
 		Long: `check launches a forward-model plugin (a path, or a name looked up as
-sourcewatch-forward-NAME in --plugin-dir) and checks it against the contract:
+sourcewatch-forward-NAME in --plugin-dir; a bare name is a path only when a
+file of that name is in the working directory) and checks it against the contract:
 the handshake, Info, Configure, Fit on a small simulated set (and that the
 fitted state restores the same model), Predict shape and range, behaviour on
 an empty and a full x, determinism, the VJP against finite differences
@@ -76,11 +77,15 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 	v := a.v
 	path := arg
 	if !strings.ContainsRune(arg, os.PathSeparator) {
-		if _, err := os.Stat(arg); err != nil {
+		// A bare name is a file here only if it is one: a directory of the
+		// same name (a plugin's source tree, jsmf/ beside its build) is not
+		// the plugin, which --plugin-dir then finds.
+		if fi, err := os.Stat(arg); err != nil || fi.IsDir() {
 			// The binary's name, as ls shows it, names the plugin too.
 			name := strings.TrimPrefix(arg, forward.BinaryPrefix)
-			if path, err = forward.PluginPath(v.GetString("plugin_dir"), name); err != nil {
-				return err
+			var perr error
+			if path, perr = forward.PluginPath(v.GetString("plugin_dir"), name); perr != nil {
+				return perr
 			}
 		}
 	}

@@ -34,6 +34,17 @@ func TestPluginCheck(t *testing.T) {
 	require.True(t, rep.Passed)
 	require.Equal(t, "icmf", rep.Info.Name)
 	require.Len(t, rep.Results, 12)
+	// By name from a directory holding a directory of that name (the
+	// plugin's source tree): the plugin dir's binary, not the directory.
+	karate, err := filepath.Abs("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	t.Run("name beside a directory of that name", func(t *testing.T) {
+		t.Chdir(t.TempDir())
+		require.NoError(t, os.Mkdir("icmf", 0o755))
+		out, _, err := runCmd(t, "", "plugin", "check", "icmf", "--plugin-dir", filepath.Dir(icmf), "--graph", karate, "--cascades", "4", "--log-level", "warn")
+		require.NoError(t, err, out)
+		require.Contains(t, out, "\nPASS\n")
+	})
 	// By its binary's name, as ls shows it.
 	out, _, err = runCmd(t, "", "plugin", "check", "sourcewatch-forward-icmf", "--plugin-dir", filepath.Dir(icmf), "--cascades", "4", "--log-level", "warn")
 	require.NoError(t, err, out)
