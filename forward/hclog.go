@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -66,6 +67,9 @@ func zapLevel(l hclog.Level) zapcore.Level {
 func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
+	}
+	if lv, m, a, ok := hclogLine(msg); ok {
+		level, msg, args = lv, m, append(args, a...)
 	}
 	if l.demote && level == hclog.Info {
 		level = hclog.Debug
@@ -259,4 +263,36 @@ func (t *stderrTail) String() string {
 		lines = append(slices.Clone(lines), s)
 	}
 	return strings.Join(lines, " | ")
+}
+
+// hclogLine decodes a plugin's stderr line that go-plugin passed on as
+// text although it is an hclog JSON line: go-plugin parses @timestamp with
+// exactly six fractional digits and gives up on any other (JavaScript's
+// toISOString has three), so the line lost its level and message. The
+// timestamp is dropped (the host's log stamps its own); ok is false for
+// anything but a JSON object with a string @message.
+func hclogLine(s string) (level hclog.Level, msg string, args []any, ok bool) {
+	if !strings.HasPrefix(s, "{") || !strings.Contains(s, `"@message"`) {
+		return 0, "", nil, false
+	}
+	var raw map[string]any
+	if json.Unmarshal([]byte(s), &raw) != nil {
+		return 0, "", nil, false
+	}
+	msg, ok = raw["@message"].(string)
+	if !ok {
+		return 0, "", nil, false
+	}
+	level = hclog.Info
+	if lv, isString := raw["@level"].(string); isString {
+		if level = hclog.LevelFromString(lv); level == hclog.NoLevel {
+			level = hclog.Info
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(raw)) {
+		if !strings.HasPrefix(k, "@") {
+			args = append(args, k, raw[k])
+		}
+	}
+	return level, msg, args, true
 }

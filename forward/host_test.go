@@ -440,9 +440,16 @@ func TestForeignPlugin(t *testing.T) {
 	g := karate(t)
 	path := filepath.Join(t.TempDir(), "sourcewatch-forward-foreign")
 	require.NoError(t, os.Symlink(forwardtest.Build(t, faulty), path))
-	p, err := forward.Launch(t.Context(), path)
+	core, logs := observer.New(zapcore.InfoLevel)
+	p, err := forward.Launch(t.Context(), path, forward.WithLogger(zap.New(core)))
 	require.NoError(t, err)
 	defer p.Close()
+	// Its hclog line keeps level, message and fields although its
+	// timestamp has milliseconds, not the six digits go-plugin parses.
+	require.Eventually(t, func() bool { return logs.FilterMessage("foreign: serving").Len() == 1 }, 10*time.Second, 10*time.Millisecond, "%v", logs.All())
+	line := logs.FilterMessage("foreign: serving").All()[0]
+	require.Equal(t, zapcore.WarnLevel, line.Level)
+	require.Equal(t, "foreign", line.ContextMap()["impl"])
 	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"steps": "3"}, nil))
 	in := icmf.New()
 	require.NoError(t, in.Configure(t.Context(), g, map[string]string{"steps": "3"}, nil))

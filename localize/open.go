@@ -101,6 +101,21 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 	if err != nil {
 		return nil, err
 	}
+	if o.Checksum == "" && b.Manifest.Forward.Version != "" {
+		// The checksum pins the file the host starts; for a plugin that a
+		// script runs (node server.js) that is the script, so the version
+		// the plugin reports is the check on the code behind it.
+		info, err := p.Info(ctx)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		if info.Version != b.Manifest.Forward.Version {
+			p.Close()
+			return nil, fmt.Errorf("forward plugin %s: reports version %q, bundle %s was trained with %q: retrain the bundle, or pin this build's sha256 with forward_checksum or --forward-checksum if it is the same model",
+				path, info.Version, b.Manifest.ID, b.Manifest.Forward.Version)
+		}
+	}
 	if err := p.Configure(ctx, b.Graph, mergeParams(b.Manifest.Forward.Params, o.Params), b.ForwardState); err != nil {
 		p.Close()
 		return nil, err // names the plugin and the call

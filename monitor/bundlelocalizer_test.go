@@ -42,7 +42,7 @@ func TestBundleLocalizers(t *testing.T) {
 	opts := localize.DefaultOptions()
 	opts.Restarts = 2
 	b, err := localize.Train(t.Context(), g, m, pairs[:30], pairs[30:], localize.TrainConfig{
-		Forward: localize.ForwardRef{Name: "icmf", Version: "test", SHA256: hex.EncodeToString(sum)},
+		Forward: localize.ForwardRef{Name: "icmf", Version: icmf.Version, SHA256: hex.EncodeToString(sum)},
 		Prior:   pc, Prototypes: 8, Solve: opts, ValidationSolves: 3, Seed: 1,
 	}, nil)
 	require.NoError(t, err)

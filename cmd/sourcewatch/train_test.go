@@ -472,6 +472,19 @@ func TestTrainThenLocalize(t *testing.T) {
 	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", filepath.Dir(other), "--forward-checksum", hex.EncodeToString(otherSum[:]))
 	require.NoError(t, err)
 	require.Contains(t, out, ": match (the pinned SHA-256; the bundle recorded "+b.Manifest.Forward.SHA256[:12]+")")
+	// A plugin reporting another version than the bundle recorded (a
+	// script's code changed behind an unchanged script) is refused unless
+	// pinned.
+	full, err := localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	full.Manifest.Forward.Version = "0.9.0"
+	older := filepath.Join(t.TempDir(), "older.swb")
+	require.NoError(t, full.WriteFile(older))
+	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", older, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.ErrorContains(t, err, `reports version "1.0.0", bundle `+full.Manifest.ID+` was trained with "0.9.0"`)
+	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", older, "--plugin-dir", pluginDir,
+		"--forward-checksum", b.Manifest.Forward.SHA256, "--log-level", "warn")
+	require.NoError(t, err, "pinned, the build is vouched for")
 	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir, "--forward-checksum", hex.EncodeToString(otherSum[:]))
 	require.ErrorIs(t, err, errPluginMismatch, "pinned, the recorded build is not the one")
 	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", t.TempDir())

@@ -87,6 +87,10 @@ func serveForeign(fused bool) error {
 	h.SetServingStatus("plugin", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(s, h)
 	fmt.Printf("1|1|tcp|%s|grpc|%s\n", lis.Addr(), base64.RawStdEncoding.EncodeToString(der))
+	// An hclog JSON line stamped the way JavaScript's toISOString does,
+	// with milliseconds, which go-plugin's own parser refuses.
+	fmt.Fprintf(os.Stderr, `{"@level":"warn","@message":"foreign: serving","@timestamp":%q,"impl":"foreign"}`+"\n",
+		time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00"))
 	return s.Serve(lis)
 }
 
