@@ -62,10 +62,18 @@ func (p *progress) heartbeat() {
 			return
 		case <-t.C:
 			p.mu.Lock()
-			done, note, elapsed := p.done, p.suffix, p.nowFunc().Sub(p.start)
+			done, total, note, elapsed := p.done, p.total, p.suffix, p.nowFunc().Sub(p.start)
 			p.mu.Unlock()
-			p.log.Info(p.label+": progress", zap.Int("done", done), zap.Int("total", p.total),
-				zap.Duration("elapsed", elapsed.Round(time.Second)), zap.String("at", note))
+			fields := []zap.Field{zap.Int("done", done), zap.Int("total", total), zap.Duration("elapsed", elapsed.Round(time.Second))}
+			if done > 0 && done < total {
+				// at the pace so far: a guide, as units need not cost alike
+				left := time.Duration(float64(elapsed) * float64(total-done) / float64(done))
+				fields = append(fields, zap.Duration("eta", left.Round(time.Second)))
+			}
+			if note != "" {
+				fields = append(fields, zap.String("at", note))
+			}
+			p.log.Info(p.label+": progress", fields...)
 		}
 	}
 }

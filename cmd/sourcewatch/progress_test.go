@@ -30,6 +30,15 @@ func TestProgressOffTerminalLogsOnItsOwnClock(t *testing.T) {
 	require.Equal(t, "eval: progress", e.Message)
 	require.Equal(t, int64(3), e.ContextMap()["done"])
 	require.Equal(t, "slvae", e.ContextMap()["at"])
+	require.Contains(t, e.ContextMap(), "eta", "3 of 100 done: the rest at the pace so far")
+
+	// No note, no empty "at"; nothing done yet, no guess at the rest.
+	core, logs = observer.New(zap.InfoLevel)
+	p = newProgress(&out, false, zap.New(core), "train", 10, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return logs.Len() >= 1 }, 5*time.Second, 5*time.Millisecond)
+	p.Done()
+	require.NotContains(t, logs.All()[0].ContextMap(), "at")
+	require.NotContains(t, logs.All()[0].ContextMap(), "eta")
 
 	core, logs = observer.New(zap.InfoLevel)
 	out.Reset()
