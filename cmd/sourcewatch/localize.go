@@ -300,7 +300,13 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	// Four digits: scores of a large infected region often agree to three.
 	fmt.Fprintf(w, "%5s  %-16s %7s %12s\n", "rank", "node", "score", "probability")
 	for i, s := range list {
-		fmt.Fprintf(w, "%5d  %-16s %7.4f %12.3f\n", i+1, s.Node, s.Score, s.Probability)
+		score := s.Score
+		if score < 1 && score >= 0.99995 {
+			// Rounded it would read 1.0000 beside a --threshold 1 that
+			// it does not reach.
+			score = 0.9999
+		}
+		fmt.Fprintf(w, "%5d  %-16s %7.4f %12.3f\n", i+1, s.Node, score, s.Probability)
 	}
 	if len(o.Tied) > 0 {
 		names := make([]string, len(o.Tied))
