@@ -138,6 +138,15 @@ type Difference struct {
 	N    int     `json:"n"`
 }
 
+// String is "+0.057 ± 0.012", or "undefined" where no cascade defined
+// the difference (AUC on a graph of one node).
+func (d Difference) String() string {
+	if d.N == 0 || math.IsNaN(d.Mean) {
+		return "undefined"
+	}
+	return fmt.Sprintf("%+.3f ± %.3f", d.Mean, d.CI95)
+}
+
 // pairedDifference summarises a[i] - b[i] over the i where both are defined.
 func pairedDifference(a, b []float64) Difference {
 	d := make([]float64, 0, len(a))
@@ -339,8 +348,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 				// should not miss a method ranking worse than its reference.
 				verdict = fmt.Sprintf("; ranks worse than %s here", v.Reference)
 			}
-			fmt.Fprintf(&b, "%s - %s: F1 %+.3f ± %.3f, AUC %+.3f ± %.3f (95%% CI, paired over %s)%s\n",
-				res.Method, v.Reference, v.F1.Mean, v.F1.CI95, v.AUC.Mean, v.AUC.CI95, over, verdict)
+			fmt.Fprintf(&b, "%s - %s: F1 %s, AUC %s (95%% CI, paired over %s)%s\n",
+				res.Method, v.Reference, v.F1.String(), v.AUC.String(), over, verdict)
 		}
 	}
 	for _, res := range r.Results {

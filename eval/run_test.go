@@ -356,6 +356,12 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	require.NoError(t, worse.WriteTable(&buf))
 	require.Contains(t, buf.String(), "AUC -0.000 ± 0.000")
 	require.NotContains(t, buf.String(), "ranks worse")
+	// No cascade defining the AUC (a graph of one node): said, not NaN.
+	buf.Reset()
+	d.AUC = Difference{Mean: math.NaN(), CI95: math.NaN()}
+	require.NoError(t, worse.WriteTable(&buf))
+	require.Contains(t, buf.String(), "AUC undefined (95% CI")
+	require.NotContains(t, buf.String(), "NaN")
 }
 
 // An undefined mean or interval travels as JSON null and comes back NaN.
