@@ -5,11 +5,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+
+	"github.com/sourcewatch/sourcewatch/eval"
 )
 
 func main() {
@@ -17,7 +19,7 @@ func main() {
 	defer stop()
 	root := newRootCmd(os.Stdout, os.Stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
-		if ctx.Err() != nil && !strings.Contains(err.Error(), "nterrupted") {
+		if ctx.Err() != nil && !errors.Is(err, eval.ErrInterrupted) {
 			// A command cut short by Ctrl-C or SIGTERM fails with whatever
 			// call the cancellation reached ("forward vjp: context
 			// canceled"); say first that it was stopped.
