@@ -422,6 +422,34 @@ func TestPluginDiesWithHost(t *testing.T) {
 		"plugin %d outlived its host", pid)
 }
 
+// A plugin started by a wrapper script that does not exec it dies with a
+// host killed outright too: the kernel kills the script (the host's
+// Pdeathsig), and the plugin, child of the script, by the signal Serve set on
+// itself. Before, it was left running, reparented to init.
+func TestWrappedPluginDiesWithHost(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("Pdeathsig is Linux only")
+	}
+	path, pidFile := wrapper(t, forwardtest.Build(t, "icmf"))
+	host := exec.Command(os.Args[0], "-test.run=^$")
+	host.Env = append(os.Environ(), orphanEnv+"="+path)
+	out, err := host.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, host.Start())
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	script, err := strconv.Atoi(strings.TrimSpace(line))
+	require.NoError(t, err, "host said %q", line)
+	child := readPid(t, pidFile)
+	require.NotEqual(t, script, child)
+	require.True(t, alive(child))
+	require.NoError(t, host.Process.Kill())
+	_ = host.Wait()
+	require.Eventually(t, func() bool { return !alive(script) && !alive(child) }, 10*time.Second, 20*time.Millisecond,
+		"script %d or its plugin %d outlived the host", script, child)
+}
+
 // alive reports whether pid exists and is not a zombie waiting for init.
 func alive(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")

@@ -63,6 +63,7 @@ func Serve(m Model) {
 	// plugins itself, and the parent-death signal covers a host that dies,
 	// so a plugin ignores SIGTERM, as go-plugin makes it ignore SIGINT.
 	signal.Ignore(syscall.SIGTERM)
+	dieWithParent()
 	shared, err := pluginShared()
 	if err != nil {
 		// The host sends bytes to a plugin that does not claim the region.

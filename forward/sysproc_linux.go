@@ -18,8 +18,9 @@ import (
 // the binary: the plugin is then the script's child, holds the pipes
 // go-plugin reads, and would outlive a kill of the script alone, with the
 // host waiting on those pipes until it exits. killProcessGroup takes the
-// whole group down. Pdeathsig reaches the script only, so such a plugin still
-// outlives a host killed outright; forward/README.md asks authors to exec.
+// whole group down. Pdeathsig reaches the script only; a plugin built on
+// Serve sets it on itself too (dieWithParent), so it follows the script down
+// when the host is killed outright. forward/README.md asks authors to exec.
 func isolateProcess(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 }
