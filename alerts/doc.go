@@ -60,8 +60,10 @@
 // # Stream, publishing and tailing
 //
 // EnsureStream creates or updates SOURCEWATCH_ALERTS (subjects
-// <prefix>.alerts.>, file storage, alerts kept 7 days, 24 h duplicate
-// window). A Publisher sends each alert with the headers Nats-Msg-Id (the
+// <prefix>.alerts.>, file storage, by default alerts kept 7 days with no
+// size cap, 24 h duplicate window; WithMaxAge, WithMaxBytes and
+// WithReplicas change the limits, the daemon's alerts.* and
+// events.replicas keys). A Publisher sends each alert with the headers Nats-Msg-Id (the
 // id), Sourcewatch-Schema and Sourcewatch-Status, and waits for the stream's
 // acknowledgement. Tail follows the stream with an ordered consumer, one
 // graph or all, from new alerts on (default), FromStart or Since a time;

@@ -66,9 +66,37 @@ func checkTokens(what, s string) error {
 	return nil
 }
 
-// StreamConfig is the configuration EnsureStream applies.
-func StreamConfig(prefix string) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
+// StreamOption changes a limit of the alert stream from its default.
+type StreamOption func(*jetstream.StreamConfig)
+
+// WithMaxAge keeps alerts for d instead of StreamMaxAge; zero or less
+// keeps them until another limit removes them. The duplicate window is
+// shortened to d where d is shorter, as JetStream requires.
+func WithMaxAge(d time.Duration) StreamOption {
+	return func(c *jetstream.StreamConfig) { c.MaxAge = max(d, 0) }
+}
+
+// WithMaxBytes caps the stream at n bytes, the oldest alerts removed
+// first; zero or less leaves it uncapped (the default).
+func WithMaxBytes(n int64) StreamOption {
+	return func(c *jetstream.StreamConfig) {
+		c.MaxBytes = -1
+		if n > 0 {
+			c.MaxBytes = n
+		}
+	}
+}
+
+// WithReplicas stores the stream on r servers of a JetStream cluster (at
+// least one).
+func WithReplicas(r int) StreamOption {
+	return func(c *jetstream.StreamConfig) { c.Replicas = max(r, 1) }
+}
+
+// StreamConfig is the configuration EnsureStream applies: the defaults
+// (alerts kept StreamMaxAge, no size cap, one replica) changed by opts.
+func StreamConfig(prefix string, opts ...StreamOption) jetstream.StreamConfig {
+	c := jetstream.StreamConfig{
 		Name:        StreamName,
 		Description: "sourcewatch alerts (schema " + Schema + ")",
 		Subjects:    []string{prefix + ".alerts.>"},
@@ -76,18 +104,28 @@ func StreamConfig(prefix string) jetstream.StreamConfig {
 		Retention:   jetstream.LimitsPolicy,
 		Discard:     jetstream.DiscardOld,
 		MaxAge:      StreamMaxAge,
+		MaxBytes:    -1,
 		Duplicates:  StreamDuplicates,
+		Replicas:    1,
 	}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.MaxAge > 0 && c.Duplicates > c.MaxAge {
+		c.Duplicates = c.MaxAge
+	}
+	return c
 }
 
-// EnsureStream creates the alert stream, or updates it to StreamConfig(prefix)
-// when it exists; calling it again is harmless. The stream name does not
-// depend on the prefix: one server (or account) serves one prefix.
-func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string) (jetstream.Stream, error) {
+// EnsureStream creates the alert stream, or updates it to
+// StreamConfig(prefix, opts...) when it exists; calling it again is
+// harmless. The stream name does not depend on the prefix: one server (or
+// account) serves one prefix.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, prefix string, opts ...StreamOption) (jetstream.Stream, error) {
 	if err := checkTokens("prefix", prefix); err != nil {
 		return nil, err
 	}
-	s, err := js.CreateOrUpdateStream(ctx, StreamConfig(prefix))
+	s, err := js.CreateOrUpdateStream(ctx, StreamConfig(prefix, opts...))
 	if err != nil {
 		return nil, fmt.Errorf("alerts: ensuring stream %s: %w", StreamName, err)
 	}

@@ -85,6 +85,38 @@ func TestEnsureStreamIdempotent(t *testing.T) {
 	require.ErrorIs(t, err, ErrSubject)
 }
 
+// The limits an operator sets reach the stream, on creation and on an
+// existing stream, which keeps its alerts; a max age under the duplicate
+// window shortens the window, which JetStream would otherwise refuse.
+func TestEnsureStreamLimits(t *testing.T) {
+	_, js := startJS(t)
+	ctx := ctxT(t)
+	_, err := EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	tr := NewTracker(nil)
+	require.NoError(t, NewPublisher(js, "sw").Publish(ctx, fire(t, tr, "g", "a")))
+
+	s, err := EnsureStream(ctx, js, "sw", WithMaxAge(time.Hour), WithMaxBytes(1<<20))
+	require.NoError(t, err)
+	info, err := s.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Msgs)
+	require.Equal(t, time.Hour, info.Config.MaxAge)
+	require.Equal(t, time.Hour, info.Config.Duplicates)
+	require.Equal(t, int64(1<<20), info.Config.MaxBytes)
+
+	s, err = EnsureStream(ctx, js, "sw", WithMaxAge(0), WithMaxBytes(0))
+	require.NoError(t, err)
+	info, err = s.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, time.Duration(0), info.Config.MaxAge, "0 keeps alerts until another limit")
+	require.Equal(t, StreamDuplicates, info.Config.Duplicates)
+	require.Equal(t, int64(-1), info.Config.MaxBytes)
+
+	require.Equal(t, 3, StreamConfig("sw", WithReplicas(3)).Replicas)
+	require.Equal(t, 1, StreamConfig("sw", WithReplicas(0)).Replicas)
+}
+
 func TestPublishDeduplicatesRepublish(t *testing.T) {
 	srv, js := startJS(t)
 	ctx := ctxT(t)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/viper"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
 )
 
 // ErrConfig is wrapped by every configuration validation error.
@@ -41,6 +43,7 @@ type Config struct {
 	// (future_ts beyond).
 	MaxFutureSkew time.Duration `mapstructure:"max_future_skew"`
 	Events        EventsConfig  `mapstructure:"events"`
+	Alerts        AlertsConfig  `mapstructure:"alerts"`
 	HA            HAConfig      `mapstructure:"ha"`
 }
 
@@ -106,6 +109,18 @@ type EventsConfig struct {
 	MaxMsgs  int64         `mapstructure:"max_msgs"`
 	Replicas int           `mapstructure:"replicas"`
 }
+
+// AlertsConfig limits the SOURCEWATCH_ALERTS stream, which keeps
+// published alerts for late subscribers and `alerts tail --since`. Zero or
+// negative means unlimited; the stream's replicas are events.replicas.
+type AlertsConfig struct {
+	MaxAge   time.Duration `mapstructure:"max_age"`
+	MaxBytes int64         `mapstructure:"max_bytes"`
+}
+
+// MinAlertsMaxBytes is the least alerts.max_bytes: a cap below one message
+// of NATS's default max_payload could refuse the largest alert.
+const MinAlertsMaxBytes = 1 << 20
 
 // GraphConfig is one monitored graph. The localize adapter reads the
 // bundle and forward fields; the monitor reads the rest.
@@ -180,6 +195,7 @@ func DefaultConfig() Config {
 		MaxEventBytes:    DefaultMaxEventBytes,
 		MaxFutureSkew:    DefaultMaxFutureSkew,
 		Events:           EventsConfig{MaxAge: DefaultEventsMaxAge, Replicas: 1},
+		Alerts:           AlertsConfig{MaxAge: alerts.StreamMaxAge},
 		HA:               HAConfig{LeaseTTL: DefaultLeaseTTL},
 	}
 }
@@ -224,6 +240,8 @@ func scalarDefaults() map[string]any {
 		"events.max_bytes":  d.Events.MaxBytes,
 		"events.max_msgs":   d.Events.MaxMsgs,
 		"events.replicas":   d.Events.Replicas,
+		"alerts.max_age":    d.Alerts.MaxAge,
+		"alerts.max_bytes":  d.Alerts.MaxBytes,
 		"ha.enabled":        false,
 		"ha.replica":        "",
 		"ha.lease_ttl":      d.HA.LeaseTTL,
@@ -568,6 +586,9 @@ func (c Config) Validate() error {
 	}
 	if c.Events.MaxAge > 0 && c.Events.MaxAge < c.SnapshotInterval {
 		return bad("events.max_age", "%v is shorter than snapshot_interval %v: a restart could not replay", c.Events.MaxAge, c.SnapshotInterval)
+	}
+	if c.Alerts.MaxBytes > 0 && c.Alerts.MaxBytes < MinAlertsMaxBytes {
+		return bad("alerts.max_bytes", "%d is below %d (1 MiB): the stream could refuse an alert of NATS's default max_payload; use 0 for no cap", c.Alerts.MaxBytes, MinAlertsMaxBytes)
 	}
 	if c.HA.Enabled && c.NATS.URL == "" {
 		return bad("ha.enabled", "replicas must share a NATS server or cluster: set nats.url")

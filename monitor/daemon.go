@@ -511,7 +511,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if _, err := alerts.EnsureStream(setupCtx, js, cfg.Subjects.Prefix); err != nil {
+	if err := ensureAlertStream(setupCtx, js, cfg, d.log); err != nil {
 		return err
 	}
 	d.pub = alerts.NewPublisher(js, cfg.Subjects.Prefix)

@@ -282,6 +282,28 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 	return stream, kv, nil
 }
 
+// ensureAlertStream creates, or updates to the configured limits, the
+// alert stream; a changed limit is logged, as the events stream's are.
+func ensureAlertStream(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) error {
+	opts := []alerts.StreamOption{
+		alerts.WithMaxAge(cfg.Alerts.MaxAge),
+		alerts.WithMaxBytes(cfg.Alerts.MaxBytes),
+		alerts.WithReplicas(cfg.Events.Replicas),
+	}
+	want := alerts.StreamConfig(cfg.Subjects.Prefix, opts...)
+	if old, err := js.Stream(ctx, alerts.StreamName); err == nil {
+		if c := old.CachedInfo().Config; c.MaxAge != want.MaxAge || c.MaxBytes != want.MaxBytes || c.Replicas != want.Replicas {
+			log.Warn("changing the alert stream's limits to this config's (every replica shares the stream: the last one started sets them)",
+				zap.String("stream", alerts.StreamName),
+				zap.String("max_age", fmt.Sprintf("%v -> %v", c.MaxAge, want.MaxAge)),
+				zap.String("max_bytes", fmt.Sprintf("%d -> %d", c.MaxBytes, want.MaxBytes)),
+				zap.String("replicas", fmt.Sprintf("%d -> %d", c.Replicas, want.Replicas)))
+		}
+	}
+	_, err := alerts.EnsureStream(ctx, js, cfg.Subjects.Prefix, opts...)
+	return err
+}
+
 // checkStreamSubjects fails when stream exists with subjects other than
 // the one subject this deployment's prefix gives it.
 func checkStreamSubjects(ctx context.Context, js jetstream.JetStream, stream, subject, prefix string) error {

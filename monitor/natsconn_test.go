@@ -126,6 +126,35 @@ func TestEnsureJetStreamLogsLimitChanges(t *testing.T) {
 	require.Equal(t, "24h0m0s -> 10m0s", logs.All()[0].ContextMap()["max_age"])
 }
 
+// The alert stream takes alerts.max_age, alerts.max_bytes and
+// events.replicas from the config the daemon starts with (before, it was
+// fixed at 7 days, uncapped, one replica whatever events.replicas said),
+// and a later start with other limits updates it, keeping its alerts.
+func TestAlertStreamLimitsFromConfig(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Alerts = AlertsConfig{MaxAge: 48 * time.Hour, MaxBytes: 8 << 20}
+	r := start(t, cfg, preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	s, err := r.js.Stream(context.Background(), alerts.StreamName)
+	require.NoError(t, err)
+	c := s.CachedInfo().Config
+	require.Equal(t, 48*time.Hour, c.MaxAge)
+	require.Equal(t, int64(8<<20), c.MaxBytes)
+	require.Equal(t, 1, c.Replicas)
+
+	core, logs := observer.New(zap.WarnLevel)
+	cfg.Alerts = AlertsConfig{MaxAge: time.Hour}
+	require.NoError(t, ensureAlertStream(context.Background(), r.js, cfg, zap.New(core)))
+	s, err = r.js.Stream(context.Background(), alerts.StreamName)
+	require.NoError(t, err)
+	c = s.CachedInfo().Config
+	require.Equal(t, time.Hour, c.MaxAge)
+	require.Equal(t, time.Hour, c.Duplicates, "the duplicate window fits inside max_age")
+	require.Equal(t, int64(-1), c.MaxBytes)
+	require.Equal(t, 1, logs.Len())
+	require.Equal(t, "48h0m0s -> 1h0m0s", logs.All()[0].ContextMap()["max_age"])
+	require.Equal(t, "8388608 -> -1", logs.All()[0].ContextMap()["max_bytes"])
+}
+
 // An embedded server's port already in use fails the start at once,
 // saying so, rather than after the server's 15 s readiness wait.
 func TestEmbeddedPortInUse(t *testing.T) {
