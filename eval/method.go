@@ -61,6 +61,10 @@ type Env struct {
 	Params map[string]string
 	// Progress, if not nil, receives notes on long fitting work.
 	Progress func(string)
+	// SpreadIgnoresWeights says the graph is weighted but the cascades
+	// spread along every arc alike (SI, SIR): a method that reads the
+	// weights as infection probabilities should drop them.
+	SpreadIgnoresWeights bool
 }
 
 // Factory builds a method.

@@ -221,6 +221,8 @@ type runOptions struct {
 	log  *zap.Logger
 	now  func() time.Time
 	name string
+	// spreadIgnoresWeights is Env.SpreadIgnoresWeights (set by Run).
+	spreadIgnoresWeights bool
 }
 
 // OnProgress receives progress: stage "simulate" counts cascades over all
@@ -313,6 +315,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	if len(cfg.Recorded) > 0 {
 		cfg.Cascades = len(cfg.Recorded)
 	}
+	o.spreadIgnoresWeights = g.Weighted() && len(cfg.Recorded) == 0 && !cfg.Sim.Model.UsesWeights()
 	if err := cfg.Validate(g); err != nil {
 		return nil, err
 	}
@@ -617,7 +620,7 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 		return res, err
 	}
 	log := o.log.With(zap.String("method", name))
-	m, err := f(Env{Graph: g, Seed: seed, Logger: log, Params: params, Progress: func(note string) {
+	m, err := f(Env{Graph: g, Seed: seed, Logger: log, Params: params, SpreadIgnoresWeights: o.spreadIgnoresWeights, Progress: func(note string) {
 		log.Debug(note)
 		note = name + ": " + note
 		o.note(note)

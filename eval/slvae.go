@@ -301,11 +301,12 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 	if err != nil {
 		return fmt.Errorf("%s: forward plugin info: %w", m.name, err)
 	}
-	if err := proc.Configure(ctx, g, m.fparams, nil); err != nil {
+	ref := localize.ForwardRef{Name: m.forward, Version: info.Version, SHA256: sum, Params: m.fparams, IgnoreWeights: m.env.SpreadIgnoresWeights}
+	if err := proc.Configure(ctx, ref.ForwardGraph(g), m.fparams, nil); err != nil {
 		return fmt.Errorf("%s: configuring forward plugin: %w", m.name, err)
 	}
 	cfg := localize.TrainConfig{
-		Forward:                localize.ForwardRef{Name: m.forward, Version: info.Version, SHA256: sum, Params: m.fparams},
+		Forward:                ref,
 		Fit:                    m.fit,
 		Prior:                  m.prior,
 		Prototypes:             m.prototypes,

@@ -281,6 +281,16 @@ func (g *Graph) Edges() []Edge {
 	return edges
 }
 
+// WithoutWeights returns g with its edge weights dropped: the same nodes,
+// ids and arcs, every weight 1 and Weighted false, so a fingerprint of its
+// own. It returns g itself when g has no weights.
+func (g *Graph) WithoutWeights() *Graph {
+	if !g.weighted {
+		return g
+	}
+	return New(g.N(), g.Edges(), g.ids, g.directed, false)
+}
+
 // Lookup maps external ids to indices, failing on the first unknown id.
 func (g *Graph) Lookup(ids []string) ([]int, error) {
 	out := make([]int, len(ids))

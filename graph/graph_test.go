@@ -228,3 +228,20 @@ func TestLookupShowsInvisibleDifferences(t *testing.T) {
 	_, err = g.Lookup([]string{"c"})
 	require.EqualError(t, err, `unknown node "c"`)
 }
+
+// WithoutWeights keeps the nodes, ids and arcs and drops the weights: it
+// is the graph the same list reads without its weight column.
+func TestWithoutWeights(t *testing.T) {
+	weighted, err := Read(strings.NewReader("a b 0.5\nb c 0.25\nc a 1\n"), "w")
+	require.NoError(t, err)
+	plain, err := Read(strings.NewReader("a b\nb c\nc a\n"), "p")
+	require.NoError(t, err)
+	got := weighted.WithoutWeights()
+	require.False(t, got.Weighted())
+	require.True(t, weighted.Weighted(), "g itself is not changed")
+	require.Equal(t, plain.Fingerprint(), got.Fingerprint())
+	require.NotEqual(t, weighted.Fingerprint(), got.Fingerprint())
+	require.Equal(t, plain.IDs(), got.IDs())
+	require.Equal(t, plain.Edges(), got.Edges())
+	require.Same(t, plain, plain.WithoutWeights())
+}

@@ -33,13 +33,17 @@ import (
 // (infected-then-predicted) needs no new format: a format 3 reader that
 // predates it refuses the manifest, naming the field. Format 4 added
 // lone_infected_first, which a reader of format 3 would ignore; format 5
-// added calibration, which a reader of format 4 would ignore.
-const FormatVersion = 5
+// added calibration, which a reader of format 4 would ignore; format 6
+// added forward.ignore_weights, which a reader of format 5 would ignore
+// and so configure the forward model on weights it was not fitted on.
+const FormatVersion = 6
 
 // minFormatVersion is the oldest format this package reads: format 1
-// bundles read as format 5 ones with the threshold rule and the descent's
+// bundles read as format 6 ones with the threshold rule and the descent's
 // ranking, format 2 ones with the descent's ranking, formats 1-3 without
-// lifting the lone infected nodes and formats 1-4 without a calibration.
+// lifting the lone infected nodes, formats 1-4 without a calibration and
+// formats 1-5 with the forward model on the graph's weights, as they were
+// fitted.
 const minFormatVersion = 1
 
 // Sentinel errors of bundle loading.
@@ -121,6 +125,20 @@ type ForwardRef struct {
 	Version string            `json:"version"`
 	SHA256  string            `json:"sha256,omitempty"`
 	Params  map[string]string `json:"params,omitempty"`
+	// IgnoreWeights records that the forward model was fitted, and so is
+	// configured, on the graph without its edge weights: its training
+	// cascades spread along every arc alike (SI, SIR), and a forward model
+	// reads a weighted graph's weights as infection probabilities.
+	IgnoreWeights bool `json:"ignore_weights,omitempty"`
+}
+
+// ForwardGraph is the graph a forward model of this reference is
+// configured on: g, or g without its weights when IgnoreWeights.
+func (r ForwardRef) ForwardGraph(g *graph.Graph) *graph.Graph {
+	if r.IgnoreWeights {
+		return g.WithoutWeights()
+	}
+	return g
 }
 
 // PriorRef records the prior's sizes.

@@ -116,7 +116,7 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 				path, info.Version, b.Manifest.ID, b.Manifest.Forward.Version)
 		}
 	}
-	if err := p.Configure(ctx, b.Graph, mergeParams(b.Manifest.Forward.Params, o.Params), b.ForwardState); err != nil {
+	if err := p.Configure(ctx, b.Manifest.Forward.ForwardGraph(b.Graph), mergeParams(b.Manifest.Forward.Params, o.Params), b.ForwardState); err != nil {
 		p.Close()
 		return nil, err // names the plugin and the call
 	}

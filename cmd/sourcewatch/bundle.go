@@ -120,6 +120,9 @@ func (a *app) bundleInspect(path string) error {
 			}
 			fmt.Fprintf(a.stdout, "params      %s\n", strings.Join(kv, " "))
 		}
+		if m.Forward.IgnoreWeights {
+			fmt.Fprintf(a.stdout, "weights     not read: the forward model runs on the graph without its edge weights (the training cascades spread without them)\n")
+		}
 		if check != nil {
 			fmt.Fprintf(a.stdout, "plugin      %s: %s", check.Path, check.Status)
 			if check.Detail != "" {

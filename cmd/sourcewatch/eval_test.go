@@ -235,7 +235,7 @@ func TestEvalCommandWarnsOfUnusedWeights(t *testing.T) {
 	_, stderr, err := runEvalCmd(t, "--graph", weighted, "--cascades", "10", "--runs", "2", "--methods", "infected", "--diffusion", "SIR", "--beta", "0.4")
 	require.NoError(t, err)
 	require.Equal(t, 1, strings.Count(stderr, "the graph's edge weights are not used: SIR infects along every arc with --beta"), stderr)
-	require.Contains(t, stderr, "the forward models read them all the same", "eval trains forward models, which do read them")
+	require.Contains(t, stderr, "the forward models are given the graph without them too", "eval trains forward models, which would read them")
 }
 
 // SL-VAE (through a real plugin process) and the learned baseline run in
@@ -372,4 +372,44 @@ func TestEvalCommandOnRecordedCascades(t *testing.T) {
 	require.NoError(t, os.WriteFile(recorded, []byte(`{"sources":["0"],"infected":["0","nobody"]}`+"\n"), 0o644))
 	_, _, err = runEvalCmd(t, "--graph", evalKarate, "--cascades-file", recorded, "--methods", "lpsi,infected")
 	require.ErrorContains(t, err, `incidents.jsonl:1: unknown node "nobody" in infected`)
+}
+
+// eval's SL-VAE gives its forward model the graph without the weights SI
+// does not read, as train does: on a list whose every edge weighs 1 it
+// scores as on the unweighted list, where before the weights, read as
+// infection probabilities, saturated icmf.
+func TestEvalSLVAEDropsWeightsTheSpreadIgnores(t *testing.T) {
+	data, err := os.ReadFile(evalKarate)
+	require.NoError(t, err)
+	var b strings.Builder
+	for line := range strings.Lines(string(data)) {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			b.WriteString(line + " 1\n")
+		}
+	}
+	weighted := filepath.Join(t.TempDir(), "karate-weighted.edges")
+	require.NoError(t, os.WriteFile(weighted, []byte(b.String()), 0o600))
+	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	run := func(graphFile string) (f1, auc, mse float64) {
+		stdout, _, err := runEvalCmd(t, "--graph", graphFile, "--cascades", "40", "--runs", "1", "--seed", "2",
+			"--methods", "slvae,infected", "--json", "-", "--log-level", "error",
+			"--method-param", "slvae.forward=icmf", "--plugin-dir", pluginDir,
+			"--method-param", "slvae.val_solves=4", "--method-param", "slvae.prior_epochs=3")
+		require.NoError(t, err)
+		var doc struct {
+			Results []struct {
+				Method  string
+				F1, AUC struct{ Mean float64 }
+				Extra   map[string]float64
+			} `json:"results"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &doc))
+		require.Equal(t, "slvae", doc.Results[0].Method)
+		r := doc.Results[0]
+		require.Contains(t, r.Extra, "forward_test_mse")
+		return r.F1.Mean, r.AUC.Mean, r.Extra["forward_test_mse"]
+	}
+	f1, auc, mse := run(evalKarate)
+	wf1, wauc, wmse := run(weighted)
+	require.Equal(t, []float64{f1, auc, mse}, []float64{wf1, wauc, wmse})
 }

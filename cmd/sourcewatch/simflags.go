@@ -133,10 +133,11 @@ func (a *app) warnUnusedSettings(g *graph.Graph, cfg diffusion.Config) {
 	case g.Weighted() && !cfg.Model.UsesWeights():
 		msg := fmt.Sprintf("the graph's edge weights are not used: %s infects along every arc with --beta (only IC and LT read weights)", cfg.Model)
 		if a.flags["forward"] != nil {
-			// train and eval: the cascades ignore the weights, the
-			// forward models do not (a weight of 1 everywhere left deepis
-			// 244% above the floor where the unweighted list fitted it).
-			msg += "; the forward models read them all the same, as each arc's infection probability, so they fit these cascades poorly: drop the weight column for " + string(cfg.Model)
+			// train and eval: the cascades ignore the weights, so the
+			// forward models are configured without them (a weight of 1
+			// everywhere, read as a probability, left deepis 244% above
+			// the floor where the unweighted list fitted it).
+			msg += "; the forward models are given the graph without them too"
 		}
 		a.log.Warn(msg, graphFile, zap.Float64("beta", cfg.Beta))
 	case g.Weighted() && cfg.Model == diffusion.IC && a.v.IsSet("p"):

@@ -195,7 +195,12 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		a.log.Warn("the plugin binary's name differs from the model it serves; the bundle records the binary's name",
 			zap.String("binary", filepath.Base(path)), zap.String("model", info.Name+" "+info.Version))
 	}
-	if err := proc.Configure(ctx, g, params, nil); err != nil {
+	// Cascades that spread along every arc alike leave a weighted graph's
+	// weights out of the data; a forward model would read them as
+	// infection probabilities all the same, and fit poorly.
+	ignoreWeights := g.Weighted() && simCfg != nil && !simCfg.Model.UsesWeights()
+	fwdRef := localize.ForwardRef{Name: fwdName, Version: info.Version, SHA256: sum, Params: params, IgnoreWeights: ignoreWeights}
+	if err := proc.Configure(ctx, fwdRef.ForwardGraph(g), params, nil); err != nil {
 		return err
 	}
 
@@ -217,7 +222,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	cfg := localize.TrainConfig{
 		GraphName: name,
 		Diffusion: provenance,
-		Forward:   localize.ForwardRef{Name: fwdName, Version: info.Version, SHA256: sum, Params: params},
+		Forward:   fwdRef,
 		Fit: forward.FitOptions{
 			Epochs: v.GetInt("forward_epochs"), LearningRate: v.GetFloat64("forward_lr"),
 			Lambda: v.GetFloat64("lambda"), Seed: seed,

@@ -707,3 +707,58 @@ func TestCascadesCountOrFile(t *testing.T) {
 		require.Equal(t, tc.count, isCount(tc.in), "%q", tc.in)
 	}
 }
+
+// Under SI the cascades spread along every arc alike, so a weighted
+// graph's weights are not in the data: train gives the forward model the
+// graph without them and records so, and localize and bundle inspect
+// follow the record. Weights of 1 read as infection probabilities
+// saturated icmf after one step; now the bundle is the one the unweighted
+// list trains, metric for metric. Under IC, which reads the weights, they
+// stay.
+func TestTrainDropsWeightsTheSpreadIgnores(t *testing.T) {
+	data, err := os.ReadFile("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	var b strings.Builder
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		b.WriteString(line + " 1\n")
+	}
+	weighted := filepath.Join(t.TempDir(), "karate-weighted.edges")
+	require.NoError(t, os.WriteFile(weighted, []byte(b.String()), 0o600))
+
+	_, plain, pluginDir := trainSmall(t)
+	_, heavy, _ := trainSmall(t, "--graph", weighted)
+	pb, err := localize.LoadBundle(plain, nil)
+	require.NoError(t, err)
+	wb, err := localize.LoadBundle(heavy, nil)
+	require.NoError(t, err)
+	require.True(t, wb.Graph.Weighted())
+	require.True(t, wb.Manifest.Forward.IgnoreWeights)
+	require.False(t, pb.Manifest.Forward.IgnoreWeights)
+	for _, k := range []string{"forward_val_mse", "val_f1", "test_f1", "test_auc"} {
+		require.Contains(t, pb.Manifest.Metrics, k)
+		require.Equal(t, pb.Manifest.Metrics[k], wb.Manifest.Metrics[k], k)
+	}
+
+	obs := `{"infected":["0","1","2","3","7","13"]}`
+	var want, got localizeOutput
+	out, _, err := runCmd(t, obs, "localize", "--bundle", plain, "--graph", "../../configs/demo/karate.edges", "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &want))
+	out, _, err = runCmd(t, obs, "localize", "--bundle", heavy, "--graph", weighted, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal([]byte(out), &got))
+	require.Equal(t, want.Top, got.Top)
+
+	out, _, err = runCmd(t, "", "bundle", "inspect", heavy, "--graph", weighted, "--plugin-dir", pluginDir)
+	require.NoError(t, err)
+	require.Contains(t, out, "weights     not read")
+
+	_, ic, _ := trainSmall(t, "--graph", weighted, "--diffusion", "IC", "--p", "0.3")
+	ib, err := localize.LoadBundle(ic, nil)
+	require.NoError(t, err)
+	require.False(t, ib.Manifest.Forward.IgnoreWeights, "IC reads the weights")
+}
