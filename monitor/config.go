@@ -306,6 +306,34 @@ func UnknownKeys(v *viper.Viper) error {
 	return nil
 }
 
+// StartOnlyChanges lists the daemon-wide keys (every key outside graphs,
+// by its dotted path: events.max_age, http.addr) whose values differ
+// between running and file. They are read at start only, so a reload
+// that finds them changed keeps the running values; the list says what a
+// restart would change.
+func StartOnlyChanges(running, file Config) []string {
+	var out []string
+	var walk func(prefix string, a, b reflect.Value)
+	walk = func(prefix string, a, b reflect.Value) {
+		for i := 0; i < a.NumField(); i++ {
+			f := a.Type().Field(i)
+			tag := f.Tag.Get("mapstructure")
+			if tag == "" || prefix+tag == "graphs" {
+				continue
+			}
+			if f.Type.Kind() == reflect.Struct && f.Type != durationType {
+				walk(prefix+tag+".", a.Field(i), b.Field(i))
+				continue
+			}
+			if !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+				out = append(out, prefix+tag)
+			}
+		}
+	}
+	walk("", reflect.ValueOf(running), reflect.ValueOf(file))
+	return out
+}
+
 // Keys returns the top-level config keys the daemon reads (nats, graphs,
 // data_dir, ...). A command checks a config file's top-level keys against
 // them and its own flags, which share that namespace.

@@ -977,7 +977,7 @@ func (d *Daemon) rereadAtTakeover(ctx context.Context) {
 			gr.gc.Store(&gc)
 			gr.win.setParams(gc.Window, gc.Decay)
 		}
-		d.current.Store(cfg)
+		d.current.Store(d.keepStartOnly(*cfg))
 	}
 	switch checked := d.checked.Load(); {
 	case err == nil:
@@ -1683,9 +1683,26 @@ func (d *Daemon) reload(ctx context.Context) error {
 		// set changes).
 		gr.inferred.Store(nil)
 	}
-	d.current.Store(&cfg)
+	d.current.Store(d.keepStartOnly(cfg))
 	d.log.Info("reloaded", zap.Int("graphs", len(d.order)), zap.Strings("changed", changed), zap.Strings("models", d.models()))
 	return nil
+}
+
+// keepStartOnly returns file's graph settings with the daemon-wide ones it
+// runs on, which only a restart changes, and warns of those the file
+// changed, so an edited events.max_age or http.addr followed by a reload
+// does not look applied.
+func (d *Daemon) keepStartOnly(file Config) *Config {
+	running := d.Config()
+	if file.HA.Replica == "" {
+		file.HA.Replica = running.HA.Replica // Run named it
+	}
+	if keys := StartOnlyChanges(running, file); len(keys) > 0 {
+		d.log.Warn("config keys changed in the file are read at start only: restart to apply them; the running values stay",
+			zap.Strings("keys", keys))
+	}
+	running.Graphs = file.Graphs
+	return &running
 }
 
 // models describes each graph's model as graph=bundle (forward version),

@@ -464,3 +464,47 @@ func TestChangedKeys(t *testing.T) {
 	b.Window, b.ForwardParams = 2*time.Minute, map[string]string{"steps": "5"}
 	require.Equal(t, []string{"graphs[p].forward_params", "graphs[p].window"}, changedKeys("graphs[p].", a, b))
 }
+
+// A reload that finds daemon-wide keys changed applies the graphs' keys,
+// keeps the running daemon-wide values (Config reports those, not the
+// file's), and warns, naming each changed key; before, it kept them
+// without a word and Config reported the file's values as in effect.
+func TestReloadWarnsOfStartOnlyKeys(t *testing.T) {
+	cfg := testConfig(t, "p")
+	next := cfg
+	next.Graphs = append([]GraphConfig(nil), cfg.Graphs...)
+	next.Graphs[0].MinInfected = 7
+	next.Events.MaxAge = 48 * time.Hour
+	next.Alerts.MaxBytes = 2 << 20
+	next.Workers = cfg.Workers + 1
+	core, logs := observer.New(zapcore.WarnLevel)
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory), WithLogger(zap.New(core)),
+		WithReload(func(context.Context) (Config, error) { return next, nil }))
+	require.NoError(t, r.d.Reload(context.Background()))
+	got := r.d.Config()
+	require.Equal(t, 7, got.Graphs[0].MinInfected, "the graph's keys apply")
+	require.Equal(t, cfg.Events.MaxAge, got.Events.MaxAge)
+	require.Equal(t, cfg.Alerts, got.Alerts)
+	require.Equal(t, cfg.Workers, got.Workers)
+	warned := logs.FilterMessageSnippet("read at start only").All()
+	require.Len(t, warned, 1)
+	require.Equal(t, []any{"workers", "events.max_age", "alerts.max_bytes"}, warned[0].ContextMap()["keys"])
+
+	// Reloading the same file again warns again: it still differs.
+	require.NoError(t, r.d.Reload(context.Background()))
+	require.Len(t, logs.FilterMessageSnippet("read at start only").All(), 2)
+	// A file with the running values says nothing.
+	next = r.d.Config()
+	require.NoError(t, r.d.Reload(context.Background()))
+	require.Len(t, logs.FilterMessageSnippet("read at start only").All(), 2)
+}
+
+func TestStartOnlyChanges(t *testing.T) {
+	a := DefaultConfig()
+	b := a
+	require.Empty(t, StartOnlyChanges(a, b))
+	b.Graphs = []GraphConfig{DefaultGraphConfig("x")}
+	require.Empty(t, StartOnlyChanges(a, b), "graphs are reloadable")
+	b.NATS.TLS.CA, b.HTTP.Pprof, b.HA.LeaseTTL = "ca.pem", true, time.Minute
+	require.Equal(t, []string{"nats.tls.ca", "http.pprof", "ha.lease_ttl"}, StartOnlyChanges(a, b))
+}
