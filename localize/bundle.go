@@ -25,7 +25,7 @@ import (
 
 // FormatVersion is the bundle format this package writes. It is bumped
 // whenever an entry changes meaning; newer bundles, and ones older than
-// minFormatVersion, are refused rather than misread. Format 2 added the
+// MinFormatVersion, are refused rather than misread. Format 2 added the
 // manifest's source_rule, which a reader of format 1 would ignore and
 // so report another source set than the one validation chose; format 3
 // added ranking, which a reader of format 2 would ignore and so rank
@@ -38,13 +38,13 @@ import (
 // and so configure the forward model on weights it was not fitted on.
 const FormatVersion = 6
 
-// minFormatVersion is the oldest format this package reads: format 1
+// MinFormatVersion is the oldest format this package reads: format 1
 // bundles read as format 6 ones with the threshold rule and the descent's
 // ranking, format 2 ones with the descent's ranking, formats 1-3 without
 // lifting the lone infected nodes, formats 1-4 without a calibration and
 // formats 1-5 with the forward model on the graph's weights, as they were
 // fitted.
-const minFormatVersion = 1
+const MinFormatVersion = 1
 
 // Sentinel errors of bundle loading.
 var (
@@ -615,8 +615,8 @@ func decodeManifest(data []byte) (Manifest, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return Manifest{}, fmt.Errorf("%w: %s: %w", ErrBadBundle, entryManifest, err)
 	}
-	if m.Format < minFormatVersion || m.Format > FormatVersion {
-		return Manifest{}, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d to %d", ErrBundleVersion, m.Format, minFormatVersion, FormatVersion)
+	if m.Format < MinFormatVersion || m.Format > FormatVersion {
+		return Manifest{}, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d to %d", ErrBundleVersion, m.Format, MinFormatVersion, FormatVersion)
 	}
 	if err := m.check(); err != nil {
 		return Manifest{}, fmt.Errorf("%w: %s: %w", ErrBadBundle, entryManifest, err)

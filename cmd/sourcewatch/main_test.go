@@ -10,7 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
+	"github.com/sourcewatch/sourcewatch/localize"
+	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
 // TestMain removes the plugin binaries the tests build.
@@ -166,4 +169,14 @@ func TestUnknownSubcommandFails(t *testing.T) {
 	out, _, err := runCmd(t, "", "bundle")
 	require.NoError(t, err)
 	require.Contains(t, out, "inspect")
+}
+
+// --version says what an upgrade needs to know: the bundle formats this
+// build reads and the plugin protocol it speaks.
+func TestVersionFlag(t *testing.T) {
+	out, _, err := runCmd(t, "", "--version")
+	require.NoError(t, err)
+	require.Contains(t, out, "sourcewatch "+monitor.Version+" (")
+	require.Contains(t, out, fmt.Sprintf("bundle format %d, reads 1-%d", localize.FormatVersion, localize.FormatVersion))
+	require.Contains(t, out, fmt.Sprintf("forward plugin protocol %d", forward.ProtocolVersion))
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -16,6 +17,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/term"
 
+	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/localize"
 	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
@@ -48,6 +52,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout) // help and usage go where the command's output goes
 	root.SetErr(stderr)
+	// What an operator checks before an upgrade: which bundle formats this
+	// build reads, and which plugins it can talk to.
+	root.Version = monitor.Version
+	root.SetVersionTemplate(fmt.Sprintf("sourcewatch {{.Version}} (%s; bundle format %d, reads %d-%d; forward plugin protocol %d; alert schema %s)\n",
+		runtime.Version(), localize.FormatVersion, localize.MinFormatVersion, localize.FormatVersion, forward.ProtocolVersion, alerts.Schema))
 	root.PersistentFlags().String("config", "", "config file (YAML); flags > SOURCEWATCH_* env > config file > defaults")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "auto", "log format: auto (console on a terminal, JSON otherwise), console, json")
