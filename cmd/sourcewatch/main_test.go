@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -179,4 +180,31 @@ func TestVersionFlag(t *testing.T) {
 	require.Contains(t, out, "sourcewatch "+monitor.Version+" (")
 	require.Contains(t, out, fmt.Sprintf("bundle format %d, reads 1-%d", localize.FormatVersion, localize.FormatVersion))
 	require.Contains(t, out, fmt.Sprintf("forward plugin protocol %d", forward.ProtocolVersion))
+}
+
+// The shipped systemd unit runs a command line this build accepts, reloads
+// by SIGHUP (which serve handles) and lets the daemon stop its own
+// plugins: a unit that named a flag since renamed would fail only on the
+// operator's machine.
+func TestSystemdUnitRunsThisBuild(t *testing.T) {
+	data, err := os.ReadFile("../../configs/systemd/sourcewatch.service")
+	require.NoError(t, err)
+	keys := map[string]string{}
+	for line := range strings.Lines(string(data)) {
+		line = strings.TrimSpace(line)
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.HasPrefix(line, "#") {
+			keys[k] = v
+		}
+	}
+	args := strings.Fields(keys["ExecStart"])
+	require.NotEmpty(t, args)
+	require.Equal(t, "sourcewatch", filepath.Base(args[0]))
+	root := newRootCmd(io.Discard, io.Discard)
+	cmd, rest, err := root.Find(args[1:])
+	require.NoError(t, err)
+	require.Equal(t, "serve", cmd.Name())
+	require.NoError(t, cmd.ParseFlags(rest))
+	require.NotEmpty(t, cmd.Flags().Lookup("config").Value.String())
+	require.Equal(t, "/bin/kill -HUP $MAINPID", keys["ExecReload"])
+	require.Equal(t, "mixed", keys["KillMode"], "SIGTERM to the daemon alone; it stops its plugins")
 }
