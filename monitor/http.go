@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
 )
 
 // metrics live in a registry of the daemon's own, so two daemons in one
@@ -122,6 +124,13 @@ func (d *Daemon) handler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))
 	mux.HandleFunc("GET /{$}", d.serveDashboard)
+	// The message formats, for producers and consumers in other languages.
+	for path, schema := range map[string][]byte{"/schema/event.v1.json": eventJSONSchema, "/schema/alert.v1.json": alerts.JSONSchema()} {
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/schema+json")
+			_, _ = w.Write(schema)
+		})
+	}
 	if d.cfg.HTTP.Pprof {
 		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
