@@ -399,6 +399,24 @@ func orphanHost() {
 	select {}
 }
 
+// startOrphanHost starts this test binary as a host (orphanHost) that
+// launches the plugin at path, and returns it with the pid of the process
+// it launched.
+func startOrphanHost(t *testing.T, path string) (*exec.Cmd, int) {
+	t.Helper()
+	host := exec.Command(os.Args[0], "-test.run=^$")
+	host.Env = append(os.Environ(), orphanEnv+"="+path)
+	out, err := host.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, host.Start())
+	t.Cleanup(func() { _ = host.Process.Kill(); _ = host.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(line))
+	require.NoError(t, err, "host said %q", line)
+	return host, pid
+}
+
 // TestPluginDiesWithHost SIGKILLs a host process, which gets no chance to
 // clean up, and checks the kernel takes its plugin down too (Pdeathsig).
 func TestPluginDiesWithHost(t *testing.T) {
@@ -406,15 +424,7 @@ func TestPluginDiesWithHost(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("Pdeathsig is Linux only")
 	}
-	host := exec.Command(os.Args[0], "-test.run=^$")
-	host.Env = append(os.Environ(), orphanEnv+"="+forwardtest.Build(t, "icmf"))
-	out, err := host.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, host.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	require.NoError(t, err, "host said %q", line)
+	host, pid := startOrphanHost(t, forwardtest.Build(t, "icmf"))
 	require.True(t, alive(pid))
 	require.NoError(t, host.Process.Kill())
 	_ = host.Wait()
@@ -432,15 +442,7 @@ func TestWrappedPluginDiesWithHost(t *testing.T) {
 		t.Skip("Pdeathsig is Linux only")
 	}
 	path, pidFile := wrapper(t, forwardtest.Build(t, "icmf"))
-	host := exec.Command(os.Args[0], "-test.run=^$")
-	host.Env = append(os.Environ(), orphanEnv+"="+path)
-	out, err := host.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, host.Start())
-	line, err := bufio.NewReader(out).ReadString('\n')
-	require.NoError(t, err)
-	script, err := strconv.Atoi(strings.TrimSpace(line))
-	require.NoError(t, err, "host said %q", line)
+	host, script := startOrphanHost(t, path)
 	child := readPid(t, pidFile)
 	require.NotEqual(t, script, child)
 	require.True(t, alive(child))
