@@ -247,11 +247,20 @@ func decodeOne(raw []byte) decoded {
 			return d
 		}
 		ev = *slow
-		if ev.TS == "" && emptyTS(raw) {
-			// A producer that meant to stamp the event and did not: read
-			// as absent, it would apply at arrival time without a word.
-			d.reason, d.detail = ReasonBadJSON, `"ts" is empty: give an RFC 3339 time, or leave "ts" out for the arrival time`
+		if k := repeatedKey(raw); k != "" {
+			// encoding/json keeps the last, matching keys in any case; a
+			// consumer in another language may keep the first.
+			d.reason, d.detail = ReasonBadJSON, fmt.Sprintf("%q is given twice (keys match in any case): an event names each of node, state, ts and id once", k)
 			return d
+		}
+		if ev.TS == "" {
+			// A producer that meant to stamp the event and did not (an
+			// empty string, or a JavaScript null): read as absent, it would
+			// apply at arrival time without a word.
+			if what := failedTS(raw); what != "" {
+				d.reason, d.detail = ReasonBadJSON, `"ts" is `+what+`: give an RFC 3339 time, or leave "ts" out for the arrival time`
+				return d
+			}
 		}
 	}
 	d.ev = ev
@@ -264,13 +273,53 @@ func decodeOne(raw []byte) decoded {
 	return d
 }
 
-// emptyTS reports whether raw, one event object that decoded, holds a "ts"
-// key (in any case) with the empty string as its value.
-func emptyTS(raw []byte) bool {
-	var probe struct {
-		TS *string `json:"ts"`
+// repeatedKey returns the first key of raw, one JSON object, that appears
+// again in any case ("node" after "Node"), or "".
+func repeatedKey(raw []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
 	}
-	return json.Unmarshal(raw, &probe) == nil && probe.TS != nil && *probe.TS == ""
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		key, _ := t.(string)
+		lower := strings.ToLower(key)
+		if seen[lower] {
+			return key
+		}
+		seen[lower] = true
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
+// failedTS says how raw, one event object that decoded, holds a "ts" key
+// (in any case) whose value is no time: "empty" for the empty string,
+// "null" for null; "" when its ts is a string or absent.
+func failedTS(raw []byte) string {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(raw, &probe) != nil {
+		return ""
+	}
+	for k, v := range probe {
+		if !strings.EqualFold(k, "ts") {
+			continue
+		}
+		switch string(bytes.TrimSpace(v)) {
+		case `""`:
+			return "empty"
+		case "null":
+			return "null"
+		}
+	}
+	return ""
 }
 
 // eventJSONError says what was wrong with an event in the event's terms,
@@ -353,6 +402,7 @@ func fastObject(b []byte, i int) (wireEvent, int, bool) {
 	if i < len(b) && b[i] == '}' {
 		return ev, i + 1, true
 	}
+	var seen [4]bool // node, state, ts, id: a repeat goes the slow way, which refuses it
 	for {
 		key, j, ok := plainString(b, i)
 		if !ok {
@@ -366,21 +416,24 @@ func fastObject(b []byte, i int) (wireEvent, int, bool) {
 		if !ok {
 			return ev, 0, false
 		}
+		k := -1
 		switch string(key) {
 		case "node":
-			ev.Node = view(val)
+			k, ev.Node = 0, view(val)
 		case "state":
-			ev.State = view(val)
+			k, ev.State = 1, view(val)
 		case "ts":
 			if len(val) == 0 {
 				return ev, 0, false // the slow path tells "" from absent
 			}
-			ev.TS = view(val)
+			k, ev.TS = 2, view(val)
 		case "id":
-			ev.ID = view(val)
-		default:
+			k, ev.ID = 3, view(val)
+		}
+		if k < 0 || seen[k] {
 			return ev, 0, false
 		}
+		seen[k] = true
 		i = skipSpace(b, j)
 		if i >= len(b) {
 			return ev, 0, false

@@ -65,16 +65,26 @@ func TestDecodeMessage(t *testing.T) {
 		{"empty ts", `{"node":"1","state":"infected","ts":""}`, []string{ReasonBadJSON}},
 		{"empty ts, spaced and in another case", `{"node":"1","state":"infected", "TS" : ""}`, []string{ReasonBadJSON}},
 		{"byte-order mark", "\ufeff{\"node\":\"1\",\"state\":\"infected\"}", []string{""}},
+		// A JavaScript producer's failed stamp.
+		{"null ts", `{"node":"1","state":"infected","ts":null}`, []string{ReasonBadJSON}},
+		{"null id is none", `{"node":"1","state":"infected","id":null}`, []string{""}},
+		// Parsers differ on which of two values they keep; the event is
+		// ambiguous, so it is refused (it was read as node 2).
+		{"a key twice", `{"node":"1","state":"infected","node":"2"}`, []string{ReasonBadJSON}},
+		{"a key twice in two cases", `[{"node":"1","NODE":"2","state":"infected"}]`, []string{ReasonBadJSON}},
 	}
 	details := map[string]string{
-		"unknown key":             `json: unknown field "timestamp" (an event has node, state, ts and id)`,
-		"unknown key in an array": `json: unknown field "extra" (an event has node, state, ts and id)`,
-		"no node":                 `no "node": an event names the node it is about`,
-		"empty object":            "an empty event: an event needs node and state",
-		"a number":                "not an event: a JSON number, want an object (or an array of them)",
-		"a number node":           `"node" is a JSON number, want a string`,
-		"empty array":             "an empty array: a batch holds at least one event",
-		"empty ts":                `"ts" is empty: give an RFC 3339 time, or leave "ts" out for the arrival time`,
+		"unknown key":              `json: unknown field "timestamp" (an event has node, state, ts and id)`,
+		"unknown key in an array":  `json: unknown field "extra" (an event has node, state, ts and id)`,
+		"no node":                  `no "node": an event names the node it is about`,
+		"empty object":             "an empty event: an event needs node and state",
+		"a number":                 "not an event: a JSON number, want an object (or an array of them)",
+		"a number node":            `"node" is a JSON number, want a string`,
+		"empty array":              "an empty array: a batch holds at least one event",
+		"empty ts":                 `"ts" is empty: give an RFC 3339 time, or leave "ts" out for the arrival time`,
+		"null ts":                  `"ts" is null: give an RFC 3339 time, or leave "ts" out for the arrival time`,
+		"a key twice":              `"node" is given twice (keys match in any case): an event names each of node, state, ts and id once`,
+		"a key twice in two cases": `"NODE" is given twice (keys match in any case): an event names each of node, state, ts and id once`,
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -71,6 +71,18 @@ func TestEventSchemaAgreesWithTheDaemon(t *testing.T) {
 		{`{"node":"1","state":"infected","timestamp":"2026-11-22T10:00:00Z"}`, false},
 		{`{"node":"1","state":"infected","ts":"yesterday"}`, false},
 		{`{"node":"1","state":"infected","ts":""}`, false},
+		// A JavaScript producer's failed stamp; it used to apply at
+		// arrival time.
+		{`{"node":"1","state":"infected","ts":null}`, false},
+		{`{"node":"1","state":"infected","id":null}`, true},
+		{`{"node":null,"state":"infected"}`, false},
+		// RFC 3339 allows these; Go's parser, and so the daemon, does not.
+		{`{"node":"1","state":"infected","ts":"2026-11-27t06:06:56.411z"}`, false},
+		{`{"node":"1","state":"infected","ts":"2016-12-31T23:59:60Z"}`, false},
+		{`{"node":"1","state":"infected","ts":"2026-11-27 06:06:56Z"}`, false},
+		{`{"node":"1","state":"infected","ts":"2026-11-27T06:06:56+0100"}`, false},
+		{`{"node":"1","state":"infected","ts":"2026-11-27T06:06:56.5-01:30"}`, true},
+		{`{"node":"1","NODE":"2","state":"infected"}`, false},
 		{`[{"node":"1","state":"infected"},{"node":"2","state":"gone"}]`, false},
 		{`"infected"`, false},
 	} {

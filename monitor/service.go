@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -228,7 +229,7 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 			dec := json.NewDecoder(bytes.NewReader(r.Data()))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(&req); err != nil {
-				respond(r, nil, fmt.Errorf(`%w: want {"graph":"<name>","infected":[ids...]}: %w`, errBadRequest, err))
+				respond(r, nil, fmt.Errorf(`%w: want {"graph":"<name>","infected":[ids...]}: %s`, errBadRequest, requestJSONError(err)))
 				return
 			}
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -236,13 +237,20 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 			resp, err := d.Localize(ctx, req)
 			respond(r, resp, err)
 		}},
-		{"status", func(r micro.Request) { respond(r, d.Status(), nil) }},
+		{"status", func(r micro.Request) {
+			// A body asking for one graph's status would be ignored.
+			if !emptyBody(r.Data()) {
+				respond(r, nil, fmt.Errorf("%w: status takes no request body (got %q): it answers for every graph", errBadRequest, clipN(string(r.Data()), 64)))
+				return
+			}
+			respond(r, d.Status(), nil)
+		}},
 		{"reload", func(r micro.Request) {
 			// A reload is of the whole config file: a body asking for more
 			// (one graph, a setting) would be silently ignored, so it is
 			// refused before anything is reloaded.
-			if body := bytes.TrimSpace(r.Data()); len(body) > 0 && !bytes.Equal(body, []byte("{}")) && !bytes.Equal(body, []byte("null")) {
-				respond(r, nil, fmt.Errorf("%w: reload takes no request body (got %q): it reads the whole config file again; change the file, then send an empty request", errBadRequest, clipN(string(body), 64)))
+			if !emptyBody(r.Data()) {
+				respond(r, nil, fmt.Errorf("%w: reload takes no request body (got %q): it reads the whole config file again; change the file, then send an empty request", errBadRequest, clipN(string(bytes.TrimSpace(r.Data())), 64)))
 				return
 			}
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -272,6 +280,39 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 }
 
 var errBadRequest = errors.New("bad request")
+
+// emptyBody reports whether a request body asks for nothing: empty, {} or
+// null.
+func emptyBody(data []byte) bool {
+	body := bytes.TrimSpace(data)
+	return len(body) == 0 || bytes.Equal(body, []byte("{}")) || bytes.Equal(body, []byte("null"))
+}
+
+// requestJSONError says what was wrong with a localize request in the
+// request's terms, not Go's (encoding/json names the Go type it decoded
+// into).
+func requestJSONError(err error) string {
+	want := map[string]string{
+		"graph": "a string", "id": "a string", "top": "a whole number",
+		"infected": "an array of node ids as strings, as in the edge list",
+	}
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.EOF):
+		return "the request is empty"
+	case errors.As(err, &typ) && typ.Field == "":
+		return fmt.Sprintf("a JSON %s, want an object", typ.Value)
+	case errors.As(err, &typ):
+		field, _, _ := strings.Cut(typ.Field, ".")
+		if w, ok := want[field]; ok {
+			return fmt.Sprintf("%q holds a JSON %s, want %s", field, typ.Value, w)
+		}
+		return fmt.Sprintf("%q holds a JSON %s", typ.Field, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return strings.TrimPrefix(err.Error(), "json: ") + " (a request has graph, infected, top and id)"
+	}
+	return err.Error()
+}
 
 // clipLen is how many bytes of a caller's graph name or node id an error
 // text echoes, and maxErrorText how long a service error text may be: it

@@ -92,6 +92,12 @@ func TestMicroEndpoints(t *testing.T) {
 		`{"graph":"p","infected":[]}`:       `"infected" is missing or empty`,
 		`{"graph":"p","infectd":["1","2"]}`: `unknown field "infectd"`,
 		`{"infected":["1"]}`:                `"graph" is missing or empty: name one of p, q`,
+		// In the request's terms, not Go's ("Go struct field
+		// LocalizeRequest.infected of type string", "EOF").
+		`{"graph":"p","infected":[1,2]}`:           `"infected" holds a JSON number, want an array of node ids as strings, as in the edge list`,
+		`{"graph":"p","infected":["1"],"top":"5"}`: `"top" holds a JSON string, want a whole number`,
+		`["p"]`: `a JSON array, want an object`,
+		``:      `the request is empty`,
 	} {
 		m, err := r.nc.Request("sourcewatch.svc.localize", []byte(body), 10*time.Second)
 		require.NoError(t, err)
@@ -105,6 +111,11 @@ func TestMicroEndpoints(t *testing.T) {
 	// status: graphs and their windows.
 	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: time.Now()}, "")
 	waitSeq(t, r.d, "p", 1)
+	// A body asking for more is refused, not ignored.
+	m, err = r.nc.Request("sourcewatch.svc.status", []byte(`{"graph":"p"}`), 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader))
+	require.Contains(t, m.Header.Get(micro.ErrorHeader), "status takes no request body")
 	m = request(t, r.nc, "sourcewatch.svc.status", nil)
 	var st Status
 	require.NoError(t, json.Unmarshal(m.Data, &st))
