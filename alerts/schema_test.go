@@ -90,9 +90,19 @@ func TestPublishedAlertsValidate(t *testing.T) {
 	require.NoError(t, err)
 	pub := NewPublisher(js, "sw")
 	tr := NewTracker(nil)
-	first := fire(t, tr, "g", "a", "b")
+	// Scores in [0, 1], as a bundle's are (obs's fixtures count down
+	// from the number of sources).
+	scaled := func(nodes ...string) Observation {
+		o := obs("g", nodes...)
+		for i := range o.Sources {
+			o.Sources[i].Score /= float64(len(nodes))
+		}
+		return o
+	}
+	first, ok := tr.Observe(scaled("a", "b"))
+	require.True(t, ok)
 	require.NoError(t, pub.Publish(ctx, first))
-	o := obs("g", "c")
+	o := scaled("c")
 	o.Note = "outside the training range"
 	next, ok := tr.Observe(o)
 	require.True(t, ok)
