@@ -224,6 +224,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 				return err
 			}
 			if al.Status == alerts.Resolved {
+				delete(seen, al.Fingerprint) // an incident resolves once; the map would grow for good
 				select {
 				case resolved <- struct{}{}:
 				default:
