@@ -65,4 +65,3 @@ func TestWrappedPluginDiesWithHost(t *testing.T) {
 	require.Eventually(t, func() bool { return !alive(script) && !alive(child) }, 10*time.Second, 20*time.Millisecond,
 		"script %d or its plugin %d outlived the host", script, child)
 }
-
