@@ -8,6 +8,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+
+	"golang.org/x/text/width"
 )
 
 // Format writes a readable multi-line rendering of a: a headline with
@@ -52,16 +55,15 @@ func Format(w io.Writer, a Alert) error {
 		for _, n := range a.CredibleSet {
 			inSet[n] = true
 		}
-		tw = tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "  \trank\tnode\tscore\tprobability\t\t\n")
+		rows := [][]string{{"rank", "node", "score", "probability", ""}}
 		for i, s := range a.Sources {
 			mark := ""
 			if inSet[s.Node] {
 				mark = "*"
 			}
-			fmt.Fprintf(tw, "  \t%d\t%s\t%s\t%.3f\t%s\t\n", i+1, s.Node, num(s.Score), s.Probability, mark)
+			rows = append(rows, []string{strconv.Itoa(i + 1), s.Node, num(s.Score), fmt.Sprintf("%.3f", s.Probability), mark})
 		}
-		_ = tw.Flush()
+		writeRightAligned(&buf, "      ", rows)
 	}
 	// Right-aligned columns leave trailing blanks; drop them.
 	var out strings.Builder
@@ -73,6 +75,51 @@ func Format(w io.Writer, a Alert) error {
 		return fmt.Errorf("alerts: writing %s: %w", a.ID, err)
 	}
 	return nil
+}
+
+// writeRightAligned writes rows as a table of right-aligned columns two
+// spaces apart, each line starting with indent. Widths are in terminal
+// columns (TextWidth), not runes, so a node id in Chinese or Japanese
+// keeps the columns after it in line, which text/tabwriter does not.
+func writeRightAligned(buf *bytes.Buffer, indent string, rows [][]string) {
+	var widths []int
+	for _, r := range rows {
+		for j, c := range r {
+			if j == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[j] = max(widths[j], TextWidth(c))
+		}
+	}
+	for _, r := range rows {
+		buf.WriteString(indent)
+		for j, c := range r {
+			if j > 0 {
+				buf.WriteString("  ")
+			}
+			buf.WriteString(strings.Repeat(" ", widths[j]-TextWidth(c)))
+			buf.WriteString(c)
+		}
+		buf.WriteByte('\n')
+	}
+}
+
+// TextWidth is how many terminal columns s takes: two for an East Asian
+// wide or fullwidth character, none for a combining mark or a format
+// character (a zero-width joiner), one for any other. Tables of node ids
+// (alert sources, localize's ranking) pad by it.
+func TextWidth(s string) int {
+	n := 0
+	for _, r := range s {
+		switch {
+		case unicode.Is(unicode.Mn, r), unicode.Is(unicode.Me, r), unicode.Is(unicode.Cf, r):
+		case width.LookupRune(r).Kind() == width.EastAsianWide, width.LookupRune(r).Kind() == width.EastAsianFullwidth:
+			n += 2
+		default:
+			n++
+		}
+	}
+	return n
 }
 
 // num prints a score compactly whatever its scale.

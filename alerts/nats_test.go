@@ -371,6 +371,12 @@ func TestCovers(t *testing.T) {
 	}
 }
 
+func TestTextWidth(t *testing.T) {
+	for s, w := range map[string]int{"": 0, "150": 3, "张三丰": 6, "ｗｅｉｂｏ": 10, "e\u0301mile": 5, "a\u200db": 2, "user-12": 7} {
+		require.Equal(t, w, TextWidth(s), "%q", s)
+	}
+}
+
 func TestFormat(t *testing.T) {
 	tr := NewTracker(func() time.Time { return time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC) })
 	o := obs("jazz", "12", "7", "150")
@@ -399,6 +405,24 @@ func TestFormat(t *testing.T) {
 	require.Regexp(t, `^\s+3\s+150\s+-1\.235\s+0\.090$`, lines[10])
 	for _, l := range lines {
 		require.Equal(t, strings.TrimRight(l, " "), l, "no trailing blanks")
+	}
+
+	// Node ids in Chinese (two columns a character) or with a combining
+	// accent keep the columns in line: every row of the right-aligned
+	// table ends at the same terminal column. text/tabwriter counted
+	// runes and pushed the rows with wide ids out.
+	wide := obs("weibo", "张三丰", "e\u0301mile", "7")
+	for i := range wide.Sources {
+		wide.Sources[i].Probability = 0.5
+	}
+	a2, _ := NewTracker(nil).Observe(wide)
+	buf.Reset()
+	require.NoError(t, Format(&buf, a2))
+	rows := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")[7:]
+	require.Len(t, rows, 4)
+	for _, r := range rows[1:] { // the header has no mark, and ends before
+		require.Equal(t, TextWidth(rows[1]), TextWidth(r), "%q", r)
+		require.True(t, strings.HasSuffix(r, "0.500  *"), "%q", r)
 	}
 
 	buf.Reset()

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
@@ -306,7 +307,10 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 			// it does not reach.
 			score = 0.9999
 		}
-		fmt.Fprintf(w, "%5d  %-16s %7.4f %12.3f\n", i+1, s.Node, score, s.Probability)
+		// Padded by terminal columns, not runes (%-16s), so a wide id
+		// (Chinese, Japanese) leaves the columns after it in line.
+		node := s.Node + strings.Repeat(" ", max(16-alerts.TextWidth(s.Node), 0))
+		fmt.Fprintf(w, "%5d  %s %7.4f %12.3f\n", i+1, node, score, s.Probability)
 	}
 	if len(o.Tied) > 0 {
 		names := make([]string, len(o.Tied))

@@ -2,9 +2,15 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
 )
 
 // A score under 1 is never printed as 1.0000, which beside --threshold 1
@@ -16,4 +22,45 @@ func TestPrintedScoresBelowOneStayBelowOne(t *testing.T) {
 	require.Contains(t, out.String(), "no node is over delta")
 	require.Contains(t, out.String(), "a                 0.9999        0.875")
 	require.Contains(t, out.String(), "b                 1.0000        1.000")
+}
+
+// localize's table pads node ids by terminal columns: with ids in Chinese
+// (two columns a character) beside ASCII ones, the score column starts at
+// the same column on every row. %-16s counted runes and pushed the wide
+// rows out.
+func TestLocalizeTableAlignsWideIDs(t *testing.T) {
+	data, err := os.ReadFile("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	wide := func(id string) string {
+		if n, err := strconv.Atoi(id); err == nil && n%2 == 0 {
+			return "成员" + id
+		}
+		return id
+	}
+	var b strings.Builder
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) == 2 && !strings.HasPrefix(f[0], "#") {
+			b.WriteString(wide(f[0]) + " " + wide(f[1]) + "\n")
+		}
+	}
+	edges := filepath.Join(t.TempDir(), "karate-zh.edges")
+	require.NoError(t, os.WriteFile(edges, []byte(b.String()), 0o600))
+	_, bundle, pluginDir := trainSmall(t, "--graph", edges)
+	out, _, err := runCmd(t, `{"infected":["成员0","1","成员2","3","7","13","成员8","9"]}`, "localize", "--bundle", bundle,
+		"--plugin-dir", pluginDir, "--top", "8", "--threshold", "1", "--log-level", "warn")
+	require.NoError(t, err)
+	var rows []string
+	for line := range strings.Lines(out) {
+		if f := strings.Fields(line); len(f) == 4 && f[0] != "rank" {
+			rows = append(rows, strings.TrimRight(line, "\n"))
+		}
+	}
+	require.GreaterOrEqual(t, len(rows), 4, out)
+	sawWide := false
+	for _, r := range rows {
+		sawWide = sawWide || strings.Contains(r, "成员")
+		require.Equal(t, alerts.TextWidth(rows[0]), alerts.TextWidth(r), "%q\n%s", r, out)
+	}
+	require.True(t, sawWide, out)
 }
