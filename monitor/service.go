@@ -216,6 +216,16 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 			d.log.Error("service error response not sent", zap.String("subject", r.Subject()), zap.Error(ferr))
 		}
 	}
+	// Metadata that `nats micro info sourcewatch` and $SRV.INFO show, so
+	// a client in another language finds the request format there.
+	meta := map[string]map[string]string{
+		"localize": {
+			"request":  `{"graph": "<name>", "infected": ["<node id>", ...], "top": <n, optional>, "id": "<yours, optional>"}`,
+			"response": "graph, sources [{node, score, probability}], credible_set, threshold, model, inference_ms, note, ranked (with top), id",
+		},
+		"status": {"request": "empty", "response": "version, ready, graphs [...], last_reload"},
+		"reload": {"request": "empty: reads the whole config file again", "response": `{"reloaded": true}`},
+	}
 	eps := []struct {
 		name string
 		h    micro.HandlerFunc
@@ -267,7 +277,7 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 		}},
 	}
 	for _, ep := range eps {
-		if err := grp.AddEndpoint(ep.name, ep.h); err != nil {
+		if err := grp.AddEndpoint(ep.name, ep.h, micro.WithEndpointMetadata(meta[ep.name])); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("%w: endpoint %s: %w", ErrNATS, ep.name, err)
 		}

@@ -154,6 +154,10 @@ func TestMicroEndpoints(t *testing.T) {
 	var subjects []string
 	for _, ep := range info.Endpoints {
 		subjects = append(subjects, ep.Subject)
+		// Each says what it takes and answers, for clients that find it
+		// by discovery (it was null).
+		require.NotEmpty(t, ep.Metadata["request"], ep.Name)
+		require.NotEmpty(t, ep.Metadata["response"], ep.Name)
 	}
 	require.ElementsMatch(t, []string{"sourcewatch.svc.localize", "sourcewatch.svc.status", "sourcewatch.svc.reload"}, subjects)
 }
