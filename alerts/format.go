@@ -111,9 +111,9 @@ func writeRightAligned(buf *bytes.Buffer, indent string, rows [][]string) {
 func TextWidth(s string) int {
 	n := 0
 	for _, r := range s {
-		switch {
+		switch k := width.LookupRune(r).Kind(); {
 		case unicode.Is(unicode.Mn, r), unicode.Is(unicode.Me, r), unicode.Is(unicode.Cf, r):
-		case width.LookupRune(r).Kind() == width.EastAsianWide, width.LookupRune(r).Kind() == width.EastAsianFullwidth:
+		case k == width.EastAsianWide, k == width.EastAsianFullwidth:
 			n += 2
 		default:
 			n++
