@@ -125,7 +125,9 @@ func (d *Daemon) handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{Registry: d.metrics.reg}))
 	mux.HandleFunc("GET /{$}", d.serveDashboard)
 	// The message formats, for producers and consumers in other languages.
-	for path, schema := range map[string][]byte{"/schema/event.v1.json": eventJSONSchema, "/schema/alert.v1.json": alerts.JSONSchema()} {
+	for path, schema := range map[string][]byte{
+		"/schema/event.v1.json": eventJSONSchema, "/schema/alert.v1.json": alerts.JSONSchema(), "/schema/service.v1.json": serviceJSONSchema,
+	} {
 		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, _ *http.Request) {
 			w.Header().Set("Content-Type", "application/schema+json")
 			_, _ = w.Write(schema)

@@ -2,12 +2,14 @@ package monitor
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/micro"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"github.com/stretchr/testify/require"
 
@@ -17,14 +19,66 @@ import (
 
 func compileEventSchema(t *testing.T) *jsonschema.Schema {
 	t.Helper()
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(EventJSONSchema()))
-	require.NoError(t, err)
+	return compileSchema(t, "urn:sourcewatch:schema:event.v1", false)
+}
+
+// compileSchema compiles the schema at loc with the daemon's three schemas
+// loaded under their $ids, as a client would load them, so a $ref from one
+// to another resolves. strict closes every object that names its
+// properties (additionalProperties false): a field the Go types marshal
+// and the schema does not name then fails validation.
+func compileSchema(t *testing.T, loc string, strict bool) *jsonschema.Schema {
+	t.Helper()
 	c := jsonschema.NewCompiler()
 	c.AssertFormat()
-	require.NoError(t, c.AddResource("event.json", v))
-	s, err := c.Compile("event.json")
+	for id, doc := range map[string][]byte{
+		"urn:sourcewatch:schema:event.v1":   EventJSONSchema(),
+		"urn:sourcewatch:schema:alert.v1":   alerts.JSONSchema(),
+		"urn:sourcewatch:schema:service.v1": ServiceJSONSchema(),
+	} {
+		v, err := jsonschema.UnmarshalJSON(bytes.NewReader(doc))
+		require.NoError(t, err)
+		require.Equal(t, id, v.(map[string]any)["$id"])
+		if strict {
+			closeObjects(v)
+		}
+		require.NoError(t, c.AddResource(id, v))
+	}
+	s, err := c.Compile(loc)
 	require.NoError(t, err)
 	return s
+}
+
+func closeObjects(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		if _, ok := v["properties"]; ok {
+			if _, set := v["additionalProperties"]; !set {
+				v["additionalProperties"] = false
+			}
+		}
+		for _, sub := range v {
+			closeObjects(sub)
+		}
+	case []any:
+		for _, sub := range v {
+			closeObjects(sub)
+		}
+	}
+}
+
+// validateJSON validates v's JSON encoding (or v itself, if it is bytes).
+func validateJSON(t *testing.T, s *jsonschema.Schema, v any) error {
+	t.Helper()
+	data, ok := v.([]byte)
+	if !ok {
+		var err error
+		data, err = json.Marshal(v)
+		require.NoError(t, err)
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(data))
+	require.NoError(t, err)
+	return s.Validate(doc)
 }
 
 // accepted reports whether the daemon would apply every element of a
@@ -113,7 +167,9 @@ func TestCascadeEventsValidate(t *testing.T) {
 // The daemon serves both schemas over HTTP, as the files in the tree.
 func TestSchemasServed(t *testing.T) {
 	r := start(t, testConfig(t, "p"), preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory))
-	for path, want := range map[string][]byte{"/schema/event.v1.json": EventJSONSchema(), "/schema/alert.v1.json": alerts.JSONSchema()} {
+	for path, want := range map[string][]byte{
+		"/schema/event.v1.json": EventJSONSchema(), "/schema/alert.v1.json": alerts.JSONSchema(), "/schema/service.v1.json": ServiceJSONSchema(),
+	} {
 		resp, err := http.Get("http://" + r.d.HTTPAddr() + path)
 		require.NoError(t, err)
 		body, err := io.ReadAll(resp.Body)
@@ -123,4 +179,102 @@ func TestSchemasServed(t *testing.T) {
 		require.Equal(t, "application/schema+json", resp.Header.Get("Content-Type"))
 		require.Equal(t, want, body, path)
 	}
+}
+
+// The localize request schema accepts what the service answers and refuses
+// what it answers with a 400, request by request, apart from what only
+// the daemon can know (its graphs and their nodes) and the one point the
+// schema is stricter on: keys in lower case.
+func TestLocalizeRequestSchemaAgreesWithTheService(t *testing.T) {
+	s := compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/localize_request", false)
+	r := start(t, testConfig(t, "p"), preload(t, 5, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	for _, tc := range []struct {
+		body           string
+		schema, daemon bool
+	}{
+		{`{"graph":"p","infected":["1"]}`, true, true},
+		{`{"graph":"p","infected":["1","2","1"],"top":3,"id":"incident-7"}`, true, true},
+		{`{"graph":"p","infected":["1"],"top":0}`, true, true},
+		{`{"graph":"p","infected":["1"],"top":-1}`, false, false},
+		{`{"graph":"p","infected":["1"],"top":1.5}`, false, false},
+		{`{"graph":"p","infected":["1"],"top":"5"}`, false, false},
+		{`{"graph":"p","infected":[]}`, false, false},
+		{`{"graph":"p"}`, false, false},
+		{`{"infected":["1"]}`, false, false},
+		{`{"graph":"","infected":["1"]}`, false, false},
+		{`{"graph":"p","infected":[1]}`, false, false},
+		{`{"graph":"p","infected":"1"}`, false, false},
+		{`{"graph":"p","infectd":["1"]}`, false, false},
+		{`{"graph":"p","infected":["1"],"id":7}`, false, false},
+		{`["p"]`, false, false},
+		{`{"GRAPH":"p","infected":["1"]}`, false, true},
+	} {
+		t.Run(tc.body, func(t *testing.T) {
+			require.Equal(t, tc.schema, validateJSON(t, s, []byte(tc.body)) == nil, "schema")
+			m, err := r.nc.Request("sourcewatch.svc.localize", []byte(tc.body), 10*time.Second)
+			require.NoError(t, err)
+			require.Equal(t, tc.daemon, m.Header.Get(micro.ErrorCodeHeader) == "", "daemon: %s", m.Header.Get(micro.ErrorHeader))
+		})
+	}
+}
+
+// The service's replies validate against their schemas, closed to fields
+// the schemas do not name: as the service sends them, and as Go values
+// with every optional field set, so the schemas cannot fall behind the
+// types unnoticed.
+func TestServiceRepliesValidate(t *testing.T) {
+	localizeReply := compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/localize_response", true)
+	statusReply := compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/status_response", true)
+	reloadReply := compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/reload_response", true)
+
+	cfg := testConfig(t, "p")
+	f := &factoryOf{script: func(gc GraphConfig) func([]float64) Inference {
+		return func(y []float64) Inference {
+			inf := infectedAreSources(gc.Bundle)(y)
+			inf.Note = "outside the training range"
+			return inf
+		}
+	}}
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory),
+		WithReload(func(context.Context) (Config, error) { return cfg, nil }))
+
+	m := request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "p", Infected: []string{"3"}})
+	require.Empty(t, m.Header.Get(micro.ErrorHeader))
+	require.NoError(t, validateJSON(t, localizeReply, m.Data), "%s", m.Data)
+	m = request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{ID: "x", Graph: "p", Infected: []string{"3", "4"}, Top: 5})
+	require.Empty(t, m.Header.Get(micro.ErrorHeader))
+	require.Contains(t, string(m.Data), `"ranked"`)
+	require.Contains(t, string(m.Data), `"note"`)
+	require.NoError(t, validateJSON(t, localizeReply, m.Data), "%s", m.Data)
+
+	// An empty daemon's status, then one with an alert and a reload.
+	m = request(t, r.nc, "sourcewatch.svc.status", nil)
+	require.NoError(t, validateJSON(t, statusReply, m.Data), "%s", m.Data)
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return r.d.Status().Graphs[0].LastAlert != nil }, 10*time.Second, 5*time.Millisecond)
+	m = request(t, r.nc, "sourcewatch.svc.reload", nil)
+	require.Empty(t, m.Header.Get(micro.ErrorHeader))
+	require.NoError(t, validateJSON(t, reloadReply, m.Data), "%s", m.Data)
+	m = request(t, r.nc, "sourcewatch.svc.status", nil)
+	require.Contains(t, string(m.Data), `"last_alert"`)
+	require.Contains(t, string(m.Data), `"last_reload"`)
+	require.NoError(t, validateJSON(t, statusReply, m.Data), "%s", m.Data)
+	code, body := get(t, "http://"+r.d.HTTPAddr()+"/status")
+	require.Equal(t, http.StatusOK, code)
+	require.NoError(t, validateJSON(t, statusReply, []byte(body)), "%s", body)
+
+	// Every optional field set.
+	var st Status
+	require.NoError(t, json.Unmarshal(m.Data, &st))
+	g := &st.Graphs[0]
+	g.Replaying, g.LastError = true, "localizer: plugin exited"
+	g.PendingAlerts = []alerts.Alert{*g.LastAlert, *g.LastAlert}
+	st.LastReload = &ReloadStatus{At: time.Now(), OK: false, Error: "graphs[0].bundle: no such file"}
+	require.NoError(t, validateJSON(t, statusReply, st))
+	// And what the schemas refuse.
+	g.Nodes = 0
+	require.Error(t, validateJSON(t, statusReply, st))
+	require.Error(t, validateJSON(t, localizeReply, LocalizeResponse{Graph: "p", Threshold: 2, Sources: []alerts.Source{}, CredibleSet: []string{}}))
+	require.Error(t, validateJSON(t, reloadReply, map[string]any{"reloaded": false}))
+	require.Error(t, validateJSON(t, statusReply, map[string]any{"version": "x", "ready": true, "graphs": []any{}, "uptime": 1}), "strict")
 }
