@@ -278,3 +278,17 @@ func TestServiceRepliesValidate(t *testing.T) {
 	require.Error(t, validateJSON(t, reloadReply, map[string]any{"reloaded": false}))
 	require.Error(t, validateJSON(t, statusReply, map[string]any{"version": "x", "ready": true, "graphs": []any{}, "uptime": 1}), "strict")
 }
+
+// A bad event is reported as an event, not also as a failed array (the
+// schema's oneOf used to give both, and ajv printed every branch).
+func TestEventSchemaReportsOneForm(t *testing.T) {
+	s := compileEventSchema(t)
+	err := validateJSON(t, s, []byte(`{"node":"1","state":"sick"}`))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "state")
+	require.NotContains(t, err.Error(), "array")
+	err = validateJSON(t, s, []byte(`[{"node":"1","state":"sick"}]`))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "/0/state")
+	require.NotContains(t, err.Error(), "want object")
+}
