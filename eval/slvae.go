@@ -361,6 +361,9 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 	if e := b.Manifest.Metrics[localize.VJPCheckMetric]; e > 1 {
 		// only when it failed: the report then says so
 		m.extras[localize.VJPCheckMetric] = e
+	} else if b.Manifest.Metrics[localize.VJPFlatMetric] == 1 {
+		// only when every compared derivative was 0: the same
+		m.extras[localize.VJPFlatMetric] = 1
 	}
 	for _, k := range []string{"forward_epochs", "forward_best_epoch"} {
 		// how long a trained forward model's fit ran, and its best

@@ -196,7 +196,9 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	if err != nil {
 		return nil, fmt.Errorf("validating forward model %q: %w", cfg.Forward.Name, err)
 	}
-	if _, ok := metrics["forward_val_mse"]; !ok {
+	// A plugin that reports no validation error, or NaN for one (as
+	// Progress.ValLoss is NaN without a validation set), gets the host's.
+	if v, ok := metrics["forward_val_mse"]; !ok || math.IsNaN(v) || math.IsInf(v, 0) {
 		metrics["forward_val_mse"] = noise
 	}
 	metrics["noise_variance"] = noise
@@ -209,6 +211,9 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		return nil, fmt.Errorf("checking forward model %q's VJP: %w", cfg.Forward.Name, err)
 	}
 	metrics[VJPCheckMetric] = check.MaxErr
+	if check.Checked > 0 && check.Flat == check.Checked {
+		metrics[VJPFlatMetric] = 1
+	}
 
 	metrics["forward_fit_seconds"] = time.Since(stageStart).Seconds()
 
@@ -368,11 +373,21 @@ func (m *Manifest) NoBetterThanInfected() string {
 // is wrong, and `sourcewatch plugin check` says where.
 const VJPCheckMetric = "forward_vjp_check_max_err"
 
-// VJPCheckFailure describes the failed spot check Train recorded under
-// VJPCheckMetric, for a reader deciding whether to trust the bundle's
-// rankings; "" when it passed or the bundle does not record it.
+// VJPFlatMetric is 1 in a manifest whose spot check found every compared
+// derivative 0, analytic and numeric: a forward model saturated there
+// (every y at 0 or 1) gives inference no gradient to descend along, and
+// the check could not tell a right VJP from a wrong one.
+const VJPFlatMetric = "forward_vjp_check_flat"
+
+// VJPCheckFailure describes the failed (or flat) spot check Train recorded
+// under VJPCheckMetric, for a reader deciding whether to trust the
+// bundle's rankings; "" when it passed or the bundle does not record it.
 func (m *Manifest) VJPCheckFailure() string {
 	e := m.Metrics[VJPCheckMetric]
+	if m.Metrics[VJPFlatMetric] == 1 && !(e > 1) {
+		return fmt.Sprintf("the forward model's gradient was 0 at every coordinate of train's spot check (its outputs saturated at 0 or 1 there?): inference descends along it, so this bundle's rankings cannot be trusted, and the check could not tell a right VJP from a wrong one; run sourcewatch plugin check %s --plugin-dir <the directory train found it in>",
+			m.Forward.Name)
+	}
 	if !(e > 1) {
 		return ""
 	}

@@ -203,9 +203,16 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		slices.Sort(kv)
 		fmt.Fprintf(w, " (%s)", strings.Join(kv, ", "))
 	}
-	mse := m.Metrics["forward_val_mse"]
-	fmt.Fprintf(w, "  val MSE %.4f", mse)
+	// Missing from a bundle whose plugin reported it as NaN before train
+	// replaced such a value with its own.
+	mse, hasMSE := m.Metrics["forward_val_mse"]
+	if hasMSE {
+		fmt.Fprintf(w, "  val MSE %.4f", mse)
+	} else {
+		fmt.Fprint(w, "  val MSE n/a")
+	}
 	floor, hasFloor := m.Metrics[localize.ForwardFloorMetric]
+	hasFloor = hasFloor && hasMSE
 	if hasFloor && floor > 0 {
 		fmt.Fprintf(w, " (floor %.4f: %+.0f%%)", floor, 100*(mse/floor-1))
 	}

@@ -629,6 +629,42 @@ func TestTrainSpotChecksTheVJP(t *testing.T) {
 	}
 }
 
+// What a plugin's own reports cannot show is said, not printed as a
+// number: a NaN val_mse gives way to the host's own, and a spot check
+// whose derivatives were all 0 (a saturated model) warns that it proved
+// nothing.
+func TestTrainSeesThroughNaNMetricsAndFlatChecks(t *testing.T) {
+	dir := t.TempDir()
+	edges := filepath.Join(dir, "tiny.edges")
+	require.NoError(t, os.WriteFile(edges, []byte("a b\nb c\nc d\nd e\n"), 0o644))
+	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	train := func(fault string) (string, *localize.Bundle) {
+		bundle := filepath.Join(dir, fault+".swb")
+		out, _, err := runCmd(t, "", "train", "--graph", edges, "--diffusion", "SI", "--sources", "1", "--cascades", "30",
+			"--forward", "faulty", "--plugin-dir", filepath.Dir(faulty), "--forward-param", "fault="+fault,
+			"--prior-epochs", "2", "--prototypes", "8", "--test-solves", "4", "--restarts", "2", "--init-steps", "2",
+			"--out", bundle, "--log-level", "error")
+		require.NoError(t, err)
+		b, err := localize.LoadBundle(bundle, nil)
+		require.NoError(t, err)
+		return out, b
+	}
+	const flat = "the forward model's gradient was 0 at every coordinate of train's spot check"
+
+	out, b := train("nanmetric")
+	mse, ok := b.Manifest.Metrics["forward_val_mse"]
+	require.True(t, ok, "the host's own validation error replaces the NaN")
+	require.Equal(t, b.Manifest.Metrics["noise_variance"], mse)
+	require.Greater(t, mse, 0.0)
+	require.Contains(t, out, fmt.Sprintf("val MSE %.4f", mse))
+	require.NotContains(t, out, flat)
+
+	out, b = train("flat")
+	require.Equal(t, 1.0, b.Manifest.Metrics[localize.VJPFlatMetric])
+	require.Contains(t, out, flat)
+	require.Contains(t, b.Manifest.VJPCheckFailure(), "plugin check faulty")
+}
+
 func TestTiedWithLast(t *testing.T) {
 	res := &localize.Result{Scores: []float64{0.9, 0.5, 0.5, 0.1, 0.5}, Sources: []int{0, 1}}
 	require.Equal(t, []int{2, 4}, tiedWithLast(res))

@@ -16,6 +16,8 @@
 //	panic  index a slice out of range (Serve turns it into an error)
 //	state  Fit returns a state that Configure refuses (a plugin that cannot
 //	       read back its own state)
+//	flat   y = 1 and dx = 0 everywhere (a consistent, saturated model)
+//	nanmetric  Fit reports its val_mse as NaN
 //
 // The fault strikes from the Nth Predict or VJP call (or Fit, for hang,
 // crash and fatal) of the process on
@@ -66,7 +68,7 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 	in, err := m.Model.Info(ctx)
 	in.Name = "faulty"
 	in.Params = append(in.Params,
-		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic or state"},
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat or nanmetric"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
 	return in, err
 }
@@ -78,10 +80,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		switch k {
 		case "fault":
 			switch v {
-			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "state":
+			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "state", "flat", "nanmetric":
 				m.fault = v
 			default:
-				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic or state", v)
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat or nanmetric", v)
 			}
 		case "fault_after":
 			n, err := strconv.Atoi(v)
@@ -144,6 +146,11 @@ func (m *model) corrupt(y, dx *mat.Dense) (*mat.Dense, *mat.Dense) {
 		} else {
 			y.Set(0, 0, math.Inf(1))
 		}
+	case "flat":
+		y.Apply(func(int, int, float64) float64 { return 1 }, y)
+		if dx != nil {
+			dx.Zero()
+		}
 	case "short":
 		r, c := y.Dims()
 		y = mat.DenseCopyOf(y.Slice(0, r, 0, c-1))
@@ -160,6 +167,9 @@ func (m *model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	res, err := m.Model.Fit(ctx, pairs, opts, progress)
 	if err == nil && m.fault == "state" {
 		res.State = []byte("unreadable")
+	}
+	if err == nil && m.fault == "nanmetric" {
+		res.Metrics["val_mse"] = math.NaN()
 	}
 	return res, err
 }

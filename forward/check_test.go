@@ -1,0 +1,127 @@
+package forward_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
+	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// clampModel is y_v = clamp(x_v + a·mean_{u in N(v)} x_u, 0, 1), the kind
+// of model forward/README's advice on clamps gives: at a corner of
+// [0, 1]^n a lone source sits exactly on the upper bound, and a node with
+// no source near it on the lower one.
+type clampModel struct {
+	nbr [][]int
+	a   float64
+	// active says which pre-activations pass the gradient: the two
+	// conventions at the bound, 0 <= pre <= 1 or 0 < pre < 1.
+	active func(pre float64) bool
+	// scale multiplies dx (1: right); cornerBug negates dx where x is 0.
+	scale     float64
+	cornerBug bool
+	// refuseOutside makes Predict refuse x outside [0, 1].
+	refuseOutside bool
+}
+
+func (m *clampModel) Info(context.Context) (forward.Info, error) { return forward.Info{Name: "clamp"}, nil }
+func (m *clampModel) Configure(context.Context, *graph.Graph, map[string]string, []byte) error {
+	return nil
+}
+func (m *clampModel) Fit(context.Context, []forward.Pair, forward.FitOptions, func(forward.Progress)) (forward.FitResult, error) {
+	return forward.FitResult{}, nil
+}
+
+func (m *clampModel) pre(x []float64, v int) float64 {
+	s := 0.0
+	for _, u := range m.nbr[v] {
+		s += x[u]
+	}
+	return x[v] + m.a*s/float64(len(m.nbr[v]))
+}
+
+func (m *clampModel) Predict(_ context.Context, x *mat.Dense) (*mat.Dense, error) {
+	r, n := x.Dims()
+	y := mat.NewDense(r, n, nil)
+	for i := range r {
+		row := x.RawRowView(i)
+		for v := range n {
+			if m.refuseOutside && (row[v] < 0 || row[v] > 1) {
+				return nil, errors.New("clamp: x outside [0, 1]")
+			}
+			y.Set(i, v, min(max(m.pre(row, v), 0), 1))
+		}
+	}
+	return y, nil
+}
+
+func (m *clampModel) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	y, err := m.Predict(ctx, x)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, n := x.Dims()
+	dx := mat.NewDense(r, n, nil)
+	for i := range r {
+		row := x.RawRowView(i)
+		for v := range n {
+			if !m.active(m.pre(row, v)) {
+				continue
+			}
+			g := dy.At(i, v)
+			dx.Set(i, v, dx.At(i, v)+g)
+			for _, u := range m.nbr[v] {
+				dx.Set(i, u, dx.At(i, u)+g*m.a/float64(len(m.nbr[v])))
+			}
+		}
+		for v := range n {
+			d := m.scale * dx.At(i, v)
+			if m.cornerBug && row[v] == 0 {
+				d = -d
+			}
+			dx.Set(i, v, d)
+		}
+	}
+	return y, dx, nil
+}
+
+// CheckVJP passes a clamped model whichever side of the bound its
+// gradient takes there, and still fails a wrong gradient, also one wrong
+// only at the corners.
+func TestCheckVJPAtClampKinks(t *testing.T) {
+	const n = 40
+	nbr := make([][]int, n)
+	for v := range n { // a ring with chords
+		nbr[v] = []int{(v + 1) % n, (v + n - 1) % n, (v + 7) % n}
+	}
+	closed := func(p float64) bool { return p >= 0 && p <= 1 }
+	open := func(p float64) bool { return p > 0 && p < 1 }
+	for _, tc := range []struct {
+		name string
+		m    clampModel
+		pass bool
+	}{
+		{"gradient on the bound", clampModel{active: closed, scale: 1}, true},
+		{"no gradient on the bound", clampModel{active: open, scale: 1}, true},
+		{"scaled gradient", clampModel{active: closed, scale: 1.5}, false},
+		{"wrong only at the corners", clampModel{active: open, scale: 1, cornerBug: true}, false},
+		// Without the outside difference the inside verdict stands: one
+		// convention fails, as before.
+		{"no gradient on the bound, x outside refused", clampModel{active: open, scale: 1, refuseOutside: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.m
+			m.nbr, m.a = nbr, 0.5
+			res, err := forward.CheckVJP(context.Background(), &m, n, rand.New(rand.NewPCG(1, 2)), forward.VJPCheckOptions{Rows: 1, CornerRows: 4})
+			require.NoError(t, err)
+			require.Equal(t, tc.pass, res.Pass(), "%s", res)
+			require.Equal(t, 5*n, res.Checked)
+		})
+	}
+}
