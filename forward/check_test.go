@@ -30,7 +30,9 @@ type clampModel struct {
 	refuseOutside bool
 }
 
-func (m *clampModel) Info(context.Context) (forward.Info, error) { return forward.Info{Name: "clamp"}, nil }
+func (m *clampModel) Info(context.Context) (forward.Info, error) {
+	return forward.Info{Name: "clamp"}, nil
+}
 func (m *clampModel) Configure(context.Context, *graph.Graph, map[string]string, []byte) error {
 	return nil
 }
