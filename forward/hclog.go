@@ -68,6 +68,14 @@ func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Off {
 		return
 	}
+	// go-plugin appends the plugin's own stamp to every hclog line it
+	// parses (the zero time when the line had none); the host's log
+	// stamps each line itself.
+	if n := len(args); n >= 2 && args[n-2] == "timestamp" {
+		if _, isString := args[n-1].(string); isString {
+			args = args[:n-2]
+		}
+	}
 	if lv, m, a, ok := hclogLine(msg); ok {
 		level, msg, args = lv, m, append(args, a...)
 	}

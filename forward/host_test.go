@@ -305,6 +305,7 @@ func TestPluginLogsReachZap(t *testing.T) {
 		case "plugin address":
 			found = true
 			require.Equal(t, "sourcewatch-forward-icmf", e.LoggerName)
+			require.NotContains(t, e.ContextMap(), "timestamp", "go-plugin's copy of the plugin's stamp is dropped")
 		case "plugin process exited":
 			exited = true
 			require.Equal(t, zapcore.DebugLevel, e.Level, "go-plugin's routine lifecycle is demoted to debug")
