@@ -94,24 +94,79 @@ func (e *binaryError) Unwrap() error { return e.err }
 // "icmf" is the executable sourcewatch-forward-icmf.
 const BinaryPrefix = "sourcewatch-forward-"
 
-// PluginPath returns dir/sourcewatch-forward-<name>, or a clear error when
-// the name is not a plain name or no such executable exists.
+// PluginPath returns dir/sourcewatch-forward-<name>, or an error that says
+// what to pass instead when the name is not a plain name or no such
+// executable exists: the name without its prefix, the directory rather
+// than the binary, or one of the plugins the directory holds.
 func PluginPath(dir, name string) (string, error) {
 	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
-		return "", fmt.Errorf("forward plugin name %q: want a plain name such as \"icmf\"", name)
+		hint := ""
+		if base := filepath.Base(name); strings.HasPrefix(base, BinaryPrefix) && len(base) > len(BinaryPrefix) {
+			hint = fmt.Sprintf(": for the binary %s, pass %q as the name and %s as the plugin dir (--plugin-dir)", name, strings.TrimPrefix(base, BinaryPrefix), filepath.Dir(name))
+		}
+		return "", fmt.Errorf("forward plugin name %q: want a plain name such as \"icmf\"%s", name, hint)
+	}
+	if trimmed := strings.TrimPrefix(name, BinaryPrefix); trimmed != name && trimmed != "" {
+		return "", fmt.Errorf("forward plugin name %q: name the plugin without the binary's prefix %s: %q", name, BinaryPrefix, trimmed)
+	}
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return "", fmt.Errorf("forward plugin %q: plugin dir %s is a file: pass the directory that holds %s%s", name, dir, BinaryPrefix, name)
 	}
 	path := filepath.Join(dir, BinaryPrefix+name)
-	fi, err := os.Stat(path)
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("forward plugin %q: %s does not exist (a shipped plugin: make build; a plugin of your own: build it to %s%s in a directory and pass that directory as the plugin dir)", name, path, BinaryPrefix, name)
+	if _, err := os.Stat(path); err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("forward plugin %q: %w", name, err)
 		}
+		found := "the plugin dir holds no plugin"
+		if _, err := os.Stat(dir); err != nil {
+			found = "the plugin dir does not exist"
+		} else if names := PluginsIn(dir); len(names) > 0 {
+			found = "the plugin dir holds " + strings.Join(names, ", ")
+		}
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			found += fmt.Sprintf("; %s there lacks the prefix: a plugin's binary is named %s%s", filepath.Join(dir, name), BinaryPrefix, name)
+		}
+		return "", fmt.Errorf("forward plugin %q: %s does not exist (%s; a shipped plugin: make build; a plugin of your own: build it to %s%s in a directory and pass that directory as the plugin dir)", name, path, found, BinaryPrefix, name)
+	}
+	if err := checkExecutable(path); err != nil {
 		return "", fmt.Errorf("forward plugin %q: %w", name, err)
 	}
-	if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-		return "", fmt.Errorf("forward plugin %q: %s is not an executable file", name, path)
-	}
 	return path, nil
+}
+
+// checkExecutable says why path cannot be started as a plugin: a
+// directory, or a file nobody may execute (a source file, say).
+func checkExecutable(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	if fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("%s is not an executable file", path)
+	}
+	return nil
+}
+
+// PluginsIn lists the plugins in dir by name: its executable files named
+// sourcewatch-forward-<name>, sorted; nil when there are none or dir
+// cannot be read.
+func PluginsIn(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		name, ok := strings.CutPrefix(e.Name(), BinaryPrefix)
+		if !ok || name == "" || checkExecutable(filepath.Join(dir, e.Name())) != nil {
+			continue
+		}
+		names = append(names, name)
+	}
+	return names
 }
 
 // FileSHA256 returns the SHA-256 of the file's contents.
@@ -240,12 +295,8 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		opt(&o)
 	}
 	name := filepath.Base(path)
-	fi, err := os.Stat(path)
-	if err != nil {
+	if err := checkExecutable(path); err != nil {
 		return nil, &binaryError{fmt.Errorf("forward plugin %s: %w", name, err)}
-	}
-	if fi.IsDir() {
-		return nil, &binaryError{fmt.Errorf("forward plugin %s: %s is a directory", name, path)}
 	}
 	var secure *plugin.SecureConfig
 	if o.checksum != nil {

@@ -369,19 +369,40 @@ func TestLaunchErrors(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 }
 
+// A plugin that is not found is an error that says what to pass instead.
 func TestPluginPath(t *testing.T) {
 	path := forwardtest.Build(t, "icmf")
 	got, err := forward.PluginPath(filepath.Dir(path), "icmf")
 	require.NoError(t, err)
 	require.Equal(t, path, got)
-	_, err = forward.PluginPath(filepath.Dir(path), "missing")
-	require.ErrorContains(t, err, "sourcewatch-forward-missing does not exist")
-	_, err = forward.PluginPath(filepath.Dir(path), "../icmf")
-	require.ErrorContains(t, err, "want a plain name")
+
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "sourcewatch-forward-x"), nil, 0o644))
-	_, err = forward.PluginPath(dir, "x")
-	require.ErrorContains(t, err, "not an executable")
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "sourcewatch-forward-ok"), nil, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mine"), nil, 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "sourcewatch-forward-src"), 0o755))
+	for _, tc := range []struct {
+		dir, name string
+		want      []string
+	}{
+		{filepath.Dir(path), "missing", []string{"sourcewatch-forward-missing does not exist", "the plugin dir holds ", "icmf", "make build"}},
+		{filepath.Join(dir, "nowhere"), "icmf", []string{"does not exist (the plugin dir does not exist", "make build"}},
+		{dir, "mine", []string{"holds ok;", "mine there lacks the prefix: a plugin's binary is named sourcewatch-forward-mine"}},
+		{filepath.Dir(path), "../icmf", []string{"want a plain name"}},
+		{filepath.Dir(path), "sourcewatch-forward-icmf", []string{`without the binary's prefix sourcewatch-forward-: "icmf"`}},
+		{".", path, []string{`want a plain name such as "icmf": for the binary ` + path + `, pass "icmf" as the name and ` + filepath.Dir(path) + " as the plugin dir"}},
+		{path, "icmf", []string{"plugin dir " + path + " is a file: pass the directory that holds sourcewatch-forward-icmf"}},
+		{dir, "x", []string{"is not an executable file"}},
+		{dir, "src", []string{"is a directory"}},
+	} {
+		_, err := forward.PluginPath(tc.dir, tc.name)
+		require.Error(t, err, tc.name)
+		for _, w := range tc.want {
+			require.ErrorContains(t, err, w, "dir %s, name %s", tc.dir, tc.name)
+		}
+	}
+	require.Equal(t, []string{"ok"}, forward.PluginsIn(dir))
+	require.Nil(t, forward.PluginsIn(filepath.Join(dir, "nowhere")))
 }
 
 // orphanEnv switches the test binary into a host that launches a plugin,
