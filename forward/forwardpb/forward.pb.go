@@ -11,9 +11,11 @@
 //     bytes, row-major, one row per vector of a batch.
 //   - Node indices travel as packed little-endian uint32 bytes.
 //   - Errors are gRPC statuses. A status message containing one of the texts
-//     "forward model not configured", "forward model not fitted" or
-//     "bad forward model state" is mapped by the host to the matching
-//     sentinel error of package forward.
+//     "forward model not configured", "forward model not fitted",
+//     "bad forward model state", "bad forward model output" or
+//     "shared memory region unusable" is mapped by the host to the matching
+//     sentinel error of package forward (for the last, the host resends the
+//     call as bytes).
 //
 // Versioning: a breaking change to this file bumps forward.ProtocolVersion
 // (the go-plugin handshake version) and the package suffix (v1 -> v2).
