@@ -53,6 +53,7 @@ metrics on the test split, and writes everything into one bundle file.`,
 	f.String("forward", "deepis", "forward-model plugin name (bin/sourcewatch-forward-<name>)")
 	f.StringArray("forward-param", nil, "forward-model parameter name=value (repeatable, or name=value,name=value)")
 	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries")
+	f.Duration("fit-idle-timeout", 10*time.Minute, "longest wait for the forward plugin's next Fit progress report before train gives up on it (a hung Fit)")
 	f.Int("forward-epochs", 0, "forward-model training epochs (0 = the plugin's default)")
 	f.Float64("forward-lr", 0, "forward-model learning rate (0 = the plugin's default)")
 	f.Float64("lambda", 0, "weight of the monotonicity penalty (0 = the plugin's default)")
@@ -85,6 +86,9 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	// Refused now rather than after minutes of training.
 	if err := a.refuseInputAsOutput("--out", out); err != nil {
 		return err
+	}
+	if idle := v.GetDuration("fit_idle_timeout"); idle <= 0 {
+		return fmt.Errorf("--fit-idle-timeout: %v is not positive", idle)
 	}
 	switch fi, err := os.Stat(filepath.Dir(out)); {
 	case errors.Is(err, fs.ErrNotExist):
@@ -402,7 +406,8 @@ func launchPlugin(ctx context.Context, a *app, path, sum string) (*forward.Proce
 	if err != nil {
 		return nil, fmt.Errorf("plugin checksum %q: %w", sum, err)
 	}
-	return forward.Launch(ctx, path, forward.WithLogger(a.log.Named("plugin")), forward.WithChecksum(raw))
+	return forward.Launch(ctx, path, forward.WithLogger(a.log.Named("plugin")), forward.WithChecksum(raw),
+		forward.WithFitIdleTimeout(a.v.GetDuration("fit_idle_timeout")))
 }
 
 // heldOut solves up to limit test cascades with the bundle and returns

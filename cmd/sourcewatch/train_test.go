@@ -665,6 +665,23 @@ func TestTrainSeesThroughNaNMetricsAndFlatChecks(t *testing.T) {
 	require.Contains(t, b.Manifest.VJPCheckFailure(), "plugin check faulty")
 }
 
+// A plugin whose Fit hangs is given up on after --fit-idle-timeout without
+// a progress report, not after production's ten minutes.
+func TestTrainFitIdleTimeout(t *testing.T) {
+	dir := t.TempDir()
+	edges := filepath.Join(dir, "tiny.edges")
+	require.NoError(t, os.WriteFile(edges, []byte("a b\nb c\nc d\n"), 0o644))
+	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	args := []string{"train", "--graph", edges, "--diffusion", "SI", "--sources", "1", "--cascades", "30",
+		"--forward", "faulty", "--plugin-dir", filepath.Dir(faulty), "--forward-param", "fault=hang",
+		"--out", filepath.Join(dir, "h.swb"), "--log-level", "error"}
+	_, _, err := runCmd(t, "", append(args, "--fit-idle-timeout", "0s")...)
+	require.ErrorContains(t, err, "--fit-idle-timeout: 0s is not positive")
+	_, _, err = runCmd(t, "", append(args, "--fit-idle-timeout", "500ms")...)
+	require.ErrorContains(t, err, "fit: no progress within 500ms")
+	require.ErrorIs(t, err, forward.ErrCallTimeout)
+}
+
 func TestTiedWithLast(t *testing.T) {
 	res := &localize.Result{Scores: []float64{0.9, 0.5, 0.5, 0.1, 0.5}, Sources: []int{0, 1}}
 	require.Equal(t, []int{2, 4}, tiedWithLast(res))
