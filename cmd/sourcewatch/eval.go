@@ -133,6 +133,18 @@ func (a *app) evalConfig() (cfg eval.Config, implicit map[string]bool, err error
 		return cfg, nil, err
 	}
 	cfg.PairedWith = strings.TrimSpace(a.v.GetString("paired_with"))
+	if eval.IsSLVAE(cfg.PairedWith) && !slices.Contains(cfg.Methods, cfg.PairedWith) {
+		// A base renamed by its one plugin above is still the one meant.
+		var renamed []string
+		for _, m := range cfg.Methods {
+			if strings.HasPrefix(m, cfg.PairedWith+"[") {
+				renamed = append(renamed, m)
+			}
+		}
+		if len(renamed) == 1 {
+			cfg.PairedWith = renamed[0]
+		}
+	}
 	if cfg.PairedWith != "" && cfg.PairedWith != "infected" && !slices.Contains(cfg.Methods, cfg.PairedWith) {
 		return cfg, nil, fmt.Errorf("--paired-with %s: not among the methods evaluated (%s)", cfg.PairedWith, strings.Join(cfg.Methods, ","))
 	}
@@ -221,6 +233,10 @@ func byCount(n int, one, many string) string {
 // plugin in the comma-separated list, named "slvae[gat]" and so on, so the
 // forward models are compared side by side. Parameters given for the base
 // method apply to each of its expansions.
+//
+// Without a list, a method given its plugin by --method-param
+// <method>.forward=<name> is renamed "<method>[<name>]" the same way, so a
+// row never says slvae of a model that is not deepis.
 func expandForwards(cfg *eval.Config, list string) error {
 	var forwards []string
 	for _, f := range strings.Split(list, ",") {
@@ -229,6 +245,23 @@ func expandForwards(cfg *eval.Config, list string) error {
 		}
 	}
 	if len(forwards) == 0 {
+		for i, m := range cfg.Methods {
+			f, ok := cfg.Params[m+".forward"]
+			if !eval.IsSLVAE(m) || !ok {
+				continue
+			}
+			name, err := eval.RegisterSLVAEWith(m, f)
+			if err != nil {
+				return fmt.Errorf("--method-param %s.forward: %w", m, err)
+			}
+			cfg.Methods[i] = name
+			for k, v := range cfg.Params {
+				if key, ok := strings.CutPrefix(k, m+"."); ok {
+					cfg.Params[name+"."+key] = v
+					delete(cfg.Params, k)
+				}
+			}
+		}
 		return nil
 	}
 	var methods []string

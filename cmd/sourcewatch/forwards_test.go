@@ -30,4 +30,15 @@ func TestExpandForwards(t *testing.T) {
 	same := eval.Config{Methods: []string{"slvae"}}
 	require.NoError(t, expandForwards(&same, ""))
 	require.Equal(t, []string{"slvae"}, same.Methods)
+
+	// A plugin given by --method-param names the row as --forward does.
+	own := eval.Config{
+		Methods: []string{"slvae", "slvae-noprior", "infected"},
+		Params:  map[string]string{"slvae.forward": "hop1", "slvae.plugin_dir": "/tmp/mine", "infected.x": "1"},
+	}
+	require.NoError(t, expandForwards(&own, ""))
+	require.Equal(t, []string{"slvae[hop1]", "slvae-noprior", "infected"}, own.Methods)
+	require.Equal(t, map[string]string{"slvae[hop1].forward": "hop1", "slvae[hop1].plugin_dir": "/tmp/mine", "infected.x": "1"}, own.Params)
+	badOwn := eval.Config{Methods: []string{"slvae"}, Params: map[string]string{"slvae.forward": "../x"}}
+	require.ErrorContains(t, expandForwards(&badOwn, ""), "--method-param slvae.forward")
 }
