@@ -518,6 +518,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 
 	var held *lease
 	lostLease := make(chan error, 1)
+	started := false // whether the start got as far as ready
 	if cfg.HA.Enabled {
 		l, err := d.acquireLease(ctx)
 		if err != nil {
@@ -530,7 +531,22 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		held = l
 		d.log.Info("active: holding the lease", zap.String("replica", l.id))
 		l.startKeeping(context.WithoutCancel(ctx), lostLease)
-		cleanup = append(cleanup, l.stopKeeping)
+		cleanup = append(cleanup, func() {
+			l.stopKeeping()
+			if started {
+				return // released after the final snapshot, or lost
+			}
+			// A takeover that fails (a bundle that no longer loads, say)
+			// gives the lease up at once rather than holding every other
+			// replica off for a TTL; it wrote nothing another must restore.
+			relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := l.release(relCtx); err != nil {
+				d.log.Warn("releasing the lease after a failed start", zap.Error(err))
+			} else {
+				d.log.Warn("start failed after taking the lease; lease released for another replica")
+			}
+		})
 		// The lease is held from here: restore what the previous active
 		// replica snapshotted, with a fresh setup deadline.
 		cancelSetup()
@@ -608,6 +624,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	loops.Go(func() { d.snapshotLoop(loopCtx) })
 	loops.Go(func() { d.limiter.flushLoop(loopCtx) })
 
+	started = true
 	close(d.ready)
 	loops.Go(func() { d.reloadIfRequestedDuringStart(loopCtx) })
 	for _, gr := range d.order {
@@ -931,10 +948,28 @@ func (d *Daemon) checkFile(ctx context.Context) (*Config, error) {
 	if err == nil {
 		err = d.sameGraphs(cfg)
 	}
+	if err == nil {
+		err = d.preflightAll(cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrReload, err)
 	}
 	return &cfg, nil
+}
+
+// preflightAll makes the cheap model check of WithPreflight on each graph
+// of cfg (same graphs as running), so a standby's check and its takeover
+// refuse a bundle that would not load, as a reload does by loading it.
+func (d *Daemon) preflightAll(cfg Config) error {
+	if d.preflight == nil {
+		return nil
+	}
+	for i, gc := range cfg.Graphs {
+		if err := d.preflight(gc, d.order[i].g); err != nil {
+			return fmt.Errorf("graph %q: %w", gc.Name, err)
+		}
+	}
+	return nil
 }
 
 // reloadIfRequestedDuringStart runs the reload a request before the start
@@ -969,6 +1004,9 @@ func (d *Daemon) rereadAtTakeover(ctx context.Context) {
 	}
 	if err == nil {
 		err = d.sameGraphs(cfg)
+	}
+	if err == nil {
+		err = d.preflightAll(cfg)
 	}
 	rs := ReloadStatus{At: d.now().UTC(), OK: err == nil}
 	apply := func(cfg *Config) {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 // replica is a daemon of an HA pair, run by hand: start only returns once
@@ -515,6 +516,63 @@ func TestHAStandbyKeepsACheckedReloadAtTakeover(t *testing.T) {
 	require.NotNil(t, lr)
 	require.False(t, lr.OK, "the file itself did not load")
 	require.Contains(t, lr.Error, "at takeover")
+}
+
+// TestHAStandbyChecksTheBundle: a standby's reload makes the start's
+// model check, so a bundle that would not load (trained on another graph,
+// say) is refused when the operator signals it, and a takeover with such
+// a file runs the settings last checked good instead of failing.
+func TestHAStandbyChecksTheBundle(t *testing.T) {
+	a, cfgFor := activeAndConfig(t)
+	var file atomic.Pointer[Config]
+	started := cfgFor("b")
+	file.Store(&started)
+	b := runReplica(t, started, WithReload(func(context.Context) (Config, error) { return *file.Load(), nil }),
+		WithPreflight(func(gc GraphConfig, _ *graph.Graph) error {
+			if gc.Bundle == "other.swb" {
+				return errors.New("bundle: trained on another graph")
+			}
+			return nil
+		}))
+	require.Eventually(t, func() bool { return b.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+
+	wrong := cfgFor("b")
+	wrong.Graphs[0].Bundle = "other.swb"
+	file.Store(&wrong)
+	require.ErrorContains(t, b.d.Reload(context.Background()), `graph "p": bundle: trained on another graph`)
+
+	require.NoError(t, a.stop(t, false))
+	require.Eventually(t, b.ready, 10*time.Second, 5*time.Millisecond, "takes over, on the settings read at start")
+	require.Equal(t, "p.swb", b.d.graphs["p"].gc.Load().Bundle)
+	lr := b.d.Status().LastReload
+	require.NotNil(t, lr)
+	require.False(t, lr.OK)
+	require.Contains(t, lr.Error, "at takeover")
+}
+
+// TestHAFailedTakeoverReleasesTheLease: a standby whose start fails after
+// it took the lease (its plugin will not launch) gives the lease up, so
+// another replica need not wait out its TTL.
+func TestHAFailedTakeoverReleasesTheLease(t *testing.T) {
+	a, cfgFor := activeAndConfig(t)
+	b := runReplica(t, cfgFor("b"))
+	b.f.fail.Store(true)
+	require.Eventually(t, func() bool { return b.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+
+	require.NoError(t, a.stop(t, false))
+	var err error
+	select {
+	case err = <-b.done:
+		b.done <- err // for the cleanup
+	case <-time.After(20 * time.Second):
+		t.Fatal("the failing takeover did not end")
+	}
+	require.ErrorContains(t, err, `graph "p": localizer`)
+	_, js := connectJS(t, cfgFor("x").NATS.URL)
+	kv, kerr := js.KeyValue(context.Background(), LeaseBucket)
+	require.NoError(t, kerr)
+	_, kerr = kv.Get(context.Background(), leaseKey)
+	require.ErrorIs(t, kerr, jetstream.ErrKeyNotFound, "the lease is free at once, not after its 2 s TTL")
 }
 
 // TestRunStandingBy: a replica whose lease is taken stands by again in the
