@@ -21,6 +21,9 @@ type bundleLocalizer struct {
 	proc   *forward.Supervised
 	opts   localize.Options
 	model  ModelInfo
+	// launch is how proc was launched, for Relaunch.
+	launch localize.LaunchOptions
+	name   string // the graph's
 }
 
 // BundleLocalizers returns the daemon's LocalizerFactory for SL-VAE
@@ -70,7 +73,7 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		if s := b.Manifest.NoBetterThanInfected(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "control") {
 			log.Warn("the bundle ranks no better than the infected control: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
 		}
-		proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
+		return launchBundle(ctx, gc.Name, b, localize.LaunchOptions{
 			PluginDir:       pluginDir,
 			Forward:         gc.Forward,
 			Params:          gc.ForwardParams,
@@ -78,19 +81,31 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 			AllowUnverified: gc.AllowUnverified,
 			Logger:          log.Named("plugin").With(zap.String("graph", gc.Name)),
 		})
-		if err != nil {
-			return nil, fmt.Errorf("graphs[%s]: %w", gc.Name, err)
-		}
-		info, err := proc.Info(ctx)
-		if err != nil {
-			proc.Close()
-			return nil, fmt.Errorf("graphs[%s]: forward plugin info: %w", gc.Name, err)
-		}
-		return &bundleLocalizer{
-			bundle: b, proc: proc, opts: b.Options(),
-			model: ModelInfo{Bundle: b.Manifest.ID, Forward: info.Name, ForwardVersion: info.Version},
-		}, nil
 	}
+}
+
+// launchBundle starts b's forward plugin as o says, for graph name.
+func launchBundle(ctx context.Context, name string, b *localize.Bundle, o localize.LaunchOptions) (*bundleLocalizer, error) {
+	proc, err := localize.LaunchForward(ctx, b, o)
+	if err != nil {
+		return nil, fmt.Errorf("graphs[%s]: %w", name, err)
+	}
+	info, err := proc.Info(ctx)
+	if err != nil {
+		proc.Close()
+		return nil, fmt.Errorf("graphs[%s]: forward plugin info: %w", name, err)
+	}
+	return &bundleLocalizer{
+		bundle: b, proc: proc, opts: b.Options(), launch: o, name: name,
+		model: ModelInfo{Bundle: b.Manifest.ID, Forward: info.Name, ForwardVersion: info.Version},
+	}, nil
+}
+
+// Relaunch starts a new plugin process for the bundle l has loaded, not
+// the file as it is now: replacing a bundle file takes effect at a
+// reload, not behind the operator's back when a plugin dies.
+func (l *bundleLocalizer) Relaunch(ctx context.Context) (Localizer, error) {
+	return launchBundle(ctx, l.name, l.bundle, l.launch)
 }
 
 // BundlePreflight checks a graph's bundle file without loading it, for

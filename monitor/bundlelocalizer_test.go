@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"encoding/hex"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -84,4 +85,17 @@ func TestBundleLocalizers(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, inf.Scores, g.N())
 	require.Equal(t, "icmf", inf.Model.Forward)
+
+	// A relaunch starts a new plugin for the bundle loaded, not the file
+	// as it is now (replaced or gone: that is a reload's business).
+	require.NoError(t, os.Remove(bundle))
+	re, err := bl.Relaunch(t.Context())
+	require.NoError(t, err)
+	defer re.Close()
+	rl := re.(*bundleLocalizer)
+	require.NotEqual(t, bl.PluginPID(), rl.PluginPID())
+	require.Equal(t, bl.Model(), rl.Model())
+	again2, err := re.Localize(t.Context(), y)
+	require.NoError(t, err)
+	require.Equal(t, inf.Scores, again2.Scores)
 }

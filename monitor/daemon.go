@@ -241,6 +241,14 @@ type counter interface{ Inc() }
 
 // locHolder guards a Localizer: inferences hold the read lock, Close after
 // a reload swap takes the write lock, so it waits for them.
+// localizer is h's Localizer (nil for a nil h).
+func (h *locHolder) localizer() Localizer {
+	if h == nil {
+		return nil
+	}
+	return h.l
+}
+
 type locHolder struct {
 	mu     sync.RWMutex
 	l      Localizer
@@ -1158,7 +1166,17 @@ func (d *Daemon) relaunch(ctx context.Context, gr *graphRT) error {
 		return fmt.Errorf("graph %q: localizer failed after %d relaunches (restarts: %d)", gr.name, n, gc.Restarts)
 	}
 	gr.relaunches.Add(1)
-	l, err := d.factory(ctx, *gc, gr.g)
+	var (
+		l   Localizer
+		err error
+	)
+	if r, ok := gr.loc.Load().localizer().(relauncher); ok {
+		// The model loaded at start or reload: a bundle file replaced
+		// since is applied by a reload, not by a plugin's death.
+		l, err = r.Relaunch(ctx)
+	} else {
+		l, err = d.factory(ctx, *gc, gr.g)
+	}
 	if err != nil {
 		return fmt.Errorf("graph %q: relaunch: %w", gr.name, err)
 	}

@@ -49,5 +49,12 @@ type healthChecker interface{ Healthy() bool }
 // runs, for the daemon's start and reload log lines.
 type modelReporter interface{ Model() ModelInfo }
 
+// relauncher is a Localizer that can start afresh on the model it has
+// loaded (a new plugin process for the same bundle); one that is not is
+// rebuilt by the factory.
+type relauncher interface {
+	Relaunch(ctx context.Context) (Localizer, error)
+}
+
 // restartCounter is the optional plugin relaunch count of a Localizer.
 type restartCounter interface{ Restarts() int }

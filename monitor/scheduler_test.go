@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 // alertSink collects alerts published on the graph's subject.
@@ -206,6 +207,35 @@ func TestReloadSwapsLocalizers(t *testing.T) {
 	next.Graphs = append(next.Graphs, DefaultGraphConfig("q"))
 	next.Graphs[1].Edges, next.Graphs[1].Bundle = "q.edges", "q.swb"
 	require.ErrorContains(t, r.d.Reload(context.Background()), "needs a restart")
+}
+
+// relaunchableFake is a fake localizer that can relaunch itself, as the
+// bundle localizer does on the bundle it loaded.
+type relaunchableFake struct {
+	*fakeLocalizer
+	relaunched *atomic.Int32
+}
+
+func (r relaunchableFake) Relaunch(context.Context) (Localizer, error) {
+	r.relaunched.Add(1)
+	return relaunchableFake{&fakeLocalizer{script: r.script, tag: r.tag + "+"}, r.relaunched}, nil
+}
+
+// A localizer that can relaunch itself is relaunched, not rebuilt by the
+// factory: a bundle file replaced since the start must wait for a reload.
+func TestDeadLocalizerRelaunchesItself(t *testing.T) {
+	var made, relaunched atomic.Int32
+	factory := func(_ context.Context, gc GraphConfig, _ *graph.Graph) (Localizer, error) {
+		made.Add(1)
+		return relaunchableFake{&fakeLocalizer{script: infectedAreSources(gc.Bundle), tag: gc.Bundle, dieOnCall: 1}, &relaunched}, nil
+	}
+	r := start(t, testConfig(t, "p"), preload(t, 5, "p"), WithLocalizerFactory(factory))
+	sink := subscribeAlerts(t, r.nc, "p")
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	got := sink.wait(t, 1)
+	require.Equal(t, "2", got[0].Sources[0].Node)
+	require.Equal(t, int32(1), made.Load(), "built once, at start")
+	require.Equal(t, int32(1), relaunched.Load())
 }
 
 // TestPluginDeathIsRelaunched kills the localizer's "plugin" during an
