@@ -41,10 +41,11 @@ type Config struct {
 	MaxEventBytes int `mapstructure:"max_event_bytes"`
 	// MaxFutureSkew is how far in the future an event time may be
 	// (future_ts beyond).
-	MaxFutureSkew time.Duration `mapstructure:"max_future_skew"`
-	Events        EventsConfig  `mapstructure:"events"`
-	Alerts        AlertsConfig  `mapstructure:"alerts"`
-	HA            HAConfig      `mapstructure:"ha"`
+	MaxFutureSkew time.Duration    `mapstructure:"max_future_skew"`
+	Events        EventsConfig     `mapstructure:"events"`
+	Alerts        AlertsConfig     `mapstructure:"alerts"`
+	DeadLetters   DeadLetterConfig `mapstructure:"deadletter"`
+	HA            HAConfig         `mapstructure:"ha"`
 }
 
 // HAConfig runs replicas of the daemon as one active and the rest on
@@ -117,6 +118,22 @@ type AlertsConfig struct {
 	MaxAge   time.Duration `mapstructure:"max_age"`
 	MaxBytes int64         `mapstructure:"max_bytes"`
 }
+
+// DeadLetterConfig limits the SOURCEWATCH_DEADLETTER stream, which keeps
+// refused events with their reasons. Zero or negative means unlimited; its
+// replicas are events.replicas. On a server or account that limits
+// JetStream storage the stream reserves max_bytes at creation, so a small
+// account needs a smaller cap (the default is 256 MiB).
+type DeadLetterConfig struct {
+	MaxAge   time.Duration `mapstructure:"max_age"`
+	MaxBytes int64         `mapstructure:"max_bytes"`
+}
+
+// Defaults of the dead-letter stream's limits.
+const (
+	DefaultDeadLetterMaxAge   = 7 * 24 * time.Hour
+	DefaultDeadLetterMaxBytes = 256 << 20
+)
 
 // MinAlertsMaxBytes is the least alerts.max_bytes: a cap below one message
 // of NATS's default max_payload could refuse the largest alert.
@@ -196,6 +213,7 @@ func DefaultConfig() Config {
 		MaxFutureSkew:    DefaultMaxFutureSkew,
 		Events:           EventsConfig{MaxAge: DefaultEventsMaxAge, Replicas: 1},
 		Alerts:           AlertsConfig{MaxAge: alerts.StreamMaxAge},
+		DeadLetters:      DeadLetterConfig{MaxAge: DefaultDeadLetterMaxAge, MaxBytes: DefaultDeadLetterMaxBytes},
 		HA:               HAConfig{LeaseTTL: DefaultLeaseTTL},
 	}
 }
@@ -218,33 +236,35 @@ func DefaultGraphConfig(name string) GraphConfig {
 func scalarDefaults() map[string]any {
 	d := DefaultConfig()
 	return map[string]any{
-		"nats.url":          "",
-		"nats.creds":        "",
-		"nats.nkey":         "",
-		"nats.user":         "",
-		"nats.password":     "",
-		"nats.tls.cert":     "",
-		"nats.tls.key":      "",
-		"nats.tls.ca":       "",
-		"nats.listen":       d.NATS.Listen,
-		"subjects.prefix":   d.Subjects.Prefix,
-		"plugin_dir":        d.PluginDir,
-		"workers":           d.Workers,
-		"http.addr":         d.HTTP.Addr,
-		"http.pprof":        d.HTTP.Pprof,
-		"data_dir":          d.DataDir,
-		"snapshot_interval": d.SnapshotInterval,
-		"max_event_bytes":   d.MaxEventBytes,
-		"max_future_skew":   d.MaxFutureSkew,
-		"events.max_age":    d.Events.MaxAge,
-		"events.max_bytes":  d.Events.MaxBytes,
-		"events.max_msgs":   d.Events.MaxMsgs,
-		"events.replicas":   d.Events.Replicas,
-		"alerts.max_age":    d.Alerts.MaxAge,
-		"alerts.max_bytes":  d.Alerts.MaxBytes,
-		"ha.enabled":        false,
-		"ha.replica":        "",
-		"ha.lease_ttl":      d.HA.LeaseTTL,
+		"nats.url":             "",
+		"nats.creds":           "",
+		"nats.nkey":            "",
+		"nats.user":            "",
+		"nats.password":        "",
+		"nats.tls.cert":        "",
+		"nats.tls.key":         "",
+		"nats.tls.ca":          "",
+		"nats.listen":          d.NATS.Listen,
+		"subjects.prefix":      d.Subjects.Prefix,
+		"plugin_dir":           d.PluginDir,
+		"workers":              d.Workers,
+		"http.addr":            d.HTTP.Addr,
+		"http.pprof":           d.HTTP.Pprof,
+		"data_dir":             d.DataDir,
+		"snapshot_interval":    d.SnapshotInterval,
+		"max_event_bytes":      d.MaxEventBytes,
+		"max_future_skew":      d.MaxFutureSkew,
+		"events.max_age":       d.Events.MaxAge,
+		"events.max_bytes":     d.Events.MaxBytes,
+		"events.max_msgs":      d.Events.MaxMsgs,
+		"events.replicas":      d.Events.Replicas,
+		"alerts.max_age":       d.Alerts.MaxAge,
+		"alerts.max_bytes":     d.Alerts.MaxBytes,
+		"deadletter.max_age":   d.DeadLetters.MaxAge,
+		"deadletter.max_bytes": d.DeadLetters.MaxBytes,
+		"ha.enabled":           false,
+		"ha.replica":           "",
+		"ha.lease_ttl":         d.HA.LeaseTTL,
 	}
 }
 
@@ -617,6 +637,9 @@ func (c Config) Validate() error {
 	}
 	if c.Alerts.MaxBytes > 0 && c.Alerts.MaxBytes < MinAlertsMaxBytes {
 		return bad("alerts.max_bytes", "%d is below %d (1 MiB): the stream could refuse an alert of NATS's default max_payload; use 0 for no cap", c.Alerts.MaxBytes, MinAlertsMaxBytes)
+	}
+	if c.DeadLetters.MaxBytes > 0 && c.DeadLetters.MaxBytes < MinAlertsMaxBytes {
+		return bad("deadletter.max_bytes", "%d is below %d (1 MiB): the stream could refuse a dead letter of NATS's default max_payload; use 0 for no cap", c.DeadLetters.MaxBytes, MinAlertsMaxBytes)
 	}
 	if c.HA.Enabled && c.NATS.URL == "" {
 		return bad("ha.enabled", "replicas must share a NATS server or cluster: set nats.url")

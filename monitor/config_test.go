@@ -137,6 +137,7 @@ func TestValidateNamesTheKey(t *testing.T) {
 		{"dup window", minimalYAML + "events: {max_age: 1m}\n", "events.max_age: 1m0s is shorter than the 2m0s duplicate window"},
 		{"replay", minimalYAML + "snapshot_interval: 1h\nevents: {max_age: 30m}\n", "events.max_age: 30m0s is shorter than snapshot_interval"},
 		{"alert cap", minimalYAML + "alerts: {max_bytes: 65536}\n", "alerts.max_bytes: 65536 is below 1048576 (1 MiB)"},
+		{"dead-letter cap", minimalYAML + "deadletter: {max_bytes: 4096}\n", "deadletter.max_bytes: 4096 is below 1048576 (1 MiB)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/graph"
@@ -472,7 +473,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			return err
 		}
 		cleanup = append(cleanup, unlock)
-		s, err := startEmbedded(cfg)
+		s, err := startEmbedded(cfg, embeddedLog{z: d.log.Named("nats-server"), limit: d.limiter})
 		if err != nil {
 			return err
 		}
@@ -1812,6 +1813,11 @@ func newLogLimiter(interval time.Duration, now func() time.Time, log *zap.Logger
 }
 
 func (l *logLimiter) warn(kind, msg string, fields ...zap.Field) {
+	l.logAt(zapcore.WarnLevel, kind, msg, fields...)
+}
+
+// logAt is warn at another level.
+func (l *logLimiter) logAt(level zapcore.Level, kind, msg string, fields ...zap.Field) {
 	l.mu.Lock()
 	now := l.now()
 	if now.Sub(l.last[kind]) < l.interval {
@@ -1823,7 +1829,7 @@ func (l *logLimiter) warn(kind, msg string, fields ...zap.Field) {
 	held := l.held[kind]
 	l.last[kind], l.held[kind] = now, 0
 	l.mu.Unlock()
-	l.log.Warn(msg, append(fields, zap.String("kind", kind), zap.Int("suppressed", held))...)
+	l.log.Log(level, msg, append(fields, zap.String("kind", kind), zap.Int("suppressed", held))...)
 }
 
 // ended forgets a kind of problem that has stopped and returns how many of

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 )
@@ -61,8 +62,8 @@ var ErrStreamInUse = errors.New("stream in use by another deployment")
 var ErrDataDirInUse = errors.New("data_dir in use by another sourcewatch daemon")
 
 // startEmbedded runs an in-process nats-server with JetStream in
-// <data_dir>/nats.
-func startEmbedded(cfg Config) (*server.Server, error) {
+// <data_dir>/nats, logging to log (nil: nowhere).
+func startEmbedded(cfg Config, log server.Logger) (*server.Server, error) {
 	l, err := parseListen(cfg.NATS.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("%w: nats.listen: %w", ErrConfig, err)
@@ -95,6 +96,9 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: embedded server: %w", ErrNATS, err)
+	}
+	if log != nil {
+		s.SetLogger(log, false, false)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(15 * time.Second) {
@@ -233,15 +237,9 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 		Storage:     jetstream.FileStorage,
 		Duplicates:  duplicateWindow,
 		MaxAge:      max(cfg.Events.MaxAge, 0),
-		MaxBytes:    -1,
-		MaxMsgs:     -1,
+		MaxBytes:    unlimitedIfNotPositive(cfg.Events.MaxBytes),
+		MaxMsgs:     unlimitedIfNotPositive(cfg.Events.MaxMsgs),
 		Replicas:    max(cfg.Events.Replicas, 1),
-	}
-	if cfg.Events.MaxBytes > 0 {
-		ev.MaxBytes = cfg.Events.MaxBytes
-	}
-	if cfg.Events.MaxMsgs > 0 {
-		ev.MaxMsgs = cfg.Events.MaxMsgs
 	}
 	if old, err := js.Stream(ctx, EventsStream); err == nil {
 		if c := old.CachedInfo().Config; c.MaxAge != ev.MaxAge || c.MaxBytes != ev.MaxBytes || c.MaxMsgs != ev.MaxMsgs || c.Replicas != ev.Replicas {
@@ -263,11 +261,15 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 		Subjects:    []string{DeadLetterSubject(p)},
 		Storage:     jetstream.FileStorage,
 		Duplicates:  deadLetterDuplicates,
-		MaxAge:      7 * 24 * time.Hour,
-		MaxBytes:    256 << 20,
+		MaxAge:      max(cfg.DeadLetters.MaxAge, 0),
+		MaxBytes:    unlimitedIfNotPositive(cfg.DeadLetters.MaxBytes),
 		Replicas:    max(cfg.Events.Replicas, 1),
 	}); err != nil {
-		return nil, nil, fmt.Errorf("%w: stream %s: %w", ErrNATS, DeadLetterStream, err)
+		hint := ""
+		if strings.Contains(err.Error(), "insufficient storage") {
+			hint = fmt.Sprintf(" (the stream reserves deadletter.max_bytes, %d, on a server or account that limits JetStream storage: lower it, or give JetStream more)", cfg.DeadLetters.MaxBytes)
+		}
+		return nil, nil, fmt.Errorf("%w: stream %s: %w%s", ErrNATS, DeadLetterStream, err, hint)
 	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      StateBucket,
@@ -280,6 +282,15 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 		return nil, nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, StateBucket, err)
 	}
 	return stream, kv, nil
+}
+
+// unlimitedIfNotPositive is a stream limit from a config value, where zero
+// or negative means none (JetStream's -1).
+func unlimitedIfNotPositive(n int64) int64 {
+	if n > 0 {
+		return n
+	}
+	return -1
 }
 
 // ensureAlertStream creates, or updates to the configured limits, the
@@ -389,4 +400,26 @@ func asyncErrKind(err error) string {
 	default:
 		return "other"
 	}
+}
+
+// embeddedLog is the embedded server's logger: its warnings and errors go
+// to the daemon's log, each format at most once per interval (a full disk
+// fails every write the same way, and the daemon's own lines only say
+// "context deadline exceeded"); its notices go to debug.
+type embeddedLog struct {
+	z     *zap.Logger
+	limit *logLimiter
+}
+
+func (l embeddedLog) Noticef(format string, v ...any) { l.z.Debug(fmt.Sprintf(format, v...)) }
+func (l embeddedLog) Debugf(format string, v ...any)  { l.z.Debug(fmt.Sprintf(format, v...)) }
+func (l embeddedLog) Tracef(format string, v ...any)  { l.z.Debug(fmt.Sprintf(format, v...)) }
+func (l embeddedLog) Warnf(format string, v ...any) {
+	l.limit.logAt(zapcore.WarnLevel, "nats-server: "+format, "embedded nats-server: "+fmt.Sprintf(format, v...))
+}
+func (l embeddedLog) Errorf(format string, v ...any) {
+	l.limit.logAt(zapcore.ErrorLevel, "nats-server: "+format, "embedded nats-server: "+fmt.Sprintf(format, v...))
+}
+func (l embeddedLog) Fatalf(format string, v ...any) {
+	l.z.Error("embedded nats-server: " + fmt.Sprintf(format, v...))
 }

@@ -6,10 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
@@ -96,7 +98,7 @@ func TestEmbeddedMaxPayload(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.NATS.Listen = "127.0.0.1:0"
-	s, err := startEmbedded(cfg)
+	s, err := startEmbedded(cfg, nil)
 	require.NoError(t, err)
 	defer s.Shutdown()
 	nc, err := nats.Connect(s.ClientURL())
@@ -173,4 +175,55 @@ func TestEmbeddedPortInUse(t *testing.T) {
 	require.ErrorContains(t, err, "embedded server on "+busy.Addr().String())
 	require.ErrorContains(t, err, "another server on it? set nats.listen")
 	require.Less(t, time.Since(began), 5*time.Second)
+}
+
+// The embedded server's own lines reach the daemon's log: its notices at
+// debug, its warnings and errors at their level, each kind once per
+// interval (a full disk fails every write alike, and only the server
+// says why).
+func TestEmbeddedServerLogs(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	z := zap.New(core)
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.NATS.Listen = "127.0.0.1:0"
+	limiter := newLogLimiter(time.Hour, time.Now, z)
+	s, err := startEmbedded(cfg, embeddedLog{z: z, limit: limiter})
+	require.NoError(t, err)
+	defer s.Shutdown()
+	require.NotZero(t, logs.FilterMessageSnippet("Starting nats-server").FilterLevelExact(zapcore.DebugLevel).Len())
+
+	l := embeddedLog{z: z, limit: limiter}
+	for range 3 {
+		l.Errorf("JetStream failed to store a msg on stream '%s > %s': %v", "$G", "KV_sourcewatch_state", "write /data/nats/jetstream/1.blk: no space left on device")
+	}
+	errs := logs.FilterMessageSnippet("embedded nats-server: JetStream failed to store a msg").All()
+	require.Len(t, errs, 1, "held back after the first")
+	require.Equal(t, zapcore.ErrorLevel, errs[0].Level)
+	require.Contains(t, errs[0].Message, "no space left on device")
+	l.Warnf("Plaintext passwords detected")
+	require.Equal(t, 1, logs.FilterMessage("embedded nats-server: Plaintext passwords detected").FilterLevelExact(zapcore.WarnLevel).Len())
+}
+
+// The dead-letter stream takes deadletter.max_age and max_bytes; on a
+// server whose JetStream storage is smaller than the default cap it
+// reserves, the start's error says which key to lower (it was fixed at
+// 256 MiB, so a small account could not run the daemon at all).
+func TestDeadLetterStreamLimits(t *testing.T) {
+	s := runServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		JetStreamMaxStore: 64 << 20, NoLog: true, NoSigs: true})
+	_, js := connectJS(t, s.ClientURL())
+	cfg := testConfig(t, "p")
+	_, _, err := ensureJetStream(context.Background(), js, cfg, zap.NewNop())
+	require.ErrorContains(t, err, "insufficient storage")
+	require.ErrorContains(t, err, "the stream reserves deadletter.max_bytes, 268435456")
+
+	cfg.DeadLetters = DeadLetterConfig{MaxAge: 48 * time.Hour, MaxBytes: 8 << 20}
+	_, _, err = ensureJetStream(context.Background(), js, cfg, zap.NewNop())
+	require.NoError(t, err)
+	st, err := js.Stream(context.Background(), DeadLetterStream)
+	require.NoError(t, err)
+	c := st.CachedInfo().Config
+	require.Equal(t, 48*time.Hour, c.MaxAge)
+	require.Equal(t, int64(8<<20), c.MaxBytes)
 }
