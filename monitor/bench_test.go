@@ -124,12 +124,9 @@ func daemonConsume(b *testing.B, js jetstream.JetStream, stream jetstream.Stream
 	require.NoError(b, err)
 	d.js, d.stream = js, stream
 	d.limiter = newLogLimiter(time.Hour, time.Now, zap.NewNop())
-	gr := &graphRT{name: "p", g: g, win: newWindow(g, time.Hour, 0), outcomes: map[outcome]counter{}}
-	gcc := cfg.Graphs[0]
-	gr.gc.Store(&gcc)
-	for _, o := range []outcome{outApplied, outRefreshed, outUnchanged, outStale, outDuplicate, "deadletter"} {
-		gr.outcomes[o] = d.metrics.events.WithLabelValues("p", string(o))
-	}
+	gc := cfg.Graphs[0]
+	gc.Window, gc.Decay = time.Hour, 0
+	gr := d.newGraphRT(gc, g)
 	d.graphs = map[string]*graphRT{"p": gr}
 	d.order = []*graphRT{gr}
 	// As for the raw consumer, the previous iteration's consumer is

@@ -236,12 +236,29 @@ type graphRT struct {
 	// scratch is the consume callback's decode buffer, reused per message.
 	scratch  []decoded
 	outcomes map[outcome]counter
+	// backlog and lastApplied are the graph's series of
+	// sourcewatch_events_backlog and _last_applied_timestamp_seconds,
+	// set as each message is applied.
+	backlog, lastApplied prometheus.Gauge
 }
 
 type counter interface{ Inc() }
 
 // locHolder guards a Localizer: inferences hold the read lock, Close after
 // a reload swap takes the write lock, so it waits for them.
+// newGraphRT is the runtime of graph gc (loaded as g) with its metric
+// series.
+func (d *Daemon) newGraphRT(gc GraphConfig, g *graph.Graph) *graphRT {
+	gr := &graphRT{name: gc.Name, g: g, win: newWindow(g, gc.Window, gc.Decay), outcomes: map[outcome]counter{}}
+	gr.gc.Store(&gc)
+	for _, o := range []outcome{outApplied, outRefreshed, outUnchanged, outStale, outDuplicate, "deadletter"} {
+		gr.outcomes[o] = d.metrics.events.WithLabelValues(gc.Name, string(o))
+	}
+	gr.backlog = d.metrics.backlog.WithLabelValues(gc.Name)
+	gr.lastApplied = d.metrics.lastApplied.WithLabelValues(gc.Name)
+	return gr
+}
+
 // localizer is h's Localizer (nil for a nil h).
 func (h *locHolder) localizer() Localizer {
 	if h == nil {
@@ -415,12 +432,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 				return fmt.Errorf("graph %q: %w", gc.Name, err)
 			}
 		}
-		gr := &graphRT{name: gc.Name, g: g, win: newWindow(g, gc.Window, gc.Decay), outcomes: map[outcome]counter{}}
-		gcc := gc
-		gr.gc.Store(&gcc)
-		for _, o := range []outcome{outApplied, outRefreshed, outUnchanged, outStale, outDuplicate, "deadletter"} {
-			gr.outcomes[o] = d.metrics.events.WithLabelValues(gc.Name, string(o))
-		}
+		gr := d.newGraphRT(gc, g)
 		// Series a graph has from the start, so a dashboard's rate() of
 		// a failure sees its first one instead of a series appearing at 1.
 		d.metrics.infected.WithLabelValues(gc.Name)
@@ -713,6 +725,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.log.Warn("nats not connected at shutdown: no final snapshot")
 	}
 	nc.Close()
+	// The embedded server and the data_dir lock go in the deferred
+	// cleanup, just after.
+	d.log.Info("sourcewatch stopped", zap.Bool("final_snapshot", connected))
 	return nil
 }
 

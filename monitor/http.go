@@ -29,6 +29,8 @@ type metrics struct {
 	restarts    *prometheus.CounterVec // graph
 	snapshots   *prometheus.CounterVec // result
 	gap         *prometheus.CounterVec // graph
+	backlog     *prometheus.GaugeVec   // graph
+	lastApplied *prometheus.GaugeVec   // graph
 }
 
 func newMetrics() *metrics {
@@ -87,9 +89,17 @@ func newMetrics() *metrics {
 			Name: "sourcewatch_events_discarded_unapplied_total",
 			Help: "Stream sequence numbers the stream's limits discarded before the graph's window applied them (stream-wide: some may be other graphs' events).",
 		}, []string{"graph"}),
+		backlog: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sourcewatch_events_backlog",
+			Help: "Messages of the graph's events subject still to deliver after the last one its window applied, as JetStream counted when it delivered that one: growing means ingest falls behind.",
+		}, []string{"graph"}),
+		lastApplied: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sourcewatch_events_last_applied_timestamp_seconds",
+			Help: "JetStream's arrival time of the last message the graph's window applied (0 before one); with a backlog, time() minus it is how far behind the window is.",
+		}, []string{"graph"}),
 	}
 	m.reg.MustRegister(m.events, m.deadLetters, m.dlFailed, m.infected, m.inference, m.inferErrors,
-		m.alerts, m.pending, m.pubFailed, m.reloadOK, m.restarts, m.snapshots, m.gap,
+		m.alerts, m.pending, m.pubFailed, m.reloadOK, m.restarts, m.snapshots, m.gap, m.backlog, m.lastApplied,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range deadReasons {
 		m.deadLetters.WithLabelValues(r)

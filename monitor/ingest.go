@@ -300,6 +300,8 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 		}
 	}
 	gr.win.markSeq(seq)
+	gr.backlog.Set(float64(meta.NumPending))
+	gr.lastApplied.Set(float64(meta.Timestamp.UnixNano()) / 1e9)
 	// AckAll: acknowledging this message acknowledges every earlier one,
 	// all of which are applied by now.
 	gr.sinceAck++

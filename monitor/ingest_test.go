@@ -151,6 +151,9 @@ func TestIngestDeduplicates(t *testing.T) {
 	require.Equal(t, 2.0, value(t, m.events.WithLabelValues("p", "applied")))
 	o := r.d.graphs["p"].win.observe(now.Add(time.Second), nil)
 	require.Equal(t, []float64{0, 1, 1, 0}, o.y)
+	// Caught up: no backlog, and the last message applied arrived now.
+	require.Equal(t, 0.0, value(t, m.backlog.WithLabelValues("p")))
+	require.InDelta(t, float64(time.Now().Unix()), value(t, m.lastApplied.WithLabelValues("p")), 30)
 }
 
 // value reads a counter or gauge.
