@@ -1744,6 +1744,10 @@ func (d *Daemon) reload(ctx context.Context) error {
 	for i, gr := range d.order {
 		gc := cfg.Graphs[i]
 		changed = append(changed, changedKeys(fmt.Sprintf("graphs[%s].", gr.name), *gr.gc.Load(), gc)...)
+		if was, now := modelOf(gr.loc.Load().localizer()), modelOf(built[i]); was != now {
+			// A bundle retrained in place changes no key.
+			changed = append(changed, fmt.Sprintf("graphs[%s].model", gr.name))
+		}
 		gr.gc.Store(&gc)
 		gr.win.setParams(gc.Window, gc.Decay)
 		old := gr.loc.Swap(&locHolder{l: built[i]})
@@ -1775,6 +1779,14 @@ func (d *Daemon) keepStartOnly(file Config) *Config {
 	}
 	running.Graphs = file.Graphs
 	return &running
+}
+
+// modelOf is l's model, zero when it does not say.
+func modelOf(l Localizer) ModelInfo {
+	if mr, ok := l.(modelReporter); ok {
+		return mr.Model()
+	}
+	return ModelInfo{}
 }
 
 // models describes each graph's model as graph=bundle (forward version),

@@ -20,7 +20,9 @@ import (
 // fakeLocalizer stands in for SL-VAE in this package's unit tests: it
 // calls script with y and records how many calls overlap.
 type fakeLocalizer struct {
-	script  func(y []float64) Inference
+	script func(y []float64) Inference
+	// version tells bundles at one path apart (one retrained in place).
+	version string
 	delay   time.Duration
 	calls   atomic.Int32
 	active  atomic.Int32
@@ -72,7 +74,10 @@ func (f *fakeLocalizer) Localize(ctx context.Context, y []float64) (Inference, e
 	return f.script(y), nil
 }
 
-func (f *fakeLocalizer) Close() error  { f.closed.Store(true); return nil }
+func (f *fakeLocalizer) Close() error { f.closed.Store(true); return nil }
+func (f *fakeLocalizer) Model() ModelInfo {
+	return ModelInfo{Bundle: f.tag + f.version, Forward: "fake", ForwardVersion: "1"}
+}
 func (f *fakeLocalizer) Healthy() bool { return !f.sick.Load() }
 func (f *fakeLocalizer) Restarts() int { return int(f.restarts.Load()) }
 

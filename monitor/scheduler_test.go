@@ -529,6 +529,26 @@ func TestReloadWarnsOfStartOnlyKeys(t *testing.T) {
 	require.Len(t, logs.FilterMessageSnippet("read at start only").All(), 2)
 }
 
+// The reload's log line names a graph whose model changed although no key
+// did (a bundle retrained in place), and nothing for an unchanged one.
+func TestReloadNamesAModelRetrainedInPlace(t *testing.T) {
+	cfg := testConfig(t, "p")
+	var version atomic.Value
+	version.Store("")
+	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) { l.version = version.Load().(string) }}
+	core, logs := observer.New(zapcore.InfoLevel)
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)),
+		WithReload(func(context.Context) (Config, error) { return cfg, nil }))
+	require.NoError(t, r.d.Reload(context.Background()))
+	version.Store("-retrained")
+	require.NoError(t, r.d.Reload(context.Background()))
+	lines := logs.FilterMessage("reloaded").All()
+	require.Len(t, lines, 2)
+	require.Empty(t, lines[0].ContextMap()["changed"])
+	require.Equal(t, []any{"graphs[p].model"}, lines[1].ContextMap()["changed"])
+	require.Equal(t, []any{"p=p.swb-retrained (fake 1)"}, lines[1].ContextMap()["models"])
+}
+
 func TestStartOnlyChanges(t *testing.T) {
 	a := DefaultConfig()
 	b := a
