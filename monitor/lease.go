@@ -99,6 +99,14 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 		return nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, LeaseBucket, err)
 	}
 	l := &lease{kv: kv, id: ha.Replica, instance: newInstance(), ttl: ha.LeaseTTL}
+	// The active lease's revision and since when this replica has seen
+	// it unchanged: one unrenewed past two renewal periods is said once,
+	// so the log explains the wait until it expires.
+	var (
+		seenRev   uint64
+		seenSince time.Time
+		saidStale bool
+	)
 	for {
 		rev, err := kv.Create(ctx, leaseKey, l.value())
 		if err == nil {
@@ -132,6 +140,14 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 				msg := "standby: replica " + holder + " is active"
 				if d.standby.Swap(&msg) == nil {
 					d.log.Info("standing by", zap.String("active", holder), zap.String("replica", l.id))
+				}
+				if e.Revision() != seenRev {
+					seenRev, seenSince, saidStale = e.Revision(), time.Now(), false
+				} else if unrenewed := time.Since(seenSince); !saidStale && unrenewed > 2*l.ttl/3 {
+					saidStale = true
+					d.log.Warn("the active replica stopped renewing its lease; taking over when it expires",
+						zap.String("active", holder), zap.Duration("unrenewed_for", unrenewed.Round(time.Millisecond)),
+						zap.Duration("lease_ttl", l.ttl))
 				}
 			}
 		} else {

@@ -575,6 +575,21 @@ func TestHAFailedTakeoverReleasesTheLease(t *testing.T) {
 	require.ErrorIs(t, kerr, jetstream.ErrKeyNotFound, "the lease is free at once, not after its 2 s TTL")
 }
 
+// A standby that sees the active replica's lease go unrenewed says so
+// once, before it takes over at expiry, so the log explains the wait.
+func TestHAStandbySaysWhyItWaits(t *testing.T) {
+	a, cfgFor := activeAndConfig(t)
+	core, logs := observer.New(zapcore.InfoLevel)
+	b := runReplica(t, cfgFor("b"), WithLogger(zap.New(core)))
+	require.Eventually(t, func() bool { return b.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, a.stop(t, true))
+	require.Eventually(t, b.ready, 10*time.Second, 5*time.Millisecond)
+	said := logs.FilterMessage("the active replica stopped renewing its lease; taking over when it expires").All()
+	require.Len(t, said, 1)
+	require.Equal(t, "a", said[0].ContextMap()["active"])
+	require.Zero(t, logs.FilterMessageSnippet("stopped renewing").Len()-1, "not repeated")
+}
+
 // TestRunStandingBy: a replica whose lease is taken stands by again in the
 // same process, with a daemon built anew, and becomes active once the
 // lease is free; only ctx ends it.
