@@ -260,7 +260,7 @@ func TestEvalCommandLearnedMethods(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &doc))
 	require.Len(t, doc.Results, 3)
-	require.Equal(t, "slvae", doc.Results[0].Method)
+	require.Equal(t, "slvae[icmf]", doc.Results[0].Method, "named by its plugin")
 	require.Equal(t, "local-mlp", doc.Results[1].Method)
 	for _, r := range doc.Results {
 		require.Greater(t, r.AUC.Mean, 0.5, r.Method)
@@ -404,7 +404,7 @@ func TestEvalSLVAEDropsWeightsTheSpreadIgnores(t *testing.T) {
 			} `json:"results"`
 		}
 		require.NoError(t, json.Unmarshal([]byte(stdout), &doc))
-		require.Equal(t, "slvae", doc.Results[0].Method)
+		require.Equal(t, "slvae[icmf]", doc.Results[0].Method)
 		r := doc.Results[0]
 		require.Contains(t, r.Extra, "forward_test_mse")
 		return r.F1.Mean, r.AUC.Mean, r.Extra["forward_test_mse"]
