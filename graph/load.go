@@ -106,6 +106,8 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 				hint = " (quotes do not group: a node id cannot hold a space; replace spaces inside ids, e.g. with _)"
 			case len(fields) == 1:
 				hint = " (a node without edges is listed as a self-loop, `v v`: the loop is dropped, the node kept)"
+			default:
+				hint = " (a node id cannot hold a space: replace spaces inside ids, e.g. with _)"
 			}
 			return nil, fmt.Errorf("%s:%d: want 2 or 3 fields, got %d%s", name, line, len(fields), hint)
 		}
@@ -123,14 +125,14 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			hasW = 1
 			w, err := strconv.ParseFloat(fields[2], 64)
 			if err != nil {
-				hint := ""
+				hint := " (an id with a space in it? a node id cannot hold one: replace spaces inside ids, e.g. with _)"
 				if len(raw) == 0 {
 					hint = " (a header line? comment it out with #)"
 				}
 				return nil, fmt.Errorf("%s:%d: weight %q is not a number%s", name, line, fields[2], hint)
 			}
 			if math.IsNaN(w) || w < 0 || w > 1 {
-				return nil, fmt.Errorf("%s:%d: weight %s outside [0, 1]", name, line, fields[2])
+				return nil, fmt.Errorf("%s:%d: weight %s outside [0, 1]: a weight is the edge's infection probability (IC and LT spread by it, forward models read it); scale the column into [0, 1], or, for SI and SIR, which spread at one rate on every edge, drop it", name, line, fields[2])
 			}
 			e.w = w
 		}

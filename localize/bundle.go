@@ -218,9 +218,9 @@ func (man Manifest) CheckGraph(g *graph.Graph) error {
 		hint := ""
 		if g.Directed() != m.Directed {
 			// The usual cause: the same edge file read the other way.
-			hint = "; the bundle's graph is undirected, the given one directed: drop --directed"
+			hint = "; the bundle's graph is undirected, the given one directed: drop --directed (in a config file, directed: false for the graph)"
 			if m.Directed {
-				hint = "; the bundle's graph is directed, the given one undirected: pass --directed"
+				hint = "; the bundle's graph is directed, the given one undirected: pass --directed (in a config file, directed: true for the graph)"
 			}
 		}
 		return fmt.Errorf("%w: bundle %s is for graph %q (fingerprint %.12s, %d nodes), given graph has fingerprint %.12s and %d nodes%s",
