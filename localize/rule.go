@@ -39,6 +39,8 @@ func (r SourceRule) K(infected int) int {
 
 func (r SourceRule) String() string {
 	switch {
+	case r.Count == 1:
+		return "the highest score"
 	case r.Count > 0:
 		return "the " + strconv.Itoa(r.Count) + " highest scores"
 	case r.Fraction > 0:

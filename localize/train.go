@@ -467,7 +467,11 @@ func (m *Manifest) AnswerNote(infected int, rule SourceRule) string {
 		notes = append(notes, s)
 	}
 	if k := rule.K(infected); k > 0 && k >= infected && infected < m.Graph.Nodes {
-		notes = append(notes, fmt.Sprintf("every infected node is named a source, as the bundle names %d by its count rule and %d are infected: probability and credible_set say nothing here; read score for the order", k, infected))
+		are := "are"
+		if infected == 1 {
+			are = "is"
+		}
+		notes = append(notes, fmt.Sprintf("every infected node is named a source, as the bundle names %d by its count rule and %d %s infected: probability and credible_set say nothing here; read score for the order", k, infected, are))
 	}
 	return strings.Join(notes, "; ")
 }

@@ -362,7 +362,7 @@ func TestAnswerNote(t *testing.T) {
 	both := m.AnswerNote(3, count)
 	require.Contains(t, both, "3.0% of the nodes infected, outside")
 	require.Contains(t, both, "; every infected node is named a source")
-	require.Contains(t, m.AnswerNote(1, localize.SourceRule{Fraction: 0.5}), "names 1 by its count rule and 1 are infected", "a fraction rule's K")
+	require.Contains(t, m.AnswerNote(1, localize.SourceRule{Fraction: 0.5}), "names 1 by its count rule and 1 is infected", "a fraction rule's K")
 	require.NotContains(t, m.AnswerNote(2, localize.SourceRule{Fraction: 0.5}), "named a source")
 	require.NotContains(t, m.AnswerNote(100, count), "named a source", "every node infected is said otherwise")
 }

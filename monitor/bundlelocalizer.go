@@ -56,7 +56,7 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 	return func(ctx context.Context, gc GraphConfig, g *graph.Graph) (Localizer, error) {
 		b, err := localize.LoadBundle(gc.Bundle, g, localize.WithoutVAE())
 		if err != nil {
-			return nil, fmt.Errorf("graphs[%s].bundle: %w", gc.Name, err)
+			return nil, fmt.Errorf("graphs[%s].bundle: %w%s", gc.Name, err, relativePathHint(gc.Bundle, err))
 		}
 		// Loading leaves the bundle's entries as garbage, which the
 		// runtime would hand back to the system only over minutes.
@@ -117,7 +117,7 @@ func BundlePreflight(gc GraphConfig, g *graph.Graph) error {
 		err = m.CheckGraph(g)
 	}
 	if err != nil {
-		return fmt.Errorf("bundle: %w", err) // the daemon names the graph
+		return fmt.Errorf("bundle: %w%s", err, relativePathHint(gc.Bundle, err)) // the daemon names the graph
 	}
 	return nil
 }

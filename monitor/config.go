@@ -3,8 +3,11 @@ package monitor
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"net"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"sort"
@@ -729,4 +732,19 @@ func parseListen(s string) (listenAddr, error) {
 		return listenAddr{off: true}, nil
 	}
 	return listenAddr{host: host, port: port}, nil
+}
+
+// relativePathHint is what to add to err, a failure to open path, when
+// path is relative and does not exist: where it was looked for, since a
+// daemon started by a service manager runs elsewhere than the shell that
+// wrote its config.
+func relativePathHint(path string, err error) string {
+	if filepath.IsAbs(path) || !errors.Is(err, fs.ErrNotExist) {
+		return ""
+	}
+	wd, werr := os.Getwd()
+	if werr != nil {
+		return ""
+	}
+	return fmt.Sprintf(" (a relative path is read from the working directory, %s; use an absolute path or start the daemon there)", wd)
 }

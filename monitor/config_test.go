@@ -328,3 +328,13 @@ func TestLoadKeepsDecoderForms(t *testing.T) {
 	require.Equal(t, 16, cfg.Workers)
 	require.False(t, cfg.HA.Enabled)
 }
+
+// A relative path that is not there says where it was looked for.
+func TestRelativePathHint(t *testing.T) {
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	_, err = os.Open("no-such.edges")
+	require.Equal(t, " (a relative path is read from the working directory, "+wd+"; use an absolute path or start the daemon there)", relativePathHint("no-such.edges", err))
+	require.Empty(t, relativePathHint("/abs/no-such.edges", err), "an absolute path says it all")
+	require.Empty(t, relativePathHint("x.edges", errors.New("x.edges:3: want 2 or 3 fields")), "not a missing file")
+}

@@ -424,7 +424,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			var err error
 			g, err = graph.Load(gc.Edges, graph.Directed(gc.Directed))
 			if err != nil {
-				return fmt.Errorf("graphs[%d] (%s): %w", i, gc.Name, err)
+				return fmt.Errorf("graphs[%d] (%s): %w%s", i, gc.Name, err, relativePathHint(gc.Edges, err))
 			}
 		}
 		if d.preflight != nil {
@@ -454,12 +454,21 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// which replica is active. The tracker is there for /status from the
 	// start; the snapshot restore fills it later.
 	d.tracker = alerts.NewTracker(d.now)
+	// The data_dir lock first: a second daemon on the same config is told
+	// that, not that the HTTP port is taken.
+	if cfg.NATS.URL == "" {
+		unlock, err := lockDataDir(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		cleanup = append(cleanup, unlock)
+	}
 	var httpSrv *http.Server
 	httpDone := make(chan struct{})
 	if cfg.HTTP.Addr != "" {
 		ln, err := net.Listen("tcp", cfg.HTTP.Addr)
 		if err != nil {
-			return fmt.Errorf("http.addr: %w", err)
+			return fmt.Errorf("http.addr: %w (another process on it? set http.addr, or SOURCEWATCH_HTTP_ADDR; \"\" turns HTTP off)", err)
 		}
 		d.httpAddr.Store(ln.Addr().String())
 		httpSrv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
@@ -480,11 +489,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 
 	if cfg.NATS.URL == "" {
-		unlock, err := lockDataDir(cfg.DataDir)
-		if err != nil {
-			return err
-		}
-		cleanup = append(cleanup, unlock)
 		s, err := startEmbedded(cfg, embeddedLog{z: d.log.Named("nats-server"), limit: d.limiter})
 		if err != nil {
 			return err

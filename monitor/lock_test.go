@@ -21,7 +21,11 @@ func TestDataDirIsLocked(t *testing.T) {
 	f := &factoryOf{}
 	r := start(t, cfg, preload(t, 6, "p"), WithLocalizerFactory(f.factory))
 
-	second, err := New(cfg, preload(t, 6, "p"), WithLocalizerFactory(f.factory))
+	// The same config as it would be on disk: the same HTTP port too,
+	// which is not what the second daemon is told about.
+	same := cfg
+	same.HTTP.Addr = r.d.HTTPAddr()
+	second, err := New(same, preload(t, 6, "p"), WithLocalizerFactory(f.factory))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
