@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/monitor"
 )
@@ -26,6 +29,7 @@ func TestSimulatePublish(t *testing.T) {
 		"--publish", "--nats", url, "--prefix", "sw", "--graph-name", "club", "--speed", "200")
 	require.NoError(t, err)
 	require.Contains(t, stderr, "publishing cascade 1/1")
+	require.Contains(t, stderr, "no sourcewatch daemon answered its status request; publishing anyway", "no daemon here")
 
 	cons, err := js.OrderedConsumer(ctx, "EVENTS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"sw.events.club"}})
 	require.NoError(t, err)
@@ -62,4 +66,36 @@ func TestSimulatePublish(t *testing.T) {
 	_, _, err = runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "1",
 		"--publish", "--nats", url, "--graph-name", "a.b")
 	require.ErrorContains(t, err, "--graph-name")
+}
+
+// With a daemon running, simulate --publish refuses a graph name it does
+// not serve, or an edge list of another size, before publishing events it
+// would dead-letter (they went out, and only its log said so).
+func TestSimulatePublishChecksTheDaemon(t *testing.T) {
+	trained, pluginDir := trainTestBundle(t)
+	edges, _ := karateGraph(t)
+	gc := monitor.DefaultGraphConfig("club")
+	gc.Edges, gc.Bundle = edges, trained
+	d, err := monitor.New(testDaemonConfig(t, pluginDir, gc), monitor.WithLocalizerFactory(monitor.BundleLocalizers(pluginDir, zap.NewNop())))
+	require.NoError(t, err)
+	runDaemon(t, d)
+	url := d.ClientURL()
+	small := filepath.Join(t.TempDir(), "club.edges")
+	require.NoError(t, os.WriteFile(small, []byte("0 1\n1 2\n2 3\n"), 0o644))
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--graph", edges}, `--graph-name: the daemon serves no graph "karate" (it serves club)`},
+		{[]string{"--graph", small}, `--graph: the daemon's graph "club" has 34 nodes, ` + small + ` 4`},
+	} {
+		args := append([]string{"simulate", "--cascades", "1", "--publish", "--nats", url, "--speed", "500"}, tc.args...)
+		_, _, err := runCmd(t, "", args...)
+		require.ErrorContains(t, err, tc.want)
+	}
+	_, stderr, err := runCmd(t, "", "simulate", "--graph", edges, "--graph-name", "club", "--cascades", "1",
+		"--publish", "--nats", url, "--speed", "500")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "publishing cascade 1/1")
+	require.NotContains(t, stderr, "no sourcewatch daemon answered")
 }

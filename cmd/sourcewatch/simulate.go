@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +13,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
@@ -154,6 +158,9 @@ func (a *app) publishSimulated(ctx context.Context, g *graph.Graph, cs []diffusi
 	if err != nil {
 		return fmt.Errorf("--nats: %w", err)
 	}
+	if err := a.checkPublishTarget(ctx, nc, v.GetString("prefix"), name, g); err != nil {
+		return err
+	}
 	subject := v.GetString("prefix") + ".events." + name
 	step := time.Duration(float64(time.Second) / speed)
 	for i, c := range cs {
@@ -165,4 +172,39 @@ func (a *app) publishSimulated(ctx context.Context, g *graph.Graph, cs []diffusi
 		}
 	}
 	return nil
+}
+
+// checkPublishTarget asks the daemon's status endpoint whether it serves
+// graph name, and with as many nodes as g, before events it would
+// dead-letter (unknown_graph, unknown_node) are published: an error if it
+// does not; a warning when no daemon answers (not started yet, or only
+// standbys), and the events are published all the same.
+func (a *app) checkPublishTarget(ctx context.Context, nc *nats.Conn, prefix, name string, g *graph.Graph) error {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	subject := prefix + ".svc.status"
+	m, err := nc.RequestWithContext(ctx, subject, nil)
+	if err == nil && m.Header.Get(micro.ErrorHeader) != "" {
+		err = errors.New(m.Header.Get(micro.ErrorHeader))
+	}
+	var st monitor.Status
+	if err == nil {
+		err = json.Unmarshal(m.Data, &st)
+	}
+	if err != nil {
+		a.log.Warn("no sourcewatch daemon answered its status request; publishing anyway (a graph it does not serve has its events dead-lettered)",
+			zap.String("subject", subject), zap.Error(err))
+		return nil
+	}
+	var names []string
+	for _, gs := range st.Graphs {
+		if gs.Name == name {
+			if gs.Nodes != g.N() {
+				return fmt.Errorf("--graph: the daemon's graph %q has %d nodes, %s %d: another edge list, whose ids it would dead-letter as unknown_node", name, gs.Nodes, a.v.GetString("graph"), g.N())
+			}
+			return nil
+		}
+		names = append(names, gs.Name)
+	}
+	return fmt.Errorf("--graph-name: the daemon serves no graph %q (it serves %s): its events would be dead-lettered as unknown_graph; pass --graph-name with one of those", name, strings.Join(names, ", "))
 }
