@@ -171,6 +171,10 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		a.log.Warn("few validation cascades: delta, n_opt, the ranking and the prior are chosen on them, and the choices will be noisy; "+more,
 			zap.Int("validation", len(val)), zap.Int("cascades", len(cascades)))
 	}
+	if never, example := neverInfected(g, train); 20*never > g.N() {
+		a.log.Warn("nodes never infected in any training cascade: the bundle learns nothing of outbreaks there (a part of the graph the cascades do not reach, another component say); more cascades, or sources drawn there, cover it",
+			zap.Int("nodes", never), zap.Int("of", g.N()), zap.String("for_example", example))
+	}
 
 	fwdName := v.GetString("forward")
 	params, err := stringMap(v, "forward-param")
@@ -450,4 +454,24 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 // sortByScore orders node indices by descending score, ties by index.
 func sortByScore(idx []int, scores []float64) {
 	sort.SliceStable(idx, func(i, j int) bool { return scores[idx[i]] > scores[idx[j]] })
+}
+
+// neverInfected counts the nodes no cascade of cs infected, and names one.
+func neverInfected(g *graph.Graph, cs []diffusion.Cascade) (int, string) {
+	seen := make([]bool, g.N())
+	for _, c := range cs {
+		for _, v := range c.Infected {
+			seen[v] = true
+		}
+	}
+	n, example := 0, ""
+	for v, ok := range seen {
+		if !ok {
+			if n == 0 {
+				example = g.ID(v)
+			}
+			n++
+		}
+	}
+	return n, example
 }

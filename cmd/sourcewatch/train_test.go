@@ -682,6 +682,34 @@ func TestTrainFitIdleTimeout(t *testing.T) {
 	require.ErrorIs(t, err, forward.ErrCallTimeout)
 }
 
+// A part of the graph the training cascades never reach (a component too
+// small for the observed fraction) is warned of; the connected graph is not.
+func TestTrainWarnsOfNodesNeverInfected(t *testing.T) {
+	dir := t.TempDir()
+	karate, err := os.ReadFile("../../configs/demo/karate.edges")
+	require.NoError(t, err)
+	edges := filepath.Join(dir, "two.edges")
+	require.NoError(t, os.WriteFile(edges, append(karate, []byte("r1 r2\nr2 r3\nr3 r4\nr4 r5\nr5 r1\n")...), 0o644))
+	icmf := forwardtest.Build(t, "icmf")
+	const warning = "nodes never infected in any training cascade"
+	for _, tc := range []struct {
+		graph string
+		warn  bool
+	}{
+		{edges, true},
+		{"../../configs/demo/karate.edges", false},
+	} {
+		_, stderr, err := runCmd(t, "", "train", "--graph", tc.graph, "--diffusion", "SI", "--sources", "1", "--cascades", "40",
+			"--forward", "icmf", "--plugin-dir", filepath.Dir(icmf), "--prior-epochs", "2", "--prototypes", "8",
+			"--test-solves", "4", "--val-solves", "4", "--restarts", "2", "--init-steps", "2", "--out", filepath.Join(dir, "b.swb"))
+		require.NoError(t, err)
+		require.Equal(t, tc.warn, strings.Contains(stderr, warning), "%s: %s", tc.graph, stderr)
+		if tc.warn {
+			require.Contains(t, stderr, `"for_example":"r`)
+		}
+	}
+}
+
 func TestTiedWithLast(t *testing.T) {
 	res := &localize.Result{Scores: []float64{0.9, 0.5, 0.5, 0.1, 0.5}, Sources: []int{0, 1}}
 	require.Equal(t, []int{2, 4}, tiedWithLast(res))
