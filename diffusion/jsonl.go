@@ -246,7 +246,7 @@ func indices(g *graph.Graph, key string, ids []string) ([]int, error) {
 	for k, id := range ids {
 		v, ok := g.Index(id)
 		if !ok {
-			return nil, fmt.Errorf("unknown node %q in %s", id, key)
+			return nil, g.UnknownNode(id, " in "+key)
 		}
 		idx[k] = v
 	}
@@ -273,7 +273,7 @@ func stepMap(g *graph.Graph, key string, m map[string]int, step int) ([]int, int
 		t := m[id]
 		v, ok := g.Index(id)
 		if !ok {
-			return nil, 0, fmt.Errorf("unknown node %q in %s", id, key)
+			return nil, 0, g.UnknownNode(id, " in "+key)
 		}
 		if t < 0 {
 			return nil, 0, fmt.Errorf("node %q has negative step %d in %s", id, t, key)

@@ -50,7 +50,7 @@ func TestReadJSONLReportsEveryBadLine(t *testing.T) {
 	good := `{"sources":["a"],"infected":["a","b"],"id":"incident-7"}` // an extra key is skipped
 	in := "\ufeff" + good + "\n" + `{"sources":["x"],"infected":["a"]}` + "\n" + good + "\n" + `{"infected":["a"]}` + "\n"
 	_, err := ReadJSONL(strings.NewReader(in), g, "c.jsonl")
-	require.EqualError(t, err, "c.jsonl:2: unknown node \"x\" in sources\nc.jsonl:4: missing \"sources\"")
+	require.EqualError(t, err, "c.jsonl:2: unknown node \"x\" in sources (the graph's ids look like \"a\", \"b\", \"c\")\nc.jsonl:4: missing \"sources\"")
 
 	var many strings.Builder
 	for range 2 * maxReadErrors {

@@ -297,16 +297,27 @@ func (g *Graph) Lookup(ids []string) ([]int, error) {
 	for k, id := range ids {
 		i, ok := g.index[id]
 		if !ok {
-			// Ids that look alike can differ in invisible ways (a
-			// decomposed "ë", a no-break space): show them escaped too.
-			if ascii := strconv.QuoteToASCII(id); ascii != strconv.Quote(id) {
-				return nil, fmt.Errorf("unknown node %q (%s)", id, ascii)
-			}
-			return nil, fmt.Errorf("unknown node %q", id)
+			return nil, g.UnknownNode(id, "")
 		}
 		out[k] = i
 	}
 	return out, nil
+}
+
+// UnknownNode is the error for an id g lacks, found where (" in sources",
+// or ""): it shows the id escaped too when it holds invisible differences
+// (a decomposed "ë", a no-break space), and what g's ids look like, for
+// an id of another naming scheme.
+func (g *Graph) UnknownNode(id, where string) error {
+	escaped := ""
+	if ascii := strconv.QuoteToASCII(id); ascii != strconv.Quote(id) {
+		escaped = " (" + ascii + ")"
+	}
+	var like []string
+	for _, x := range g.ids[:min(3, len(g.ids))] {
+		like = append(like, strconv.Quote(x))
+	}
+	return fmt.Errorf("unknown node %q%s%s (the graph's ids look like %s)", id, escaped, where, strings.Join(like, ", "))
 }
 
 // Names maps indices to external ids.

@@ -226,9 +226,9 @@ func TestLookupShowsInvisibleDifferences(t *testing.T) {
 	g, err := Read(strings.NewReader("Zo\u00eb b\n"), "u.edges")
 	require.NoError(t, err)
 	_, err = g.Lookup([]string{"Zoe\u0308"})
-	require.EqualError(t, err, "unknown node \"Zoe\u0308\" (\"Zoe\\u0308\")")
+	require.EqualError(t, err, "unknown node \"Zoe\u0308\" (\"Zoe\\u0308\") (the graph's ids look like \"Zoë\", \"b\")")
 	_, err = g.Lookup([]string{"c"})
-	require.EqualError(t, err, `unknown node "c"`)
+	require.EqualError(t, err, `unknown node "c" (the graph's ids look like "Zoë", "b")`, "plain ids are not escaped")
 }
 
 // WithoutWeights keeps the nodes, ids and arcs and drops the weights: it

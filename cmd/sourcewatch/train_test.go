@@ -376,7 +376,7 @@ func TestTrainThenLocalize(t *testing.T) {
 	// line 3 is reported even with no plugin to start.
 	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\n\n{\"infected\":[\"1\",\"nope\"]}\n", "localize", "--bundle", bundle,
 		"--plugin-dir", t.TempDir(), "--log-level", "warn")
-	require.ErrorContains(t, err, `stdin:3: unknown node "nope" (the bundle's graph: `)
+	require.ErrorContains(t, err, `stdin:3: unknown node "nope" (the graph's ids look like "0", "1", "2") (the bundle's graph: `)
 	// The first bad line is the one named, whatever is wrong with a later one.
 	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\n{\"infected\":[\"5OO\"]}\n{\"infected\":[]}\n", "localize", "--bundle", bundle,
 		"--plugin-dir", t.TempDir(), "--log-level", "warn")
