@@ -183,8 +183,9 @@ func TestSchemasServed(t *testing.T) {
 
 // The localize request schema accepts what the service answers and refuses
 // what it answers with a 400, request by request, apart from what only
-// the daemon can know (its graphs and their nodes) and the one point the
-// schema is stricter on: keys in lower case.
+// the daemon can know (its graphs and their nodes), the one point the
+// schema is stricter on (keys in lower case), and the one no JSON Schema
+// can express (a key given twice, which the daemon refuses).
 func TestLocalizeRequestSchemaAgreesWithTheService(t *testing.T) {
 	s := compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/localize_request", false)
 	r := start(t, testConfig(t, "p"), preload(t, 5, "p"), WithLocalizerFactory((&factoryOf{}).factory))
@@ -208,6 +209,10 @@ func TestLocalizeRequestSchemaAgreesWithTheService(t *testing.T) {
 		{`{"graph":"p","infected":["1"],"id":7}`, false, false},
 		{`["p"]`, false, false},
 		{`{"GRAPH":"p","infected":["1"]}`, false, true},
+		{`{"graph":"p","infected":["1"],"top":1e2}`, true, true},
+		{`{"graph":"p","infected":["1"],"top":2.0}`, true, true},
+		{`{"graph":"p","infected":[null]}`, false, false},
+		{`{"graph":"p","infected":["1"],"graph":"q"}`, true, false},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
 			require.Equal(t, tc.schema, validateJSON(t, s, []byte(tc.body)) == nil, "schema")

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -235,11 +237,9 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 			// recorded cascades with keys of their own): a request is
 			// written for this endpoint, and a misspelt key would
 			// otherwise localize nothing infected.
-			var req LocalizeRequest
-			dec := json.NewDecoder(bytes.NewReader(r.Data()))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&req); err != nil {
-				respond(r, nil, fmt.Errorf(`%w: want {"graph":"<name>","infected":[ids...]}: %s`, errBadRequest, requestJSONError(err)))
+			req, err := decodeLocalizeRequest(r.Data())
+			if err != nil {
+				respond(r, nil, err)
 				return
 			}
 			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -291,11 +291,73 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 
 var errBadRequest = errors.New("bad request")
 
+// decodeLocalizeRequest reads a localize request as strictly as an event:
+// one JSON object, no key unknown or given twice (encoding/json keeps the
+// last, in any case; another language's reader may keep the first), no
+// null node id, and nothing after it.
+func decodeLocalizeRequest(data []byte) (LocalizeRequest, error) {
+	var wire struct {
+		ID       string      `json:"id"`
+		Graph    string      `json:"graph"`
+		Infected []*string   `json:"infected"`
+		Top      json.RawMessage `json:"top"`
+	}
+	bad := func(what string) (LocalizeRequest, error) {
+		return LocalizeRequest{}, fmt.Errorf(`%w: want {"graph":"<name>","infected":[ids...]}: %s`, errBadRequest, what)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&wire); err != nil {
+		return bad(requestJSONError(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return bad("more after the request object (one JSON object per request)")
+	}
+	if k := repeatedKey(data); k != "" {
+		return bad(fmt.Sprintf("%q is given twice (keys match in any case)", k))
+	}
+	req := LocalizeRequest{ID: wire.ID, Graph: wire.Graph, Infected: make([]string, len(wire.Infected))}
+	for i, id := range wire.Infected {
+		if id == nil {
+			return bad(fmt.Sprintf(`"infected"[%d] is null, want a node id as a string`, i))
+		}
+		req.Infected[i] = *id
+	}
+	if raw := bytes.TrimSpace(wire.Top); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+		if kind := jsonKind(raw[0]); kind != "number" {
+			return bad(fmt.Sprintf(`"top" holds a JSON %s, want a whole number`, kind))
+		}
+		// JSON has no integer type: 1e2 is a whole number too.
+		top, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil || top != math.Trunc(top) || math.Abs(top) > 1<<31 {
+			return bad(fmt.Sprintf(`"top" holds %s, want a whole number`, raw))
+		}
+		req.Top = int(top)
+	}
+	return req, nil
+}
+
 // emptyBody reports whether a request body asks for nothing: empty, {} or
 // null.
 func emptyBody(data []byte) bool {
 	body := bytes.TrimSpace(data)
 	return len(body) == 0 || bytes.Equal(body, []byte("{}")) || bytes.Equal(body, []byte("null"))
+}
+
+// jsonKind names the JSON type of a value starting with c, as
+// encoding/json's errors do.
+func jsonKind(c byte) string {
+	switch c {
+	case '"':
+		return "string"
+	case '[':
+		return "array"
+	case '{':
+		return "object"
+	case 't', 'f':
+		return "bool"
+	}
+	return "number"
 }
 
 // requestJSONError says what was wrong with a localize request in the

@@ -98,6 +98,13 @@ func TestMicroEndpoints(t *testing.T) {
 		`{"graph":"p","infected":["1"],"top":"5"}`: `"top" holds a JSON string, want a whole number`,
 		`["p"]`: `a JSON array, want an object`,
 		``:      `the request is empty`,
+		// One object, each key once, as events are read.
+		`{"graph":"p","infected":["1"]} garbage`:     `more after the request object`,
+		`{"graph":"p","infected":["1"]}{}`:           `more after the request object`,
+		`{"graph":"p","infected":["1"],"Graph":"q"}`: `"Graph" is given twice (keys match in any case)`,
+		`{"graph":"p","infected":["1",null]}`:        `"infected"[1] is null, want a node id as a string`,
+		`{"graph":"p","infected":["1"],"top":1.5}`:   `"top" holds 1.5, want a whole number`,
+		`{"graph":"p","infected":["1"],"top":[1]}`:   `"top" holds a JSON array, want a whole number`,
 	} {
 		m, err := r.nc.Request("sourcewatch.svc.localize", []byte(body), 10*time.Second)
 		require.NoError(t, err)
