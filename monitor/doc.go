@@ -108,6 +108,7 @@
 // # Service
 //
 // The NATS micro service "sourcewatch" answers on <prefix>.svc.localize,
+// <prefix>.svc.window (the nodes a graph's window holds now),
 // <prefix>.svc.status and <prefix>.svc.reload; HTTP serves /healthz,
 // /readyz (NATS connected, consumers bound, localizers healthy), /status,
 // /metrics (Prometheus, on a registry of the daemon's own) and, at /, a

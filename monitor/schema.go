@@ -19,7 +19,8 @@ func EventJSONSchema() []byte { return slices.Clone(eventJSONSchema) }
 
 // ServiceJSONSchema returns the JSON Schema (draft 2020-12) of the micro
 // service's bodies: its $defs localize_request, localize_response,
-// status_response (also GET /status) and reload_response. Replies refer
+// window_request, window_response, status_response (also GET /status)
+// and reload_response. Replies refer
 // to the alert schema (alerts.JSONSchema) by its $id, so a validator needs
 // both. The daemon serves it at /schema/service.v1.json.
 func ServiceJSONSchema() []byte { return slices.Clone(serviceJSONSchema) }

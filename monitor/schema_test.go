@@ -231,6 +231,8 @@ func TestServiceRepliesValidate(t *testing.T) {
 	localizeReply := compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/localize_response", true)
 	statusReply := compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/status_response", true)
 	reloadReply := compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/reload_response", true)
+	windowReply := compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/window_response", true)
+	windowRequest := compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/window_request", false)
 
 	cfg := testConfig(t, "p")
 	f := &factoryOf{script: func(gc GraphConfig) func([]float64) Inference {
@@ -264,6 +266,12 @@ func TestServiceRepliesValidate(t *testing.T) {
 	require.Contains(t, string(m.Data), `"last_alert"`)
 	require.Contains(t, string(m.Data), `"last_reload"`)
 	require.NoError(t, validateJSON(t, statusReply, m.Data), "%s", m.Data)
+	require.NoError(t, validateJSON(t, windowRequest, WindowRequest{Graph: "p"}))
+	require.Error(t, validateJSON(t, windowRequest, map[string]string{"graph": "p", "top": "1"}))
+	w := request(t, r.nc, "sourcewatch.svc.window", WindowRequest{Graph: "p"})
+	require.Empty(t, w.Header.Get(micro.ErrorHeader))
+	require.Contains(t, string(w.Data), `"infected":["2"]`)
+	require.NoError(t, validateJSON(t, windowReply, w.Data), "%s", w.Data)
 	code, body := get(t, "http://"+r.d.HTTPAddr()+"/status")
 	require.Equal(t, http.StatusOK, code)
 	require.NoError(t, validateJSON(t, statusReply, []byte(body)), "%s", body)

@@ -51,6 +51,60 @@ type LocalizeResponse struct {
 	Ranked []alerts.Source `json:"ranked,omitempty"`
 }
 
+// WindowRequest is the body of a request to <prefix>.svc.window.
+type WindowRequest struct {
+	Graph string `json:"graph"`
+}
+
+// WindowResponse is the graph's observation now: the nodes infected
+// within its window, the ones an alert made now would count, for a
+// service that wants to localize them itself (svc.localize with top).
+type WindowResponse struct {
+	Graph string `json:"graph"`
+	// Infected are the node ids, in the edge list's order.
+	Infected []string `json:"infected"`
+	// Window is the events' own times of the oldest and newest infection
+	// counted (zero times when none is), as in an alert.
+	Window alerts.Window `json:"window"`
+	// Seq is the events stream's sequence the window applied last.
+	Seq        uint64    `json:"seq"`
+	ObservedAt time.Time `json:"observed_at"`
+}
+
+// Window reports graph's observation now.
+func (d *Daemon) Window(req WindowRequest) (WindowResponse, error) {
+	gr, err := d.graphNamed(req.Graph)
+	if err != nil {
+		return WindowResponse{}, err
+	}
+	now := d.now()
+	o := gr.win.observe(now, nil)
+	_, _, seq := gr.win.counts()
+	resp := WindowResponse{Graph: gr.name, Infected: make([]string, 0, o.infected), Window: alerts.Window{From: o.from, To: o.to}, Seq: seq, ObservedAt: now.UTC()}
+	for v, y := range o.y {
+		if y > 0 {
+			resp.Infected = append(resp.Infected, gr.g.ID(v))
+		}
+	}
+	return resp, nil
+}
+
+// graphNamed is the configured graph of that name, or an error naming
+// the configured ones.
+func (d *Daemon) graphNamed(name string) (*graphRT, error) {
+	if gr, ok := d.graphs[name]; ok {
+		return gr, nil
+	}
+	names := make([]string, len(d.order))
+	for i, g := range d.order {
+		names[i] = g.name
+	}
+	if name == "" {
+		return nil, fmt.Errorf(`%w: "graph" is missing or empty: name one of %s`, errBadRequest, strings.Join(names, ", "))
+	}
+	return nil, fmt.Errorf("%w: %q (graphs: %s)", ErrUnknownGraph, clip(name), strings.Join(names, ", "))
+}
+
 // GraphStatus is one graph in the status answer.
 type GraphStatus struct {
 	Name           string `json:"name"`
@@ -120,16 +174,9 @@ func (d *Daemon) Status() Status {
 // the listed nodes. It waits for an inference of the same graph that is
 // already running.
 func (d *Daemon) Localize(ctx context.Context, req LocalizeRequest) (LocalizeResponse, error) {
-	gr, ok := d.graphs[req.Graph]
-	if !ok {
-		names := make([]string, len(d.order))
-		for i, g := range d.order {
-			names[i] = g.name
-		}
-		if req.Graph == "" {
-			return LocalizeResponse{}, fmt.Errorf(`%w: "graph" is missing or empty: name one of %s`, errBadRequest, strings.Join(names, ", "))
-		}
-		return LocalizeResponse{}, fmt.Errorf("%w: %q (graphs: %s)", ErrUnknownGraph, clip(req.Graph), strings.Join(names, ", "))
+	gr, err := d.graphNamed(req.Graph)
+	if err != nil {
+		return LocalizeResponse{}, err
 	}
 	if len(req.Infected) == 0 {
 		return LocalizeResponse{}, fmt.Errorf(`%w: "infected" is missing or empty: nothing to localize`, errBadRequest)
@@ -175,7 +222,7 @@ func topScored(g *graph.Graph, inf Inference, k int) []alerts.Source {
 }
 
 // startService registers the micro service "sourcewatch" with endpoints
-// <prefix>.svc.localize, .status and .reload. Handlers derive their
+// <prefix>.svc.localize, .window, .status and .reload. Handlers derive their
 // deadlines from ctx, so shutdown cancels requests in flight. It returns
 // only once the server has the endpoint subscriptions (a flush bounded by
 // setupCtx), so a client on another connection that sees the daemon ready
@@ -227,6 +274,7 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 		},
 		"status": {"request": "empty", "response": "version, ready, graphs [...], last_reload"},
 		"reload": {"request": "empty: reads the whole config file again", "response": `{"reloaded": true}`},
+		"window": {"request": `{"graph": "<name>"}`, "response": "graph, infected [node ids], window {from, to}, seq, observed_at"},
 	}
 	eps := []struct {
 		name string
@@ -254,6 +302,23 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 				return
 			}
 			respond(r, d.Status(), nil)
+		}},
+		{"window", func(r micro.Request) {
+			var req WindowRequest
+			dec := json.NewDecoder(bytes.NewReader(r.Data()))
+			dec.DisallowUnknownFields()
+			err := dec.Decode(&req)
+			if err == nil {
+				if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+					err = errors.New("more after the request object (one JSON object per request)")
+				}
+			}
+			if err != nil {
+				respond(r, nil, fmt.Errorf(`%w: want {"graph":"<name>"}: %s`, errBadRequest, requestJSONError(err, "graph alone")))
+				return
+			}
+			resp, err := d.Window(req)
+			respond(r, resp, err)
 		}},
 		{"reload", func(r micro.Request) {
 			// A reload is of the whole config file: a body asking for more
@@ -308,7 +373,7 @@ func decodeLocalizeRequest(data []byte) (LocalizeRequest, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&wire); err != nil {
-		return bad(requestJSONError(err))
+		return bad(requestJSONError(err, "graph, infected, top and id"))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return bad("more after the request object (one JSON object per request)")
@@ -363,7 +428,7 @@ func jsonKind(c byte) string {
 // requestJSONError says what was wrong with a localize request in the
 // request's terms, not Go's (encoding/json names the Go type it decoded
 // into).
-func requestJSONError(err error) string {
+func requestJSONError(err error, keys string) string {
 	want := map[string]string{
 		"graph": "a string", "id": "a string", "top": "a whole number",
 		"infected": "an array of node ids as strings, as in the edge list",
@@ -381,7 +446,7 @@ func requestJSONError(err error) string {
 		}
 		return fmt.Sprintf("%q holds a JSON %s", typ.Field, typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return strings.TrimPrefix(err.Error(), "json: ") + " (a request has graph, infected, top and id)"
+		return strings.TrimPrefix(err.Error(), "json: ") + " (a request has " + keys + ")"
 	}
 	return err.Error()
 }

@@ -118,6 +118,30 @@ func TestMicroEndpoints(t *testing.T) {
 	// status: graphs and their windows.
 	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: time.Now()}, "")
 	waitSeq(t, r.d, "p", 1)
+
+	// window: the nodes an alert made now would count, to localize with.
+	m = request(t, r.nc, "sourcewatch.svc.window", WindowRequest{Graph: "p"})
+	require.Empty(t, m.Header.Get(micro.ErrorHeader))
+	var win WindowResponse
+	require.NoError(t, json.Unmarshal(m.Data, &win))
+	require.Equal(t, []string{"1"}, win.Infected)
+	require.Equal(t, uint64(1), win.Seq)
+	require.False(t, win.Window.From.IsZero())
+	win = WindowResponse{}
+	m = request(t, r.nc, "sourcewatch.svc.window", WindowRequest{Graph: "q"})
+	require.NoError(t, json.Unmarshal(m.Data, &win))
+	require.Equal(t, []string{}, win.Infected, "an empty window is [], not null")
+	for body, want := range map[string]string{
+		`{"graph":"zz"}`:        `unknown graph: "zz" (graphs: p, q)`,
+		`{}`:                    `"graph" is missing or empty: name one of p, q`,
+		`{"graph":"p","top":3}`: `unknown field "top" (a request has graph alone)`,
+		`{"graph":"p"} {"x":1}`: `more after the request object`,
+	} {
+		m, err := r.nc.Request("sourcewatch.svc.window", []byte(body), 10*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader), body)
+		require.Contains(t, m.Header.Get(micro.ErrorHeader), want, body)
+	}
 	// A body asking for more is refused, not ignored.
 	m, err = r.nc.Request("sourcewatch.svc.status", []byte(`{"graph":"p"}`), 10*time.Second)
 	require.NoError(t, err)
@@ -166,7 +190,7 @@ func TestMicroEndpoints(t *testing.T) {
 		require.NotEmpty(t, ep.Metadata["request"], ep.Name)
 		require.NotEmpty(t, ep.Metadata["response"], ep.Name)
 	}
-	require.ElementsMatch(t, []string{"sourcewatch.svc.localize", "sourcewatch.svc.status", "sourcewatch.svc.reload"}, subjects)
+	require.ElementsMatch(t, []string{"sourcewatch.svc.localize", "sourcewatch.svc.window", "sourcewatch.svc.status", "sourcewatch.svc.reload"}, subjects)
 }
 
 func get(t *testing.T, url string) (int, string) {
