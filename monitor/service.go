@@ -362,9 +362,9 @@ var errBadRequest = errors.New("bad request")
 // null node id, and nothing after it.
 func decodeLocalizeRequest(data []byte) (LocalizeRequest, error) {
 	var wire struct {
-		ID       string      `json:"id"`
-		Graph    string      `json:"graph"`
-		Infected []*string   `json:"infected"`
+		ID       string          `json:"id"`
+		Graph    string          `json:"graph"`
+		Infected []*string       `json:"infected"`
 		Top      json.RawMessage `json:"top"`
 	}
 	bad := func(what string) (LocalizeRequest, error) {
