@@ -280,7 +280,7 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		return t, nil
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
+	if err != nil || d <= 0 {
 		return time.Time{}, fmt.Errorf("--since %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or a positive duration (90m)", s)
 	}
 	return now.Add(-d), nil

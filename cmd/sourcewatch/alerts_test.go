@@ -327,4 +327,6 @@ func TestParseSince(t *testing.T) {
 	require.True(t, got.Equal(time.Date(2025, 12, 31, 22, 0, 0, 0, time.UTC)))
 	_, err = parseSince("-5m", now)
 	require.Error(t, err)
+	_, err = parseSince("0s", now)
+	require.ErrorContains(t, err, "a positive duration", "nothing is since now: new alerts are the default")
 }
