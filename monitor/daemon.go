@@ -244,8 +244,6 @@ type graphRT struct {
 
 type counter interface{ Inc() }
 
-// locHolder guards a Localizer: inferences hold the read lock, Close after
-// a reload swap takes the write lock, so it waits for them.
 // newGraphRT is the runtime of graph gc (loaded as g) with its metric
 // series.
 func (d *Daemon) newGraphRT(gc GraphConfig, g *graph.Graph) *graphRT {
@@ -267,6 +265,8 @@ func (h *locHolder) localizer() Localizer {
 	return h.l
 }
 
+// locHolder guards a Localizer: inferences hold the read lock, Close after
+// a reload swap takes the write lock, so it waits for them.
 type locHolder struct {
 	mu     sync.RWMutex
 	l      Localizer
