@@ -612,9 +612,31 @@ func (p *Process) Fit(ctx context.Context, pairs []Pair, opts FitOptions, progre
 					TrainLoss: e.Progress.GetTrainLoss(), ValLoss: e.Progress.GetValLoss()})
 			}
 		case *forwardpb.FitEvent_Result:
-			return FitResult{State: e.Result.GetState(), Metrics: e.Result.GetMetrics()}, nil
+			res := FitResult{State: e.Result.GetState(), Metrics: e.Result.GetMetrics()}
+			return res, p.fitStreamEnds(stream, timer)
 		}
 	}
+}
+
+// fitResultGrace bounds the wait for a Fit stream to end after its result.
+const fitResultGrace = 5 * time.Second
+
+// fitStreamEnds checks that the Fit stream ends after its result, as the
+// contract says (exactly one result, last): a second event means the
+// plugin's result is not what it meant, an error. A stream left open
+// past fitResultGrace (a plugin that never closes it) costs only the
+// wait: the result stands.
+func (p *Process) fitStreamEnds(stream grpc.ServerStreamingClient[forwardpb.FitEvent], timer *time.Timer) error {
+	timer.Reset(fitResultGrace)
+	ev, err := stream.Recv()
+	if err != nil || ev == nil {
+		return nil // io.EOF, or the grace cancelled the stream
+	}
+	what := "a progress report"
+	if ev.GetResult() != nil {
+		what = "a second result"
+	}
+	return fmt.Errorf("forward plugin %s: fit: %s after the result (the stream must end with exactly one result): %w", p.name, what, ErrBadOutput)
 }
 
 // checkIn panics on a batch that does not fit the configured graph: that

@@ -476,6 +476,29 @@ func TestForeignPlugin(t *testing.T) {
 	require.Zero(t, pf.SharedCalls())
 }
 
+// A Fit stream must end with exactly one result: a plugin that sends a
+// second one is refused, where the host used to take the first. A plugin
+// that behaves still fits.
+func TestFitResultMustBeLast(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	pairs := []forward.Pair{{Sources: []int{0}, Infected: []int{0, 1}}, {Sources: []int{2}, Infected: []int{2, 3}}}
+	two := filepath.Join(t.TempDir(), "sourcewatch-forward-foreign-tworesults")
+	require.NoError(t, os.Symlink(forwardtest.Build(t, faulty), two))
+	p, err := forward.Launch(t.Context(), two)
+	require.NoError(t, err)
+	defer p.Close()
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	_, err = p.Fit(t.Context(), pairs, forward.FitOptions{}, nil)
+	require.ErrorIs(t, err, forward.ErrBadOutput)
+	require.ErrorContains(t, err, "fit: a second result after the result (the stream must end with exactly one result)")
+
+	ok := launch(t, "icmf")
+	require.NoError(t, ok.Configure(t.Context(), g, nil, nil))
+	_, err = ok.Fit(t.Context(), pairs, forward.FitOptions{}, nil)
+	require.NoError(t, err)
+}
+
 func TestFitIdleTimeout(t *testing.T) {
 	t.Parallel()
 	g := karate(t)

@@ -35,9 +35,10 @@ import (
 // this when it is started under the name sourcewatch-forward-foreign (a
 // link made by the test), which keeps the README honest without building a
 // second test plugin. It then acts as a plugin built before the fused
-// SquaredErrorVJP call, or, with fused (the name ...-foreign-fused), as one
-// built before that call's loss_only flag.
-func serveForeign(fused bool) error {
+// SquaredErrorVJP call; by mode, the rest of its name, "-fused" as one
+// built before that call's loss_only flag, "-tworesults" as one whose Fit
+// breaks the contract by sending its result twice.
+func serveForeign(mode string) error {
 	if os.Getenv("SOURCEWATCH_FORWARD_PLUGIN") != "b1f3e0a4c7d2.forward.v1" {
 		return fmt.Errorf("this is a sourcewatch forward-model plugin; sourcewatch runs it")
 	}
@@ -79,8 +80,11 @@ func serveForeign(fused bool) error {
 	}
 	s := grpc.NewServer(grpc.Creds(creds), grpc.MaxRecvMsgSize(256<<20), grpc.MaxSendMsgSize(256<<20))
 	var impl forwardpb.ForwardServer = olderServer{forward.NewServer(icmf.New())}
-	if fused {
+	switch mode {
+	case "-fused":
 		impl = beforeLossOnly{forward.NewServer(icmf.New())}
+	case "-tworesults":
+		impl = twoResults{impl}
 	}
 	forwardpb.RegisterForwardServer(s, impl)
 	h := health.NewServer()
@@ -108,4 +112,27 @@ type beforeLossOnly struct{ forwardpb.ForwardServer }
 
 func (s beforeLossOnly) SquaredErrorVJP(ctx context.Context, req *forwardpb.SquaredErrorVJPRequest) (*forwardpb.VJPResponse, error) {
 	return s.ForwardServer.SquaredErrorVJP(ctx, &forwardpb.SquaredErrorVJPRequest{X: req.GetX(), Target: req.GetTarget()})
+}
+
+// twoResults sends Fit's result event twice, against the contract
+// (exactly one, last), which the host must refuse rather than take the
+// first and miss what the plugin meant.
+type twoResults struct{ forwardpb.ForwardServer }
+
+func (s twoResults) Fit(req *forwardpb.FitRequest, stream grpc.ServerStreamingServer[forwardpb.FitEvent]) error {
+	return s.ForwardServer.Fit(req, resendResult{stream})
+}
+
+type resendResult struct {
+	grpc.ServerStreamingServer[forwardpb.FitEvent]
+}
+
+func (r resendResult) Send(ev *forwardpb.FitEvent) error {
+	if err := r.ServerStreamingServer.Send(ev); err != nil {
+		return err
+	}
+	if ev.GetResult() != nil {
+		return r.ServerStreamingServer.Send(ev)
+	}
+	return nil
 }

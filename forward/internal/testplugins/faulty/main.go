@@ -48,7 +48,7 @@ import (
 
 func main() {
 	if name := filepath.Base(os.Args[0]); strings.HasPrefix(name, "sourcewatch-forward-foreign") {
-		if err := serveForeign(name == "sourcewatch-forward-foreign-fused"); err != nil {
+		if err := serveForeign(strings.TrimPrefix(name, "sourcewatch-forward-foreign")); err != nil {
 			fmt.Fprintln(os.Stderr, "foreign:", err)
 			os.Exit(1)
 		}
