@@ -489,7 +489,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 
 	if cfg.NATS.URL == "" {
-		s, err := startEmbedded(cfg, embeddedLog{z: d.log.Named("nats-server"), limit: d.limiter})
+		s, err := startEmbedded(cfg, &embeddedLog{z: d.log.Named("nats-server"), limit: d.limiter})
 		if err != nil {
 			return err
 		}
@@ -1837,6 +1837,7 @@ type logLimiter struct {
 	last     map[string]time.Time
 	held     map[string]int
 	msg      map[string]string
+	level    map[string]zapcore.Level // of kinds logged above warn
 }
 
 func newLogLimiter(interval time.Duration, now func() time.Time, log *zap.Logger) *logLimiter {
@@ -1851,6 +1852,12 @@ func (l *logLimiter) warn(kind, msg string, fields ...zap.Field) {
 func (l *logLimiter) logAt(level zapcore.Level, kind, msg string, fields ...zap.Field) {
 	l.mu.Lock()
 	now := l.now()
+	if level != zapcore.WarnLevel {
+		if l.level == nil {
+			l.level = map[string]zapcore.Level{}
+		}
+		l.level[kind] = level
+	}
 	if now.Sub(l.last[kind]) < l.interval {
 		l.held[kind]++
 		l.msg[kind] = msg
@@ -1874,6 +1881,7 @@ func (l *logLimiter) ended(kind string) (held int) {
 	delete(l.last, kind)
 	delete(l.held, kind)
 	delete(l.msg, kind)
+	delete(l.level, kind)
 	return held
 }
 
@@ -1886,19 +1894,24 @@ func (l *logLimiter) flush(all bool) {
 	type report struct {
 		kind, msg string
 		held      int
+		level     zapcore.Level
 	}
 	var out []report
 	for kind, n := range l.held {
 		if n == 0 || (!all && now.Sub(l.last[kind]) < l.interval) {
 			continue
 		}
-		out = append(out, report{kind, l.msg[kind], n})
+		level, ok := l.level[kind]
+		if !ok {
+			level = zapcore.WarnLevel
+		}
+		out = append(out, report{kind, l.msg[kind], n, level})
 		l.held[kind] = 0
 	}
 	l.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].kind < out[j].kind })
 	for _, r := range out {
-		l.log.Warn(r.msg+" (held back since the last line of its kind)", zap.String("kind", r.kind), zap.Int("suppressed", r.held))
+		l.log.Log(r.level, r.msg+" (held back since the last line of its kind)", zap.String("kind", r.kind), zap.Int("suppressed", r.held))
 	}
 }
 

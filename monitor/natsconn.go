@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -255,7 +256,7 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: stream %s: %w", ErrNATS, EventsStream, err)
 	}
-	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	dl := jetstream.StreamConfig{
 		Name:        DeadLetterStream,
 		Description: "sourcewatch rejected events, with the reason in a header",
 		Subjects:    []string{DeadLetterSubject(p)},
@@ -264,7 +265,22 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 		MaxAge:      max(cfg.DeadLetters.MaxAge, 0),
 		MaxBytes:    unlimitedIfNotPositive(cfg.DeadLetters.MaxBytes),
 		Replicas:    max(cfg.Events.Replicas, 1),
-	}); err != nil {
+	}
+	if dl.MaxAge > 0 && dl.Duplicates > dl.MaxAge {
+		// JetStream refuses a duplicate window longer than the stream
+		// keeps messages.
+		dl.Duplicates = dl.MaxAge
+	}
+	if old, err := js.Stream(ctx, DeadLetterStream); err == nil {
+		if c := old.CachedInfo().Config; c.MaxAge != dl.MaxAge || c.MaxBytes != dl.MaxBytes || c.Replicas != dl.Replicas {
+			log.Warn("changing the dead-letter stream's limits to this config's (every replica shares the stream: the last one started sets them)",
+				zap.String("stream", DeadLetterStream),
+				zap.String("max_age", fmt.Sprintf("%v -> %v", c.MaxAge, dl.MaxAge)),
+				zap.String("max_bytes", fmt.Sprintf("%d -> %d", c.MaxBytes, dl.MaxBytes)),
+				zap.String("replicas", fmt.Sprintf("%d -> %d", c.Replicas, dl.Replicas)))
+		}
+	}
+	if _, err := js.CreateOrUpdateStream(ctx, dl); err != nil {
 		hint := ""
 		if strings.Contains(err.Error(), "insufficient storage") {
 			hint = fmt.Sprintf(" (the stream reserves deadletter.max_bytes, %d, on a server or account that limits JetStream storage: lower it, or give JetStream more)", cfg.DeadLetters.MaxBytes)
@@ -403,23 +419,64 @@ func asyncErrKind(err error) string {
 }
 
 // embeddedLog is the embedded server's logger: its warnings and errors go
-// to the daemon's log, each format at most once per interval (a full disk
+// to the daemon's log, each kind at most once per interval (a full disk
 // fails every write the same way, and the daemon's own lines only say
 // "context deadline exceeded"); its notices go to debug.
 type embeddedLog struct {
 	z     *zap.Logger
 	limit *logLimiter
+
+	mu    sync.Mutex
+	kinds map[string]bool
 }
 
-func (l embeddedLog) Noticef(format string, v ...any) { l.z.Debug(fmt.Sprintf(format, v...)) }
-func (l embeddedLog) Debugf(format string, v ...any)  { l.z.Debug(fmt.Sprintf(format, v...)) }
-func (l embeddedLog) Tracef(format string, v ...any)  { l.z.Debug(fmt.Sprintf(format, v...)) }
-func (l embeddedLog) Warnf(format string, v ...any) {
-	l.limit.logAt(zapcore.WarnLevel, "nats-server: "+format, "embedded nats-server: "+fmt.Sprintf(format, v...))
+// maxEmbeddedKinds bounds the kinds of server line the limiter keeps: the
+// rest share one, so no client can grow the daemon's memory by the lines
+// it provokes.
+const maxEmbeddedKinds = 64
+
+// kind is the rate limiter's key for a line of format: nats-server bakes
+// a client's address and id into the format ("127.0.0.1:42884 - cid:87 -
+// Client parser ERROR ..."), so digits are blanked, and past
+// maxEmbeddedKinds kinds the rest of a level share one.
+func (l *embeddedLog) kind(level, format string) string {
+	var b strings.Builder
+	digits := false
+	for _, r := range format {
+		if r >= '0' && r <= '9' {
+			if !digits {
+				b.WriteByte('#')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(r)
+	}
+	k := "nats-server " + level + ": " + b.String()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.kinds[k] {
+		if len(l.kinds) >= maxEmbeddedKinds {
+			return "nats-server " + level + ": other"
+		}
+		if l.kinds == nil {
+			l.kinds = map[string]bool{}
+		}
+		l.kinds[k] = true
+	}
+	return k
 }
-func (l embeddedLog) Errorf(format string, v ...any) {
-	l.limit.logAt(zapcore.ErrorLevel, "nats-server: "+format, "embedded nats-server: "+fmt.Sprintf(format, v...))
+
+func (l *embeddedLog) Noticef(format string, v ...any) { l.z.Debug(fmt.Sprintf(format, v...)) }
+func (l *embeddedLog) Debugf(format string, v ...any)  { l.z.Debug(fmt.Sprintf(format, v...)) }
+func (l *embeddedLog) Tracef(format string, v ...any)  { l.z.Debug(fmt.Sprintf(format, v...)) }
+func (l *embeddedLog) Warnf(format string, v ...any) {
+	l.limit.logAt(zapcore.WarnLevel, l.kind("warn", format), "embedded nats-server: "+fmt.Sprintf(format, v...))
 }
-func (l embeddedLog) Fatalf(format string, v ...any) {
+func (l *embeddedLog) Errorf(format string, v ...any) {
+	l.limit.logAt(zapcore.ErrorLevel, l.kind("error", format), "embedded nats-server: "+fmt.Sprintf(format, v...))
+}
+func (l *embeddedLog) Fatalf(format string, v ...any) {
 	l.z.Error("embedded nats-server: " + fmt.Sprintf(format, v...))
 }

@@ -2,7 +2,9 @@ package monitor
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,12 +190,12 @@ func TestEmbeddedServerLogs(t *testing.T) {
 	cfg.DataDir = t.TempDir()
 	cfg.NATS.Listen = "127.0.0.1:0"
 	limiter := newLogLimiter(time.Hour, time.Now, z)
-	s, err := startEmbedded(cfg, embeddedLog{z: z, limit: limiter})
+	s, err := startEmbedded(cfg, &embeddedLog{z: z, limit: limiter})
 	require.NoError(t, err)
 	defer s.Shutdown()
 	require.NotZero(t, logs.FilterMessageSnippet("Starting nats-server").FilterLevelExact(zapcore.DebugLevel).Len())
 
-	l := embeddedLog{z: z, limit: limiter}
+	l := &embeddedLog{z: z, limit: limiter}
 	for range 3 {
 		l.Errorf("JetStream failed to store a msg on stream '%s > %s': %v", "$G", "KV_sourcewatch_state", "write /data/nats/jetstream/1.blk: no space left on device")
 	}
@@ -203,6 +205,26 @@ func TestEmbeddedServerLogs(t *testing.T) {
 	require.Contains(t, errs[0].Message, "no space left on device")
 	l.Warnf("Plaintext passwords detected")
 	require.Equal(t, 1, logs.FilterMessage("embedded nats-server: Plaintext passwords detected").FilterLevelExact(zapcore.WarnLevel).Len())
+
+	// A client's address and id are in the server's format: garbage from
+	// 100 clients is one kind, logged once, not 100 lines and 100 kinds.
+	for i := range 100 {
+		l.Errorf(fmt.Sprintf("127.0.0.1:%d - cid:%d - Client parser ERROR, state=%%d, i=%%d: proto='%%q'", 40000+i, i), 0, 0, "GARBAGE")
+	}
+	require.Equal(t, 1, logs.FilterMessageSnippet("Client parser ERROR").Len())
+	// Past the cap, new kinds share one: the limiter's maps stay bounded.
+	// (through a func value: each call is another format, as the server's)
+	var warnf func(string, ...any) = l.Warnf
+	for i := range 3 * maxEmbeddedKinds {
+		warnf(strings.Repeat("x", i+1) + " odd line")
+	}
+	require.LessOrEqual(t, len(limiter.last), maxEmbeddedKinds+2)
+	// Held-back errors are reported at error level.
+	limiter.flush(true)
+	held := logs.FilterMessageSnippet("Client parser ERROR").All()
+	require.Len(t, held, 2)
+	require.Equal(t, zapcore.ErrorLevel, held[1].Level)
+	require.EqualValues(t, 99, held[1].ContextMap()["suppressed"])
 }
 
 // The dead-letter stream takes deadletter.max_age and max_bytes; on a
@@ -226,4 +248,19 @@ func TestDeadLetterStreamLimits(t *testing.T) {
 	c := st.CachedInfo().Config
 	require.Equal(t, 48*time.Hour, c.MaxAge)
 	require.Equal(t, int64(8<<20), c.MaxBytes)
+
+	// Shorter than the 24 h duplicate window, which follows it down (the
+	// start failed), and a change is logged, as for the other streams.
+	core, logs := observer.New(zap.WarnLevel)
+	cfg.DeadLetters.MaxAge = time.Hour
+	_, _, err = ensureJetStream(context.Background(), js, cfg, zap.New(core))
+	require.NoError(t, err)
+	st, err = js.Stream(context.Background(), DeadLetterStream)
+	require.NoError(t, err)
+	c = st.CachedInfo().Config
+	require.Equal(t, time.Hour, c.MaxAge)
+	require.Equal(t, time.Hour, c.Duplicates)
+	changed := logs.FilterMessageSnippet("changing the dead-letter stream's limits").All()
+	require.Len(t, changed, 1)
+	require.Equal(t, "48h0m0s -> 1h0m0s", changed[0].ContextMap()["max_age"])
 }

@@ -210,6 +210,8 @@ func TestLocalizeRequestSchemaAgreesWithTheService(t *testing.T) {
 		{`["p"]`, false, false},
 		{`{"GRAPH":"p","infected":["1"]}`, false, true},
 		{`{"graph":"p","infected":["1"],"top":1e2}`, true, true},
+		{`{"graph":"p","infected":["1"],"top":100000000000000000000}`, true, true},
+		{`{"graph":"p","infected":["1"],"top":null,"id":null}`, true, true},
 		{`{"graph":"p","infected":["1"],"top":2.0}`, true, true},
 		{`{"graph":"p","infected":[null]}`, false, false},
 		{`{"graph":"p","infected":["1"],"graph":"q"}`, true, false},

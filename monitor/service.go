@@ -107,8 +107,11 @@ func (d *Daemon) graphNamed(name string) (*graphRT, error) {
 
 // GraphStatus is one graph in the status answer.
 type GraphStatus struct {
-	Name           string `json:"name"`
-	Nodes          int    `json:"nodes"`
+	Name  string `json:"name"`
+	Nodes int    `json:"nodes"`
+	// Fingerprint is the graph's content fingerprint (graph.Fingerprint),
+	// for a producer to check it publishes ids of the same edge list.
+	Fingerprint    string `json:"fingerprint"`
 	WindowInfected int    `json:"window_infected"`
 	Changes        uint64 `json:"changes"`
 	// ChangedSinceInference is how many nodes entered or left the
@@ -156,7 +159,7 @@ func (d *Daemon) Status() Status {
 		o := gr.win.observe(now, nil)
 		_, ch, seq := gr.win.counts()
 		gs := GraphStatus{
-			Name: gr.name, Nodes: gr.g.N(), WindowInfected: o.infected, Changes: ch,
+			Name: gr.name, Nodes: gr.g.N(), Fingerprint: gr.g.Fingerprint(), WindowInfected: o.infected, Changes: ch,
 			ChangedSinceInference: changedSince(gr.inferred.Load(), o.y), Seq: seq,
 			Inflight: gr.inflight.Load(), LocalizerHealth: gr.healthy(), LastAlert: gr.lastAlert.Load(),
 			Replaying:     gr.replayTo.Load() != 0,
@@ -311,6 +314,8 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 			if err == nil {
 				if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
 					err = errors.New("more after the request object (one JSON object per request)")
+				} else if k := repeatedKey(r.Data()); k != "" {
+					err = fmt.Errorf("%q is given twice (keys match in any case)", k)
 				}
 			}
 			if err != nil {
@@ -394,10 +399,11 @@ func decodeLocalizeRequest(data []byte) (LocalizeRequest, error) {
 		}
 		// JSON has no integer type: 1e2 is a whole number too.
 		top, err := strconv.ParseFloat(string(raw), 64)
-		if err != nil || top != math.Trunc(top) || math.Abs(top) > 1<<31 {
+		if err != nil || top != math.Trunc(top) {
 			return bad(fmt.Sprintf(`"top" holds %s, want a whole number`, raw))
 		}
-		req.Top = int(top)
+		// Past the graph's size it asks for every node anyway.
+		req.Top = int(max(min(top, 1<<31), -1))
 	}
 	return req, nil
 }

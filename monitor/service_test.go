@@ -132,10 +132,11 @@ func TestMicroEndpoints(t *testing.T) {
 	require.NoError(t, json.Unmarshal(m.Data, &win))
 	require.Equal(t, []string{}, win.Infected, "an empty window is [], not null")
 	for body, want := range map[string]string{
-		`{"graph":"zz"}`:        `unknown graph: "zz" (graphs: p, q)`,
-		`{}`:                    `"graph" is missing or empty: name one of p, q`,
-		`{"graph":"p","top":3}`: `unknown field "top" (a request has graph alone)`,
-		`{"graph":"p"} {"x":1}`: `more after the request object`,
+		`{"graph":"zz"}`:             `unknown graph: "zz" (graphs: p, q)`,
+		`{}`:                         `"graph" is missing or empty: name one of p, q`,
+		`{"graph":"p","top":3}`:      `unknown field "top" (a request has graph alone)`,
+		`{"graph":"p"} {"x":1}`:      `more after the request object`,
+		`{"graph":"zz","GRAPH":"p"}`: `"GRAPH" is given twice (keys match in any case)`,
 	} {
 		m, err := r.nc.Request("sourcewatch.svc.window", []byte(body), 10*time.Second)
 		require.NoError(t, err)

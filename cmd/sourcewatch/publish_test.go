@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -82,12 +83,18 @@ func TestSimulatePublishChecksTheDaemon(t *testing.T) {
 	url := d.ClientURL()
 	small := filepath.Join(t.TempDir(), "club.edges")
 	require.NoError(t, os.WriteFile(small, []byte("0 1\n1 2\n2 3\n"), 0o644))
+	// As many nodes, other ids: the fingerprint tells them apart.
+	karate, err := os.ReadFile(edges)
+	require.NoError(t, err)
+	renamed := filepath.Join(t.TempDir(), "club.edges")
+	require.NoError(t, os.WriteFile(renamed, []byte(regexp.MustCompile(`(?m)(\d+)`).ReplaceAllString(string(karate), "u$1")), 0o644))
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--graph", edges}, `--graph-name: the daemon serves no graph "karate" (it serves club)`},
-		{[]string{"--graph", small}, `--graph: the daemon's graph "club" has 34 nodes, ` + small + ` 4`},
+		{[]string{"--graph", small}, `--graph: the daemon's graph "club" (34 nodes, fingerprint `},
+		{[]string{"--graph", renamed}, `is not ` + renamed + ` (34 nodes, fingerprint `},
 	} {
 		args := append([]string{"simulate", "--cascades", "1", "--publish", "--nats", url, "--speed", "500"}, tc.args...)
 		_, _, err := runCmd(t, "", args...)

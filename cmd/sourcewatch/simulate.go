@@ -175,7 +175,7 @@ func (a *app) publishSimulated(ctx context.Context, g *graph.Graph, cs []diffusi
 }
 
 // checkPublishTarget asks the daemon's status endpoint whether it serves
-// graph name, and with as many nodes as g, before events it would
+// graph name, and as g (the same fingerprint), before events it would
 // dead-letter (unknown_graph, unknown_node) are published: an error if it
 // does not; a warning when no daemon answers (not started yet, or only
 // standbys), and the events are published all the same.
@@ -199,8 +199,9 @@ func (a *app) checkPublishTarget(ctx context.Context, nc *nats.Conn, prefix, nam
 	var names []string
 	for _, gs := range st.Graphs {
 		if gs.Name == name {
-			if gs.Nodes != g.N() {
-				return fmt.Errorf("--graph: the daemon's graph %q has %d nodes, %s %d: another edge list, whose ids it would dead-letter as unknown_node", name, gs.Nodes, a.v.GetString("graph"), g.N())
+			if gs.Nodes != g.N() || gs.Fingerprint != "" && gs.Fingerprint != g.Fingerprint() {
+				return fmt.Errorf("--graph: the daemon's graph %q (%d nodes, fingerprint %.12s) is not %s (%d nodes, fingerprint %.12s): another edge list, or one read the other way (--directed), whose ids it would dead-letter as unknown_node",
+					name, gs.Nodes, gs.Fingerprint, a.v.GetString("graph"), g.N(), g.Fingerprint())
 			}
 			return nil
 		}

@@ -172,7 +172,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 			zap.Int("validation", len(val)), zap.Int("cascades", len(cascades)))
 	}
 	if never, example := neverInfected(g, train); 20*never > g.N() {
-		a.log.Warn("nodes never infected in any training cascade: the bundle learns nothing of outbreaks there (a part of the graph the cascades do not reach, another component say); more cascades, or sources drawn there, cover it",
+		a.log.Warn("nodes never infected in any training cascade: the bundle learns nothing of outbreaks there (a part of the graph the cascades do not reach, another component say); more cascades cover a part they reach rarely, and a component too small to hold --observe's lowest fraction of the graph never gets one (its cascades are redrawn): lower --observe, or train that component as a graph of its own",
 			zap.Int("nodes", never), zap.Int("of", g.N()), zap.String("for_example", example))
 	}
 
