@@ -612,8 +612,10 @@ func (p *Process) Fit(ctx context.Context, pairs []Pair, opts FitOptions, progre
 					TrainLoss: e.Progress.GetTrainLoss(), ValLoss: e.Progress.GetValLoss()})
 			}
 		case *forwardpb.FitEvent_Result:
-			res := FitResult{State: e.Result.GetState(), Metrics: e.Result.GetMetrics()}
-			return res, p.fitStreamEnds(stream, timer)
+			if err := p.fitStreamEnds(stream, timer); err != nil {
+				return FitResult{}, err
+			}
+			return FitResult{State: e.Result.GetState(), Metrics: e.Result.GetMetrics()}, nil
 		}
 	}
 }
