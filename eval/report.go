@@ -14,11 +14,12 @@ import (
 // Report is a benchmark's outcome. Its JSON form (snake_case, stable) is
 // what `sourcewatch eval --json` writes.
 type Report struct {
-	// Graph names the graph (its file), Nodes and Edges size it and
-	// Fingerprint identifies its content.
+	// Graph names the graph (its file), Nodes and Edges size it (Edges
+	// counts arcs where Directed) and Fingerprint identifies its content.
 	Graph       string   `json:"graph"`
 	Nodes       int      `json:"nodes"`
 	Edges       int      `json:"edges"`
+	Directed    bool     `json:"directed,omitempty"`
 	Fingerprint string   `json:"fingerprint"`
 	Diffusion   string   `json:"diffusion"`
 	Settings    Settings `json:"settings"`
@@ -254,12 +255,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 		name = "graph"
 	}
 	var b strings.Builder
+	edges := "edges"
+	if r.Directed {
+		edges = "arcs (directed)"
+	}
 	held := ""
 	if s.ObservedInfected.N > 0 {
 		held = fmt.Sprintf(" (test snapshots held %.3f ± %.3f)", s.ObservedInfected.Mean, s.ObservedInfected.SD)
 	}
 	if s.Recorded != "" {
-		fmt.Fprintf(&b, "%s: %d nodes, %d edges; cascades recorded in %s%s\n", name, r.Nodes, r.Edges, s.Recorded, held)
+		fmt.Fprintf(&b, "%s: %d nodes, %d %s; cascades recorded in %s%s\n", name, r.Nodes, r.Edges, edges, s.Recorded, held)
 	} else {
 		var params []string
 		for _, p := range []struct {
@@ -274,8 +279,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if len(params) > 0 {
 			model += " (" + strings.Join(params, ", ") + ")"
 		}
-		fmt.Fprintf(&b, "%s: %d nodes, %d edges; %s, sources %s (%s), observed at %g-%g infected%s\n",
-			name, r.Nodes, r.Edges, model, s.Sources, s.Pattern, s.Observe[0], s.Observe[1], held)
+		fmt.Fprintf(&b, "%s: %d nodes, %d %s; %s, sources %s (%s), observed at %g-%g infected%s\n",
+			name, r.Nodes, r.Edges, edges, model, s.Sources, s.Pattern, s.Observe[0], s.Observe[1], held)
 	}
 	runs := "runs"
 	if s.Runs == 1 {

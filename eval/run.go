@@ -723,6 +723,7 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 		Graph:       name,
 		Nodes:       g.N(),
 		Edges:       g.Stats().Edges,
+		Directed:    g.Directed(),
 		Fingerprint: g.Fingerprint(),
 		Diffusion:   string(cfg.Sim.Model),
 		Settings: Settings{

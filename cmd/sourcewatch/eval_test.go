@@ -222,6 +222,11 @@ func TestEvalCommandDirectedGraph(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, stderr, "left out")
 	require.Contains(t, stdout, `"method": "jordan"`)
+	require.Contains(t, stdout, `"directed": true`)
+	// The table's first line counts arcs, as train does.
+	table, _, err := runEvalCmd(t, append(base, "--methods", "jordan,infected")...)
+	require.NoError(t, err)
+	require.Contains(t, table, "ring.edges: 30 nodes, 60 arcs (directed); SI")
 }
 
 // eval says, like simulate, when the graph's weights go unused.
