@@ -116,12 +116,15 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 	subject := prefix + ".alerts.>"
 	if graph != "" {
 		subject = alerts.Subject(prefix, graph)
-		a.warnUnknownAlertGraph(cmd.Context(), js, prefix, graph)
 	}
 	opts = append(opts,
 		alerts.OnReady(func() {
 			a.log.Info("tailing alerts (Ctrl-C to stop)", zap.String("subject", subject),
 				zap.String("url", monitor.RedactURLs(nc.ConnectedUrl())), zap.String("from", from))
+			if graph != "" {
+				// After the line saying what is tailed, which it qualifies.
+				a.warnUnknownAlertGraph(cmd.Context(), js, prefix, graph)
+			}
 		}),
 		alerts.OnInvalid(func(subject string, seq uint64, err error) {
 			a.log.Warn("skipping a message that is not an alert", zap.String("subject", subject),

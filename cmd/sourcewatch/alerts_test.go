@@ -148,11 +148,13 @@ func TestAlertsTailReadable(t *testing.T) {
 
 	// A misspelt graph is said to have no alerts where others have some.
 	_, stderr, stop = runAlertsTail(t, "--nats", url, "--graph", "jaz")
-	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), "tailing alerts") },
+	const misspelt = "no alert of this graph is stored, while other graphs have some (misspelt --graph?)"
+	require.Eventually(t, func() bool { return strings.Contains(stderr.String(), misspelt) },
 		10*time.Second, 5*time.Millisecond, "stderr: %s", stderr.String())
 	require.NoError(t, stop())
-	require.Contains(t, stderr.String(), "no alert of this graph is stored, while other graphs have some (misspelt --graph?)")
 	require.Contains(t, stderr.String(), `"graphs_with_alerts":"jazz, karate"`)
+	require.Less(t, strings.Index(stderr.String(), "tailing alerts"), strings.Index(stderr.String(), misspelt),
+		"the warning follows the line saying what is tailed")
 }
 
 func TestAlertsTailJSONFromStart(t *testing.T) {
