@@ -40,3 +40,21 @@ func TestDataDirIsLocked(t *testing.T) {
 	_, err = os.Stat(filepath.Join(cfg.DataDir, "LOCK"))
 	require.NoError(t, err, "the lock file stays; the lock does not")
 }
+
+// A data_dir that cannot be written is said to be that, with what to do,
+// not reported as an invalid config.
+func TestDataDirNotWritable(t *testing.T) {
+	cfg := testConfig(t, "p")
+	file := filepath.Join(t.TempDir(), "a-file")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	cfg.DataDir = filepath.Join(file, "data")
+	d, err := New(cfg, preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = d.Run(ctx)
+	require.ErrorIs(t, err, ErrDataDir)
+	require.NotErrorIs(t, err, ErrConfig)
+	require.ErrorContains(t, err, cfg.DataDir)
+	require.ErrorContains(t, err, "or set nats.url")
+}

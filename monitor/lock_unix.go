@@ -19,12 +19,12 @@ import (
 // function releases it.
 func lockDataDir(dir string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("%w: data_dir %q: %w", ErrConfig, dir, err)
+		return nil, fmt.Errorf("%w: %q: %w%s", ErrDataDir, dir, err, dataDirAdvice)
 	}
 	path := filepath.Join(dir, "LOCK")
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("%w: data_dir lock %q: %w", ErrConfig, path, err)
+		return nil, fmt.Errorf("%w: %q: lock file: %w%s", ErrDataDir, dir, err, dataDirAdvice)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		holder, _ := os.ReadFile(path)

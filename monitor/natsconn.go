@@ -62,6 +62,13 @@ var ErrStreamInUse = errors.New("stream in use by another deployment")
 // data_dir its embedded server would store in.
 var ErrDataDirInUse = errors.New("data_dir in use by another sourcewatch daemon")
 
+// ErrDataDir is returned by Run when the data_dir its embedded server
+// would store in cannot be created or written (a read-only mount, say).
+var ErrDataDir = errors.New("data_dir not writable")
+
+// dataDirAdvice ends an ErrDataDir error.
+const dataDirAdvice = " (the embedded NATS server stores there: point data_dir at a writable directory, or set nats.url to use a server of your own)"
+
 // startEmbedded runs an in-process nats-server with JetStream in
 // <data_dir>/nats, logging to log (nil: nowhere).
 func startEmbedded(cfg Config, log server.Logger) (*server.Server, error) {
