@@ -641,6 +641,13 @@ func (c Config) Validate() error {
 	if c.Alerts.MaxBytes > 0 && c.Alerts.MaxBytes < MinAlertsMaxBytes {
 		return bad("alerts.max_bytes", "%d is below %d (1 MiB): the stream could refuse an alert of NATS's default max_payload; use 0 for no cap", c.Alerts.MaxBytes, MinAlertsMaxBytes)
 	}
+	// JetStream refuses a max_age under 100 ms only at start, in its own
+	// terms.
+	for key, age := range map[string]time.Duration{"alerts.max_age": c.Alerts.MaxAge, "deadletter.max_age": c.DeadLetters.MaxAge} {
+		if age > 0 && age < time.Second {
+			return bad(key, "%v: want 0 (no limit) or at least 1s", age)
+		}
+	}
 	if c.DeadLetters.MaxBytes > 0 && c.DeadLetters.MaxBytes < MinAlertsMaxBytes {
 		return bad("deadletter.max_bytes", "%d is below %d (1 MiB): the stream could refuse a dead letter of NATS's default max_payload; use 0 for no cap", c.DeadLetters.MaxBytes, MinAlertsMaxBytes)
 	}

@@ -138,6 +138,8 @@ func TestValidateNamesTheKey(t *testing.T) {
 		{"replay", minimalYAML + "snapshot_interval: 1h\nevents: {max_age: 30m}\n", "events.max_age: 30m0s is shorter than snapshot_interval"},
 		{"alert cap", minimalYAML + "alerts: {max_bytes: 65536}\n", "alerts.max_bytes: 65536 is below 1048576 (1 MiB)"},
 		{"dead-letter cap", minimalYAML + "deadletter: {max_bytes: 4096}\n", "deadletter.max_bytes: 4096 is below 1048576 (1 MiB)"},
+		{"dead-letter age", minimalYAML + "deadletter: {max_age: 10ms}\n", "deadletter.max_age: 10ms: want 0 (no limit) or at least 1s"},
+		{"alert age", minimalYAML + "alerts: {max_age: 500ms}\n", "alerts.max_age: 500ms: want 0 (no limit) or at least 1s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

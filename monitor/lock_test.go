@@ -57,4 +57,15 @@ func TestDataDirNotWritable(t *testing.T) {
 	require.NotErrorIs(t, err, ErrConfig)
 	require.ErrorContains(t, err, cfg.DataDir)
 	require.ErrorContains(t, err, "or set nats.url")
+
+	// The store's own directory, when it cannot be made, is said at once
+	// too, not as a server that never got ready 15 s later.
+	cfg.DataDir = t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.DataDir, "nats"), nil, 0o644))
+	d, err = New(cfg, preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	start := time.Now()
+	err = d.Run(ctx)
+	require.ErrorIs(t, err, ErrDataDir)
+	require.Less(t, time.Since(start), 5*time.Second)
 }

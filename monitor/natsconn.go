@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -101,6 +102,11 @@ func startEmbedded(cfg Config, log server.Logger) (*server.Server, error) {
 		}
 		_ = probe.Close()
 	}
+	// JetStream that cannot write its store fails inside the server, which
+	// then never gets ready: say so before starting it.
+	if err := writableDir(opts.StoreDir); err != nil {
+		return nil, fmt.Errorf("%w: %q: %w%s", ErrDataDir, cfg.DataDir, err, dataDirAdvice)
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: embedded server: %w", ErrNATS, err)
@@ -114,6 +120,19 @@ func startEmbedded(cfg Config, log server.Logger) (*server.Server, error) {
 		return nil, fmt.Errorf("%w: embedded server on %s not ready (port in use? set nats.listen)", ErrNATS, cfg.NATS.Listen)
 	}
 	return s, nil
+}
+
+// writableDir makes dir if need be and checks a file can be made in it.
+func writableDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".writable-*")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // embeddedMaxPayload is the embedded server's max_payload for a daemon
@@ -442,11 +461,23 @@ type embeddedLog struct {
 // it provokes.
 const maxEmbeddedKinds = 64
 
-// kind is the rate limiter's key for a line of format: nats-server bakes
-// a client's address and id into the format ("127.0.0.1:42884 - cid:87 -
-// Client parser ERROR ..."), so digits are blanked, and past
-// maxEmbeddedKinds kinds the rest of a level share one.
+// maxKindLen bounds the part of a server line's format that tells kinds
+// apart.
+const maxKindLen = 80
+
+// kind is the rate limiter's key for a line of format. nats-server bakes
+// what a client sent into the format: its address and id ("127.0.0.1:42884
+// - cid:87 - Client parser ERROR ..."), and its bytes, quoted ("proto=
+// 'GARBAGE'"). So the kind is the format up to its first quote, at most
+// maxKindLen bytes, with digits blanked; past maxEmbeddedKinds kinds the
+// rest of a level share one.
 func (l *embeddedLog) kind(level, format string) string {
+	if i := strings.IndexAny(format, `'"`); i >= 0 {
+		format = format[:i]
+	}
+	if len(format) > maxKindLen {
+		format = format[:maxKindLen]
+	}
 	var b strings.Builder
 	digits := false
 	for _, r := range format {

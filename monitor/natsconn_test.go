@@ -212,6 +212,15 @@ func TestEmbeddedServerLogs(t *testing.T) {
 		l.Errorf(fmt.Sprintf("127.0.0.1:%d - cid:%d - Client parser ERROR, state=%%d, i=%%d: proto='%%q'", 40000+i, i), 0, 0, "GARBAGE")
 	}
 	require.Equal(t, 1, logs.FilterMessageSnippet("Client parser ERROR").Len())
+	// Nor do clients' own bytes, quoted into the format, make kinds of
+	// their own: 80 different garbage lines cannot crowd out a real error.
+	var errorf func(string, ...any) = l.Errorf
+	for i := range 80 {
+		errorf(fmt.Sprintf("127.0.0.1:%d - cid:%d - Client parser ERROR, state=%%d, i=%%d: proto='\"X%c%c\\r\"'", 41000+i, 200+i, 'A'+i/26, 'A'+i%26), 0, 0)
+	}
+	require.Equal(t, 1, logs.FilterMessageSnippet("Client parser ERROR").Len())
+	l.Errorf("Filestore [%s] Critical write error: %v", "KV_sourcewatch_state", "no space left on device")
+	require.Equal(t, 1, logs.FilterMessageSnippet("Critical write error").Len(), "a real error still has a kind of its own")
 	// Past the cap, new kinds share one: the limiter's maps stay bounded.
 	// (through a func value: each call is another format, as the server's)
 	var warnf func(string, ...any) = l.Warnf
@@ -224,7 +233,7 @@ func TestEmbeddedServerLogs(t *testing.T) {
 	held := logs.FilterMessageSnippet("Client parser ERROR").All()
 	require.Len(t, held, 2)
 	require.Equal(t, zapcore.ErrorLevel, held[1].Level)
-	require.EqualValues(t, 99, held[1].ContextMap()["suppressed"])
+	require.EqualValues(t, 99+80, held[1].ContextMap()["suppressed"])
 }
 
 // The dead-letter stream takes deadletter.max_age and max_bytes; on a

@@ -402,8 +402,11 @@ func decodeLocalizeRequest(data []byte) (LocalizeRequest, error) {
 		if err != nil || top != math.Trunc(top) {
 			return bad(fmt.Sprintf(`"top" holds %s, want a whole number`, raw))
 		}
+		if top < 0 {
+			return bad(fmt.Sprintf(`"top" is %s: want a count of nodes, 0 for none`, raw))
+		}
 		// Past the graph's size it asks for every node anyway.
-		req.Top = int(max(min(top, 1<<31), -1))
+		req.Top = int(min(top, 1<<31))
 	}
 	return req, nil
 }

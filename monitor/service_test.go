@@ -105,6 +105,7 @@ func TestMicroEndpoints(t *testing.T) {
 		`{"graph":"p","infected":["1",null]}`:        `"infected"[1] is null, want a node id as a string`,
 		`{"graph":"p","infected":["1"],"top":1.5}`:   `"top" holds 1.5, want a whole number`,
 		`{"graph":"p","infected":["1"],"top":[1]}`:   `"top" holds a JSON array, want a whole number`,
+		`{"graph":"p","infected":["1"],"top":-1e30}`: `"top" is -1e30: want a count of nodes, 0 for none`,
 	} {
 		m, err := r.nc.Request("sourcewatch.svc.localize", []byte(body), 10*time.Second)
 		require.NoError(t, err)

@@ -175,10 +175,11 @@ func (a *app) publishSimulated(ctx context.Context, g *graph.Graph, cs []diffusi
 }
 
 // checkPublishTarget asks the daemon's status endpoint whether it serves
-// graph name, and as g (the same fingerprint), before events it would
-// dead-letter (unknown_graph, unknown_node) are published: an error if it
-// does not; a warning when no daemon answers (not started yet, or only
-// standbys), and the events are published all the same.
+// graph name, with as many nodes as g, before events it would dead-letter
+// (unknown_graph, unknown_node) are published: an error if it does not; a
+// warning when the graph's fingerprint differs from g's (other ids, or
+// other edges: the latter apply) or when no daemon answers (not started
+// yet, or only standbys), and the events are published all the same.
 func (a *app) checkPublishTarget(ctx context.Context, nc *nats.Conn, prefix, name string, g *graph.Graph) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
@@ -199,9 +200,16 @@ func (a *app) checkPublishTarget(ctx context.Context, nc *nats.Conn, prefix, nam
 	var names []string
 	for _, gs := range st.Graphs {
 		if gs.Name == name {
-			if gs.Nodes != g.N() || gs.Fingerprint != "" && gs.Fingerprint != g.Fingerprint() {
-				return fmt.Errorf("--graph: the daemon's graph %q (%d nodes, fingerprint %.12s) is not %s (%d nodes, fingerprint %.12s): another edge list, or one read the other way (--directed), whose ids it would dead-letter as unknown_node",
-					name, gs.Nodes, gs.Fingerprint, a.v.GetString("graph"), g.N(), g.Fingerprint())
+			if gs.Nodes != g.N() {
+				return fmt.Errorf("--graph: the daemon's graph %q has %d nodes, %s %d: another edge list, whose ids the daemon lacks it would dead-letter as unknown_node",
+					name, gs.Nodes, a.v.GetString("graph"), g.N())
+			}
+			if gs.Fingerprint != "" && gs.Fingerprint != g.Fingerprint() {
+				// Other ids (dead-lettered), or the same ones with other
+				// edges or read the other way (applied, but spread on
+				// another graph than the daemon's): said, not refused.
+				a.log.Warn("--graph differs from the daemon's graph of that name (other ids, other edges, or read the other way: --directed); events of ids the daemon lacks are dead-lettered as unknown_node",
+					zap.String("graph", name), zap.String("daemon_fingerprint", gs.Fingerprint), zap.String("fingerprint", g.Fingerprint()))
 			}
 			return nil
 		}
