@@ -308,18 +308,8 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 		}},
 		{"window", func(r micro.Request) {
 			var req WindowRequest
-			dec := json.NewDecoder(bytes.NewReader(r.Data()))
-			dec.DisallowUnknownFields()
-			err := dec.Decode(&req)
-			if err == nil {
-				if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-					err = errors.New("more after the request object (one JSON object per request)")
-				} else if k := repeatedKey(r.Data()); k != "" {
-					err = fmt.Errorf("%q is given twice (keys match in any case)", k)
-				}
-			}
-			if err != nil {
-				respond(r, nil, fmt.Errorf(`%w: want {"graph":"<name>"}: %s`, errBadRequest, requestJSONError(err, "graph alone")))
+			if what := decodeRequest(r.Data(), &req, "graph alone"); what != "" {
+				respond(r, nil, fmt.Errorf(`%w: want {"graph":"<name>"}: %s`, errBadRequest, what))
 				return
 			}
 			resp, err := d.Window(req)
@@ -361,6 +351,26 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 
 var errBadRequest = errors.New("bad request")
 
+// decodeRequest decodes data, one request object, into v as strictly as
+// an event is read: no key unknown (keys names the known ones) or given
+// twice in any case (encoding/json keeps the last; another language's
+// reader may keep the first), nothing after the object. It returns what
+// was wrong in the request's terms, "" when nothing was.
+func decodeRequest(data []byte, v any, keys string) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return requestJSONError(err, keys)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return "more after the request object (one JSON object per request)"
+	}
+	if k := repeatedKey(data); k != "" {
+		return fmt.Sprintf("%q is given twice (keys match in any case)", k)
+	}
+	return ""
+}
+
 // decodeLocalizeRequest reads a localize request as strictly as an event:
 // one JSON object, no key unknown or given twice (encoding/json keeps the
 // last, in any case; another language's reader may keep the first), no
@@ -375,16 +385,8 @@ func decodeLocalizeRequest(data []byte) (LocalizeRequest, error) {
 	bad := func(what string) (LocalizeRequest, error) {
 		return LocalizeRequest{}, fmt.Errorf(`%w: want {"graph":"<name>","infected":[ids...]}: %s`, errBadRequest, what)
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&wire); err != nil {
-		return bad(requestJSONError(err, "graph, infected, top and id"))
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return bad("more after the request object (one JSON object per request)")
-	}
-	if k := repeatedKey(data); k != "" {
-		return bad(fmt.Sprintf("%q is given twice (keys match in any case)", k))
+	if what := decodeRequest(data, &wire, "graph, infected, top and id"); what != "" {
+		return bad(what)
 	}
 	req := LocalizeRequest{ID: wire.ID, Graph: wire.Graph, Infected: make([]string, len(wire.Infected))}
 	for i, id := range wire.Infected {
