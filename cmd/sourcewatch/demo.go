@@ -194,6 +194,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 	fmt.Fprintf(out, "watch from another terminal: bin/sourcewatch alerts tail --nats %s --graph %s\n\n", monitor.RedactURLs(url), gc.Name)
 
 	resolved := make(chan struct{}, 1)
+	earlierResolved := make(chan struct{}, 1)
 	// The daemon's state is durable: an incident a previous, interrupted
 	// demo left open is inferred again (the events replayed after its last
 	// alert may change its sources) and resolves in this run. Its alerts
@@ -212,6 +213,12 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		err := alerts.Tail(ctx, js, prefix, gc.Name, func(al alerts.Alert) error {
 			if earlier[al.Fingerprint] || (al.Status == alerts.Resolved && !seen[al.Fingerprint]) {
 				fmt.Fprintf(out, "(an incident left open by an earlier run %s: %s)\n\n", al.Status, al.ID)
+				if al.Status == alerts.Resolved {
+					select {
+					case earlierResolved <- struct{}{}:
+					default:
+					}
+				}
 				return nil
 			}
 			seen[al.Fingerprint] = true
@@ -239,7 +246,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 
 	step := time.Duration(float64(time.Second) / speed)
 	replayErr := func() error {
-		if err := awaitCleanSlate(ctx, out, d, gc); err != nil {
+		if err := awaitCleanSlate(ctx, out, d, gc, earlierResolved); err != nil {
 			return err
 		}
 		for k := 1; cascades == 0 || k <= cascades; k++ {
@@ -277,8 +284,11 @@ func runDemo(cmd *cobra.Command, a *app) error {
 // awaitCleanSlate waits, before the first cascade, until no incident the
 // daemon restored from an earlier, interrupted demo is open: otherwise the
 // new cascade would merge into it. That takes at most the window plus a few
-// scheduler intervals.
-func awaitCleanSlate(ctx context.Context, out io.Writer, d *monitor.Daemon, gc monitor.GraphConfig) error {
+// scheduler intervals. Once the daemon reports it resolved, it waits a
+// little for printed, the alert printer's word that it has shown that
+// resolution, so the old incident's last line comes before the first
+// cascade's.
+func awaitCleanSlate(ctx context.Context, out io.Writer, d *monitor.Daemon, gc monitor.GraphConfig, printed <-chan struct{}) error {
 	open := func() bool {
 		for _, g := range d.Status().Graphs {
 			if g.Name == gc.Name && g.LastAlert != nil && g.LastAlert.Status != alerts.Resolved {
@@ -302,6 +312,13 @@ func awaitCleanSlate(ctx context.Context, out io.Writer, d *monitor.Daemon, gc m
 			return nil
 		case <-tick.C:
 		}
+	}
+	// The daemon's status changes before its alert reaches the printer.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-printed:
+	case <-time.After(2*gc.Interval + time.Second):
 	}
 	return nil
 }

@@ -143,6 +143,8 @@ func TestDemoAfterInterruptedRun(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "--- an incident left open by an earlier run is still in the window; waiting for it to resolve")
 	require.Contains(t, out, "(an incident left open by an earlier run resolved: ")
+	require.Less(t, strings.Index(out, "(an incident left open by an earlier run resolved: "), strings.Index(out, "--- cascade 1: true sources"),
+		"the old incident's resolution is printed before the first cascade starts:\n%s", out)
 	replayed := strings.Index(out, "--- cascade 1 fully replayed")
 	firing, resolved := strings.Index(out, "FIRING club"), strings.Index(out, "RESOLVED club")
 	require.Positive(t, firing, out)
