@@ -89,7 +89,7 @@ func MatrixFromProto(p *forwardpb.Matrix, field string) (*mat.Dense, error) {
 	// rows and cols are uint32, so their product fits a uint64; 8 times it
 	// need not, and an int would wrap to a length that passes.
 	if n := len(p.GetData()); n%8 != 0 || uint64(n/8) != uint64(r)*uint64(c) {
-		return nil, fmt.Errorf("%s: %dx%d matrix needs %d values, got %d bytes: %w", field, r, c, uint64(r)*uint64(c), n, ErrBadMessage)
+		return nil, fmt.Errorf("%s: %dx%d matrix needs %d float64 values, 8 bytes each, got %d bytes: %w", field, r, c, uint64(r)*uint64(c), n, ErrBadMessage)
 	}
 	data := make([]float64, r*c)
 	getFloats(data, p.GetData())

@@ -91,11 +91,11 @@ func TestMatrixRoundTrip(t *testing.T) {
 	p.Data = p.Data[:len(p.Data)-1]
 	_, err := forward.MatrixFromProto(p, "dy")
 	require.ErrorIs(t, err, forward.ErrBadMessage)
-	require.ErrorContains(t, err, "dy: 3x4 matrix needs 12 values, got 95 bytes")
+	require.ErrorContains(t, err, "dy: 3x4 matrix needs 12 float64 values, 8 bytes each, got 95 bytes")
 	// 8·rows·cols wraps to 0 in 64 bits: an empty payload must not pass.
 	_, err = forward.MatrixFromProto(&forwardpb.Matrix{Rows: 1 << 31, Cols: 1 << 30}, "y")
 	require.ErrorIs(t, err, forward.ErrBadMessage)
-	require.ErrorContains(t, err, "y: 2147483648x1073741824 matrix needs 2305843009213693952 values, got 0 bytes")
+	require.ErrorContains(t, err, "y: 2147483648x1073741824 matrix needs 2305843009213693952 float64 values, 8 bytes each, got 0 bytes")
 	_, err = forward.MatrixFromProto(&forwardpb.Matrix{}, "x")
 	require.ErrorContains(t, err, "x: empty 0x0 matrix")
 	_, err = forward.MatrixFromProto(nil, "y")

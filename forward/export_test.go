@@ -32,3 +32,7 @@ func (c *forgingClient) SquaredErrorVJP(ctx context.Context, in *forwardpb.Squar
 	}
 	return c.ForwardClient.SquaredErrorVJP(ctx, in, opts...)
 }
+
+// TLSHint is tlsHint, for a test of the texts no test plugin can provoke
+// reliably.
+var TLSHint = tlsHint

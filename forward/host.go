@@ -34,6 +34,12 @@ var (
 	// ErrChecksum is returned by Launch when the plugin binary's SHA-256 is
 	// not the expected one.
 	ErrChecksum = errors.New("forward plugin checksum mismatch")
+	// ErrVersion is returned by Supervise, and by a call whose plugin had
+	// to be relaunched, when the plugin reports another version than
+	// WithVersion's: for a plugin a script runs (node server.js) the
+	// checksum pins only the wrapper, and the version is the check on
+	// the code behind it.
+	ErrVersion = errors.New("forward plugin version mismatch")
 	// ErrPluginExited is returned by a call whose plugin process has died.
 	ErrPluginExited = errors.New("forward plugin exited")
 	// ErrCallTimeout is returned by a call the plugin did not answer within
@@ -66,13 +72,31 @@ func handshakeError(err error) error {
 	}
 	i := strings.Index(msg, prefix)
 	if i < 0 {
+		if hint := tlsHint(msg); hint != "" {
+			return fmt.Errorf("%w%s", err, hint)
+		}
 		return err
 	}
 	line, rest, _ := strings.Cut(msg[i+len(prefix):], "\n")
 	if line == "" && strings.HasPrefix(rest, "Failed to read any lines") {
 		return errors.New("the plugin exited before its handshake, printing nothing to stdout")
 	}
-	return fmt.Errorf("the plugin wrote %q to stdout before forward.Serve, where the host reads the handshake line: write it to stderr", line)
+	return fmt.Errorf("the plugin wrote %q to stdout before its handshake line (in Go, before forward.Serve), where the host reads the handshake: write it to stderr", line)
+}
+
+// tlsHint says what the host's mutual TLS needs of a plugin whose
+// connection failed in a way only a plugin written without go-plugin
+// (another language) can cause; "" for other errors.
+func tlsHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "illegal base64 data"):
+		return " (the handshake line's sixth field is the plugin's certificate, DER in base64 without padding: Go's base64.RawStdEncoding; see forward/README.md)"
+	case strings.Contains(msg, "first record does not look like a TLS handshake"),
+		strings.Contains(msg, "x509:"),
+		strings.Contains(msg, "tls:"):
+		return " (the host connects with mutual TLS: the plugin must serve TLS with a certificate for DNS name localhost usable for server auth, print that certificate as the handshake line's sixth field, and require a client certificate signed by PLUGIN_CLIENT_CERT's; see forward/README.md, In another language)"
+	}
+	return ""
 }
 
 // go-plugin's refusals of a handshake line, as its client words them.
@@ -530,6 +554,11 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 	if st.Code() == codes.Unimplemented {
 		return fmt.Errorf("%s: %w: %s", prefix, errUnimplemented, st.Message())
 	}
+	if st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max") {
+		// gRPC libraries other than Go's accept 4 MiB by default.
+		return fmt.Errorf("%s: %s: %s (the plugin's gRPC server must accept messages up to %d MiB: set its receive and send limits, see forward/README.md)",
+			prefix, st.Code(), st.Message(), MaxMessageBytes>>20)
+	}
 	for _, s := range []error{ErrSharedMemory, ErrNotConfigured, ErrNotFitted, ErrBadState, ErrBadOutput} {
 		if strings.Contains(st.Message(), s.Error()) {
 			return fmt.Errorf("%s: %s: %w", prefix, strings.TrimSuffix(st.Message(), ": "+s.Error()), s)
@@ -540,7 +569,7 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 		// its text says it all.
 		return fmt.Errorf("%s: %s", prefix, st.Message())
 	}
-	return fmt.Errorf("%s: %s: %s", prefix, st.Code(), st.Message())
+	return fmt.Errorf("%s: %s: %s%s", prefix, st.Code(), st.Message(), tlsHint(st.Message()))
 }
 
 // Info implements Model.

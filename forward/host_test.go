@@ -339,7 +339,7 @@ func TestLaunchErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(notPlugin, []byte("#!/bin/sh\necho hello\n"), 0o755))
 	_, err = forward.Launch(t.Context(), notPlugin)
 	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-sh: launch")
-	require.ErrorContains(t, err, `launch: the plugin wrote "hello" to stdout before forward.Serve`)
+	require.ErrorContains(t, err, `launch: the plugin wrote "hello" to stdout before its handshake line (in Go, before forward.Serve)`)
 	require.NotContains(t, err.Error(), "This usually means", "go-plugin's guesses at architectures are replaced")
 
 	// One that dies before the handshake is quoted.
@@ -497,6 +497,38 @@ func TestFitResultMustBeLast(t *testing.T) {
 	require.NoError(t, ok.Configure(t.Context(), g, nil, nil))
 	_, err = ok.Fit(t.Context(), pairs, forward.FitOptions{}, nil)
 	require.NoError(t, err)
+}
+
+// A plugin whose gRPC server keeps a 4 MiB message limit (other
+// languages' default) fails a bigger batch with an error that says whose
+// limit it is and what it must be.
+func TestSmallMessageLimitIsNamed(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	small := filepath.Join(t.TempDir(), "sourcewatch-forward-foreign-smallmsg")
+	require.NoError(t, os.Symlink(forwardtest.Build(t, faulty), small))
+	p, err := forward.Launch(t.Context(), small, forward.WithoutSharedMemory())
+	require.NoError(t, err)
+	defer p.Close()
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	_, err = p.Predict(t.Context(), mat.NewDense(100, g.N(), nil))
+	require.NoError(t, err, "a small batch passes")
+	rows := (5<<20)/(8*g.N()) + 1
+	_, err = p.Predict(t.Context(), mat.NewDense(rows, g.N(), nil))
+	require.ErrorContains(t, err, "the plugin's gRPC server must accept messages up to 256 MiB")
+}
+
+// A plugin in another language that skips the mutual TLS step fails its
+// launch with an error that says what the host's TLS needs.
+func TestPlaintextPluginIsToldAboutMTLS(t *testing.T) {
+	t.Parallel()
+	plain := filepath.Join(t.TempDir(), "sourcewatch-forward-foreign-plaintext")
+	require.NoError(t, os.Symlink(forwardtest.Build(t, faulty), plain))
+	_, err := forward.Launch(t.Context(), plain, forward.WithStartTimeout(20*time.Second))
+	require.ErrorContains(t, err, "the host connects with mutual TLS")
+	require.ErrorContains(t, err, "sixth field")
+	require.Contains(t, forward.TLSHint("illegal base64 data at input byte 682"), "base64 without padding")
+	require.Empty(t, forward.TLSHint("connection refused"))
 }
 
 func TestFitIdleTimeout(t *testing.T) {

@@ -37,6 +37,7 @@ type superviseOptions struct {
 	maxRelaunches int
 	relaunchSpan  time.Duration
 	onRestart     func(cause error)
+	version       string
 	sleep         func(ctx context.Context, d time.Duration) error
 	now           func() time.Time
 }
@@ -84,6 +85,15 @@ func WithClock(now func() time.Time) SuperviseOption {
 // for a restart counter metric.
 func WithOnRestart(f func(cause error)) SuperviseOption {
 	return func(o *superviseOptions) { o.onRestart = f }
+}
+
+// WithVersion requires every process, the first and each relaunched one,
+// to report version v from Info (v == "": no check). A process that
+// reports another is closed and the launch fails with ErrVersion, like a
+// binary whose checksum changed: a relaunch must not swap in other code
+// behind the model the caller checked.
+func WithVersion(v string) SuperviseOption {
+	return func(o *superviseOptions) { o.version = v }
 }
 
 // WithSleep replaces the backoff wait, for tests. It must return early with
@@ -148,7 +158,7 @@ func Supervise(ctx context.Context, path string, opts ...SuperviseOption) (*Supe
 	for _, opt := range opts {
 		opt(&o)
 	}
-	p, err := Launch(ctx, path, o.launch...)
+	p, err := launchVersion(ctx, path, o)
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +281,7 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 				return nil, s.closedOr(err)
 			}
 		}
-		p, err := Launch(ctx, s.path, s.o.launch...)
+		p, err := launchVersion(ctx, s.path, s.o)
 		if err == nil && s.configured {
 			if err = p.Configure(ctx, s.g, s.params, s.state); err != nil {
 				_ = p.Close()
@@ -285,9 +295,13 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 			if permanentLaunchError(err) {
 				s.brokenBinary = true
 				what := "; tried again at the next call"
-				if errors.Is(err, ErrChecksum) {
+				switch {
+				case errors.Is(err, ErrChecksum):
 					what = "; the file is now another build than the one this process was started with: put that build back, " +
 						"or retrain the bundle with this one (or pin its SHA-256) and reload; tried again at the next call"
+				case errors.Is(err, ErrVersion):
+					what = "; the code behind it changed since this process was started: put that version back, " +
+						"or retrain the bundle with this one and reload; tried again at the next call"
 				}
 				// The caller's error already says why it stopped (cause).
 				return nil, fmt.Errorf("forward plugin %s: cannot relaunch it, the binary itself is refused: %w%s", s.path, err, what)
@@ -315,6 +329,25 @@ func (s *Supervised) closedOr(err error) error {
 		return ErrClosed
 	}
 	return err
+}
+
+// launchVersion launches the plugin at path and, with WithVersion, checks
+// the version it reports. A mismatch is a binaryError: no wait fixes it.
+func launchVersion(ctx context.Context, path string, o superviseOptions) (*Process, error) {
+	p, err := Launch(ctx, path, o.launch...)
+	if err != nil || o.version == "" {
+		return p, err
+	}
+	info, err := p.Info(ctx)
+	if err != nil {
+		_ = p.Close()
+		return nil, err
+	}
+	if info.Version != o.version {
+		_ = p.Close()
+		return nil, &binaryError{fmt.Errorf("%w: %s reports version %q, want %q", ErrVersion, path, info.Version, o.version)}
+	}
+	return p, nil
 }
 
 // permanentLaunchError reports whether a launch failed on the binary

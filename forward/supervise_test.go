@@ -179,6 +179,48 @@ func TestSupervisedRelaunchChecksChecksum(t *testing.T) {
 	require.True(t, s.Healthy())
 }
 
+// With WithVersion, a process reporting another version is refused at
+// the first launch and at a relaunch: a relaunch must not swap in other
+// code behind the model. The binary stays the same, as a script plugin's
+// wrapper does while the script changes (the faulty plugin reads its
+// version from a file beside it).
+func TestSupervisedRelaunchChecksVersion(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	src, err := os.ReadFile(forwardtest.Build(t, faulty))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "sourcewatch-forward-faulty")
+	require.NoError(t, os.WriteFile(path, src, 0o755))
+	sum, err := forward.FileSHA256(path)
+	require.NoError(t, err)
+	setVersion := func(v string) { require.NoError(t, os.WriteFile(path+".version", []byte(v), 0o644)) }
+	setVersion("1.0.0-a")
+
+	_, err = forward.Supervise(t.Context(), path, forward.WithVersion("1.0.0-b"))
+	require.ErrorIs(t, err, forward.ErrVersion)
+	require.ErrorContains(t, err, `reports version "1.0.0-a", want "1.0.0-b"`)
+
+	var rec sleeps
+	s := supervise(t, path, forward.WithVersion("1.0.0-a"), forward.WithLaunchOptions(forward.WithChecksum(sum)),
+		forward.WithRelaunchAttempts(3), forward.WithSleep(rec.sleep))
+	require.NoError(t, s.Configure(t.Context(), g, map[string]string{"fault": "crash"}, nil))
+	setVersion("1.0.0-b")
+	_, err = s.Predict(t.Context(), mat.NewDense(1, g.N(), nil))
+	require.ErrorIs(t, err, forward.ErrPluginExited)
+	require.ErrorIs(t, err, forward.ErrVersion)
+	require.ErrorContains(t, err, "the code behind it changed since this process was started")
+	require.Len(t, rec.d, 1, "one launch: another wait cannot fix it")
+	require.Zero(t, s.Restarts())
+	require.False(t, s.Healthy())
+
+	setVersion("1.0.0-a")
+	info, err := s.Info(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, "1.0.0-a", info.Version)
+	require.EqualValues(t, 1, s.Restarts())
+	require.True(t, s.Healthy())
+}
+
 // Concurrent callers that see the same crash share one relaunch and all
 // get their answers.
 func TestSupervisedConcurrentCallers(t *testing.T) {

@@ -88,33 +88,28 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 		return nil, fmt.Errorf("%w: bundle %s records no SHA-256 for %s; set allow_unverified to run it anyway", ErrUnverified, b.Manifest.ID, path)
 	}
 	sup := []forward.SuperviseOption{forward.WithLaunchOptions(opts...), forward.WithSupervisorLogger(log)}
+	if o.Checksum == "" && b.Manifest.Forward.Version != "" {
+		// The checksum pins the file the host starts; for a plugin that a
+		// script runs (node server.js) that is the script's wrapper, so the
+		// version the plugin reports is the check on the code behind it,
+		// at this launch and at every relaunch.
+		sup = append(sup, forward.WithVersion(b.Manifest.Forward.Version))
+	}
 	if o.OnRestart != nil {
 		sup = append(sup, forward.WithOnRestart(o.OnRestart))
 	}
 	p, err := forward.Supervise(ctx, path, sup...)
-	if errors.Is(err, forward.ErrChecksum) && o.Checksum == "" {
+	switch {
+	case errors.Is(err, forward.ErrChecksum) && o.Checksum == "":
 		// The usual cause: the plugin was rebuilt after the bundle was
 		// trained. Say what to do about it.
 		return nil, fmt.Errorf("%w (bundle %s was trained with another build of %s %s: retrain the bundle with this build or, if this build is a trusted one of the same model, pin its sha256 with forward_checksum in serve's graph config or localize's --forward-checksum)",
 			err, b.Manifest.ID, b.Manifest.Forward.Name, b.Manifest.Forward.Version)
-	}
-	if err != nil {
+	case errors.Is(err, forward.ErrVersion):
+		return nil, fmt.Errorf("%w (the version bundle %s was trained with: retrain the bundle, or pin this build's sha256 with forward_checksum or --forward-checksum if it is the same model)",
+			err, b.Manifest.ID)
+	case err != nil:
 		return nil, err
-	}
-	if o.Checksum == "" && b.Manifest.Forward.Version != "" {
-		// The checksum pins the file the host starts; for a plugin that a
-		// script runs (node server.js) that is the script, so the version
-		// the plugin reports is the check on the code behind it.
-		info, err := p.Info(ctx)
-		if err != nil {
-			p.Close()
-			return nil, err
-		}
-		if info.Version != b.Manifest.Forward.Version {
-			p.Close()
-			return nil, fmt.Errorf("forward plugin %s: reports version %q, bundle %s was trained with %q: retrain the bundle, or pin this build's sha256 with forward_checksum or --forward-checksum if it is the same model",
-				path, info.Version, b.Manifest.ID, b.Manifest.Forward.Version)
-		}
 	}
 	if err := p.Configure(ctx, b.Manifest.Forward.ForwardGraph(b.Graph), mergeParams(b.Manifest.Forward.Params, o.Params), b.ForwardState); err != nil {
 		p.Close()

@@ -382,17 +382,23 @@ const VJPFlatMetric = "forward_vjp_check_flat"
 // VJPCheckFailure describes the failed (or flat) spot check Train recorded
 // under VJPCheckMetric, for a reader deciding whether to trust the
 // bundle's rankings; "" when it passed or the bundle does not record it.
-func (m *Manifest) VJPCheckFailure() string {
+// pluginDir, the directory the plugin was found in, goes into the advice
+// ("" when unknown).
+func (m *Manifest) VJPCheckFailure(pluginDir string) string {
+	dir := "<the plugin directory>"
+	if pluginDir != "" {
+		dir = pluginDir
+	}
 	e := m.Metrics[VJPCheckMetric]
 	if m.Metrics[VJPFlatMetric] == 1 && !(e > 1) {
-		return fmt.Sprintf("the forward model's gradient was 0 at every coordinate of train's spot check (its outputs saturated at 0 or 1 there?): inference descends along it, so this bundle's rankings cannot be trusted, and the check could not tell a right VJP from a wrong one; run sourcewatch plugin check %s --plugin-dir <the directory train found it in>",
-			m.Forward.Name)
+		return fmt.Sprintf("the forward model's gradient was 0 at every coordinate of train's spot check (its outputs saturated at 0 or 1 there?): inference descends along it, so this bundle's rankings cannot be trusted, and the check could not tell a right VJP from a wrong one; run sourcewatch plugin check %s --plugin-dir %s",
+			m.Forward.Name, dir)
 	}
 	if !(e > 1) {
 		return ""
 	}
-	return fmt.Sprintf("the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance at train's spot check): inference descends along it, so this bundle's rankings cannot be trusted; run sourcewatch plugin check %s --plugin-dir <the directory train found it in>",
-		e, m.Forward.Name)
+	return fmt.Sprintf("the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance at train's spot check): inference descends along it, so this bundle's rankings cannot be trusted; run sourcewatch plugin check %s --plugin-dir %s",
+		e, m.Forward.Name, dir)
 }
 
 // PoorFitRatio is the forward error, relative to the floor, above which a

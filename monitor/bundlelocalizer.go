@@ -67,7 +67,7 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 					zap.String("graph", gc.Name), zap.Float64("forward_val_mse", mse), zap.Float64("forward_floor_mse", floor))
 			}
 		}
-		if s := b.Manifest.VJPCheckFailure(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "vjp") {
+		if s := b.Manifest.VJPCheckFailure(pluginDir); s != "" && firstWarning(gc.Name, b.Manifest.ID, "vjp") {
 			log.Warn("the bundle's forward model has a wrong gradient: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
 		}
 		if s := b.Manifest.NoBetterThanInfected(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "control") {

@@ -271,6 +271,18 @@ func scalarDefaults() map[string]any {
 	}
 }
 
+// ScalarKeys returns every scalar key of the daemon config outside the
+// graphs list, dotted (nats.url, events.max_age), sorted: the keys a
+// SOURCEWATCH_* environment variable can set.
+func ScalarKeys() []string {
+	keys := make([]string, 0, len(scalarDefaults()))
+	for k := range scalarDefaults() {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // Load builds a validated Config from v (a file already read, plus
 // SOURCEWATCH_* environment when v has AutomaticEnv with "." and "-"
 // replaced by "_": nats.url is SOURCEWATCH_NATS_URL). Keys a graph entry

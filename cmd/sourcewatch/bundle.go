@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
@@ -43,15 +45,18 @@ settings, and the validation and test metrics recorded by train.
 
 It also looks for the forward plugin the bundle was trained with in
 --plugin-dir and compares the binary's SHA-256 with the one the bundle
-recorded: localize and serve refuse a different binary, so inspect exits
-non-zero when the plugin is missing, unusable (not executable) or
+recorded, then starts it and compares the version it reports with the
+recorded one (for a plugin a script runs, the binary is the script's
+wrapper, and the version is the check on the code behind it): localize
+and serve refuse either difference, so inspect exits non-zero when the
+plugin is missing, unusable (not executable, or does not start) or
 differs (after printing the rest).
 Pass --plugin-dir "" to skip that check. With --graph it also checks that
 the bundle was trained on that edge list (the graph's fingerprint).`,
 		Example: `  sourcewatch bundle inspect karate.swb
   sourcewatch bundle inspect karate.swb --json | jq .manifest.metrics`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return a.bundleInspect(args[0]) },
+		RunE: func(cmd *cobra.Command, args []string) error { return a.bundleInspect(cmd.Context(), args[0]) },
 	}
 	f := cmd.Flags()
 	f.String("plugin-dir", defaultPluginDir(), `directory holding the forward-model plugin binaries ("" skips the plugin check)`)
@@ -74,7 +79,7 @@ type pluginCheck struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-func (a *app) bundleInspect(path string) error {
+func (a *app) bundleInspect(ctx context.Context, path string) error {
 	var g *graph.Graph
 	if a.v.GetString("graph") != "" {
 		var err error
@@ -93,6 +98,9 @@ func (a *app) bundleInspect(path string) error {
 	var check *pluginCheck
 	if dir := a.v.GetString("plugin_dir"); dir != "" {
 		check = checkBundlePlugin(dir, b.Manifest, pinned)
+		if check.Status == "match" && pinned == "" {
+			checkPluginVersion(ctx, check, b.Manifest, a.log)
+		}
 	}
 	if a.v.GetBool("json") {
 		enc := json.NewEncoder(a.stdout)
@@ -106,7 +114,7 @@ func (a *app) bundleInspect(path string) error {
 		}
 	} else {
 		m := b.Manifest
-		printBundleSummary(a.stdout, path, m, compactJSON(m.Diffusion))
+		printBundleSummary(a.stdout, path, m, compactJSON(m.Diffusion), a.v.GetString("plugin_dir"))
 		fmt.Fprintf(a.stdout, "created     %s\n", m.CreatedAt.Format(time.RFC3339))
 		if len(m.Forward.Params) > 0 {
 			keys := make([]string, 0, len(m.Forward.Params))
@@ -168,6 +176,37 @@ func checkBundlePlugin(dir string, m localize.Manifest, pinned string) *pluginCh
 	}
 }
 
+// checkPluginVersion launches the plugin check found to be the recorded
+// build and compares the version it reports with the bundle's, as
+// localize and serve do: for a plugin a script runs, the binary is only
+// the script's wrapper, and the version is the check on the code behind
+// it. A pinned checksum vouches for the build and skips this, as there.
+func checkPluginVersion(ctx context.Context, check *pluginCheck, m localize.Manifest, log *zap.Logger) {
+	if m.Forward.Version == "" {
+		return
+	}
+	sum, err := hex.DecodeString(check.SHA256)
+	if err != nil {
+		panic("sourcewatch: plugin check holds a bad SHA-256: " + check.SHA256)
+	}
+	p, err := forward.Launch(ctx, check.Path, forward.WithChecksum(sum), forward.WithLogger(log))
+	if err != nil {
+		check.Status, check.Detail = "unusable", err.Error()
+		return
+	}
+	defer p.Close()
+	info, err := p.Info(ctx)
+	switch {
+	case err != nil:
+		check.Status, check.Detail = "unusable", err.Error()
+	case info.Version != m.Forward.Version:
+		check.Status = "differs"
+		check.Detail = fmt.Sprintf("the recorded build, but it reports version %q where the bundle recorded %q (the code a script runs changed?): "+
+			"localize and serve refuse it; retrain with this version, or, if it is the same model, pin its SHA-256 (--forward-checksum %s, forward_checksum)",
+			info.Version, m.Forward.Version, check.SHA256)
+	}
+}
+
 // pluginUnavailable is the status of a plugin file that cannot be run:
 // missing when nothing is there, unusable when something is (a directory,
 // a file without execute permission or that cannot be read).
@@ -180,7 +219,7 @@ func pluginUnavailable(path string) string {
 
 // printBundleSummary prints what train reports about a bundle, from its
 // manifest and a description of the training cascades ("" for none).
-func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades string) {
+func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades, pluginDir string) {
 	fmt.Fprintf(w, "bundle      %s  (%s)\n", path, m.ID)
 	kind := "edges"
 	if m.Graph.Directed {
@@ -227,7 +266,7 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades 
 		fmt.Fprintf(w, "note        the forward model's error is %.0f%% above the floor, the least any model can reach on these cascades: it fits this graph poorly, which can cost SL-VAE's ranking; %s\n",
 			100*(mse/floor-1), try)
 	}
-	if s := m.VJPCheckFailure(); s != "" {
+	if s := m.VJPCheckFailure(pluginDir); s != "" {
 		fmt.Fprintf(w, "note        %s\n", s)
 	}
 	weight := fmt.Sprintf("weight %.3g (2 x forward val MSE)", m.Solve.PriorWeight)

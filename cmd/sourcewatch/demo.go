@@ -40,7 +40,11 @@ the next cascade. Ctrl-C stops everything cleanly.`,
 	}
 	f := cmd.Flags()
 	f.String("diffusion", "SI", "diffusion model of the replayed cascades")
-	f.Float64("beta", 0.25, "SI/SIR infection probability")
+	d := diffusion.DefaultConfig()
+	f.Float64("beta", 0.25, "SI/SIR infection probability per infected contact per step")
+	f.Float64("gamma", d.Gamma, "SIR recovery probability per step")
+	f.Float64("p", d.P, "IC activation probability per arc (a weighted graph's weights replace it)")
+	f.Float64("lt-threshold", d.Threshold, "LT node threshold in [0,1]; negative draws U[0,1] per node per cascade")
 	f.String("pattern", "cluster", "source pattern of the replayed cascades")
 	f.String("sources", "1-3", "sources per replayed cascade: N or MIN-MAX")
 	f.Float64("speed", 2, "simulation steps per second of wall time")
@@ -75,6 +79,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		return fmt.Errorf("--diffusion: %w", err)
 	}
 	sim.Beta = a.v.GetFloat64("beta")
+	sim.Gamma, sim.P, sim.Threshold = a.v.GetFloat64("gamma"), a.v.GetFloat64("p"), a.v.GetFloat64("lt_threshold")
 	if sim.Pattern, err = diffusion.ParsePattern(a.v.GetString("pattern")); err != nil {
 		return fmt.Errorf("--pattern: %w", err)
 	}

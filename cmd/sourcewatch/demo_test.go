@@ -182,6 +182,8 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 		{[]string{"--speed", "0"}, "--speed: want simulation steps per second > 0, got 0"},
 		{[]string{"--speed", "-2"}, "got -2"},
 		{[]string{"--cascades", "-1"}, "--cascades: want a count >= 0"},
+		{[]string{"--diffusion", "SIR", "--gamma", "2"}, "gamma 2 outside [0, 1]"},
+		{[]string{"--diffusion", "IC", "--p", "1.5"}, "1.5"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, _, err := runCmd(t, "", append([]string{"demo", "--config", config, "--log-level", "warn"}, tc.args...)...)

@@ -141,7 +141,7 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		return err
 	}
-	for _, s := range []string{b.Manifest.VJPCheckFailure(), b.Manifest.NoBetterThanInfected()} {
+	for _, s := range []string{b.Manifest.VJPCheckFailure(v.GetString("plugin_dir")), b.Manifest.NoBetterThanInfected()} {
 		if s != "" {
 			fmt.Fprintf(a.stderr, "warning: %s: %s\n", path, s)
 		}

@@ -208,3 +208,24 @@ func TestSystemdUnitRunsThisBuild(t *testing.T) {
 	require.Equal(t, "/bin/kill -HUP $MAINPID", keys["ExecReload"])
 	require.Equal(t, "mixed", keys["KillMode"], "SIGTERM to the daemon alone; it stops its plugins")
 }
+
+// TestUnreadEnvironmentIsNamed sets SOURCEWATCH_* variables that no setting
+// reads, a misspelt key and a graph key (the graphs list is file-only), and
+// expects a warning naming each; variables that name a daemon key or any
+// command's flag pass without one.
+func TestUnreadEnvironmentIsNamed(t *testing.T) {
+	t.Setenv("SOURCEWATCH_NATS_LISTN", "127.0.0.1:1")
+	t.Setenv("SOURCEWATCH_GRAPHS_0_MIN_INFECTED", "0")
+	t.Setenv("SOURCEWATCH_EVENTS_MAX_AGE", "48h") // a daemon key
+	t.Setenv("SOURCEWATCH_PROTOTYPES", "64")      // a flag of train
+	t.Setenv("SOURCEWATCH_FORWARD_PLUGIN", "x")   // the plugin handshake's
+	_, stderr, err := runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "1", "--log-format", "json")
+	require.NoError(t, err)
+	require.Contains(t, stderr, `"variable":"SOURCEWATCH_NATS_LISTN"`)
+	require.Contains(t, stderr, "it names no config key or flag (misspelt?)")
+	require.Contains(t, stderr, `"variable":"SOURCEWATCH_GRAPHS_0_MIN_INFECTED"`)
+	require.Contains(t, stderr, "the graphs list comes from the config file only")
+	for _, known := range []string{"SOURCEWATCH_EVENTS_MAX_AGE", "SOURCEWATCH_PROTOTYPES", "SOURCEWATCH_FORWARD_PLUGIN"} {
+		require.NotContains(t, stderr, known)
+	}
+}

@@ -140,6 +140,7 @@ func (a *app) setup(cmd *cobra.Command) error {
 		return err
 	}
 	a.log = log
+	checkEnvironment(cmd.Root(), os.Environ(), log)
 	return checkFlagKeys(cmd, v, log)
 }
 
@@ -392,4 +393,45 @@ func configFile(v *viper.Viper) (*viper.Viper, error) {
 		return nil, fmt.Errorf("reading config %q: %w", path, err)
 	}
 	return fv, nil
+}
+
+// checkEnvironment warns of each SOURCEWATCH_* variable in environ that no
+// setting reads: viper looks up only the names of keys it knows, so a
+// misspelt SOURCEWATCH_NATS_LISTN, or SOURCEWATCH_GRAPHS_0_WINDOW (the
+// graphs list comes from the file only), would be ignored without a word.
+// A variable is known when it names a flag of any command, a daemon config
+// key, or the plugin handshake's own variables: one environment often
+// serves several commands.
+func checkEnvironment(root *cobra.Command, environ []string, log *zap.Logger) {
+	known := map[string]bool{
+		forward.Handshake.MagicCookieKey: true,
+		forward.SharedMemoryEnv:          true,
+	}
+	name := func(key string) string {
+		return envPrefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(key))
+	}
+	var visit func(c *cobra.Command)
+	visit = func(c *cobra.Command) {
+		add := func(f *pflag.Flag) { known[name(flagKey(f.Name))] = true }
+		c.Flags().VisitAll(add)
+		c.PersistentFlags().VisitAll(add)
+		for _, sub := range c.Commands() {
+			visit(sub)
+		}
+	}
+	visit(root)
+	for _, k := range monitor.ScalarKeys() {
+		known[name(k)] = true
+	}
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(k, envPrefix+"_") || known[k] {
+			continue
+		}
+		if k == name("graphs") || strings.HasPrefix(k, name("graphs")+"_") {
+			log.Warn("environment variable ignored: the graphs list comes from the config file only", zap.String("variable", k))
+			continue
+		}
+		log.Warn("environment variable ignored: it names no config key or flag (misspelt?)", zap.String("variable", k))
+	}
 }

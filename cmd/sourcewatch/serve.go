@@ -31,11 +31,13 @@ bundle and forward plugin, and publishes alerts on <prefix>.alerts.<graph>.
 
 Without nats.url it starts an embedded NATS server with JetStream in
 <data_dir>/nats, listening on nats.listen (default 127.0.0.1:4222), so the
-nats CLI can publish and subscribe. Health and metrics are served on
-http.addr (default 127.0.0.1:7070): /healthz, /readyz, /metrics.
+nats CLI can publish and subscribe. HTTP is served on http.addr (default
+127.0.0.1:7070): /healthz, /readyz, /metrics, /status (JSON), the
+dashboard on /, and the JSON Schemas of events, alerts and the service on
+/schema/event.v1.json, /schema/alert.v1.json, /schema/service.v1.json.
 
 The NATS micro service "sourcewatch" answers on <prefix>.svc.localize,
-<prefix>.svc.status and <prefix>.svc.reload. SIGHUP reloads the config file,
+<prefix>.svc.window, <prefix>.svc.status and <prefix>.svc.reload. SIGHUP reloads the config file,
 bundles and plugins without dropping events; SIGINT or SIGTERM shut down
 cleanly (final snapshot, drain) and exit 0.
 

@@ -40,7 +40,7 @@ func addSimulationFlags(cmd *cobra.Command) {
 	f.Int("max-redraws", d.MaxRedraws, "failed draws in a row before giving up on a cascade")
 	cascades := countOrFile("100")
 	if cmd.Name() == "simulate" {
-		f.Var(&cascades, "cascades", "number of cascades")
+		f.Var(&cascadeCount{cascades}, "cascades", "number of cascades")
 	} else {
 		f.Var(&cascades, "cascades", "number of cascades to simulate, or a JSONL file of recorded ones (the same as --cascades-file)")
 	}
@@ -64,6 +64,12 @@ func (c *countOrFile) Set(s string) error {
 	*c = countOrFile(s)
 	return nil
 }
+
+// cascadeCount is --cascades where only a count is read (simulate): the
+// same value, named "count" in help rather than "count|file".
+type cascadeCount struct{ countOrFile }
+
+func (c *cascadeCount) Type() string { return "count" }
 
 // isCount reports whether --cascades holds a number, not a file name: an
 // integer as an int flag reads one (base prefixes and underscores too).

@@ -301,7 +301,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	if err := b.WriteFile(out); err != nil {
 		return err
 	}
-	printBundleSummary(a.stdout, out, b.Manifest, fmt.Sprintf("%d train, %d validation, %d test", len(train), len(val), len(test)))
+	printBundleSummary(a.stdout, out, b.Manifest, fmt.Sprintf("%d train, %d validation, %d test", len(train), len(val), len(test)), a.v.GetString("plugin_dir"))
 	fmt.Fprintf(a.stdout, "time        %s\n", time.Since(start).Round(100*time.Millisecond))
 	return nil
 }

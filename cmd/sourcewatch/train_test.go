@@ -481,10 +481,14 @@ func TestTrainThenLocalize(t *testing.T) {
 	older := filepath.Join(t.TempDir(), "older.swb")
 	require.NoError(t, full.WriteFile(older))
 	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", older, "--plugin-dir", pluginDir, "--log-level", "warn")
-	require.ErrorContains(t, err, `reports version "1.0.0", bundle `+full.Manifest.ID+` was trained with "0.9.0"`)
+	require.ErrorIs(t, err, forward.ErrVersion)
+	require.ErrorContains(t, err, `reports version "1.0.0", want "0.9.0" (the version bundle `+full.Manifest.ID+` was trained with`)
 	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", older, "--plugin-dir", pluginDir,
 		"--forward-checksum", b.Manifest.Forward.SHA256, "--log-level", "warn")
 	require.NoError(t, err, "pinned, the build is vouched for")
+	out, _, err = runCmd(t, "", "bundle", "inspect", older, "--plugin-dir", pluginDir)
+	require.ErrorIs(t, err, errPluginMismatch, "inspect refuses what localize refuses")
+	require.Contains(t, out, `: differs (the recorded build, but it reports version "1.0.0" where the bundle recorded "0.9.0"`)
 	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir, "--forward-checksum", hex.EncodeToString(otherSum[:]))
 	require.ErrorIs(t, err, errPluginMismatch, "pinned, the recorded build is not the one")
 	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", t.TempDir())
@@ -662,7 +666,7 @@ func TestTrainSeesThroughNaNMetricsAndFlatChecks(t *testing.T) {
 	out, b = train("flat")
 	require.Equal(t, 1.0, b.Manifest.Metrics[localize.VJPFlatMetric])
 	require.Contains(t, out, flat)
-	require.Contains(t, b.Manifest.VJPCheckFailure(), "plugin check faulty")
+	require.Contains(t, b.Manifest.VJPCheckFailure("/x/bin"), "plugin check faulty --plugin-dir /x/bin")
 }
 
 // A plugin whose Fit hangs is given up on after --fit-idle-timeout without

@@ -67,6 +67,14 @@ type model struct {
 func (m *model) Info(ctx context.Context) (forward.Info, error) {
 	in, err := m.Model.Info(ctx)
 	in.Name = "faulty"
+	// A file <binary>.version beside it overrides the version: a test's
+	// stand-in for the code behind an unchanged binary changing, as a
+	// script's does behind its wrapper.
+	if exe, xerr := os.Executable(); xerr == nil {
+		if v, rerr := os.ReadFile(exe + ".version"); rerr == nil {
+			in.Version = strings.TrimSpace(string(v))
+		}
+	}
 	in.Params = append(in.Params,
 		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat or nanmetric"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
