@@ -131,18 +131,26 @@ func scale(ds []time.Duration, unit time.Duration) []time.Duration {
 	return out
 }
 
+// faultyCopy copies the faulty plugin into a directory of the test's own,
+// returning its path, its bytes and its SHA-256.
+func faultyCopy(t *testing.T) (path string, src, sum []byte) {
+	t.Helper()
+	src, err := os.ReadFile(forwardtest.Build(t, faulty))
+	require.NoError(t, err)
+	path = filepath.Join(t.TempDir(), "sourcewatch-forward-faulty")
+	require.NoError(t, os.WriteFile(path, src, 0o755))
+	sum, err = forward.FileSHA256(path)
+	require.NoError(t, err)
+	return path, src, sum
+}
+
 // A binary replaced on disk after launch is refused at relaunch, at once
 // and without waiting on later calls, and a restored one is taken at the
 // next call.
 func TestSupervisedRelaunchChecksChecksum(t *testing.T) {
 	t.Parallel()
 	g := karate(t)
-	src, err := os.ReadFile(forwardtest.Build(t, faulty))
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "sourcewatch-forward-faulty")
-	require.NoError(t, os.WriteFile(path, src, 0o755))
-	sum, err := forward.FileSHA256(path)
-	require.NoError(t, err)
+	path, src, sum := faultyCopy(t)
 	var rec sleeps
 	s := supervise(t, path, forward.WithLaunchOptions(forward.WithChecksum(sum)),
 		forward.WithRelaunchAttempts(3), forward.WithSleep(rec.sleep))
@@ -154,7 +162,7 @@ func TestSupervisedRelaunchChecksChecksum(t *testing.T) {
 	}
 	replace(append(src, 0))
 	x := mat.NewDense(1, g.N(), nil)
-	_, err = s.Predict(t.Context(), x)
+	_, err := s.Predict(t.Context(), x)
 	require.ErrorIs(t, err, forward.ErrPluginExited)
 	require.ErrorIs(t, err, forward.ErrChecksum)
 	require.ErrorContains(t, err, "cannot relaunch it, the binary itself is refused")
@@ -187,16 +195,11 @@ func TestSupervisedRelaunchChecksChecksum(t *testing.T) {
 func TestSupervisedRelaunchChecksVersion(t *testing.T) {
 	t.Parallel()
 	g := karate(t)
-	src, err := os.ReadFile(forwardtest.Build(t, faulty))
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "sourcewatch-forward-faulty")
-	require.NoError(t, os.WriteFile(path, src, 0o755))
-	sum, err := forward.FileSHA256(path)
-	require.NoError(t, err)
+	path, _, sum := faultyCopy(t)
 	setVersion := func(v string) { require.NoError(t, os.WriteFile(path+".version", []byte(v), 0o644)) }
 	setVersion("1.0.0-a")
 
-	_, err = forward.Supervise(t.Context(), path, forward.WithVersion("1.0.0-b"))
+	_, err := forward.Supervise(t.Context(), path, forward.WithVersion("1.0.0-b"))
 	require.ErrorIs(t, err, forward.ErrVersion)
 	require.ErrorContains(t, err, `reports version "1.0.0-a", want "1.0.0-b"`)
 
