@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -69,10 +68,8 @@ func putBlob(ctx context.Context, kv jetstream.KeyValue, key string, data []byte
 		deleteParts(ctx, kv, key, old)
 		return nil
 	}
-	var nonce [6]byte
-	_, _ = rand.Read(nonce[:])
 	sum := sha256.Sum256(buf.Bytes())
-	h := blobHeader{ID: hex.EncodeToString(nonce[:]), SHA256: hex.EncodeToString(sum[:])}
+	h := blobHeader{ID: nextPartsID(old), SHA256: hex.EncodeToString(sum[:])}
 	for rest := buf.Bytes(); len(rest) > 0; h.Parts++ {
 		n := min(len(rest), maxPart)
 		if _, err := kv.Put(ctx, partKey(key, h.ID, h.Parts), rest[:n]); err != nil {
@@ -88,6 +85,18 @@ func putBlob(ctx context.Context, kv jetstream.KeyValue, key string, data []byte
 	}
 	deleteParts(ctx, kv, key, old)
 	return nil
+}
+
+// nextPartsID names the parts of the next write: "a" and "b" in turn, so
+// the parts a reader of the current header needs are never overwritten
+// before the header is replaced, and the same keys are used again. Fresh
+// names at every write would leave a purge marker per part behind for
+// good (a KV purge keeps one record per key), thousands a day.
+func nextPartsID(old *blobHeader) string {
+	if old != nil && old.ID == "a" {
+		return "b"
+	}
+	return "a"
 }
 
 // oldHeader returns the parts header stored under key, if that is what

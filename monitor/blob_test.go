@@ -72,3 +72,22 @@ func TestBlobRoundTrip(t *testing.T) {
 	_, err = getBlob(ctx, kv, "window.none")
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
 }
+
+// Snapshots written in parts again and again keep the bucket bounded: the
+// parts' keys are used again, where fresh keys at every write left a
+// purge marker per old part for good.
+func TestBlobPartsDoNotAccumulate(t *testing.T) {
+	kv := newKV(t, StateBucket)
+	ctx := context.Background()
+	noise := make([]byte, 300<<10)
+	for range 20 {
+		_, _ = rand.Read(noise)
+		require.NoError(t, putBlob(ctx, kv, "window.p", noise, 64<<10))
+		got, err := getBlob(ctx, kv, "window.p")
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(noise, got))
+	}
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+	require.LessOrEqual(t, st.Values(), uint64(1+2*5), "the header and two generations of five parts (live or purged), not 20")
+}

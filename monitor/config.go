@@ -193,6 +193,9 @@ const (
 	DefaultLeaseTTL         = 10 * time.Second
 )
 
+// MaxWorkers bounds workers.
+const MaxWorkers = 1024
+
 // MinInterval is the least interval and snapshot_interval: below it the
 // tickers would spin a core and do nothing useful. Intervals below a
 // second are allowed (tests use them) but logged at start, as a likely
@@ -626,6 +629,12 @@ func (c Config) Validate() error {
 	}
 	if c.Workers <= 0 {
 		return bad("workers", "must be > 0, got %d", c.Workers)
+	}
+	if c.Workers > MaxWorkers {
+		// Each is a goroutine and a graph has at most one job at a time, so
+		// past the graph count more do nothing; a typo of a few zeros would
+		// otherwise start millions.
+		return bad("workers", "at most %d (more than the graphs do nothing: a graph runs one inference at a time), got %d", MaxWorkers, c.Workers)
 	}
 	if c.HTTP.Addr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTP.Addr); err != nil {

@@ -130,6 +130,7 @@ func TestValidateNamesTheKey(t *testing.T) {
 		{"no bundle", "graphs:\n  - {name: x, edges: e}\n", "graphs[0].bundle: must be set"},
 		{"no graphs", "workers: 1\n", "graphs: at least one graph"},
 		{"workers", minimalYAML + "workers: 0\n", "workers: must be > 0"},
+		{"too many workers", minimalYAML + "workers: 100000000\n", "workers: at most 1024 (more than the graphs do nothing"},
 		{"listen", minimalYAML + "nats: {listen: nonsense}\n", "nats.listen: want host:port"},
 		{"prefix", minimalYAML + "subjects: {prefix: 'a.>'}\n", "subjects.prefix"},
 		{"checksum", strings.Replace(minimalYAML, "bundle: karate.swb", "bundle: k\n    forward_checksum: abc", 1), "graphs[0].forward_checksum"},

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/net/netutil"
 	"net"
 	"net/http"
 	"reflect"
@@ -168,6 +169,9 @@ type Daemon struct {
 	// lastConnErr why the last attempt to connect failed, if it did.
 	waiting     atomic.Pointer[string]
 	lastConnErr atomic.Pointer[string]
+	// snapshotErr is the last periodic snapshot's error, nil once one
+	// succeeds: /readyz reports it.
+	snapshotErr atomic.Pointer[string]
 
 	// ingestCtx is what the consume callbacks check: shutdown cancels it
 	// (stopIngest) once it stops waiting for them, so a callback stuck in
@@ -471,10 +475,17 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("http.addr: %w (another process on it? set http.addr, or SOURCEWATCH_HTTP_ADDR; \"\" turns HTTP off)", err)
 		}
 		d.httpAddr.Store(ln.Addr().String())
-		httpSrv = &http.Server{Handler: d.handler(), ReadHeaderTimeout: 5 * time.Second}
+		httpSrv = &http.Server{Handler: d.handler(),
+			// Without these, idle keep-alive connections are never
+			// closed: local clients could hold every file descriptor,
+			// and the embedded JetStream store fails its writes for good
+			// once it cannot open a file. The write timeout leaves room
+			// for pprof's 30 s profile.
+			ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+			WriteTimeout: 2 * time.Minute, IdleTimeout: 90 * time.Second}
 		go func() {
 			defer close(httpDone)
-			if err := httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := httpSrv.Serve(netutil.LimitListener(ln, maxHTTPConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.log.Error("http server", zap.Error(err))
 			}
 		}()
@@ -619,7 +630,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	var workers sync.WaitGroup
 	d.jobs = make(chan job, len(d.order))
-	for range cfg.Workers {
+	// A graph has at most one job queued or running, so workers past the
+	// graph count would only wait.
+	for range min(cfg.Workers, len(d.order)) {
 		workers.Go(func() { d.worker(workCtx) })
 	}
 	stopWork := func() { cancelWork(); workers.Wait() }
@@ -692,6 +705,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// With NATS gone, draining and the final snapshot cannot succeed;
 	// the last periodic snapshot and the stream's replay cover the restart.
 	connected := nc.IsConnected()
+	finalSaved := connected
 	// The scheduler goes first, so it cannot rebind a consumer being
 	// drained.
 	cancelLoops()
@@ -711,6 +725,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		defer cancel()
 		if err := d.snapshotAll(finalCtx, true); err != nil {
 			d.log.Error("final snapshot", zap.Error(err))
+			finalSaved = false
 		}
 		if held != nil {
 			// After the final snapshot, so the standby that takes over
@@ -731,7 +746,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	nc.Close()
 	// The embedded server and the data_dir lock go in the deferred
 	// cleanup, just after.
-	d.log.Info("sourcewatch stopped", zap.Bool("final_snapshot", connected))
+	d.log.Info("sourcewatch stopped", zap.Bool("final_snapshot", finalSaved))
 	return nil
 }
 
@@ -804,6 +819,12 @@ func (d *Daemon) readiness() []string {
 			default:
 			}
 		}
+	}
+	if e := d.snapshotErr.Load(); e != nil {
+		// The state store refuses writes (a full disk, no file
+		// descriptors left): the window and alert state are no longer
+		// saved, and the embedded server does not recover by itself.
+		problems = append(problems, "snapshots: the last write failed: "+clipN(*e, 200))
 	}
 	for _, gr := range d.order {
 		switch e := gr.lastErr.Load(); {
@@ -1579,8 +1600,14 @@ func (d *Daemon) snapshotLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := d.snapshotAll(ctx, false); err != nil && ctx.Err() == nil {
+			err := d.snapshotAll(ctx, false)
+			switch {
+			case err != nil && ctx.Err() == nil:
 				d.log.Warn("snapshot", zap.Error(err))
+				msg := err.Error()
+				d.snapshotErr.Store(&msg)
+			case err == nil:
+				d.snapshotErr.Store(nil)
 			}
 		}
 	}
@@ -1952,3 +1979,8 @@ func (m *ctxMutex) lock(ctx context.Context) error {
 }
 
 func (m *ctxMutex) unlock() { <-m.ch }
+
+// maxHTTPConns bounds the HTTP connections open at once; past it a new
+// one waits for one to close (an idle one closes after IdleTimeout).
+// Health checks, scrapes and a few dashboards need a handful.
+const maxHTTPConns = 256

@@ -2,11 +2,16 @@ package monitor
 
 import (
 	"bytes"
+	"io"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
@@ -80,4 +85,68 @@ func TestDashboardEscapes(t *testing.T) {
 		Status: Status{Graphs: []GraphStatus{{Name: "g", LastAlert: a}}}, Now: time.Now(), MaxShown: dashboardSources,
 	}))
 	require.Equal(t, dashboardSources, bytes.Count(buf.Bytes(), []byte("<tr><td class=\"num\">")), "one row per shown source")
+}
+
+// Idle connections cannot take every file descriptor: past maxHTTPConns a
+// new connection waits for one to close, and is then served.
+func TestHTTPConnectionsAreBounded(t *testing.T) {
+	cfg := testConfig(t, "p")
+	r := start(t, cfg, preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	addr := r.d.HTTPAddr()
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			_ = c.Close()
+		}
+	}()
+	for range maxHTTPConns {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		idle = append(idle, c)
+	}
+	// The kernel completes the next connection, but the server does not
+	// accept it: a request on it is not answered while the idle ones stay.
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(300*time.Millisecond)))
+	_, err = c.Read(make([]byte, 1))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "not served past the limit")
+
+	require.NoError(t, idle[0].Close())
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	reply, err := io.ReadAll(c)
+	require.NoError(t, err)
+	require.Contains(t, string(reply), "200 OK", "served once a connection closed")
+}
+
+// A state store that refuses the periodic snapshot (a full disk, no file
+// descriptors left: the embedded server does not recover by itself) makes
+// the daemon unready, naming it, until a snapshot is written again.
+func TestFailedSnapshotIsNotReady(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000 // no inference here
+	cfg.SnapshotInterval = 50 * time.Millisecond
+	r := start(t, cfg, preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	ready := "http://" + r.d.HTTPAddr() + "/readyz"
+	code, _ := get(t, ready)
+	require.Equal(t, http.StatusOK, code)
+
+	require.NoError(t, r.js.DeleteKeyValue(t.Context(), StateBucket))
+	r.publish(t, "p", Event{Node: "1", State: StateInfected}, "") // a window to save
+	var body string
+	require.Eventually(t, func() bool {
+		code, body = get(t, ready)
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "snapshots: the last write failed")
+	}, 10*time.Second, 20*time.Millisecond, body)
+
+	_, err := r.js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
+	require.NoError(t, err)
+	r.publish(t, "p", Event{Node: "2", State: StateInfected}, "")
+	require.Eventually(t, func() bool {
+		code, body = get(t, ready)
+		return code == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, body)
 }

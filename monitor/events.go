@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -333,6 +334,10 @@ func eventJSONError(err error) string {
 		return fmt.Sprintf("%q is a JSON %s, want a string", typ.Field, typ.Value)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return err.Error() + " (an event has node, state, ts and id)"
+	case errors.Is(err, io.EOF):
+		return "an empty message: want an event object (or an array of them)"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "the JSON ends early (cut off?): " + err.Error()
 	}
 	return err.Error()
 }

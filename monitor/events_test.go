@@ -72,6 +72,8 @@ func TestDecodeMessage(t *testing.T) {
 		// ambiguous, so it is refused (it was read as node 2).
 		{"a key twice", `{"node":"1","state":"infected","node":"2"}`, []string{ReasonBadJSON}},
 		{"a key twice in two cases", `[{"node":"1","NODE":"2","state":"infected"}]`, []string{ReasonBadJSON}},
+		{"empty message", ``, []string{ReasonBadJSON}},
+		{"only spaces", " \n ", []string{ReasonBadJSON}},
 	}
 	details := map[string]string{
 		"unknown key":              `json: unknown field "timestamp" (an event has node, state, ts and id)`,
@@ -79,6 +81,9 @@ func TestDecodeMessage(t *testing.T) {
 		"no node":                  `no "node": an event names the node it is about`,
 		"empty object":             "an empty event: an event needs node and state",
 		"a number":                 "not an event: a JSON number, want an object (or an array of them)",
+		"empty message":            "an empty message: want an event object (or an array of them)",
+		"only spaces":              "an empty message: want an event object (or an array of them)",
+		"garbage":                  "the JSON ends early (cut off?): unexpected EOF",
 		"a number node":            `"node" is a JSON number, want a string`,
 		"empty array":              "an empty array: a batch holds at least one event",
 		"empty ts":                 `"ts" is empty: give an RFC 3339 time, or leave "ts" out for the arrival time`,

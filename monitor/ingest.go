@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -240,6 +241,33 @@ func waitClosed(ctx context.Context, ccs []jetstream.ConsumeContext) bool {
 	return true
 }
 
+// maxScratch is the most decoded elements a graph's scratch slice keeps
+// between messages: arrays of up to this many events decode without
+// allocating, and one huge array does not pin its size for good.
+const maxScratch = 1024
+
+// reusable returns els emptied for the next message: cleared, so it holds
+// no message's bytes or error texts, and dropped when it grew past
+// maxScratch.
+func reusable(els []decoded) []decoded {
+	if cap(els) > maxScratch {
+		return nil
+	}
+	clear(els)
+	return els[:0]
+}
+
+// MaxEventIDChars is the longest event id applied, in characters as the
+// event schema's maxLength counts them: a graph remembers its last 4,096
+// ids, in memory and in its snapshots, so ids of any length would let a
+// few hundred events hold gigabytes.
+const MaxEventIDChars = 256
+
+// maxDetailBytes bounds a dead letter's HeaderDetail: the detail quotes
+// the offending value, and a header block over 64 KiB is refused by the
+// server, which would lose the dead letter.
+const maxDetailBytes = 1024
+
 // handle applies one message to gr's window. It runs in the consumer's
 // callback, one message at a time. Once the ingest context is cancelled
 // (shutdown gave up waiting) it returns without acknowledging: the message
@@ -262,7 +290,7 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 		}
 	} else {
 		els, array := decodeMessage(gr.scratch, data)
-		gr.scratch = els[:0]
+		defer func() { gr.scratch = reusable(els) }()
 		now := d.now()
 		gc := gr.gc.Load()
 		minT, maxT := now.Add(-gc.Window), now.Add(d.cfg.MaxFutureSkew)
@@ -335,6 +363,10 @@ func (d *Daemon) inProgress(gr *graphRT, m jetstream.Msg) {
 // defined for 1678-2262 and wraps around outside, so a time like year 2611
 // would otherwise pass as a recent one.
 func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) {
+	if len(el.ev.ID) > MaxEventIDChars && utf8.RuneCountInString(el.ev.ID) > MaxEventIDChars {
+		el.reason, el.detail = ReasonBadJSON, fmt.Sprintf("id of %d characters: at most %d", utf8.RuneCountInString(el.ev.ID), MaxEventIDChars)
+		return
+	}
 	v, ok := gr.g.Index(el.ev.Node)
 	if !ok {
 		el.reason, el.detail = ReasonUnknownNode, fmt.Sprintf("graph %q has no node %q", gr.name, el.ev.Node)
@@ -374,6 +406,7 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 // caller must then leave the message unacknowledged.
 func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, detail string, seq uint64, idx int) error {
 	d.metrics.deadLetters.WithLabelValues(reason).Inc()
+	detail = clipN(detail, maxDetailBytes)
 	graphName := ""
 	if gr != nil {
 		graphName = gr.name

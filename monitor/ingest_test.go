@@ -426,3 +426,51 @@ func TestDeadLetterOfAnEventNearMaxPayload(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 24*time.Hour, info.Config.Duplicates)
 }
+
+// An event id past MaxEventIDChars is refused (a graph keeps its last ids,
+// so their length must be bounded), and a dead letter quoting a long value
+// in its detail keeps its header under the server's 64 KiB header limit:
+// both are stored in the dead-letter stream, nothing lost.
+func TestLongIDsAndValuesAreDeadLettered(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000 // no inference here
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	long := strings.Repeat("é", MaxEventIDChars) // 256 characters, 512 bytes: allowed
+	r.publish(t, "p", `{"node":"1","state":"infected","id":"`+long+`"}`, "")
+	r.publish(t, "p", `{"node":"2","state":"infected","id":"`+long+`x"}`, "")
+	r.publish(t, "p", `{"node":"`+strings.Repeat("n", 70<<10)+`","state":"infected"}`, "")
+
+	stream, err := r.js.Stream(context.Background(), DeadLetterStream)
+	require.NoError(t, err)
+	var msgs []*jetstream.RawStreamMsg
+	require.Eventually(t, func() bool {
+		info, err := stream.Info(context.Background())
+		return err == nil && info.State.Msgs == 2
+	}, 10*time.Second, 10*time.Millisecond, "both dead letters stored")
+	for seq := uint64(1); seq <= 2; seq++ {
+		m, err := stream.GetMsg(context.Background(), seq)
+		require.NoError(t, err)
+		msgs = append(msgs, m)
+	}
+	require.Equal(t, ReasonBadJSON, msgs[0].Header.Get(HeaderReason))
+	require.Equal(t, "id of 257 characters: at most 256", msgs[0].Header.Get(HeaderDetail))
+	require.Equal(t, ReasonUnknownNode, msgs[1].Header.Get(HeaderReason))
+	require.LessOrEqual(t, len(msgs[1].Header.Get(HeaderDetail)), maxDetailBytes)
+	require.Contains(t, msgs[1].Header.Get(HeaderDetail), `graph "p" has no node "nnnn`)
+	require.Zero(t, value(t, r.d.metrics.dlFailed))
+
+	waitSeq(t, r.d, "p", lastSeq(t, r.js))
+	require.Equal(t, []float64{0, 1, 0, 0}, r.d.graphs["p"].win.observe(time.Now(), nil).y)
+}
+
+// reusable keeps a small decode buffer for the next message, emptied of
+// the last one's bytes, and lets a huge one go.
+func TestScratchIsNotPinnedByOneHugeArray(t *testing.T) {
+	small := make([]decoded, 3, 8)
+	small[1] = decoded{raw: []byte("x"), detail: "why"}
+	kept := reusable(small)
+	require.Empty(t, kept)
+	require.Equal(t, 8, cap(kept))
+	require.Equal(t, decoded{}, kept[:3][1], "no reference to the last message is kept")
+	require.Nil(t, reusable(make([]decoded, 10, maxScratch+1)))
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -130,9 +131,8 @@ func (a *app) setup(cmd *cobra.Command) error {
 		return bindErr
 	}
 	if path := v.GetString("config"); path != "" {
-		v.SetConfigFile(path)
-		if err := v.ReadInConfig(); err != nil {
-			return fmt.Errorf("reading config %q: %w", path, err)
+		if err := readConfigFile(v, path); err != nil {
+			return err
 		}
 	}
 	log, err := newLogger(a.stderr, v.GetString("log_level"), v.GetString("log_format"), a.terminal)
@@ -388,11 +388,49 @@ func configFile(v *viper.Viper) (*viper.Viper, error) {
 		return nil, nil
 	}
 	fv := viper.New()
-	fv.SetConfigFile(path)
-	if err := fv.ReadInConfig(); err != nil {
-		return nil, fmt.Errorf("reading config %q: %w", path, err)
+	if err := readConfigFile(fv, path); err != nil {
+		return nil, err
 	}
 	return fv, nil
+}
+
+// maxConfigBytes bounds a config file: a daemon's is a few kilobytes.
+const maxConfigBytes = 16 << 20
+
+// readConfigFile reads the config file at path into v. It must be a
+// regular file of at most maxConfigBytes: a path to /dev/zero or a FIFO
+// would otherwise be read forever, before the signal handling that could
+// stop it. A name without an extension viper knows (sourcewatch.conf, or
+// none) is read as YAML, the format of configs/sourcewatch.yaml.
+func readConfigFile(v *viper.Viper, path string) error {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return fmt.Errorf("reading config %q: %w", path, err)
+	case !fi.Mode().IsRegular():
+		what := "not a regular file"
+		switch t := fi.Mode().Type(); {
+		case t&os.ModeDir != 0:
+			what = "a directory"
+		case t&os.ModeNamedPipe != 0:
+			what = "a named pipe"
+		case t&os.ModeDevice != 0:
+			what = "a device"
+		case t&os.ModeSocket != 0:
+			what = "a socket"
+		}
+		return fmt.Errorf("reading config %q: %s, not a config file", path, what)
+	case fi.Size() > maxConfigBytes:
+		return fmt.Errorf("reading config %q: %d bytes, more than a config file holds (at most %d)", path, fi.Size(), maxConfigBytes)
+	}
+	v.SetConfigFile(path)
+	if ext := strings.TrimPrefix(filepath.Ext(path), "."); !slices.Contains(viper.SupportedExts, ext) {
+		v.SetConfigType("yaml")
+	}
+	if err := v.ReadInConfig(); err != nil {
+		return fmt.Errorf("reading config %q: %w", path, err)
+	}
+	return nil
 }
 
 // checkEnvironment warns of each SOURCEWATCH_* variable in environ that no

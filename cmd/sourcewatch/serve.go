@@ -144,8 +144,8 @@ func configReloader(cmd *cobra.Command, a *app) func(context.Context) (monitor.C
 		readMu.Lock()
 		defer readMu.Unlock()
 		if path := a.v.GetString("config"); path != "" {
-			if err := a.v.ReadInConfig(); err != nil {
-				return monitor.Config{}, fmt.Errorf("re-reading %s: %w", path, err)
+			if err := readConfigFile(a.v, path); err != nil {
+				return monitor.Config{}, fmt.Errorf("re-reading: %w", err)
 			}
 		}
 		return loadDaemonConfig(cmd, a.v)
