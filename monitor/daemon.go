@@ -169,6 +169,9 @@ type Daemon struct {
 	// lastConnErr why the last attempt to connect failed, if it did.
 	waiting     atomic.Pointer[string]
 	lastConnErr atomic.Pointer[string]
+	// requests are the service requests answered on goroutines of their
+	// own (localize); Run waits for them at shutdown.
+	requests sync.WaitGroup
 	// snapshotErr is the last periodic snapshot's error, nil once one
 	// succeeds: /readyz reports it.
 	snapshotErr atomic.Pointer[string]
@@ -197,7 +200,10 @@ type graphRT struct {
 
 	inflight   atomic.Bool
 	relaunches atomic.Int64 // relaunches since the last successful inference or a tick that found the plugin up
-	inferMu    ctxMutex     // one Localize at a time per graph
+	// localizeWaiting counts the graph's svc.localize requests waiting or
+	// running (at most maxLocalizeWaiting).
+	localizeWaiting atomic.Int32
+	inferMu         ctxMutex // one Localize at a time per graph
 	// inferred is the observation's infected set at the last successful
 	// inference (y_v > 0), nil until the first one of this process.
 	inferred  atomic.Pointer[[]bool]
@@ -648,7 +654,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	d.bound.Store(true)
 
-	svc, err := d.startService(workCtx, setupCtx)
+	// Service requests answered on goroutines of their own are cut short
+	// at shutdown and waited for, after the service stops taking more.
+	reqCtx, cancelRequests := context.WithCancel(workCtx)
+	defer cancelRequests()
+	svc, err := d.startService(reqCtx, setupCtx)
 	if err != nil {
 		d.stopConsumers(true, unrouted)
 		return err
@@ -694,6 +704,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	<-httpDone
 	_ = svc.Stop()
+	cancelRequests()
+	d.requests.Wait()
 	if d.crash.Load() {
 		// As after kill -9: nothing more is written or acknowledged.
 		d.stopIngest()

@@ -247,8 +247,11 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 		var serr error
 		if err != nil {
 			code := "500"
-			if errors.Is(err, ErrUnknownGraph) || errors.Is(err, ErrUnknownNode) || errors.Is(err, errBadRequest) {
+			switch {
+			case errors.Is(err, ErrUnknownGraph) || errors.Is(err, ErrUnknownNode) || errors.Is(err, errBadRequest):
 				code = "400"
+			case errors.Is(err, errBusy):
+				code = "503"
 			}
 			serr = r.Error(code, clipN(err.Error(), maxErrorText), nil)
 		} else {
@@ -293,10 +296,28 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 				respond(r, nil, err)
 				return
 			}
-			ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-			defer cancel()
-			resp, err := d.Localize(ctx, req)
-			respond(r, resp, err)
+			gr, err := d.graphNamed(req.Graph)
+			if err != nil {
+				respond(r, nil, err)
+				return
+			}
+			// Answered on a goroutine of its own, so one graph's queue
+			// does not hold up another's (a handler runs one request at
+			// a time), and refused at once past maxLocalizeWaiting: the
+			// callers of a storm give up long before a deep queue is
+			// worked off, and nothing tells the daemon they did.
+			if gr.localizeWaiting.Add(1) > maxLocalizeWaiting {
+				gr.localizeWaiting.Add(-1)
+				respond(r, nil, fmt.Errorf("%w: graph %q has %d localize requests waiting already; retry later", errBusy, gr.name, maxLocalizeWaiting))
+				return
+			}
+			d.requests.Go(func() {
+				defer gr.localizeWaiting.Add(-1)
+				ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+				defer cancel()
+				resp, err := d.Localize(ctx, req)
+				respond(r, resp, err)
+			})
 		}},
 		{"status", func(r micro.Request) {
 			// A body asking for one graph's status would be ignored.
@@ -350,6 +371,14 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 }
 
 var errBadRequest = errors.New("bad request")
+
+// errBusy is a localize request refused because maxLocalizeWaiting of its
+// graph's are waiting already (code 503).
+var errBusy = errors.New("busy")
+
+// maxLocalizeWaiting bounds the localize requests of one graph waiting or
+// running at once.
+const maxLocalizeWaiting = 16
 
 // decodeRequest decodes data, one request object, into v as strictly as
 // an event is read: no key unknown (keys names the known ones) or given

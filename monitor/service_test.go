@@ -475,3 +475,52 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 		require.Contains(t, body, "heap profile:")
 	}
 }
+
+// A storm of localize requests on one graph is bounded: past
+// maxLocalizeWaiting they are refused at once with 503, and another
+// graph's request is answered meanwhile, not after the storm. Stopping
+// the daemon cuts the waiting ones short.
+func TestLocalizeStormIsBoundedPerGraph(t *testing.T) {
+	cfg := testConfig(t, "p", "q")
+	cfg.Graphs[0].MinInfected = 1000
+	cfg.Graphs[1].MinInfected = 1000
+	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) {
+		if l.tag == "p.swb" {
+			l.delay = 2 * time.Second // each p request holds the graph
+		}
+	}}
+	r := start(t, cfg, preload(t, 5, "p", "q"), WithLocalizerFactory(f.factory))
+
+	replies := make(chan *nats.Msg, 64)
+	inbox := nats.NewInbox()
+	sub, err := r.nc.ChanSubscribe(inbox, replies)
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	body, err := json.Marshal(LocalizeRequest{Graph: "p", Infected: []string{"1"}})
+	require.NoError(t, err)
+	const extra = 4
+	for range maxLocalizeWaiting + extra {
+		require.NoError(t, r.nc.PublishRequest("sourcewatch.svc.localize", inbox, body))
+	}
+	busy := 0
+	deadline := time.After(5 * time.Second)
+	for busy < extra {
+		select {
+		case m := <-replies:
+			require.Equal(t, "503", m.Header.Get(micro.ErrorCodeHeader), "only refusals come this soon")
+			require.Contains(t, m.Header.Get(micro.ErrorHeader), `graph "p" has 16 localize requests waiting already; retry later`)
+			busy++
+		case <-deadline:
+			require.FailNow(t, "no 503 for the requests past the bound", "got %d", busy)
+		}
+	}
+
+	start := time.Now()
+	m := request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "q", Infected: []string{"2"}})
+	require.Empty(t, m.Header.Get(micro.ErrorHeader))
+	require.Less(t, time.Since(start), 2*time.Second, "q does not wait behind p's queue (32 s of work)")
+
+	stopped := time.Now()
+	r.stop(t)
+	require.Less(t, time.Since(stopped), 10*time.Second, "waiting requests are cut short at shutdown")
+}
