@@ -203,7 +203,10 @@ type graphRT struct {
 	// localizeWaiting counts the graph's svc.localize requests waiting or
 	// running (at most maxLocalizeWaiting).
 	localizeWaiting atomic.Int32
-	inferMu         ctxMutex // one Localize at a time per graph
+	// rebinds are the times the graph's consumer was rebound within the
+	// last minute; scheduler loop only.
+	rebinds []time.Time
+	inferMu ctxMutex // one Localize at a time per graph
 	// inferred is the observation's infected set at the last successful
 	// inference (y_v > 0), nil until the first one of this process.
 	inferred  atomic.Pointer[[]bool]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -173,8 +174,21 @@ func (d *Daemon) rebindIfStopped(ctx context.Context, gr *graphRT) {
 		return
 	}
 	_, _, seq := gr.win.counts()
-	d.log.Warn("consumer stopped; rebound", zap.String("graph", gr.name), zap.Uint64("from_seq", seq+1))
+	fields := []zap.Field{zap.String("graph", gr.name), zap.Uint64("from_seq", seq+1)}
+	now := d.now()
+	gr.rebinds = append(slices.DeleteFunc(gr.rebinds, func(t time.Time) bool { return now.Sub(t) > time.Minute }), now)
+	if len(gr.rebinds) >= rebindsSuspect {
+		fields = append(fields, zap.Int("rebinds_last_minute", len(gr.rebinds)), zap.String("hint", rebindHint))
+	}
+	d.log.Warn("consumer stopped; rebound", fields...)
 }
+
+// rebindsSuspect rebinds of one graph's consumer within a minute suggest
+// that something deletes it on purpose: most often a second daemon.
+const rebindsSuspect = 3
+
+const rebindHint = "something keeps deleting this graph's consumer: most often another sourcewatch daemon on the same NATS account and subjects.prefix, " +
+	"each resetting the other's consumer at every start and rebind; run the two as replicas (ha.enabled) or give each its own prefix or account"
 
 // stopConsumers drains (or stops) every graph consumer and the unrouted
 // one (when not nil), waits for their callbacks to finish, and

@@ -16,6 +16,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/graph"
 )
@@ -193,6 +196,27 @@ func TestConsumerDeletedIsRebound(t *testing.T) {
 	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
 	_, err = s.Consumer(context.Background(), consumerName("p"))
 	require.NoError(t, err)
+}
+
+// A consumer deleted again and again (a second daemon on the same prefix
+// resets it at each of its rebinds) is rebound each time, and the log
+// then says what most likely deletes it.
+func TestRepeatedConsumerDeletionIsExplained(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	core, logs := observer.New(zapcore.WarnLevel)
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory), WithLogger(zap.New(core)))
+	s, err := r.js.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	for i := range rebindsSuspect {
+		require.NoError(t, s.DeleteConsumer(context.Background(), consumerName("p")))
+		require.Eventually(t, func() bool {
+			return logs.FilterMessage("consumer stopped; rebound").Len() == i+1
+		}, 10*time.Second, 10*time.Millisecond)
+	}
+	rebound := logs.FilterMessage("consumer stopped; rebound").All()
+	require.NotContains(t, rebound[0].ContextMap(), "hint", "once is no pattern")
+	require.Contains(t, rebound[rebindsSuspect-1].ContextMap()["hint"], "another sourcewatch daemon on the same NATS account and subjects.prefix")
 }
 
 // TestCheckFarOffTimestamps: event times outside the years UnixNano can
