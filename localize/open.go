@@ -103,7 +103,7 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 	case errors.Is(err, forward.ErrChecksum) && o.Checksum == "":
 		// The usual cause: the plugin was rebuilt after the bundle was
 		// trained. Say what to do about it.
-		return nil, fmt.Errorf("%w (bundle %s was trained with another build of %s %s: retrain the bundle with this build or, if this build is a trusted one of the same model, pin its sha256 with forward_checksum in serve's graph config or localize's --forward-checksum)",
+		return nil, fmt.Errorf("%w (bundle %s was trained with another build of %s %s: point plugin_dir or --plugin-dir at the build it was trained with (kept aside at an upgrade), retrain the bundle with this build or, if this build is a trusted one of the same model, pin its sha256 with forward_checksum in serve's graph config or localize's --forward-checksum)",
 			err, b.Manifest.ID, b.Manifest.Forward.Name, b.Manifest.Forward.Version)
 	case errors.Is(err, forward.ErrVersion):
 		return nil, fmt.Errorf("%w (the version bundle %s was trained with: retrain the bundle, or pin this build's sha256 with forward_checksum or --forward-checksum if it is the same model)",

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -271,12 +270,6 @@ func reusable(els []decoded) []decoded {
 	return els[:0]
 }
 
-// MaxEventIDChars is the longest event id applied, in characters as the
-// event schema's maxLength counts them: a graph remembers its last 4,096
-// ids, in memory and in its snapshots, so ids of any length would let a
-// few hundred events hold gigabytes.
-const MaxEventIDChars = 256
-
 // maxDetailBytes bounds a dead letter's HeaderDetail: the detail quotes
 // the offending value, and a header block over 64 KiB is refused by the
 // server, which would lose the dead letter.
@@ -377,10 +370,6 @@ func (d *Daemon) inProgress(gr *graphRT, m jetstream.Msg) {
 // defined for 1678-2262 and wraps around outside, so a time like year 2611
 // would otherwise pass as a recent one.
 func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) {
-	if len(el.ev.ID) > MaxEventIDChars && utf8.RuneCountInString(el.ev.ID) > MaxEventIDChars {
-		el.reason, el.detail = ReasonBadJSON, fmt.Sprintf("id of %d characters: at most %d", utf8.RuneCountInString(el.ev.ID), MaxEventIDChars)
-		return
-	}
 	v, ok := gr.g.Index(el.ev.Node)
 	if !ok {
 		el.reason, el.detail = ReasonUnknownNode, fmt.Sprintf("graph %q has no node %q", gr.name, el.ev.Node)

@@ -451,40 +451,52 @@ func TestDeadLetterOfAnEventNearMaxPayload(t *testing.T) {
 	require.Equal(t, 24*time.Hour, info.Config.Duplicates)
 }
 
-// An event id past MaxEventIDChars is refused (a graph keeps its last ids,
-// so their length must be bounded), and a dead letter quoting a long value
-// in its detail keeps its header under the server's 64 KiB header limit:
-// both are stored in the dead-letter stream, nothing lost.
-func TestLongIDsAndValuesAreDeadLettered(t *testing.T) {
+// A long event id is applied and deduplicated as a short one, but kept
+// as its SHA-256 (a graph remembers its last ids, in memory and in its
+// snapshots); and a dead letter quoting a long value in its detail keeps
+// its header under the server's 64 KiB header limit, so it is stored.
+func TestLongIDsAndValues(t *testing.T) {
 	cfg := testConfig(t, "p")
 	cfg.Graphs[0].MinInfected = 1000 // no inference here
 	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
-	long := strings.Repeat("é", MaxEventIDChars) // 256 characters, 512 bytes: allowed
+	long := strings.Repeat("é", 100<<10)
 	r.publish(t, "p", `{"node":"1","state":"infected","id":"`+long+`"}`, "")
-	r.publish(t, "p", `{"node":"2","state":"infected","id":"`+long+`x"}`, "")
+	r.publish(t, "p", `{"node":"2","state":"infected","id":"`+long+`"}`, "") // the same id: dropped
+	r.publish(t, "p", `{"node":"3","state":"infected","id":"`+long+`x"}`, "")
 	r.publish(t, "p", `{"node":"`+strings.Repeat("n", 70<<10)+`","state":"infected"}`, "")
 
 	stream, err := r.js.Stream(context.Background(), DeadLetterStream)
 	require.NoError(t, err)
-	var msgs []*jetstream.RawStreamMsg
+	var m *jetstream.RawStreamMsg
 	require.Eventually(t, func() bool {
-		info, err := stream.Info(context.Background())
-		return err == nil && info.State.Msgs == 2
-	}, 10*time.Second, 10*time.Millisecond, "both dead letters stored")
-	for seq := uint64(1); seq <= 2; seq++ {
-		m, err := stream.GetMsg(context.Background(), seq)
-		require.NoError(t, err)
-		msgs = append(msgs, m)
-	}
-	require.Equal(t, ReasonBadJSON, msgs[0].Header.Get(HeaderReason))
-	require.Equal(t, "id of 257 characters: at most 256", msgs[0].Header.Get(HeaderDetail))
-	require.Equal(t, ReasonUnknownNode, msgs[1].Header.Get(HeaderReason))
-	require.LessOrEqual(t, len(msgs[1].Header.Get(HeaderDetail)), maxDetailBytes)
-	require.Contains(t, msgs[1].Header.Get(HeaderDetail), `graph "p" has no node "nnnn`)
+		m, err = stream.GetMsg(context.Background(), 1)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "the dead letter is stored")
+	require.Equal(t, ReasonUnknownNode, m.Header.Get(HeaderReason))
+	require.LessOrEqual(t, len(m.Header.Get(HeaderDetail)), maxDetailBytes)
+	require.Contains(t, m.Header.Get(HeaderDetail), `graph "p" has no node "nnnn`)
 	require.Zero(t, value(t, r.d.metrics.dlFailed))
 
 	waitSeq(t, r.d, "p", lastSeq(t, r.js))
-	require.Equal(t, []float64{0, 1, 0, 0}, r.d.graphs["p"].win.observe(time.Now(), nil).y)
+	w := r.d.graphs["p"].win
+	require.Equal(t, []float64{0, 1, 0, 1}, w.observe(time.Now(), nil).y)
+	require.Equal(t, 1.0, value(t, r.d.metrics.events.WithLabelValues("p", "duplicate")))
+	for _, id := range w.snapshot("p").IDs {
+		require.LessOrEqual(t, len(id), len("sha256:")+64)
+	}
+}
+
+// A snapshot of an older version holds long ids whole: restored, they are
+// hashed, so an event repeating one is still a duplicate.
+func TestRestoredLongIDsStillDeduplicate(t *testing.T) {
+	long := strings.Repeat("k", 5000)
+	w := newWindow(pathGraph(t, 3), time.Minute, 0)
+	s := w.snapshot("p")
+	s.IDs = []string{long}
+	_, err := w.restore(s)
+	require.NoError(t, err)
+	require.Equal(t, outDuplicate, w.apply(1, infected, time.Now().UnixNano(), long))
+	require.Equal(t, outApplied, w.apply(1, infected, time.Now().UnixNano(), long+"2"))
 }
 
 // reusable keeps a small decode buffer for the next message, emptied of

@@ -1,6 +1,8 @@
 package monitor
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"strings"
@@ -53,6 +55,22 @@ const (
 // first run), which bounds how many are worth keeping.
 const recentIDs = 4096
 
+// maxKeptID is the longest event id a window keeps as it is; a longer
+// one is kept as "sha256:" and the hex of its SHA-256. Long ids (a URL, a
+// serialised key) then deduplicate as short ones do, while the ring and
+// its snapshots stay bounded: kept whole, 600 events with ids of 900 KB
+// held gigabytes.
+const maxKeptID = 64
+
+// idKey is what a window keeps of event id id.
+func idKey(id string) string {
+	if len(id) <= maxKeptID {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // entry is a node's last change.
 type entry struct {
 	state nodeState
@@ -103,6 +121,7 @@ func (w *window) apply(v int, s nodeState, ts int64, id string) outcome {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if id != "" {
+		id = idKey(id)
 		if _, dup := w.ids[id]; dup {
 			return outDuplicate
 		}
@@ -298,7 +317,8 @@ func (w *window) restore(s snapshot) (skipped []string, err error) {
 	w.idRing = make([]string, recentIDs)
 	w.idNext = 0
 	for _, id := range s.IDs {
-		w.rememberLocked(id)
+		// Snapshots of older versions hold long ids as they came.
+		w.rememberLocked(idKey(id))
 	}
 	w.nodes, w.infected = nodes, inf
 	w.changes, w.lastSeq, w.latest = s.Changes, s.Seq, s.Latest

@@ -172,7 +172,7 @@ func checkBundlePlugin(dir string, m localize.Manifest, pinned string) *pluginCh
 		return &pluginCheck{Path: path, Status: "match", SHA256: got}
 	default:
 		return &pluginCheck{Path: path, Status: "differs", SHA256: got,
-			Detail: fmt.Sprintf("recorded %.12s, file %.12s: localize and serve refuse it; retrain with this build, or, if it is a trusted rebuild of the same model, pin its SHA-256 (--forward-checksum %s, forward_checksum)", m.Forward.SHA256, got, got)}
+			Detail: fmt.Sprintf("recorded %.12s, file %.12s: localize and serve refuse it; point --plugin-dir at the build it was trained with, retrain with this build, or, if it is a trusted rebuild of the same model, pin its SHA-256 (--forward-checksum %s, forward_checksum)", m.Forward.SHA256, got, got)}
 	}
 }
 

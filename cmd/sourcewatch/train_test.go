@@ -443,7 +443,7 @@ func TestTrainThenLocalize(t *testing.T) {
 	_, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", bundle, "--plugin-dir", filepath.Dir(other), "--log-level", "warn")
 	require.ErrorIs(t, err, forward.ErrChecksum)
 	require.ErrorContains(t, err, b.Manifest.Forward.SHA256)
-	require.ErrorContains(t, err, "retrain the bundle with this build or, if this build is a trusted one of the same model, pin its sha256", "the error says what to do")
+	require.ErrorContains(t, err, "point plugin_dir or --plugin-dir at the build it was trained with (kept aside at an upgrade), retrain the bundle with this build or, if this build is a trusted one of the same model, pin its sha256", "the error says what to do")
 	// ... and what it says works: pinning the rebuild's SHA-256 runs it.
 	otherSum := sha256.Sum256(append(data, 0))
 	out, _, err = runCmd(t, `{"infected":["0"]}`, "localize", "--bundle", bundle, "--plugin-dir", filepath.Dir(other),
