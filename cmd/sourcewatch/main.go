@@ -14,6 +14,12 @@ import (
 	"github.com/sourcewatch/sourcewatch/eval"
 )
 
+// commit is the commit this binary was built from, set by make build
+// (-ldflags -X main.commit=...); empty in a plain go build. Only the
+// sourcewatch binary carries it: a plugin's SHA-256 must depend on its
+// source alone.
+var commit string
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -180,6 +180,13 @@ func TestVersionFlag(t *testing.T) {
 	require.Contains(t, out, "sourcewatch "+monitor.Version+" (")
 	require.Contains(t, out, fmt.Sprintf("bundle format %d, reads 1-%d", localize.FormatVersion, localize.FormatVersion))
 	require.Contains(t, out, fmt.Sprintf("forward plugin protocol %d", forward.ProtocolVersion))
+	require.NotContains(t, out, "commit", "a plain go build carries none")
+
+	defer func(was string) { commit = was }(commit)
+	commit = "eb49d90"
+	out, _, err = runCmd(t, "", "--version")
+	require.NoError(t, err)
+	require.Contains(t, out, "sourcewatch "+monitor.Version+" (commit eb49d90; go")
 }
 
 // The shipped systemd unit runs a command line this build accepts, reloads

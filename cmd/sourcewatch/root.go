@@ -56,8 +56,12 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	// What an operator checks before an upgrade: which bundle formats this
 	// build reads, and which plugins it can talk to.
 	root.Version = monitor.Version
-	root.SetVersionTemplate(fmt.Sprintf("sourcewatch {{.Version}} (%s; bundle format %d, reads %d-%d; forward plugin protocol %d; alert schema %s)\n",
-		runtime.Version(), localize.FormatVersion, localize.MinFormatVersion, localize.FormatVersion, forward.ProtocolVersion, alerts.Schema))
+	built := ""
+	if commit != "" {
+		built = "commit " + commit + "; "
+	}
+	root.SetVersionTemplate(fmt.Sprintf("sourcewatch {{.Version}} (%s%s; bundle format %d, reads %d-%d; forward plugin protocol %d; alert schema %s)\n",
+		built, runtime.Version(), localize.FormatVersion, localize.MinFormatVersion, localize.FormatVersion, forward.ProtocolVersion, alerts.Schema))
 	root.PersistentFlags().String("config", "", "config file (YAML); flags > SOURCEWATCH_* env > config file > defaults")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().String("log-format", "auto", "log format: auto (console on a terminal, JSON otherwise), console, json")

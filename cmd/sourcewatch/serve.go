@@ -88,6 +88,8 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 		return errNoLocalizer
 	}
 	reload := configReloader(cmd, a)
+	// Which build runs, in the log: svc.status gives only the version.
+	a.log.Info("sourcewatch starting", zap.String("version", monitor.Version), zap.String("commit", commit))
 	opts := []monitor.Option{
 		monitor.WithLogger(a.log),
 		monitor.WithLocalizerFactory(factory),
