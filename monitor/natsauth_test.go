@@ -226,6 +226,18 @@ func TestDaemonWithCredsInOperatorMode(t *testing.T) {
 	// file is what let the daemon in.
 	_, err = nats.Connect(s.ClientURL())
 	require.Error(t, err)
+
+	// A creds file without its seed fails the start at once, as a
+	// missing one does, instead of a connection retried for ever.
+	broken := filepath.Join(t.TempDir(), "broken.creds")
+	require.NoError(t, os.WriteFile(broken, []byte("not a creds file\n"), 0o600))
+	cfg.NATS.Creds = broken
+	_, err = ClientAuth(cfg.NATS)
+	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorContains(t, err, "nats.creds: "+broken+": no nkey seed")
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	require.ErrorContains(t, d.Run(t.Context()), "no nkey seed")
 }
 
 // TestDaemonWithUserPassword runs the daemon against a server that wants

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -146,12 +147,30 @@ func embeddedMaxPayload(maxEvent int) int32 {
 	return int32(min(max(2*int64(maxEvent), floor), ceiling))
 }
 
+// checkCredsFile reports a creds file without an nkey seed, as nats.go
+// would at every connection attempt.
+func checkCredsFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if _, err := nkeys.ParseDecoratedNKey(data); err != nil {
+		return fmt.Errorf("%s: no nkey seed (a .creds file holds a user JWT and its seed): %w", path, err)
+	}
+	return nil
+}
+
 // ClientAuth is the credentials and TLS of n (creds file, nkey seed,
 // user and password, CA and client certificate) as connection options,
 // for another client of the daemon's server, such as demo's own.
 func ClientAuth(n NATSConfig) ([]nats.Option, error) {
 	var opts []nats.Option
 	if n.Creds != "" {
+		// nats.go reads the file at every attempt and retries a bad one
+		// forever, as if the server were down: read it once now.
+		if err := checkCredsFile(n.Creds); err != nil {
+			return nil, fmt.Errorf("%w: nats.creds: %w", ErrConfig, err)
+		}
 		opts = append(opts, nats.UserCredentials(n.Creds))
 	}
 	if n.NKey != "" {
