@@ -60,7 +60,12 @@ func putBlob(ctx context.Context, kv jetstream.KeyValue, key string, data []byte
 	if err := zw.Close(); err != nil {
 		return fmt.Errorf("compressing %s: %w", key, err)
 	}
-	old := oldHeader(ctx, kv, key)
+	old, err := oldHeader(ctx, kv, key)
+	if err != nil {
+		// Without the current header the next parts' name is unknown:
+		// writing could overwrite the parts the stored snapshot needs.
+		return fmt.Errorf("reading %s before replacing it: %w", key, err)
+	}
 	if buf.Len() <= maxPart {
 		if _, err := kv.Put(ctx, key, buf.Bytes()); err != nil {
 			return fmt.Errorf("storing %s: %w", key, err)
@@ -100,16 +105,19 @@ func nextPartsID(old *blobHeader) string {
 }
 
 // oldHeader returns the parts header stored under key, if that is what
-// is stored there.
-func oldHeader(ctx context.Context, kv jetstream.KeyValue, key string) *blobHeader {
+// is stored there (nil for another value or none).
+func oldHeader(ctx context.Context, kv jetstream.KeyValue, key string) (*blobHeader, error) {
 	e, err := kv.Get(ctx, key)
-	if err != nil {
-		return nil
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return nil, nil
+	case err != nil:
+		return nil, err
 	}
 	if h, ok := parseHeader(e.Value()); ok {
-		return &h
+		return &h, nil
 	}
-	return nil
+	return nil, nil
 }
 
 func parseHeader(v []byte) (blobHeader, bool) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"strings"
 	"testing"
 
@@ -90,4 +91,37 @@ func TestBlobPartsDoNotAccumulate(t *testing.T) {
 	st, err := kv.Status(ctx)
 	require.NoError(t, err)
 	require.LessOrEqual(t, st.Values(), uint64(1+2*5), "the header and two generations of five parts (live or purged), not 20")
+}
+
+// headerGetFails is a KeyValue whose next Get of key fails as a timeout.
+type headerGetFails struct {
+	jetstream.KeyValue
+	key string
+}
+
+func (h *headerGetFails) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if key == h.key {
+		h.key = ""
+		return nil, errors.New("nats: timeout")
+	}
+	return h.KeyValue.Get(ctx, key)
+}
+
+// A write that cannot read the current header does not guess the next
+// parts' name, which could be the live parts': it fails, and the stored
+// snapshot stays whole.
+func TestBlobWriteNeedsTheCurrentHeader(t *testing.T) {
+	kv := newKV(t, StateBucket)
+	ctx := context.Background()
+	live := make([]byte, 300<<10)
+	_, _ = rand.Read(live)
+	require.NoError(t, putBlob(ctx, kv, "window.p", live, 64<<10)) // parts "a", the first name a guess would take
+
+	next := make([]byte, 300<<10)
+	_, _ = rand.Read(next)
+	err := putBlob(ctx, &headerGetFails{KeyValue: kv, key: "window.p"}, "window.p", next, 64<<10)
+	require.ErrorContains(t, err, "reading window.p before replacing it: nats: timeout")
+	got, err := getBlob(ctx, kv, "window.p")
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(live, got), "the stored snapshot is untouched")
 }

@@ -170,8 +170,11 @@ type Daemon struct {
 	waiting     atomic.Pointer[string]
 	lastConnErr atomic.Pointer[string]
 	// requests are the service requests answered on goroutines of their
-	// own (localize); Run waits for them at shutdown.
-	requests sync.WaitGroup
+	// own (localize); Run waits for them at shutdown. reqMu guards adding
+	// to it against reqStopping, so none is added once Run waits.
+	requests    sync.WaitGroup
+	reqMu       sync.Mutex
+	reqStopping bool
 	// snapshotErr is the last periodic snapshot's error, nil once one
 	// succeeds: /readyz reports it.
 	snapshotErr atomic.Pointer[string]
@@ -201,8 +204,11 @@ type graphRT struct {
 	inflight   atomic.Bool
 	relaunches atomic.Int64 // relaunches since the last successful inference or a tick that found the plugin up
 	// localizeWaiting counts the graph's svc.localize requests waiting or
-	// running (at most maxLocalizeWaiting).
+	// running (at most maxLocalizeWaiting); localizeTurn lets one of them
+	// at a time wait for inferMu, so a scheduled inference waits behind
+	// one request at most, not behind all of them.
 	localizeWaiting atomic.Int32
+	localizeTurn    chan struct{}
 	// rebinds are the times the graph's consumer was rebound within the
 	// last minute; scheduler loop only.
 	rebinds []time.Time
@@ -260,7 +266,8 @@ type counter interface{ Inc() }
 // newGraphRT is the runtime of graph gc (loaded as g) with its metric
 // series.
 func (d *Daemon) newGraphRT(gc GraphConfig, g *graph.Graph) *graphRT {
-	gr := &graphRT{name: gc.Name, g: g, win: newWindow(g, gc.Window, gc.Decay), outcomes: map[outcome]counter{}}
+	gr := &graphRT{name: gc.Name, g: g, win: newWindow(g, gc.Window, gc.Decay), outcomes: map[outcome]counter{},
+		localizeTurn: make(chan struct{}, 1)}
 	gr.gc.Store(&gc)
 	for _, o := range []outcome{outApplied, outRefreshed, outUnchanged, outStale, outDuplicate, "deadletter"} {
 		gr.outcomes[o] = d.metrics.events.WithLabelValues(gc.Name, string(o))
@@ -302,6 +309,10 @@ func (d *Daemon) countRestarts(gr *graphRT) {
 		d.metrics.restarts.WithLabelValues(gr.name).Add(float64(n - old))
 	}
 }
+
+// errLocalizerClosed is a localize that came after the daemon closed the
+// graph's Localizer for good (a stop).
+var errLocalizerClosed = errors.New("localizer closed: the daemon is stopping")
 
 func (h *locHolder) close() error {
 	h.mu.Lock()
@@ -707,8 +718,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	<-httpDone
 	_ = svc.Stop()
-	cancelRequests()
-	d.requests.Wait()
+	d.stopRequests(cancelRequests)
 	if d.crash.Load() {
 		// As after kill -9: nothing more is written or acknowledged.
 		d.stopIngest()
@@ -1155,9 +1165,14 @@ func (d *Daemon) localize(ctx context.Context, gr *graphRT, y []float64) (Infere
 	h.mu.RLock()
 	for h.closed {
 		// Swapped out by a reload or relaunch between Load and RLock:
-		// the new one is already in place.
+		// the new one is already in place, unless the daemon is
+		// stopping and closed the last one.
 		h.mu.RUnlock()
-		h = gr.loc.Load()
+		next := gr.loc.Load()
+		if next == h {
+			return Inference{}, nil, 0, fmt.Errorf("graph %q: %w", gr.name, errLocalizerClosed)
+		}
+		h = next
 		h.mu.RLock()
 	}
 	defer h.mu.RUnlock()

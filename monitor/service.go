@@ -177,24 +177,38 @@ func (d *Daemon) Status() Status {
 // the listed nodes. It waits for an inference of the same graph that is
 // already running.
 func (d *Daemon) Localize(ctx context.Context, req LocalizeRequest) (LocalizeResponse, error) {
-	gr, err := d.graphNamed(req.Graph)
+	gr, y, err := d.localizeInput(req)
 	if err != nil {
 		return LocalizeResponse{}, err
 	}
+	return d.localizeFor(ctx, gr, y, req)
+}
+
+// localizeInput checks req and returns its graph and observation.
+func (d *Daemon) localizeInput(req LocalizeRequest) (*graphRT, []float64, error) {
+	gr, err := d.graphNamed(req.Graph)
+	if err != nil {
+		return nil, nil, err
+	}
 	if len(req.Infected) == 0 {
-		return LocalizeResponse{}, fmt.Errorf(`%w: "infected" is missing or empty: nothing to localize`, errBadRequest)
+		return nil, nil, fmt.Errorf(`%w: "infected" is missing or empty: nothing to localize`, errBadRequest)
 	}
 	if req.Top < 0 {
-		return LocalizeResponse{}, fmt.Errorf(`%w: "top" is %d: want a count of nodes, 0 for none`, errBadRequest, req.Top)
+		return nil, nil, fmt.Errorf(`%w: "top" is %d: want a count of nodes, 0 for none`, errBadRequest, req.Top)
 	}
 	y := make([]float64, gr.g.N())
 	for _, id := range req.Infected {
 		v, ok := gr.g.Index(id)
 		if !ok {
-			return LocalizeResponse{}, fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, req.Graph, clip(id))
+			return nil, nil, fmt.Errorf("%w: graph %q has no node %q", ErrUnknownNode, req.Graph, clip(id))
 		}
 		y[v] = 1
 	}
+	return gr, y, nil
+}
+
+// localizeFor answers req, checked by localizeInput, on gr's observation y.
+func (d *Daemon) localizeFor(ctx context.Context, gr *graphRT, y []float64, req LocalizeRequest) (LocalizeResponse, error) {
 	inf, srcs, dur, err := d.localize(ctx, gr, y)
 	if err != nil {
 		return LocalizeResponse{}, err
@@ -243,7 +257,7 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 	// respond answers r with v or err. An answer that cannot be sent (over
 	// the server's max_payload) is replaced by a short error, so the caller
 	// gets a reply instead of a timeout.
-	respond := func(r micro.Request, v any, err error) {
+	respond := func(r replier, v any, err error) {
 		var serr error
 		if err != nil {
 			code := "500"
@@ -296,7 +310,7 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 				respond(r, nil, err)
 				return
 			}
-			gr, err := d.graphNamed(req.Graph)
+			gr, y, err := d.localizeInput(req)
 			if err != nil {
 				respond(r, nil, err)
 				return
@@ -305,19 +319,35 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 			// does not hold up another's (a handler runs one request at
 			// a time), and refused at once past maxLocalizeWaiting: the
 			// callers of a storm give up long before a deep queue is
-			// worked off, and nothing tells the daemon they did.
+			// worked off, and nothing tells the daemon they did. The
+			// goroutine answers through the connection, not r, which
+			// micro reads once the handler returns.
 			if gr.localizeWaiting.Add(1) > maxLocalizeWaiting {
 				gr.localizeWaiting.Add(-1)
 				respond(r, nil, fmt.Errorf("%w: graph %q has %d localize requests waiting already; retry later", errBusy, gr.name, maxLocalizeWaiting))
 				return
 			}
-			d.requests.Go(func() {
+			reply := asyncReply{nc: d.nc, subject: r.Subject(), reply: r.Reply()}
+			started := d.goRequest(func() {
 				defer gr.localizeWaiting.Add(-1)
 				ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 				defer cancel()
-				resp, err := d.Localize(ctx, req)
-				respond(r, resp, err)
+				// One request at a time waits for the graph's inference,
+				// so a scheduled one waits behind one request at most.
+				select {
+				case gr.localizeTurn <- struct{}{}:
+				case <-ctx.Done():
+					respond(reply, nil, fmt.Errorf("graph %q: waiting for the requests before this one: %w", gr.name, ctx.Err()))
+					return
+				}
+				resp, err := d.localizeFor(ctx, gr, y, req)
+				<-gr.localizeTurn
+				respond(reply, resp, err)
 			})
+			if !started {
+				gr.localizeWaiting.Add(-1)
+				respond(r, nil, fmt.Errorf("%w: the daemon is stopping", errBusy))
+			}
 		}},
 		{"status", func(r micro.Request) {
 			// A body asking for one graph's status would be ignored.
@@ -371,6 +401,62 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 }
 
 var errBadRequest = errors.New("bad request")
+
+// replier is how a service handler answers: a micro.Request, or an
+// asyncReply for an answer sent after the handler returned.
+type replier interface {
+	Error(code, description string, data []byte, opts ...micro.RespondOpt) error
+	RespondJSON(v any, opts ...micro.RespondOpt) error
+	Subject() string
+}
+
+// asyncReply answers a request on the connection, with micro's error
+// headers, once its handler has returned: micro reads a Request's state
+// right after the handler, so it must not be used later. Such answers are
+// not in micro's endpoint stats ($SRV.STATS), which count the request
+// only.
+type asyncReply struct {
+	nc             *nats.Conn
+	subject, reply string
+}
+
+func (a asyncReply) Subject() string { return a.subject }
+
+func (a asyncReply) RespondJSON(v any, _ ...micro.RespondOpt) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return micro.ErrMarshalResponse
+	}
+	return a.nc.Publish(a.reply, data)
+}
+
+func (a asyncReply) Error(code, description string, data []byte, _ ...micro.RespondOpt) error {
+	return a.nc.PublishMsg(&nats.Msg{Subject: a.reply, Data: data,
+		Header: nats.Header{micro.ErrorHeader: []string{description}, micro.ErrorCodeHeader: []string{code}}})
+}
+
+// goRequest runs f as a service request of its own, unless the daemon is
+// stopping (then it returns false): once stopRequests has begun, nothing
+// is added to what it waits for.
+func (d *Daemon) goRequest(f func()) bool {
+	d.reqMu.Lock()
+	defer d.reqMu.Unlock()
+	if d.reqStopping {
+		return false
+	}
+	d.requests.Go(f)
+	return true
+}
+
+// stopRequests refuses new service requests, cancels those running
+// (cancel is their context's) and waits for them.
+func (d *Daemon) stopRequests(cancel context.CancelFunc) {
+	d.reqMu.Lock()
+	d.reqStopping = true
+	d.reqMu.Unlock()
+	cancel()
+	d.requests.Wait()
+}
 
 // errBusy is a localize request refused because maxLocalizeWaiting of its
 // graph's are waiting already (code 503).

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -523,4 +524,68 @@ func TestLocalizeStormIsBoundedPerGraph(t *testing.T) {
 	stopped := time.Now()
 	r.stop(t)
 	require.Less(t, time.Since(stopped), 10*time.Second, "waiting requests are cut short at shutdown")
+}
+
+// Localize requests flooding in while the daemon stops are all answered
+// or refused, none left running once Run has returned (one that came
+// after the graph's Localizer closed used to spin for good).
+func TestLocalizeFloodDuringStop(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	flood, err := nats.Connect(r.d.ClientURL())
+	require.NoError(t, err)
+	defer flood.Close()
+	body, err := json.Marshal(LocalizeRequest{Graph: "p", Infected: []string{"1"}})
+	require.NoError(t, err)
+	inbox := nats.NewInbox()
+	sub, err := flood.Subscribe(inbox, func(*nats.Msg) {})
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	stop := make(chan struct{})
+	flooding := make(chan struct{})
+	go func() {
+		defer close(flooding)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if flood.PublishRequest("sourcewatch.svc.localize", inbox, body) != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	r.stop(t)
+	close(stop)
+	<-flooding
+	require.Eventually(t, func() bool {
+		buf := make([]byte, 1<<22)
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "monitor.(*Daemon).localize")
+	}, 5*time.Second, 50*time.Millisecond, "no localize left running after Run returned")
+}
+
+// Refusals of bad localize requests are counted in the service's stats,
+// as before requests were answered on goroutines.
+func TestLocalizeErrorsInServiceStats(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	for range 3 {
+		m := request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "p", Infected: []string{"ghost"}})
+		require.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader))
+	}
+	m, err := r.nc.Request("$SRV.STATS.sourcewatch", nil, 10*time.Second)
+	require.NoError(t, err)
+	var stats micro.Stats
+	require.NoError(t, json.Unmarshal(m.Data, &stats))
+	for _, ep := range stats.Endpoints {
+		if ep.Name == "localize" {
+			require.Equal(t, 3, ep.NumErrors)
+			return
+		}
+	}
+	require.Fail(t, "no localize endpoint in the stats", "%+v", stats)
 }
