@@ -466,6 +466,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.metrics.pending.WithLabelValues(gc.Name)
 		d.metrics.pubFailed.WithLabelValues(gc.Name)
 		d.metrics.gap.WithLabelValues(gc.Name)
+		for _, res := range []string{"ok", "error", "busy"} {
+			d.metrics.requests.WithLabelValues(gc.Name, res)
+		}
 		for _, st := range []alerts.Status{alerts.Firing, alerts.Updated, alerts.Resolved} {
 			d.metrics.alerts.WithLabelValues(gc.Name, string(st))
 		}

@@ -31,6 +31,7 @@ type metrics struct {
 	gap         *prometheus.CounterVec // graph
 	backlog     *prometheus.GaugeVec   // graph
 	lastApplied *prometheus.GaugeVec   // graph
+	requests    *prometheus.CounterVec // graph, result
 }
 
 func newMetrics() *metrics {
@@ -97,9 +98,13 @@ func newMetrics() *metrics {
 			Name: "sourcewatch_events_last_applied_timestamp_seconds",
 			Help: "JetStream's arrival time of the last message the graph's window applied (0 before one); with a backlog, time() minus it is how far behind the window is.",
 		}, []string{"graph"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sourcewatch_localize_requests_total",
+			Help: "svc.localize requests of a graph past their checks, by result: ok, error (the inference failed or timed out), busy (refused: too many waiting).",
+		}, []string{"graph", "result"}),
 	}
 	m.reg.MustRegister(m.events, m.deadLetters, m.dlFailed, m.infected, m.inference, m.inferErrors,
-		m.alerts, m.pending, m.pubFailed, m.reloadOK, m.restarts, m.snapshots, m.gap, m.backlog, m.lastApplied,
+		m.alerts, m.pending, m.pubFailed, m.reloadOK, m.restarts, m.snapshots, m.gap, m.backlog, m.lastApplied, m.requests,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, r := range deadReasons {
 		m.deadLetters.WithLabelValues(r)

@@ -324,6 +324,7 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 			// micro reads once the handler returns.
 			if gr.localizeWaiting.Add(1) > maxLocalizeWaiting {
 				gr.localizeWaiting.Add(-1)
+				d.metrics.requests.WithLabelValues(gr.name, "busy").Inc()
 				respond(r, nil, fmt.Errorf("%w: graph %q has %d localize requests waiting already; retry later", errBusy, gr.name, maxLocalizeWaiting))
 				return
 			}
@@ -337,15 +338,22 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 				select {
 				case gr.localizeTurn <- struct{}{}:
 				case <-ctx.Done():
+					d.metrics.requests.WithLabelValues(gr.name, "error").Inc()
 					respond(reply, nil, fmt.Errorf("graph %q: waiting for the requests before this one: %w", gr.name, ctx.Err()))
 					return
 				}
 				resp, err := d.localizeFor(ctx, gr, y, req)
 				<-gr.localizeTurn
+				result := "ok"
+				if err != nil {
+					result = "error"
+				}
+				d.metrics.requests.WithLabelValues(gr.name, result).Inc()
 				respond(reply, resp, err)
 			})
 			if !started {
 				gr.localizeWaiting.Add(-1)
+				d.metrics.requests.WithLabelValues(gr.name, "busy").Inc()
 				respond(r, nil, fmt.Errorf("%w: the daemon is stopping", errBusy))
 			}
 		}},

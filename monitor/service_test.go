@@ -520,6 +520,8 @@ func TestLocalizeStormIsBoundedPerGraph(t *testing.T) {
 	m := request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "q", Infected: []string{"2"}})
 	require.Empty(t, m.Header.Get(micro.ErrorHeader))
 	require.Less(t, time.Since(start), 2*time.Second, "q does not wait behind p's queue (32 s of work)")
+	require.Equal(t, float64(extra), value(t, r.d.metrics.requests.WithLabelValues("p", "busy")))
+	require.Equal(t, 1.0, value(t, r.d.metrics.requests.WithLabelValues("q", "ok")))
 
 	stopped := time.Now()
 	r.stop(t)
