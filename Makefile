@@ -17,11 +17,13 @@ BUILDFLAGS ?= -trimpath -buildvcs=false
 # The sourcewatch binary alone is stamped with the commit (its --version
 # and the daemon's start line), so an operator can tell builds apart;
 # nothing records its checksum.
-COMMIT ?= $(shell git describe --always --dirty 2>/dev/null)
+# Only from this repository's own git metadata (not a parent directory's),
+# and under a name of our own: CI systems often set COMMIT for themselves.
+SOURCEWATCH_COMMIT ?= $(shell test -e .git && git describe --always --dirty 2>/dev/null)
 
 build:
 	$(GO) build $(BUILDFLAGS) -o $(BIN)/ ./cmd/sourcewatch-forward-...
-	$(GO) build $(BUILDFLAGS) -ldflags "-X main.commit=$(COMMIT)" -o $(BIN)/sourcewatch ./cmd/sourcewatch
+	$(GO) build $(BUILDFLAGS) -ldflags "-X 'main.commit=$(SOURCEWATCH_COMMIT)'" -o $(BIN)/sourcewatch ./cmd/sourcewatch
 
 test: build
 	$(GO) vet ./...

@@ -147,16 +147,19 @@ func embeddedMaxPayload(maxEvent int) int32 {
 	return int32(min(max(2*int64(maxEvent), floor), ceiling))
 }
 
-// checkCredsFile reports a creds file without an nkey seed, as nats.go
+// CheckCredsFile reports a creds file without an nkey seed, as nats.go
 // would at every connection attempt.
-func checkCredsFile(path string) error {
+func CheckCredsFile(path string) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	if _, err := nkeys.ParseDecoratedNKey(data); err != nil {
+	defer clear(data) // it holds the seed
+	kp, err := nkeys.ParseDecoratedNKey(data)
+	if err != nil {
 		return fmt.Errorf("%s: no nkey seed (a .creds file holds a user JWT and its seed): %w", path, err)
 	}
+	kp.Wipe()
 	return nil
 }
 
@@ -168,7 +171,7 @@ func ClientAuth(n NATSConfig) ([]nats.Option, error) {
 	if n.Creds != "" {
 		// nats.go reads the file at every attempt and retries a bad one
 		// forever, as if the server were down: read it once now.
-		if err := checkCredsFile(n.Creds); err != nil {
+		if err := CheckCredsFile(n.Creds); err != nil {
 			return nil, fmt.Errorf("%w: nats.creds: %w", ErrConfig, err)
 		}
 		opts = append(opts, nats.UserCredentials(n.Creds))

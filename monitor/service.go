@@ -315,6 +315,12 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 				respond(r, nil, err)
 				return
 			}
+			if r.Reply() == "" {
+				// Published, not requested: nobody would read the answer.
+				d.limiter.warn("svc_noreply", "svc.localize message without a reply subject (published rather than requested): not localized",
+					zap.String("graph", gr.name))
+				return
+			}
 			// Answered on a goroutine of its own, so one graph's queue
 			// does not hold up another's (a handler runs one request at
 			// a time), and refused at once past maxLocalizeWaiting: the
@@ -344,6 +350,9 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 				}
 				resp, err := d.localizeFor(ctx, gr, y, req)
 				<-gr.localizeTurn
+				if err != nil && d.stopping() {
+					err = fmt.Errorf("%w: the daemon is stopping (%w)", errBusy, err)
+				}
 				result := "ok"
 				if err != nil {
 					result = "error"
@@ -454,6 +463,13 @@ func (d *Daemon) goRequest(f func()) bool {
 	}
 	d.requests.Go(f)
 	return true
+}
+
+// stopping reports whether stopRequests has begun.
+func (d *Daemon) stopping() bool {
+	d.reqMu.Lock()
+	defer d.reqMu.Unlock()
+	return d.reqStopping
 }
 
 // stopRequests refuses new service requests, cancels those running

@@ -591,3 +591,21 @@ func TestLocalizeErrorsInServiceStats(t *testing.T) {
 	}
 	require.Fail(t, "no localize endpoint in the stats", "%+v", stats)
 }
+
+// A localize message published without a reply subject is not localized:
+// nobody would read the answer, and a flood of them would each cost an
+// inference.
+func TestLocalizeWithoutReplyIsSkipped(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory))
+	body, err := json.Marshal(LocalizeRequest{Graph: "p", Infected: []string{"1"}})
+	require.NoError(t, err)
+	for range 5 {
+		require.NoError(t, r.nc.Publish("sourcewatch.svc.localize", body))
+	}
+	m := request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{Graph: "p", Infected: []string{"1"}})
+	require.Empty(t, m.Header.Get(micro.ErrorHeader))
+	require.EqualValues(t, 1, f.all()[0].calls.Load(), "only the request was localized")
+}

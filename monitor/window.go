@@ -62,13 +62,32 @@ const recentIDs = 4096
 // held gigabytes.
 const maxKeptID = 64
 
-// idKey is what a window keeps of event id id.
+// idHashPrefix starts the key of an id longer than maxKeptID.
+const idHashPrefix = "sha256:"
+
+// isIDHash reports whether id has the form of a long id's key.
+func isIDHash(id string) bool {
+	h, ok := strings.CutPrefix(id, idHashPrefix)
+	if !ok || len(h) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// idKey is what a window keeps of event id id. It is idempotent, as
+// restore needs: a snapshot holds the keys, and a key of a long id is
+// itself longer than maxKeptID.
 func idKey(id string) string {
-	if len(id) <= maxKeptID {
+	if len(id) <= maxKeptID || isIDHash(id) {
 		return id
 	}
 	sum := sha256.Sum256([]byte(id))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return idHashPrefix + hex.EncodeToString(sum[:])
 }
 
 // entry is a node's last change.

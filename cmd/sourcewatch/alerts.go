@@ -245,6 +245,9 @@ func tailConnection(cmd *cobra.Command, v *viper.Viper) (string, []nats.Option, 
 		creds = nv.GetString("creds")
 	}
 	if creds != "" {
+		if err := monitor.CheckCredsFile(creds); err != nil {
+			return "", nil, fmt.Errorf("creds: %w", err)
+		}
 		opts = append(opts, nats.UserCredentials(creds))
 	}
 	if seed := nv.GetString("nkey"); seed != "" {

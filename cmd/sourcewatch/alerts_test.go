@@ -196,6 +196,8 @@ func TestAlertsTailJSONFromStart(t *testing.T) {
 
 func TestAlertsTailErrors(t *testing.T) {
 	url, _ := startAlertsNATS(t, "sourcewatch")
+	badCreds := filepath.Join(t.TempDir(), "bad.creds")
+	require.NoError(t, os.WriteFile(badCreds, []byte("not a creds file\n"), 0o600))
 	tests := []struct {
 		name string
 		args []string
@@ -206,6 +208,7 @@ func TestAlertsTailErrors(t *testing.T) {
 		{"bad graph", []string{"--nats", url, "--graph", "a>b"}, `graph "a>b"`},
 		{"no server", []string{"--nats", "nats://127.0.0.1:1"}, "connecting to NATS at nats://127.0.0.1:1"},
 		{"wrong prefix", []string{"--nats", url, "--prefix", "other"}, "wrong prefix"},
+		{"creds without a seed", []string{"--nats", url, "--creds", badCreds}, "creds: " + badCreds + ": no nkey seed (a .creds file holds a user JWT and its seed)"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

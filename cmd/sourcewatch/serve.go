@@ -89,7 +89,11 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 	}
 	reload := configReloader(cmd, a)
 	// Which build runs, in the log: svc.status gives only the version.
-	a.log.Info("sourcewatch starting", zap.String("version", monitor.Version), zap.String("commit", commit))
+	built := []zap.Field{zap.String("version", monitor.Version)}
+	if commit != "" {
+		built = append(built, zap.String("commit", commit))
+	}
+	a.log.Info("sourcewatch starting", built...)
 	opts := []monitor.Option{
 		monitor.WithLogger(a.log),
 		monitor.WithLocalizerFactory(factory),
