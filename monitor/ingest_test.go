@@ -433,13 +433,7 @@ func TestDeadLetterOfAnEventNearMaxPayload(t *testing.T) {
 	require.Less(t, len(body), maxPayload)
 	r.publish(t, "p", body, "")
 
-	stream, err := r.js.Stream(context.Background(), DeadLetterStream)
-	require.NoError(t, err)
-	var m *jetstream.RawStreamMsg
-	require.Eventually(t, func() bool {
-		m, err = stream.GetMsg(context.Background(), 1)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "no dead letter")
+	stream, m := firstDeadLetter(t, r)
 	require.Equal(t, ReasonTooLarge, m.Header.Get(HeaderReason))
 	require.Equal(t, strconv.Itoa(len(body)), m.Header.Get(HeaderTruncated))
 	require.Less(t, len(m.Data), len(body))
@@ -449,6 +443,19 @@ func TestDeadLetterOfAnEventNearMaxPayload(t *testing.T) {
 	info, err := stream.Info(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, 24*time.Hour, info.Config.Duplicates)
+}
+
+// firstDeadLetter waits for the first message of r's dead-letter stream.
+func firstDeadLetter(t *testing.T, r *running) (jetstream.Stream, *jetstream.RawStreamMsg) {
+	t.Helper()
+	stream, err := r.js.Stream(context.Background(), DeadLetterStream)
+	require.NoError(t, err)
+	var m *jetstream.RawStreamMsg
+	require.Eventually(t, func() bool {
+		m, err = stream.GetMsg(context.Background(), 1)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "no dead letter")
+	return stream, m
 }
 
 // A long event id is applied and deduplicated as a short one, but kept
@@ -465,13 +472,7 @@ func TestLongIDsAndValues(t *testing.T) {
 	r.publish(t, "p", `{"node":"3","state":"infected","id":"`+long+`x"}`, "")
 	r.publish(t, "p", `{"node":"`+strings.Repeat("n", 70<<10)+`","state":"infected"}`, "")
 
-	stream, err := r.js.Stream(context.Background(), DeadLetterStream)
-	require.NoError(t, err)
-	var m *jetstream.RawStreamMsg
-	require.Eventually(t, func() bool {
-		m, err = stream.GetMsg(context.Background(), 1)
-		return err == nil
-	}, 10*time.Second, 10*time.Millisecond, "the dead letter is stored")
+	_, m := firstDeadLetter(t, r)
 	require.Equal(t, ReasonUnknownNode, m.Header.Get(HeaderReason))
 	require.LessOrEqual(t, len(m.Header.Get(HeaderDetail)), maxDetailBytes)
 	require.Contains(t, m.Header.Get(HeaderDetail), `graph "p" has no node "nnnn`)
