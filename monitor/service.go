@@ -341,15 +341,15 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 				defer cancel()
 				// One request at a time waits for the graph's inference,
 				// so a scheduled one waits behind one request at most.
+				var resp LocalizeResponse
+				var err error
 				select {
 				case gr.localizeTurn <- struct{}{}:
+					resp, err = d.localizeFor(ctx, gr, y, req)
+					<-gr.localizeTurn
 				case <-ctx.Done():
-					d.metrics.requests.WithLabelValues(gr.name, "error").Inc()
-					respond(reply, nil, fmt.Errorf("graph %q: waiting for the requests before this one: %w", gr.name, ctx.Err()))
-					return
+					err = fmt.Errorf("graph %q: waiting for the requests before this one: %w", gr.name, ctx.Err())
 				}
-				resp, err := d.localizeFor(ctx, gr, y, req)
-				<-gr.localizeTurn
 				if err != nil && d.stopping() {
 					err = fmt.Errorf("%w: the daemon is stopping (%w)", errBusy, err)
 				}
