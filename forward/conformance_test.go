@@ -114,7 +114,7 @@ func TestCheckPlugin(t *testing.T) {
 		renamed := filepath.Join(t.TempDir(), forward.BinaryPrefix+"ltmf")
 		require.NoError(t, os.WriteFile(renamed, src, 0o755))
 		rep := forward.CheckPlugin(t.Context(), renamed, g, pairs, forward.PluginCheckOptions{})
-		require.True(t, rep.Passed(), "legal, so not a failure")
+		require.True(t, rep.Passed(), "legal, so not a failure: %s", rep.String())
 		require.Equal(t, forward.CheckWarn, statuses(rep)["info"])
 		require.Contains(t, detail(rep, "info"), `icmf 1.0.0, trainable false, 2 params; the binary is named for "ltmf"`)
 	})

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-plugin"
@@ -207,6 +208,30 @@ func FileSHA256(path string) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
+// CheckBinary reports whether the plugin binary at path is an executable
+// file with the given SHA-256 (any content when checksum is nil): the
+// check Launch makes before it starts the process, for a caller that
+// wants to know before it starts anything else. A mismatch wraps
+// ErrChecksum.
+func CheckBinary(path string, checksum []byte) error {
+	name := filepath.Base(path)
+	if err := checkExecutable(path); err != nil {
+		return &binaryError{fmt.Errorf("forward plugin %s: %w", name, err)}
+	}
+	if checksum == nil {
+		return nil
+	}
+	got, err := FileSHA256(path)
+	if err != nil {
+		return &binaryError{fmt.Errorf("forward plugin %s: %w", name, err)}
+	}
+	if !bytes.Equal(got, checksum) {
+		return &binaryError{fmt.Errorf("forward plugin %s: file has sha256 %s, expected %s: %w",
+			path, hex.EncodeToString(got), hex.EncodeToString(checksum), ErrChecksum)}
+	}
+	return nil
+}
+
 // LaunchOption configures Launch.
 type LaunchOption func(*launchOptions)
 
@@ -314,24 +339,56 @@ func pluginEnv(host []string, own ...string) []string {
 // only; the process lives until Close (or until the host dies: on Linux it
 // gets SIGKILL when its parent goes away).
 func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, error) {
+	// A binary this process has just written can still be open for
+	// writing in a child forked elsewhere in the process, between its
+	// fork and its exec (golang.org/issue/22315): exec then fails with
+	// ETXTBSY for the milliseconds until that child has exec'd. A plugin
+	// copied into place by the same program, as tests and installers do,
+	// would fail its first launch now and then.
+	delay := 10 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		p, err := launch(ctx, path, opts...)
+		if err == nil || !errors.Is(err, syscall.ETXTBSY) || attempt == textBusyAttempts {
+			return p, err
+		}
+		launchLogger(opts).Debug("forward plugin binary busy being written; starting it again", zap.String("path", path), zap.Duration("in", delay))
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		delay *= 2
+	}
+}
+
+// launchLogger is the logger opts set, for Launch's own messages.
+func launchLogger(opts []LaunchOption) *zap.Logger {
+	o := launchOptions{log: zap.NewNop()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.log
+}
+
+// textBusyAttempts is how often Launch starts a binary that is busy being
+// written (10 ms to 160 ms apart, about 0.3 s in all).
+const textBusyAttempts = 6
+
+func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, error) {
 	o := launchOptions{log: zap.NewNop(), fitIdle: 10 * time.Minute, startTimeout: 30 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	name := filepath.Base(path)
-	if err := checkExecutable(path); err != nil {
-		return nil, &binaryError{fmt.Errorf("forward plugin %s: %w", name, err)}
+	if err := CheckBinary(path, o.checksum); err != nil {
+		return nil, err
 	}
 	var secure *plugin.SecureConfig
 	if o.checksum != nil {
-		got, err := FileSHA256(path)
-		if err != nil {
-			return nil, &binaryError{fmt.Errorf("forward plugin %s: %w", name, err)}
-		}
-		if !bytes.Equal(got, o.checksum) {
-			return nil, &binaryError{fmt.Errorf("forward plugin %s: file has sha256 %s, expected %s: %w",
-				path, hex.EncodeToString(got), hex.EncodeToString(o.checksum), ErrChecksum)}
-		}
+		// go-plugin hashes the file again as it starts it, so a binary
+		// swapped between the two reads is refused too.
 		secure = &plugin.SecureConfig{Checksum: o.checksum, Hash: sha256.New()}
 	}
 	sweepOnce.Do(func() {

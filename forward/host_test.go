@@ -132,6 +132,36 @@ func TestChecksum(t *testing.T) {
 	require.ErrorContains(t, err, hex.EncodeToString(wrong))
 }
 
+// A binary still open for writing (here by the test itself; in a
+// program that copied it into place, by a child forked meanwhile) cannot
+// be executed. Launch tries again until the writer lets go.
+func TestLaunchWaitsForABinaryBeingWritten(t *testing.T) {
+	t.Parallel()
+	src, err := os.ReadFile(forwardtest.Build(t, "icmf"))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), forward.BinaryPrefix+"icmf")
+	w, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o755)
+	require.NoError(t, err)
+	_, err = w.Write(src)
+	require.NoError(t, err)
+
+	core, logs := observer.New(zapcore.DebugLevel)
+	done := make(chan error, 1)
+	go func() {
+		p, err := forward.Launch(t.Context(), path, forward.WithLogger(zap.New(core)))
+		if err == nil {
+			err = p.Close()
+		}
+		done <- err
+	}()
+	// The writer lets go only once a start has failed for it.
+	require.Eventually(t, func() bool {
+		return logs.FilterMessageSnippet("busy being written").Len() > 0
+	}, 10*time.Second, time.Millisecond, "the first start was not retried")
+	require.NoError(t, w.Close())
+	require.NoError(t, <-done)
+}
+
 // faulty is the test plugin with injectable faults.
 const faulty = "./forward/internal/testplugins/faulty"
 

@@ -47,20 +47,9 @@ type LaunchOptions struct {
 // hung process is relaunched (checksum verified again), re-configured, and
 // the interrupted call retried once. The caller closes it.
 func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Supervised, error) {
-	name := b.Manifest.Forward.Name
-	if o.Forward != "" {
-		name = o.Forward
-	}
-	path, err := forward.PluginPath(o.PluginDir, name)
+	path, want, err := resolvePlugin(&b.Manifest, o)
 	if err != nil {
 		return nil, err
-	}
-	want := b.Manifest.Forward.SHA256
-	if o.Forward != "" && o.Forward != b.Manifest.Forward.Name {
-		want = ""
-	}
-	if o.Checksum != "" {
-		want = o.Checksum
 	}
 	log := o.Logger
 	if log == nil {
@@ -70,22 +59,15 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 	if o.CallTimeout > 0 {
 		opts = append(opts, forward.WithCallTimeout(o.CallTimeout))
 	}
-	switch {
-	case want != "":
-		sum, err := hex.DecodeString(want)
-		if err != nil {
-			return nil, fmt.Errorf("forward plugin %s: recorded checksum %q is not hex: %w", path, want, err)
-		}
-		opts = append(opts, forward.WithChecksum(sum))
-	case o.AllowUnverified:
+	if want != nil {
+		opts = append(opts, forward.WithChecksum(want))
+	} else {
 		got, err := forward.FileSHA256(path)
 		if err != nil {
 			return nil, err
 		}
 		log.Warn("launching forward plugin without checksum verification (allow_unverified)",
 			zap.String("plugin", path), zap.String("sha256", hex.EncodeToString(got)))
-	default:
-		return nil, fmt.Errorf("%w: bundle %s records no SHA-256 for %s; set allow_unverified to run it anyway", ErrUnverified, b.Manifest.ID, path)
 	}
 	sup := []forward.SuperviseOption{forward.WithLaunchOptions(opts...), forward.WithSupervisorLogger(log)}
 	if o.Checksum == "" && b.Manifest.Forward.Version != "" {
@@ -99,23 +81,78 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 		sup = append(sup, forward.WithOnRestart(o.OnRestart))
 	}
 	p, err := forward.Supervise(ctx, path, sup...)
-	switch {
-	case errors.Is(err, forward.ErrChecksum) && o.Checksum == "":
-		// The usual cause: the plugin was rebuilt after the bundle was
-		// trained. Say what to do about it.
-		return nil, fmt.Errorf("%w (bundle %s was trained with another build of %s %s: point plugin_dir or --plugin-dir at the build it was trained with (kept aside at an upgrade), retrain the bundle with this build or, if this build is a trusted one of the same model, pin its sha256 with forward_checksum in serve's graph config or localize's --forward-checksum)",
-			err, b.Manifest.ID, b.Manifest.Forward.Name, b.Manifest.Forward.Version)
-	case errors.Is(err, forward.ErrVersion):
-		return nil, fmt.Errorf("%w (the version bundle %s was trained with: retrain the bundle, or pin this build's sha256 with forward_checksum or --forward-checksum if it is the same model)",
-			err, b.Manifest.ID)
-	case err != nil:
-		return nil, err
+	if err != nil {
+		return nil, explainPluginError(err, &b.Manifest, o)
 	}
 	if err := p.Configure(ctx, b.Manifest.Forward.ForwardGraph(b.Graph), mergeParams(b.Manifest.Forward.Params, o.Params), b.ForwardState); err != nil {
 		p.Close()
 		return nil, err // names the plugin and the call
 	}
 	return p, nil
+}
+
+// CheckForward makes the checks LaunchForward makes on the plugin binary
+// before it starts it (the plugin found in o.PluginDir, executable, with
+// the SHA-256 the manifest records or o.Checksum pins), without starting
+// it: a daemon checks every graph's plugin this way before it connects to
+// anything. The version the plugin reports is checked only at launch.
+func CheckForward(m *Manifest, o LaunchOptions) error {
+	path, want, err := resolvePlugin(m, o)
+	if err != nil {
+		return err
+	}
+	if err := forward.CheckBinary(path, want); err != nil {
+		return explainPluginError(err, m, o)
+	}
+	return nil
+}
+
+// resolvePlugin returns the path of the plugin binary o runs for m and
+// the SHA-256 it must have: nil only where o allows an unverified plugin.
+func resolvePlugin(m *Manifest, o LaunchOptions) (path string, want []byte, err error) {
+	name := m.Forward.Name
+	if o.Forward != "" {
+		name = o.Forward
+	}
+	path, err = forward.PluginPath(o.PluginDir, name)
+	if err != nil {
+		return "", nil, err
+	}
+	sum := m.Forward.SHA256
+	if o.Forward != "" && o.Forward != m.Forward.Name {
+		sum = ""
+	}
+	if o.Checksum != "" {
+		sum = o.Checksum
+	}
+	switch {
+	case sum != "":
+		want, err = hex.DecodeString(sum)
+		if err != nil {
+			return "", nil, fmt.Errorf("forward plugin %s: recorded checksum %q is not hex: %w", path, sum, err)
+		}
+		return path, want, nil
+	case o.AllowUnverified:
+		return path, nil, nil
+	default:
+		return "", nil, fmt.Errorf("%w: bundle %s records no SHA-256 for %s; set allow_unverified to run it anyway", ErrUnverified, m.ID, path)
+	}
+}
+
+// explainPluginError adds what to do about the usual causes of a plugin
+// the bundle refuses.
+func explainPluginError(err error, m *Manifest, o LaunchOptions) error {
+	switch {
+	case errors.Is(err, forward.ErrChecksum) && o.Checksum == "":
+		// The usual cause: the plugin was rebuilt after the bundle was
+		// trained.
+		return fmt.Errorf("%w (bundle %s was trained with another build of %s %s: point plugin_dir or --plugin-dir at the build it was trained with (kept aside at an upgrade), retrain the bundle with this build or, if this build is a trusted one of the same model, pin its sha256 with forward_checksum in serve's graph config or localize's --forward-checksum)",
+			err, m.ID, m.Forward.Name, m.Forward.Version)
+	case errors.Is(err, forward.ErrVersion):
+		return fmt.Errorf("%w (the version bundle %s was trained with: retrain the bundle, or pin this build's sha256 with forward_checksum or --forward-checksum if it is the same model)",
+			err, m.ID)
+	}
+	return err
 }
 
 // mergeParams returns the recorded params with override's keys replacing

@@ -73,14 +73,9 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		if s := b.Manifest.NoBetterThanInfected(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "control") {
 			log.Warn("the bundle ranks no better than the infected control: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
 		}
-		return launchBundle(ctx, gc.Name, b, localize.LaunchOptions{
-			PluginDir:       pluginDir,
-			Forward:         gc.Forward,
-			Params:          gc.ForwardParams,
-			Checksum:        gc.ForwardChecksum,
-			AllowUnverified: gc.AllowUnverified,
-			Logger:          log.Named("plugin").With(zap.String("graph", gc.Name)),
-		})
+		o := launchOptions(pluginDir, gc)
+		o.Logger = log.Named("plugin").With(zap.String("graph", gc.Name))
+		return launchBundle(ctx, gc.Name, b, o)
 	}
 }
 
@@ -108,18 +103,39 @@ func (l *bundleLocalizer) Relaunch(ctx context.Context) (Localizer, error) {
 	return launchBundle(ctx, l.name, l.bundle, l.launch)
 }
 
-// BundlePreflight checks a graph's bundle file without loading it, for
-// WithPreflight: a bundle archive of a format this sourcewatch reads,
-// trained on g.
-func BundlePreflight(gc GraphConfig, g *graph.Graph) error {
-	m, err := localize.ReadManifest(gc.Bundle)
-	if err == nil {
-		err = m.CheckGraph(g)
+// BundlePreflight returns the cheap check of a graph's model for
+// WithPreflight: its bundle file, without loading it, is an archive of a
+// format this sourcewatch reads, trained on g, and its forward plugin in
+// pluginDir (as BundleLocalizers finds it) is the build the bundle
+// records or the graph's forward_checksum pins. A plugin rebuilt since
+// the bundle was trained then stops the start before NATS, for every
+// graph it concerns, instead of at the first graph's localizer. The
+// version the plugin reports is checked when it is launched.
+func BundlePreflight(pluginDir string) func(GraphConfig, *graph.Graph) error {
+	if pluginDir == "" {
+		pluginDir = "bin"
 	}
-	if err != nil {
-		return fmt.Errorf("bundle: %w%s", err, relativePathHint(gc.Bundle, err)) // the daemon names the graph
+	return func(gc GraphConfig, g *graph.Graph) error {
+		m, err := localize.ReadManifest(gc.Bundle)
+		if err == nil {
+			err = m.CheckGraph(g)
+		}
+		if err != nil {
+			return fmt.Errorf("bundle: %w%s", err, relativePathHint(gc.Bundle, err)) // the daemon names the graph
+		}
+		return localize.CheckForward(&m, launchOptions(pluginDir, gc))
 	}
-	return nil
+}
+
+// launchOptions is how the daemon runs gc's forward plugin from pluginDir.
+func launchOptions(pluginDir string, gc GraphConfig) localize.LaunchOptions {
+	return localize.LaunchOptions{
+		PluginDir:       pluginDir,
+		Forward:         gc.Forward,
+		Params:          gc.ForwardParams,
+		Checksum:        gc.ForwardChecksum,
+		AllowUnverified: gc.AllowUnverified,
+	}
 }
 
 // Model names the bundle and the forward plugin that answered Info.

@@ -57,7 +57,20 @@ func TestBundleLocalizers(t *testing.T) {
 	require.NoError(t, b.WriteFile(bundle))
 	gc := DefaultGraphConfig("karate")
 	gc.Bundle = bundle
-	require.NoError(t, BundlePreflight(gc, g))
+	require.NoError(t, BundlePreflight(filepath.Dir(plugin))(gc, g))
+	// The preflight refuses a plugin build the bundle was not trained
+	// with, as the launch would, without starting it.
+	rebuilt := t.TempDir()
+	bin, err := os.ReadFile(plugin)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(rebuilt, forward.BinaryPrefix+"icmf"), append(bin, 0), 0o755))
+	err = BundlePreflight(rebuilt)(gc, g)
+	require.ErrorIs(t, err, forward.ErrChecksum)
+	require.ErrorContains(t, err, "was trained with another build of icmf")
+	pinned := gc
+	pinned.ForwardChecksum = "00"
+	require.ErrorIs(t, BundlePreflight(filepath.Dir(plugin))(pinned, g), forward.ErrChecksum)
+	require.ErrorContains(t, BundlePreflight(t.TempDir())(gc, g), "the plugin dir holds no plugin")
 
 	core, logs := observer.New(zapcore.WarnLevel)
 	factory := BundleLocalizers(filepath.Dir(plugin), zap.New(core))

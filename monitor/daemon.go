@@ -440,21 +440,29 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 	}()
 
-	// Graphs first: a bad edge file should fail before anything starts.
+	// Graphs first: a bad edge file should fail before anything starts,
+	// and every graph's problem is reported at once, so a fleet of graphs
+	// is not fixed one restart at a time.
 	d.graphs = map[string]*graphRT{}
+	var startErrs []error
 	for i, gc := range cfg.Graphs {
 		g := d.preloaded[gc.Name]
 		if g == nil {
 			var err error
 			g, err = graph.Load(gc.Edges, graph.Directed(gc.Directed))
 			if err != nil {
-				return fmt.Errorf("graphs[%d] (%s): %w%s", i, gc.Name, err, relativePathHint(gc.Edges, err))
+				startErrs = append(startErrs, fmt.Errorf("graphs[%d] (%s): %w%s", i, gc.Name, err, relativePathHint(gc.Edges, err)))
+				continue
 			}
 		}
 		if d.preflight != nil {
 			if err := d.preflight(gc, g); err != nil {
-				return fmt.Errorf("graph %q: %w", gc.Name, err)
+				startErrs = append(startErrs, fmt.Errorf("graph %q: %w", gc.Name, err))
+				continue
 			}
+		}
+		if len(startErrs) > 0 {
+			continue
 		}
 		gr := d.newGraphRT(gc, g)
 		// Series a graph has from the start, so a dashboard's rate() of
@@ -474,6 +482,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 		d.graphs[gc.Name] = gr
 		d.order = append(d.order, gr)
+	}
+	if err := errors.Join(startErrs...); err != nil {
+		return err
 	}
 
 	// HTTP comes up before NATS and the lease, so /readyz says what the
@@ -1041,12 +1052,13 @@ func (d *Daemon) preflightAll(cfg Config) error {
 	if d.preflight == nil {
 		return nil
 	}
+	var errs []error
 	for i, gc := range cfg.Graphs {
 		if err := d.preflight(gc, d.order[i].g); err != nil {
-			return fmt.Errorf("graph %q: %w", gc.Name, err)
+			errs = append(errs, fmt.Errorf("graph %q: %w", gc.Name, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // reloadIfRequestedDuringStart runs the reload a request before the start

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
 )
 
@@ -459,6 +460,26 @@ func TestPreflightFailsBeforeWaitingForNATS(t *testing.T) {
 		t.Fatal("the start waited instead of failing")
 	}
 	require.Empty(t, d.HTTPAddr(), "HTTP never came up")
+}
+
+// Every graph's preflight failure is reported at once, so an operator
+// with many graphs fixes them in one go rather than one restart at a time.
+func TestPreflightReportsEveryGraph(t *testing.T) {
+	cfg := testConfig(t, "a", "b", "c")
+	cfg.NATS.URL = "nats://127.0.0.1:1"
+	d, err := New(cfg, preload(t, 4, "a", "b", "c"), WithLocalizerFactory((&factoryOf{}).factory),
+		WithPreflight(func(gc GraphConfig, _ *graph.Graph) error {
+			if gc.Name == "b" {
+				return nil
+			}
+			return fmt.Errorf("bundle of %s: %w", gc.Name, forward.ErrChecksum)
+		}))
+	require.NoError(t, err)
+	err = d.Run(t.Context())
+	require.ErrorIs(t, err, forward.ErrChecksum)
+	require.ErrorContains(t, err, `graph "a": bundle of a`)
+	require.ErrorContains(t, err, `graph "c": bundle of c`)
+	require.NotContains(t, err.Error(), `graph "b"`)
 }
 
 // Go's profiles are served only when http.pprof asks for them.

@@ -108,7 +108,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		monitor.WithLogger(a.log),
 		monitor.WithGraphs(map[string]*graph.Graph{gc.Name: g}),
 		monitor.WithLocalizerFactory(monitor.BundleLocalizers(daemonPluginDir(cfg), a.log)),
-		monitor.WithPreflight(monitor.BundlePreflight),
+		monitor.WithPreflight(monitor.BundlePreflight(daemonPluginDir(cfg))),
 		monitor.WithReload(configReloader(cmd, a)),
 		monitor.WithAlertNote(demoAlertNote),
 	}

@@ -98,7 +98,7 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 		monitor.WithLogger(a.log),
 		monitor.WithLocalizerFactory(factory),
 		monitor.WithReload(reload),
-		monitor.WithPreflight(monitor.BundlePreflight),
+		monitor.WithPreflight(monitor.BundlePreflight(daemonPluginDir(cfg))),
 	}
 	// A replica that loses its lease stands by again in this process,
 	// built anew from the config file as it is then.
