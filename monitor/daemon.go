@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"golang.org/x/net/netutil"
 	"net"
 	"net/http"
 	"reflect"
@@ -509,7 +508,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("http.addr: %w (another process on it? set http.addr, or SOURCEWATCH_HTTP_ADDR; \"\" turns HTTP off)", err)
 		}
 		d.httpAddr.Store(ln.Addr().String())
-		httpSrv = &http.Server{Handler: d.handler(),
+		limited := newConnLimit(ln, maxHTTPConns, d.now)
+		httpSrv = &http.Server{Handler: d.handler(), ConnState: limited.connState,
 			// Without these, idle keep-alive connections are never
 			// closed: local clients could hold every file descriptor,
 			// and the embedded JetStream store fails its writes for good
@@ -519,7 +519,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			WriteTimeout: 2 * time.Minute, IdleTimeout: 90 * time.Second}
 		go func() {
 			defer close(httpDone)
-			if err := httpSrv.Serve(netutil.LimitListener(ln, maxHTTPConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := httpSrv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				d.log.Error("http server", zap.Error(err))
 			}
 		}()
@@ -2026,6 +2026,7 @@ func (m *ctxMutex) lock(ctx context.Context) error {
 func (m *ctxMutex) unlock() { <-m.ch }
 
 // maxHTTPConns bounds the HTTP connections open at once; past it a new
-// one waits for one to close (an idle one closes after IdleTimeout).
-// Health checks, scrapes and a few dashboards need a handful.
+// one replaces the one idle longest, or waits for one to close when none
+// is idle (see connLimit). Health checks, scrapes and a few dashboards
+// need a handful.
 const maxHTTPConns = 256

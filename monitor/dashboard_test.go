@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"bufio"
 	"bytes"
 	"io"
 	"net"
@@ -122,6 +123,62 @@ func TestHTTPConnectionsAreBounded(t *testing.T) {
 	require.Contains(t, string(reply), "200 OK", "served once a connection closed")
 }
 
+// Keep-alive connections between requests do not starve a health probe
+// at the bound: the one idle longest is closed to make room, the others
+// stay.
+func TestIdleHTTPConnectionsMakeRoom(t *testing.T) {
+	cfg := testConfig(t, "p")
+	r := start(t, cfg, preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	addr := r.d.HTTPAddr()
+	type kept struct {
+		net.Conn
+		rd *bufio.Reader
+	}
+	var idle []kept
+	defer func() {
+		for _, c := range idle {
+			_ = c.Close()
+		}
+	}()
+	for range maxHTTPConns {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		k := kept{c, bufio.NewReader(c)}
+		idle = append(idle, k)
+		_, err = c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(k.rd, nil)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+
+	probe, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer probe.Close()
+	_, err = probe.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"))
+	require.NoError(t, err)
+	require.NoError(t, probe.SetReadDeadline(time.Now().Add(10*time.Second)))
+	reply, err := io.ReadAll(probe)
+	require.NoError(t, err)
+	require.Contains(t, string(reply), "200 OK", "served at the bound")
+
+	require.NoError(t, idle[0].SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err = idle[0].rd.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the connection idle longest was closed")
+	// The others still answer.
+	for _, k := range []kept{idle[1], idle[maxHTTPConns-1]} {
+		_, err = k.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+		require.NoError(t, err)
+		require.NoError(t, k.SetReadDeadline(time.Now().Add(10*time.Second)))
+		resp, err := http.ReadResponse(k.rd, nil)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+	}
+}
+
 // A state store that refuses the periodic snapshot (a full disk, no file
 // descriptors left: the embedded server does not recover by itself) makes
 // the daemon unready, naming it, until a snapshot is written again.
@@ -149,4 +206,37 @@ func TestFailedSnapshotIsNotReady(t *testing.T) {
 		code, body = get(t, ready)
 		return code == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond, body)
+}
+
+// A listener waiting for a slot at the bound gives up when it is closed,
+// so a stop does not wait for a client to let go.
+func TestConnLimitCloseWakesAWaitingAccept(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := newConnLimit(ln, 1, time.Now)
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		require.NoError(t, err)
+		defer c.Close()
+	}
+	first, err := l.Accept()
+	require.NoError(t, err)
+	defer first.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := l.Accept() // the second connection: no slot, none idle
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("accepted past the bound: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, l.Close())
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, net.ErrClosed)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not wake the waiting Accept")
+	}
 }

@@ -1,0 +1,159 @@
+package monitor
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// connLimit is a listener that keeps at most max connections open, so
+// HTTP clients cannot take the file descriptors the event store needs.
+// A new connection at the bound closes the one idle longest (a
+// keep-alive connection between requests) to make room, and only when
+// none is idle waits for one to close: a health probe is then not starved for the
+// server's whole idle timeout by clients that hold connections open and
+// ask nothing (netutil.LimitListener waits in every case). A connection
+// closed while its client was about to reuse it is what a keep-alive
+// client must expect anyway; Go's and curl's retry the request.
+//
+// The server reports its connections' states through connState, which
+// must be its http.Server.ConnState.
+type connLimit struct {
+	net.Listener
+	max int
+	now func() time.Time
+
+	mu    sync.Mutex
+	open  int
+	idle  map[*limitedConn]time.Time // since when each idle one is
+	freed chan struct{}              // a slot came free; capacity 1
+	done  chan struct{}              // closed by Close
+	once  sync.Once
+}
+
+func newConnLimit(ln net.Listener, max int, now func() time.Time) *connLimit {
+	return &connLimit{
+		Listener: ln, max: max, now: now,
+		idle:  map[*limitedConn]time.Time{},
+		freed: make(chan struct{}, 1),
+		done:  make(chan struct{}),
+	}
+}
+
+// Accept takes the next connection and then a slot for it (closing the
+// longest idle connection, or waiting, at the bound): an idle connection
+// is closed only for a client that is there, and one connection at most
+// waits beyond the bound.
+func (l *connLimit) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if err := l.acquire(); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return &limitedConn{Conn: c, l: l}, nil
+}
+
+func (l *connLimit) acquire() error {
+	for {
+		l.mu.Lock()
+		if l.open < l.max {
+			l.open++
+			l.mu.Unlock()
+			return nil
+		}
+		victim := l.longestIdleLocked()
+		if victim != nil {
+			delete(l.idle, victim)
+		}
+		l.mu.Unlock()
+		if victim != nil {
+			// Its Close gives the slot back, for the next turn of the loop
+			// (or another acquirer's: then this one evicts again).
+			_ = victim.Close()
+			continue
+		}
+		select {
+		case <-l.freed:
+		case <-l.done:
+			return net.ErrClosed
+		}
+	}
+}
+
+func (l *connLimit) longestIdleLocked() *limitedConn {
+	var (
+		oldest *limitedConn
+		since  time.Time
+	)
+	for c, t := range l.idle {
+		if oldest == nil || t.Before(since) {
+			oldest, since = c, t
+		}
+	}
+	return oldest
+}
+
+func (l *connLimit) release() {
+	l.mu.Lock()
+	l.open--
+	l.mu.Unlock()
+	select {
+	case l.freed <- struct{}{}:
+	default:
+	}
+}
+
+// connState tracks which connections are idle; it is the server's
+// http.Server.ConnState.
+func (l *connLimit) connState(nc net.Conn, state http.ConnState) {
+	c, ok := nc.(*limitedConn)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if state == http.StateIdle && !c.isClosed() {
+		l.idle[c] = l.now()
+		return
+	}
+	delete(l.idle, c)
+}
+
+// Close closes the listener and wakes an Accept waiting for a slot.
+func (l *connLimit) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// limitedConn gives its slot back once, at its first Close.
+type limitedConn struct {
+	net.Conn
+	l      *connLimit
+	mu     sync.Mutex
+	closed bool
+}
+
+func (c *limitedConn) Close() error {
+	c.mu.Lock()
+	first := !c.closed
+	c.closed = true
+	c.mu.Unlock()
+	err := c.Conn.Close()
+	if first {
+		c.l.mu.Lock()
+		delete(c.l.idle, c)
+		c.l.mu.Unlock()
+		c.l.release()
+	}
+	return err
+}
+
+func (c *limitedConn) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
