@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -178,4 +180,100 @@ func getBlob(ctx context.Context, kv jetstream.KeyValue, key string) ([]byte, er
 		return nil, fmt.Errorf("%w: more than %d bytes uncompressed", errBadBlob, maxBlobBytes)
 	}
 	return out, nil
+}
+
+// compactBlobs removes from the state bucket what no reader needs:
+//   - purge and delete markers created before cutoff. A KV purge keeps one
+//     record per key for good; an older sourcewatch named a snapshot's
+//     parts afresh at every write, so its markers piled up by thousands a
+//     day, each a subject the server tracks;
+//   - parts in that older naming (neither "a" nor "b") that their key's
+//     current header does not name, left by a write cut short.
+//
+// Each is removed with the stream records up to its own revision only, so
+// a value written to the key meanwhile stays (a KV purge would leave a
+// new marker, and nats.go's PurgeDeletes would take the new value too).
+// It returns how many of each it removed.
+func compactBlobs(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, cutoff time.Time) (markers, parts int, err error) {
+	// A bucket's records are the stream KV_<bucket>'s.
+	stream, err := js.Stream(ctx, "KV_"+kv.Bucket())
+	if err != nil {
+		return 0, 0, fmt.Errorf("the stream of %s: %w", kv.Bucket(), err)
+	}
+	w, err := kv.WatchAll(ctx, jetstream.MetaOnly())
+	if err != nil {
+		return 0, 0, fmt.Errorf("listing %s: %w", kv.Bucket(), err)
+	}
+	type record struct {
+		key string
+		rev uint64
+	}
+	var stale, orphans []record
+	for e := range w.Updates() {
+		if e == nil {
+			break // the initial values are all in
+		}
+		switch e.Operation() {
+		case jetstream.KeyValueDelete, jetstream.KeyValuePurge:
+			if e.Created().Before(cutoff) {
+				stale = append(stale, record{e.Key(), e.Revision()})
+			}
+		case jetstream.KeyValuePut:
+			if _, id, ok := splitPartKey(e.Key()); ok && id != "a" && id != "b" {
+				orphans = append(orphans, record{e.Key(), e.Revision()})
+			}
+		}
+	}
+	_ = w.Stop()
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	remove := func(r record) error {
+		return stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+kv.Bucket()+"."+r.key), jetstream.WithPurgeSequence(r.rev+1))
+	}
+	for _, r := range stale {
+		if err := remove(r); err != nil {
+			return markers, parts, fmt.Errorf("removing the marker of %s: %w", r.key, err)
+		}
+		markers++
+	}
+	current := map[string]string{} // key -> the parts id its header names
+	for _, r := range orphans {
+		key, id, _ := splitPartKey(r.key)
+		named, seen := current[key]
+		if !seen {
+			h, err := oldHeader(ctx, kv, key)
+			if err != nil {
+				return markers, parts, fmt.Errorf("reading %s: %w", key, err)
+			}
+			if h != nil {
+				named = h.ID
+			}
+			current[key] = named
+		}
+		if id == named {
+			continue
+		}
+		if err := remove(r); err != nil {
+			return markers, parts, fmt.Errorf("removing %s: %w", r.key, err)
+		}
+		parts++
+	}
+	return markers, parts, nil
+}
+
+// splitPartKey undoes partKey.
+func splitPartKey(k string) (key, id string, ok bool) {
+	i := strings.LastIndex(k, ".part.")
+	if i <= 0 {
+		return "", "", false
+	}
+	id, n, found := strings.Cut(k[i+len(".part."):], ".")
+	if !found || id == "" {
+		return "", "", false
+	}
+	if _, err := strconv.Atoi(n); err != nil {
+		return "", "", false
+	}
+	return k[:i], id, true
 }

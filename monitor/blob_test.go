@@ -2,11 +2,16 @@ package monitor
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -124,4 +129,62 @@ func TestBlobWriteNeedsTheCurrentHeader(t *testing.T) {
 	got, err := getBlob(ctx, kv, "window.p")
 	require.NoError(t, err)
 	require.True(t, bytes.Equal(live, got), "the stored snapshot is untouched")
+}
+
+// What an older sourcewatch left in the state bucket, purge markers of
+// parts it named afresh at every write and parts a cut-short write left,
+// is removed; the snapshot its current header names, this version's own
+// parts and a marker younger than the cutoff stay.
+func TestCompactBlobsRemovesOldLeftovers(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	ctx := t.Context()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
+	require.NoError(t, err)
+	put := func(key string, v []byte) {
+		_, err := kv.Put(ctx, key, v)
+		require.NoError(t, err)
+	}
+	// A snapshot in the older naming, still the current one.
+	live := []byte("compressed snapshot bytes")
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, _ = zw.Write(live)
+	require.NoError(t, zw.Close())
+	data := buf.Bytes()
+	sum := sha256.Sum256(data)
+	half := len(data) / 2
+	put(partKey("window.p", "0f1e2d3c", 0), data[:half])
+	put(partKey("window.p", "0f1e2d3c", 1), data[half:])
+	header, err := json.Marshal(blobHeader{Parts: 2, ID: "0f1e2d3c", SHA256: hex.EncodeToString(sum[:])})
+	require.NoError(t, err)
+	put("window.p", header)
+	// Parts of a write cut short, and markers of parts replaced long ago.
+	put(partKey("window.p", "99aa88bb", 0), []byte("orphan"))
+	for i := range 3 {
+		key := partKey("window.p", "77665544", i)
+		put(key, []byte("replaced"))
+		require.NoError(t, kv.Purge(ctx, key))
+	}
+	// This version's parts: not the compaction's to judge.
+	put(partKey("window.q", "a", 0), []byte("being written"))
+
+	markers, parts, err := compactBlobs(ctx, js, kv, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	require.Zero(t, markers, "markers younger than the cutoff stay")
+	require.Equal(t, 1, parts)
+
+	markers, parts, err = compactBlobs(ctx, js, kv, time.Now().Add(time.Minute))
+	require.NoError(t, err)
+	require.Equal(t, 3, markers)
+	require.Zero(t, parts)
+
+	got, err := getBlob(ctx, kv, "window.p")
+	require.NoError(t, err)
+	require.Equal(t, live, got, "the current snapshot is whole")
+	_, err = kv.Get(ctx, partKey("window.q", "a", 0))
+	require.NoError(t, err)
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), st.Values(), "the header, its two parts and this version's part")
 }

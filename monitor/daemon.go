@@ -699,6 +699,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	loops.Go(func() { d.snapshotLoop(loopCtx) })
 	loops.Go(func() { d.limiter.flushLoop(loopCtx) })
+	loops.Go(func() { d.compactState(loopCtx) })
 
 	started = true
 	close(d.ready)
@@ -1538,6 +1539,25 @@ func (d *Daemon) dropRemovedGraphState(ctx context.Context) {
 		// Warn: the state of a graph another replica still runs (a config
 		// that differs between replicas) would be gone too.
 		d.log.Warn("state of graphs no longer configured deleted", zap.Strings("deleted", dropped))
+	}
+}
+
+// stateMarkerAge is how long a purge marker stays in the state bucket
+// before compactState removes it: as long as nats.go's PurgeDeletes
+// keeps one by default, for a watcher of the bucket to see the purge.
+const stateMarkerAge = 30 * time.Minute
+
+// compactState removes, once per start of the active replica and beside
+// the serving, the purge markers and orphaned snapshot parts the state
+// bucket holds (see compactBlobs): an older sourcewatch left thousands a
+// day. Best effort, as dropRemovedGraphState.
+func (d *Daemon) compactState(ctx context.Context) {
+	markers, parts, err := compactBlobs(ctx, d.js, d.kv, d.now().Add(-stateMarkerAge))
+	switch {
+	case err != nil && ctx.Err() == nil:
+		d.log.Warn("compacting the state bucket; tried again at the next start", zap.Int("markers_removed", markers), zap.Int("parts_removed", parts), zap.Error(err))
+	case markers+parts > 0:
+		d.log.Info("state bucket compacted", zap.Int("markers_removed", markers), zap.Int("parts_removed", parts))
 	}
 }
 
