@@ -85,6 +85,9 @@ type Settings struct {
 	Observe   [2]float64        `json:"observe"`
 	Methods   []string          `json:"methods"`
 	Params    map[string]string `json:"params,omitempty"`
+	// PluginDir is where methods with a forward model found their
+	// plugin unless Params gave one its own plugin_dir ("": bin).
+	PluginDir string `json:"plugin_dir,omitempty"`
 	// Redrawn counts simulated draws discarded because they died out
 	// below their observation target.
 	Redrawn int `json:"redrawn"`
@@ -375,11 +378,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	for _, res := range r.Results {
 		if e, ok := res.Extra[localize.VJPCheckMetric]; ok && e > 1 {
-			fmt.Fprintf(&b, "%s: the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance, mean over runs): the descent follows a wrong gradient, so these numbers are not SL-VAE's; run sourcewatch plugin check NAME --plugin-dir <the directory eval found it in>\n",
-				res.Method, e)
+			fmt.Fprintf(&b, "%s: the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance, mean over runs): the descent follows a wrong gradient, so these numbers are not SL-VAE's; run sourcewatch plugin check %s --plugin-dir %s\n",
+				res.Method, e, r.pluginOf(res.Method), r.pluginDirOf(res.Method))
 		} else if res.Extra[localize.VJPFlatMetric] > 0 {
-			fmt.Fprintf(&b, "%s: the forward model's gradient was 0 at every coordinate of train's spot check in at least one run (outputs saturated at 0 or 1?): the descent has nothing to follow there, so these numbers are not SL-VAE's; run sourcewatch plugin check NAME --plugin-dir <the directory eval found it in>\n",
-				res.Method)
+			fmt.Fprintf(&b, "%s: the forward model's gradient was 0 at every coordinate of train's spot check in at least one run (outputs saturated at 0 or 1?): the descent has nothing to follow there, so these numbers are not SL-VAE's; run sourcewatch plugin check %s --plugin-dir %s\n",
+				res.Method, r.pluginOf(res.Method), r.pluginDirOf(res.Method))
 		}
 	}
 	if r.ForwardFloorMSE != nil && *r.ForwardFloorMSE > 0 {
@@ -409,4 +412,30 @@ func cell(s Stat, prec int) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.*f ± %.*f", prec, s.Mean, prec, s.SD)
+}
+
+// pluginOf is the forward plugin method (a row's name) ran: the one in
+// its name's brackets, its forward param, or SL-VAE's default, deepis.
+func (r *Report) pluginOf(method string) string {
+	base, rest, bracketed := strings.Cut(method, "[")
+	if bracketed {
+		return strings.TrimSuffix(rest, "]")
+	}
+	if name, ok := r.Settings.Params[base+".forward"]; ok {
+		return name
+	}
+	return DefaultForward
+}
+
+// pluginDirOf is the directory method (a row's name, "slvae[icmf]" for
+// the method slvae given another plugin) found its forward plugin in.
+func (r *Report) pluginDirOf(method string) string {
+	base, _, _ := strings.Cut(method, "[")
+	if dir, ok := r.Settings.Params[base+".plugin_dir"]; ok {
+		return dir
+	}
+	if r.Settings.PluginDir != "" {
+		return r.Settings.PluginDir
+	}
+	return "bin"
 }

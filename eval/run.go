@@ -732,6 +732,7 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 			Sources: cfg.Sim.Sources.String(), Pattern: string(cfg.Sim.Pattern),
 			Observe: [2]float64{cfg.Sim.ObserveMin, cfg.Sim.ObserveMax},
 			Methods: cfg.Methods, Params: cfg.Params, Redrawn: redrawn,
+			PluginDir: cfg.PluginDir,
 		},
 	}
 	if rep.Settings.Pattern == "" {

@@ -605,4 +605,27 @@ func TestReportCallsOutAPoorForwardFit(t *testing.T) {
 	require.NotContains(t, out, "slvae: forward_test_mse is", "10% above the floor is a fit")
 }
 
+// A wrong or flat gradient's advice names the plugin and the directory
+// the method ran it from, so it can be run as printed.
+func TestReportNamesThePluginToCheck(t *testing.T) {
+	rep := &Report{Graph: "g",
+		Settings: Settings{PluginDir: "/opt/plugins", Params: map[string]string{"slvae-noprior.plugin_dir": "/srv/p", "slvae-a.forward": "gat"}},
+		Results: []Result{
+			{Method: "slvae[icmf]", Extra: map[string]float64{localize.VJPCheckMetric: 40}},
+			{Method: "slvae-noprior", Extra: map[string]float64{localize.VJPFlatMetric: 1}},
+			{Method: "slvae-a", Extra: map[string]float64{localize.VJPCheckMetric: 3}},
+		}}
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	out := buf.String()
+	require.Contains(t, out, "slvae[icmf]: the forward model's VJP disagrees")
+	require.Contains(t, out, "run sourcewatch plugin check icmf --plugin-dir /opt/plugins\n")
+	require.Contains(t, out, "run sourcewatch plugin check deepis --plugin-dir /srv/p\n")
+	require.Contains(t, out, "run sourcewatch plugin check gat --plugin-dir /opt/plugins\n")
+	rep.Settings = Settings{}
+	buf.Reset()
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "run sourcewatch plugin check icmf --plugin-dir bin\n")
+}
+
 func ptr(v float64) *float64 { return &v }

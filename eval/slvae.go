@@ -17,6 +17,10 @@ import (
 	"github.com/sourcewatch/sourcewatch/prior"
 )
 
+// DefaultForward is the forward plugin of the SL-VAE methods unless their
+// forward param names another: the paper's default model.
+const DefaultForward = "deepis"
+
 // SL-VAE and its ablations (the paper's Table 4), trained on the run's
 // training split with delta chosen on its validation split, like every
 // other method. slvae uses the default schedule, the one `sourcewatch
@@ -198,7 +202,7 @@ type slvae struct {
 func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	p := newParams(name, env.Params)
 	m := &slvae{name: name, variant: variant, env: env, fparams: map[string]string{}}
-	m.forward = p.str("forward", "deepis")
+	m.forward = p.str("forward", DefaultForward)
 	m.pluginDir = p.str("plugin_dir", "bin")
 	for k, v := range env.Params {
 		if fk, ok := strings.CutPrefix(k, "forward."); ok {

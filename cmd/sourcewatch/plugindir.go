@@ -9,14 +9,6 @@ import (
 	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
-// defaultPluginDir is the --plugin-dir of the one-shot commands when none
-// is given: the directory the sourcewatch binary was started from (a
-// symlink's own directory first, then the binary's), when a forward plugin
-// is there, else bin under the working directory. make build puts the
-// binary and its plugins side by side in bin/, so bin/sourcewatch (or an
-// installed copy with its plugins) finds them from any working directory;
-// go run's binary lives in a build cache directory with no plugins, so it
-// keeps looking in ./bin.
 // daemonPluginDir is cfg's plugin_dir, or where no config sets one, the
 // one-shot commands' default: a config copied out of the repository then
 // still finds the plugins beside the binary that runs it.
@@ -27,6 +19,14 @@ func daemonPluginDir(cfg monitor.Config) string {
 	return defaultPluginDir()
 }
 
+// defaultPluginDir is the --plugin-dir of the one-shot commands when none
+// is given: the directory the sourcewatch binary was started from (a
+// symlink's own directory first, then the binary's), when a forward plugin
+// is there, else bin under the working directory. make build puts the
+// binary and its plugins side by side in bin/, so bin/sourcewatch (or an
+// installed copy with its plugins) finds them from any working directory;
+// go run's binary lives in a build cache directory with no plugins, so it
+// keeps looking in ./bin.
 func defaultPluginDir() string {
 	return pluginDirBeside(os.Args[0], os.Executable)
 }
