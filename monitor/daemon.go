@@ -58,6 +58,11 @@ func WithLogger(l *zap.Logger) Option { return func(d *Daemon) { d.log = l } }
 // (default time.Now).
 func WithClock(now func() time.Time) Option { return func(d *Daemon) { d.now = now } }
 
+// WithCommit names the source commit the daemon was built from, for
+// svc.status and /status (commit) and the micro service's metadata: two
+// builds of one version are then told apart from outside.
+func WithCommit(commit string) Option { return func(d *Daemon) { d.commit = commit } }
+
 // WithLocalizerFactory sets how each graph's Localizer is built.
 func WithLocalizerFactory(f LocalizerFactory) Option { return func(d *Daemon) { d.factory = f } }
 
@@ -127,6 +132,7 @@ type Daemon struct {
 	// alertNote: see WithAlertNote.
 	alertNote string
 	preflight func(GraphConfig, *graph.Graph) error
+	commit    string // WithCommit
 	preloaded map[string]*graph.Graph
 	metrics   *metrics
 

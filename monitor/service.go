@@ -135,9 +135,11 @@ type GraphStatus struct {
 
 // Status is the answer of <prefix>.svc.status.
 type Status struct {
-	Version string        `json:"version"`
-	Ready   bool          `json:"ready"`
-	Graphs  []GraphStatus `json:"graphs"`
+	Version string `json:"version"`
+	// Commit is the source commit of the build (WithCommit), when known.
+	Commit string        `json:"commit,omitempty"`
+	Ready  bool          `json:"ready"`
+	Graphs []GraphStatus `json:"graphs"`
 	// LastReload is the outcome of the last reload (SIGHUP or the reload
 	// endpoint), absent before one.
 	LastReload *ReloadStatus `json:"last_reload,omitempty"`
@@ -153,7 +155,7 @@ type ReloadStatus struct {
 
 // Status reports the daemon's graphs.
 func (d *Daemon) Status() Status {
-	st := Status{Version: Version, Ready: len(d.readiness()) == 0, LastReload: d.lastReload.Load()}
+	st := Status{Version: Version, Commit: d.commit, Ready: len(d.readiness()) == 0, LastReload: d.lastReload.Load()}
 	now := d.now()
 	for _, gr := range d.order {
 		o := gr.win.observe(now, nil)
@@ -238,6 +240,15 @@ func topScored(g *graph.Graph, inf Inference, k int) []alerts.Source {
 	return all[:k:k]
 }
 
+// serviceMetadata is the micro service's metadata: the build's commit,
+// when known.
+func (d *Daemon) serviceMetadata() map[string]string {
+	if d.commit == "" {
+		return nil
+	}
+	return map[string]string{"commit": d.commit}
+}
+
 // startService registers the micro service "sourcewatch" with endpoints
 // <prefix>.svc.localize, .window, .status and .reload. Handlers derive their
 // deadlines from ctx, so shutdown cancels requests in flight. It returns
@@ -249,6 +260,7 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 		Name:        "sourcewatch",
 		Version:     Version,
 		Description: "SL-VAE source localization on live event streams",
+		Metadata:    d.serviceMetadata(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: micro service: %w", ErrNATS, err)
@@ -292,7 +304,7 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 			"request":  `{"graph": "<name>", "infected": ["<node id>", ...], "top": <n, optional>, "id": "<yours, optional>"}`,
 			"response": "graph, sources [{node, score, probability}], credible_set, threshold, model, inference_ms, note, ranked (with top), id",
 		},
-		"status": {"request": "empty", "response": "version, ready, graphs [...], last_reload"},
+		"status": {"request": "empty", "response": "version, commit, ready, graphs [...], last_reload"},
 		"reload": {"request": "empty: reads the whole config file again", "response": `{"reloaded": true}`},
 		"window": {"request": `{"graph": "<name>"}`, "response": "graph, infected [node ids], window {from, to}, seq, observed_at"},
 	}

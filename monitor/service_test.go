@@ -40,7 +40,7 @@ func TestMicroEndpoints(t *testing.T) {
 	cfg.Graphs[1].MinInfected = 1000
 	f := &factoryOf{}
 	r := start(t, cfg, preload(t, 5, "p", "q"), WithLocalizerFactory(f.factory),
-		WithReload(func(context.Context) (Config, error) { return cfg, nil }))
+		WithReload(func(context.Context) (Config, error) { return cfg, nil }), WithCommit("abc1234"))
 
 	// localize: an observation in, ranked sources out.
 	m := request(t, r.nc, "sourcewatch.svc.localize", LocalizeRequest{ID: "incident-7", Graph: "q", Infected: []string{"3", "2"}})
@@ -155,6 +155,8 @@ func TestMicroEndpoints(t *testing.T) {
 	var st Status
 	require.NoError(t, json.Unmarshal(m.Data, &st))
 	require.True(t, st.Ready)
+	require.Equal(t, Version, st.Version)
+	require.Equal(t, "abc1234", st.Commit, "two builds of one version told apart")
 	require.Len(t, st.Graphs, 2)
 	require.Equal(t, "p", st.Graphs[0].Name)
 	require.Equal(t, 1, st.Graphs[0].WindowInfected)
@@ -186,6 +188,7 @@ func TestMicroEndpoints(t *testing.T) {
 	require.NoError(t, err)
 	var info micro.Info
 	require.NoError(t, json.Unmarshal(m.Data, &info))
+	require.Equal(t, "abc1234", info.Metadata["commit"])
 	var subjects []string
 	for _, ep := range info.Endpoints {
 		subjects = append(subjects, ep.Subject)

@@ -109,6 +109,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		monitor.WithGraphs(map[string]*graph.Graph{gc.Name: g}),
 		monitor.WithLocalizerFactory(monitor.BundleLocalizers(daemonPluginDir(cfg), a.log)),
 		monitor.WithPreflight(monitor.BundlePreflight(daemonPluginDir(cfg))),
+		monitor.WithCommit(commit),
 		monitor.WithReload(configReloader(cmd, a)),
 		monitor.WithAlertNote(demoAlertNote),
 	}

@@ -88,7 +88,7 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 		return errNoLocalizer
 	}
 	reload := configReloader(cmd, a)
-	// Which build runs, in the log: svc.status gives only the version.
+	// Which build runs, in the log too.
 	built := []zap.Field{zap.String("version", monitor.Version)}
 	if commit != "" {
 		built = append(built, zap.String("commit", commit))
@@ -99,6 +99,7 @@ func serve(cmd *cobra.Command, a *app, cfg monitor.Config, factory monitor.Local
 		monitor.WithLocalizerFactory(factory),
 		monitor.WithReload(reload),
 		monitor.WithPreflight(monitor.BundlePreflight(daemonPluginDir(cfg))),
+		monitor.WithCommit(commit),
 	}
 	// A replica that loses its lease stands by again in this process,
 	// built anew from the config file as it is then.
