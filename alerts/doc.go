@@ -70,7 +70,7 @@
 // `sourcewatch alerts tail` is its command line. With the nats CLI:
 //
 //	nats sub 'sourcewatch.alerts.>'
-//	nats stream view SOURCEWATCH_ALERTS
+//	nats stream get SOURCEWATCH_ALERTS 1   # by sequence; view pages on a terminal
 //
 // # Versioning
 //

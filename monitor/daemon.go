@@ -705,7 +705,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	}
 	loops.Go(func() { d.snapshotLoop(loopCtx) })
 	loops.Go(func() { d.limiter.flushLoop(loopCtx) })
-	loops.Go(func() { d.compactState(loopCtx) })
+	if !d.keepUnconfigured {
+		// The bucket is shared with whatever owns it otherwise.
+		loops.Go(func() { d.compactState(loopCtx) })
+	}
 
 	started = true
 	close(d.ready)

@@ -290,17 +290,7 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 		MaxMsgs:     unlimitedIfNotPositive(cfg.Events.MaxMsgs),
 		Replicas:    max(cfg.Events.Replicas, 1),
 	}
-	if old, err := js.Stream(ctx, EventsStream); err == nil {
-		if c := old.CachedInfo().Config; c.MaxAge != ev.MaxAge || c.MaxBytes != ev.MaxBytes || c.MaxMsgs != ev.MaxMsgs || c.Replicas != ev.Replicas {
-			log.Warn("changing the events stream's limits to this config's (every replica shares the stream: the last one started sets them)",
-				zap.String("stream", EventsStream),
-				zap.String("max_age", fmt.Sprintf("%v -> %v", c.MaxAge, ev.MaxAge)),
-				zap.String("max_bytes", fmt.Sprintf("%d -> %d", c.MaxBytes, ev.MaxBytes)),
-				zap.String("max_msgs", fmt.Sprintf("%d -> %d", c.MaxMsgs, ev.MaxMsgs)),
-				zap.String("replicas", fmt.Sprintf("%d -> %d", c.Replicas, ev.Replicas)))
-		}
-	}
-	stream, err := js.CreateOrUpdateStream(ctx, ev)
+	stream, err := updateStream(ctx, js, ev, "events", log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: stream %s: %w", ErrNATS, EventsStream, err)
 	}
@@ -319,16 +309,7 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 		// keeps messages.
 		dl.Duplicates = dl.MaxAge
 	}
-	if old, err := js.Stream(ctx, DeadLetterStream); err == nil {
-		if c := old.CachedInfo().Config; c.MaxAge != dl.MaxAge || c.MaxBytes != dl.MaxBytes || c.Replicas != dl.Replicas {
-			log.Warn("changing the dead-letter stream's limits to this config's (every replica shares the stream: the last one started sets them)",
-				zap.String("stream", DeadLetterStream),
-				zap.String("max_age", fmt.Sprintf("%v -> %v", c.MaxAge, dl.MaxAge)),
-				zap.String("max_bytes", fmt.Sprintf("%d -> %d", c.MaxBytes, dl.MaxBytes)),
-				zap.String("replicas", fmt.Sprintf("%d -> %d", c.Replicas, dl.Replicas)))
-		}
-	}
-	if _, err := js.CreateOrUpdateStream(ctx, dl); err != nil {
+	if _, err := updateStream(ctx, js, dl, "dead-letter", log); err != nil {
 		hint := ""
 		if strings.Contains(err.Error(), "insufficient storage") {
 			hint = fmt.Sprintf(" (the stream reserves deadletter.max_bytes, %d, on a server or account that limits JetStream storage: lower it, or give JetStream more)", cfg.DeadLetters.MaxBytes)
@@ -358,25 +339,66 @@ func unlimitedIfNotPositive(n int64) int64 {
 }
 
 // ensureAlertStream creates, or updates to the configured limits, the
-// alert stream; a changed limit is logged, as the events stream's are.
+// alert stream; a change is logged, as the events stream's is.
 func ensureAlertStream(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) error {
-	opts := []alerts.StreamOption{
+	want := alerts.StreamConfig(cfg.Subjects.Prefix,
 		alerts.WithMaxAge(cfg.Alerts.MaxAge),
 		alerts.WithMaxBytes(cfg.Alerts.MaxBytes),
-		alerts.WithReplicas(cfg.Events.Replicas),
+		alerts.WithReplicas(cfg.Events.Replicas))
+	if _, err := updateStream(ctx, js, want, "alert", log); err != nil {
+		return fmt.Errorf("alerts: ensuring stream %s: %w", alerts.StreamName, err)
 	}
-	want := alerts.StreamConfig(cfg.Subjects.Prefix, opts...)
-	if old, err := js.Stream(ctx, alerts.StreamName); err == nil {
-		if c := old.CachedInfo().Config; c.MaxAge != want.MaxAge || c.MaxBytes != want.MaxBytes || c.Replicas != want.Replicas {
-			log.Warn("changing the alert stream's limits to this config's (every replica shares the stream: the last one started sets them)",
-				zap.String("stream", alerts.StreamName),
-				zap.String("max_age", fmt.Sprintf("%v -> %v", c.MaxAge, want.MaxAge)),
-				zap.String("max_bytes", fmt.Sprintf("%d -> %d", c.MaxBytes, want.MaxBytes)),
-				zap.String("replicas", fmt.Sprintf("%d -> %d", c.Replicas, want.Replicas)))
+	return nil
+}
+
+// updateStream creates the stream, or updates it to want, and logs what
+// the update changed in an existing stream's settings as the server holds
+// them (so an operator's `nats stream edit` undone at a start is said,
+// whatever setting it was), naming the stream by what (events, alert).
+func updateStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, what string, log *zap.Logger) (jetstream.Stream, error) {
+	var before *jetstream.StreamConfig
+	if old, err := js.Stream(ctx, want.Name); err == nil {
+		c := old.CachedInfo().Config
+		before = &c
+	}
+	s, err := js.CreateOrUpdateStream(ctx, want)
+	if err != nil || before == nil {
+		return s, err
+	}
+	if changed := streamChanges(*before, s.CachedInfo().Config); len(changed) > 0 {
+		log.Warn("changing the "+what+" stream's settings to this config's (every replica shares the stream: the last one started sets them)",
+			append([]zap.Field{zap.String("stream", want.Name)}, changed...)...)
+	}
+	return s, nil
+}
+
+// streamChanges lists the settings that differ between two stream
+// configs, each as "old -> new".
+func streamChanges(a, b jetstream.StreamConfig) []zap.Field {
+	var out []zap.Field
+	diff := func(name string, x, y any) {
+		if x != y {
+			out = append(out, zap.String(name, fmt.Sprintf("%v -> %v", x, y)))
 		}
 	}
-	_, err := alerts.EnsureStream(ctx, js, cfg.Subjects.Prefix, opts...)
-	return err
+	diff("max_age", a.MaxAge, b.MaxAge)
+	diff("max_bytes", a.MaxBytes, b.MaxBytes)
+	diff("max_msgs", a.MaxMsgs, b.MaxMsgs)
+	diff("max_msgs_per_subject", a.MaxMsgsPerSubject, b.MaxMsgsPerSubject)
+	diff("max_msg_size", a.MaxMsgSize, b.MaxMsgSize)
+	diff("max_consumers", a.MaxConsumers, b.MaxConsumers)
+	diff("discard", a.Discard, b.Discard)
+	diff("discard_new_per_subject", a.DiscardNewPerSubject, b.DiscardNewPerSubject)
+	diff("replicas", a.Replicas, b.Replicas)
+	diff("duplicates", a.Duplicates, b.Duplicates)
+	diff("deny_delete", a.DenyDelete, b.DenyDelete)
+	diff("deny_purge", a.DenyPurge, b.DenyPurge)
+	diff("allow_rollup", a.AllowRollup, b.AllowRollup)
+	diff("allow_direct", a.AllowDirect, b.AllowDirect)
+	diff("compression", a.Compression, b.Compression)
+	diff("no_ack", a.NoAck, b.NoAck)
+	diff("description", a.Description, b.Description)
+	return out
 }
 
 // checkStreamSubjects fails when stream exists with subjects other than

@@ -128,6 +128,21 @@ func TestEnsureJetStreamLogsLimitChanges(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 1, logs.Len())
 	require.Equal(t, "24h0m0s -> 10m0s", logs.All()[0].ContextMap()["max_age"])
+
+	// An operator's edit of a setting the config does not name is undone
+	// at the next start, and said too.
+	require.NoError(t, ensureAlertStream(context.Background(), js, cfg, log))
+	st, err := js.Stream(context.Background(), alerts.StreamName)
+	require.NoError(t, err)
+	edited := st.CachedInfo().Config
+	edited.MaxMsgs, edited.Discard = 17, jetstream.DiscardNew
+	_, err = js.UpdateStream(context.Background(), edited)
+	require.NoError(t, err)
+	require.NoError(t, ensureAlertStream(context.Background(), js, cfg, log))
+	undone := logs.FilterMessageSnippet("changing the alert stream's settings").All()
+	require.Len(t, undone, 1)
+	require.Equal(t, "17 -> -1", undone[0].ContextMap()["max_msgs"])
+	require.Equal(t, "DiscardNew -> DiscardOld", undone[0].ContextMap()["discard"])
 }
 
 // The alert stream takes alerts.max_age, alerts.max_bytes and
@@ -269,7 +284,7 @@ func TestDeadLetterStreamLimits(t *testing.T) {
 	c = st.CachedInfo().Config
 	require.Equal(t, time.Hour, c.MaxAge)
 	require.Equal(t, time.Hour, c.Duplicates)
-	changed := logs.FilterMessageSnippet("changing the dead-letter stream's limits").All()
+	changed := logs.FilterMessageSnippet("changing the dead-letter stream's settings").All()
 	require.Len(t, changed, 1)
 	require.Equal(t, "48h0m0s -> 1h0m0s", changed[0].ContextMap()["max_age"])
 }
