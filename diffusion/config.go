@@ -225,8 +225,10 @@ func (m Model) UsesWeights() bool { return m == IC || m == LT }
 // observation target easier to reach.
 type Suspect struct {
 	// Param is the Config field: "Beta", "Gamma", "P", "Threshold",
-	// "MaxSteps", or "Observe" for the range ObserveMin..ObserveMax; or
-	// "Weights", the graph's arc weights, which IC and LT use.
+	// "MaxSteps", "MaxRedraws", or "Observe" for the range
+	// ObserveMin..ObserveMax; or "Weights", the graph's arc weights, which
+	// IC and LT use, or "RandomThreshold", LT's thresholds drawn per node
+	// (Threshold negative), which a fixed one below 0.5 replaces.
 	Param string
 	// Raise is true when a larger value helps, false when a smaller one
 	// does.
@@ -258,6 +260,9 @@ type UnreachableError struct {
 	// Directed is set on a directed graph, where the spread reaches only
 	// what the arcs lead to from the sources.
 	Directed bool
+	// Reached counts the cascades of the same Simulate call that did
+	// reach their targets: some draws can, so more redraws would find one.
+	Reached int
 }
 
 // Error renders the message with Config's field names.
@@ -278,11 +283,14 @@ func (e *UnreachableError) Explain(name func(param string) string) string {
 		if n == "" {
 			n = configName(s.Param)
 		}
-		way := "too high"
+		way := " too high"
 		if s.Raise {
-			way = "too low"
+			way = " too low"
 		}
-		parts[i] = n + " " + way
+		if s.Param == "RandomThreshold" {
+			way = "" // no value to lower: the name says what to do
+		}
+		parts[i] = n + way
 	}
 	blame := "the model too weak"
 	switch len(parts) {
@@ -296,8 +304,21 @@ func (e *UnreachableError) Explain(name func(param string) string) string {
 	if e.Directed {
 		shape = "too few nodes reachable from the sources along the arcs"
 	}
-	return fmt.Sprintf("cascade %d: %d draws in a row stayed below the observation target of %d infected nodes (%.0f%%); the most infected at once was %d: %s, or %s: %v",
-		e.Cascade, e.Draws, e.Need, 100*e.Target, e.Peak, blame, shape, ErrUnreachable)
+	rare := ""
+	if e.Reached > 0 {
+		redraws := ""
+		if name != nil {
+			redraws = name("MaxRedraws")
+		}
+		if redraws == "" {
+			redraws = "MaxRedraws"
+		}
+		redraws, _, _ = strings.Cut(redraws, " (")
+		rare = fmt.Sprintf(" (%d other cascades reached their targets, so it is rare rather than out of reach: a higher %s draws until one does, but the sources kept then lean towards the few that reach it)",
+			e.Reached, redraws)
+	}
+	return fmt.Sprintf("cascade %d: %d draws in a row stayed below the observation target of %d infected nodes (%.0f%%); the most infected at once was %d: %s, or %s%s: %v",
+		e.Cascade, e.Draws, e.Need, 100*e.Target, e.Peak, blame, shape, rare, ErrUnreachable)
 }
 
 // configName is how UnreachableError names a suspect by default.
@@ -309,6 +330,8 @@ func configName(param string) string {
 		return "the arc weights"
 	case "MaxRedraws":
 		return "MaxRedraws (the best draw came close)"
+	case "RandomThreshold":
+		return "the random node thresholds (a fixed Threshold below their mean 0.5 spreads further)"
 	}
 	return param
 }
@@ -342,6 +365,8 @@ func (c Config) suspects(g *graph.Graph, capped, nearMiss bool) []Suspect {
 	case LT:
 		if c.Threshold > 0 { // a fixed threshold; negative draws each node's
 			out = append(out, Suspect{"Threshold", false})
+		} else {
+			out = append(out, Suspect{"RandomThreshold", false})
 		}
 		if g.Weighted() {
 			out = append(out, Suspect{"Weights", true})

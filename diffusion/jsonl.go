@@ -10,6 +10,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/sourcewatch/sourcewatch/graph"
 )
@@ -114,6 +115,38 @@ type jsonCascade struct {
 	Recovered map[string]int `json:"recovered"`
 }
 
+// RepeatedKey returns the first key of raw, one JSON object, that
+// appears again in any case ("node" after "Node"), or "". Only the keys
+// among names count when names are given. encoding/json keeps the last
+// of them, matching in any case, and another language's reader may keep
+// the first, so a reader that means one value refuses the object.
+func RepeatedKey(raw []byte, names ...string) string {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		key, _ := t.(string)
+		lower := strings.ToLower(key)
+		if seen[lower] {
+			return key
+		}
+		if len(names) == 0 || slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, key) }) {
+			seen[lower] = true
+		}
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return ""
+		}
+	}
+	return ""
+}
+
 // maxReadErrors is how many bad lines ReadJSONL reports before it stops
 // reading: enough to fix a file in one go, not a screenful per line of a
 // file in the wrong format.
@@ -179,6 +212,9 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 			}
 		}
 		return Cascade{}, fmt.Errorf("bad JSON: %w", err)
+	}
+	if k := RepeatedKey(text, "sources", "infected", "times", "recovered"); k != "" {
+		return Cascade{}, fmt.Errorf("%q is given twice (keys match in any case): a cascade names each of sources, infected, times and recovered once", k)
 	}
 	if jc.Sources == nil {
 		return Cascade{}, errors.New(`missing "sources"`)

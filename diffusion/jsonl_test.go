@@ -93,6 +93,7 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 		{"empty sources", `{"sources":[],"infected":["a"]}`, `c.jsonl:2: "sources" is empty`},
 		{"missing infected", `{"sources":["a"]}`, `c.jsonl:2: missing "infected"`},
 		{"duplicate", `{"sources":["a","a"],"infected":["a"]}`, `c.jsonl:2: node "a" listed twice in sources`},
+		{"key twice", `{"sources":["a"],"infected":["a","b"],"Sources":["b"]}`, `c.jsonl:2: "Sources" is given twice (keys match in any case)`},
 		{"negative step", `{"sources":["a"],"infected":["a"],"times":{"a":-2}}`, `c.jsonl:2: node "a" has negative step -2 in times`},
 		{"infected without time", `{"sources":["a"],"infected":["a","c"],"times":{"a":0}}`, `c.jsonl:2: infected node "c" has no time`},
 		{"source not at zero", `{"sources":["a"],"infected":["a"],"times":{"a":3}}`, `c.jsonl:2: source "a" has step 3 in "times", want 0`},
@@ -104,5 +105,22 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 			require.Error(t, err)
 			require.ErrorContains(t, err, tc.want)
 		})
+	}
+}
+
+func TestRepeatedKey(t *testing.T) {
+	for _, tc := range []struct {
+		raw   string
+		names []string
+		want  string
+	}{
+		{`{"node":"1","Node":"2"}`, nil, "Node"},
+		{`{"node":"1","state":"infected"}`, nil, ""},
+		{`{"meta":1,"meta":2,"sources":[]}`, []string{"sources"}, ""},
+		{`{"meta":1,"sources":[],"SOURCES":[]}`, []string{"sources"}, "SOURCES"},
+		{`["node","node"]`, nil, ""},
+		{`{"a":`, nil, ""},
+	} {
+		require.Equal(t, tc.want, RepeatedKey([]byte(tc.raw), tc.names...), tc.raw)
 	}
 }

@@ -148,6 +148,14 @@ func Simulate(ctx context.Context, g *graph.Graph, cfg Config, count int, seed i
 		// Workers stopped by our own cancel report context.Canceled; the
 		// error that caused the cancel is the one to return.
 		if errs[i] != nil && !errors.Is(errs[i], context.Canceled) {
+			var ue *UnreachableError
+			if errors.As(errs[i], &ue) {
+				for j := range count {
+					if errs[j] == nil && out[j].N > 0 {
+						ue.Reached++
+					}
+				}
+			}
 			return nil, rep, errs[i]
 		}
 		rep.Redrawn += redrawn[i]

@@ -448,5 +448,5 @@ func TestUnreachableAdviceFitsTheGraph(t *testing.T) {
 	// random LT threshold is not called too high.
 	lt := DefaultConfig()
 	lt.Model = LT
-	require.Equal(t, []Suspect{{"MaxRedraws", true}, {"Observe", false}}, lt.suspects(g, false, true))
+	require.Equal(t, []Suspect{{"RandomThreshold", false}, {"MaxRedraws", true}, {"Observe", false}}, lt.suspects(g, false, true))
 }

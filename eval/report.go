@@ -342,6 +342,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 		b.WriteString(".\n")
 	}
 	for _, res := range r.Results {
+		// Under SIR the infected control can rank below chance, so a
+		// method beating it can still be guessing.
+		if !res.Control && res.AUC.N > 0 && res.AUC.Mean < localize.ChanceAUC {
+			fmt.Fprintf(&b, "%s: ROC-AUC %.3f, about chance (a random ranking scores 0.5): it does not localize here, whatever it beats\n", res.Method, res.AUC.Mean)
+		}
+	}
+	for _, res := range r.Results {
 		if v := res.Paired; v != nil {
 			over := fmt.Sprintf("%d test cascades", v.F1.N)
 			if v.AUC.N != v.F1.N {

@@ -628,4 +628,20 @@ func TestReportNamesThePluginToCheck(t *testing.T) {
 	require.Contains(t, buf.String(), "run sourcewatch plugin check icmf --plugin-dir bin\n")
 }
 
+// A method ranking at about chance is said to, even where it beats the
+// infected control (below chance itself under SIR).
+func TestReportCallsOutChance(t *testing.T) {
+	rep := &Report{Graph: "g", Results: []Result{
+		{Method: "slvae", AUC: Stat{Mean: 0.522, N: 60}},
+		{Method: "lpsi", AUC: Stat{Mean: 0.71, N: 60}},
+		{Method: "infected", Control: true, AUC: Stat{Mean: 0.44, N: 60}},
+	}}
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	out := buf.String()
+	require.Contains(t, out, "slvae: ROC-AUC 0.522, about chance (a random ranking scores 0.5): it does not localize here, whatever it beats\n")
+	require.NotContains(t, out, "lpsi: ROC-AUC")
+	require.NotContains(t, out, "infected: ROC-AUC", "a control is a reference point")
+}
+
 func ptr(v float64) *float64 { return &v }

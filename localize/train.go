@@ -355,16 +355,33 @@ const (
 	TestInfectedAUCMetric = "test_infected_auc"
 )
 
-// NoBetterThanInfected describes a bundle whose test ROC-AUC is not above
-// the infected control's on the same cascades; "" when it is, or when the
-// bundle records no control.
-func (m *Manifest) NoBetterThanInfected() string {
-	ctl, ok := m.Metrics[TestInfectedAUCMetric]
-	auc, ok2 := m.Metrics["test_auc"]
-	if !ok || !ok2 || auc > ctl {
+// ChanceAUC is the test ROC-AUC below which WeakRanking calls a bundle's
+// ranking about chance: a random ranking scores 0.5, and the test
+// cascades of a small run put a few hundredths of noise around it.
+const ChanceAUC = 0.55
+
+// WeakRanking describes a bundle whose test ROC-AUC is about chance
+// (below ChanceAUC) or not above the infected control's on the same
+// cascades; "" otherwise, or when the bundle records no test ROC-AUC.
+// Under SIR the control itself can rank below chance, so beating it
+// alone does not make a ranking worth serving.
+func (m *Manifest) WeakRanking() string {
+	auc, ok := m.Metrics["test_auc"]
+	if !ok {
 		return ""
 	}
-	return fmt.Sprintf("on its test cascades this bundle ranks no better than the observation itself (ROC-AUC %.3f, the infected control %.3f): its alerts add nothing to the list of infected nodes here; compare forward models and more cascades with eval on this graph before serving it", auc, ctl)
+	ctl, withControl := m.Metrics[TestInfectedAUCMetric]
+	switch {
+	case auc < ChanceAUC:
+		control := ""
+		if withControl {
+			control = fmt.Sprintf("; the infected control %.3f", ctl)
+		}
+		return fmt.Sprintf("on its test cascades this bundle ranks the nodes about as well as chance (ROC-AUC %.3f, where a random ranking scores 0.5%s): its alerts say little here; compare forward models and more cascades with eval on this graph before serving it", auc, control)
+	case withControl && auc <= ctl:
+		return fmt.Sprintf("on its test cascades this bundle ranks no better than the observation itself (ROC-AUC %.3f, the infected control %.3f): its alerts add nothing to the list of infected nodes here; compare forward models and more cascades with eval on this graph before serving it", auc, ctl)
+	}
+	return ""
 }
 
 // VJPCheckMetric names the manifest metric holding Train's spot check of

@@ -70,8 +70,8 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		if s := b.Manifest.VJPCheckFailure(pluginDir); s != "" && firstWarning(gc.Name, b.Manifest.ID, "vjp") {
 			log.Warn("the bundle's forward model has a wrong gradient: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
 		}
-		if s := b.Manifest.NoBetterThanInfected(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "control") {
-			log.Warn("the bundle ranks no better than the infected control: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
+		if s := b.Manifest.WeakRanking(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "control") {
+			log.Warn("the bundle ranks weakly: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
 		}
 		o := launchOptions(pluginDir, gc)
 		o.Logger = log.Named("plugin").With(zap.String("graph", gc.Name))

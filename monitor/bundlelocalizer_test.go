@@ -2,6 +2,8 @@ package monitor
 
 import (
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -88,7 +90,7 @@ func TestBundleLocalizers(t *testing.T) {
 	require.Positive(t, bl.PluginPID())
 	require.Equal(t, 1, logs.FilterMessageSnippet("fits its graph poorly").Len())
 	require.Equal(t, 1, logs.FilterMessageSnippet("has a wrong gradient: the forward model's VJP disagrees").Len())
-	require.Equal(t, 1, logs.FilterMessageSnippet("ranks no better than the infected control: on its test cascades").Len())
+	require.Equal(t, 1, logs.FilterMessageSnippet("the bundle ranks weakly: on its test cascades this bundle ranks no better than the observation").Len())
 
 	y := make([]float64, g.N())
 	for _, v := range cs[35].Infected {
@@ -111,4 +113,24 @@ func TestBundleLocalizers(t *testing.T) {
 	again2, err := re.Localize(t.Context(), y)
 	require.NoError(t, err)
 	require.Equal(t, inf.Scores, again2.Scores)
+}
+
+// A bundle refused at a reload for another graph, because the edge file
+// itself changed since the start, says so: the running graph is the one
+// read then.
+func TestEdgesChangedHint(t *testing.T) {
+	src, err := os.ReadFile("../configs/demo/karate.edges")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "karate.edges")
+	require.NoError(t, os.WriteFile(path, src, 0o600))
+	g, err := graph.Load(path)
+	require.NoError(t, err)
+	gc := GraphConfig{Name: "karate", Edges: path}
+	mismatch := fmt.Errorf("loading bundle: %w", localize.ErrGraphMismatch)
+	require.Empty(t, edgesChangedHint(gc, g, mismatch), "the file is what runs")
+
+	require.NoError(t, os.WriteFile(path, append(src, []byte("33 34\n")...), 0o600))
+	require.Equal(t, " (the edge file "+path+" has changed since the daemon started, 34 nodes then, 35 now: edge files are read at start only, so restart to serve the new graph)",
+		edgesChangedHint(gc, g, mismatch))
+	require.Empty(t, edgesChangedHint(gc, g, errors.New("plugin crashed")), "another error")
 }

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
 )
 
 // Version is the daemon's version, reported by the micro service.
@@ -1065,10 +1066,26 @@ func (d *Daemon) preflightAll(cfg Config) error {
 	var errs []error
 	for i, gc := range cfg.Graphs {
 		if err := d.preflight(gc, d.order[i].g); err != nil {
-			errs = append(errs, fmt.Errorf("graph %q: %w", gc.Name, err))
+			errs = append(errs, fmt.Errorf("graph %q: %w%s", gc.Name, err, edgesChangedHint(gc, d.order[i].g, err)))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// edgesChangedHint explains a bundle refused at a reload for another
+// graph when the edge file itself has changed since the start: the
+// daemon serves the graph it read then, so a bundle retrained on the new
+// file matches the file and not the running graph. "" otherwise.
+func edgesChangedHint(gc GraphConfig, running *graph.Graph, err error) string {
+	if !errors.Is(err, localize.ErrGraphMismatch) || gc.Edges == "" {
+		return ""
+	}
+	now, lerr := graph.Load(gc.Edges, graph.Directed(gc.Directed))
+	if lerr != nil || now.Fingerprint() == running.Fingerprint() {
+		return ""
+	}
+	return fmt.Sprintf(" (the edge file %s has changed since the daemon started, %d nodes then, %d now: edge files are read at start only, so restart to serve the new graph)",
+		gc.Edges, running.N(), now.N())
 }
 
 // reloadIfRequestedDuringStart runs the reload a request before the start
@@ -1841,7 +1858,7 @@ func (d *Daemon) reload(ctx context.Context) error {
 			for _, b := range built {
 				_ = b.Close()
 			}
-			return fmt.Errorf("%w: graph %q: %w", ErrReload, gc.Name, err)
+			return fmt.Errorf("%w: graph %q: %w%s", ErrReload, gc.Name, err, edgesChangedHint(gc, d.order[i].g, err))
 		}
 		built = append(built, l)
 	}

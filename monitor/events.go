@@ -248,7 +248,7 @@ func decodeOne(raw []byte) decoded {
 			return d
 		}
 		ev = *slow
-		if k := repeatedKey(raw); k != "" {
+		if k := diffusion.RepeatedKey(raw); k != "" {
 			// encoding/json keeps the last, matching keys in any case; a
 			// consumer in another language may keep the first.
 			d.reason, d.detail = ReasonBadJSON, fmt.Sprintf("%q is given twice (keys match in any case): an event names each of node, state, ts and id once", k)
@@ -272,33 +272,6 @@ func decodeOne(raw []byte) decoded {
 		d.reason, d.detail = ReasonBadJSON, `no "node": an event names the node it is about`
 	}
 	return d
-}
-
-// repeatedKey returns the first key of raw, one JSON object, that appears
-// again in any case ("node" after "Node"), or "".
-func repeatedKey(raw []byte) string {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return ""
-	}
-	seen := map[string]bool{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		key, _ := t.(string)
-		lower := strings.ToLower(key)
-		if seen[lower] {
-			return key
-		}
-		seen[lower] = true
-		var skip json.RawMessage
-		if dec.Decode(&skip) != nil {
-			return ""
-		}
-	}
-	return ""
 }
 
 // failedTS says how raw, one event object that decoded, holds a "ts" key

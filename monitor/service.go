@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
 )
 
@@ -516,7 +517,7 @@ func decodeRequest(data []byte, v any, keys string) string {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return "more after the request object (one JSON object per request)"
 	}
-	if k := repeatedKey(data); k != "" {
+	if k := diffusion.RepeatedKey(data); k != "" {
 		return fmt.Sprintf("%q is given twice (keys match in any case)", k)
 	}
 	return ""

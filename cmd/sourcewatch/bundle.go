@@ -362,7 +362,7 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 			fmt.Fprintf(w, "control     infected (every infected node named): F1 %s  ROC-AUC %s on the same cascades\n",
 				metric(m, localize.TestInfectedF1Metric), metric(m, localize.TestInfectedAUCMetric))
 		}
-		if s := m.NoBetterThanInfected(); s != "" {
+		if s := m.WeakRanking(); s != "" {
 			fmt.Fprintf(w, "note        %s\n", s)
 		}
 	}

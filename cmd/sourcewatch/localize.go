@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
@@ -141,7 +142,7 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		return err
 	}
-	for _, s := range []string{b.Manifest.VJPCheckFailure(v.GetString("plugin_dir")), b.Manifest.NoBetterThanInfected()} {
+	for _, s := range []string{b.Manifest.VJPCheckFailure(v.GetString("plugin_dir")), b.Manifest.WeakRanking()} {
 		if s != "" {
 			fmt.Fprintf(a.stderr, "warning: %s: %s\n", path, s)
 		}
@@ -453,6 +454,10 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 	}
 	if dec.More() {
 		return observationFile{}, fmt.Errorf(`%s: want one {"infected":[ids...]} object per line`, where)
+	}
+	if k := diffusion.RepeatedKey(data, "infected", "id"); k != "" {
+		// encoding/json would keep the last, another reader the first.
+		return observationFile{}, fmt.Errorf(`%s: %q is given twice (keys match in any case); want one {"infected":[ids...]}`, where, k)
 	}
 	if raw.Infected == nil {
 		if keys := keysFound(data); strings.Contains(keys, `"infected"`) {

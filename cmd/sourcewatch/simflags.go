@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -209,6 +210,11 @@ func (a *app) warnUnusedSettings(g *graph.Graph, cfg diffusion.Config) {
 // the spread began, yet train would learn on it (eval says what its test
 // snapshots held; see warnOvershootMean).
 func (a *app) warnOvershoot(g *graph.Graph, cfg diffusion.Config, cs []diffusion.Cascade) {
+	if n := len(sourcesOnly(cs)); n > 0 && n*10 >= len(cs) {
+		a.log.Warn(fmt.Sprintf("%d of %d snapshots hold only their sources, taken before the spread had begun because the sources alone reached the --observe target %g: "+
+			"such a snapshot names its sources outright, so the held-out numbers on it say nothing of localization; fewer --sources (or a lower --source-ratio) or a higher --observe observe a spread",
+			n, len(cs), cfg.ObserveMin))
+	}
 	over, all, bySources := 0, 0, 0
 	for _, c := range cs {
 		if float64(len(c.Infected)) > (cfg.ObserveMax+0.1)*float64(g.N()) {
@@ -241,6 +247,18 @@ func (a *app) warnOvershoot(g *graph.Graph, cfg diffusion.Config, cs []diffusion
 		"one step of the spread infects that much of this graph at once; %s, "+
 		"and a snapshot of every node infected says nothing of where it began",
 		over, len(cs), 100*(cfg.ObserveMax+0.1), cfg.ObserveMax, all, slowerSpread(g, cfg)))
+}
+
+// warnRedrawn warns when most draws were redrawn for dying out below
+// their targets: the cascades kept are those whose sources could reach
+// the target, so the sources no longer follow the pattern asked for.
+func (a *app) warnRedrawn(cfg diffusion.Config, redrawn, count int) {
+	if count == 0 || redrawn <= 2*count {
+		return
+	}
+	a.log.Warn(fmt.Sprintf("%d draws were redrawn for %d cascades, for dying out below their observation targets: the cascades kept are those whose sources could reach the target, "+
+		"so their sources lean towards the nodes that can and do not follow --pattern %s; a lower --observe (or a stronger spread) keeps the draws as drawn",
+		redrawn, count, cmp.Or(cfg.Pattern, diffusion.Uniform)))
 }
 
 // warnOvershootMean is warnOvershoot for eval, which sees only the mean
@@ -277,6 +295,20 @@ func slowerSpread(g *graph.Graph, cfg diffusion.Config) string {
 // observed uninfected with no "recovered" to say why is a recovered source
 // under SIR but a data error under SI.
 func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) {
+	if only := sourcesOnly(cs); len(only) > 0 && len(only)*10 >= len(cs) {
+		lines := make([]int, len(only))
+		for i, k := range only {
+			lines[i] = cs[k].Line
+		}
+		a.log.Warn(fmt.Sprintf("%d of %d cascades infect only their sources (%s): such a snapshot names its sources outright, "+
+			"so the held-out numbers on it say nothing of localization; drop them unless that is what you observe",
+			len(only), len(cs), linesOf(lines, path)), zap.String("cascades_file", path))
+	}
+	if copies := repeated(cs); len(copies) > 0 {
+		a.log.Warn(fmt.Sprintf("%d of %d cascades repeat an earlier line's sources and infected nodes (%s): the split puts copies on both sides, "+
+			"so the held-out numbers reward remembering training cascades, not localizing; drop the copies unless your history really repeats",
+			len(copies), len(cs), linesOf(copies, path)), zap.String("cascades_file", path))
+	}
 	var all, unobserved []int
 	for _, c := range cs {
 		if len(c.Infected) == g.N() {
@@ -302,6 +334,52 @@ func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) 
 			"under SIR a source may have recovered (list it in \"recovered\"); under SI it is a data error", len(unobserved), len(cs), linesOf(unobserved, path)),
 			zap.String("cascades_file", path))
 	}
+}
+
+// sourcesOnly returns the indices of the cascades whose snapshot holds
+// exactly their sources.
+func sourcesOnly(cs []diffusion.Cascade) []int {
+	var out []int
+	for i, c := range cs {
+		if len(c.Sources) > 0 && slices.Equal(c.Sources, c.Infected) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// repeated returns the lines of the cascades whose sources, infected and
+// recovered nodes are those of an earlier one.
+func repeated(cs []diffusion.Cascade) []int {
+	seen := make(map[string]bool, len(cs))
+	var out []int
+	var b strings.Builder
+	for _, c := range cs {
+		b.Reset()
+		for _, part := range [][]int{c.Sources, {-1}, c.Infected, {-1}, recoveredNodes(c)} {
+			for _, v := range part {
+				b.WriteString(strconv.Itoa(v))
+				b.WriteByte(',')
+			}
+		}
+		if k := b.String(); seen[k] {
+			out = append(out, c.Line)
+		} else {
+			seen[k] = true
+		}
+	}
+	return out
+}
+
+// recoveredNodes lists the nodes c says recovered.
+func recoveredNodes(c diffusion.Cascade) []int {
+	var out []int
+	for v, step := range c.Recovered {
+		if step >= 0 {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // linesOf names up to five lines of path, and how many more there are.
@@ -336,6 +414,8 @@ var simFlags = map[string]string{
 	"MaxRedraws": "--max-redraws (the best draw came close)",
 	"Observe":    "--observe",
 	"Weights":    "the edge weights",
+	// LT's default draws each node's threshold; a fixed one replaces it.
+	"RandomThreshold": "the random node thresholds (a fixed --lt-threshold below their mean 0.5 spreads further)",
 }
 
 // simulationError renders a diffusion.UnreachableError inside err with the

@@ -81,6 +81,7 @@ func (a *app) simulate(ctx context.Context) error {
 		return fmt.Errorf("simulate: %w", simulationError(err))
 	}
 	a.warnOvershoot(g, cfg, cs)
+	a.warnRedrawn(cfg, rep.Redrawn, len(cs))
 	if out := a.v.GetString("out"); !a.v.GetBool("publish") || (out != "-" && out != "") {
 		if err := a.writeCascades(out, g, cs); err != nil {
 			return err

@@ -284,6 +284,7 @@ func TestSimulateWarnsOfOvershoot(t *testing.T) {
 	_, stderr, err = runSimulateCmd(t, "--graph", simKarate, "--sources", "15", "--observe", "0.2-0.3", "--cascades", "10")
 	require.NoError(t, err)
 	require.Contains(t, stderr, "10 of 10 snapshots hold over 40% of the nodes, past the --observe maximum 0.3, 10 of them at the start: the sources alone are that many; fewer --sources")
+	require.Contains(t, stderr, "10 of 10 snapshots hold only their sources, taken before the spread had begun")
 	require.NotContains(t, stderr, "--beta")
 	// The advice is the model's: IC reads --p, LT its threshold.
 	_, stderr, err = runSimulateCmd(t, "--graph", path, "--diffusion", "IC", "--p", "0.9", "--sources", "2", "--cascades", "50")
@@ -297,6 +298,7 @@ func TestSimulateWarnsOfOvershoot(t *testing.T) {
 	_, stderr, err = runSimulateCmd(t, "--graph", simKarate, "--cascades", "50")
 	require.NoError(t, err)
 	require.NotContains(t, stderr, "snapshots hold over")
+	require.NotContains(t, stderr, "hold only their sources")
 }
 
 // A weighted edge list read undirected whose reciprocal arcs were merged
@@ -380,4 +382,47 @@ func TestOutputOverAnInputIsRefused(t *testing.T) {
 	got, err = os.ReadFile(config)
 	require.NoError(t, err)
 	require.Equal(t, "cascades: 20\n", string(got))
+}
+
+// A target that few draws reach: LT's random thresholds are named with
+// what replaces them, a target others reached is called rare and the
+// redraws are named, and keeping many redrawn cascades is warned of.
+func TestSimulateNamesWhatReachesTheTarget(t *testing.T) {
+	dir := t.TempDir()
+	var grid strings.Builder
+	for i := range 30 {
+		for j := range 30 {
+			v := i*30 + j
+			if j+1 < 30 {
+				fmt.Fprintf(&grid, "%d %d\n", v, v+1)
+			}
+			if i+1 < 30 {
+				fmt.Fprintf(&grid, "%d %d\n", v, v+30)
+			}
+		}
+	}
+	gridPath := filepath.Join(dir, "grid.edges")
+	require.NoError(t, os.WriteFile(gridPath, []byte(grid.String()), 0o600))
+	_, _, err := runSimulateCmd(t, "--graph", gridPath, "--diffusion", "LT", "--sources", "1-3", "--cascades", "5", "--out", os.DevNull)
+	require.ErrorIs(t, err, diffusion.ErrUnreachable)
+	require.ErrorContains(t, err, "the random node thresholds (a fixed --lt-threshold below their mean 0.5 spreads further) or --observe too high")
+	_, _, err = runSimulateCmd(t, "--graph", gridPath, "--diffusion", "LT", "--lt-threshold", "0.2", "--sources", "1-3", "--cascades", "5", "--out", os.DevNull)
+	require.NoError(t, err, "what the error advised works")
+
+	var star strings.Builder
+	for i := range 60 {
+		fmt.Fprintf(&star, "hub leaf%d\n", i)
+	}
+	starPath := filepath.Join(dir, "star.edges")
+	require.NoError(t, os.WriteFile(starPath, []byte(star.String()), 0o600))
+	_, _, err = runSimulateCmd(t, "--graph", starPath, "--directed", "--sources", "1-3", "--cascades", "300", "--seed", "3", "--out", os.DevNull)
+	require.ErrorIs(t, err, diffusion.ErrUnreachable)
+	require.ErrorContains(t, err, "other cascades reached their targets, so it is rare rather than out of reach: a higher --max-redraws draws until one does")
+	_, stderr, err := runSimulateCmd(t, "--graph", starPath, "--directed", "--sources", "1-3", "--cascades", "20", "--seed", "3", "--max-redraws", "2000", "--out", os.DevNull)
+	require.NoError(t, err)
+	require.Contains(t, stderr, "draws were redrawn for 20 cascades, for dying out below their observation targets")
+	require.Contains(t, stderr, "do not follow --pattern uniform")
+	_, stderr, err = runSimulateCmd(t, "--graph", simKarate, "--cascades", "20", "--out", os.DevNull)
+	require.NoError(t, err)
+	require.NotContains(t, stderr, "redrawn for")
 }

@@ -333,13 +333,14 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 		return nil, nil, nil, err
 	}
 	bar := a.progress("simulate", count)
-	cs, _, err := diffusion.Simulate(ctx, g, cfg, count, v.GetInt64("seed"),
+	cs, rep, err := diffusion.Simulate(ctx, g, cfg, count, v.GetInt64("seed"),
 		diffusion.OnProgress(func(done, _ int) { bar.Set(done, "") }))
 	bar.Done()
 	if err != nil {
 		return nil, nil, nil, simulationError(err)
 	}
 	a.warnOvershoot(g, cfg, cs)
+	a.warnRedrawn(cfg, rep.Redrawn, len(cs))
 	prov, _ := json.Marshal(map[string]any{"simulated": cfg.Record(g), "cascades": count, "seed": v.GetInt64("seed")})
 	return cs, prov, &cfg, nil
 }

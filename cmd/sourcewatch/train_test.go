@@ -397,6 +397,7 @@ func TestTrainThenLocalize(t *testing.T) {
 		{`{"infected":"0"}`, `stdin: want {"infected":[ids...]}: "infected" holds a JSON string where it wants an array of node ids`},
 		{`{"infected":[0,1]}`, `stdin: want {"infected":[ids...]}: "infected" holds a number: node ids are strings ("7", not 7)`},
 		{`{"infected":["0"],"id":{"n":7}}`, `stdin: want {"infected":[ids...]}: "id" holds an object where it wants a string or a number`},
+		{`{"infected":["1"],"INFECTED":["5"]}`, `stdin: "INFECTED" is given twice (keys match in any case)`},
 	} {
 		_, _, err = runCmd(t, tc.in, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 		require.ErrorContains(t, err, tc.want, "input %q", tc.in)
@@ -772,6 +773,20 @@ func TestTrainCascadesFileWarnsOfSimulationFlags(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, stderr, "1 of 42 cascades have every node infected (line 41 of recorded.jsonl)")
 	require.Contains(t, stderr, `1 of 42 cascades have a source that is not in \"infected\" and no \"recovered\" to say why (line 42 of recorded.jsonl)`)
+	require.NotContains(t, stderr, "repeat an earlier line")
+	require.NotContains(t, stderr, "infect only their sources")
+
+	// Copies of a cascade (the file concatenated with itself) would sit on
+	// both sides of the split; snapshots of the sources alone name them.
+	data, err := os.ReadFile(cascades)
+	require.NoError(t, err)
+	first, _, _ := strings.Cut(string(data), "\n")
+	only := strings.Repeat("{\"sources\":[\"3\",\"4\"],\"infected\":[\"4\",\"3\"]}\n", 5)
+	require.NoError(t, os.WriteFile(cascades, []byte(string(data)+first+"\n"+first+"\n"+only), 0o600))
+	_, stderr, err = runCmd(t, "", base...)
+	require.NoError(t, err)
+	require.Contains(t, stderr, "6 of 49 cascades repeat an earlier line's sources and infected nodes (lines 43, 44, 46, 47, 48 and 1 more of recorded.jsonl)")
+	require.Contains(t, stderr, "5 of 49 cascades infect only their sources (lines 45, 46, 47, 48, 49 of recorded.jsonl)")
 }
 
 func TestDistinctTellsCloseNumbersApart(t *testing.T) {
