@@ -295,9 +295,11 @@ func runDemo(cmd *cobra.Command, a *app) error {
 // resolution, so the old incident's last line comes before the first
 // cascade's.
 func awaitCleanSlate(ctx context.Context, out io.Writer, d *monitor.Daemon, gc monitor.GraphConfig, printed <-chan struct{}) error {
+	var infected int
 	open := func() bool {
 		for _, g := range d.Status().Graphs {
 			if g.Name == gc.Name && g.LastAlert != nil && g.LastAlert.Status != alerts.Resolved {
+				infected = g.WindowInfected
 				return true
 			}
 		}
@@ -306,7 +308,12 @@ func awaitCleanSlate(ctx context.Context, out io.Writer, d *monitor.Daemon, gc m
 	if !open() {
 		return nil
 	}
-	fmt.Fprintf(out, "--- an incident left open by an earlier run is still in the window; waiting for it to resolve (up to %s)\n\n", gc.Window)
+	if infected < gc.MinInfected {
+		// The window emptied while no demo ran: the next tick resolves it.
+		fmt.Fprintf(out, "--- an incident left open by an earlier run has left the window since; resolving it first\n\n")
+	} else {
+		fmt.Fprintf(out, "--- an incident left open by an earlier run is still in the window; waiting for it to resolve (up to %s)\n\n", gc.Window)
+	}
 	deadline := time.After(gc.Window + 5*gc.Interval)
 	tick := time.NewTicker(gc.Interval / 4)
 	defer tick.Stop()

@@ -125,23 +125,27 @@ graphs:
 // taking it for the resolution of its own cascade.
 func TestDemoAfterInterruptedRun(t *testing.T) {
 	config := demoConfig(t)
-	ctx, cancel := context.WithCancel(t.Context())
-	var first lockedBuffer
-	root := newRootCmd(&first, io.Discard)
-	root.SetArgs([]string{"demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "4", "--log-level", "warn"})
-	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx) }()
-	require.Eventually(t, func() bool { return strings.Contains(first.String(), "FIRING club") },
-		time.Minute, 20*time.Millisecond, "the first run's incident fires")
-	cancel()
-	if err := <-done; err != nil {
-		require.ErrorIs(t, err, context.Canceled)
+	interrupted := func(seed string) {
+		ctx, cancel := context.WithCancel(t.Context())
+		var first lockedBuffer
+		root := newRootCmd(&first, io.Discard)
+		root.SetArgs([]string{"demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", seed, "--log-level", "warn"})
+		done := make(chan error, 1)
+		go func() { done <- root.ExecuteContext(ctx) }()
+		require.Eventually(t, func() bool { return strings.Contains(first.String(), "FIRING club") },
+			time.Minute, 20*time.Millisecond, "the first run's incident fires")
+		cancel()
+		if err := <-done; err != nil {
+			require.ErrorIs(t, err, context.Canceled)
+		}
+		require.NotContains(t, first.String(), "RESOLVED club", "interrupted while its incident was open")
 	}
-	require.NotContains(t, first.String(), "RESOLVED club", "interrupted while its incident was open")
+	interrupted("4")
 
 	out, _, err := runCmd(t, "", "demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "5", "--log-level", "warn")
 	require.NoError(t, err)
-	require.Contains(t, out, "--- an incident left open by an earlier run is still in the window; waiting for it to resolve")
+	// Still in the window, unless this start took longer than its 3 s.
+	require.Contains(t, out, "--- an incident left open by an earlier run ")
 	require.Contains(t, out, "(an incident left open by an earlier run resolved: ")
 	require.Less(t, strings.Index(out, "(an incident left open by an earlier run resolved: "), strings.Index(out, "--- cascade 1: true sources"),
 		"the old incident's resolution is printed before the first cascade starts:\n%s", out)
@@ -150,6 +154,15 @@ func TestDemoAfterInterruptedRun(t *testing.T) {
 	require.Positive(t, firing, out)
 	require.Greater(t, resolved, replayed, "the resolution printed is this run's own, after its replay:\n%s", out)
 	require.Equal(t, 1, strings.Count(out, "RESOLVED club"), out)
+
+	// Started again long after, the old incident's window has emptied:
+	// it is resolved at once, and said so, not waited for.
+	interrupted("6")
+	time.Sleep(4 * time.Second) // the window, 3 s
+	out, _, err = runCmd(t, "", "demo", "--config", config, "--cascades", "1", "--speed", "20", "--seed", "7", "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "--- an incident left open by an earlier run has left the window since; resolving it first")
+	require.Contains(t, out, "(an incident left open by an earlier run resolved: ")
 }
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader at once.
