@@ -94,17 +94,9 @@ func TestHTTPConnectionsAreBounded(t *testing.T) {
 	cfg := testConfig(t, "p")
 	r := start(t, cfg, preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory))
 	addr := r.d.HTTPAddr()
-	var idle []net.Conn
-	defer func() {
-		for _, c := range idle {
-			_ = c.Close()
-		}
-	}()
-	for range maxHTTPConns {
-		c, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
-		idle = append(idle, c)
-	}
+	// Connections that never send a request: none is idle between
+	// requests, so none can be closed to make room.
+	idle := dialAll(t, addr, maxHTTPConns)
 	// The kernel completes the next connection, but the server does not
 	// accept it: a request on it is not answered while the idle ones stay.
 	c, err := net.Dial("tcp", addr)
@@ -135,17 +127,10 @@ func TestIdleHTTPConnectionsMakeRoom(t *testing.T) {
 		rd *bufio.Reader
 	}
 	var idle []kept
-	defer func() {
-		for _, c := range idle {
-			_ = c.Close()
-		}
-	}()
-	for range maxHTTPConns {
-		c, err := net.Dial("tcp", addr)
-		require.NoError(t, err)
+	for _, c := range dialAll(t, addr, maxHTTPConns) {
 		k := kept{c, bufio.NewReader(c)}
 		idle = append(idle, k)
-		_, err = c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+		_, err := c.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
 		require.NoError(t, err)
 		resp, err := http.ReadResponse(k.rd, nil)
 		require.NoError(t, err)
@@ -239,4 +224,17 @@ func TestConnLimitCloseWakesAWaitingAccept(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not wake the waiting Accept")
 	}
+}
+
+// dialAll opens n connections to addr, closed when the test ends.
+func dialAll(t *testing.T, addr string, n int) []net.Conn {
+	t.Helper()
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		conns[i] = c
+	}
+	return conns
 }
