@@ -174,6 +174,16 @@ func TestKarate(t *testing.T) {
 	require.Equal(t, 1, count)
 }
 
+// A load error names the file as it was given, directory included: two
+// directories can each hold a g.edges.
+func TestLoadErrorNamesThePath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "g.edges")
+	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o700))
+	require.NoError(t, os.WriteFile(path, []byte("a b\nc\n"), 0o600))
+	_, err := Load(path)
+	require.ErrorContains(t, err, path+":2: want 2 or 3 fields, got 1")
+}
+
 func BenchmarkLoadPowerGrid(b *testing.B) {
 	path := filepath.Join("..", "..", "shared", "data", "power_grid.edges")
 	if _, err := os.Stat(path); err != nil {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,7 +33,7 @@ func Load(path string, opts ...Option) (*Graph, error) {
 		return nil, fmt.Errorf("loading graph: %w", err)
 	}
 	defer f.Close()
-	return Read(f, filepath.Base(path), opts...)
+	return Read(f, path, opts...) // the path as given: two dirs can hold a g.edges
 }
 
 // Read parses a whitespace-separated edge list: one edge "u v" or "u v w"
