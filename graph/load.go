@@ -76,6 +76,7 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			// first node's id.
 			text = strings.TrimPrefix(text, "\ufeff")
 		}
+		withComment := text
 		text = stripComment(text)
 		// Node ids travel as JSON and protobuf strings (cascade files,
 		// events, the plugin protocol), which must be UTF-8: an id that is
@@ -99,6 +100,12 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 		if len(fields) != 2 && len(fields) != 3 {
 			hint := ""
 			switch {
+			case strings.Contains(strings.TrimRight(text, "\r"), "\r"):
+				hint = " (the line holds carriage returns: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines, e.g. tr '\\r' '\\n')"
+			case strings.ContainsRune(text, '\u00a0'):
+				hint = " (the line holds a non-breaking space, U+00A0, which separates fields as a space does: replace it)"
+			case withComment != text && len(fields) < 2:
+				hint = fmt.Sprintf(" (the line's rest from %q on was read as a comment: a # after a space or tab starts one)", strings.TrimPrefix(withComment, text))
 			case strings.ContainsAny(text, ",;"):
 				hint = " (fields are separated by spaces or tabs, not commas or semicolons)"
 			case strings.ContainsAny(text, `"'`):
@@ -125,7 +132,10 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			w, err := strconv.ParseFloat(fields[2], 64)
 			if err != nil {
 				hint := " (an id with a space in it? a node id cannot hold one: replace spaces inside ids, e.g. with _)"
-				if len(raw) == 0 {
+				switch {
+				case strings.ContainsRune(text, '\u00a0'):
+					hint = " (the line holds a non-breaking space, U+00A0, which separates fields as a space does: replace it)"
+				case len(raw) == 0:
 					hint = " (a header line? comment it out with #)"
 				}
 				return nil, fmt.Errorf("%s:%d: weight %q is not a number%s", name, line, fields[2], hint)
