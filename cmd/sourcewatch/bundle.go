@@ -109,13 +109,20 @@ func (a *app) bundleInspect(ctx context.Context, path string) error {
 			File     string            `json:"file"`
 			Manifest localize.Manifest `json:"manifest"`
 			Plugin   *pluginCheck      `json:"plugin,omitempty"`
-		}{path, b.Manifest, check}); err != nil {
+			// GraphFile is --graph, which the bundle matched (a
+			// mismatch is an error).
+			GraphFile string `json:"graph_file,omitempty"`
+		}{path, b.Manifest, check, a.v.GetString("graph")}); err != nil {
 			return err
 		}
 	} else {
 		m := b.Manifest
 		printBundleSummary(a.stdout, path, m, compactJSON(m.Diffusion), a.v.GetString("plugin_dir"))
 		fmt.Fprintf(a.stdout, "created     %s\n", m.CreatedAt.Format(time.RFC3339))
+		if g != nil {
+			// A mismatch fails the load above; say the check was made.
+			fmt.Fprintf(a.stdout, "graph file  %s: match\n", a.v.GetString("graph"))
+		}
 		if len(m.Forward.Params) > 0 {
 			keys := make([]string, 0, len(m.Forward.Params))
 			for k := range m.Forward.Params {

@@ -519,8 +519,12 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.NoError(t, os.WriteFile(corrupt, raw, 0o644))
 	_, _, err = runCmd(t, "", "bundle", "inspect", corrupt, "--plugin-dir", pluginDir)
 	require.ErrorContains(t, err, `loading bundle "`+corrupt+`"`)
-	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir, "--graph", "../../configs/demo/karate.edges")
+	matched, _, err := runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir, "--graph", "../../configs/demo/karate.edges")
 	require.NoError(t, err)
+	require.Contains(t, matched, "graph file  ../../configs/demo/karate.edges: match\n", "the check is said to have been made")
+	plain, _, err := runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
+	require.NoError(t, err)
+	require.NotContains(t, plain, "graph file ", "no --graph, no line")
 	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir, "--graph", "../../configs/demo/karate.edges", "--directed")
 	require.ErrorIs(t, err, localize.ErrGraphMismatch)
 	// A bundle that records no plugin checksum is reported, not refused:
