@@ -437,9 +437,13 @@ func (r *Report) pluginOf(method string) string {
 // pluginDirOf is the directory method (a row's name, "slvae[icmf]" for
 // the method slvae given another plugin) found its forward plugin in.
 func (r *Report) pluginDirOf(method string) string {
+	// An expansion of --forward runs under its own name (slvae[icmf]);
+	// a method given its plugin by a param, under the base name.
 	base, _, _ := strings.Cut(method, "[")
-	if dir, ok := r.Settings.Params[base+".plugin_dir"]; ok {
-		return dir
+	for _, name := range []string{method, base} {
+		if dir, ok := r.Settings.Params[name+".plugin_dir"]; ok {
+			return dir
+		}
 	}
 	if r.Settings.PluginDir != "" {
 		return r.Settings.PluginDir

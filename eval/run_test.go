@@ -609,11 +609,12 @@ func TestReportCallsOutAPoorForwardFit(t *testing.T) {
 // the method ran it from, so it can be run as printed.
 func TestReportNamesThePluginToCheck(t *testing.T) {
 	rep := &Report{Graph: "g",
-		Settings: Settings{PluginDir: "/opt/plugins", Params: map[string]string{"slvae-noprior.plugin_dir": "/srv/p", "slvae-a.forward": "gat"}},
+		Settings: Settings{PluginDir: "/opt/plugins", Params: map[string]string{"slvae-noprior.plugin_dir": "/srv/p", "slvae-a.forward": "gat", "slvae[hop1].plugin_dir": "/home/me"}},
 		Results: []Result{
 			{Method: "slvae[icmf]", Extra: map[string]float64{localize.VJPCheckMetric: 40}},
 			{Method: "slvae-noprior", Extra: map[string]float64{localize.VJPFlatMetric: 1}},
 			{Method: "slvae-a", Extra: map[string]float64{localize.VJPCheckMetric: 3}},
+			{Method: "slvae[hop1]", Extra: map[string]float64{localize.VJPCheckMetric: 2}},
 		}}
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteTable(&buf))
@@ -622,6 +623,7 @@ func TestReportNamesThePluginToCheck(t *testing.T) {
 	require.Contains(t, out, "run sourcewatch plugin check icmf --plugin-dir /opt/plugins\n")
 	require.Contains(t, out, "run sourcewatch plugin check deepis --plugin-dir /srv/p\n")
 	require.Contains(t, out, "run sourcewatch plugin check gat --plugin-dir /opt/plugins\n")
+	require.Contains(t, out, "run sourcewatch plugin check hop1 --plugin-dir /home/me\n", "an expansion's own plugin_dir")
 	rep.Settings = Settings{}
 	buf.Reset()
 	require.NoError(t, rep.WriteTable(&buf))
