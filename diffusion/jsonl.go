@@ -147,6 +147,46 @@ func RepeatedKey(raw []byte, names ...string) string {
 	return ""
 }
 
+// Key identifies c's observation and truth: its sources, infected and
+// recovered nodes. Two cascades with one key are copies as far as any
+// localizer can tell (times aside).
+func (c Cascade) Key() string {
+	var b strings.Builder
+	for i, part := range [][]int{c.Sources, c.Infected} {
+		if i > 0 {
+			b.WriteByte('|')
+		}
+		for _, v := range part {
+			b.WriteString(strconv.Itoa(v))
+			b.WriteByte(',')
+		}
+	}
+	b.WriteByte('|')
+	for v, step := range c.Recovered {
+		if step >= 0 {
+			b.WriteString(strconv.Itoa(v))
+			b.WriteByte(',')
+		}
+	}
+	return b.String()
+}
+
+// Repeats returns the indices of the cascades of cs whose Key is that of
+// an earlier one: in recorded data, copies that a split can put on both
+// sides, flattering every held-out number.
+func Repeats(cs []Cascade) []int {
+	seen := make(map[string]bool, len(cs))
+	var out []int
+	for i, c := range cs {
+		if k := c.Key(); seen[k] {
+			out = append(out, i)
+		} else {
+			seen[k] = true
+		}
+	}
+	return out
+}
+
 // maxReadErrors is how many bad lines ReadJSONL reports before it stops
 // reading: enough to fix a file in one go, not a screenful per line of a
 // file in the wrong format.

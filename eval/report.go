@@ -3,8 +3,10 @@ package eval
 import (
 	"encoding/json"
 	"fmt"
+	"gonum.org/v1/gonum/stat/distuv"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -85,6 +87,13 @@ type Settings struct {
 	Observe   [2]float64        `json:"observe"`
 	Methods   []string          `json:"methods"`
 	Params    map[string]string `json:"params,omitempty"`
+	// DistinctTest, for recorded cascades, counts the distinct test
+	// cascades over all runs (each run splits the same file anew, and
+	// a file can hold copies): the unit of the paired intervals.
+	DistinctTest int `json:"distinct_test,omitempty"`
+	// Repeats, for recorded cascades, counts those that repeat an
+	// earlier one's sources and infected nodes (diffusion.Repeats).
+	Repeats int `json:"repeats,omitempty"`
 	// PluginDir is where methods with a forward model found their
 	// plugin unless Params gave one its own plugin_dir ("": bin).
 	PluginDir string `json:"plugin_dir,omitempty"`
@@ -133,37 +142,67 @@ type Paired struct {
 }
 
 // Difference is the mean over n paired cascades of method minus reference,
-// with the half-width of its 95% confidence interval, 1.96·sd/√n (a normal
-// approximation: n is the test cascades of every run, in the hundreds).
-// Cascades where either value is undefined are left out.
+// with the half-width of its 95% confidence interval, t·sd/√n, t the
+// 0.975 quantile of Student's t with n - 1 degrees of freedom (NaN for
+// n < 2: one cascade gives no interval). Cascades where either value is
+// undefined are left out. Recorded cascades count once each however many
+// runs tested them (their differences averaged), so n is then the
+// distinct cascades.
 type Difference struct {
 	Mean float64 `json:"mean"`
 	CI95 float64 `json:"ci95"`
 	N    int     `json:"n"`
 }
 
-// String is "+0.057 ± 0.012", or "undefined" where no cascade defined
-// the difference (AUC on a graph of one node).
+// String is "+0.057 ± 0.012", "+0.057 (one cascade, no interval)", or
+// "undefined" where no cascade defined the difference (AUC on a graph of
+// one node).
 func (d Difference) String() string {
-	if d.N == 0 || math.IsNaN(d.Mean) {
+	switch {
+	case d.N == 0 || math.IsNaN(d.Mean):
 		return "undefined"
+	case math.IsNaN(d.CI95):
+		return fmt.Sprintf("%+.3f (one cascade, no interval)", d.Mean)
 	}
 	return fmt.Sprintf("%+.3f ± %.3f", d.Mean, d.CI95)
 }
 
-// pairedDifference summarises a[i] - b[i] over the i where both are defined.
-func pairedDifference(a, b []float64) Difference {
-	d := make([]float64, 0, len(a))
+// pairedDifference summarises a[i] - b[i] over the i where both are
+// defined, the differences of one unit (units[i]; nil: each i its own)
+// first averaged into one.
+func pairedDifference(a, b []float64, units []string) Difference {
+	var (
+		sum   = map[string]float64{}
+		count = map[string]int{}
+		order []string
+	)
 	for i := range a {
-		if !math.IsNaN(a[i]) && !math.IsNaN(b[i]) {
-			d = append(d, a[i]-b[i])
+		if math.IsNaN(a[i]) || math.IsNaN(b[i]) {
+			continue
 		}
+		unit := strconv.Itoa(i)
+		if i < len(units) {
+			unit = units[i]
+		}
+		if count[unit] == 0 {
+			order = append(order, unit)
+		}
+		sum[unit] += a[i] - b[i]
+		count[unit]++
+	}
+	d := make([]float64, len(order))
+	for k, unit := range order {
+		d[k] = sum[unit] / float64(count[unit])
 	}
 	st := Summarize(d)
-	if st.N == 0 {
+	switch st.N {
+	case 0:
 		return Difference{Mean: math.NaN(), CI95: math.NaN()}
+	case 1:
+		return Difference{Mean: st.Mean, CI95: math.NaN(), N: 1}
 	}
-	return Difference{Mean: st.Mean, CI95: 1.96 * st.SD / math.Sqrt(float64(st.N)), N: st.N}
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(st.N - 1)}.Quantile(0.975)
+	return Difference{Mean: st.Mean, CI95: t * st.SD / math.Sqrt(float64(st.N)), N: st.N}
 }
 
 // MarshalJSON writes an undefined mean or interval as null.
@@ -289,8 +328,19 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if s.Runs == 1 {
 		runs = "run"
 	}
-	fmt.Fprintf(&b, "%d %s x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades\n",
-		s.Runs, runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, s.Runs*s.Test)
+	distinct := ""
+	if s.DistinctTest > 0 && s.DistinctTest < s.Runs*s.Test {
+		distinct = fmt.Sprintf(", %d of them distinct (the runs split one recorded set anew; the paired intervals count each once)", s.DistinctTest)
+	}
+	fmt.Fprintf(&b, "%d %s x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades%s\n",
+		s.Runs, runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, s.Runs*s.Test, distinct)
+	if s.Repeats > 0 {
+		fmt.Fprintf(&b, "WARNING: %d of the %d recorded cascades repeat an earlier one's sources and infected nodes: a copy in the training split and one in the test split flatter every method's numbers; drop the copies unless the history really repeats\n",
+			s.Repeats, s.Cascades)
+	}
+	if s.Test < 10 {
+		fmt.Fprintf(&b, "WARNING: %d test cascades per run: too few for the numbers below to say much, or for an interval at all with one\n", s.Test)
+	}
 	if p := r.Partial; p != nil {
 		if len(p.LeftOut) > 0 {
 			// Run keeps a cut-short run only when it is the first.

@@ -278,6 +278,10 @@ func nameSalt(s string) uint64 {
 type cascadeResult struct {
 	m       Metrics
 	seconds float64
+	// key is the test cascade's diffusion.Cascade.Key: recorded cascades
+	// that are one cascade, tested in several runs or copied in the file,
+	// count once in the paired intervals.
+	key string
 }
 
 type methodRun struct {
@@ -659,7 +663,7 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 		if err := checkPrediction(n, p); err != nil {
 			return res, methodError{name, fmt.Sprintf("test cascade %d", i), err}
 		}
-		res.cascades[i] = cascadeResult{m: Score(g, c.Sources, p), seconds: sec}
+		res.cascades[i] = cascadeResult{m: Score(g, c.Sources, p), seconds: sec, key: c.Key()}
 	}
 	// Diagnostics that need the truth (a forward model's test error) are
 	// computed only now, after every test cascade has been localized.
@@ -776,6 +780,30 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 		refName = "infected"
 	}
 	ref := slices.Index(cfg.Methods, refName)
+	// Simulated cascades are independent draws, each its own unit, even
+	// where two came out alike; recorded ones are a fixed set that every
+	// run splits anew, so a cascade tested in several runs, or copied in
+	// the file, is one unit of the paired intervals.
+	var units []string
+	if ref >= 0 && len(results) > 0 {
+		distinct := map[string]bool{}
+		for run := range results {
+			for i, c := range results[run][ref].cascades {
+				unit := fmt.Sprintf("%d/%d", run, i)
+				if cfg.Recorded != nil {
+					unit = c.key
+					distinct[unit] = true
+				}
+				units = append(units, unit)
+			}
+		}
+		if cfg.Recorded != nil {
+			rep.Settings.DistinctTest = len(distinct)
+		}
+	}
+	if cfg.Recorded != nil {
+		rep.Settings.Repeats = len(diffusion.Repeats(cfg.Recorded))
+	}
 	for mi, name := range cfg.Methods {
 		var p, r, f1, auc, topk, ed, sec, fit []float64
 		empty := 0
@@ -814,8 +842,8 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 			aucOf := func(m Metrics) float64 { return m.AUC }
 			res.Paired = &Paired{
 				Reference: refName,
-				F1:        pairedDifference(perCascade(mi, f1Of), perCascade(ref, f1Of)),
-				AUC:       pairedDifference(perCascade(mi, aucOf), perCascade(ref, aucOf)),
+				F1:        pairedDifference(perCascade(mi, f1Of), perCascade(ref, f1Of), units),
+				AUC:       pairedDifference(perCascade(mi, aucOf), perCascade(ref, aucOf), units),
 			}
 		}
 		rep.Results = append(rep.Results, res)

@@ -307,7 +307,8 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	require.Equal(t, 4, lead.F1.N)
 	require.InDelta(t, 0.1, lead.F1.Mean, 1e-12)
 	sd := math.Sqrt((0.01 + 0 + 0.01 + 0.04) / 3)
-	require.InDelta(t, 1.96*sd/2, lead.F1.CI95, 1e-12)
+	// Student's t, 3 degrees of freedom: 3.1824 (1.96 is for many).
+	require.InDelta(t, 3.182446305284263*sd/2, lead.F1.CI95, 1e-9)
 	require.Equal(t, 3, lead.AUC.N)
 	require.InDelta(t, 0.2/3, lead.AUC.Mean, 1e-12)
 	require.Nil(t, rep.Results[1].Paired, "infected is a control")
@@ -556,9 +557,30 @@ func TestRunOnRecordedCascades(t *testing.T) {
 	require.Equal(t, before, cs, "the caller's cascades are left in their order")
 	cfg.Runs = 2
 
+	// The runs' test splits overlap: the paired intervals count each
+	// distinct cascade once, and the table says how many there were.
+	distinct := map[string]bool{}
+	for _, c := range cs {
+		distinct[c.Key()] = true
+	}
+	require.Len(t, distinct, 50, "no copies in this file")
+	require.Less(t, rep.Settings.DistinctTest, cfg.Runs*rep.Settings.Test, "two runs of 10 test cascades out of 50 overlap (seeded)")
+	require.Equal(t, rep.Settings.DistinctTest, rep.Results[0].Paired.F1.N)
+	require.Zero(t, rep.Settings.Repeats)
+
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteTable(&buf))
 	require.Contains(t, buf.String(), "cascades recorded in incidents.jsonl")
+	require.Contains(t, buf.String(), fmt.Sprintf(", %d of them distinct (the runs split one recorded set anew; the paired intervals count each once)", rep.Settings.DistinctTest))
+
+	// A file holding copies is called out in the report itself.
+	cfg.Recorded = append(slices.Clone(cs), cs[:5]...)
+	copied, err := Run(context.Background(), g, cfg)
+	require.NoError(t, err)
+	require.Equal(t, 5, copied.Settings.Repeats)
+	buf.Reset()
+	require.NoError(t, copied.WriteTable(&buf))
+	require.Contains(t, buf.String(), "WARNING: 5 of the 55 recorded cascades repeat an earlier one's sources and infected nodes")
 
 	// Cascades over another graph are refused.
 	cfg.Recorded = slices.Clone(cs)
@@ -644,6 +666,32 @@ func TestReportCallsOutChance(t *testing.T) {
 	require.Contains(t, out, "slvae: ROC-AUC 0.522, about chance (a random ranking scores 0.5): it does not localize here, whatever it beats\n")
 	require.NotContains(t, out, "lpsi: ROC-AUC")
 	require.NotContains(t, out, "infected: ROC-AUC", "a control is a reference point")
+}
+
+// One cascade gives a difference but no interval, and no verdict; a unit
+// tested in several runs (a recorded cascade) counts once.
+func TestPairedDifferenceUnits(t *testing.T) {
+	one := pairedDifference([]float64{0.2}, []float64{0.5}, nil)
+	require.Equal(t, 1, one.N)
+	require.InDelta(t, -0.3, one.Mean, 1e-12)
+	require.True(t, math.IsNaN(one.CI95))
+	require.Equal(t, "-0.300 (one cascade, no interval)", one.String())
+
+	// Units a, b, a, c: a's two differences (0.1, 0.3) average to 0.2.
+	d := pairedDifference([]float64{0.6, 0.5, 0.8, 0.4}, []float64{0.5, 0.5, 0.5, 0.1}, []string{"a", "b", "a", "c"})
+	require.Equal(t, 3, d.N)
+	require.InDelta(t, (0.2+0+0.3)/3, d.Mean, 1e-12)
+	sd := math.Sqrt((math.Pow(0.2-d.Mean, 2) + math.Pow(0-d.Mean, 2) + math.Pow(0.3-d.Mean, 2)) / 2)
+	require.InDelta(t, 4.302652729911275*sd/math.Sqrt(3), d.CI95, 1e-9, "t with 2 degrees of freedom")
+
+	rep := &Report{Graph: "g", Settings: Settings{Runs: 1, Test: 1}, Results: []Result{
+		{Method: "jordan", AUC: Stat{Mean: 0.5, N: 1}, Paired: &Paired{Reference: "infected", F1: one, AUC: one}},
+	}}
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "jordan - infected: F1 -0.300 (one cascade, no interval), AUC -0.300 (one cascade, no interval)")
+	require.NotContains(t, buf.String(), "ranks worse than", "no verdict from one cascade")
+	require.Contains(t, buf.String(), "WARNING: 1 test cascades per run: too few")
 }
 
 func ptr(v float64) *float64 { return &v }

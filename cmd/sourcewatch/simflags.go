@@ -304,7 +304,11 @@ func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) 
 			"so the held-out numbers on it say nothing of localization; drop them unless that is what you observe",
 			len(only), len(cs), linesOf(lines, path)), zap.String("cascades_file", path))
 	}
-	if copies := repeated(cs); len(copies) > 0 {
+	if repeats := diffusion.Repeats(cs); len(repeats) > 0 {
+		copies := make([]int, len(repeats))
+		for i, k := range repeats {
+			copies[i] = cs[k].Line
+		}
 		a.log.Warn(fmt.Sprintf("%d of %d cascades repeat an earlier line's sources and infected nodes (%s): the split puts copies on both sides, "+
 			"so the held-out numbers reward remembering training cascades, not localizing; drop the copies unless your history really repeats",
 			len(copies), len(cs), linesOf(copies, path)), zap.String("cascades_file", path))
@@ -343,40 +347,6 @@ func sourcesOnly(cs []diffusion.Cascade) []int {
 	for i, c := range cs {
 		if len(c.Sources) > 0 && slices.Equal(c.Sources, c.Infected) {
 			out = append(out, i)
-		}
-	}
-	return out
-}
-
-// repeated returns the lines of the cascades whose sources, infected and
-// recovered nodes are those of an earlier one.
-func repeated(cs []diffusion.Cascade) []int {
-	seen := make(map[string]bool, len(cs))
-	var out []int
-	var b strings.Builder
-	for _, c := range cs {
-		b.Reset()
-		for _, part := range [][]int{c.Sources, {-1}, c.Infected, {-1}, recoveredNodes(c)} {
-			for _, v := range part {
-				b.WriteString(strconv.Itoa(v))
-				b.WriteByte(',')
-			}
-		}
-		if k := b.String(); seen[k] {
-			out = append(out, c.Line)
-		} else {
-			seen[k] = true
-		}
-	}
-	return out
-}
-
-// recoveredNodes lists the nodes c says recovered.
-func recoveredNodes(c diffusion.Cascade) []int {
-	var out []int
-	for v, step := range c.Recovered {
-		if step >= 0 {
-			out = append(out, v)
 		}
 	}
 	return out

@@ -866,3 +866,20 @@ func TestTrainDropsWeightsTheSpreadIgnores(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ib.Manifest.Forward.IgnoreWeights, "IC reads the weights")
 }
+
+// A held-out line resting on a handful of cascades says so.
+func TestSummaryNotesFewHeldOutCascades(t *testing.T) {
+	for _, tc := range []struct {
+		n    float64
+		note bool
+	}{{4, true}, {9, true}, {10, false}, {60, false}} {
+		m := localize.Manifest{Metrics: map[string]float64{"test_f1": 0.4, "test_auc": 0.8, "test_cascades": tc.n}}
+		var buf bytes.Buffer
+		printBundleSummary(&buf, "x.swb", m, "", "")
+		if tc.note {
+			require.Contains(t, buf.String(), fmt.Sprintf("note        only %d held-out cascades: the test line is mostly noise at that size", int(tc.n)))
+		} else {
+			require.NotContains(t, buf.String(), "held-out cascades:", tc.n)
+		}
+	}
+}
