@@ -260,8 +260,9 @@ type UnreachableError struct {
 	// Directed is set on a directed graph, where the spread reaches only
 	// what the arcs lead to from the sources.
 	Directed bool
-	// Reached counts the cascades of the same Simulate call that did
-	// reach their targets: some draws can, so more redraws would find one.
+	// Reached counts the cascades of the same Simulate call that
+	// infected at least Need nodes at once: some draws can, so more
+	// redraws would find one.
 	Reached int
 }
 
@@ -314,8 +315,12 @@ func (e *UnreachableError) Explain(name func(param string) string) string {
 			redraws = "MaxRedraws"
 		}
 		redraws, _, _ = strings.Cut(redraws, " (")
-		rare = fmt.Sprintf(" (%d other cascades reached their targets, so it is rare rather than out of reach: a higher %s draws until one does, but the sources kept then lean towards the few that reach it)",
-			e.Reached, redraws)
+		cascades := "cascades of this run"
+		if e.Reached == 1 {
+			cascades = "cascade of this run"
+		}
+		rare = fmt.Sprintf(" (%d other %s infected at least %d nodes at once, so it is rare rather than out of reach: a higher %s draws until one does, but the cascades kept then start where a spread can reach it)",
+			e.Reached, cascades, e.Need, redraws)
 	}
 	return fmt.Sprintf("cascade %d: %d draws in a row stayed below the observation target of %d infected nodes (%.0f%%); the most infected at once was %d: %s, or %s%s: %v",
 		e.Cascade, e.Draws, e.Need, 100*e.Target, e.Peak, blame, shape, rare, ErrUnreachable)
@@ -363,9 +368,10 @@ func (c Config) suspects(g *graph.Graph, capped, nearMiss bool) []Suspect {
 			out = append(out, Suspect{"P", true})
 		}
 	case LT:
-		if c.Threshold > 0 { // a fixed threshold; negative draws each node's
+		switch {
+		case c.Threshold > 0: // a fixed threshold, which can go lower
 			out = append(out, Suspect{"Threshold", false})
-		} else {
+		case c.Threshold < 0: // drawn per node
 			out = append(out, Suspect{"RandomThreshold", false})
 		}
 		if g.Weighted() {

@@ -125,19 +125,21 @@ func RepeatedKey(raw []byte, names ...string) string {
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return ""
 	}
-	seen := map[string]bool{}
+	// EqualFold, not ToLower: encoding/json matches "ſources" (long s)
+	// to sources too.
+	var seen []string
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
 			return ""
 		}
 		key, _ := t.(string)
-		lower := strings.ToLower(key)
-		if seen[lower] {
+		same := func(k string) bool { return strings.EqualFold(k, key) }
+		if slices.ContainsFunc(seen, same) {
 			return key
 		}
-		if len(names) == 0 || slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, key) }) {
-			seen[lower] = true
+		if len(names) == 0 || slices.ContainsFunc(names, same) {
+			seen = append(seen, key)
 		}
 		var skip json.RawMessage
 		if dec.Decode(&skip) != nil {

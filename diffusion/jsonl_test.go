@@ -118,6 +118,7 @@ func TestRepeatedKey(t *testing.T) {
 		{`{"node":"1","state":"infected"}`, nil, ""},
 		{`{"meta":1,"meta":2,"sources":[]}`, []string{"sources"}, ""},
 		{`{"meta":1,"sources":[],"SOURCES":[]}`, []string{"sources"}, "SOURCES"},
+		{`{"sources":["a"],"infected":["a"],"ſources":["b"]}`, []string{"sources"}, "ſources"}, // long s: encoding/json folds it too
 		{`["node","node"]`, nil, ""},
 		{`{"a":`, nil, ""},
 	} {

@@ -151,7 +151,9 @@ func Simulate(ctx context.Context, g *graph.Graph, cfg Config, count int, seed i
 			var ue *UnreachableError
 			if errors.As(errs[i], &ue) {
 				for j := range count {
-					if errs[j] == nil && out[j].N > 0 {
+					// Each cascade draws its own target: only one that
+					// infected as many shows this one's is reachable.
+					if errs[j] == nil && out[j].N > 0 && len(out[j].Infected) >= ue.Need {
 						ue.Reached++
 					}
 				}

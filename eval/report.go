@@ -335,7 +335,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "%d %s x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades%s\n",
 		s.Runs, runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, s.Runs*s.Test, distinct)
 	if s.Repeats > 0 {
-		fmt.Fprintf(&b, "WARNING: %d of the %d recorded cascades repeat an earlier one's sources and infected nodes: a copy in the training split and one in the test split flatter every method's numbers; drop the copies unless the history really repeats\n",
+		fmt.Fprintf(&b, "WARNING: %d of the %d recorded cascades repeat an earlier one's sources and infected nodes: a copy in the training split and one in the test split flatter every method's numbers (the paired intervals count each once); drop the copies unless the history really repeats (small outbreaks on a small graph can, by chance)\n",
 			s.Repeats, s.Cascades)
 	}
 	if s.Test < 10 {

@@ -359,7 +359,7 @@ func Launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 			return nil, err
 		case <-t.C:
 		}
-		delay *= 2
+		delay = min(2*delay, time.Second)
 	}
 }
 
@@ -373,8 +373,10 @@ func launchLogger(opts []LaunchOption) *zap.Logger {
 }
 
 // textBusyAttempts is how often Launch starts a binary that is busy being
-// written (10 ms to 160 ms apart, about 0.3 s in all).
-const textBusyAttempts = 6
+// written: 10 ms apart, doubling up to a second, about 4 s in all. The
+// usual cause, a fork in the same process, lets go within milliseconds;
+// the rest is room for a loaded machine.
+const textBusyAttempts = 10
 
 func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, error) {
 	o := launchOptions{log: zap.NewNop(), fitIdle: 10 * time.Minute, startTimeout: 30 * time.Second}

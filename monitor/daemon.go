@@ -515,7 +515,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			return fmt.Errorf("http.addr: %w (another process on it? set http.addr, or SOURCEWATCH_HTTP_ADDR; \"\" turns HTTP off)", err)
 		}
 		d.httpAddr.Store(ln.Addr().String())
-		limited := newConnLimit(ln, maxHTTPConns, d.now)
+		limited := newConnLimit(ln, maxHTTPConns)
 		httpSrv = &http.Server{Handler: d.handler(), ConnState: limited.connState,
 			// Without these, idle keep-alive connections are never
 			// closed: local clients could hold every file descriptor,
@@ -1581,7 +1581,10 @@ func (d *Daemon) compactState(ctx context.Context) {
 	markers, parts, err := compactBlobs(ctx, d.js, d.kv, d.now().Add(-stateMarkerAge))
 	switch {
 	case err != nil && ctx.Err() == nil:
-		d.log.Warn("compacting the state bucket; tried again at the next start", zap.Int("markers_removed", markers), zap.Int("parts_removed", parts), zap.Error(err))
+		// A refused purge is a request with no reply: a timeout, not a
+		// permission error, reaches here.
+		d.log.Warn("compacting the state bucket; tried again at the next start (on a server with permissions, the daemon's user needs $JS.API.STREAM.PURGE.KV_"+StateBucket+" for it)",
+			zap.Int("markers_removed", markers), zap.Int("parts_removed", parts), zap.Error(err))
 	case markers+parts > 0:
 		d.log.Info("state bucket compacted", zap.Int("markers_removed", markers), zap.Int("parts_removed", parts))
 	}

@@ -198,7 +198,7 @@ func TestFailedSnapshotIsNotReady(t *testing.T) {
 func TestConnLimitCloseWakesAWaitingAccept(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	l := newConnLimit(ln, 1, time.Now)
+	l := newConnLimit(ln, 1)
 	for range 2 {
 		c, err := net.Dial("tcp", ln.Addr().String())
 		require.NoError(t, err)

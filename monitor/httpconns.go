@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"time"
 )
 
 // connLimit is a listener that keeps at most max connections open, so
@@ -22,20 +21,23 @@ import (
 type connLimit struct {
 	net.Listener
 	max int
-	now func() time.Time
 
 	mu    sync.Mutex
 	open  int
-	idle  map[*limitedConn]time.Time // since when each idle one is
-	freed chan struct{}              // a slot came free; capacity 1
-	done  chan struct{}              // closed by Close
+	idle  map[*limitedConn]uint64 // when each went idle, as seq counted then
+	seq   uint64                  // counts the transitions to idle
+	freed chan struct{}           // a slot came free; capacity 1
+	done  chan struct{}           // closed by Close
 	once  sync.Once
 }
 
-func newConnLimit(ln net.Listener, max int, now func() time.Time) *connLimit {
+// newConnLimit bounds ln to max connections open at once. Which
+// connection has been idle longest is kept by the order connections went
+// idle, not by a clock, so an injected clock cannot blur it.
+func newConnLimit(ln net.Listener, max int) *connLimit {
 	return &connLimit{
-		Listener: ln, max: max, now: now,
-		idle:  map[*limitedConn]time.Time{},
+		Listener: ln, max: max,
+		idle:  map[*limitedConn]uint64{},
 		freed: make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
@@ -87,11 +89,11 @@ func (l *connLimit) acquire() error {
 func (l *connLimit) longestIdleLocked() *limitedConn {
 	var (
 		oldest *limitedConn
-		since  time.Time
+		since  uint64
 	)
-	for c, t := range l.idle {
-		if oldest == nil || t.Before(since) {
-			oldest, since = c, t
+	for c, seq := range l.idle {
+		if oldest == nil || seq < since {
+			oldest, since = c, seq
 		}
 	}
 	return oldest
@@ -117,7 +119,8 @@ func (l *connLimit) connState(nc net.Conn, state http.ConnState) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if state == http.StateIdle && !c.isClosed() {
-		l.idle[c] = l.now()
+		l.seq++
+		l.idle[c] = l.seq
 		return
 	}
 	delete(l.idle, c)

@@ -249,15 +249,18 @@ func (a *app) warnOvershoot(g *graph.Graph, cfg diffusion.Config, cs []diffusion
 		over, len(cs), 100*(cfg.ObserveMax+0.1), cfg.ObserveMax, all, slowerSpread(g, cfg)))
 }
 
-// warnRedrawn warns when most draws were redrawn for dying out below
-// their targets: the cascades kept are those whose sources could reach
-// the target, so the sources no longer follow the pattern asked for.
+// warnRedrawn warns when draws were redrawn many times over for dying
+// out below their targets. A redraw draws the sources and the spread's
+// chance anew, so a few per cascade say only that spreads often die out;
+// many times more than the cascades kept say that where a cascade starts
+// decides whether it reaches the target, and the kept cascades' sources
+// then lean towards the nodes that can (a directed star: its hub).
 func (a *app) warnRedrawn(cfg diffusion.Config, redrawn, count int) {
-	if count == 0 || redrawn <= 2*count {
+	if count == 0 || redrawn <= 5*count {
 		return
 	}
-	a.log.Warn(fmt.Sprintf("%d draws were redrawn for %d cascades, for dying out below their observation targets: the cascades kept are those whose sources could reach the target, "+
-		"so their sources lean towards the nodes that can and do not follow --pattern %s; a lower --observe (or a stronger spread) keeps the draws as drawn",
+	a.log.Warn(fmt.Sprintf("%d draws were redrawn for %d cascades, for dying out below their observation targets: where whether a spread reaches the target depends on where it starts, "+
+		"the sources kept lean towards the nodes that can reach it and no longer follow --pattern %s; a lower --observe (or a stronger spread) keeps the draws as drawn",
 		redrawn, count, cmp.Or(cfg.Pattern, diffusion.Uniform)))
 }
 
@@ -310,7 +313,7 @@ func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) 
 			copies[i] = cs[k].Line
 		}
 		a.log.Warn(fmt.Sprintf("%d of %d cascades repeat an earlier line's sources and infected nodes (%s): the split puts copies on both sides, "+
-			"so the held-out numbers reward remembering training cascades, not localizing; drop the copies unless your history really repeats",
+			"so the held-out numbers reward remembering training cascades, not localizing; drop the copies unless your history really repeats (small outbreaks on a small graph can, by chance)",
 			len(copies), len(cs), linesOf(copies, path)), zap.String("cascades_file", path))
 	}
 	var all, unobserved []int
