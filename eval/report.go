@@ -330,16 +330,16 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	distinct := ""
 	if s.DistinctTest > 0 && s.DistinctTest < s.Runs*s.Test {
-		distinct = fmt.Sprintf(", %d of them distinct (the runs split one recorded set anew; the paired intervals count each once)", s.DistinctTest)
+		distinct = fmt.Sprintf(", %d of them distinct (recorded cascades: a run can test one another run tested, and a file can hold copies; the paired intervals count each once)", s.DistinctTest)
 	}
-	fmt.Fprintf(&b, "%d %s x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %d test cascades%s\n",
-		s.Runs, runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, s.Runs*s.Test, distinct)
+	fmt.Fprintf(&b, "%d %s x %d cascades (train %d / validation %d / test %d), seed %d; mean ± sd over %s%s\n",
+		s.Runs, runs, s.Cascades, s.Train, s.Validation, s.Test, s.Seed, testCascades(s.Runs*s.Test), distinct)
 	if s.Repeats > 0 {
 		fmt.Fprintf(&b, "WARNING: %d of the %d recorded cascades repeat an earlier one's sources and infected nodes: a copy in the training split and one in the test split flatter every method's numbers (the paired intervals count each once); drop the copies unless the history really repeats (small outbreaks on a small graph can, by chance)\n",
 			s.Repeats, s.Cascades)
 	}
 	if s.Test < 10 {
-		fmt.Fprintf(&b, "WARNING: %d test cascades per run: too few for the numbers below to say much, or for an interval at all with one\n", s.Test)
+		fmt.Fprintf(&b, "WARNING: %s per run: too few for the numbers below to say much, or for an interval at all with one\n", testCascades(s.Test))
 	}
 	if p := r.Partial; p != nil {
 		if len(p.LeftOut) > 0 {
@@ -400,7 +400,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	for _, res := range r.Results {
 		if v := res.Paired; v != nil {
-			over := fmt.Sprintf("%d test cascades", v.F1.N)
+			over := testCascades(v.F1.N)
 			if v.AUC.N != v.F1.N {
 				over += fmt.Sprintf(", %d for AUC", v.AUC.N)
 			}
@@ -469,6 +469,14 @@ func cell(s Stat, prec int) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.*f ± %.*f", prec, s.Mean, prec, s.SD)
+}
+
+// testCascades is "n test cascades", singular for one.
+func testCascades(n int) string {
+	if n == 1 {
+		return "1 test cascade"
+	}
+	return fmt.Sprintf("%d test cascades", n)
 }
 
 // pluginOf is the forward plugin method (a row's name) ran: the one in

@@ -223,6 +223,9 @@ type runOptions struct {
 	name string
 	// spreadIgnoresWeights is Env.SpreadIgnoresWeights (set by Run).
 	spreadIgnoresWeights bool
+	// keyTests has runMethod record each test cascade's Key (set by Run
+	// for recorded cascades, the only ones whose keys are used).
+	keyTests bool
 }
 
 // OnProgress receives progress: stage "simulate" counts cascades over all
@@ -320,6 +323,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		cfg.Cascades = len(cfg.Recorded)
 	}
 	o.spreadIgnoresWeights = g.Weighted() && len(cfg.Recorded) == 0 && !cfg.Sim.Model.UsesWeights()
+	o.keyTests = cfg.Recorded != nil
 	if err := cfg.Validate(g); err != nil {
 		return nil, err
 	}
@@ -663,7 +667,10 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 		if err := checkPrediction(n, p); err != nil {
 			return res, methodError{name, fmt.Sprintf("test cascade %d", i), err}
 		}
-		res.cascades[i] = cascadeResult{m: Score(g, c.Sources, p), seconds: sec, key: c.Key()}
+		res.cascades[i] = cascadeResult{m: Score(g, c.Sources, p), seconds: sec}
+		if o.keyTests {
+			res.cascades[i].key = c.Key()
+		}
 	}
 	// Diagnostics that need the truth (a forward model's test error) are
 	// computed only now, after every test cascade has been localized.
@@ -784,11 +791,17 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 	// where two came out alike; recorded ones are a fixed set that every
 	// run splits anew, so a cascade tested in several runs, or copied in
 	// the file, is one unit of the paired intervals.
+	// Every method was tested on the same cascades: any that ran them
+	// gives their units.
+	unitsFrom := ref
+	if unitsFrom < 0 {
+		unitsFrom = 0
+	}
 	var units []string
-	if ref >= 0 && len(results) > 0 {
+	if len(results) > 0 && unitsFrom < len(results[0]) {
 		distinct := map[string]bool{}
 		for run := range results {
-			for i, c := range results[run][ref].cascades {
+			for i, c := range results[run][unitsFrom].cascades {
 				unit := fmt.Sprintf("%d/%d", run, i)
 				if cfg.Recorded != nil {
 					unit = c.key

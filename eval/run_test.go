@@ -571,7 +571,7 @@ func TestRunOnRecordedCascades(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteTable(&buf))
 	require.Contains(t, buf.String(), "cascades recorded in incidents.jsonl")
-	require.Contains(t, buf.String(), fmt.Sprintf(", %d of them distinct (the runs split one recorded set anew; the paired intervals count each once)", rep.Settings.DistinctTest))
+	require.Contains(t, buf.String(), fmt.Sprintf(", %d of them distinct (recorded cascades: a run can test one another run tested, and a file can hold copies; the paired intervals count each once)", rep.Settings.DistinctTest))
 
 	// A file holding copies is called out in the report itself.
 	cfg.Recorded = append(slices.Clone(cs), cs[:5]...)
@@ -581,6 +581,13 @@ func TestRunOnRecordedCascades(t *testing.T) {
 	buf.Reset()
 	require.NoError(t, copied.WriteTable(&buf))
 	require.Contains(t, buf.String(), "WARNING: 5 of the 55 recorded cascades repeat an earlier one's sources and infected nodes")
+
+	// Without the reference method the header still counts them.
+	cfg.Recorded, cfg.Methods = cs, []string{"lpsi"}
+	unpaired, err := Run(context.Background(), g, cfg)
+	require.NoError(t, err)
+	require.Equal(t, rep.Settings.DistinctTest, unpaired.Settings.DistinctTest)
+	require.Nil(t, unpaired.Results[0].Paired)
 
 	// Cascades over another graph are refused.
 	cfg.Recorded = slices.Clone(cs)
@@ -691,7 +698,7 @@ func TestPairedDifferenceUnits(t *testing.T) {
 	require.NoError(t, rep.WriteTable(&buf))
 	require.Contains(t, buf.String(), "jordan - infected: F1 -0.300 (one cascade, no interval), AUC -0.300 (one cascade, no interval)")
 	require.NotContains(t, buf.String(), "ranks worse than", "no verdict from one cascade")
-	require.Contains(t, buf.String(), "WARNING: 1 test cascades per run: too few")
+	require.Contains(t, buf.String(), "WARNING: 1 test cascade per run: too few")
 }
 
 func ptr(v float64) *float64 { return &v }

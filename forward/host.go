@@ -373,7 +373,7 @@ func launchLogger(opts []LaunchOption) *zap.Logger {
 }
 
 // textBusyAttempts is how often Launch starts a binary that is busy being
-// written: 10 ms apart, doubling up to a second, about 4 s in all. The
+// written: 10 ms apart, doubling up to a second, about 3.3 s in all. The
 // usual cause, a fork in the same process, lets go within milliseconds;
 // the rest is room for a loaded machine.
 const textBusyAttempts = 10

@@ -26,6 +26,13 @@ func Directed(directed bool) Option {
 	return func(o *loadOptions) { o.directed = directed }
 }
 
+// commentLooksLikeID reports whether cut, the comment cut from a line,
+// reads as a node id that lost its place ("#b"), not as prose ("# b").
+func commentLooksLikeID(cut string) bool {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(cut), "#")
+	return ok && rest != "" && !strings.ContainsAny(rest[:1], " \t#")
+}
+
 // Load reads an edge list file (see Read).
 func Load(path string, opts ...Option) (*Graph, error) {
 	f, err := os.Open(path)
@@ -76,6 +83,11 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			// first node's id.
 			text = strings.TrimPrefix(text, "\ufeff")
 		}
+		if strings.Contains(strings.TrimRight(text, "\r"), "\r") {
+			// Checked before the comment is cut: a comment on the first
+			// line would take every later line with it.
+			return nil, fmt.Errorf("%s:%d: carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')", name, line)
+		}
 		withComment := text
 		text = stripComment(text)
 		// Node ids travel as JSON and protobuf strings (cascade files,
@@ -100,12 +112,10 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 		if len(fields) != 2 && len(fields) != 3 {
 			hint := ""
 			switch {
-			case strings.Contains(strings.TrimRight(text, "\r"), "\r"):
-				hint = " (the line holds carriage returns: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines, e.g. tr '\\r' '\\n')"
 			case strings.ContainsRune(text, '\u00a0'):
 				hint = " (the line holds a non-breaking space, U+00A0, which separates fields as a space does: replace it)"
-			case withComment != text && len(fields) < 2:
-				hint = fmt.Sprintf(" (the line's rest from %q on was read as a comment: a # after a space or tab starts one)", strings.TrimPrefix(withComment, text))
+			case len(fields) == 1 && commentLooksLikeID(strings.TrimPrefix(withComment, text)):
+				hint = fmt.Sprintf(" (the line's rest from %q on was read as a comment: a # after a space or tab starts one)", strings.TrimSpace(strings.TrimPrefix(withComment, text)))
 			case strings.ContainsAny(text, ",;"):
 				hint = " (fields are separated by spaces or tabs, not commas or semicolons)"
 			case strings.ContainsAny(text, `"'`):

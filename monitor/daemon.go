@@ -1581,9 +1581,13 @@ func (d *Daemon) compactState(ctx context.Context) {
 	markers, parts, err := compactBlobs(ctx, d.js, d.kv, d.now().Add(-stateMarkerAge))
 	switch {
 	case err != nil && ctx.Err() == nil:
-		// A refused purge is a request with no reply: a timeout, not a
-		// permission error, reaches here.
-		d.log.Warn("compacting the state bucket; tried again at the next start (on a server with permissions, the daemon's user needs $JS.API.STREAM.PURGE.KV_"+StateBucket+" for it)",
+		hint := ""
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+			// A refused purge is a request with no reply: a timeout, not
+			// a permission error, reaches here.
+			hint = " (on a server with permissions, the daemon's user needs $JS.API.STREAM.PURGE.KV_" + StateBucket + " for it)"
+		}
+		d.log.Warn("compacting the state bucket; tried again at the next start"+hint,
 			zap.Int("markers_removed", markers), zap.Int("parts_removed", parts), zap.Error(err))
 	case markers+parts > 0:
 		d.log.Info("state bucket compacted", zap.Int("markers_removed", markers), zap.Int("parts_removed", parts))

@@ -370,7 +370,7 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 				metric(m, localize.TestInfectedF1Metric), metric(m, localize.TestInfectedAUCMetric))
 		}
 		if n := int(m.Metrics["test_cascades"]); n > 0 && n < 10 {
-			fmt.Fprintf(w, "note        only %d held-out cascades: the test line is mostly noise at that size; more --cascades give it more\n", n)
+			fmt.Fprintf(w, "note        only %d held-out cascades: the test line is mostly noise at that size; more cascades (or a higher --test-solves, where it is the limit) give it more\n", n)
 		}
 		if s := m.WeakRanking(); s != "" {
 			fmt.Fprintf(w, "note        %s\n", s)

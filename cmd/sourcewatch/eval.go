@@ -257,7 +257,10 @@ func expandForwards(cfg *eval.Config, list string) error {
 			cfg.Methods[i] = name
 			for k, v := range cfg.Params {
 				if key, ok := strings.CutPrefix(k, m+"."); ok {
-					cfg.Params[name+"."+key] = v
+					// A param given to the expansion by its own name wins.
+					if _, own := cfg.Params[name+"."+key]; !own {
+						cfg.Params[name+"."+key] = v
+					}
 					delete(cfg.Params, k)
 				}
 			}
@@ -280,7 +283,9 @@ func expandForwards(cfg *eval.Config, list string) error {
 			methods = append(methods, name)
 			for k, v := range cfg.Params {
 				if key, ok := strings.CutPrefix(k, m+"."); ok {
-					cfg.Params[name+"."+key] = v
+					if _, own := cfg.Params[name+"."+key]; !own {
+						cfg.Params[name+"."+key] = v
+					}
 				}
 			}
 		}

@@ -11,12 +11,13 @@ import (
 func TestExpandForwards(t *testing.T) {
 	cfg := eval.Config{
 		Methods: []string{"slvae", "lpsi", "slvae-b"},
-		Params:  map[string]string{"slvae.epochs": "3", "lpsi.alpha": "0.5"},
+		Params:  map[string]string{"slvae.epochs": "3", "lpsi.alpha": "0.5", "slvae.plugin_dir": "/X", "slvae[icmf].plugin_dir": "/Y"},
 	}
 	require.NoError(t, expandForwards(&cfg, "icmf, gat"))
 	require.Equal(t, []string{"slvae[icmf]", "slvae[gat]", "lpsi", "slvae-b[icmf]", "slvae-b[gat]"}, cfg.Methods)
 	require.Equal(t, map[string]string{
 		"slvae[icmf].epochs": "3", "slvae[gat].epochs": "3", "lpsi.alpha": "0.5",
+		"slvae[icmf].plugin_dir": "/Y", "slvae[gat].plugin_dir": "/X", // an expansion's own param wins
 	}, cfg.Params)
 	for _, m := range cfg.Methods {
 		_, err := eval.Lookup(m)
