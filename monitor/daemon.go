@@ -140,7 +140,8 @@ type Daemon struct {
 	ready     chan struct{}
 	clientURL atomic.Value // string
 	httpAddr  atomic.Value // string
-	bound     atomic.Bool  // every consumer is consuming
+	httpConns atomic.Pointer[connLimit]
+	bound     atomic.Bool // every consumer is consuming
 	started   atomic.Bool
 	reloadMu  sync.Mutex
 	// reloadAfterStart is set, under reloadMu, by a reload requested
@@ -516,6 +517,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 		d.httpAddr.Store(ln.Addr().String())
 		limited := newConnLimit(ln, maxHTTPConns)
+		d.httpConns.Store(limited)
 		httpSrv = &http.Server{Handler: d.handler(), ConnState: limited.connState,
 			// Without these, idle keep-alive connections are never
 			// closed: local clients could hold every file descriptor,

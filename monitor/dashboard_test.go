@@ -122,6 +122,11 @@ func TestIdleHTTPConnectionsMakeRoom(t *testing.T) {
 	cfg := testConfig(t, "p")
 	r := start(t, cfg, preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory))
 	addr := r.d.HTTPAddr()
+	// The start's readiness checks leave keep-alive connections of their
+	// own, idle longer than any below: closed first, so the one idle
+	// longest is the test's first.
+	http.DefaultClient.CloseIdleConnections()
+	require.Eventually(t, func() bool { return r.d.httpConns.Load().openConns() == 0 }, 10*time.Second, time.Millisecond)
 	type kept struct {
 		net.Conn
 		rd *bufio.Reader

@@ -126,6 +126,13 @@ func (l *connLimit) connState(nc net.Conn, state http.ConnState) {
 	delete(l.idle, c)
 }
 
+// openConns counts the connections open now.
+func (l *connLimit) openConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}
+
 // Close closes the listener and wakes an Accept waiting for a slot.
 func (l *connLimit) Close() error {
 	l.once.Do(func() { close(l.done) })
