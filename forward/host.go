@@ -151,7 +151,7 @@ func PluginPath(dir, name string) (string, error) {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
 			found += fmt.Sprintf("; %s there lacks the prefix: a plugin's binary is named %s%s", filepath.Join(dir, name), BinaryPrefix, name)
 		}
-		return "", fmt.Errorf("forward plugin %q: %s does not exist (%s; a shipped plugin: make build; a plugin of your own: build it to %s%s in a directory and pass that directory as the plugin dir)", name, path, found, BinaryPrefix, name)
+		return "", fmt.Errorf("forward plugin %q: %s does not exist (%s; a shipped plugin: make build, or, for a bundle trained with an earlier build, copy that build here (make build of the commit it came from rebuilds it bit for bit); a plugin of your own: build it to %s%s in a directory and pass that directory as the plugin dir)", name, path, found, BinaryPrefix, name)
 	}
 	if err := checkExecutable(path); err != nil {
 		return "", fmt.Errorf("forward plugin %q: %w", name, err)

@@ -134,6 +134,8 @@ func resolvePlugin(m *Manifest, o LaunchOptions) (path string, want []byte, err 
 		return path, want, nil
 	case o.AllowUnverified:
 		return path, nil, nil
+	case name != m.Forward.Name && m.Forward.SHA256 != "":
+		return "", nil, fmt.Errorf("%w: bundle %s records the SHA-256 of %s, not of %s (the forward override): pin that build's SHA-256 with forward_checksum or --forward-checksum (plugin check it first), or set allow_unverified to run it unchecked", ErrUnverified, m.ID, m.Forward.Name, path)
 	default:
 		return "", nil, fmt.Errorf("%w: bundle %s records no SHA-256 for %s; set allow_unverified to run it anyway", ErrUnverified, m.ID, path)
 	}
@@ -143,6 +145,12 @@ func resolvePlugin(m *Manifest, o LaunchOptions) (path string, want []byte, err 
 // the bundle refuses.
 func explainPluginError(err error, m *Manifest, o LaunchOptions) error {
 	switch {
+	case errors.Is(err, forward.ErrChecksum) && o.Checksum != "":
+		// The pin names a build the plugin dir does not hold: after an
+		// upgrade, the new build's SHA-256 pinned while plugin_dir still
+		// names the old builds, say.
+		return fmt.Errorf("%w (forward_checksum or --forward-checksum pins a build that %s does not hold: point plugin_dir or --plugin-dir at that build (plugin_dir takes a restart), or drop the pin to run the build bundle %s records)",
+			err, o.PluginDir, m.ID)
 	case errors.Is(err, forward.ErrChecksum) && o.Checksum == "":
 		// The usual cause: the plugin was rebuilt after the bundle was
 		// trained.

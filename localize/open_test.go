@@ -1,9 +1,14 @@
 package localize
 
 import (
+	"encoding/hex"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/forward"
 )
 
 // A graph config's forward_params override the bundle's recorded params
@@ -27,4 +32,38 @@ func TestMergeParams(t *testing.T) {
 		})
 	}
 	require.Equal(t, map[string]string{"p": "0.3"}, mergeParams(nil, map[string]string{"p": "0.3"}))
+}
+
+// CheckForward refuses what LaunchForward would, each with what to do:
+// a rebuilt plugin, a pin the plugin dir does not hold, a renamed plugin
+// with no pin, a missing one.
+func TestCheckForwardSaysWhatToDo(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		path := filepath.Join(dir, forward.BinaryPrefix+name)
+		require.NoError(t, os.WriteFile(path, []byte(body), 0o755))
+		sum, err := forward.FileSHA256(path)
+		require.NoError(t, err)
+		return hex.EncodeToString(sum)
+	}
+	trained := write("icmf", "#!/bin/sh\n# the build the bundle was trained with\n")
+	m := &Manifest{ID: "swb-1", Forward: ForwardRef{Name: "icmf", Version: "1.0.0", SHA256: trained}}
+	require.NoError(t, CheckForward(m, LaunchOptions{PluginDir: dir}))
+
+	write("icmf", "#!/bin/sh\n# rebuilt\n")
+	err := CheckForward(m, LaunchOptions{PluginDir: dir})
+	require.ErrorIs(t, err, forward.ErrChecksum)
+	require.ErrorContains(t, err, "bundle swb-1 was trained with another build of icmf 1.0.0: point plugin_dir")
+
+	err = CheckForward(m, LaunchOptions{PluginDir: dir, Checksum: trained})
+	require.ErrorIs(t, err, forward.ErrChecksum)
+	require.ErrorContains(t, err, "pins a build that "+dir+" does not hold: point plugin_dir or --plugin-dir at that build")
+
+	write("icmf2", "#!/bin/sh\n# a renamed copy\n")
+	err = CheckForward(m, LaunchOptions{PluginDir: dir, Forward: "icmf2"})
+	require.ErrorIs(t, err, ErrUnverified)
+	require.ErrorContains(t, err, "records the SHA-256 of icmf, not of "+filepath.Join(dir, forward.BinaryPrefix+"icmf2")+" (the forward override): pin that build's SHA-256")
+
+	err = CheckForward(m, LaunchOptions{PluginDir: t.TempDir()})
+	require.ErrorContains(t, err, "for a bundle trained with an earlier build, copy that build here")
 }

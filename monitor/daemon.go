@@ -1860,6 +1860,11 @@ func (d *Daemon) reload(ctx context.Context) error {
 	if err := d.sameGraphs(cfg); err != nil {
 		return fmt.Errorf("%w: %w", ErrReload, err)
 	}
+	// The cheap checks of every graph first, so a reload names each graph
+	// it refuses, as the start does, rather than the first one built.
+	if err := d.preflightAll(cfg); err != nil {
+		return fmt.Errorf("%w: %w", ErrReload, err)
+	}
 	built := make([]Localizer, 0, len(cfg.Graphs))
 	for i, gc := range cfg.Graphs {
 		l, err := d.factory(ctx, gc, d.order[i].g)

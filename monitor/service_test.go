@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -483,6 +484,30 @@ func TestPreflightReportsEveryGraph(t *testing.T) {
 	require.ErrorContains(t, err, `graph "a": bundle of a`)
 	require.ErrorContains(t, err, `graph "c": bundle of c`)
 	require.NotContains(t, err.Error(), `graph "b"`)
+}
+
+// A reload names every graph whose model the cheap checks refuse, as the
+// start does, and keeps what runs.
+func TestReloadReportsEveryRefusedGraph(t *testing.T) {
+	cfg := testConfig(t, "a", "b", "c")
+	var broken atomic.Bool
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 4, "a", "b", "c"), WithLocalizerFactory(f.factory),
+		WithReload(func(context.Context) (Config, error) { return cfg, nil }),
+		WithPreflight(func(gc GraphConfig, _ *graph.Graph) error {
+			if broken.Load() && gc.Name != "b" {
+				return fmt.Errorf("bundle of %s: %w", gc.Name, forward.ErrChecksum)
+			}
+			return nil
+		}))
+	built := len(f.all())
+	broken.Store(true)
+	err := r.d.Reload(t.Context())
+	require.ErrorIs(t, err, ErrReload)
+	require.ErrorIs(t, err, forward.ErrChecksum)
+	require.ErrorContains(t, err, `graph "a": bundle of a`)
+	require.ErrorContains(t, err, `graph "c": bundle of c`)
+	require.Len(t, f.all(), built, "no localizer built for a refused reload")
 }
 
 // Go's profiles are served only when http.pprof asks for them.
