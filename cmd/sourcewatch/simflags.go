@@ -298,23 +298,23 @@ func slowerSpread(g *graph.Graph, cfg diffusion.Config) string {
 // observed uninfected with no "recovered" to say why is a recovered source
 // under SIR but a data error under SI.
 func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) {
-	if only := sourcesOnly(cs); len(only) > 0 && len(only)*10 >= len(cs) {
-		lines := make([]int, len(only))
-		for i, k := range only {
-			lines[i] = cs[k].Line
+	// lines maps indices of cs to the file's line numbers.
+	lines := func(idx []int) []int {
+		out := make([]int, len(idx))
+		for i, k := range idx {
+			out[i] = cs[k].Line
 		}
+		return out
+	}
+	if only := sourcesOnly(cs); len(only) > 0 && len(only)*10 >= len(cs) {
 		a.log.Warn(fmt.Sprintf("%d of %d cascades infect only their sources (%s): such a snapshot names its sources outright, "+
 			"so the held-out numbers on it say nothing of localization; drop them unless that is what you observe",
-			len(only), len(cs), linesOf(lines, path)), zap.String("cascades_file", path))
+			len(only), len(cs), linesOf(lines(only), path)), zap.String("cascades_file", path))
 	}
 	if repeats := diffusion.Repeats(cs); len(repeats) > 0 {
-		copies := make([]int, len(repeats))
-		for i, k := range repeats {
-			copies[i] = cs[k].Line
-		}
 		a.log.Warn(fmt.Sprintf("%d of %d cascades repeat an earlier line's sources and infected nodes (%s): the split puts copies on both sides, "+
 			"so the held-out numbers reward remembering training cascades, not localizing; drop the copies unless your history really repeats (small outbreaks on a small graph can, by chance)",
-			len(copies), len(cs), linesOf(copies, path)), zap.String("cascades_file", path))
+			len(repeats), len(cs), linesOf(lines(repeats), path)), zap.String("cascades_file", path))
 	}
 	var all, unobserved []int
 	for _, c := range cs {
