@@ -216,10 +216,12 @@ func TestRepeatedConsumerDeletionIsExplained(t *testing.T) {
 		}, 10*time.Second, 10*time.Millisecond)
 		require.NoError(t, s.DeleteConsumer(context.Background(), consumerName("p")))
 		// Seen at once from the server's notice to the pending pull, or
-		// from missed heartbeats (15 s each) when none was pending.
+		// from missed heartbeats when none was pending: nats.go gives up
+		// after two (15 s each) and then checks the consumer, which under
+		// -race on a loaded machine took over 45 s once in CI.
 		require.Eventually(t, func() bool {
 			return logs.FilterMessage("consumer stopped; rebound").Len() >= i+1
-		}, 45*time.Second, 10*time.Millisecond)
+		}, 100*time.Second, 10*time.Millisecond, "rebind %d", i+1)
 	}
 	rebound := logs.FilterMessage("consumer stopped; rebound").All()
 	require.NotContains(t, rebound[0].ContextMap(), "hint", "once is no pattern")
