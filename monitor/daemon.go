@@ -208,8 +208,11 @@ type graphRT struct {
 	gc   atomic.Pointer[GraphConfig]
 	loc  atomic.Pointer[locHolder]
 
-	inflight   atomic.Bool
-	relaunches atomic.Int64 // relaunches since the last successful inference or a tick that found the plugin up
+	inflight atomic.Bool
+	// checkConsumer is set by a consume error that can mean the consumer
+	// is gone (consumerMaybeGone); the next tick asks the server.
+	checkConsumer atomic.Bool
+	relaunches    atomic.Int64 // relaunches since the last successful inference or a tick that found the plugin up
 	// localizeWaiting counts the graph's svc.localize requests waiting or
 	// running (at most maxLocalizeWaiting); localizeTurn lets one of them
 	// at a time wait for inferMu, so a scheduled inference waits behind

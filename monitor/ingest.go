@@ -103,6 +103,9 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 		jetstream.PullMaxMessages(consumeBatch),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			d.limiter.warn("consume."+gr.name, "consumer error", zap.String("graph", gr.name), zap.Error(err))
+			if consumerMaybeGone(err) {
+				gr.checkConsumer.Store(true)
+			}
 		}))
 	if err != nil {
 		return fmt.Errorf("%w: consuming %s: %w", ErrNATS, name, err)
@@ -148,6 +151,17 @@ func (d *Daemon) reportGap(ctx context.Context, gr *graphRT, seq uint64) {
 		zap.Uint64("discarded_at_most", lost))
 }
 
+// consumerMaybeGone reports whether a consume error can mean that the
+// consumer no longer exists. nats.go stops consuming only on the server's
+// notice to a pull waiting when the consumer is deleted; one deleted
+// while no pull waited (during a reconnect, or between two pulls) answers
+// every later pull with no responders or nothing at all, and Consume
+// pulls again every 30 s for ever.
+func consumerMaybeGone(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoHeartbeat) ||
+		errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted)
+}
+
 // consHandle holds a graph's ConsumeContext, swapped when it is rebound.
 type consHandle struct{ cc jetstream.ConsumeContext }
 
@@ -162,7 +176,20 @@ func (d *Daemon) rebindIfStopped(ctx context.Context, gr *graphRT) {
 	select {
 	case <-h.cc.Closed():
 	default:
-		return
+		if !gr.checkConsumer.CompareAndSwap(true, false) || !d.consumerGone(ctx, gr) {
+			return
+		}
+		// Consuming goes on pulling from a consumer that is not there:
+		// stop it, so the rebind below recreates the consumer.
+		h.cc.Stop()
+		select {
+		case <-h.cc.Closed():
+		case <-time.After(10 * time.Second):
+			d.limiter.warn("rebind."+gr.name, "consumer gone; its consuming did not stop, tried again at the next error", zap.String("graph", gr.name))
+			return
+		case <-ctx.Done():
+			return
+		}
 	}
 	// The old callback has returned for good: its ack state is ours.
 	gr.pendingAck, gr.sinceAck = nil, 0
@@ -180,6 +207,15 @@ func (d *Daemon) rebindIfStopped(ctx context.Context, gr *graphRT) {
 		fields = append(fields, zap.Int("rebinds_last_minute", len(gr.rebinds)), zap.String("hint", rebindHint))
 	}
 	d.log.Warn("consumer stopped; rebound", fields...)
+}
+
+// consumerGone asks the server whether gr's consumer still exists; false
+// when it does, or when the server cannot say.
+func (d *Daemon) consumerGone(ctx context.Context, gr *graphRT) bool {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := d.stream.Consumer(cctx, consumerName(gr.name))
+	return errors.Is(err, jetstream.ErrConsumerNotFound)
 }
 
 // rebindsSuspect rebinds of one graph's consumer within a minute suggest

@@ -2,7 +2,9 @@ package monitor
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -530,4 +532,52 @@ func TestScratchIsNotPinnedByOneHugeArray(t *testing.T) {
 	require.Equal(t, 8, cap(kept))
 	require.Equal(t, decoded{}, kept[:3][1], "no reference to the last message is kept")
 	require.Nil(t, reusable(make([]decoded, 10, maxScratch+1)))
+}
+
+// A consumer deleted while no pull waits (here: while the daemon is cut
+// off from its server) gets no deletion notice; nats.go then pulls from
+// it for ever. The daemon asks the server after such an error and
+// rebinds, and the events published meanwhile are applied.
+func TestConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
+	store := t.TempDir()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: store, NoLog: true, NoSigs: true}
+	s1, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go s1.Start()
+	require.True(t, s1.ReadyForConnections(10*time.Second))
+	port := s1.Addr().(*net.TCPAddr).Port
+
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s1.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: now}, "")
+	waitSeq(t, r.d, "p", 1)
+
+	// The daemon loses its server; the consumer is deleted on a server of
+	// the same store it cannot reach (another port), and the server comes
+	// back where the daemon looks for it.
+	s1.Shutdown()
+	s1.WaitForShutdown()
+	aside := *opts
+	aside.Port = -1
+	s2 := runServerWith(t, &aside)
+	_, js2 := connectJS(t, s2.ClientURL())
+	stream, err := js2.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	require.NoError(t, stream.DeleteConsumer(context.Background(), consumerName("p")))
+	ev, err := json.Marshal(Event{Node: "2", State: StateInfected, TS: now})
+	require.NoError(t, err)
+	_, err = js2.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), ev)
+	require.NoError(t, err)
+	s2.Shutdown()
+	s2.WaitForShutdown()
+	back := *opts
+	back.Port = port
+	runServerWith(t, &back)
+
+	// Rebound from the stream sequence it had applied: event 2 arrives.
+	waitSeq(t, r.d, "p", 2)
+	require.Equal(t, []float64{0, 1, 1, 0}, r.d.graphs["p"].win.observe(now, nil).y)
 }
