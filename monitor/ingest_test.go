@@ -217,10 +217,11 @@ func TestRepeatedConsumerDeletionIsExplained(t *testing.T) {
 			return err == nil
 		}, 10*time.Second, 10*time.Millisecond)
 		require.NoError(t, s.DeleteConsumer(context.Background(), consumerName("p")))
-		// Seen at once from the server's notice to the pending pull, or
-		// from missed heartbeats when none was pending: nats.go gives up
-		// after two (15 s each) and then checks the consumer, which under
-		// -race on a loaded machine took over 45 s once in CI.
+		// Seen at once from the server's notice to the pending pull, or,
+		// when none was pending, from the next pull's error, after which
+		// the daemon asks the server (consumerMaybeGone); a missed
+		// heartbeat (15 s each) is the slowest such error, and took over
+		// 45 s once under -race on a loaded machine in CI.
 		require.Eventually(t, func() bool {
 			return logs.FilterMessage("consumer stopped; rebound").Len() >= i+1
 		}, 100*time.Second, 10*time.Millisecond, "rebind %d", i+1)
