@@ -149,8 +149,8 @@ func explainPluginError(err error, m *Manifest, o LaunchOptions) error {
 		// The pin names a build the plugin dir does not hold: after an
 		// upgrade, the new build's SHA-256 pinned while plugin_dir still
 		// names the old builds, say.
-		return fmt.Errorf("%w (forward_checksum or --forward-checksum pins a build that %s does not hold: point plugin_dir or --plugin-dir at that build (plugin_dir takes a restart), or drop the pin to run the build bundle %s records)",
-			err, o.PluginDir, m.ID)
+		return fmt.Errorf("%w (forward_checksum or --forward-checksum pins a build that %s does not hold: check the pin against the build you mean to run (sha256sum it), or point plugin_dir or --plugin-dir at that build; a daemon reads plugin_dir at start only)",
+			err, o.PluginDir)
 	case errors.Is(err, forward.ErrChecksum) && o.Checksum == "":
 		// The usual cause: the plugin was rebuilt after the bundle was
 		// trained.

@@ -57,7 +57,7 @@ func TestCheckForwardSaysWhatToDo(t *testing.T) {
 
 	err = CheckForward(m, LaunchOptions{PluginDir: dir, Checksum: trained})
 	require.ErrorIs(t, err, forward.ErrChecksum)
-	require.ErrorContains(t, err, "pins a build that "+dir+" does not hold: point plugin_dir or --plugin-dir at that build")
+	require.ErrorContains(t, err, "pins a build that "+dir+" does not hold: check the pin against the build you mean to run")
 
 	write("icmf2", "#!/bin/sh\n# a renamed copy\n")
 	err = CheckForward(m, LaunchOptions{PluginDir: dir, Forward: "icmf2"})

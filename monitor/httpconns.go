@@ -126,6 +126,13 @@ func (l *connLimit) connState(nc net.Conn, state http.ConnState) {
 	delete(l.idle, c)
 }
 
+// idleConns counts the connections idle between requests now.
+func (l *connLimit) idleConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.idle)
+}
+
 // openConns counts the connections open now.
 func (l *connLimit) openConns() int {
 	l.mu.Lock()
