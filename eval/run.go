@@ -797,24 +797,18 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 	if unitsFrom < 0 {
 		unitsFrom = 0
 	}
-	var units []string
-	if len(results) > 0 && unitsFrom < len(results[0]) {
-		distinct := map[string]bool{}
-		for run := range results {
-			for i, c := range results[run][unitsFrom].cascades {
-				unit := fmt.Sprintf("%d/%d", run, i)
-				if cfg.Recorded != nil {
-					unit = c.key
-					distinct[unit] = true
+	var units []string // nil: each cascade its own unit
+	if cfg.Recorded != nil {
+		if len(results) > 0 && unitsFrom < len(results[0]) {
+			distinct := map[string]bool{}
+			for run := range results {
+				for _, c := range results[run][unitsFrom].cascades {
+					units = append(units, c.key)
+					distinct[c.key] = true
 				}
-				units = append(units, unit)
 			}
-		}
-		if cfg.Recorded != nil {
 			rep.Settings.DistinctTest = len(distinct)
 		}
-	}
-	if cfg.Recorded != nil {
 		rep.Settings.Repeats = len(diffusion.Repeats(cfg.Recorded))
 	}
 	for mi, name := range cfg.Methods {
