@@ -141,7 +141,7 @@ func daemonConsume(b *testing.B, js jetstream.JetStream, stream jetstream.Stream
 		time.Sleep(100 * time.Microsecond)
 	}
 	took := time.Since(start)
-	d.stopConsumers(false, nil)
+	d.stopConsumers(false)
 	if got := value(b, d.metrics.events.WithLabelValues("p", "deadletter")); got != 0 {
 		b.Fatalf("%v dead letters", got)
 	}

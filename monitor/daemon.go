@@ -142,6 +142,7 @@ type Daemon struct {
 	httpAddr  atomic.Value // string
 	httpConns atomic.Pointer[connLimit]
 	bound     atomic.Bool // every consumer is consuming
+	unrouted  unroutedRT
 	started   atomic.Bool
 	reloadMu  sync.Mutex
 	// reloadAfterStart is set, under reloadMu, by a reload requested
@@ -687,9 +688,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err := d.startConsumers(setupCtx); err != nil {
 		return err
 	}
-	unrouted, err := d.startUnrouted(setupCtx)
-	if err != nil {
-		d.stopConsumers(true, nil)
+	if err := d.startUnrouted(setupCtx); err != nil {
+		d.stopConsumers(true)
 		return err
 	}
 	d.bound.Store(true)
@@ -700,7 +700,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	defer cancelRequests()
 	svc, err := d.startService(reqCtx, setupCtx)
 	if err != nil {
-		d.stopConsumers(true, unrouted)
+		d.stopConsumers(true)
 		return err
 	}
 
@@ -710,6 +710,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		loops.Go(func() { d.schedule(loopCtx, gr) })
 	}
 	loops.Go(func() { d.snapshotLoop(loopCtx) })
+	loops.Go(func() { d.watchUnrouted(loopCtx) })
 	loops.Go(func() { d.limiter.flushLoop(loopCtx) })
 	if !d.keepUnconfigured {
 		// The bucket is shared with whatever owns it otherwise.
@@ -765,7 +766,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// drained.
 	cancelLoops()
 	loops.Wait()
-	d.stopConsumers(connected, unrouted)
+	d.stopConsumers(connected)
 	stopWork()
 	if connected {
 		// One more try at alerts still pending (stopWork may have cut a
@@ -873,6 +874,13 @@ func (d *Daemon) readiness() []string {
 				problems = append(problems, "graph "+gr.name+": consumer stopped")
 			default:
 			}
+		}
+	}
+	if h := d.unrouted.cons.Load(); h != nil {
+		select {
+		case <-h.cc.Closed():
+			problems = append(problems, "unrouted events: consumer stopped")
+		default:
 		}
 	}
 	if e := d.snapshotErr.Load(); e != nil {

@@ -39,6 +39,14 @@
 // unresponsive server) gives up and leaves its message unacknowledged, to
 // be applied again, idempotently, by the next run.
 //
+// A consumer deleted under the daemon (by an operator, or lost by the
+// server) is recreated: a graph's from the window's last sequence at its
+// next interval, the unrouted one after the last message it handled, so
+// no unrouted event is skipped or dead-lettered twice. Consuming stops by
+// itself when the deletion reaches a waiting pull; a deletion while no
+// pull waited shows only as pull errors, after which the daemon asks the
+// server whether the consumer exists.
+//
 // # Window
 //
 // A window keeps, per node, its state and the event time of its last

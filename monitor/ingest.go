@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -170,26 +171,8 @@ type consHandle struct{ cc jetstream.ConsumeContext }
 // knows the last sequence it applied, so nothing is skipped.
 func (d *Daemon) rebindIfStopped(ctx context.Context, gr *graphRT) {
 	h := gr.cons.Load()
-	if h == nil {
+	if h == nil || !d.consumingStopped(ctx, h, &gr.checkConsumer, consumerName(gr.name), "rebind."+gr.name) {
 		return
-	}
-	select {
-	case <-h.cc.Closed():
-	default:
-		if !gr.checkConsumer.CompareAndSwap(true, false) || !d.consumerGone(ctx, gr) {
-			return
-		}
-		// Consuming goes on pulling from a consumer that is not there:
-		// stop it, so the rebind below recreates the consumer.
-		h.cc.Stop()
-		select {
-		case <-h.cc.Closed():
-		case <-time.After(10 * time.Second):
-			d.limiter.warn("rebind."+gr.name, "consumer gone; its consuming did not stop, tried again at the next error", zap.String("graph", gr.name))
-			return
-		case <-ctx.Done():
-			return
-		}
 	}
 	// The old callback has returned for good: its ack state is ours.
 	gr.pendingAck, gr.sinceAck = nil, 0
@@ -209,12 +192,38 @@ func (d *Daemon) rebindIfStopped(ctx context.Context, gr *graphRT) {
 	d.log.Warn("consumer stopped; rebound", fields...)
 }
 
-// consumerGone asks the server whether gr's consumer still exists; false
+// consumingStopped reports whether h's consuming has stopped for good: on
+// its own, or, when check was set by a consume error (consumerMaybeGone),
+// because the server says the durable named is gone, in which case it is
+// stopped here and waited for.
+func (d *Daemon) consumingStopped(ctx context.Context, h *consHandle, check *atomic.Bool, durable, warnKey string) bool {
+	select {
+	case <-h.cc.Closed():
+		return true
+	default:
+	}
+	if !check.CompareAndSwap(true, false) || !d.consumerGone(ctx, durable) {
+		return false
+	}
+	// Consuming goes on pulling from a consumer that is not there: stop
+	// it, so the caller can recreate the consumer.
+	h.cc.Stop()
+	select {
+	case <-h.cc.Closed():
+		return true
+	case <-time.After(10 * time.Second):
+		d.limiter.warn(warnKey, "consumer gone; its consuming did not stop, tried again at the next error", zap.String("consumer", durable))
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// consumerGone asks the server whether the durable consumer exists; false
 // when it does, or when the server cannot say.
-func (d *Daemon) consumerGone(ctx context.Context, gr *graphRT) bool {
+func (d *Daemon) consumerGone(ctx context.Context, durable string) bool {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := d.stream.Consumer(cctx, consumerName(gr.name))
+	_, err := d.stream.Consumer(cctx, durable)
 	return errors.Is(err, jetstream.ErrConsumerNotFound)
 }
 
@@ -226,21 +235,21 @@ const rebindHint = "something keeps deleting this graph's consumer: most often a
 	"each resetting the other's consumer at every start and rebind; run the two as replicas (ha.enabled) or give each its own prefix or account"
 
 // stopConsumers drains (or stops) every graph consumer and the unrouted
-// one (when not nil), waits for their callbacks to finish, and
+// one (those started), waits for their callbacks to finish, and
 // acknowledges what was applied but not yet acked. One deadline bounds the
 // wait for all of them together; past it the ingest context is cancelled,
 // so a callback stuck dead-lettering gives up and leaves its message
 // unacknowledged (it is redelivered and applied again, idempotently), and
 // the wait ends abandonTimeout later at the latest.
-func (d *Daemon) stopConsumers(drain bool, unrouted jetstream.ConsumeContext) {
+func (d *Daemon) stopConsumers(drain bool) {
 	all := make([]jetstream.ConsumeContext, 0, len(d.order)+1)
 	for _, gr := range d.order {
 		if h := gr.cons.Load(); h != nil {
 			all = append(all, h.cc)
 		}
 	}
-	if unrouted != nil {
-		all = append(all, unrouted)
+	if h := d.unrouted.cons.Load(); h != nil {
+		all = append(all, h.cc)
 	}
 	for _, cc := range all {
 		if drain {
@@ -514,12 +523,81 @@ func clipDeadLetter(msg *nats.Msg, maxPayload int64) {
 	msg.Data = msg.Data[:max(room, 0)]
 }
 
-// startUnrouted consumes the headers of every event message and
-// dead-letters those on subjects no graph is configured for. Routed
-// messages are acknowledged in bulk (AckAll) without their bodies ever
-// being sent.
-func (d *Daemon) startUnrouted(ctx context.Context) (jetstream.ConsumeContext, error) {
-	cons, err := d.stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+// unroutedRT is the consumer of every event message's headers, which
+// dead-letters those on subjects no graph is configured for.
+type unroutedRT struct {
+	cons atomic.Pointer[consHandle]
+	// check is set by a consume error that can mean the consumer is gone
+	// (consumerMaybeGone); watchUnrouted then asks the server.
+	check atomic.Bool
+	// through is the stream sequence of the last message it handled: a
+	// rebind starts after it, so a deletion neither skips an unrouted
+	// event nor sends the stream's older ones to the dead letters again.
+	through atomic.Uint64
+}
+
+// startUnrouted binds the unrouted consumer where its durable left off
+// (from the stream's start the first time). Routed messages are
+// acknowledged in bulk (AckAll) without their bodies ever being sent.
+func (d *Daemon) startUnrouted(ctx context.Context) error {
+	cons, err := d.stream.CreateOrUpdateConsumer(ctx, d.unroutedConfig())
+	if err != nil {
+		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
+	}
+	if info := cons.CachedInfo(); info != nil {
+		d.unrouted.through.Store(info.AckFloor.Stream)
+	}
+	return d.consumeUnrouted(cons)
+}
+
+// rebindUnrouted recreates the unrouted consumer after the last message
+// it handled, when its consuming stopped on its own or the server lost
+// it, as rebindIfStopped does for a graph's.
+func (d *Daemon) rebindUnrouted(ctx context.Context) {
+	h := d.unrouted.cons.Load()
+	if h == nil || !d.consumingStopped(ctx, h, &d.unrouted.check, unroutedConsumer, "rebind.unrouted") {
+		return
+	}
+	cc := d.unroutedConfig()
+	from := d.unrouted.through.Load() + 1
+	if from > 1 {
+		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cc.OptStartSeq = from
+	}
+	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cons, err := d.stream.CreateConsumer(bctx, cc)
+	if err == nil {
+		err = d.consumeUnrouted(cons)
+	}
+	if err != nil {
+		d.limiter.warn("rebind.unrouted", "consumer stopped; rebinding failed", zap.String("consumer", unroutedConsumer), zap.Error(err))
+		return
+	}
+	d.log.Warn("consumer stopped; rebound", zap.String("consumer", unroutedConsumer), zap.Uint64("from_seq", from))
+}
+
+// watchUnrouted rebinds the unrouted consumer when it stops, checking as
+// often as the most frequent graph's interval, within 100ms to 30s.
+func (d *Daemon) watchUnrouted(ctx context.Context) {
+	for {
+		every := 30 * time.Second
+		for _, gr := range d.order {
+			every = min(every, gr.gc.Load().Interval)
+		}
+		t := time.NewTimer(max(every, 100*time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		d.rebindUnrouted(ctx)
+	}
+}
+
+func (d *Daemon) unroutedConfig() jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
 		Durable:       unroutedConsumer,
 		Description:   "sourcewatch: dead-letters events for unknown graphs",
 		FilterSubject: d.cfg.Subjects.Prefix + ".events.>",
@@ -528,10 +606,10 @@ func (d *Daemon) startUnrouted(ctx context.Context) (jetstream.ConsumeContext, e
 		MaxAckPending: maxAckPending,
 		MaxDeliver:    -1,
 		HeadersOnly:   true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
 	}
+}
+
+func (d *Daemon) consumeUnrouted(cons jetstream.Consumer) error {
 	prefix := d.cfg.Subjects.Prefix + ".events."
 	since := 0
 	cc, err := cons.Consume(func(m jetstream.Msg) {
@@ -548,6 +626,7 @@ func (d *Daemon) startUnrouted(ctx context.Context) (jetstream.ConsumeContext, e
 				return
 			}
 		}
+		d.unrouted.through.Store(meta.Sequence.Stream)
 		since++
 		if since >= ackEvery*4 || meta.NumPending == 0 {
 			_ = m.Ack()
@@ -556,11 +635,15 @@ func (d *Daemon) startUnrouted(ctx context.Context) (jetstream.ConsumeContext, e
 	}, jetstream.PullMaxMessages(consumeBatch*4),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			d.limiter.warn("consume.unrouted", "consumer error", zap.Error(err))
+			if consumerMaybeGone(err) {
+				d.unrouted.check.Store(true)
+			}
 		}))
 	if err != nil {
-		return nil, fmt.Errorf("%w: consuming %s: %w", ErrNATS, unroutedConsumer, err)
+		return fmt.Errorf("%w: consuming %s: %w", ErrNATS, unroutedConsumer, err)
 	}
-	return cc, nil
+	d.unrouted.cons.Store(&consHandle{cc})
+	return nil
 }
 
 func (d *Daemon) deadLetterUnrouted(subject string, seq uint64) error {

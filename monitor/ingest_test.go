@@ -408,11 +408,11 @@ func TestStopConsumersBoundsTheWholeWait(t *testing.T) {
 		gr.cons.Store(&consHandle{cc})
 		d.order = append(d.order, gr)
 	}
-	unrouted := &stuckConsume{closed: make(chan struct{})}
+	d.unrouted.cons.Store(&consHandle{&stuckConsume{closed: make(chan struct{})}})
 
 	done := make(chan struct{})
 	began := time.Now()
-	go func() { defer close(done); d.stopConsumers(true, unrouted) }()
+	go func() { defer close(done); d.stopConsumers(true) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
@@ -581,4 +581,76 @@ func TestConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
 	// Rebound from the stream sequence it had applied: event 2 arrives.
 	waitSeq(t, r.d, "p", 2)
 	require.Equal(t, []float64{0, 1, 1, 0}, r.d.graphs["p"].win.observe(now, nil).y)
+}
+
+// The consumer of events for unknown graphs, deleted under the daemon, is
+// recreated after the last message it handled: a later event for an
+// unknown graph is dead-lettered, and the earlier one not again.
+func TestUnroutedConsumerDeletedIsRebound(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
+	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
+	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: now}, "")
+	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
+	waitSeq(t, r.d, "p", 2)
+	require.Eventually(t, func() bool { return r.d.unrouted.through.Load() == 2 }, 10*time.Second, 10*time.Millisecond)
+
+	s, err := r.js.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	require.NoError(t, s.DeleteConsumer(context.Background(), unroutedConsumer))
+	r.publish(t, "nope2", Event{Node: "0", State: StateInfected, TS: now}, "")
+	require.Eventually(t, func() bool { return value(t, unknown) == 2 }, 20*time.Second, 10*time.Millisecond)
+	_, err = s.Consumer(context.Background(), unroutedConsumer)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 2.0, value(t, unknown), "the first unknown-graph event is not dead-lettered again")
+}
+
+// As TestConsumerDeletedWhileDisconnectedIsRebound, for the consumer of
+// events for unknown graphs: deleted while no pull waited, it is noticed
+// from the pulls' errors and rebound.
+func TestUnroutedConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
+	store := t.TempDir()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: store, NoLog: true, NoSigs: true}
+	s1, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go s1.Start()
+	require.True(t, s1.ReadyForConnections(10*time.Second))
+	port := s1.Addr().(*net.TCPAddr).Port
+
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s1.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
+	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
+	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	s1.Shutdown()
+	s1.WaitForShutdown()
+	aside := *opts
+	aside.Port = -1
+	s2 := runServerWith(t, &aside)
+	_, js2 := connectJS(t, s2.ClientURL())
+	stream, err := js2.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	require.NoError(t, stream.DeleteConsumer(context.Background(), unroutedConsumer))
+	ev, err := json.Marshal(Event{Node: "2", State: StateInfected, TS: now})
+	require.NoError(t, err)
+	_, err = js2.Publish(context.Background(), EventsSubject(DefaultPrefix, "nope2"), ev)
+	require.NoError(t, err)
+	s2.Shutdown()
+	s2.WaitForShutdown()
+	back := *opts
+	back.Port = port
+	runServerWith(t, &back)
+
+	require.Eventually(t, func() bool { return value(t, unknown) == 2 }, 100*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 2.0, value(t, unknown))
 }
