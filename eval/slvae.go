@@ -305,6 +305,9 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 	if err != nil {
 		return fmt.Errorf("%s: forward plugin info: %w", m.name, err)
 	}
+	if err := info.Validate(); err != nil {
+		return fmt.Errorf("%s: forward plugin %s: %w", m.name, path, err)
+	}
 	ref := localize.ForwardRef{Name: m.forward, Version: info.Version, SHA256: sum, Params: m.fparams, IgnoreWeights: m.env.SpreadIgnoresWeights}
 	if err := proc.Configure(ctx, ref.ForwardGraph(g), m.fparams, nil); err != nil {
 		return fmt.Errorf("%s: configuring forward plugin: %w", m.name, err)

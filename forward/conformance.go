@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -123,7 +124,7 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		}
 	}
 	skipRest := func(names ...string) { skipRestBecause("an earlier check failed", names...) }
-	all := []string{"handshake", "info", "configure", "fit", "predict", "restore state", "empty and full x", "determinism", "vjp", "fused call", "monotonicity", "timing"}
+	all := []string{"handshake", "info", "configure", "fit", "predict", "restore state", "defaults", "empty and full x", "determinism", "vjp", "fused call", "monotonicity", "timing"}
 
 	if !run("handshake", func() (CheckStatus, string, error) {
 		var err error
@@ -144,22 +145,8 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			return CheckFail, "", err
 		}
 		rep.Info = in
-		var probs []string
-		if in.Name == "" {
-			probs = append(probs, "empty name")
-		}
-		if in.Version == "" {
-			probs = append(probs, "empty version")
-		}
-		seen := map[string]bool{}
-		for _, q := range in.Params {
-			if q.Name == "" || seen[q.Name] {
-				probs = append(probs, fmt.Sprintf("param name %q empty or repeated", q.Name))
-			}
-			seen[q.Name] = true
-		}
-		if len(probs) > 0 {
-			return CheckFail, strings.Join(probs, "; "), nil
+		if err := in.Validate(); err != nil {
+			return CheckFail, strings.TrimPrefix(err.Error(), ErrBadInfo.Error()+": "), nil
 		}
 		detail := fmt.Sprintf("%s %s, trainable %v, %d params", in.Name, in.Version, in.Trainable, len(in.Params))
 		if file := filepath.Base(path); strings.HasPrefix(file, BinaryPrefix) && strings.TrimPrefix(file, BinaryPrefix) != in.Name {
@@ -249,14 +236,62 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		// A failed Configure leaves the plugin unconfigured; fit it afresh
 		// so the checks below still say something about the model.
 		if err := p.Configure(ctx, g, o.Params, nil); err != nil {
-			skipRestBecause(fmt.Sprintf("the plugin refused its fitted state and then a plain configure: %v", err), all[6:]...)
+			skipRestBecause(fmt.Sprintf("the plugin refused its fitted state and then a plain configure: %v", err), all[7:]...)
 			return rep
 		}
 		if _, err := p.Fit(ctx, pairs, o.Fit, nil); err != nil {
-			skipRestBecause(fmt.Sprintf("the plugin refused its fitted state and then failed to fit again: %v", err), all[6:]...)
+			skipRestBecause(fmt.Sprintf("the plugin refused its fitted state and then failed to fit again: %v", err), all[7:]...)
 			return rep
 		}
 	}
+
+	run("defaults", func() (CheckStatus, string, error) {
+		// A bundle trained on a model's defaults records no params, so
+		// Info's Default is the only record of what they were: it must be
+		// what Configure uses when a param is left out.
+		if refused {
+			return CheckSkip, "the plugin refused its fitted state", nil
+		}
+		var left []Param
+		for _, q := range rep.Info.Params {
+			if _, given := o.Params[q.Name]; !given && q.Default != "" {
+				left = append(left, q)
+			}
+		}
+		if len(left) == 0 {
+			return CheckPass, "no param left to an Info default", nil
+		}
+		y0, err := p.Predict(ctx, x)
+		if err != nil {
+			return CheckFail, "", err
+		}
+		var wrong []string
+		for _, q := range left {
+			params := maps.Clone(o.Params)
+			if params == nil {
+				params = map[string]string{}
+			}
+			params[q.Name] = q.Default
+			if err := p.Configure(ctx, g, params, state); err != nil {
+				wrong = append(wrong, fmt.Sprintf("%s=%s is refused: %v", q.Name, q.Default, err))
+				continue
+			}
+			y1, err := p.Predict(ctx, x)
+			switch {
+			case err != nil:
+				wrong = append(wrong, fmt.Sprintf("with %s=%s Predict fails: %v", q.Name, q.Default, err))
+			case maxAbsDiff(y0, y1) > 1e-9:
+				wrong = append(wrong, fmt.Sprintf("%s=%s changes predictions by up to %.3g", q.Name, q.Default, maxAbsDiff(y0, y1)))
+			}
+		}
+		if err := p.Configure(ctx, g, o.Params, state); err != nil {
+			return CheckFail, "", fmt.Errorf("configure again as before: %w", err)
+		}
+		if len(wrong) > 0 {
+			return CheckWarn, "a param given its Info default explicitly does not act as the param left out (Info's Default must be what Configure uses): " + strings.Join(wrong, "; "), nil
+		}
+		return CheckPass, fmt.Sprintf("%d param(s) given their Info default act as when left out", len(left)), nil
+	})
 
 	run("empty and full x", func() (CheckStatus, string, error) {
 		ends := mat.NewDense(2, n, nil)

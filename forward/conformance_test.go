@@ -41,7 +41,7 @@ func TestCheckPlugin(t *testing.T) {
 		rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, "icmf"), g, pairs, forward.PluginCheckOptions{})
 		require.True(t, rep.Passed(), rep.String())
 		require.Equal(t, "icmf", rep.Info.Name)
-		require.Len(t, rep.Results, 12)
+		require.Len(t, rep.Results, 13)
 		require.Contains(t, detail(rep, "fused call"), "agree with Predict and VJP")
 		if runtime.GOOS == "linux" {
 			require.Contains(t, detail(rep, "fused call"), "through the shared region")
@@ -50,6 +50,16 @@ func TestCheckPlugin(t *testing.T) {
 			require.Equal(t, forward.CheckPass, st, "%s: %s", name, detail(rep, name))
 		}
 		require.Contains(t, rep.String(), "PASS\n")
+	})
+
+	t.Run("an Info default Configure does not use is warned of", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "sourcewatch-forward-misdefault")
+		require.NoError(t, os.Symlink(forwardtest.Build(t, faulty), path))
+		rep := forward.CheckPlugin(t.Context(), path, g, pairs, forward.PluginCheckOptions{Launch: []forward.LaunchOption{timeout}})
+		require.Equal(t, forward.CheckWarn, statuses(rep)["defaults"], rep.String())
+		require.Contains(t, detail(rep, "defaults"), "steps=5 changes predictions by up to")
+		// The checks after it run on the configuration asked for.
+		require.Equal(t, forward.CheckPass, statuses(rep)["vjp"], rep.String())
 	})
 
 	for _, tc := range []struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -24,6 +25,9 @@ var (
 	// ErrBadOutput is returned by the host when a plugin answers with the
 	// wrong shape, NaN or Inf.
 	ErrBadOutput = errors.New("bad forward model output")
+	// ErrBadInfo is returned by Info.Validate for a description a host
+	// cannot record (an empty name or version).
+	ErrBadInfo = errors.New("bad forward model info")
 )
 
 // Param describes one model parameter, set through Configure's params.
@@ -39,6 +43,30 @@ type Info struct {
 	Version   string  `json:"version"`
 	Trainable bool    `json:"trainable"`
 	Params    []Param `json:"params"`
+}
+
+// Validate reports what a host cannot accept in in: an empty name or
+// version (a bundle records the version, and a relaunched plugin must
+// report the same one), or a parameter name empty or repeated.
+func (in Info) Validate() error {
+	var probs []string
+	if in.Name == "" {
+		probs = append(probs, "empty name (set Info.Name)")
+	}
+	if in.Version == "" {
+		probs = append(probs, "empty version (set Info.Version: a bundle records it, and a relaunch must report the same)")
+	}
+	seen := map[string]bool{}
+	for _, q := range in.Params {
+		if q.Name == "" || seen[q.Name] {
+			probs = append(probs, fmt.Sprintf("param name %q empty or repeated", q.Name))
+		}
+		seen[q.Name] = true
+	}
+	if len(probs) > 0 {
+		return fmt.Errorf("%w: %s", ErrBadInfo, strings.Join(probs, "; "))
+	}
+	return nil
 }
 
 // Pair is one training example: the source set x (as node indices) and the

@@ -100,6 +100,10 @@ func tlsHint(msg string) string {
 	return ""
 }
 
+// cookieRefusal starts what a go-plugin plugin prints, and exits on, when
+// its magic cookie is not in the environment it was started with.
+const cookieRefusal = "This binary is a plugin. These are not meant to be executed directly."
+
 // go-plugin's refusals of a handshake line, as its client words them.
 var (
 	appVersionRefusal  = regexp.MustCompile(`incompatible API version with plugin\. Plugin version: (-?\d+)`)
@@ -445,7 +449,12 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 			shared.region.close()
 		}
 		err = handshakeError(err)
-		if s := tail.String(); s != "" {
+		s := tail.String()
+		if strings.Contains(s, cookieRefusal) {
+			err = fmt.Errorf("the plugin refused this host's handshake cookie %s=%s, printing go-plugin's %q: it was built with another HandshakeConfig than sourcewatch's; serve it with forward.Serve (in another language, check for exactly that variable and value, see forward/README.md)",
+				Handshake.MagicCookieKey, Handshake.MagicCookieValue, cookieRefusal)
+		}
+		if s != "" {
 			err = fmt.Errorf("%w; its stderr ended: %s", err, s)
 		}
 		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, err)

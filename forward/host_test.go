@@ -460,6 +460,18 @@ func alive(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
+// A go-plugin plugin built for another application refuses the host's
+// magic cookie; the error says so in this contract's terms.
+func TestLaunchOtherApplicationsPlugin(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "sourcewatch-forward-othercookie")
+	require.NoError(t, os.Symlink(forwardtest.Build(t, faulty), path))
+	_, err := forward.Launch(t.Context(), path)
+	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-othercookie: launch: the plugin refused this host's handshake cookie SOURCEWATCH_FORWARD_PLUGIN=b1f3e0a4c7d2.forward.v1")
+	require.ErrorContains(t, err, "serve it with forward.Serve")
+	require.ErrorContains(t, err, "its stderr ended: This binary is a plugin.")
+}
+
 // A plugin written without go-plugin, following forward/README.md's
 // instructions for other languages, is launched and used like any other.
 func TestForeignPlugin(t *testing.T) {

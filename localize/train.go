@@ -3,6 +3,7 @@ package localize
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -189,6 +190,13 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	}
 	for k, v := range fres.Metrics {
 		metrics["forward_"+k] = v
+	}
+	// The bundle keeps fres.State, not this process: a state that does
+	// not bring the fitted model back would ship another model than the
+	// one every number below is measured on. From here on the model is
+	// the restored one.
+	if err := checkRestores(ctx, fm, cfg.Forward.ForwardGraph(g), cfg.Forward.Params, fres.State, val); err != nil {
+		return nil, fmt.Errorf("forward model %q: %w", cfg.Forward.Name, err)
 	}
 	// The plugin's own validation error may be defined its own way; the
 	// calibration needs this one.
@@ -711,6 +719,46 @@ func ForwardMSE(ctx context.Context, fm forward.Model, n int, pairs []forward.Pa
 		}
 	}
 	return sum / float64(len(pairs)), nil
+}
+
+// ErrStateNotRestored is returned by Train when configuring the forward
+// model with the state its Fit returned does not reproduce the fitted
+// model's predictions.
+var ErrStateNotRestored = errors.New("the state its Fit returned does not restore the fitted model")
+
+// checkRestores predicts up to 8 validation source sets with fm as Fit
+// left it, configures fm with state, and predicts them again: the two
+// must agree to 1e-9.
+func checkRestores(ctx context.Context, fm forward.Model, g *graph.Graph, params map[string]string, state []byte, val []forward.Pair) error {
+	x := newBatch(val[:min(len(val), 8)], g.N(), func(p forward.Pair) []int { return p.Sources })
+	before, err := fm.Predict(ctx, x)
+	if err != nil {
+		return fmt.Errorf("predicting after fit: %w", err)
+	}
+	if err := fm.Configure(ctx, g, params, state); err != nil {
+		return fmt.Errorf("configuring with the state its Fit returned (%d bytes): %w", len(state), err)
+	}
+	after, err := fm.Predict(ctx, x)
+	if err != nil {
+		return fmt.Errorf("predicting after configuring with the state its Fit returned (%d bytes): %w", len(state), err)
+	}
+	if r, c := after.Dims(); r != x.RawMatrix().Rows || c != g.N() {
+		return fmt.Errorf("predict returned %dx%d for %dx%d: %w", r, c, x.RawMatrix().Rows, g.N(), forward.ErrBadOutput)
+	}
+	worst, node := 0.0, 0
+	for i := range x.RawMatrix().Rows {
+		a, b := before.RawRowView(i), after.RawRowView(i)
+		for v := range a {
+			if d := math.Abs(a[v] - b[v]); d > worst || math.IsNaN(d) {
+				worst, node = d, v
+			}
+		}
+	}
+	if worst > 1e-9 || math.IsNaN(worst) {
+		return fmt.Errorf("%w: predictions differ by up to %.3g (node %s) after Configure with it (%d bytes); Configure must restore everything Fit learned (sourcewatch plugin check runs this check)",
+			ErrStateNotRestored, worst, g.ID(node), len(state))
+	}
+	return nil
 }
 
 func sourceSets(ps []forward.Pair) [][]int {

@@ -229,6 +229,10 @@ type graphRT struct {
 	inferred  atomic.Pointer[[]bool]
 	lastAlert atomic.Pointer[alerts.Alert]
 	lastErr   atomic.Pointer[string]
+	// relaunchErr is why the last relaunch of a dead plugin failed (a
+	// rebuilt binary, a missing file), until a localizer is in place
+	// again: /readyz names it beside "localizer unhealthy".
+	relaunchErr atomic.Pointer[string]
 	// failing is set by a failed inference and cleared by one that works
 	// or by a tick with nothing to infer (the outbreak over): /readyz
 	// reports it, while lastErr stays for /status.
@@ -892,7 +896,11 @@ func (d *Daemon) readiness() []string {
 	for _, gr := range d.order {
 		switch e := gr.lastErr.Load(); {
 		case !gr.healthy():
-			problems = append(problems, "graph "+gr.name+": localizer unhealthy")
+			msg := "graph " + gr.name + ": localizer unhealthy"
+			if re := gr.relaunchErr.Load(); re != nil {
+				msg += "; relaunching it failed: " + clipN(*re, 300)
+			}
+			problems = append(problems, msg)
 		case e != nil && gr.failing.Load():
 			// A plugin that answers every call with an error is healthy
 			// as a process, yet no alert comes of it.
@@ -1304,8 +1312,11 @@ func (d *Daemon) relaunch(ctx context.Context, gr *graphRT) error {
 		l, err = d.factory(ctx, *gc, gr.g)
 	}
 	if err != nil {
+		msg := err.Error()
+		gr.relaunchErr.Store(&msg)
 		return fmt.Errorf("graph %q: relaunch: %w", gr.name, err)
 	}
+	gr.relaunchErr.Store(nil)
 	old := gr.loc.Swap(&locHolder{l: l})
 	if err := old.close(); err != nil {
 		d.log.Debug("closing failed localizer", zap.String("graph", gr.name), zap.Error(err))
@@ -1897,6 +1908,7 @@ func (d *Daemon) reload(ctx context.Context) error {
 		}
 		gr.gc.Store(&gc)
 		gr.win.setParams(gc.Window, gc.Decay)
+		gr.relaunchErr.Store(nil)
 		old := gr.loc.Swap(&locHolder{l: built[i]})
 		if err := old.close(); err != nil {
 			d.log.Warn("closing old localizer", zap.String("graph", gr.name), zap.Error(err))

@@ -658,3 +658,29 @@ func TestLocalizeWithoutReplyIsSkipped(t *testing.T) {
 	require.Empty(t, m.Header.Get(micro.ErrorHeader))
 	require.EqualValues(t, 1, f.all()[0].calls.Load(), "only the request was localized")
 }
+
+// A dead plugin whose relaunch fails (a rebuilt binary, a missing file)
+// keeps the graph unready, and /readyz says why, until a relaunch works.
+func TestReadyzSaysWhyARelaunchFailed(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	cfg.Graphs[0].Restarts = 1000
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+	base := "http://" + r.d.HTTPAddr()
+
+	f.fail.Store(true)
+	f.all()[0].sick.Store(true)
+	require.Eventually(t, func() bool {
+		code, body := get(t, base+"/readyz")
+		return code == http.StatusServiceUnavailable &&
+			strings.Contains(body, "graph p: localizer unhealthy; relaunching it failed: ") && strings.Contains(body, "broken")
+	}, 10*time.Second, 10*time.Millisecond)
+
+	f.fail.Store(false)
+	require.Eventually(t, func() bool {
+		code, _ := get(t, base+"/readyz")
+		return code == http.StatusOK
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Nil(t, r.d.graphs["p"].relaunchErr.Load())
+}

@@ -59,7 +59,7 @@ the bundle was trained on that edge list (the graph's fingerprint).`,
 		RunE: func(cmd *cobra.Command, args []string) error { return a.bundleInspect(cmd.Context(), args[0]) },
 	}
 	f := cmd.Flags()
-	f.String("plugin-dir", defaultPluginDir(), `directory holding the forward-model plugin binaries ("" skips the plugin check)`)
+	f.String("plugin-dir", defaultPluginDir(), `directory holding the forward-model plugin binaries ("" skips the plugin check)`+pluginDirHelp)
 	f.String("graph", "", "edge list file the bundle must have been trained on (as localize --graph)")
 	f.Bool("directed", false, "treat each line u v of --graph as an arc u->v")
 	f.Bool("json", false, "print the manifest and the plugin check as JSON")

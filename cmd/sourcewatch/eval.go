@@ -63,7 +63,7 @@ leaves them out (and says so), and a list naming them is refused.`,
 	f.Float64("val-frac", 0.2, "fraction used for validation (the rest is test)")
 	f.String("json", "", `also write the report as JSON to this file ("-": stdout, instead of the table)`)
 	f.String("paired-with", "infected", "method every other one is compared with cascade by cascade (95% intervals of the F1 and AUC differences)")
-	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries of every SL-VAE method (--method-param <method>.plugin_dir overrides it for one)")
+	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries of every SL-VAE method (--method-param <method>.plugin_dir overrides it for one)"+pluginDirHelp)
 	f.String("cascades-file", "", "evaluate on recorded cascades instead of simulating (train's format); each run splits them anew with its own seed")
 	return cmd
 }

@@ -50,7 +50,7 @@ fraction of restarts that, cut by the bundle's own rule, name the node).`,
 	f.String("observation", "-", `observation file: {"infected":[ids...]} or JSONL of them ("-" = stdin)`)
 	f.String("graph", "", "edge file to check the bundle against (default: the bundle's own copy)")
 	f.Bool("directed", false, "the --graph edge file is directed")
-	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries")
+	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries"+pluginDirHelp)
 	f.Bool("allow-unverified", false, "run a forward plugin whose checksum the bundle does not record")
 	f.String("forward-checksum", "", "hex SHA-256 the plugin binary must have, instead of the one the bundle records (a trusted rebuild of the same model)")
 	f.Int("restarts", 0, "inference restarts R (0 = the bundle's)")
@@ -115,7 +115,7 @@ type rankedSource struct {
 	Probability float64 `json:"probability"`
 }
 
-func runLocalize(cmd *cobra.Command, a *app) error {
+func runLocalize(cmd *cobra.Command, a *app) (err error) {
 	ctx := cmd.Context()
 	v := a.v
 	path := v.GetString("bundle")
@@ -172,6 +172,7 @@ func runLocalize(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		return err
 	}
+	defer func() { err = withPluginCheckHint(err, b.Manifest.Forward.Name, v.GetString("plugin_dir")) }()
 	proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
 		PluginDir: v.GetString("plugin_dir"), AllowUnverified: v.GetBool("allow_unverified"), Checksum: sum, Logger: a.log.Named("plugin"),
 	})

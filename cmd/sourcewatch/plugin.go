@@ -58,7 +58,7 @@ with random chords); pass your graph to check the plugin where you will use it.`
 	f := cmd.Flags()
 	f.String("graph", "", "edge list file to check on (default: a built-in 64-node graph)")
 	f.Bool("directed", false, "treat each line u v of --graph as an arc u->v")
-	f.String("plugin-dir", defaultPluginDir(), "directory searched when the argument is a plugin name")
+	f.String("plugin-dir", defaultPluginDir(), "directory searched when the argument is a plugin name"+pluginDirHelp)
 	f.StringArray("param", nil, "plugin parameter name=value (repeatable, or name=value,name=value)")
 	f.Int("cascades", 60, "simulated SI cascades for the fit check (80% train, 20% validation)")
 	f.Int("epochs", 5, "training epochs for the fit check (0 = the plugin's default)")

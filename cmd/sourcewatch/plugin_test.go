@@ -33,7 +33,7 @@ func TestPluginCheck(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	require.True(t, rep.Passed)
 	require.Equal(t, "icmf", rep.Info.Name)
-	require.Len(t, rep.Results, 12)
+	require.Len(t, rep.Results, 13)
 	// By name from a directory holding a directory of that name (the
 	// plugin's source tree): the plugin dir's binary, not the directory.
 	karate, err := filepath.Abs("../../configs/demo/karate.edges")

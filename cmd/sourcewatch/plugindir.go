@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -8,6 +10,11 @@ import (
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/monitor"
 )
+
+// pluginDirHelp ends each --plugin-dir's help: the default printed is
+// resolved from where this binary runs, relative to the working directory
+// when inside it, which reads like a fixed "bin".
+const pluginDirHelp = " (by default the directory this sourcewatch binary is in when it holds a plugin, else ./bin)"
 
 // daemonPluginDir is cfg's plugin_dir, or where no config sets one, the
 // one-shot commands' default: a config copied out of the repository then
@@ -70,4 +77,17 @@ func holdsPlugin(dir string) bool {
 		}
 	}
 	return false
+}
+
+// withPluginCheckHint points a plugin's failure (an output of the wrong
+// shape or NaN, a crash, a call that never answered) at plugin check,
+// which runs each call apart and says which one fails and how.
+func withPluginCheckHint(err error, name, dir string) error {
+	if err == nil || strings.Contains(err.Error(), "plugin check") {
+		return err
+	}
+	if !errors.Is(err, forward.ErrBadOutput) && !errors.Is(err, forward.ErrCallTimeout) && !errors.Is(err, forward.ErrPluginExited) {
+		return err
+	}
+	return fmt.Errorf("%w (sourcewatch plugin check %s --plugin-dir %s checks the plugin call by call)", err, name, dir)
 }

@@ -45,14 +45,16 @@ whether to keep the prior term: see the flags below), reports held-out
 metrics on the test split, and writes everything into one bundle file.`,
 		Example: `  sourcewatch train --graph configs/demo/karate.edges --diffusion SI --beta 0.2 \
     --cascades 300 --forward deepis --out karate.swb`,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runTrain(cmd, a) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withPluginCheckHint(runTrain(cmd, a), a.v.GetString("forward"), a.v.GetString("plugin_dir"))
+		},
 	}
 	addSimulationFlags(cmd)
 	f := cmd.Flags()
 	f.String("cascades-file", "", `train on recorded cascades instead of simulating: JSONL as simulate writes it, {"sources":[ids],"infected":[ids]} per line, "times" and "recovered" optional, other keys skipped (see the README)`)
 	f.String("forward", "deepis", "forward-model plugin name (bin/sourcewatch-forward-<name>)")
 	f.StringArray("forward-param", nil, "forward-model parameter name=value (repeatable, or name=value,name=value)")
-	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries")
+	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries"+pluginDirHelp)
 	f.Duration("fit-idle-timeout", 10*time.Minute, "longest wait for the forward plugin's next Fit progress report before train gives up on it (a hung Fit)")
 	f.Int("forward-epochs", 0, "forward-model training epochs (0 = the plugin's default)")
 	f.Float64("forward-lr", 0, "forward-model learning rate (0 = the plugin's default)")
@@ -196,6 +198,9 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	info, err := proc.Info(ctx)
 	if err != nil {
 		return err
+	}
+	if err := info.Validate(); err != nil {
+		return fmt.Errorf("forward plugin %s: %w (sourcewatch plugin check %s runs this check)", path, err, fwdName)
 	}
 	if info.Name != fwdName {
 		// Legal (a renamed build of a model), but the bundle records the

@@ -883,3 +883,49 @@ func TestSummaryNotesFewHeldOutCascades(t *testing.T) {
 		}
 	}
 }
+
+// train refuses a plugin whose bundle could not run the model it
+// measured: a fitted state Configure refuses or that restores another
+// model, and an Info without a version, which the bundle records; a
+// plugin's bad output names plugin check.
+func TestTrainRefusesAModelItCannotStore(t *testing.T) {
+	dir := t.TempDir()
+	edges := filepath.Join(dir, "tiny.edges")
+	require.NoError(t, os.WriteFile(edges, []byte("a b\nb c\nc d\n"), 0o644))
+	built := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	plugins := filepath.Join(dir, "plugins")
+	require.NoError(t, os.Mkdir(plugins, 0o755))
+	raw, err := os.ReadFile(built)
+	require.NoError(t, err)
+	faulty := filepath.Join(plugins, filepath.Base(built))
+	require.NoError(t, os.WriteFile(faulty, raw, 0o755))
+	train := func(fault string) error {
+		_, _, err := runCmd(t, "", "train", "--graph", edges, "--diffusion", "SI", "--sources", "1", "--cascades", "30",
+			"--forward", "faulty", "--plugin-dir", plugins, "--forward-param", "fault="+fault,
+			"--prior-epochs", "2", "--prototypes", "8", "--test-solves", "4", "--restarts", "2", "--init-steps", "2",
+			"--out", filepath.Join(dir, fault+".swb"), "--log-level", "error")
+		return err
+	}
+	require.NoError(t, train("none"))
+
+	err = train("forget")
+	require.ErrorIs(t, err, localize.ErrStateNotRestored)
+	require.ErrorContains(t, err, "predictions differ by up to")
+	require.ErrorContains(t, err, "sourcewatch plugin check")
+	require.NoFileExists(t, filepath.Join(dir, "forget.swb"))
+
+	err = train("state")
+	require.ErrorContains(t, err, "configuring with the state its Fit returned (10 bytes)")
+	require.NoFileExists(t, filepath.Join(dir, "state.swb"))
+
+	// A plugin's bad output is pointed at the check that finds which call.
+	err = train("nan")
+	require.ErrorIs(t, err, forward.ErrBadOutput)
+	require.ErrorContains(t, err, "(sourcewatch plugin check faulty --plugin-dir "+plugins+" checks the plugin call by call)")
+
+	// The test plugin reports the version in <binary>.version when there is one.
+	require.NoError(t, os.WriteFile(faulty+".version", []byte("\n"), 0o644))
+	err = train("none")
+	require.ErrorIs(t, err, forward.ErrBadInfo)
+	require.ErrorContains(t, err, "empty version (set Info.Version")
+}

@@ -18,11 +18,19 @@
 //	       read back its own state)
 //	flat   y = 1 and dx = 0 everywhere (a consistent, saturated model)
 //	nanmetric  Fit reports its val_mse as NaN
+//	forget Fit learns a halving of y that the state it returns leaves
+//	       out (Configure with that state gives another model)
 //
 // The fault strikes from the Nth Predict or VJP call (or Fit, for hang,
 // crash and fatal) of the process on
 // (param fault_after, default 1). Counting starts afresh in every process,
 // so a relaunched plugin behaves like a new one.
+//
+// Started under the name sourcewatch-forward-misdefault its Info gives
+// steps another default than the one Configure uses.
+//
+// Started under the name sourcewatch-forward-othercookie it is a go-plugin
+// plugin of another application, with another magic cookie.
 //
 // Started under the name sourcewatch-forward-foreign it is instead a
 // fault-free plugin that does not use go-plugin (see foreign.go).
@@ -39,6 +47,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/hashicorp/go-plugin"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/forward"
@@ -54,6 +63,15 @@ func main() {
 		}
 		return
 	}
+	if filepath.Base(os.Args[0]) == "sourcewatch-forward-othercookie" {
+		// A go-plugin plugin of another application: it refuses a host
+		// that does not set its own magic cookie.
+		plugin.Serve(&plugin.ServeConfig{
+			HandshakeConfig: plugin.HandshakeConfig{ProtocolVersion: 1, MagicCookieKey: "OTHERAPP_PLUGIN", MagicCookieValue: "otherapp.v7"},
+			GRPCServer:      plugin.DefaultGRPCServer,
+		})
+		return
+	}
 	forward.Serve(&model{Model: icmf.New()})
 }
 
@@ -62,6 +80,8 @@ type model struct {
 	fault string
 	after int64
 	calls atomic.Int64
+	// halved is what fault forget's Fit learns and its state omits.
+	halved bool
 }
 
 func (m *model) Info(ctx context.Context) (forward.Info, error) {
@@ -75,23 +95,31 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 			in.Version = strings.TrimSpace(string(v))
 		}
 	}
+	if filepath.Base(os.Args[0]) == "sourcewatch-forward-misdefault" {
+		// Info's default for steps is not the one Configure uses.
+		for i := range in.Params {
+			if in.Params[i].Name == "steps" {
+				in.Params[i].Default = strconv.Itoa(icmf.DefaultSteps + 1)
+			}
+		}
+	}
 	in.Params = append(in.Params,
-		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat or nanmetric"},
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat, nanmetric or forget"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
 	return in, err
 }
 
 func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string]string, state []byte) error {
 	rest := map[string]string{}
-	m.fault, m.after = "none", 1
+	m.fault, m.after, m.halved = "none", 1, false
 	for k, v := range params {
 		switch k {
 		case "fault":
 			switch v {
-			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "state", "flat", "nanmetric":
+			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "state", "flat", "nanmetric", "forget":
 				m.fault = v
 			default:
-				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat or nanmetric", v)
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat, nanmetric or forget", v)
 			}
 		case "fault_after":
 			n, err := strconv.Atoi(v)
@@ -179,12 +207,18 @@ func (m *model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	if err == nil && m.fault == "nanmetric" {
 		res.Metrics["val_mse"] = math.NaN()
 	}
+	if err == nil && m.fault == "forget" {
+		m.halved = true
+	}
 	return res, err
 }
 
 func (m *model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
 	bad := m.strike()
 	y, err := m.Model.Predict(ctx, x)
+	if err == nil && m.halved {
+		y.Scale(0.5, y)
+	}
 	if err != nil || !bad {
 		return y, err
 	}
@@ -195,6 +229,10 @@ func (m *model) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
 func (m *model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
 	bad := m.strike()
 	y, dx, err := m.Model.VJP(ctx, x, dy)
+	if err == nil && m.halved {
+		y.Scale(0.5, y)
+		dx.Scale(0.5, dx)
+	}
 	if err != nil || !bad {
 		return y, dx, err
 	}
