@@ -184,6 +184,11 @@ func (p *Publisher) Publish(ctx context.Context, a Alert) error {
 	msg.Header.Set(HeaderSchema, Schema)
 	msg.Header.Set(HeaderStatus, string(a.Status))
 	if _, err := p.js.PublishMsg(ctx, msg); err != nil {
+		if errors.Is(err, nats.ErrMaxPayload) {
+			// Retrying cannot help: say what would.
+			return fmt.Errorf("alerts: publishing %s on %s: %w: the alert is %d bytes (%d sources), over the server's max_payload of %d bytes; raise max_payload in the server's config",
+				id, msg.Subject, err, len(data), len(a.Sources), p.js.Conn().MaxPayload())
+		}
 		return fmt.Errorf("alerts: publishing %s on %s: %w", id, msg.Subject, err)
 	}
 	return nil

@@ -196,6 +196,29 @@ func TestPublishWithoutStream(t *testing.T) {
 	require.ErrorContains(t, err, "sw.alerts.g")
 }
 
+// An alert over the server's max_payload is refused by the client; the
+// error says by how much and what raises the limit.
+func TestPublishTooLarge(t *testing.T) {
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: 4 << 10,
+	})
+	require.NoError(t, err)
+	go s.Start()
+	require.True(t, s.ReadyForConnections(10*time.Second))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	js := connect(t, s)
+	ctx := ctxT(t)
+	_, err = EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	nodes := make([]string, 200)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("node-%03d", i)
+	}
+	err = NewPublisher(js, "sw").Publish(ctx, fire(t, NewTracker(nil), "g", nodes...))
+	require.ErrorIs(t, err, nats.ErrMaxPayload)
+	require.ErrorContains(t, err, "(200 sources), over the server's max_payload of 4096 bytes; raise max_payload")
+}
+
 // tailer runs Tail in a goroutine and collects what it delivers.
 type tailer struct {
 	mu     sync.Mutex

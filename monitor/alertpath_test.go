@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
@@ -196,6 +199,9 @@ func TestAlertWaitsForItsStateToBeSaved(t *testing.T) {
 	require.Eventually(t, func() bool { return len(r.d.tracker.Pending("p")) == 1 }, 10*time.Second, 5*time.Millisecond)
 	time.Sleep(200 * time.Millisecond) // several ticks
 	require.Empty(t, storedAlerts(t, r.js, "p"), "published before its state was saved")
+	require.True(t, slices.ContainsFunc(r.d.readiness(), func(p string) bool {
+		return strings.HasPrefix(p, "alerts: saving the alert state failed, so none is published: ")
+	}), "%v", r.d.readiness())
 
 	kv, err := r.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
 	require.NoError(t, err)
@@ -211,6 +217,7 @@ func TestAlertWaitsForItsStateToBeSaved(t *testing.T) {
 		_, open := tr.Open("p")
 		return open && len(tr.Pending("p")) == 0
 	}, 10*time.Second, 5*time.Millisecond)
+	require.Empty(t, r.d.readiness())
 }
 
 // gatedKV holds the first Put until release is closed.
@@ -392,4 +399,48 @@ func TestReplayMakesNoFalseResolve(t *testing.T) {
 	a, open := r2.d.tracker.Open("p")
 	require.True(t, open)
 	require.Equal(t, fired[0].Fingerprint, a.Fingerprint)
+}
+
+// The alert state of every graph is one value: with many graphs (or long
+// node ids) it outgrows a message, and is stored in parts rather than
+// holding back every graph's alerts. Restored from the parts at the next
+// start, no incident fires again.
+func TestAlertStateLargerThanAMessage(t *testing.T) {
+	const maxPayload = 8 << 10
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: maxPayload}
+	s := runServerWith(t, opts)
+	names := make([]string, 24)
+	for i := range names {
+		names[i] = fmt.Sprintf("graph%02d", i)
+	}
+	cfg := testConfig(t, names...)
+	cfg.NATS.URL = s.ClientURL()
+	r := start(t, cfg, preload(t, 6, names...), WithLocalizerFactory((&factoryOf{}).factory))
+	for _, name := range names {
+		for _, node := range []string{"1", "2", "3", "4"} {
+			r.publish(t, name, Event{Node: node, State: StateInfected, TS: time.Now()}, "")
+		}
+	}
+	for _, name := range names {
+		require.NotEmpty(t, waitStored(t, r.js, name, 1))
+		waitAcknowledged(t, r.d, name)
+	}
+	state, err := r.d.tracker.MarshalJSON()
+	require.NoError(t, err)
+	require.Greater(t, len(state), maxPayload, "the test needs a state over max_payload")
+	require.Empty(t, r.d.readiness())
+
+	kv, err := r.js.KeyValue(context.Background(), StateBucket)
+	require.NoError(t, err)
+	e, err := kv.Get(context.Background(), "tracker")
+	require.NoError(t, err)
+	require.Less(t, len(e.Value()), maxPayload, "compressed, or a header naming parts")
+
+	// A second daemon on the same store restores every open incident.
+	r.stop(t)
+	r2 := start(t, cfg, preload(t, 6, names...), WithLocalizerFactory((&factoryOf{}).factory))
+	for _, name := range names {
+		_, open := r2.d.tracker.Open(name)
+		require.True(t, open, name)
+	}
 }

@@ -94,6 +94,24 @@ func putBlob(ctx context.Context, kv jetstream.KeyValue, key string, data []byte
 	return nil
 }
 
+// putValue stores data under key as it is when it fits in one message
+// (so a build that reads only plain values still reads it), and as
+// putBlob does, compressed and in parts, when it does not.
+func putValue(ctx context.Context, kv jetstream.KeyValue, key string, data []byte, maxPart int) error {
+	if len(data) > maxPart {
+		return putBlob(ctx, kv, key, data, maxPart)
+	}
+	old, err := oldHeader(ctx, kv, key)
+	if err != nil {
+		return fmt.Errorf("reading %s before replacing it: %w", key, err)
+	}
+	if _, err := kv.Put(ctx, key, data); err != nil {
+		return fmt.Errorf("storing %s: %w", key, err)
+	}
+	deleteParts(ctx, kv, key, old)
+	return nil
+}
+
 // nextPartsID names the parts of the next write: "a" and "b" in turn, so
 // the parts a reader of the current header needs are never overwritten
 // before the header is replaced, and the same keys are used again. Fresh

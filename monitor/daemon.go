@@ -186,6 +186,9 @@ type Daemon struct {
 	// snapshotErr is the last periodic snapshot's error, nil once one
 	// succeeds: /readyz reports it.
 	snapshotErr atomic.Pointer[string]
+	// trackerErr is the last alert-state save's error, nil once one
+	// works: no alert is published while it fails (flush).
+	trackerErr atomic.Pointer[string]
 
 	// ingestCtx is what the consume callbacks check: shutdown cancels it
 	// (stopIngest) once it stops waiting for them, so a callback stuck in
@@ -887,6 +890,10 @@ func (d *Daemon) readiness() []string {
 		default:
 		}
 	}
+	if e := d.trackerErr.Load(); e != nil {
+		// Alerts wait, pending, until the state holding them is saved.
+		problems = append(problems, "alerts: saving the alert state failed, so none is published: "+clipN(*e, 200))
+	}
 	if e := d.snapshotErr.Load(); e != nil {
 		// The state store refuses writes (a full disk, no file
 		// descriptors left): the window and alert state are no longer
@@ -1498,9 +1505,15 @@ func (d *Daemon) saveTracker(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := d.kv.Put(sctx, "tracker", data); err != nil {
+	// In parts when it outgrows a message (many graphs, long node ids,
+	// large source sets): one value over max_payload held back every
+	// graph's alerts.
+	if err := putValue(sctx, d.kv, "tracker", data, d.maxBlobPart()); err != nil {
+		msg := err.Error()
+		d.trackerErr.Store(&msg)
 		return fmt.Errorf("saving alert state: %w", err)
 	}
+	d.trackerErr.Store(nil)
 	return nil
 }
 
@@ -1620,13 +1633,16 @@ func (d *Daemon) compactState(ctx context.Context) {
 
 // restore loads window snapshots and the alert tracker from KV.
 func (d *Daemon) restore(ctx context.Context) error {
-	if e, err := d.kv.Get(ctx, "tracker"); err == nil {
+	switch data, err := getBlob(ctx, d.kv, "tracker"); {
+	case err == nil:
 		// A failed UnmarshalJSON leaves the (still empty) tracker as it
 		// was; it is not replaced, since /status may be reading it.
-		if err := d.tracker.UnmarshalJSON(e.Value()); err != nil {
+		if err := d.tracker.UnmarshalJSON(data); err != nil {
 			d.log.Warn("alert state in KV unreadable; starting afresh", zap.Error(err))
 		}
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+	case errors.Is(err, errBadBlob):
+		d.log.Warn("alert state in KV unreadable; starting afresh", zap.Error(err))
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return fmt.Errorf("%w: reading alert state: %w", ErrNATS, err)
 	}
 	for _, gr := range d.order {
