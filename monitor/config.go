@@ -286,6 +286,34 @@ func ScalarKeys() []string {
 	return keys
 }
 
+// SectionKeys returns the dotted paths of the config's sections (nats,
+// nats.tls, graphs, ...): keys whose value is a map or a list. Set through
+// the environment, such a key (SOURCEWATCH_NATS) would replace the file's
+// whole section by a string; sections are set key by key.
+func SectionKeys() []string {
+	var out []string
+	var walk func(prefix string, t reflect.Type)
+	walk = func(prefix string, t reflect.Type) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			tag := f.Tag.Get("mapstructure")
+			if tag == "" {
+				continue
+			}
+			switch f.Type.Kind() {
+			case reflect.Struct:
+				out = append(out, prefix+tag)
+				walk(prefix+tag+".", f.Type)
+			case reflect.Slice, reflect.Map:
+				out = append(out, prefix+tag)
+			}
+		}
+	}
+	walk("", reflect.TypeOf(Config{}))
+	sort.Strings(out)
+	return out
+}
+
 // Load builds a validated Config from v (a file already read, plus
 // SOURCEWATCH_* environment when v has AutomaticEnv with "." and "-"
 // replaced by "_": nats.url is SOURCEWATCH_NATS_URL). Keys a graph entry

@@ -236,3 +236,32 @@ func TestUnreadEnvironmentIsNamed(t *testing.T) {
 		require.NotContains(t, stderr, known)
 	}
 }
+
+// A variable naming a config section would replace the file's whole
+// section by a string (SOURCEWATCH_NATS=1 dropped the file's nats.url and
+// started the embedded server): serve refuses it, naming the keys to set;
+// other commands warn.
+func TestEnvironmentNamingASectionIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "c.yaml")
+	require.NoError(t, os.WriteFile(cfgPath, []byte("nats:\n  url: nats://127.0.0.1:1\ngraphs:\n  - name: k\n    edges: ../../configs/demo/karate.edges\n    bundle: k.swb\n"), 0o644))
+	for _, tc := range []struct {
+		env, want string
+		flag      bool // also a flag's variable: no warning elsewhere
+	}{
+		{"SOURCEWATCH_NATS", "environment variable SOURCEWATCH_NATS names the config section nats, not a key (it is also the --nats flag of simulate and alerts", true},
+		{"SOURCEWATCH_NATS_TLS", "names the config section nats.tls, not a key", false},
+		{"SOURCEWATCH_HTTP", "names the config section http, not a key", false},
+		{"SOURCEWATCH_GRAPHS", "would replace the graphs list, which comes from the config file only", false},
+	} {
+		t.Run(tc.env, func(t *testing.T) {
+			t.Setenv(tc.env, "1")
+			_, _, err := runCmd(t, "", "serve", "--config", cfgPath, "--data-dir", dir, "--log-format", "json")
+			require.ErrorIs(t, err, monitor.ErrConfig)
+			require.ErrorContains(t, err, tc.want)
+			_, stderr, err := runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "1", "--log-format", "json")
+			require.NoError(t, err)
+			require.Equal(t, !tc.flag, strings.Contains(stderr, "environment variable names a config section, not a key"), stderr)
+		})
+	}
+}

@@ -437,6 +437,39 @@ func readConfigFile(v *viper.Viper, path string) error {
 	return nil
 }
 
+// envReplacesSection refuses a SOURCEWATCH_* variable in environ that
+// names a config section (SOURCEWATCH_NATS, SOURCEWATCH_HTTP): viper reads
+// it as the section's whole value, a string in place of the file's keys,
+// so the file's nats.url gave way to the embedded server's defaults.
+func envReplacesSection(environ []string) error {
+	for _, key := range monitor.SectionKeys() {
+		env := envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+		for _, kv := range environ {
+			if k, _, _ := strings.Cut(kv, "="); k == env && key == "graphs" {
+				return fmt.Errorf("%w: environment variable %s would replace the graphs list, which comes from the config file only: unset it", monitor.ErrConfig, env)
+			} else if k == env {
+				also := ""
+				if key == "nats" {
+					also = " (it is also the --nats flag of simulate and alerts, which serve does not have)"
+				}
+				return fmt.Errorf("%w: environment variable %s names the config section %s, not a key%s: it would replace the whole section; set its keys one by one (%s_<KEY>, such as %s) or unset it",
+					monitor.ErrConfig, env, key, also, env, exampleKeyEnv(key))
+			}
+		}
+	}
+	return nil
+}
+
+// exampleKeyEnv is the variable of one key of section, for the advice.
+func exampleKeyEnv(section string) string {
+	for _, k := range monitor.ScalarKeys() {
+		if strings.HasPrefix(k, section+".") {
+			return envPrefix + "_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(k))
+		}
+	}
+	return envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(section, ".", "_")) + "_<KEY>"
+}
+
 // checkEnvironment warns of each SOURCEWATCH_* variable in environ that no
 // setting reads: viper looks up only the names of keys it knows, so a
 // misspelt SOURCEWATCH_NATS_LISTN, or SOURCEWATCH_GRAPHS_0_WINDOW (the
@@ -465,9 +498,18 @@ func checkEnvironment(root *cobra.Command, environ []string, log *zap.Logger) {
 	for _, k := range monitor.ScalarKeys() {
 		known[name(k)] = true
 	}
+	sections := map[string]string{}
+	for _, key := range monitor.SectionKeys() {
+		sections[name(key)] = key
+	}
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
 		if !strings.HasPrefix(k, envPrefix+"_") || known[k] {
+			continue
+		}
+		if key, ok := sections[k]; ok {
+			log.Warn("environment variable names a config section, not a key: serve refuses it (it would replace the whole section)",
+				zap.String("variable", k), zap.String("section", key))
 			continue
 		}
 		if k == name("graphs") || strings.HasPrefix(k, name("graphs")+"_") {

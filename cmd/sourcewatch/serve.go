@@ -178,6 +178,9 @@ func loadDaemonConfig(cmd *cobra.Command, v *viper.Viper) (monitor.Config, error
 			return monitor.Config{}, err
 		}
 	}
+	if err := envReplacesSection(os.Environ()); err != nil {
+		return monitor.Config{}, err
+	}
 	cfg, err := monitor.Load(v)
 	if err != nil {
 		// Load names the key; the file and line are this reader's to add.
