@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 // ErrUnverified is returned when a bundle records no checksum for its
@@ -84,11 +86,30 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 	if err != nil {
 		return nil, explainPluginError(err, &b.Manifest, o)
 	}
-	if err := p.Configure(ctx, b.Manifest.Forward.ForwardGraph(b.Graph), mergeParams(b.Manifest.Forward.Params, o.Params), b.ForwardState); err != nil {
+	if err := ConfigureForward(ctx, p, b, o.Params); err != nil {
 		p.Close()
-		return nil, err // names the plugin and the call
+		return nil, err
 	}
 	return p, nil
+}
+
+// ConfigureForward configures m with b's graph, its params (overridden by
+// params) and its state, and has it predict one row, so a state that
+// configures yet leaves the model unusable (empty, another model's) is
+// refused here, when a start, reload or bundle inspect loads the bundle,
+// rather than at every inference after.
+func ConfigureForward(ctx context.Context, m interface {
+	Configure(ctx context.Context, g *graph.Graph, params map[string]string, state []byte) error
+	Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error)
+}, b *Bundle, params map[string]string) error {
+	g := b.Manifest.Forward.ForwardGraph(b.Graph)
+	if err := m.Configure(ctx, g, mergeParams(b.Manifest.Forward.Params, params), b.ForwardState); err != nil {
+		return err // names the plugin and the call
+	}
+	if _, err := m.Predict(ctx, mat.NewDense(1, g.N(), nil)); err != nil {
+		return fmt.Errorf("bundle %s: forward model %s configured with the bundle's %d-byte state cannot predict: %w", b.Manifest.ID, b.Manifest.Forward.Name, len(b.ForwardState), err)
+	}
+	return nil
 }
 
 // CheckForward makes the checks LaunchForward makes on the plugin binary

@@ -99,7 +99,7 @@ func (a *app) bundleInspect(ctx context.Context, path string) error {
 	if dir := a.v.GetString("plugin_dir"); dir != "" {
 		check = checkBundlePlugin(dir, b.Manifest, pinned)
 		if check.Status == "match" && pinned == "" {
-			checkPluginVersion(ctx, check, b.Manifest, a.log)
+			checkPluginVersion(ctx, check, b, a.log)
 		}
 	}
 	if a.v.GetBool("json") {
@@ -188,7 +188,10 @@ func checkBundlePlugin(dir string, m localize.Manifest, pinned string) *pluginCh
 // localize and serve do: for a plugin a script runs, the binary is only
 // the script's wrapper, and the version is the check on the code behind
 // it. A pinned checksum vouches for the build and skips this, as there.
-func checkPluginVersion(ctx context.Context, check *pluginCheck, m localize.Manifest, log *zap.Logger) {
+// It then configures the plugin with the bundle's state, as they do, and
+// has it predict, so a damaged state is found here too.
+func checkPluginVersion(ctx context.Context, check *pluginCheck, b *localize.Bundle, log *zap.Logger) {
+	m := b.Manifest
 	if m.Forward.Version == "" {
 		return
 	}
@@ -211,6 +214,10 @@ func checkPluginVersion(ctx context.Context, check *pluginCheck, m localize.Mani
 		check.Detail = fmt.Sprintf("the recorded build, but it reports version %q where the bundle recorded %q (the code a script runs changed?): "+
 			"localize and serve refuse it; retrain with this version, or, if it is the same model, pin its SHA-256 (--forward-checksum %s, forward_checksum)",
 			info.Version, m.Forward.Version, check.SHA256)
+	default:
+		if err := localize.ConfigureForward(ctx, p, b, nil); err != nil {
+			check.Status, check.Detail = "unusable", "the recorded build, but it cannot run this bundle's model: "+err.Error()
+		}
 	}
 }
 

@@ -929,3 +929,33 @@ func TestTrainRefusesAModelItCannotStore(t *testing.T) {
 	require.ErrorIs(t, err, forward.ErrBadInfo)
 	require.ErrorContains(t, err, "empty version (set Info.Version")
 }
+
+// A bundle whose forward state configures but leaves the model unusable
+// (here empty: deepis then has no fitted weights) is refused when it is
+// loaded, by bundle inspect and localize, not accepted and then failed at
+// every inference.
+func TestBundleWithAnEmptyForwardStateIsRefused(t *testing.T) {
+	pluginDir := filepath.Dir(forwardtest.Build(t, "deepis"))
+	bundle := filepath.Join(t.TempDir(), "karate.swb")
+	_, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
+		"--diffusion", "SI", "--cascades", "40", "--seed", "3",
+		"--forward", "deepis", "--plugin-dir", pluginDir, "--forward-epochs", "3", "--prior-epochs", "2",
+		"--prototypes", "16", "--val-solves", "4", "--test-solves", "4", "--restarts", "2",
+		"--init-steps", "2", "--opt-steps", "5", "--out", bundle, "--log-level", "warn")
+	require.NoError(t, err)
+	_, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
+	require.NoError(t, err)
+
+	b, err := localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	b.ForwardState = nil
+	empty := filepath.Join(t.TempDir(), "empty.swb")
+	require.NoError(t, b.WriteFile(empty))
+	out, _, err := runCmd(t, "", "bundle", "inspect", empty, "--plugin-dir", pluginDir)
+	require.ErrorContains(t, err, "unusable")
+	require.Contains(t, out, "the recorded build, but it cannot run this bundle's model: ")
+	require.Contains(t, out, "configured with the bundle's 0-byte state cannot predict")
+	_, _, err = runCmd(t, `{"infected":["1","2"]}`, "localize", "--bundle", empty, "--plugin-dir", pluginDir)
+	require.ErrorContains(t, err, "configured with the bundle's 0-byte state cannot predict")
+	require.ErrorIs(t, err, forward.ErrNotFitted)
+}
