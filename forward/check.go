@@ -57,8 +57,19 @@ const maxYDiff = 1e-9
 
 // maxCheckRows bounds the perturbed points of one Predict call, so that
 // checking every coordinate of a large graph does not ask the plugin for
-// 2n rows of n values at once.
-const maxCheckRows = 512
+// 2n rows of n values at once; maxCheckBytes bounds them further on a
+// graph so large that 512 rows would not fit in a message (158,000 nodes
+// made 650 MB; two million ran the machine out of memory).
+const (
+	maxCheckRows  = 512
+	maxCheckBytes = 32 << 20
+)
+
+// checkRows is how many perturbed points of n values one Predict call of
+// the check takes: an even number, at least 2.
+func checkRows(n int) int {
+	return max(2, min(maxCheckRows, maxCheckBytes/(8*max(n, 1)))&^1)
+}
 
 // Pass reports whether every checked coordinate is within tolerance and
 // VJP's y agrees with Predict.
@@ -158,7 +169,7 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 		d := mat.NewVecDense(n, dy.RawRowView(i))
 		at := mat.Dot(d, yp.RowView(i)) // L(x), for the one-sided differences
 		for len(coords) > 0 {
-			chunk := coords[:min(len(coords), maxCheckRows/2)]
+			chunk := coords[:min(len(coords), checkRows(n)/2)]
 			coords = coords[len(chunk):]
 			pts := mat.NewDense(2*len(chunk), n, nil)
 			for k, j := range chunk {

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,6 +104,9 @@ func tlsHint(msg string) string {
 // cookieRefusal starts what a go-plugin plugin prints, and exits on, when
 // its magic cookie is not in the environment it was started with.
 const cookieRefusal = "This binary is a plugin. These are not meant to be executed directly."
+
+// sizeRefusal is gRPC's "larger than max (N vs. LIMIT)".
+var sizeRefusal = regexp.MustCompile(`\((\d+) vs\. (\d+)\)`)
 
 // go-plugin's refusals of a handshake line, as its client words them.
 var (
@@ -623,6 +627,11 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 		return fmt.Errorf("%s: %w: %s", prefix, errUnimplemented, st.Message())
 	}
 	if st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max") {
+		if m := sizeRefusal.FindStringSubmatch(st.Message()); m != nil && m[2] == strconv.Itoa(MaxMessageBytes) {
+			// Over the protocol's own bound: no plugin setting helps.
+			return fmt.Errorf("%s: %s: %s (the call's message is over the %d MiB the protocol allows: fewer rows per call, or a smaller graph)",
+				prefix, st.Code(), st.Message(), MaxMessageBytes>>20)
+		}
 		// gRPC libraries other than Go's accept 4 MiB by default.
 		return fmt.Errorf("%s: %s: %s (the plugin's gRPC server must accept messages up to %d MiB: set its receive and send limits, see forward/README.md)",
 			prefix, st.Code(), st.Message(), MaxMessageBytes>>20)
