@@ -74,6 +74,11 @@ func cascadeRNG(seed int64, i int) *rand.Rand {
 	return rand.New(rand.NewPCG(uint64(seed), z))
 }
 
+// MaxCascades bounds one Simulate call's count: the cascades are held in
+// memory, and a count typed with a few zeros too many ran the machine out
+// of it before the first was drawn.
+const MaxCascades = 1_000_000
+
 // Simulate draws count cascades of cfg on g, each observed once: cascade i
 // draws a target fraction f ~ U[ObserveMin, ObserveMax] and then source
 // sets and runs until one run has at least ceil(f n) nodes infected at
@@ -91,6 +96,9 @@ func Simulate(ctx context.Context, g *graph.Graph, cfg Config, count int, seed i
 	}
 	if count < 0 {
 		return nil, Report{}, fmt.Errorf("%w: cascade count %d is negative", ErrConfig, count)
+	}
+	if count > MaxCascades {
+		return nil, Report{}, fmt.Errorf("%w: cascade count %d is over %d: a run holds every cascade in memory; simulate in several runs with other seeds", ErrConfig, count, MaxCascades)
 	}
 	o := newOptions(opts)
 	workers := o.workersFor(count)

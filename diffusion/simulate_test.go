@@ -105,6 +105,17 @@ func TestSnapshotIsTheFirstStepReachingTheTarget(t *testing.T) {
 	}
 }
 
+// A count no run could hold in memory is refused before anything is
+// allocated for it.
+func TestSimulateRefusesTooManyCascades(t *testing.T) {
+	g := graph.New(3, []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}}, nil, false, false)
+	cfg := DefaultConfig()
+	cfg.Sources = SourceSpec{Count: 1}
+	_, _, err := Simulate(context.Background(), g, cfg, MaxCascades+1, 1)
+	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorContains(t, err, "simulate in several runs")
+}
+
 func TestSimulateRedrawsCascadesThatDieOut(t *testing.T) {
 	// Two triangles and a long path: a source in a triangle can never reach
 	// 40% of the 14 nodes, so those draws must be redrawn.

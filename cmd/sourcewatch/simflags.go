@@ -492,6 +492,9 @@ func simulationRun(v *viper.Viper) (cascades int, seed int64, workers int, err e
 	if cascades < 1 {
 		return 0, 0, 0, fmt.Errorf("--cascades: %d is not positive", cascades)
 	}
+	if cascades > diffusion.MaxCascades {
+		return 0, 0, 0, fmt.Errorf("--cascades: %d is over %d a run (every cascade is held in memory); simulate in several runs with other --seed values", cascades, diffusion.MaxCascades)
+	}
 	if workers = v.GetInt("workers"); workers < 0 {
 		return 0, 0, 0, fmt.Errorf("--workers: %d is negative", workers)
 	}

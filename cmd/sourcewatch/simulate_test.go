@@ -123,6 +123,7 @@ func TestSimulateCommandErrorsNameTheFlag(t *testing.T) {
 		{"observe text", []string{"--observe", "half"}, `--observe: want a fraction range like 0.2-0.5, got "half"`},
 		{"observe range", []string{"--observe", "0.6-0.3"}, "--observe: range 0.6-0.3 needs"},
 		{"cascades", []string{"--cascades", "0"}, "--cascades: 0 is not positive"},
+		{"cascades too many", []string{"--cascades", "99999999999"}, "--cascades: 99999999999 is over 1000000 a run"},
 		{"workers", []string{"--workers", "-2"}, "--workers: -2 is negative"},
 		{"max steps", []string{"--max-steps", "0"}, "--max-steps: 0 is not positive"},
 		// the parameters to blame by their flags, the target among them
