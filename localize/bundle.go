@@ -557,6 +557,10 @@ func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (
 		return nil, fmt.Errorf("%w: stored graph (%d nodes, fingerprint %.12s) does not match the manifest (%d nodes, %.12s)",
 			ErrBadBundle, g.N(), g.Fingerprint(), m.Graph.Nodes, m.Graph.Fingerprint)
 	}
+	// Zero in bundles that did not record it.
+	if e := len(g.Edges()); m.Graph.Edges != 0 && m.Graph.Edges != e {
+		return nil, fmt.Errorf("%w: stored graph has %d edges, the manifest says %d", ErrBadBundle, e, m.Graph.Edges)
+	}
 	b.Graph = g
 	if err := b.checkSizes(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadBundle, err)
@@ -578,10 +582,10 @@ func (m *Manifest) check() error {
 		return fmt.Errorf("solve.init_steps: %d outside 0..%d", s.InitSteps, maxSteps)
 	case s.OptSteps < 0 || s.OptSteps > maxSteps:
 		return fmt.Errorf("solve.opt_steps: %d outside 0..%d", s.OptSteps, maxSteps)
-	case !(s.LearningRate >= 0) || math.IsInf(s.LearningRate, 1):
-		return fmt.Errorf("solve.learning_rate: %g, want a finite value >= 0", s.LearningRate)
-	case !(s.PriorWeight >= 0) || math.IsInf(s.PriorWeight, 1):
-		return fmt.Errorf("solve.prior_weight: %g, want a finite value >= 0", s.PriorWeight)
+	case !(s.LearningRate >= 0 && s.LearningRate <= MaxLearningRate):
+		return fmt.Errorf("solve.learning_rate: %g, want a value in [0, %g]", s.LearningRate, float64(MaxLearningRate))
+	case !(s.PriorWeight >= 0 && s.PriorWeight <= MaxPriorWeight):
+		return fmt.Errorf("solve.prior_weight: %g, want a value in [0, %g]", s.PriorWeight, float64(MaxPriorWeight))
 	}
 	if err := (Options{Variant: s.Variant}).Validate(); err != nil {
 		return fmt.Errorf("solve.%w", err)
@@ -615,6 +619,9 @@ func decodeManifest(data []byte) (Manifest, error) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		return Manifest{}, fmt.Errorf("%w: %s: %w", ErrBadBundle, entryManifest, err)
 	}
+	if k := repeatedManifestKey(data); k != "" {
+		return Manifest{}, fmt.Errorf("%w: %s: %s is given twice in one object (a field's name matches in any case): encoding/json keeps the last, another reader the first", ErrBadBundle, entryManifest, k)
+	}
 	if m.Format < MinFormatVersion || m.Format > FormatVersion {
 		return Manifest{}, fmt.Errorf("%w: file has format %d, this sourcewatch reads %d to %d", ErrBundleVersion, m.Format, MinFormatVersion, FormatVersion)
 	}
@@ -622,6 +629,68 @@ func decodeManifest(data []byte) (Manifest, error) {
 		return Manifest{}, fmt.Errorf("%w: %s: %w", ErrBadBundle, entryManifest, err)
 	}
 	return m, nil
+}
+
+// repeatedManifestKey returns the dotted path of the first key of raw
+// given twice in one object, or "". A struct's fields match in any case
+// (as encoding/json reads them); the keys of the manifest's maps
+// (metrics, checksums, params) only exactly.
+func repeatedManifestKey(raw []byte) string {
+	type frame struct {
+		object, exact, wantKey bool
+		path                   string
+		key                    string
+		seen                   []string
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var stack []*frame
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].wantKey = true
+		}
+	}
+	for {
+		t, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		var top *frame
+		if n := len(stack); n > 0 {
+			top = stack[n-1]
+		}
+		if top != nil && top.object && top.wantKey {
+			if t == json.Delim('}') {
+				stack = stack[:len(stack)-1]
+				valueDone()
+				continue
+			}
+			key, _ := t.(string)
+			same := func(k string) bool { return k == key || (!top.exact && strings.EqualFold(k, key)) }
+			if slices.ContainsFunc(top.seen, same) {
+				return top.path + key
+			}
+			top.seen = append(top.seen, key)
+			top.key, top.wantKey = key, false
+			continue
+		}
+		switch t {
+		case json.Delim('{'), json.Delim('['):
+			f := &frame{object: t == json.Delim('{'), wantKey: true}
+			if top != nil {
+				f.path = top.path + top.key + "."
+				switch strings.ToLower(top.key) {
+				case "metrics", "checksums", "params":
+					f.exact = true
+				}
+			}
+			stack = append(stack, f)
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			valueDone()
+		default:
+			valueDone()
+		}
+	}
 }
 
 // ReadManifest reads only the manifest of the bundle at path: a check of

@@ -376,7 +376,9 @@ func TestBundleRefusesBadSettings(t *testing.T) {
 		{"settings Train records", set("threshold", 0.05, "solve.restarts", 8, "solve.init_steps", 20, "solve.opt_steps", 10,
 			"solve.learning_rate", 0.05, "solve.prior_weight", 1e-3, "solve.variant", "datainit"), ""},
 		{"largest settings", set("threshold", 1, "solve.restarts", MaxRestarts, "solve.init_steps", maxSteps, "solve.opt_steps", maxSteps,
-			"solve.learning_rate", 10, "solve.prior_weight", 1e6), ""},
+			"solve.learning_rate", MaxLearningRate, "solve.prior_weight", MaxPriorWeight), ""},
+		{"prior weight 1e308", set("solve.prior_weight", 1e308), "solve.prior_weight: 1e+308, want a value in [0, 1e+06]"},
+		{"learning rate above 1", set("solve.learning_rate", 1e300), "solve.learning_rate: 1e+300, want a value in [0, 1]"},
 		{"threshold above 1", set("threshold", 1.5), "manifest.json: threshold: 1.5 outside (0, 1]"},
 		{"negative threshold", set("threshold", -3), "threshold: -3 outside (0, 1]"},
 		{"zero threshold", set("threshold", 0), "threshold: 0 outside (0, 1]"},
@@ -387,8 +389,8 @@ func TestBundleRefusesBadSettings(t *testing.T) {
 		{"no forward name", set("forward.name", ""), `forward.name: "", want a plain plugin name`},
 		{"negative init steps", set("solve.init_steps", -1, "solve.opt_steps", 50), "solve.init_steps: -1 outside 0..100000"},
 		{"many opt steps", set("solve.opt_steps", 1e9), "solve.opt_steps: 1000000000 outside 0..100000"},
-		{"negative learning rate", set("solve.learning_rate", -0.1), "solve.learning_rate: -0.1, want a finite value >= 0"},
-		{"negative prior weight", set("solve.prior_weight", -1), "solve.prior_weight: -1, want a finite value >= 0"},
+		{"negative learning rate", set("solve.learning_rate", -0.1), "solve.learning_rate: -0.1, want a value in [0, 1]"},
+		{"negative prior weight", set("solve.prior_weight", -1), "solve.prior_weight: -1, want a value in [0, 1e+06]"},
 		{"infected-first ranking", set("ranking", "infected-first"), ""},
 		{"unknown ranking", set("ranking", "degree"), `manifest.json: ranking: "degree", want "infected-first", "infected-then-predicted" or absent`},
 	} {
@@ -403,8 +405,38 @@ func TestBundleRefusesBadSettings(t *testing.T) {
 			require.ErrorContains(t, err, tc.text)
 		})
 	}
+	// A field given twice, in another case, would be read as the last.
+	twice := rewrite(t, good, func(name string, body []byte) []byte {
+		if name == entryManifest {
+			require.Contains(t, string(body), `"threshold":`)
+			return bytes.Replace(body, []byte(`"threshold":`), []byte(`"THRESHOLD": 0.99, "threshold":`), 1)
+		}
+		return body
+	})
+	_, err := readBytes(twice)
+	require.ErrorIs(t, err, ErrBadBundle)
+	require.ErrorContains(t, err, "manifest.json: threshold is given twice in one object")
+	// The edge count shown must be the stored graph's.
+	edges := editManifest(t, good, func(m map[string]any) {
+		g := m["graph"].(map[string]any)
+		g["edges"] = g["edges"].(float64) + 1
+	})
+	_, err = readBytes(edges)
+	require.ErrorIs(t, err, ErrBadBundle)
+	require.ErrorContains(t, err, "edges, the manifest says")
+	// A map's keys are its own: two metrics differing in case are two.
+	metrics := rewrite(t, good, func(name string, body []byte) []byte {
+		if name == entryManifest {
+			require.Contains(t, string(body), `"metrics": {`)
+			return bytes.Replace(body, []byte(`"metrics": {`), []byte(`"metrics": {"MSE": 1, "mse": 2,`), 1)
+		}
+		return body
+	})
+	_, err = readBytes(metrics)
+	require.NoError(t, err)
+
 	// JSON has no infinities: an overflowing number does not decode.
-	_, err := readBytes(set("solve.prior_weight", json.Number("1e400")))
+	_, err = readBytes(set("solve.prior_weight", json.Number("1e400")))
 	require.ErrorIs(t, err, ErrBadBundle)
 	require.ErrorContains(t, err, "manifest.json")
 }

@@ -163,11 +163,24 @@ func (o Options) Validate() error {
 	if o.OptSteps < 0 || o.OptSteps > maxSteps {
 		return fmt.Errorf("opt_steps: %d outside 0..%d", o.OptSteps, maxSteps)
 	}
-	if !(o.PriorWeight >= 0) || math.IsInf(o.PriorWeight, 1) {
-		return fmt.Errorf("prior_weight: %g, want a finite value >= 0 (0: the default 1)", o.PriorWeight)
+	if !(o.PriorWeight >= 0 && o.PriorWeight <= MaxPriorWeight) {
+		return fmt.Errorf("prior_weight: %g, want a value in [0, %g] (0: the default 1)", o.PriorWeight, float64(MaxPriorWeight))
+	}
+	if !(o.LearningRate >= 0 && o.LearningRate <= MaxLearningRate) {
+		return fmt.Errorf("learning_rate: %g, want a value in [0, %g] (0: the default)", o.LearningRate, float64(MaxLearningRate))
 	}
 	return nil
 }
+
+// MaxPriorWeight and MaxLearningRate bound Options and a bundle's solve
+// settings: the calibrated weight is at most 2 (times train's scale),
+// and x lives in [0, 1], so a step over 1 leaves the box at once. A
+// weight of 1e308 made the objective overflow to NaN, which the plugin
+// was then blamed for.
+const (
+	MaxPriorWeight  = 1e6
+	MaxLearningRate = 1
+)
 
 // tieWeight is epsilon of Result.Scores: small enough that the gradient
 // only orders nodes whose mean x is (nearly) tied, as the clamped restarts

@@ -262,6 +262,10 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		}
 	}
 	solve = solve.withDefaults()
+	if err := solve.Validate(); err != nil {
+		// A scaled weight out of range would write a bundle no load takes.
+		return nil, fmt.Errorf("training: solve options (prior weight scale %g): %w", cfg.PriorWeightScale, err)
+	}
 	metrics["prior_weight"] = solve.PriorWeight
 	b := &Bundle{
 		Manifest: Manifest{
