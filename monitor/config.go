@@ -185,6 +185,7 @@ const (
 	DefaultSnapshotInterval = 30 * time.Second
 	DefaultMaxEventBytes    = 1_000_000 // below nats-server's default max_payload, 1 MiB, so too_large can happen
 	DefaultMaxFutureSkew    = time.Minute
+	MaxFutureSkewLimit      = 365 * 24 * time.Hour
 	DefaultEventsMaxAge     = 24 * time.Hour
 	DefaultMinChanges       = 1
 	DefaultMinInfected      = 1
@@ -326,6 +327,9 @@ func Load(v *viper.Viper) (Config, error) {
 	// Checked before Unmarshal, whose own error for a bad duration names
 	// neither the value nor the form wanted.
 	if err := checkDurations(reflect.TypeOf(Config{}), "", v.Get); err != nil {
+		return Config{}, err
+	}
+	if err := checkForwardParams(v.Get("graphs")); err != nil {
 		return Config{}, err
 	}
 	var cfg Config
@@ -516,6 +520,51 @@ func checkBool(key string, raw any) error {
 	return keyError(key, "%v is not true or false", raw)
 }
 
+// durationSyntax is what time.ParseDuration reads, whatever the size: a
+// string of it that does not parse is out of range.
+var durationSyntax = regexp.MustCompile(`^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// checkForwardParams refuses a graph's forward_params that is not a map
+// of plain values (a list or map given for a param), naming the key: the
+// decode's own error has no place in the file.
+func checkForwardParams(graphs any) error {
+	list, _ := graphs.([]any)
+	for i, item := range list {
+		entry, _ := item.(map[string]any)
+		for k, raw := range entry {
+			if !strings.EqualFold(k, "forward_params") || raw == nil {
+				continue
+			}
+			key := fmt.Sprintf("graphs[%d].%s", i, k)
+			params, ok := raw.(map[string]any)
+			if !ok {
+				return keyError(key, "want a map of param names to values, got %s", kindOf(raw))
+			}
+			for name, val := range params {
+				switch val.(type) {
+				case string, bool, int, int64, uint64, float64:
+				default:
+					return keyError(key+"."+name, "want a plain value (a string, number or true/false), got %s", kindOf(val))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// kindOf names what a YAML value is, for errors.
+func kindOf(v any) string {
+	switch v.(type) {
+	case nil:
+		return "nothing"
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a map"
+	}
+	return fmt.Sprintf("%v", v)
+}
+
 // checkDuration judges one duration value as Unmarshal would take it: a
 // string time.ParseDuration accepts, or a zero. A bare number other than
 // 0 is refused: it would be read as nanoseconds.
@@ -526,6 +575,9 @@ func checkDuration(key string, raw any) error {
 		return nil
 	case string:
 		if _, err := time.ParseDuration(x); err != nil {
+			if durationSyntax.MatchString(x) {
+				return keyError(key, "%q is longer than a duration can be (at most %v, about 292 years)", x, time.Duration(math.MaxInt64))
+			}
 			return keyError(key, "%q is not a duration (%s)", x, want)
 		}
 		return nil
@@ -678,8 +730,10 @@ func (c Config) Validate() error {
 	if c.MaxEventBytes <= 0 {
 		return bad("max_event_bytes", "must be > 0, got %d", c.MaxEventBytes)
 	}
-	if c.MaxFutureSkew < 0 {
-		return bad("max_future_skew", "must be >= 0, got %v", c.MaxFutureSkew)
+	if c.MaxFutureSkew < 0 || c.MaxFutureSkew > MaxFutureSkewLimit {
+		// Past the limit an event time far enough ahead to pass would wrap
+		// around the years UnixNano holds, and be read as long past.
+		return bad("max_future_skew", "must be in 0..%v (a year), got %v", MaxFutureSkewLimit, c.MaxFutureSkew)
 	}
 	if c.Events.MaxAge > 0 && c.Events.MaxAge < duplicateWindow {
 		return bad("events.max_age", "%v is shorter than the %v duplicate window", c.Events.MaxAge, duplicateWindow)

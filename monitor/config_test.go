@@ -138,6 +138,8 @@ func TestValidateNamesTheKey(t *testing.T) {
 		{"dup window", minimalYAML + "events: {max_age: 1m}\n", "events.max_age: 1m0s is shorter than the 2m0s duplicate window"},
 		{"replay", minimalYAML + "snapshot_interval: 1h\nevents: {max_age: 30m}\n", "events.max_age: 30m0s is shorter than snapshot_interval"},
 		{"alert cap", minimalYAML + "alerts: {max_bytes: 65536}\n", "alerts.max_bytes: 65536 is below 1048576 (1 MiB)"},
+		{"future skew past a year", minimalYAML + "max_future_skew: 2100000h\n", "max_future_skew: must be in 0..8760h0m0s (a year), got 2100000h0m0s"},
+		{"forward param a list", strings.Replace(minimalYAML, "bundle: karate.swb", "bundle: karate.swb\n    forward_params: {p: [1]}", 1), "graphs[0].forward_params.p: want a plain value (a string, number or true/false), got a list"},
 		{"dead-letter cap", minimalYAML + "deadletter: {max_bytes: 4096}\n", "deadletter.max_bytes: 4096 is below 1048576 (1 MiB)"},
 		{"dead-letter age", minimalYAML + "deadletter: {max_age: 10ms}\n", "deadletter.max_age: 10ms: want 0 (no limit) or at least 1s"},
 		{"alert age", minimalYAML + "alerts: {max_age: 500ms}\n", "alerts.max_age: 500ms: want 0 (no limit) or at least 1s"},
@@ -204,6 +206,8 @@ func TestLoadNamesBadDurations(t *testing.T) {
 			// A bare number would be nanoseconds.
 			{"60", `60 is not a duration (want e.g. 90s, 5m, 1h; a number needs a unit)`},
 			{"true", `true is not a duration (want e.g. 90s, 5m, 1h)`},
+			// A duration, but past what one holds.
+			{"99999999h", `"99999999h" is longer than a duration can be (at most 2562047h47m16.854775807s, about 292 years)`},
 		} {
 			t.Run(key+"="+tc.val, func(t *testing.T) {
 				_, err := loadYAML(t, withKey(key, tc.val), nil)
