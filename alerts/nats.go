@@ -66,6 +66,23 @@ func checkTokens(what, s string) error {
 	return nil
 }
 
+// checkGraph rejects a graph name that is not one subject token: a name
+// with a dot ("a.b") makes a valid subject no graph publishes on.
+func checkGraph(s string) error {
+	if err := checkTokens("graph", s); err != nil {
+		return err
+	}
+	if strings.Contains(s, ".") {
+		return fmt.Errorf("%w: graph %q has a dot: a graph name is one subject token", ErrSubject, s)
+	}
+	return nil
+}
+
+// CheckPrefix reports a subject prefix that is empty, has an empty token,
+// whitespace or a wildcard, wrapping ErrSubject; the daemon refuses the
+// same ones (subjects.prefix).
+func CheckPrefix(prefix string) error { return checkTokens("prefix", prefix) }
+
 // StreamOption changes a limit of the alert stream from its default.
 type StreamOption func(*jetstream.StreamConfig)
 
@@ -153,7 +170,7 @@ func (p *Publisher) Publish(ctx context.Context, a Alert) error {
 	if err := checkTokens("prefix", p.prefix); err != nil {
 		return err
 	}
-	if err := checkTokens("graph", a.Graph); err != nil {
+	if err := checkGraph(a.Graph); err != nil {
 		return err
 	}
 	if a.Schema == "" {
@@ -244,7 +261,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, prefix, graph string, del
 	}
 	filter := prefix + ".alerts.>"
 	if graph != "" {
-		if err := checkTokens("graph", graph); err != nil {
+		if err := checkGraph(graph); err != nil {
 			return err
 		}
 		filter = Subject(prefix, graph)

@@ -363,6 +363,7 @@ func TestTailErrors(t *testing.T) {
 	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 	require.ErrorContains(t, err, StreamName)
 	require.ErrorIs(t, Tail(ctx, js, "sw", "a b", nil), ErrSubject)
+	require.ErrorContains(t, Tail(ctx, js, "sw", "a.b", nil), `graph "a.b" has a dot`)
 	require.ErrorIs(t, Tail(ctx, js, "", "", nil), ErrSubject)
 
 	_, err = EnsureStream(ctx, js, "sw")

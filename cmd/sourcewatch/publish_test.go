@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/monitor"
 )
 
@@ -67,6 +68,12 @@ func TestSimulatePublish(t *testing.T) {
 	_, _, err = runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "1",
 		"--publish", "--nats", url, "--graph-name", "a.b")
 	require.ErrorContains(t, err, "--graph-name")
+	// So is a prefix the daemon would refuse: a wildcard publishes on
+	// subjects no consumer reads.
+	_, _, err = runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "1",
+		"--publish", "--nats", url, "--prefix", "x.*")
+	require.ErrorIs(t, err, alerts.ErrSubject)
+	require.ErrorContains(t, err, `--prefix: alerts: invalid subject: prefix "x.*" contains whitespace or a wildcard`)
 }
 
 // With a daemon running, simulate --publish refuses a graph name it does

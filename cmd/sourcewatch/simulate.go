@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
+	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/monitor"
@@ -148,6 +149,9 @@ func (a *app) publishSimulated(ctx context.Context, g *graph.Graph, cs []diffusi
 	}
 	if strings.ContainsAny(name, ".*> \t") {
 		return fmt.Errorf("--graph-name: %q is not a single NATS subject token", name)
+	}
+	if err := alerts.CheckPrefix(v.GetString("prefix")); err != nil {
+		return fmt.Errorf("--prefix: %w", err)
 	}
 	url := v.GetString("nats")
 	nc, err := nats.Connect(url, nats.Name("sourcewatch simulate"))
