@@ -1754,7 +1754,10 @@ func (d *Daemon) snapshotLoop(ctx context.Context) {
 // maxBlobPart is the largest value one KV write of a snapshot carries: the
 // connection's max_payload less room for headers.
 func (d *Daemon) maxBlobPart() int {
-	mp := int(d.nc.MaxPayload())
+	mp := 0
+	if d.nc != nil {
+		mp = int(d.nc.MaxPayload())
+	}
 	if mp <= 0 {
 		mp = 1 << 20
 	}
