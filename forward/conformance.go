@@ -236,11 +236,11 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		// A failed Configure leaves the plugin unconfigured; fit it afresh
 		// so the checks below still say something about the model.
 		if err := p.Configure(ctx, g, o.Params, nil); err != nil {
-			skipRestBecause(fmt.Sprintf("the plugin refused its fitted state and then a plain configure: %v", err), all[7:]...)
+			skipRestBecause(fmt.Sprintf("the plugin refused its fitted state and then a plain configure: %v", err), all[6:]...)
 			return rep
 		}
 		if _, err := p.Fit(ctx, pairs, o.Fit, nil); err != nil {
-			skipRestBecause(fmt.Sprintf("the plugin refused its fitted state and then failed to fit again: %v", err), all[7:]...)
+			skipRestBecause(fmt.Sprintf("the plugin refused its fitted state and then failed to fit again: %v", err), all[6:]...)
 			return rep
 		}
 	}

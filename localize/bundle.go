@@ -631,16 +631,22 @@ func decodeManifest(data []byte) (Manifest, error) {
 	return m, nil
 }
 
-// repeatedManifestKey returns the dotted path of the first key of raw
-// given twice in one object, or "". A struct's fields match in any case
-// (as encoding/json reads them); the keys of the manifest's maps
-// (metrics, checksums, params) only exactly.
+// repeatedManifestKey returns the path of the first key of raw given
+// twice in one object, or "". A struct's fields match in any case (as
+// encoding/json reads them, folding simply: "ſ" is "s"); the keys of the
+// manifest's maps (metrics, checksums, params) and of the free-form
+// diffusion record only exactly.
 func repeatedManifestKey(raw []byte) string {
 	type frame struct {
 		object, exact, wantKey bool
-		path                   string
-		key                    string
-		seen                   []string
+		path, key              string // this container's path; the current key
+		seen                   map[string]bool
+	}
+	join := func(path, key string) string {
+		if path == "" {
+			return key
+		}
+		return path + "." + key
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	var stack []*frame
@@ -665,23 +671,30 @@ func repeatedManifestKey(raw []byte) string {
 				continue
 			}
 			key, _ := t.(string)
-			same := func(k string) bool { return k == key || (!top.exact && strings.EqualFold(k, key)) }
-			if slices.ContainsFunc(top.seen, same) {
-				return top.path + key
+			folded := key
+			if !top.exact {
+				folded = strings.ToLower(strings.ToUpper(key))
 			}
-			top.seen = append(top.seen, key)
+			if top.seen[folded] {
+				return join(top.path, key)
+			}
+			top.seen[folded] = true
 			top.key, top.wantKey = key, false
 			continue
 		}
 		switch t {
 		case json.Delim('{'), json.Delim('['):
-			f := &frame{object: t == json.Delim('{'), wantKey: true}
-			if top != nil {
-				f.path = top.path + top.key + "."
+			f := &frame{object: t == json.Delim('{'), wantKey: true, seen: map[string]bool{}}
+			switch {
+			case top == nil:
+			case top.object:
+				f.path, f.exact = join(top.path, top.key), top.exact
 				switch strings.ToLower(top.key) {
-				case "metrics", "checksums", "params":
+				case "metrics", "checksums", "params", "diffusion":
 					f.exact = true
 				}
+			default:
+				f.path, f.exact = top.path+"[]", top.exact
 			}
 			stack = append(stack, f)
 		case json.Delim(']'):

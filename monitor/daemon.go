@@ -186,8 +186,9 @@ type Daemon struct {
 	// snapshotErr is the last periodic snapshot's error, nil once one
 	// succeeds: /readyz reports it.
 	snapshotErr atomic.Pointer[string]
-	// trackerErr is the last alert-state save's error, nil once one
-	// works: no alert is published while it fails (flush).
+	// trackerErr is the error of the alert-state save flush makes before
+	// publishing, nil once any save works: no alert is published while it
+	// fails.
 	trackerErr atomic.Pointer[string]
 
 	// ingestCtx is what the consume callbacks check: shutdown cancels it
@@ -1428,6 +1429,11 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 		return false
 	}
 	if err := d.saveTracker(ctx); err != nil {
+		// Only this save holds alerts back; one after publishing that
+		// fails leaves acknowledged alerts pending in KV, resent (and
+		// dropped as copies) after a restart.
+		msg := err.Error()
+		d.trackerErr.Store(&msg)
 		d.metrics.pubFailed.WithLabelValues(gr.name).Inc()
 		d.limiter.warn("alert_state", "alert not published: saving the alert state first failed; retrying next tick",
 			zap.String("graph", gr.name), zap.String("id", pending[0].ID), zap.Error(err))
@@ -1509,8 +1515,6 @@ func (d *Daemon) saveTracker(ctx context.Context) error {
 	// large source sets): one value over max_payload held back every
 	// graph's alerts.
 	if err := putValue(sctx, d.kv, "tracker", data, d.maxBlobPart()); err != nil {
-		msg := err.Error()
-		d.trackerErr.Store(&msg)
 		return fmt.Errorf("saving alert state: %w", err)
 	}
 	d.trackerErr.Store(nil)

@@ -171,7 +171,7 @@ type consHandle struct{ cc jetstream.ConsumeContext }
 // knows the last sequence it applied, so nothing is skipped.
 func (d *Daemon) rebindIfStopped(ctx context.Context, gr *graphRT) {
 	h := gr.cons.Load()
-	if h == nil || !d.consumingStopped(ctx, h, &gr.checkConsumer, consumerName(gr.name), "rebind."+gr.name) {
+	if h == nil || !d.consumingStopped(ctx, h, &gr.checkConsumer, consumerName(gr.name), "rebind."+gr.name, zap.String("graph", gr.name)) {
 		return
 	}
 	// The old callback has returned for good: its ack state is ours.
@@ -196,7 +196,7 @@ func (d *Daemon) rebindIfStopped(ctx context.Context, gr *graphRT) {
 // its own, or, when check was set by a consume error (consumerMaybeGone),
 // because the server says the durable named is gone, in which case it is
 // stopped here and waited for.
-func (d *Daemon) consumingStopped(ctx context.Context, h *consHandle, check *atomic.Bool, durable, warnKey string) bool {
+func (d *Daemon) consumingStopped(ctx context.Context, h *consHandle, check *atomic.Bool, durable, warnKey string, who zap.Field) bool {
 	select {
 	case <-h.cc.Closed():
 		return true
@@ -212,7 +212,7 @@ func (d *Daemon) consumingStopped(ctx context.Context, h *consHandle, check *ato
 	case <-h.cc.Closed():
 		return true
 	case <-time.After(10 * time.Second):
-		d.limiter.warn(warnKey, "consumer gone; its consuming did not stop, tried again at the next error", zap.String("consumer", durable))
+		d.limiter.warn(warnKey, "consumer gone; its consuming did not stop, tried again at the next error", who)
 	case <-ctx.Done():
 	}
 	return false
@@ -540,7 +540,7 @@ type unroutedRT struct {
 // (from the stream's start the first time). Routed messages are
 // acknowledged in bulk (AckAll) without their bodies ever being sent.
 func (d *Daemon) startUnrouted(ctx context.Context) error {
-	cons, err := d.stream.CreateOrUpdateConsumer(ctx, d.unroutedConfig())
+	cons, err := d.ensureUnrouted(ctx, d.unroutedConfig())
 	if err != nil {
 		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
 	}
@@ -555,7 +555,7 @@ func (d *Daemon) startUnrouted(ctx context.Context) error {
 // it, as rebindIfStopped does for a graph's.
 func (d *Daemon) rebindUnrouted(ctx context.Context) {
 	h := d.unrouted.cons.Load()
-	if h == nil || !d.consumingStopped(ctx, h, &d.unrouted.check, unroutedConsumer, "rebind.unrouted") {
+	if h == nil || !d.consumingStopped(ctx, h, &d.unrouted.check, unroutedConsumer, "rebind.unrouted", zap.String("consumer", unroutedConsumer)) {
 		return
 	}
 	cc := d.unroutedConfig()
@@ -566,7 +566,7 @@ func (d *Daemon) rebindUnrouted(ctx context.Context) {
 	}
 	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cons, err := d.stream.CreateConsumer(bctx, cc)
+	cons, err := d.ensureUnrouted(bctx, cc)
 	if err == nil {
 		err = d.consumeUnrouted(cons)
 	}
@@ -594,6 +594,31 @@ func (d *Daemon) watchUnrouted(ctx context.Context) {
 		}
 		d.rebindUnrouted(ctx)
 	}
+}
+
+// ensureUnrouted creates the unrouted consumer with cc, or binds to the
+// one that exists (left by an earlier run, or recreated by someone else
+// since it was lost): that one keeps its position and deliver policy,
+// which NATS lets no update change, and takes cc's other settings.
+func (d *Daemon) ensureUnrouted(ctx context.Context, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	for range 2 {
+		existing, err := d.stream.Consumer(ctx, unroutedConsumer)
+		switch {
+		case err == nil:
+			if info := existing.CachedInfo(); info != nil {
+				cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartSeq, info.Config.OptStartTime
+			}
+			return d.stream.CreateOrUpdateConsumer(ctx, cc)
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+			return nil, err
+		}
+		cons, err := d.stream.CreateConsumer(ctx, cc)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return cons, err
+		}
+		// Created meanwhile: bind to that one.
+	}
+	return nil, fmt.Errorf("%w: created and deleted again meanwhile", jetstream.ErrConsumerExists)
 }
 
 func (d *Daemon) unroutedConfig() jetstream.ConsumerConfig {

@@ -608,6 +608,46 @@ func TestUnroutedConsumerDeletedIsRebound(t *testing.T) {
 	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
 	require.Equal(t, 2.0, value(t, unknown), "the first unknown-graph event is not dead-lettered again")
+
+	// Deleted again and recreated by someone else before the daemon
+	// rebinds: it binds to that one.
+	require.NoError(t, s.DeleteConsumer(context.Background(), unroutedConsumer))
+	_, err = s.CreateConsumer(context.Background(), r.d.unroutedConfig())
+	require.NoError(t, err)
+	r.publish(t, "nope3", Event{Node: "0", State: StateInfected, TS: now}, "")
+	require.Eventually(t, func() bool { return value(t, unknown) >= 3 }, 20*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// A daemon whose unrouted consumer was rebound (recreated to deliver from
+// a start sequence) starts again on it: NATS lets no update change a
+// consumer's deliver policy, and the start used to try.
+func TestRestartAfterUnroutedRebind(t *testing.T) {
+	s := runServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
+	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
+	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
+	stream, err := r.js.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	require.NoError(t, stream.DeleteConsumer(context.Background(), unroutedConsumer))
+	r.publish(t, "nope2", Event{Node: "0", State: StateInfected, TS: now}, "")
+	require.Eventually(t, func() bool { return value(t, unknown) == 2 }, 20*time.Second, 10*time.Millisecond)
+	info, err := stream.Consumer(context.Background(), unroutedConsumer)
+	require.NoError(t, err)
+	require.Equal(t, jetstream.DeliverByStartSequencePolicy, info.CachedInfo().Config.DeliverPolicy)
+	r.stop(t)
+
+	r2 := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r2.publish(t, "nope3", Event{Node: "0", State: StateInfected, TS: now}, "")
+	unknown2 := r2.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
+	require.Eventually(t, func() bool { return value(t, unknown2) == 1 }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 1.0, value(t, unknown2), "the earlier unknown-graph events are not dead-lettered again")
 }
 
 // As TestConsumerDeletedWhileDisconnectedIsRebound, for the consumer of

@@ -264,4 +264,7 @@ func TestEnvironmentNamingASectionIsRefused(t *testing.T) {
 			require.Equal(t, !tc.flag, strings.Contains(stderr, "environment variable names a config section, not a key"), stderr)
 		})
 	}
+	// Empty, viper reads it as unset: not refused.
+	t.Setenv("SOURCEWATCH_NATS", "")
+	require.NoError(t, envReplacesSection(os.Environ()))
 }

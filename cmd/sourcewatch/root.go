@@ -445,7 +445,11 @@ func envReplacesSection(environ []string) error {
 	for _, key := range monitor.SectionKeys() {
 		env := envPrefix + "_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
 		for _, kv := range environ {
-			if k, _, _ := strings.Cut(kv, "="); k == env && key == "graphs" {
+			k, val, _ := strings.Cut(kv, "=")
+			if val == "" {
+				continue // viper reads an empty variable as unset
+			}
+			if k == env && key == "graphs" {
 				return fmt.Errorf("%w: environment variable %s would replace the graphs list, which comes from the config file only: unset it", monitor.ErrConfig, env)
 			} else if k == env {
 				also := ""
@@ -503,11 +507,11 @@ func checkEnvironment(root *cobra.Command, environ []string, log *zap.Logger) {
 		sections[name(key)] = key
 	}
 	for _, kv := range environ {
-		k, _, _ := strings.Cut(kv, "=")
+		k, val, _ := strings.Cut(kv, "=")
 		if !strings.HasPrefix(k, envPrefix+"_") || known[k] {
 			continue
 		}
-		if key, ok := sections[k]; ok {
+		if key, ok := sections[k]; ok && val != "" {
 			log.Warn("environment variable names a config section, not a key: serve refuses it (it would replace the whole section)",
 				zap.String("variable", k), zap.String("section", key))
 			continue

@@ -150,8 +150,8 @@ func (a *app) publishSimulated(ctx context.Context, g *graph.Graph, cs []diffusi
 	if strings.ContainsAny(name, ".*> \t") {
 		return fmt.Errorf("--graph-name: %q is not a single NATS subject token", name)
 	}
-	if err := alerts.CheckPrefix(v.GetString("prefix")); err != nil {
-		return fmt.Errorf("--prefix: %w", err)
+	if prefix := v.GetString("prefix"); alerts.CheckPrefix(prefix) != nil {
+		return fmt.Errorf("--prefix: %q is not a subject prefix the daemon accepts (subjects.prefix: dot-separated tokens, none empty, without whitespace or a wildcard)", prefix)
 	}
 	url := v.GetString("nats")
 	nc, err := nats.Connect(url, nats.Name("sourcewatch simulate"))
