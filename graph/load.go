@@ -83,7 +83,7 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			// first node's id.
 			text = strings.TrimPrefix(text, "\ufeff")
 		}
-		if strings.Contains(strings.TrimRight(text, "\r"), "\r") {
+		if strings.Contains(strings.TrimRight(text, "\r"), "\r") && utf8.ValidString(text) && !strings.ContainsRune(text, 0) {
 			// Checked before the comment is cut: a comment on the first
 			// line would take every later line with it.
 			return nil, fmt.Errorf("%s:%d: carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')", name, line)
