@@ -341,6 +341,33 @@ func covers(pattern, filter string) bool {
 	return len(f) == len(p)
 }
 
+// Last returns the last alert the stream holds for graph, and false when
+// it holds none.
+func Last(ctx context.Context, js jetstream.JetStream, prefix, graph string) (Alert, bool, error) {
+	if err := checkTokens("prefix", prefix); err != nil {
+		return Alert{}, false, err
+	}
+	if err := checkGraph(graph); err != nil {
+		return Alert{}, false, err
+	}
+	s, err := js.Stream(ctx, StreamName)
+	if err != nil {
+		return Alert{}, false, fmt.Errorf("alerts: stream %s: %w", StreamName, err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, Subject(prefix, graph))
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return Alert{}, false, nil
+	case err != nil:
+		return Alert{}, false, fmt.Errorf("alerts: last alert on %s: %w", Subject(prefix, graph), err)
+	}
+	a, err := decode(m.Data)
+	if err != nil {
+		return Alert{}, false, fmt.Errorf("alerts: last alert on %s (stream seq %d): %w", Subject(prefix, graph), m.Sequence, err)
+	}
+	return a, true, nil
+}
+
 func decode(data []byte) (Alert, error) {
 	var a Alert
 	if err := json.Unmarshal(data, &a); err != nil {

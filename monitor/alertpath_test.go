@@ -444,3 +444,28 @@ func TestAlertStateLargerThanAMessage(t *testing.T) {
 		require.True(t, open, name)
 	}
 }
+
+// After a restart with no incident open, /status's last alert is the
+// resolved one the stream holds, as before the restart (it was empty).
+func TestLastAlertSurvivesARestart(t *testing.T) {
+	now := time.Now()
+	s := runServer(t)
+	cfg := testConfig(t, "p", "q")
+	cfg.NATS.URL = s.ClientURL()
+	opts := []Option{preload(t, 4, "p", "q"), WithLocalizerFactory((&factoryOf{}).factory)}
+	r1 := start(t, cfg, opts...)
+	r1.publish(t, "p", Event{Node: "2", State: StateInfected, TS: now}, "")
+	waitStored(t, r1.js, "p", 1)
+	r1.publish(t, "p", Event{Node: "2", State: StateRecovered, TS: now.Add(time.Second)}, "")
+	resolved := waitStored(t, r1.js, "p", 2)[1]
+	require.Equal(t, alerts.Resolved, resolved.Status)
+	waitAcknowledged(t, r1.d, "p")
+	r1.stop(t)
+
+	r2 := start(t, cfg, opts...)
+	last := r2.d.graphs["p"].lastAlert.Load()
+	require.NotNil(t, last)
+	require.Equal(t, resolved.ID, last.ID)
+	require.Equal(t, alerts.Resolved, last.Status)
+	require.Nil(t, r2.d.graphs["q"].lastAlert.Load(), "a graph that never alerted has none")
+}

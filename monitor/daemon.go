@@ -1655,6 +1655,15 @@ func (d *Daemon) restore(ctx context.Context) error {
 		// unless its last alert is still pending: /status lists that apart.
 		if a, open := d.tracker.Open(gr.name); open && !slices.ContainsFunc(d.tracker.Pending(gr.name), func(p alerts.Alert) bool { return p.ID == a.ID }) {
 			gr.lastAlert.Store(&a)
+		} else if !open && len(d.tracker.Pending(gr.name)) == 0 {
+			// With no incident open, the last alert is the one the
+			// stream holds (a resolved incident's), as before the restart.
+			switch a, ok, err := alerts.Last(ctx, d.js, d.cfg.Subjects.Prefix, gr.name); {
+			case err != nil:
+				d.log.Debug("reading the last alert for /status", zap.String("graph", gr.name), zap.Error(err))
+			case ok:
+				gr.lastAlert.Store(&a)
+			}
 		}
 		if e, err := d.kv.Get(ctx, "through."+gr.name); err == nil {
 			if v, perr := strconv.ParseUint(string(e.Value()), 10, 64); perr == nil {
