@@ -341,18 +341,14 @@ func covers(pattern, filter string) bool {
 	return len(f) == len(p)
 }
 
-// Last returns the last alert the stream holds for graph, and false when
-// it holds none.
-func Last(ctx context.Context, js jetstream.JetStream, prefix, graph string) (Alert, bool, error) {
+// Last returns the last alert s, the alert stream (StreamName), holds for
+// graph, and false when it holds none.
+func Last(ctx context.Context, s jetstream.Stream, prefix, graph string) (Alert, bool, error) {
 	if err := checkTokens("prefix", prefix); err != nil {
 		return Alert{}, false, err
 	}
 	if err := checkGraph(graph); err != nil {
 		return Alert{}, false, err
-	}
-	s, err := js.Stream(ctx, StreamName)
-	if err != nil {
-		return Alert{}, false, fmt.Errorf("alerts: stream %s: %w", StreamName, err)
 	}
 	m, err := s.GetLastMsgForSubject(ctx, Subject(prefix, graph))
 	switch {

@@ -20,7 +20,10 @@ func TestReadErrorsNameFileAndLine(t *testing.T) {
 		{"CR line ends", "a b\rb c\rc d\r", "g.edges:1: carriage returns inside the line: the file ends its lines with CR alone"},
 		{"CR line ends under a comment", "# my graph\ra b\rb c\r", "g.edges:1: carriage returns inside the line"},
 		{"CR line ends after a comment", "a b # first\rb c\rc d\r", "g.edges:1: carriage returns inside the line"},
-		{"binary junk with a CR", "a b\n\x89\xff\rzz\n", "g.edges:2: not valid UTF-8"},
+		{"binary junk with a CR", "a b\n\x89\xff\rzz\n", "g.edges:2: not valid UTF-8 text, with carriage returns inside the line"},
+		// Latin-1 in a comment of a CR-only file must not let the comment
+		// take the rest of the file.
+		{"CR line ends with Latin-1 in a comment", "a b # caf\xe9\rb c\rc d\r", "g.edges:1: not valid UTF-8 text, with carriage returns inside the line"},
 		{"prose comment", "a b\nc # isolated node\n", "g.edges:2: want 2 or 3 fields, got 1 (a node without edges is listed as a self-loop"},
 		{"non-breaking space", "a\u00a0b c\n", `g.edges:1: weight "c" is not a number (the line holds a non-breaking space, U+00A0`},
 		{"ids with spaces", "0 1\nuser 1 user 2\n", "g.edges:2: want 2 or 3 fields, got 4 (a node id cannot hold a space: replace spaces inside ids, e.g. with _)"},

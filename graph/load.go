@@ -83,9 +83,13 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			// first node's id.
 			text = strings.TrimPrefix(text, "\ufeff")
 		}
-		if strings.Contains(strings.TrimRight(text, "\r"), "\r") && utf8.ValidString(text) && !strings.ContainsRune(text, 0) {
+		if strings.Contains(strings.TrimRight(text, "\r"), "\r") {
 			// Checked before the comment is cut: a comment on the first
-			// line would take every later line with it.
+			// line would take every later line with it. Binary junk that
+			// happens to hold a CR is called what it is.
+			if !utf8.ValidString(text) || strings.ContainsRune(text, 0) {
+				return nil, fmt.Errorf("%s:%d: not valid UTF-8 text, with carriage returns inside the line: binary data, or an old Mac file in another encoding (convert it, e.g. iconv -f macintosh -t utf-8 | tr '\\r' '\\n')", name, line)
+			}
 			return nil, fmt.Errorf("%s:%d: carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')", name, line)
 		}
 		withComment := text

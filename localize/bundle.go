@@ -689,7 +689,7 @@ func repeatedManifestKey(raw []byte) string {
 			case top == nil:
 			case top.object:
 				f.path, f.exact = join(top.path, top.key), top.exact
-				switch strings.ToLower(top.key) {
+				switch strings.ToLower(strings.ToUpper(top.key)) {
 				case "metrics", "checksums", "params", "diffusion":
 					f.exact = true
 				}

@@ -574,6 +574,7 @@ func TestRepeatedManifestKey(t *testing.T) {
 		{`{"a": [[{"x": 1, "X": 2}]]}`, "a[][].X"},
 		// A map's keys, and the free-form diffusion record, only exactly.
 		{`{"metrics": {"mse": 1, "MSE": 2}}`, ""},
+		{`{"checkſums": {"a": "x", "A": "y"}}`, ""},
 		{`{"metrics": {"mse": 1, "mse": 2}}`, "metrics.mse"},
 		{`{"forward": {"params": {"p": "1", "P": "2"}}}`, ""},
 		{`{"diffusion": {"params": [{"A": 1, "a": 2}]}}`, ""},

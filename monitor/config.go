@@ -703,8 +703,7 @@ func (c Config) Validate() error {
 	if c.NATS.Password != "" && c.NATS.User == "" {
 		return bad("nats.password", "set without nats.user")
 	}
-	if c.Subjects.Prefix == "" || strings.ContainsAny(c.Subjects.Prefix, " \t*>") ||
-		strings.HasPrefix(c.Subjects.Prefix, ".") || strings.HasSuffix(c.Subjects.Prefix, ".") {
+	if alerts.CheckPrefix(c.Subjects.Prefix) != nil {
 		return bad("subjects.prefix", "want a subject prefix such as %q, got %q", DefaultPrefix, c.Subjects.Prefix)
 	}
 	if c.Workers <= 0 {

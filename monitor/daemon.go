@@ -1428,12 +1428,7 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	if err := d.saveTracker(ctx); err != nil {
-		// Only this save holds alerts back; one after publishing that
-		// fails leaves acknowledged alerts pending in KV, resent (and
-		// dropped as copies) after a restart.
-		msg := err.Error()
-		d.trackerErr.Store(&msg)
+	if err := d.saveTrackerBeforePublish(ctx); err != nil {
 		d.metrics.pubFailed.WithLabelValues(gr.name).Inc()
 		d.limiter.warn("alert_state", "alert not published: saving the alert state first failed; retrying next tick",
 			zap.String("graph", gr.name), zap.String("id", pending[0].ID), zap.Error(err))
@@ -1505,6 +1500,26 @@ func (d *Daemon) publishAlert(ctx context.Context, a alerts.Alert, attempts int)
 func (d *Daemon) saveTracker(ctx context.Context) error {
 	d.saveMu.Lock()
 	defer d.saveMu.Unlock()
+	return d.saveTrackerLocked(ctx)
+}
+
+// saveTrackerBeforePublish is flush's write-ahead save, the one that
+// holds alerts back while it fails: /readyz names its error (trackerErr),
+// set under saveMu so a concurrent save that works clears it after, not
+// before. A save after publishing that fails only leaves acknowledged
+// alerts pending in KV, resent (and dropped as copies) after a restart.
+func (d *Daemon) saveTrackerBeforePublish(ctx context.Context) error {
+	d.saveMu.Lock()
+	defer d.saveMu.Unlock()
+	err := d.saveTrackerLocked(ctx)
+	if err != nil {
+		msg := err.Error()
+		d.trackerErr.Store(&msg)
+	}
+	return err
+}
+
+func (d *Daemon) saveTrackerLocked(ctx context.Context) error {
 	data, err := d.tracker.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("encoding alert state: %w", err)
@@ -1649,19 +1664,34 @@ func (d *Daemon) restore(ctx context.Context) error {
 	case !errors.Is(err, jetstream.ErrKeyNotFound):
 		return fmt.Errorf("%w: reading alert state: %w", ErrNATS, err)
 	}
+	// With no incident open, a graph's last alert is the resolve the
+	// alert stream holds, as before the restart. Only /status and the
+	// dashboard show it, so the reads are best effort: one deadline for
+	// all, and none after the first failure (a user without read access
+	// to the alert stream gets no answer at all).
+	lastCtx, cancelLast := context.WithTimeout(ctx, 3*time.Second)
+	defer cancelLast()
+	var alertStream jetstream.Stream
+	readLast := d.js != nil // nil in unit tests of restore alone
+	if readLast {
+		var err error
+		if alertStream, err = d.js.Stream(lastCtx, alerts.StreamName); err != nil {
+			readLast = false
+			d.log.Debug("reading the last alerts for /status; left empty", zap.Error(err))
+		}
+	}
 	for _, gr := range d.order {
 		// An incident open before the restart is the graph's last alert
 		// (in /status and on the dashboard) until it is updated or resolved,
 		// unless its last alert is still pending: /status lists that apart.
 		if a, open := d.tracker.Open(gr.name); open && !slices.ContainsFunc(d.tracker.Pending(gr.name), func(p alerts.Alert) bool { return p.ID == a.ID }) {
 			gr.lastAlert.Store(&a)
-		} else if !open && len(d.tracker.Pending(gr.name)) == 0 {
-			// With no incident open, the last alert is the one the
-			// stream holds (a resolved incident's), as before the restart.
-			switch a, ok, err := alerts.Last(ctx, d.js, d.cfg.Subjects.Prefix, gr.name); {
+		} else if !open && readLast && len(d.tracker.Pending(gr.name)) == 0 {
+			switch a, ok, err := alerts.Last(lastCtx, alertStream, d.cfg.Subjects.Prefix, gr.name); {
 			case err != nil:
-				d.log.Debug("reading the last alert for /status", zap.String("graph", gr.name), zap.Error(err))
-			case ok:
+				readLast = false
+				d.log.Debug("reading the last alerts for /status; left empty", zap.String("graph", gr.name), zap.Error(err))
+			case ok && a.Status == alerts.Resolved:
 				gr.lastAlert.Store(&a)
 			}
 		}

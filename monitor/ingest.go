@@ -540,13 +540,11 @@ type unroutedRT struct {
 // (from the stream's start the first time). Routed messages are
 // acknowledged in bulk (AckAll) without their bodies ever being sent.
 func (d *Daemon) startUnrouted(ctx context.Context) error {
-	cons, err := d.ensureUnrouted(ctx, d.unroutedConfig())
+	cons, err := d.ensureUnrouted(ctx, d.unroutedConfig(), false)
 	if err != nil {
 		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
 	}
-	if info := cons.CachedInfo(); info != nil {
-		d.unrouted.through.Store(info.AckFloor.Stream)
-	}
+	d.unrouted.through.Store(unroutedFloor(cons))
 	return d.consumeUnrouted(cons)
 }
 
@@ -566,7 +564,7 @@ func (d *Daemon) rebindUnrouted(ctx context.Context) {
 	}
 	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cons, err := d.ensureUnrouted(bctx, cc)
+	cons, err := d.ensureUnrouted(bctx, cc, true)
 	if err == nil {
 		err = d.consumeUnrouted(cons)
 	}
@@ -596,29 +594,63 @@ func (d *Daemon) watchUnrouted(ctx context.Context) {
 	}
 }
 
-// ensureUnrouted creates the unrouted consumer with cc, or binds to the
-// one that exists (left by an earlier run, or recreated by someone else
-// since it was lost): that one keeps its position and deliver policy,
-// which NATS lets no update change, and takes cc's other settings.
-func (d *Daemon) ensureUnrouted(ctx context.Context, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	for range 2 {
+// ensureUnrouted returns the unrouted consumer, bound as cc says. At a
+// start (fresh false) one that exists is kept where it stands, with its
+// deliver policy, which NATS lets no update change, and cc's other
+// settings; one whose settings no update can take (another ack policy, a
+// push consumer of that name) is recreated after its ack floor. At a
+// rebind (fresh true) the consumer is made anew from cc's start, so one
+// recreated by someone else meanwhile neither skips events nor sends the
+// stream's older ones to the dead letters again.
+func (d *Daemon) ensureUnrouted(ctx context.Context, cc jetstream.ConsumerConfig, fresh bool) (jetstream.Consumer, error) {
+	for range 3 {
 		existing, err := d.stream.Consumer(ctx, unroutedConsumer)
 		switch {
-		case err == nil:
-			if info := existing.CachedInfo(); info != nil {
-				cc.DeliverPolicy, cc.OptStartSeq, cc.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartSeq, info.Config.OptStartTime
-			}
-			return d.stream.CreateOrUpdateConsumer(ctx, cc)
-		case !errors.Is(err, jetstream.ErrConsumerNotFound):
+		case errors.Is(err, jetstream.ErrConsumerNotFound):
+		case err != nil:
 			return nil, err
+		case !fresh:
+			info := existing.CachedInfo()
+			keep := cc
+			keep.DeliverPolicy, keep.OptStartSeq, keep.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartSeq, info.Config.OptStartTime
+			cons, uerr := d.stream.CreateOrUpdateConsumer(ctx, keep)
+			if uerr == nil {
+				return cons, nil
+			}
+			from := unroutedFloor(existing) + 1
+			d.log.Warn("consumer has settings no update can change: recreated after its ack floor",
+				zap.String("consumer", unroutedConsumer), zap.Uint64("from_seq", from), zap.Error(uerr))
+			if from > 1 {
+				cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+			}
+			fallthrough
+		default:
+			if derr := d.stream.DeleteConsumer(ctx, unroutedConsumer); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
+				return nil, derr
+			}
 		}
 		cons, err := d.stream.CreateConsumer(ctx, cc)
 		if !errors.Is(err, jetstream.ErrConsumerExists) {
 			return cons, err
 		}
-		// Created meanwhile: bind to that one.
+		// Created meanwhile by someone else: look again.
 	}
-	return nil, fmt.Errorf("%w: created and deleted again meanwhile", jetstream.ErrConsumerExists)
+	return nil, fmt.Errorf("%w: created again each time it was replaced", jetstream.ErrConsumerExists)
+}
+
+// unroutedFloor is the stream sequence through which cons has handled
+// every message: its ack floor, or the sequence before the one it was
+// created to start from.
+func unroutedFloor(cons jetstream.Consumer) uint64 {
+	info := cons.CachedInfo()
+	if info == nil {
+		return 0
+	}
+	floor := info.AckFloor.Stream
+	if info.Config.DeliverPolicy == jetstream.DeliverByStartSequencePolicy && info.Config.OptStartSeq > 0 {
+		floor = max(floor, info.Config.OptStartSeq-1)
+	}
+	return floor
 }
 
 func (d *Daemon) unroutedConfig() jetstream.ConsumerConfig {

@@ -609,14 +609,54 @@ func TestUnroutedConsumerDeletedIsRebound(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	require.Equal(t, 2.0, value(t, unknown), "the first unknown-graph event is not dead-lettered again")
 
-	// Deleted again and recreated by someone else before the daemon
-	// rebinds: it binds to that one.
+	// Deleted again and recreated by someone else (from the stream's
+	// start) before the daemon rebinds: it is replaced, and the earlier
+	// unknown-graph events are not dead-lettered again.
 	require.NoError(t, s.DeleteConsumer(context.Background(), unroutedConsumer))
 	_, err = s.CreateConsumer(context.Background(), r.d.unroutedConfig())
 	require.NoError(t, err)
 	r.publish(t, "nope3", Event{Node: "0", State: StateInfected, TS: now}, "")
 	require.Eventually(t, func() bool { return value(t, unknown) >= 3 }, 20*time.Second, 10*time.Millisecond)
 	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, 3.0, value(t, unknown))
+}
+
+// A consumer of the unrouted name with settings no update can change
+// (here explicit acks) does not stop the start: it is recreated after its
+// ack floor.
+func TestUnroutedConsumerOfOtherSettingsIsRecreated(t *testing.T) {
+	s := runServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
+	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
+	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
+	r.stop(t)
+
+	_, js := connectJS(t, s.ClientURL())
+	stream, err := js.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	floor := stream.CachedInfo().State.LastSeq
+	require.NoError(t, stream.DeleteConsumer(context.Background(), unroutedConsumer))
+	other := r.d.unroutedConfig()
+	other.AckPolicy = jetstream.AckExplicitPolicy
+	other.DeliverPolicy, other.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
+	_, err = stream.CreateConsumer(context.Background(), other)
+	require.NoError(t, err)
+
+	r2 := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r2.publish(t, "nope2", Event{Node: "0", State: StateInfected, TS: now}, "")
+	unknown2 := r2.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
+	require.Eventually(t, func() bool { return value(t, unknown2) == 1 }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, 1.0, value(t, unknown2), "the earlier event is not dead-lettered again")
+	info, err := stream.Consumer(context.Background(), unroutedConsumer)
+	require.NoError(t, err)
+	require.Equal(t, jetstream.AckAllPolicy, info.CachedInfo().Config.AckPolicy)
 }
 
 // A daemon whose unrouted consumer was rebound (recreated to deliver from

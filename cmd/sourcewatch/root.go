@@ -511,7 +511,10 @@ func checkEnvironment(root *cobra.Command, environ []string, log *zap.Logger) {
 		if !strings.HasPrefix(k, envPrefix+"_") || known[k] {
 			continue
 		}
-		if key, ok := sections[k]; ok && val != "" {
+		if key, ok := sections[k]; ok {
+			if val == "" {
+				continue // unset, as viper reads it
+			}
 			log.Warn("environment variable names a config section, not a key: serve refuses it (it would replace the whole section)",
 				zap.String("variable", k), zap.String("section", key))
 			continue
