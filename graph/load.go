@@ -87,7 +87,12 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			// Checked before the comment is cut: a comment on the first
 			// line would take every later line with it. Binary junk that
 			// happens to hold a CR is called what it is.
-			if !utf8.ValidString(text) || strings.ContainsRune(text, 0) {
+			if strings.ContainsRune(text, 0) {
+				// UTF-16 (what Windows tools call Unicode) ends its lines
+				// with "\r\x00\n", which leaves a CR inside.
+				return nil, fmt.Errorf("%s:%d: not valid UTF-8: NUL bytes, as UTF-16 text has; node ids are text (convert the file, e.g. iconv -f utf-16 -t utf-8)", name, line)
+			}
+			if !utf8.ValidString(text) {
 				return nil, fmt.Errorf("%s:%d: not valid UTF-8 text, with carriage returns inside the line: binary data, or an old Mac file in another encoding (convert it, e.g. iconv -f macintosh -t utf-8 | tr '\\r' '\\n')", name, line)
 			}
 			return nil, fmt.Errorf("%s:%d: carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')", name, line)

@@ -530,8 +530,10 @@ type unroutedRT struct {
 	// check is set by a consume error that can mean the consumer is gone
 	// (consumerMaybeGone); watchUnrouted then asks the server.
 	check atomic.Bool
-	// through is the stream sequence of the last message it handled: a
-	// rebind starts after it, so a deletion neither skips an unrouted
+	// through is the stream sequence through which this daemon has
+	// handled every message: a rebind starts after it, and the callback
+	// skips what is not past it (a consumer bound where someone else left
+	// it may stand further back), so a deletion neither skips an unrouted
 	// event nor sends the stream's older ones to the dead letters again.
 	through atomic.Uint64
 }
@@ -540,7 +542,7 @@ type unroutedRT struct {
 // (from the stream's start the first time). Routed messages are
 // acknowledged in bulk (AckAll) without their bodies ever being sent.
 func (d *Daemon) startUnrouted(ctx context.Context) error {
-	cons, err := d.ensureUnrouted(ctx, d.unroutedConfig(), false)
+	cons, err := d.ensureUnrouted(ctx, d.unroutedConfig())
 	if err != nil {
 		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
 	}
@@ -564,7 +566,7 @@ func (d *Daemon) rebindUnrouted(ctx context.Context) {
 	}
 	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cons, err := d.ensureUnrouted(bctx, cc, true)
+	cons, err := d.ensureUnrouted(bctx, cc)
 	if err == nil {
 		err = d.consumeUnrouted(cons)
 	}
@@ -594,37 +596,37 @@ func (d *Daemon) watchUnrouted(ctx context.Context) {
 	}
 }
 
-// ensureUnrouted returns the unrouted consumer, bound as cc says. At a
-// start (fresh false) one that exists is kept where it stands, with its
+// ensureUnrouted returns the unrouted consumer, created as cc says, or
+// the one that exists (left by an earlier run, made by another replica,
+// or recreated by someone since it was lost) where it stands: with its
 // deliver policy, which NATS lets no update change, and cc's other
-// settings; one whose settings no update can take (another ack policy, a
-// push consumer of that name) is recreated after its ack floor. At a
-// rebind (fresh true) the consumer is made anew from cc's start, so one
-// recreated by someone else meanwhile neither skips events nor sends the
-// stream's older ones to the dead letters again.
-func (d *Daemon) ensureUnrouted(ctx context.Context, cc jetstream.ConsumerConfig, fresh bool) (jetstream.Consumer, error) {
+// settings. The callback skips what this daemon has handled already
+// (unroutedRT.through), so binding to one that stands further back sends
+// nothing to the dead letters twice. Only one whose settings the server
+// refuses to update (another ack policy, a push consumer of that name)
+// is deleted, and recreated after its floor.
+func (d *Daemon) ensureUnrouted(ctx context.Context, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
 	for range 3 {
 		existing, err := d.stream.Consumer(ctx, unroutedConsumer)
 		switch {
 		case errors.Is(err, jetstream.ErrConsumerNotFound):
 		case err != nil:
 			return nil, err
-		case !fresh:
+		default:
 			info := existing.CachedInfo()
 			keep := cc
 			keep.DeliverPolicy, keep.OptStartSeq, keep.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartSeq, info.Config.OptStartTime
 			cons, uerr := d.stream.CreateOrUpdateConsumer(ctx, keep)
-			if uerr == nil {
-				return cons, nil
+			var apiErr *jetstream.APIError
+			if uerr == nil || !errors.As(uerr, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeConsumerCreate {
+				return cons, uerr
 			}
-			from := unroutedFloor(existing) + 1
-			d.log.Warn("consumer has settings no update can change: recreated after its ack floor",
+			from := max(unroutedFloor(existing), d.unrouted.through.Load()) + 1
+			d.log.Warn("consumer has settings no update can change: recreated after its floor",
 				zap.String("consumer", unroutedConsumer), zap.Uint64("from_seq", from), zap.Error(uerr))
 			if from > 1 {
 				cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 			}
-			fallthrough
-		default:
 			if derr := d.stream.DeleteConsumer(ctx, unroutedConsumer); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
 				return nil, derr
 			}
@@ -677,13 +679,16 @@ func (d *Daemon) consumeUnrouted(cons jetstream.Consumer) error {
 		if err != nil {
 			return
 		}
+		seq := meta.Sequence.Stream
 		name := strings.TrimPrefix(m.Subject(), prefix)
-		if _, ok := d.graphs[name]; !ok {
-			if d.deadLetterUnrouted(m.Subject(), meta.Sequence.Stream) != nil {
+		if _, ok := d.graphs[name]; !ok && seq > d.unrouted.through.Load() {
+			if d.deadLetterUnrouted(m.Subject(), seq) != nil {
 				return
 			}
 		}
-		d.unrouted.through.Store(meta.Sequence.Stream)
+		if seq > d.unrouted.through.Load() {
+			d.unrouted.through.Store(seq)
+		}
 		since++
 		if since >= ackEvery*4 || meta.NumPending == 0 {
 			_ = m.Ack()

@@ -734,3 +734,31 @@ func TestUnroutedConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	require.Equal(t, 2.0, value(t, unknown))
 }
+
+// failingUpdates is a stream whose consumer updates fail in transit.
+type failingUpdates struct{ jetstream.Stream }
+
+func (failingUpdates) CreateOrUpdateConsumer(context.Context, jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	return nil, nats.ErrNoResponders
+}
+
+// Only the server's refusal to update a consumer (settings no update can
+// change) makes the start replace it: an update lost in transit leaves
+// the consumer, and its position, as they were.
+func TestUnroutedUpdateLostInTransitKeepsTheConsumer(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	ctx := context.Background()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{DefaultPrefix + ".events.>"}})
+	require.NoError(t, err)
+	d, err := New(testConfig(t, "p"))
+	require.NoError(t, err)
+	_, err = stream.CreateConsumer(ctx, d.unroutedConfig())
+	require.NoError(t, err)
+
+	d.stream = failingUpdates{stream}
+	_, err = d.ensureUnrouted(ctx, d.unroutedConfig())
+	require.ErrorIs(t, err, nats.ErrNoResponders)
+	_, err = stream.Consumer(ctx, unroutedConsumer)
+	require.NoError(t, err, "the consumer is still there")
+}
