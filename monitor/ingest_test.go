@@ -556,27 +556,7 @@ func TestConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
 	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: now}, "")
 	waitSeq(t, r.d, "p", 1)
 
-	// The daemon loses its server; the consumer is deleted on a server of
-	// the same store it cannot reach (another port), and the server comes
-	// back where the daemon looks for it.
-	s1.Shutdown()
-	s1.WaitForShutdown()
-	aside := *opts
-	aside.Port = -1
-	s2 := runServerWith(t, &aside)
-	_, js2 := connectJS(t, s2.ClientURL())
-	stream, err := js2.Stream(context.Background(), EventsStream)
-	require.NoError(t, err)
-	require.NoError(t, stream.DeleteConsumer(context.Background(), consumerName("p")))
-	ev, err := json.Marshal(Event{Node: "2", State: StateInfected, TS: now})
-	require.NoError(t, err)
-	_, err = js2.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), ev)
-	require.NoError(t, err)
-	s2.Shutdown()
-	s2.WaitForShutdown()
-	back := *opts
-	back.Port = port
-	runServerWith(t, &back)
+	deleteWhileCutOff(t, s1, opts, port, consumerName("p"), "p", Event{Node: "2", State: StateInfected, TS: now})
 
 	// Rebound from the stream sequence it had applied: event 2 arrives.
 	waitSeq(t, r.d, "p", 2)
@@ -711,6 +691,19 @@ func TestUnroutedConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
 	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
 	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
 
+	deleteWhileCutOff(t, s1, opts, port, unroutedConsumer, "nope2", Event{Node: "2", State: StateInfected, TS: now})
+
+	require.Eventually(t, func() bool { return value(t, unknown) == 2 }, 100*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	require.Equal(t, 2.0, value(t, unknown))
+}
+
+// deleteWhileCutOff takes the daemon's server s1 away, deletes the durable
+// consumer and publishes ev for graph on a server of the same store that
+// the daemon cannot reach (another port), then brings the server back
+// where the daemon looks for it: a deletion no pull of the daemon's saw.
+func deleteWhileCutOff(t *testing.T, s1 *server.Server, opts *server.Options, port int, durable, graph string, ev Event) {
+	t.Helper()
 	s1.Shutdown()
 	s1.WaitForShutdown()
 	aside := *opts
@@ -719,20 +712,16 @@ func TestUnroutedConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
 	_, js2 := connectJS(t, s2.ClientURL())
 	stream, err := js2.Stream(context.Background(), EventsStream)
 	require.NoError(t, err)
-	require.NoError(t, stream.DeleteConsumer(context.Background(), unroutedConsumer))
-	ev, err := json.Marshal(Event{Node: "2", State: StateInfected, TS: now})
+	require.NoError(t, stream.DeleteConsumer(context.Background(), durable))
+	data, err := json.Marshal(ev)
 	require.NoError(t, err)
-	_, err = js2.Publish(context.Background(), EventsSubject(DefaultPrefix, "nope2"), ev)
+	_, err = js2.Publish(context.Background(), EventsSubject(DefaultPrefix, graph), data)
 	require.NoError(t, err)
 	s2.Shutdown()
 	s2.WaitForShutdown()
 	back := *opts
 	back.Port = port
 	runServerWith(t, &back)
-
-	require.Eventually(t, func() bool { return value(t, unknown) == 2 }, 100*time.Second, 10*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
-	require.Equal(t, 2.0, value(t, unknown))
 }
 
 // failingUpdates is a stream whose consumer updates fail in transit.
