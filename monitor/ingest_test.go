@@ -540,23 +540,12 @@ func TestScratchIsNotPinnedByOneHugeArray(t *testing.T) {
 // it for ever. The daemon asks the server after such an error and
 // rebinds, and the events published meanwhile are applied.
 func TestConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
-	store := t.TempDir()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: store, NoLog: true, NoSigs: true}
-	s1, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go s1.Start()
-	require.True(t, s1.ReadyForConnections(10*time.Second))
-	port := s1.Addr().(*net.TCPAddr).Port
-
 	now := time.Now()
-	cfg := testConfig(t, "p")
-	cfg.NATS.URL = s1.ClientURL()
-	cfg.Graphs[0].MinInfected = 1000
-	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r, cutOff := startToCutOff(t)
 	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: now}, "")
 	waitSeq(t, r.d, "p", 1)
 
-	deleteWhileCutOff(t, s1, opts, port, consumerName("p"), "p", Event{Node: "2", State: StateInfected, TS: now})
+	cutOff(consumerName("p"), "p", Event{Node: "2", State: StateInfected, TS: now})
 
 	// Rebound from the stream sequence it had applied: event 2 arrives.
 	waitSeq(t, r.d, "p", 2)
@@ -606,18 +595,14 @@ func TestUnroutedConsumerDeletedIsRebound(t *testing.T) {
 // (here explicit acks) does not stop the start: it is recreated after its
 // ack floor.
 func TestUnroutedConsumerOfOtherSettingsIsRecreated(t *testing.T) {
-	s := runServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	now := time.Now()
-	cfg := testConfig(t, "p")
-	cfg.NATS.URL = s.ClientURL()
-	cfg.Graphs[0].MinInfected = 1000
-	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r, restart := startOnOwnServer(t)
 	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
 	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
 	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
 	r.stop(t)
 
-	_, js := connectJS(t, s.ClientURL())
+	_, js := connectJS(t, r.d.ClientURL())
 	stream, err := js.Stream(context.Background(), EventsStream)
 	require.NoError(t, err)
 	floor := stream.CachedInfo().State.LastSeq
@@ -628,7 +613,7 @@ func TestUnroutedConsumerOfOtherSettingsIsRecreated(t *testing.T) {
 	_, err = stream.CreateConsumer(context.Background(), other)
 	require.NoError(t, err)
 
-	r2 := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r2 := restart()
 	r2.publish(t, "nope2", Event{Node: "0", State: StateInfected, TS: now}, "")
 	unknown2 := r2.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
 	require.Eventually(t, func() bool { return value(t, unknown2) == 1 }, 10*time.Second, 10*time.Millisecond)
@@ -643,12 +628,8 @@ func TestUnroutedConsumerOfOtherSettingsIsRecreated(t *testing.T) {
 // a start sequence) starts again on it: NATS lets no update change a
 // consumer's deliver policy, and the start used to try.
 func TestRestartAfterUnroutedRebind(t *testing.T) {
-	s := runServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
 	now := time.Now()
-	cfg := testConfig(t, "p")
-	cfg.NATS.URL = s.ClientURL()
-	cfg.Graphs[0].MinInfected = 1000
-	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r, restart := startOnOwnServer(t)
 	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
 	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
 	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
@@ -662,7 +643,7 @@ func TestRestartAfterUnroutedRebind(t *testing.T) {
 	require.Equal(t, jetstream.DeliverByStartSequencePolicy, info.CachedInfo().Config.DeliverPolicy)
 	r.stop(t)
 
-	r2 := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r2 := restart()
 	r2.publish(t, "nope3", Event{Node: "0", State: StateInfected, TS: now}, "")
 	unknown2 := r2.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
 	require.Eventually(t, func() bool { return value(t, unknown2) == 1 }, 10*time.Second, 10*time.Millisecond)
@@ -674,54 +655,71 @@ func TestRestartAfterUnroutedRebind(t *testing.T) {
 // events for unknown graphs: deleted while no pull waited, it is noticed
 // from the pulls' errors and rebound.
 func TestUnroutedConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
-	store := t.TempDir()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: store, NoLog: true, NoSigs: true}
-	s1, err := server.NewServer(opts)
-	require.NoError(t, err)
-	go s1.Start()
-	require.True(t, s1.ReadyForConnections(10*time.Second))
-	port := s1.Addr().(*net.TCPAddr).Port
-
 	now := time.Now()
-	cfg := testConfig(t, "p")
-	cfg.NATS.URL = s1.ClientURL()
-	cfg.Graphs[0].MinInfected = 1000
-	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r, cutOff := startToCutOff(t)
 	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
 	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
 	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
 
-	deleteWhileCutOff(t, s1, opts, port, unroutedConsumer, "nope2", Event{Node: "2", State: StateInfected, TS: now})
+	cutOff(unroutedConsumer, "nope2", Event{Node: "2", State: StateInfected, TS: now})
 
 	require.Eventually(t, func() bool { return value(t, unknown) == 2 }, 100*time.Second, 10*time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
 	require.Equal(t, 2.0, value(t, unknown))
 }
 
-// deleteWhileCutOff takes the daemon's server s1 away, deletes the durable
-// consumer and publishes ev for graph on a server of the same store that
-// the daemon cannot reach (another port), then brings the server back
-// where the daemon looks for it: a deletion no pull of the daemon's saw.
-func deleteWhileCutOff(t *testing.T, s1 *server.Server, opts *server.Options, port int, durable, graph string, ev Event) {
-	t.Helper()
-	s1.Shutdown()
-	s1.WaitForShutdown()
-	aside := *opts
-	aside.Port = -1
-	s2 := runServerWith(t, &aside)
-	_, js2 := connectJS(t, s2.ClientURL())
-	stream, err := js2.Stream(context.Background(), EventsStream)
+// startOnOwnServer starts a daemon with graph "p" (no inference) on a
+// server of its own, and returns it with restart, which starts another on
+// the same config and server once it is stopped.
+func startOnOwnServer(t *testing.T) (*running, func() *running) {
+	s := runServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000
+	run := func() *running {
+		return start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	}
+	return run(), run
+}
+
+// startToCutOff starts a daemon with graph "p" (no inference) on a
+// server of its own, and returns it with cutOff, which takes that server
+// away, deletes the durable consumer and publishes ev for graph on a
+// server of the same store that the daemon cannot reach (another port),
+// then brings the server back where the daemon looks for it: a deletion
+// no pull of the daemon's saw.
+func startToCutOff(t *testing.T) (*running, func(durable, graph string, ev Event)) {
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	s1, err := server.NewServer(opts)
 	require.NoError(t, err)
-	require.NoError(t, stream.DeleteConsumer(context.Background(), durable))
-	data, err := json.Marshal(ev)
-	require.NoError(t, err)
-	_, err = js2.Publish(context.Background(), EventsSubject(DefaultPrefix, graph), data)
-	require.NoError(t, err)
-	s2.Shutdown()
-	s2.WaitForShutdown()
-	back := *opts
-	back.Port = port
-	runServerWith(t, &back)
+	go s1.Start()
+	require.True(t, s1.ReadyForConnections(10*time.Second))
+	port := s1.Addr().(*net.TCPAddr).Port
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s1.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	return r, func(durable, graph string, ev Event) {
+		t.Helper()
+		s1.Shutdown()
+		s1.WaitForShutdown()
+		aside := *opts
+		aside.Port = -1
+		s2 := runServerWith(t, &aside)
+		_, js2 := connectJS(t, s2.ClientURL())
+		stream, err := js2.Stream(context.Background(), EventsStream)
+		require.NoError(t, err)
+		require.NoError(t, stream.DeleteConsumer(context.Background(), durable))
+		data, err := json.Marshal(ev)
+		require.NoError(t, err)
+		_, err = js2.Publish(context.Background(), EventsSubject(DefaultPrefix, graph), data)
+		require.NoError(t, err)
+		s2.Shutdown()
+		s2.WaitForShutdown()
+		back := *opts
+		back.Port = port
+		runServerWith(t, &back)
+	}
 }
 
 // failingUpdates is a stream whose consumer updates fail in transit.
