@@ -88,9 +88,12 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			// line would take every later line with it. Binary junk that
 			// happens to hold a CR is called what it is.
 			if strings.ContainsRune(text, 0) {
-				// UTF-16 (what Windows tools call Unicode) ends its lines
-				// with "\r\x00\n", which leaves a CR inside.
-				return nil, fmt.Errorf("%s:%d: not valid UTF-8: NUL bytes, as UTF-16 text has; node ids are text (convert the file, e.g. iconv -f utf-16 -t utf-8)", name, line)
+				if looksUTF16(text) {
+					// UTF-16 (what Windows tools call Unicode) ends its
+					// lines with "\r\x00\n", which leaves a CR inside.
+					return nil, fmt.Errorf("%s:%d: not valid UTF-8: NUL bytes, as UTF-16 text has; node ids are text (convert the file, e.g. iconv -f utf-16 -t utf-8)", name, line)
+				}
+				return nil, fmt.Errorf("%s:%d: NUL bytes: binary data, not an edge list", name, line)
 			}
 			if !utf8.ValidString(text) {
 				return nil, fmt.Errorf("%s:%d: not valid UTF-8 text, with carriage returns inside the line: binary data, or an old Mac file in another encoding (convert it, e.g. iconv -f macintosh -t utf-8 | tr '\\r' '\\n')", name, line)
@@ -295,3 +298,20 @@ func stripComment(text string) string {
 // U+200B (zero-width space) and U+2060 (word joiner). Zero-width joiners,
 // which some scripts and emoji need, are allowed.
 func invisible(r rune) bool { return r == '\ufeff' || r == '\u200b' || r == '\u2060' }
+
+// looksUTF16 reports whether s reads as UTF-16 text: a byte-order mark,
+// or NUL bytes in every other place (the high bytes of ASCII characters)
+// and nowhere else.
+func looksUTF16(s string) bool {
+	if strings.HasPrefix(s, "\xff\xfe") || strings.HasPrefix(s, "\xfe\xff") {
+		return true
+	}
+	var nul [2]int
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			nul[i%2]++
+		}
+	}
+	half := len(s) / 2
+	return half > 0 && (nul[0] == 0) != (nul[1] == 0) && max(nul[0], nul[1]) >= half*3/4
+}

@@ -39,10 +39,13 @@
 // unresponsive server) gives up and leaves its message unacknowledged, to
 // be applied again, idempotently, by the next run.
 //
-// A consumer deleted under the daemon (by an operator, or lost by the
-// server) is recreated: a graph's from the window's last sequence at its
-// next interval, the unrouted one after the last message it handled, so
-// no unrouted event is skipped or dead-lettered twice. Consuming stops by
+// Both kinds are made anew at each start: a graph's from its window's
+// last sequence, the unrouted one from its predecessor's floor. A
+// consumer deleted under the daemon (by an operator, or lost by the
+// server) is made anew the same way, a graph's at its next interval, the
+// unrouted one after the last message it handled, replacing one someone
+// else recreated meanwhile; what is delivered twice is dead-lettered
+// under the same Nats-Msg-Id, and stored once. Consuming stops by
 // itself when the deletion reaches a waiting pull; a deletion while no
 // pull waited shows only as pull errors, after which the daemon asks the
 // server whether the consumer exists.

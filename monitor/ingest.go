@@ -530,43 +530,55 @@ type unroutedRT struct {
 	// check is set by a consume error that can mean the consumer is gone
 	// (consumerMaybeGone); watchUnrouted then asks the server.
 	check atomic.Bool
-	// through is the stream sequence through which this daemon has
-	// handled every message: a rebind starts after it, and the callback
-	// skips what is not past it (a consumer bound where someone else left
-	// it may stand further back), so a deletion neither skips an unrouted
-	// event nor sends the stream's older ones to the dead letters again.
+	// through is the stream sequence of the last message this daemon
+	// handled (messages are handled in order), or the floor of the
+	// consumer it replaced at start: a rebind starts after it, so a
+	// deletion neither skips an unrouted event nor sends the stream's
+	// older ones to the dead letters again.
 	through atomic.Uint64
+	// rebinds are the times of the rebinds within the last minute (only
+	// watchUnrouted touches them).
+	rebinds []time.Time
 }
 
-// startUnrouted binds the unrouted consumer where its durable left off
-// (from the stream's start the first time). Routed messages are
-// acknowledged in bulk (AckAll) without their bodies ever being sent.
+// startUnrouted makes the unrouted consumer anew from the first message
+// the one it replaces had not acknowledged (the stream's start the first
+// time), as a graph's consumer is made anew at each start: a consumer
+// kept where it stood would keep the deliveries a replica that died (or
+// an earlier run) never handled, and the next AckAll would acknowledge
+// them unhandled. Routed messages are acknowledged in bulk (AckAll)
+// without their bodies ever being sent.
 func (d *Daemon) startUnrouted(ctx context.Context) error {
-	cons, err := d.ensureUnrouted(ctx, d.unroutedConfig())
+	var floor uint64
+	switch existing, err := d.stream.Consumer(ctx, unroutedConsumer); {
+	case err == nil:
+		floor = unroutedFloor(existing)
+	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrNotPullConsumer):
+	default:
+		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
+	}
+	cons, err := d.bindUnrouted(ctx, floor+1)
 	if err != nil {
 		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
 	}
-	d.unrouted.through.Store(unroutedFloor(cons))
+	d.unrouted.through.Store(floor)
 	return d.consumeUnrouted(cons)
 }
 
-// rebindUnrouted recreates the unrouted consumer after the last message
-// it handled, when its consuming stopped on its own or the server lost
-// it, as rebindIfStopped does for a graph's.
+// rebindUnrouted makes the unrouted consumer anew after the last message
+// this daemon handled, when its consuming stopped on its own or the
+// server lost it, as rebindIfStopped does for a graph's. One recreated by
+// someone else meanwhile is replaced: kept where it stood, it could skip
+// events (made to deliver new ones) or keep deliveries never handled.
 func (d *Daemon) rebindUnrouted(ctx context.Context) {
 	h := d.unrouted.cons.Load()
 	if h == nil || !d.consumingStopped(ctx, h, &d.unrouted.check, unroutedConsumer, "rebind.unrouted", zap.String("consumer", unroutedConsumer)) {
 		return
 	}
-	cc := d.unroutedConfig()
 	from := d.unrouted.through.Load() + 1
-	if from > 1 {
-		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cc.OptStartSeq = from
-	}
 	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cons, err := d.ensureUnrouted(bctx, cc)
+	cons, err := d.bindUnrouted(bctx, from)
 	if err == nil {
 		err = d.consumeUnrouted(cons)
 	}
@@ -574,7 +586,36 @@ func (d *Daemon) rebindUnrouted(ctx context.Context) {
 		d.limiter.warn("rebind.unrouted", "consumer stopped; rebinding failed", zap.String("consumer", unroutedConsumer), zap.Error(err))
 		return
 	}
-	d.log.Warn("consumer stopped; rebound", zap.String("consumer", unroutedConsumer), zap.Uint64("from_seq", from))
+	fields := []zap.Field{zap.String("consumer", unroutedConsumer), zap.Uint64("from_seq", from)}
+	now := d.now()
+	u := &d.unrouted
+	u.rebinds = append(slices.DeleteFunc(u.rebinds, func(t time.Time) bool { return now.Sub(t) > time.Minute }), now)
+	if len(u.rebinds) >= rebindsSuspect {
+		fields = append(fields, zap.Int("rebinds_last_minute", len(u.rebinds)), zap.String("hint", rebindHint))
+	}
+	d.log.Warn("consumer stopped; rebound", fields...)
+}
+
+// bindUnrouted deletes the unrouted consumer if there is one and creates
+// it to deliver from the stream sequence from (from the stream's start
+// when from <= 1). Dead letters carry their event's stream sequence as
+// Nats-Msg-Id, so what is delivered again is stored once.
+func (d *Daemon) bindUnrouted(ctx context.Context, from uint64) (jetstream.Consumer, error) {
+	cc := d.unroutedConfig()
+	if from > 1 {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
+	}
+	for range 3 {
+		if err := d.stream.DeleteConsumer(ctx, unroutedConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return nil, err
+		}
+		cons, err := d.stream.CreateConsumer(ctx, cc)
+		if !errors.Is(err, jetstream.ErrConsumerExists) {
+			return cons, err
+		}
+		// Created again meanwhile: replace that one too.
+	}
+	return nil, fmt.Errorf("%w: created again each time it was replaced", jetstream.ErrConsumerExists)
 }
 
 // watchUnrouted rebinds the unrouted consumer when it stops, checking as
@@ -594,50 +635,6 @@ func (d *Daemon) watchUnrouted(ctx context.Context) {
 		}
 		d.rebindUnrouted(ctx)
 	}
-}
-
-// ensureUnrouted returns the unrouted consumer, created as cc says, or
-// the one that exists (left by an earlier run, made by another replica,
-// or recreated by someone since it was lost) where it stands: with its
-// deliver policy, which NATS lets no update change, and cc's other
-// settings. The callback skips what this daemon has handled already
-// (unroutedRT.through), so binding to one that stands further back sends
-// nothing to the dead letters twice. Only one whose settings the server
-// refuses to update (another ack policy, a push consumer of that name)
-// is deleted, and recreated after its floor.
-func (d *Daemon) ensureUnrouted(ctx context.Context, cc jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	for range 3 {
-		existing, err := d.stream.Consumer(ctx, unroutedConsumer)
-		switch {
-		case errors.Is(err, jetstream.ErrConsumerNotFound):
-		case err != nil:
-			return nil, err
-		default:
-			info := existing.CachedInfo()
-			keep := cc
-			keep.DeliverPolicy, keep.OptStartSeq, keep.OptStartTime = info.Config.DeliverPolicy, info.Config.OptStartSeq, info.Config.OptStartTime
-			cons, uerr := d.stream.CreateOrUpdateConsumer(ctx, keep)
-			var apiErr *jetstream.APIError
-			if uerr == nil || !errors.As(uerr, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeConsumerCreate {
-				return cons, uerr
-			}
-			from := max(unroutedFloor(existing), d.unrouted.through.Load()) + 1
-			d.log.Warn("consumer has settings no update can change: recreated after its floor",
-				zap.String("consumer", unroutedConsumer), zap.Uint64("from_seq", from), zap.Error(uerr))
-			if from > 1 {
-				cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
-			}
-			if derr := d.stream.DeleteConsumer(ctx, unroutedConsumer); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
-				return nil, derr
-			}
-		}
-		cons, err := d.stream.CreateConsumer(ctx, cc)
-		if !errors.Is(err, jetstream.ErrConsumerExists) {
-			return cons, err
-		}
-		// Created meanwhile by someone else: look again.
-	}
-	return nil, fmt.Errorf("%w: created again each time it was replaced", jetstream.ErrConsumerExists)
 }
 
 // unroutedFloor is the stream sequence through which cons has handled
@@ -681,7 +678,7 @@ func (d *Daemon) consumeUnrouted(cons jetstream.Consumer) error {
 		}
 		seq := meta.Sequence.Stream
 		name := strings.TrimPrefix(m.Subject(), prefix)
-		if _, ok := d.graphs[name]; !ok && seq > d.unrouted.through.Load() {
+		if _, ok := d.graphs[name]; !ok {
 			if d.deadLetterUnrouted(m.Subject(), seq) != nil {
 				return
 			}

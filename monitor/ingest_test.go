@@ -578,22 +578,66 @@ func TestUnroutedConsumerDeletedIsRebound(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	require.Equal(t, 2.0, value(t, unknown), "the first unknown-graph event is not dead-lettered again")
 
-	// Deleted again and recreated by someone else (from the stream's
-	// start) before the daemon rebinds: it is replaced, and the earlier
-	// unknown-graph events are not dead-lettered again.
-	require.NoError(t, s.DeleteConsumer(context.Background(), unroutedConsumer))
-	_, err = s.CreateConsumer(context.Background(), r.d.unroutedConfig())
-	require.NoError(t, err)
-	r.publish(t, "nope3", Event{Node: "0", State: StateInfected, TS: now}, "")
-	require.Eventually(t, func() bool { return value(t, unknown) >= 3 }, 20*time.Second, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
-	time.Sleep(300 * time.Millisecond)
-	require.Equal(t, 3.0, value(t, unknown))
+	// Deleted again and recreated by someone else, from the stream's start
+	// or for new messages only (nats consumer add's default), before or
+	// after the daemon rebinds: it is replaced, so the earlier events are
+	// not dead-lettered again and the one published meanwhile is.
+	for i, policy := range []jetstream.DeliverPolicy{jetstream.DeliverAllPolicy, jetstream.DeliverNewPolicy} {
+		require.NoError(t, s.DeleteConsumer(context.Background(), unroutedConsumer))
+		r.publish(t, fmt.Sprintf("meanwhile%d", i), Event{Node: "0", State: StateInfected, TS: now}, "")
+		other := r.d.unroutedConfig()
+		other.DeliverPolicy = policy
+		if _, err := s.CreateConsumer(context.Background(), other); err != nil {
+			require.ErrorIs(t, err, jetstream.ErrConsumerExists, "the daemon was first")
+		}
+		r.publish(t, fmt.Sprintf("after%d", i), Event{Node: "0", State: StateInfected, TS: now}, "")
+		want := float64(4 + 2*i)
+		require.Eventually(t, func() bool { return value(t, unknown) >= want }, 20*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
+		time.Sleep(300 * time.Millisecond)
+		require.Equal(t, want, value(t, unknown), "policy %v", policy)
+	}
 }
 
-// A consumer of the unrouted name with settings no update can change
-// (here explicit acks) does not stop the start: it is recreated after its
-// ack floor.
+// What the last run (or a replica that died) was delivered and never
+// handled is delivered again at the next start: the consumer is made
+// anew from its floor, not kept with those deliveries outstanding, which
+// the next bulk acknowledgement would have covered unhandled.
+func TestStartRedeliversWhatTheLastRunLeftUnhandled(t *testing.T) {
+	now := time.Now()
+	r, restart := startOnOwnServer(t)
+	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
+	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
+	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
+	_, js := connectJS(t, r.d.ClientURL())
+	r.stop(t)
+
+	// In flight when the last run died: delivered, never acknowledged.
+	stream, err := js.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	cons, err := stream.Consumer(context.Background(), unroutedConsumer)
+	require.NoError(t, err)
+	ev, err := json.Marshal(Event{Node: "0", State: StateInfected, TS: now})
+	require.NoError(t, err)
+	_, err = js.Publish(context.Background(), EventsSubject(DefaultPrefix, "inflight"), ev)
+	require.NoError(t, err)
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	require.NoError(t, err)
+	for range batch.Messages() {
+	}
+	require.NoError(t, batch.Error())
+
+	r2 := restart()
+	r2.publish(t, "after", Event{Node: "0", State: StateInfected, TS: now}, "")
+	unknown2 := r2.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
+	require.Eventually(t, func() bool { return value(t, unknown2) >= 2 }, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, 2.0, value(t, unknown2), "the one in flight and the new one")
+}
+
+// A consumer of the unrouted name with other settings (here explicit
+// acks, which no update can change) does not stop the start: it is made
+// anew after its floor.
 func TestUnroutedConsumerOfOtherSettingsIsRecreated(t *testing.T) {
 	now := time.Now()
 	r, restart := startOnOwnServer(t)
@@ -720,32 +764,4 @@ func startToCutOff(t *testing.T) (*running, func(durable, graph string, ev Event
 		back.Port = port
 		runServerWith(t, &back)
 	}
-}
-
-// failingUpdates is a stream whose consumer updates fail in transit.
-type failingUpdates struct{ jetstream.Stream }
-
-func (failingUpdates) CreateOrUpdateConsumer(context.Context, jetstream.ConsumerConfig) (jetstream.Consumer, error) {
-	return nil, nats.ErrNoResponders
-}
-
-// Only the server's refusal to update a consumer (settings no update can
-// change) makes the start replace it: an update lost in transit leaves
-// the consumer, and its position, as they were.
-func TestUnroutedUpdateLostInTransitKeepsTheConsumer(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
-	ctx := context.Background()
-	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{DefaultPrefix + ".events.>"}})
-	require.NoError(t, err)
-	d, err := New(testConfig(t, "p"))
-	require.NoError(t, err)
-	_, err = stream.CreateConsumer(ctx, d.unroutedConfig())
-	require.NoError(t, err)
-
-	d.stream = failingUpdates{stream}
-	_, err = d.ensureUnrouted(ctx, d.unroutedConfig())
-	require.ErrorIs(t, err, nats.ErrNoResponders)
-	_, err = stream.Consumer(ctx, unroutedConsumer)
-	require.NoError(t, err, "the consumer is still there")
 }
