@@ -22,6 +22,7 @@ func TestReadErrorsNameFileAndLine(t *testing.T) {
 		{"CR line ends after a comment", "a b # first\rb c\rc d\r", "g.edges:1: carriage returns inside the line"},
 		{"UTF-16 with CRLF", "\xff\xfea\x00 \x00b\x00\r\x00\n\x00", "g.edges:1: not valid UTF-8: NUL bytes, as UTF-16 text has; node ids are text (convert the file, e.g. iconv -f utf-16 -t utf-8)"},
 		{"NULs with a CR, not UTF-16", "a b\n\x00\x00\x00\x07\x00\x00\rzz\n", "g.edges:2: NUL bytes: binary data, not an edge list"},
+		{"UTF-16 without a mark, not Latin, with CRLF", "\x00\x4e \x00b\x00\r\x00\n\x00", "g.edges:1: not valid UTF-8: NUL bytes, as UTF-16 text has"},
 		{"UTF-16 without a mark, with CRLF", "a\x00 \x00b\x00\r\x00\n\x00", "g.edges:1: not valid UTF-8: NUL bytes, as UTF-16 text has"},
 		{"binary junk with a CR", "a b\n\x89\xff\rzz\n", "g.edges:2: not valid UTF-8 text, with carriage returns inside the line"},
 		// Latin-1 in a comment of a CR-only file must not let the comment

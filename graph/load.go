@@ -303,7 +303,9 @@ func invisible(r rune) bool { return r == '\ufeff' || r == '\u200b' || r == '\u2
 // or NUL bytes in every other place (the high bytes of ASCII characters)
 // and nowhere else.
 func looksUTF16(s string) bool {
-	if strings.HasPrefix(s, "\xff\xfe") || strings.HasPrefix(s, "\xfe\xff") {
+	// A CRLF line of UTF-16 split at its "\n" ends in "\r\x00" (little
+	// endian; big endian's line starts with the "\x00" left over).
+	if strings.HasPrefix(s, "\xff\xfe") || strings.HasPrefix(s, "\xfe\xff") || strings.HasSuffix(s, "\r\x00") {
 		return true
 	}
 	var nul [2]int

@@ -2,6 +2,8 @@ package monitor
 
 import (
 	"context"
+	cryptorand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -174,6 +176,9 @@ func (d *Daemon) rebindIfStopped(ctx context.Context, gr *graphRT) {
 	if h == nil || !d.consumingStopped(ctx, h, &gr.checkConsumer, consumerName(gr.name), "rebind."+gr.name, zap.String("graph", gr.name)) {
 		return
 	}
+	if d.ingestCtx.Err() != nil {
+		return // stopping (or the lease lost): the consumer is another's now
+	}
 	// The old callback has returned for good: its ack state is ours.
 	gr.pendingAck, gr.sinceAck = nil, 0
 	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -231,7 +236,7 @@ func (d *Daemon) consumerGone(ctx context.Context, durable string) bool {
 // that something deletes it on purpose: most often a second daemon.
 const rebindsSuspect = 3
 
-const rebindHint = "something keeps deleting this graph's consumer: most often another sourcewatch daemon on the same NATS account and subjects.prefix, " +
+const rebindHint = "something keeps deleting this consumer: most often another sourcewatch daemon on the same NATS account and subjects.prefix, " +
 	"each resetting the other's consumer at every start and rebind; run the two as replicas (ha.enabled) or give each its own prefix or account"
 
 // stopConsumers drains (or stops) every graph consumer and the unrouted
@@ -536,9 +541,11 @@ type unroutedRT struct {
 	// deletion neither skips an unrouted event nor sends the stream's
 	// older ones to the dead letters again.
 	through atomic.Uint64
-	// rebinds are the times of the rebinds within the last minute (only
-	// watchUnrouted touches them).
+	// rebinds are the times of the rebinds within the last minute, and
+	// token names this process in the consumer's metadata (only the
+	// start, then watchUnrouted, touch them).
 	rebinds []time.Time
+	token   string
 }
 
 // startUnrouted makes the unrouted consumer anew from the first message
@@ -575,8 +582,13 @@ func (d *Daemon) rebindUnrouted(ctx context.Context) {
 	if h == nil || !d.consumingStopped(ctx, h, &d.unrouted.check, unroutedConsumer, "rebind.unrouted", zap.String("consumer", unroutedConsumer)) {
 		return
 	}
+	if d.ingestCtx.Err() != nil {
+		return // stopping (or the lease lost): the consumer is another's now
+	}
 	from := d.unrouted.through.Load() + 1
-	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	// Not cut short by shutdown between the delete and the create, which
+	// would leave no consumer and the next start to scan the stream again.
+	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	cons, err := d.bindUnrouted(bctx, from)
 	if err == nil {
@@ -605,6 +617,17 @@ func (d *Daemon) bindUnrouted(ctx context.Context, from uint64) (jetstream.Consu
 	if from > 1 {
 		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
 	}
+	// A create identical to an existing consumer returns that one: the
+	// process's own token makes another replica's (two overlap for a
+	// moment at a takeover) ErrConsumerExists, so it is replaced, not
+	// shared.
+	u := &d.unrouted
+	if u.token == "" {
+		var b [8]byte
+		_, _ = cryptorand.Read(b[:])
+		u.token = hex.EncodeToString(b[:])
+	}
+	cc.Metadata = map[string]string{"sourcewatch_process": u.token}
 	for range 3 {
 		if err := d.stream.DeleteConsumer(ctx, unroutedConsumer); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return nil, err
@@ -678,7 +701,10 @@ func (d *Daemon) consumeUnrouted(cons jetstream.Consumer) error {
 		}
 		seq := meta.Sequence.Stream
 		name := strings.TrimPrefix(m.Subject(), prefix)
-		if _, ok := d.graphs[name]; !ok {
+		// Every consumer starts after through, so a sequence not past it
+		// is a redelivery (the ack wait ran out behind slow dead letters)
+		// of one already handled.
+		if _, ok := d.graphs[name]; !ok && seq > d.unrouted.through.Load() {
 			if d.deadLetterUnrouted(m.Subject(), seq) != nil {
 				return
 			}

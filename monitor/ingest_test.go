@@ -765,3 +765,49 @@ func startToCutOff(t *testing.T) (*running, func(durable, graph string, ev Event
 		runServerWith(t, &back)
 	}
 }
+
+// racingReplica is a stream on which another replica creates the unrouted
+// consumer, with the same settings, right after the first deletion.
+type racingReplica struct {
+	jetstream.Stream
+	t      *testing.T
+	cc     jetstream.ConsumerConfig
+	theirs *jetstream.ConsumerInfo
+}
+
+func (r *racingReplica) DeleteConsumer(ctx context.Context, name string) error {
+	err := r.Stream.DeleteConsumer(ctx, name)
+	if r.theirs == nil {
+		c, cerr := r.Stream.CreateConsumer(ctx, r.cc)
+		require.NoError(r.t, cerr)
+		r.theirs = c.CachedInfo()
+	}
+	return err
+}
+
+// Two replicas overlap for a moment at a takeover: one creating the
+// unrouted consumer between the other's deletion and creation must not
+// make the two share it (a create identical to an existing consumer
+// returns that one); the later one replaces it.
+func TestBindUnroutedDoesNotShareAnotherReplicasConsumer(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	ctx := context.Background()
+	stream, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: EventsStream, Subjects: []string{DefaultPrefix + ".events.>"}})
+	require.NoError(t, err)
+	d, err := New(testConfig(t, "p"))
+	require.NoError(t, err)
+	// The other replica's create, as this build makes it, but for its
+	// own process token.
+	other := d.unroutedConfig()
+	other.Metadata = map[string]string{"sourcewatch_process": "0123456789abcdef"}
+	race := &racingReplica{Stream: stream, t: t, cc: other}
+	d.stream = race
+	cons, err := d.bindUnrouted(ctx, 1)
+	require.NoError(t, err)
+	require.NotNil(t, race.theirs)
+	mine := cons.CachedInfo()
+	require.True(t, mine.Created.After(race.theirs.Created), "a consumer of its own, not the other replica's")
+	require.Equal(t, d.unrouted.token, mine.Config.Metadata["sourcewatch_process"])
+	require.NotEqual(t, "0123456789abcdef", d.unrouted.token, "each process draws its own token")
+}
