@@ -606,9 +606,8 @@ func TestUnroutedConsumerDeletedIsRebound(t *testing.T) {
 func TestStartRedeliversWhatTheLastRunLeftUnhandled(t *testing.T) {
 	now := time.Now()
 	r, restart := startOnOwnServer(t)
-	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
 	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
-	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
+	expectUnknownGraphDeadLetters(t, r, 1, "")
 	_, js := connectJS(t, r.d.ClientURL())
 	r.stop(t)
 
@@ -629,10 +628,7 @@ func TestStartRedeliversWhatTheLastRunLeftUnhandled(t *testing.T) {
 
 	r2 := restart()
 	r2.publish(t, "after", Event{Node: "0", State: StateInfected, TS: now}, "")
-	unknown2 := r2.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
-	require.Eventually(t, func() bool { return value(t, unknown2) >= 2 }, 10*time.Second, 10*time.Millisecond)
-	time.Sleep(300 * time.Millisecond)
-	require.Equal(t, 2.0, value(t, unknown2), "the one in flight and the new one")
+	expectUnknownGraphDeadLetters(t, r2, 2, "the one in flight and the new one")
 }
 
 // A consumer of the unrouted name with other settings (here explicit
@@ -641,9 +637,8 @@ func TestStartRedeliversWhatTheLastRunLeftUnhandled(t *testing.T) {
 func TestUnroutedConsumerOfOtherSettingsIsRecreated(t *testing.T) {
 	now := time.Now()
 	r, restart := startOnOwnServer(t)
-	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
 	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
-	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
+	expectUnknownGraphDeadLetters(t, r, 1, "")
 	r.stop(t)
 
 	_, js := connectJS(t, r.d.ClientURL())
@@ -659,10 +654,7 @@ func TestUnroutedConsumerOfOtherSettingsIsRecreated(t *testing.T) {
 
 	r2 := restart()
 	r2.publish(t, "nope2", Event{Node: "0", State: StateInfected, TS: now}, "")
-	unknown2 := r2.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
-	require.Eventually(t, func() bool { return value(t, unknown2) == 1 }, 10*time.Second, 10*time.Millisecond)
-	time.Sleep(300 * time.Millisecond)
-	require.Equal(t, 1.0, value(t, unknown2), "the earlier event is not dead-lettered again")
+	expectUnknownGraphDeadLetters(t, r2, 1, "the earlier event is not dead-lettered again")
 	info, err := stream.Consumer(context.Background(), unroutedConsumer)
 	require.NoError(t, err)
 	require.Equal(t, jetstream.AckAllPolicy, info.CachedInfo().Config.AckPolicy)
@@ -676,7 +668,7 @@ func TestRestartAfterUnroutedRebind(t *testing.T) {
 	r, restart := startOnOwnServer(t)
 	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
 	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
-	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
+	expectUnknownGraphDeadLetters(t, r, 1, "")
 	stream, err := r.js.Stream(context.Background(), EventsStream)
 	require.NoError(t, err)
 	require.NoError(t, stream.DeleteConsumer(context.Background(), unroutedConsumer))
@@ -689,10 +681,7 @@ func TestRestartAfterUnroutedRebind(t *testing.T) {
 
 	r2 := restart()
 	r2.publish(t, "nope3", Event{Node: "0", State: StateInfected, TS: now}, "")
-	unknown2 := r2.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
-	require.Eventually(t, func() bool { return value(t, unknown2) == 1 }, 10*time.Second, 10*time.Millisecond)
-	time.Sleep(200 * time.Millisecond)
-	require.Equal(t, 1.0, value(t, unknown2), "the earlier unknown-graph events are not dead-lettered again")
+	expectUnknownGraphDeadLetters(t, r2, 1, "the earlier unknown-graph events are not dead-lettered again")
 }
 
 // As TestConsumerDeletedWhileDisconnectedIsRebound, for the consumer of
@@ -703,7 +692,7 @@ func TestUnroutedConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
 	r, cutOff := startToCutOff(t)
 	unknown := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
 	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: now}, "")
-	require.Eventually(t, func() bool { return value(t, unknown) == 1 }, 10*time.Second, 10*time.Millisecond)
+	expectUnknownGraphDeadLetters(t, r, 1, "")
 
 	cutOff(unroutedConsumer, "nope2", Event{Node: "2", State: StateInfected, TS: now})
 
@@ -810,4 +799,14 @@ func TestBindUnroutedDoesNotShareAnotherReplicasConsumer(t *testing.T) {
 	require.True(t, mine.Created.After(race.theirs.Created), "a consumer of its own, not the other replica's")
 	require.Equal(t, d.unrouted.token, mine.Config.Metadata["sourcewatch_process"])
 	require.NotEqual(t, "0123456789abcdef", d.unrouted.token, "each process draws its own token")
+}
+
+// expectUnknownGraphDeadLetters waits until r has dead-lettered want
+// events for unknown graphs, and makes sure no more follow.
+func expectUnknownGraphDeadLetters(t *testing.T, r *running, want float64, msg string) {
+	t.Helper()
+	c := r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownGraph)
+	require.Eventually(t, func() bool { return value(t, c) >= want }, 20*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond)
+	require.Equal(t, want, value(t, c), msg)
 }
