@@ -746,8 +746,10 @@ func checkRestores(ctx context.Context, fm forward.Model, g *graph.Graph, params
 	if err != nil {
 		return fmt.Errorf("predicting after configuring with the state its Fit returned (%d bytes): %w", len(state), err)
 	}
-	if r, c := after.Dims(); r != x.RawMatrix().Rows || c != g.N() {
-		return fmt.Errorf("predict returned %dx%d for %dx%d: %w", r, c, x.RawMatrix().Rows, g.N(), forward.ErrBadOutput)
+	for _, y := range []*mat.Dense{before, after} {
+		if r, c := y.Dims(); r != x.RawMatrix().Rows || c != g.N() {
+			return fmt.Errorf("predict returned %dx%d for %dx%d: %w", r, c, x.RawMatrix().Rows, g.N(), forward.ErrBadOutput)
+		}
 	}
 	worst, node := 0.0, 0
 	for i := range x.RawMatrix().Rows {
