@@ -1833,6 +1833,9 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 				errs = append(errs, fmt.Errorf("graph %q: %w", gr.name, err))
 			}
 		}
+		if err := d.saveUnroutedThrough(ctx, info.Created); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if final {
 		if err := d.saveTracker(ctx); err != nil {

@@ -40,7 +40,12 @@
 // be applied again, idempotently, by the next run.
 //
 // Both kinds are made anew at each start: a graph's from its window's
-// last sequence, the unrouted one from its predecessor's floor. A
+// last sequence, the unrouted one from the later of its predecessor's
+// floor and the position stored with the snapshots (key
+// unrouted.through, with the events stream's creation time, so a stream
+// made anew is read from its start), so a consumer deleted while no
+// daemon ran does not send the stream's unknown-graph events to the dead
+// letters again. A
 // consumer deleted under the daemon (by an operator, or lost by the
 // server) is made anew the same way, a graph's at its next interval, the
 // unrouted one after the last message it handled, replacing one someone

@@ -4,6 +4,7 @@ import (
 	"context"
 	cryptorand "crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -546,6 +547,9 @@ type unroutedRT struct {
 	// start, then watchUnrouted, touch them).
 	rebinds []time.Time
 	token   string
+	// saved is the position last stored in the state bucket (read at the
+	// start, then only by the snapshots, which run one at a time).
+	saved uint64
 }
 
 // startUnrouted makes the unrouted consumer anew from the first message
@@ -564,12 +568,79 @@ func (d *Daemon) startUnrouted(ctx context.Context) error {
 	default:
 		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
 	}
+	floor = max(floor, d.loadUnroutedThrough(ctx))
 	cons, err := d.bindUnrouted(ctx, floor+1)
 	if err != nil {
 		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
 	}
 	d.unrouted.through.Store(floor)
 	return d.consumeUnrouted(cons)
+}
+
+// unroutedKey is the state bucket's key of the unrouted position. A graph
+// name holds no dot, so no graph's key ("window.<graph>", "through.<graph>")
+// can be it.
+const unroutedKey = "unrouted.through"
+
+// unroutedPosition is the stored unrouted position: the stream sequence
+// through which every message was handled, with the events stream's
+// creation time, so a stream deleted and made again (its sequences start
+// over) is not read at the old one's position.
+type unroutedPosition struct {
+	Through       uint64    `json:"through"`
+	StreamCreated time.Time `json:"stream_created"`
+}
+
+// loadUnroutedThrough is the stored unrouted position, or 0 where there
+// is none, it is unreadable or it belongs to another incarnation of the
+// events stream. It matters when the consumer is gone (deleted while no
+// daemon ran): without it, the start would scan the whole stream again
+// and dead-letter, and count, its unknown-graph events a second time
+// (stored once only within the dead-letter stream's duplicate window).
+func (d *Daemon) loadUnroutedThrough(ctx context.Context) uint64 {
+	e, err := d.kv.Get(ctx, unroutedKey)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			d.log.Warn("reading the unrouted position; starting from the consumer's", zap.Error(err))
+		}
+		return 0
+	}
+	var p unroutedPosition
+	if err := json.Unmarshal(e.Value(), &p); err != nil {
+		d.log.Warn("unrouted position unreadable; starting from the consumer's", zap.String("key", unroutedKey), zap.Error(err))
+		return 0
+	}
+	info, err := d.stream.Info(ctx)
+	if err != nil {
+		d.log.Warn("reading the events stream; starting the unrouted consumer from its own position", zap.Error(err))
+		return 0
+	}
+	if !info.Created.Equal(p.StreamCreated) || p.Through > info.State.LastSeq {
+		d.log.Info("unrouted position belongs to an earlier events stream; not used",
+			zap.Uint64("through", p.Through), zap.Time("stream_created", p.StreamCreated))
+		return 0
+	}
+	d.unrouted.saved = p.Through
+	return p.Through
+}
+
+// saveUnroutedThrough stores how far the unrouted consumer has handled
+// the stream, when it moved since the last save (with the snapshots, and
+// at a clean stop after the consumers drained).
+func (d *Daemon) saveUnroutedThrough(ctx context.Context, streamCreated time.Time) error {
+	through := d.unrouted.through.Load()
+	if through <= d.unrouted.saved {
+		return nil
+	}
+	data, err := json.Marshal(unroutedPosition{Through: through, StreamCreated: streamCreated})
+	if err != nil {
+		return fmt.Errorf("encoding %s: %w", unroutedKey, err)
+	}
+	if _, err := d.kv.Put(ctx, unroutedKey, data); err != nil {
+		return fmt.Errorf("saving %s: %w", unroutedKey, err)
+	}
+	d.unrouted.saved = through
+	return nil
 }
 
 // rebindUnrouted makes the unrouted consumer anew after the last message

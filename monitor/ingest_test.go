@@ -684,6 +684,55 @@ func TestRestartAfterUnroutedRebind(t *testing.T) {
 	expectUnknownGraphDeadLetters(t, r2, 1, "the earlier unknown-graph events are not dead-lettered again")
 }
 
+// A start that finds no unrouted consumer (deleted while no daemon ran)
+// starts after the position the last run stored, not from the stream's
+// start: the earlier unknown-graph events are neither dead-lettered nor
+// counted again. With the events stream made anew, the stored position
+// (of the old one) is not used, and the new stream is read from its start.
+func TestUnroutedConsumerDeletedWhileStoppedResumesFromTheStoredPosition(t *testing.T) {
+	now := time.Now()
+	r, restart := startOnOwnServer(t)
+	for _, g := range []string{"nope", "nope2", "nope3"} {
+		r.publish(t, g, Event{Node: "0", State: StateInfected, TS: now}, "")
+	}
+	expectUnknownGraphDeadLetters(t, r, 3, "")
+	r.stop(t)
+	ctx := context.Background()
+	_, js := connectJS(t, r.d.cfg.NATS.URL)
+	stream, err := js.Stream(ctx, EventsStream)
+	require.NoError(t, err)
+	require.NoError(t, stream.DeleteConsumer(ctx, unroutedConsumer))
+	dead, err := js.Stream(ctx, DeadLetterStream)
+	require.NoError(t, err)
+	before, err := dead.Info(ctx)
+	require.NoError(t, err)
+	data, err := json.Marshal(Event{Node: "0", State: StateInfected, TS: now})
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, EventsSubject(DefaultPrefix, "nope4"), data)
+	require.NoError(t, err)
+
+	r2 := restart()
+	expectUnknownGraphDeadLetters(t, r2, 1, "only the event published while stopped")
+	after, err := dead.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before.State.Msgs+1, after.State.Msgs)
+	r2.stop(t)
+
+	// The events stream made anew, and past the stored position (4)
+	// before the next start: its sequences started over, so the stored
+	// position must not hide its events.
+	cfg := stream.CachedInfo().Config
+	require.NoError(t, js.DeleteStream(ctx, EventsStream))
+	_, err = js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	for i := range 6 {
+		_, err = js.Publish(ctx, EventsSubject(DefaultPrefix, fmt.Sprintf("new%d", i)), data)
+		require.NoError(t, err)
+	}
+	r3 := restart()
+	expectUnknownGraphDeadLetters(t, r3, 6, "the new stream's events")
+}
+
 // As TestConsumerDeletedWhileDisconnectedIsRebound, for the consumer of
 // events for unknown graphs: deleted while no pull waited, it is noticed
 // from the pulls' errors and rebound.
