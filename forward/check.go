@@ -14,6 +14,12 @@ type VJPCheckOptions struct {
 	// Rows is the number of random points x in [0.1, 0.9]^n checked
 	// (default 2).
 	Rows int
+	// Points, if set, are the interior points checked instead, one per
+	// row of n columns (Rows is then its row count), each entry at least
+	// Step from 0 and 1: a caller that knows where inference goes (a few
+	// sources among many nodes) checks there, as [0.1, 0.9]^n saturates
+	// a learned model's output on a large graph and so its gradient.
+	Points *mat.Dense
 	// CornerRows is the number of random points x in {0, 1}^n checked
 	// besides (default 1, -1 for none), where inference drives x: there
 	// the differences are one-sided, staying inside [0, 1].
@@ -114,11 +120,25 @@ func (c VJPCheck) Describe(id func(int) string) string {
 // rows, so a plugin process is called 2 + (Rows + CornerRows)·ceil(2·Coords/512)
 // times. n is the model's graph size. Errors are the model's.
 func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOptions) (VJPCheck, error) {
-	if o.Rows <= 0 {
-		o.Rows = 2
-	}
 	if o.Step <= 0 {
 		o.Step = 1e-5
+	}
+	if o.Points != nil {
+		r, c := o.Points.Dims()
+		if c != n {
+			panic(fmt.Sprintf("forward: CheckVJP points have %d columns for %d nodes", c, n))
+		}
+		for i := range r {
+			for _, v := range o.Points.RawRowView(i) {
+				if !(v >= o.Step && v <= 1-o.Step) {
+					panic(fmt.Sprintf("forward: CheckVJP point %d holds %v, not within the step %v of [0, 1]'s inside", i, v, o.Step))
+				}
+			}
+		}
+		o.Rows = r
+	}
+	if o.Rows <= 0 {
+		o.Rows = 2
 	}
 	if o.AbsTol <= 0 {
 		o.AbsTol = 1e-6
@@ -141,9 +161,12 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 	dy := mat.NewDense(rows, n, nil)
 	for i := 0; i < rows; i++ {
 		for j := 0; j < n; j++ {
-			if i < o.Rows {
+			switch {
+			case i < o.Rows && o.Points != nil:
+				x.Set(i, j, o.Points.At(i, j))
+			case i < o.Rows:
 				x.Set(i, j, 0.1+0.8*rng.Float64())
-			} else if rng.Float64() < 0.3 {
+			case rng.Float64() < 0.3:
 				x.Set(i, j, 1)
 			}
 			dy.Set(i, j, rng.NormFloat64())

@@ -127,3 +127,44 @@ func TestCheckVJPAtClampKinks(t *testing.T) {
 		})
 	}
 }
+
+// A model saturated at the random interior points is flat there and not
+// at the caller's points, which CheckVJP then checks instead; a point of
+// the wrong width, or one without room for the central difference, is a
+// caller's error.
+func TestCheckVJPAtGivenPoints(t *testing.T) {
+	const n = 40
+	nbr := make([][]int, n)
+	for v := range n {
+		nbr[v] = []int{(v + 1) % n, (v + n - 1) % n, (v + 7) % n}
+	}
+	// pre = x_v + 10·mean(x_u): at least 1.1 in [0.1, 0.9]^n, clamped.
+	m := clampModel{nbr: nbr, a: 10, active: func(p float64) bool { return p > 0 && p < 1 }, scale: 1}
+	check := func(o forward.VJPCheckOptions) forward.VJPCheck {
+		res, err := forward.CheckVJP(context.Background(), &m, n, rand.New(rand.NewPCG(1, 2)), o)
+		require.NoError(t, err)
+		return res
+	}
+	res := check(forward.VJPCheckOptions{Rows: 1, CornerRows: -1})
+	require.Equal(t, n, res.Checked)
+	require.Equal(t, res.Checked, res.Flat, "saturated at random interior points")
+
+	sparse := mat.NewDense(2, n, nil)
+	for i := range 2 {
+		for v := range n {
+			sparse.Set(i, v, 0.02+0.01*float64(i))
+		}
+	}
+	res = check(forward.VJPCheckOptions{Points: sparse, Rows: 7, CornerRows: -1})
+	require.Equal(t, 2*n, res.Checked, "the points' rows, not Rows")
+	require.Zero(t, res.Flat)
+	require.True(t, res.Pass(), "%s", res)
+
+	require.PanicsWithValue(t, "forward: CheckVJP points have 39 columns for 40 nodes", func() {
+		check(forward.VJPCheckOptions{Points: mat.NewDense(1, n-1, nil)})
+	})
+	sparse.Set(1, 3, 0)
+	require.PanicsWithValue(t, "forward: CheckVJP point 1 holds 0, not within the step 1e-05 of [0, 1]'s inside", func() {
+		check(forward.VJPCheckOptions{Points: sparse})
+	})
+}

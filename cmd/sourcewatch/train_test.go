@@ -674,6 +674,35 @@ func TestTrainSeesThroughNaNMetricsAndFlatChecks(t *testing.T) {
 	require.Contains(t, b.Manifest.VJPCheckFailure("/x/bin"), "plugin check faulty --plugin-dir /x/bin")
 }
 
+// A model that saturates where half the nodes are sources (icmf with p
+// 0.9 on a complete graph: dy_v/dx_v = prod_u (1 - 0.9 x_u), about 1e-8
+// at x in [0.1, 0.9]) is not flat where inference goes, a few sources
+// among many nodes, where train's spot check looks: no warning.
+func TestTrainSpotChecksWhereInferenceGoes(t *testing.T) {
+	dir := t.TempDir()
+	edges := filepath.Join(dir, "k30.edges")
+	var b strings.Builder
+	for u := range 30 {
+		for v := u + 1; v < 30; v++ {
+			fmt.Fprintf(&b, "%d %d\n", u, v)
+		}
+	}
+	require.NoError(t, os.WriteFile(edges, []byte(b.String()), 0o644))
+	icmf := forwardtest.Build(t, "icmf")
+	bundle := filepath.Join(dir, "k30.swb")
+	out, _, err := runCmd(t, "", "train", "--graph", edges, "--diffusion", "SI", "--sources", "1", "--cascades", "30",
+		"--forward", "icmf", "--plugin-dir", filepath.Dir(icmf), "--forward-param", "p=0.9", "--forward-param", "steps=1",
+		"--prior-epochs", "2", "--prototypes", "8", "--test-solves", "4", "--restarts", "2", "--init-steps", "2",
+		"--out", bundle, "--log-level", "error")
+	require.NoError(t, err)
+	require.NotContains(t, out, "gradient was 0")
+	bb, err := localize.LoadBundle(bundle, nil)
+	require.NoError(t, err)
+	_, flat := bb.Manifest.Metrics[localize.VJPFlatMetric]
+	require.False(t, flat)
+	require.LessOrEqual(t, bb.Manifest.Metrics[localize.VJPCheckMetric], 1.0)
+}
+
 // A plugin whose Fit hangs is given up on after --fit-idle-timeout without
 // a progress report, not after production's ten minutes.
 func TestTrainFitIdleTimeout(t *testing.T) {
