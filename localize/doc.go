@@ -41,9 +41,9 @@
 // the gradient steps vanish (a small step cannot cross the threshold), so
 // Solve keeps x continuous within a stage, as the design specifies.
 //
-// The output is, per node, a score, the fraction of restarts that name
-// it a source on their own (the source probability: x_v >= delta for the
-// plain threshold rule; see Result.Probability), and the source set
+// The output is, per node, a score, the fraction of restarts that reach
+// the source set's cut on their own (the source probability: x_v >= delta
+// for the plain threshold rule; see Result.Probability), and the source set
 // {v : score_v >= delta}. delta is chosen on a validation split when the
 // bundle is trained and stored in it. Train may record a count rule
 // instead (SourceRule): the first K nodes of the ranking, K fixed (at most

@@ -2,9 +2,12 @@ package localize
 
 import (
 	"bytes"
+	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/forward"
 )
@@ -101,15 +104,18 @@ func TestSolveWithSourceRule(t *testing.T) {
 			require.Contains(t, res.Sources, v)
 		}
 	}
-	// Each restart, cut by the same count, names three nodes: the
-	// probabilities are how often, and they sum to the count.
-	var total float64
-	for _, pv := range res.Probability {
+	// Each restart is cut where the count cut the scores: the
+	// probabilities are how often a restart reaches the third score, and
+	// every source has at least one restart's vote.
+	restarts, _ := res.final.Dims()
+	for v, pv := range res.Probability {
 		require.GreaterOrEqual(t, pv, 0.0)
 		require.LessOrEqual(t, pv, 1.0+1e-12)
-		total += pv
+		require.InDelta(t, math.Round(pv*float64(restarts)), pv*float64(restarts), 1e-9, "a fraction of the restarts")
+		if slices.Contains(res.Sources, v) {
+			require.Positive(t, pv, "source %d", v)
+		}
 	}
-	require.InDelta(t, 3, total, 1e-9)
 
 	res2, err := Solve(t.Context(), got, f, p.Y, Options{Threshold: 0.9})
 	require.NoError(t, err)
@@ -119,7 +125,7 @@ func TestSolveWithSourceRule(t *testing.T) {
 	}
 	// Under a threshold the probability is the fraction of restarts with x
 	// at it or over, but for the tie-break's share at the boundary.
-	restarts, _ := res2.final.Dims()
+	restarts, _ = res2.final.Dims()
 	for v, pv := range res2.Probability {
 		over, sure := 0, 0
 		for i := 0; i < restarts; i++ {
@@ -163,5 +169,28 @@ func TestKeepCountRule(t *testing.T) {
 		{0.01, 0.0, true},
 	} {
 		require.Equal(t, tc.keep, keepCountRule(tc.count, tc.threshold), "%+v", tc)
+	}
+}
+
+// Under a count rule every restart is cut at the mean's K-th score, not
+// at its own K-th: node 0 sits at 0.98 in all three restarts while each
+// restart has two other nodes at 1 (different ones), so each restart's own
+// top two never hold node 0, which the mean ranks first.
+func TestNamedFractionUnderACountRuleCutsAtTheMeansCut(t *testing.T) {
+	x := mat.NewDense(3, 7, []float64{
+		0.98, 1, 1, 0, 0, 0, 0,
+		0.98, 0, 0, 1, 1, 0, 0,
+		0.98, 0, 0, 0, 0, 1, 1,
+	})
+	grad := mat.NewDense(3, 7, nil)
+	res := summarize(x, grad, 0.5)
+	cut := sourceCut{rule: SourceRule{Count: 2}, infected: 7}
+	sources, threshold := cut.apply(res.Scores)
+	require.Equal(t, 0, sources[0])
+	require.InDelta(t, 1.0/3, threshold, tieWeight)
+	votes := namedFraction(x, grad, reranking{}, cut, threshold, nil)
+	require.Equal(t, []float64{1, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3}, votes)
+	for _, v := range sources {
+		require.Positive(t, votes[v], "source %d", v)
 	}
 }

@@ -211,11 +211,12 @@ type Result struct {
 	Scores []float64
 	// Probability is, per node, the fraction of restarts that name it a
 	// source when each restart's own final x (tie-broken by its own
-	// gradient) is reranked and cut as Scores are: the fraction with
-	// x_v >= delta under the plain threshold rule, and under a count
-	// rule, a lift or a calibration how often that rule, applied to one
-	// restart, names the node. (Solve's internal summaries, before the
-	// bundle's rules, hold the fraction with x_v >= delta.)
+	// gradient) is reranked as Scores are and cut at Threshold: the
+	// fraction with x_v >= delta under the plain threshold rule, and
+	// under a count rule the fraction at or over the K-th score (so every
+	// source has at least one restart's vote). (Solve's internal
+	// summaries, before the bundle's rules, hold the fraction with
+	// x_v >= delta.)
 	Probability []float64
 	// Predicted is f(Mean), the forward model's infection probability at
 	// the mean final x, when Options.Predict is set or the bundle's
@@ -406,7 +407,7 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 		cut.rule = b.Manifest.SourceRule
 	}
 	res.Sources, res.Threshold = cut.apply(res.Scores)
-	res.Probability = namedFraction(res.final, res.finalGrad, rr, cut, res.Predicted)
+	res.Probability = namedFraction(res.final, res.finalGrad, rr, cut, res.Threshold, res.Predicted)
 	return res, nil
 }
 
@@ -445,14 +446,21 @@ func (rr reranking) apply(scores, predicted []float64) {
 }
 
 // namedFraction returns, per node, the fraction of the restarts whose own
-// scores, reranked by rr and cut by cut as the mean's were, name it a
-// source: the restart's final x with its own gradient as the tie-break
-// (as Result.Scores, over one restart). Under the plain threshold rule
-// that is the fraction of restarts with x_v at delta or over (up to the
-// tie-break's 0.001); under a count rule, a lift or a calibration it is
-// how often the rule itself, applied to one restart, would have named the
-// node, where x_v >= delta would be a number the rule never reads.
-func namedFraction(x, grad *mat.Dense, rr reranking, cut sourceCut, predicted []float64) []float64 {
+// scores, reranked by rr as the mean's were, reach the cut of the mean's:
+// the restart's final x with its own gradient as the tie-break (as
+// Result.Scores, over one restart). Under the plain threshold rule that
+// is the fraction of restarts with x_v at delta or over (up to the
+// tie-break's 0.001); with a lift or a calibration, at delta or over once
+// reranked; under a count rule, at or over threshold, the K-th score of
+// the mean. Not each restart's own top K: a restart leaves many nodes at
+// the clamp's 1, different ones in each, so its own top K could leave
+// out, in every restart, a node at 0.98 in all of them, ranked 4th of 8
+// by the mean, and give a named source probability 0 (seen on a random
+// geometric graph, and its alert's credible set left that source out).
+func namedFraction(x, grad *mat.Dense, rr reranking, cut sourceCut, threshold float64, predicted []float64) []float64 {
+	if !cut.rule.IsThreshold() {
+		cut = sourceCut{delta: threshold, infected: cut.infected}
+	}
 	r, n := x.Dims()
 	frac := make([]float64, n)
 	scores := make([]float64, n)

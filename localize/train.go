@@ -515,9 +515,9 @@ func (m *Manifest) OutsideTraining(infected int) string {
 // observation of infected nodes under rule (the bundle's SourceRule, or
 // the one a caller chose instead): OutsideTraining's, and, where a count
 // rule names at least as many nodes as are infected, that every infected
-// node is named with probability 1 (each restart names them all), so
-// that neither probability nor credible_set says anything; "" when
-// there is nothing to say.
+// node is named, so that the source set says nothing (probability still
+// says how often a restart put a node as high as the set's weakest); ""
+// when there is nothing to say.
 func (m *Manifest) AnswerNote(infected int, rule SourceRule) string {
 	var notes []string
 	if s := m.OutsideTraining(infected); s != "" {
@@ -528,7 +528,7 @@ func (m *Manifest) AnswerNote(infected int, rule SourceRule) string {
 		if infected == 1 {
 			are = "is"
 		}
-		notes = append(notes, fmt.Sprintf("every infected node is named a source, as the bundle names %d by its count rule and %d %s infected: probability and credible_set say nothing here; read score for the order", k, infected, are))
+		notes = append(notes, fmt.Sprintf("every infected node is named a source, as the bundle names %d by its count rule and %d %s infected: the source set says nothing here; read score and probability for the order", k, infected, are))
 	}
 	return strings.Join(notes, "; ")
 }

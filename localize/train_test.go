@@ -351,15 +351,15 @@ func TestPoorFit(t *testing.T) {
 	}
 }
 
-// A count rule that names every infected node says so: each restart names
-// them all, so probability and credible_set carry nothing.
+// A count rule that names every infected node says so: the source set
+// then carries nothing.
 func TestAnswerNote(t *testing.T) {
 	m := localize.Manifest{Graph: localize.GraphRef{Nodes: 100}, Metrics: map[string]float64{
 		localize.TrainInfectedMinMetric: 0.05, localize.TrainInfectedMaxMetric: 0.5}}
 	count := localize.SourceRule{Count: 7}
 	require.Empty(t, m.AnswerNote(20, count))
 	require.Empty(t, m.AnswerNote(6, localize.SourceRule{}), "a threshold names what clears it")
-	require.Equal(t, "every infected node is named a source, as the bundle names 7 by its count rule and 6 are infected: probability and credible_set say nothing here; read score for the order",
+	require.Equal(t, "every infected node is named a source, as the bundle names 7 by its count rule and 6 are infected: the source set says nothing here; read score and probability for the order",
 		m.AnswerNote(6, count))
 	require.Contains(t, m.AnswerNote(7, count), "every infected node is named")
 	both := m.AnswerNote(3, count)

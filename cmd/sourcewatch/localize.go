@@ -41,7 +41,8 @@ func newLocalizeCmd(a *app) *cobra.Command {
 		Long: `localize reads an observation ({"infected":[node ids...]}, or a JSONL file of
 them, one per line) and prints the suspected sources, ranked, with their score
 (mean of x over restarts, reordered as the bundle ranks) and probability (the
-fraction of restarts that, cut by the bundle's own rule, name the node).`,
+fraction of restarts whose own x, ranked the same way, reaches the source
+set's cut: delta, or under a count rule the K-th score).`,
 		Example: `  sourcewatch localize --bundle karate.swb --observation obs.json`,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runLocalize(cmd, a) },
 	}
