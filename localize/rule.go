@@ -72,6 +72,11 @@ type sourceCut struct {
 	rule     SourceRule
 	delta    float64
 	infected int // nodes observed infected (y_v >= 1/2)
+	// atLeast is how many of the ranking's first nodes the set holds
+	// whatever the rule says: the lone infected nodes, lifted first,
+	// where the training snapshots proved each one a source
+	// (Manifest.LoneSourcesProven).
+	atLeast int
 }
 
 // apply returns the source set of scores, highest score first, and the
@@ -83,6 +88,9 @@ type sourceCut struct {
 // validation left them out when it chose K: keeping them turned a count
 // of 12 into 50 suspects where the scores of the uninfected nodes tie.
 //
+// Either way the set holds at least the first atLeast nodes (the proven
+// lone nodes), cut then at the lower of delta and the last one's score.
+//
 // The cap is for observations smaller than any validation snapshot, as a
 // live monitor sees early in an outbreak: twelve suspects for one
 // infected node name eleven that, where nothing recovers, cannot be
@@ -92,10 +100,14 @@ type sourceCut struct {
 // snapshots and cost Karate SI's test F1 0.013).
 func (c sourceCut) apply(scores []float64) ([]int, float64) {
 	order := byScore(scores)
+	least := min(c.atLeast, len(order))
 	if c.rule.IsThreshold() {
 		k := 0
 		for k < len(order) && scores[order[k]] >= c.delta {
 			k++
+		}
+		if k < least {
+			return order[:least], min(c.delta, scores[order[least-1]])
 		}
 		return order[:k], c.delta
 	}
@@ -103,10 +115,21 @@ func (c sourceCut) apply(scores []float64) ([]int, float64) {
 	if c.rule.Count > 0 {
 		k = min(k, max(1, c.infected))
 	}
+	k = max(k, least)
 	if k == 0 {
 		return nil, c.delta // no node to name
 	}
 	return order[:k], scores[order[k-1]]
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // countInfected is the number of nodes observed infected (y_v >= 1/2).

@@ -188,9 +188,68 @@ func TestNamedFractionUnderACountRuleCutsAtTheMeansCut(t *testing.T) {
 	sources, threshold := cut.apply(res.Scores)
 	require.Equal(t, 0, sources[0])
 	require.InDelta(t, 1.0/3, threshold, tieWeight)
-	votes := namedFraction(x, grad, reranking{}, cut, threshold, nil)
+	votes := namedFraction(x, grad, reranking{}, threshold, nil)
 	require.Equal(t, []float64{1, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3}, votes)
 	for _, v := range sources {
 		require.Positive(t, votes[v], "source %d", v)
 	}
+}
+
+// Where the training snapshots proved every lone infected node a source,
+// a bundle that ranks them first names them all, whatever its count or
+// threshold would cut; without that proof its rule stands.
+func TestSolveNamesEveryProvenLoneNode(t *testing.T) {
+	b := testBundle(t) // a ring of 12
+	b.Manifest.SourceRule = SourceRule{Count: 1}
+	b.Manifest.LoneInfectedFirst = true
+	_, f, _ := testProblem(12, 2, 4)
+	y := make([]float64, 12)
+	for _, v := range []int{0, 4, 8} { // three lone infected nodes
+		y[v] = 1
+	}
+	for _, tc := range []struct {
+		name    string
+		metrics map[string]float64
+		lone    bool
+		rule    SourceRule
+		want    int
+	}{
+		{"proven, count", map[string]float64{LoneSourceRateMetric: 1}, true, SourceRule{Count: 1}, 3},
+		{"proven, threshold over every score", map[string]float64{LoneSourceRateMetric: 1}, true, SourceRule{}, 3},
+		{"not every one a source", map[string]float64{LoneSourceRateMetric: 0.9}, true, SourceRule{Count: 1}, 1},
+		{"no measurement (an older bundle)", map[string]float64{}, true, SourceRule{Count: 1}, 1},
+		{"not ranked first", map[string]float64{LoneSourceRateMetric: 1}, false, SourceRule{Count: 1}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b.Manifest.Metrics = tc.metrics
+			b.Manifest.LoneInfectedFirst = tc.lone
+			b.Manifest.SourceRule = tc.rule
+			b.Manifest.Threshold = 1.5 // over every score: the threshold names none
+			if !tc.rule.IsThreshold() {
+				b.Manifest.Threshold = 0.4
+			}
+			res, err := Solve(t.Context(), b, f, y, DefaultOptions())
+			require.NoError(t, err)
+			require.Len(t, res.Sources, tc.want)
+			if tc.want == 3 {
+				require.ElementsMatch(t, []int{0, 4, 8}, res.Sources)
+			}
+			for _, v := range res.Sources {
+				require.GreaterOrEqual(t, res.Scores[v], res.Threshold, "every source at or over the cut")
+				require.Positive(t, res.Probability[v], "source %d", v)
+			}
+		})
+	}
+}
+
+func TestLoneSourceRate(t *testing.T) {
+	g := ringGraph(t, 12)
+	_, ok := LoneSourceRate(g, []forward.Pair{{Sources: []int{0}, Infected: []int{0, 1, 2}}})
+	require.False(t, ok, "no lone node")
+	rate, ok := LoneSourceRate(g, []forward.Pair{
+		{Sources: []int{0, 6}, Infected: []int{0, 1, 6}}, // 6 is lone and a source
+		{Sources: []int{3}, Infected: []int{3, 9}},       // 3 and 9 lone, 9 not a source
+	})
+	require.True(t, ok)
+	require.InDelta(t, 2.0/3, rate, 1e-12)
 }

@@ -405,9 +405,12 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	// An explicit threshold overrides the bundle's rule, whichever it is.
 	if opts.Threshold == 0 {
 		cut.rule = b.Manifest.SourceRule
+		if rr.lone != nil && b.Manifest.LoneSourcesProven() {
+			cut.atLeast = countTrue(rr.lone)
+		}
 	}
 	res.Sources, res.Threshold = cut.apply(res.Scores)
-	res.Probability = namedFraction(res.final, res.finalGrad, rr, cut, res.Threshold, res.Predicted)
+	res.Probability = namedFraction(res.final, res.finalGrad, rr, res.Threshold, res.Predicted)
 	return res, nil
 }
 
@@ -446,21 +449,20 @@ func (rr reranking) apply(scores, predicted []float64) {
 }
 
 // namedFraction returns, per node, the fraction of the restarts whose own
-// scores, reranked by rr as the mean's were, reach the cut of the mean's:
-// the restart's final x with its own gradient as the tie-break (as
-// Result.Scores, over one restart). Under the plain threshold rule that
-// is the fraction of restarts with x_v at delta or over (up to the
-// tie-break's 0.001); with a lift or a calibration, at delta or over once
-// reranked; under a count rule, at or over threshold, the K-th score of
-// the mean. Not each restart's own top K: a restart leaves many nodes at
-// the clamp's 1, different ones in each, so its own top K could leave
-// out, in every restart, a node at 0.98 in all of them, ranked 4th of 8
-// by the mean, and give a named source probability 0 (seen on a random
-// geometric graph, and its alert's credible set left that source out).
-func namedFraction(x, grad *mat.Dense, rr reranking, cut sourceCut, threshold float64, predicted []float64) []float64 {
-	if !cut.rule.IsThreshold() {
-		cut = sourceCut{delta: threshold, infected: cut.infected}
-	}
+// scores, reranked by rr as the mean's were, reach threshold, the score
+// that cut the mean's source set: the restart's final x with its own
+// gradient as the tie-break (as Result.Scores, over one restart). Under
+// the plain threshold rule that is the fraction of restarts with x_v at
+// delta or over (up to the tie-break's 0.001); with a lift or a
+// calibration, at delta or over once reranked; under a count rule, at or
+// over the mean's K-th score. Not each restart's own top K: a restart
+// leaves many nodes at the clamp's 1, different ones in each, so its own
+// top K could leave out, in every restart, a node at 0.98 in all of them,
+// ranked 4th of 8 by the mean, and give a named source probability 0
+// (seen on a random geometric graph, and its alert's credible set left
+// that source out).
+func namedFraction(x, grad *mat.Dense, rr reranking, threshold float64, predicted []float64) []float64 {
+	cut := sourceCut{delta: threshold}
 	r, n := x.Dims()
 	frac := make([]float64, n)
 	scores := make([]float64, n)

@@ -324,6 +324,9 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 		if m.Calibration != nil {
 			verdict = "calibrated with the rest"
 		}
+		if m.LoneSourcesProven() {
+			detail += "; every one a source in the training snapshots, so every one is named"
+		}
 		fmt.Fprintf(w, "lone nodes  %s (%s)\n", verdict, detail)
 	}
 	if _, ok := m.Metrics[localize.CalibratedAUCMetric]; !ok && !infectedFirst && m.Format >= 5 {

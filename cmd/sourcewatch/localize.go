@@ -88,6 +88,11 @@ type localizeOutput struct {
 	// LoneInfectedFirst is set when the bundle ranks the lone infected
 	// nodes (infected, no infected in-neighbour) above every other one.
 	LoneInfectedFirst bool `json:"lone_infected_first,omitempty"`
+	// LoneInfectedNamed is set when every lone infected node is named a
+	// source whatever the threshold or count cut (the bundle's training
+	// snapshots proved each one a source; see
+	// localize.Manifest.LoneSourcesProven).
+	LoneInfectedNamed bool `json:"lone_infected_named,omitempty"`
 	// Calibrated is set when the bundle's scores of the infected nodes are
 	// calibrated by infected component size (see localize.Calibration).
 	Calibrated bool `json:"calibrated,omitempty"`
@@ -200,8 +205,9 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 		out := localizeOutput{
 			Observation: i + 1, ID: obs[i].ID, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
 			SourceRule: sourceRuleUsed(b, opts), Ranking: b.Manifest.Ranking, LoneInfectedFirst: b.Manifest.LoneInfectedFirst,
-			Calibrated: b.Manifest.Calibration != nil,
-			Timing:     res.Timing, Forward: b.Manifest.Forward,
+			Calibrated:        b.Manifest.Calibration != nil,
+			LoneInfectedNamed: opts.Threshold == 0 && b.Manifest.LoneSourcesProven(),
+			Timing:            res.Timing, Forward: b.Manifest.Forward,
 			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
 			OutsideTraining: b.Manifest.OutsideTraining(len(idx)),
 		}
@@ -288,7 +294,10 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	if o.Ranking != localize.RankByScore {
 		cut += "; " + string(o.Ranking)
 	}
-	if o.LoneInfectedFirst {
+	switch {
+	case o.LoneInfectedNamed:
+		cut += "; lone infected first, every one named"
+	case o.LoneInfectedFirst:
 		cut += "; lone infected first"
 	}
 	if o.Calibrated {

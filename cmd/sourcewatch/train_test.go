@@ -184,6 +184,9 @@ func TestTrainRanking(t *testing.T) {
 	require.Contains(t, inspect, line+")\n")
 	lone, ok := b.Manifest.Metrics[localize.LoneFirstAUCMetric]
 	require.True(t, ok, "the lone infected nodes' validation AUC is recorded")
+	if rate, ok := b.Manifest.Metrics[localize.LoneSourceRateMetric]; ok {
+		require.Equal(t, 1.0, rate, "under SI every lone infected node is a source")
+	}
 	chosen := b.Manifest.Metrics[localize.RankingAUCMetric(b.Manifest.Ranking)]
 	calibrated, ok := b.Manifest.Metrics[localize.CalibratedAUCMetric]
 	require.Equal(t, b.Manifest.Ranking != localize.RankByScore, ok, "the calibration is measured under a ranking that puts the infected first")
@@ -196,7 +199,11 @@ func TestTrainRanking(t *testing.T) {
 	case b.Manifest.LoneInfectedFirst:
 		verdict = "first"
 	}
-	require.Contains(t, inspect, fmt.Sprintf("lone nodes  %s (infected, no infected in-neighbour; validation ROC-AUC first: %.3f)\n", verdict, lone))
+	proven := ""
+	if b.Manifest.LoneSourcesProven() {
+		proven = "; every one a source in the training snapshots, so every one is named"
+	}
+	require.Contains(t, inspect, fmt.Sprintf("lone nodes  %s (infected, no infected in-neighbour; validation ROC-AUC first: %.3f%s)\n", verdict, lone, proven))
 	if ok {
 		verdict = "not used"
 		if b.Manifest.Calibration != nil {
