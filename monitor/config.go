@@ -688,6 +688,10 @@ func (g *GraphConfig) fillDefaults(keys map[string]any) {
 
 var graphName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 
+// MaxGraphName is the longest graph name: JetStream takes consumer names
+// of at most 255 characters, and a graph's is "sourcewatch-" + its name.
+const MaxGraphName = 255 - len("sourcewatch-")
+
 // Validate reports the first problem found, naming its key as in
 // "graphs[1].window: must be > 0".
 func (c Config) Validate() error {
@@ -773,6 +777,9 @@ func (c Config) Validate() error {
 			return bad(key("name"), "must be set")
 		case !graphName.MatchString(g.Name):
 			return bad(key("name"), "%q: want letters, digits, '_' or '-' (it is a subject token)", g.Name)
+		case len(g.Name) > MaxGraphName:
+			// Refused here rather than by the server at start, after NATS is up.
+			return bad(key("name"), "%d characters: at most %d (its consumer, %s, takes a name of at most 255)", len(g.Name), MaxGraphName, consumerName("<name>"))
 		case consumerName(g.Name) == unroutedConsumer:
 			// Its consumer would be the catch-all one, which startUnrouted
 			// would then reconfigure to headers only on every subject.

@@ -127,6 +127,7 @@ func TestValidateNamesTheKey(t *testing.T) {
 		{"dup name", minimalYAML + minimalYAML[len("\ngraphs:\n"):], `graphs[1].name: "karate" already used by graphs[0]`},
 		{"bad name", strings.Replace(minimalYAML, "karate\n", "a.b\n", 1), `graphs[0].name: "a.b"`},
 		{"reserved name", strings.Replace(minimalYAML, "karate\n", "unrouted\n", 1), `graphs[0].name: "unrouted" is reserved: its consumer name sourcewatch-unrouted`},
+		{"name too long", strings.Replace(minimalYAML, "karate\n", strings.Repeat("h", MaxGraphName+1)+"\n", 1), `graphs[0].name: 244 characters: at most 243 (its consumer, sourcewatch-<name>, takes a name of at most 255)`},
 		{"no bundle", "graphs:\n  - {name: x, edges: e}\n", "graphs[0].bundle: must be set"},
 		{"no graphs", "workers: 1\n", "graphs: at least one graph"},
 		{"workers", minimalYAML + "workers: 0\n", "workers: must be > 0"},
