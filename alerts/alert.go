@@ -2,8 +2,11 @@ package alerts
 
 import (
 	"cmp"
+	"encoding/json"
+	"fmt"
 	"math"
 	"slices"
+	"sort"
 	"time"
 )
 
@@ -62,9 +65,14 @@ type Alert struct {
 	// Note says what the alert's reader should know about the answer,
 	// such as an observation far smaller than the model was trained on;
 	// absent when there is nothing to say.
-	Note       string    `json:"note,omitempty"`
-	Seq        uint64    `json:"seq"`
-	ObservedAt time.Time `json:"observed_at"`
+	Note string `json:"note,omitempty"`
+	// SourcesOmitted is how many of the source set's lowest-ranked nodes
+	// were left out of Sources (and so of CredibleSet) for the alert to
+	// fit the largest message the server takes (Observation.MaxBytes);
+	// absent when none was.
+	SourcesOmitted int       `json:"sources_omitted,omitempty"`
+	Seq            uint64    `json:"seq"`
+	ObservedAt     time.Time `json:"observed_at"`
 }
 
 // Observation is one inference result for a graph, as the monitor hands it
@@ -79,6 +87,58 @@ type Observation struct {
 	Model       ModelRef
 	InferenceMS float64
 	Note        string
+	// MaxBytes is the largest alert, JSON-encoded, that can be published
+	// (the server's max_payload less room for headers); 0 for no limit.
+	// The lowest-ranked sources are left out until the alert fits, and
+	// the alert says how many (SourcesOmitted, and in Note): an alert
+	// over the limit could never be published, and its incident would
+	// neither update nor resolve.
+	MaxBytes int
+}
+
+// fitSources returns a with the fewest of its lowest-ranked sources left
+// out for its encoding, with the room idRoom for the fields set after it
+// (id, fingerprint, status), to hold at most maxBytes; a as it is when it
+// fits or maxBytes is 0. Left with no source and still too large, it is
+// returned so, for the publish to fail with the size.
+func fitSources(a Alert, maxBytes int) Alert {
+	const idRoom = 256
+	if maxBytes <= 0 {
+		return a
+	}
+	all, note := a.Sources, a.Note
+	size := func(k int) int {
+		b := a
+		b.Sources = all[:k]
+		b.CredibleSet = CredibleSet(b.Sources, DefaultMass)
+		if k < len(all) {
+			b.SourcesOmitted = len(all) - k
+			b.Note = omittedNote(note, len(all)-k, len(all), maxBytes)
+		}
+		data, err := json.Marshal(b)
+		if err != nil {
+			return math.MaxInt
+		}
+		return len(data) + idRoom
+	}
+	if size(len(all)) <= maxBytes {
+		return a
+	}
+	// The largest k that fits: size grows with k.
+	k := sort.Search(len(all), func(k int) bool { return size(k+1) > maxBytes })
+	a.Sources = slices.Clone(all[:k])
+	a.CredibleSet = CredibleSet(a.Sources, DefaultMass)
+	a.SourcesOmitted = len(all) - k
+	a.Note = omittedNote(note, len(all)-k, len(all), maxBytes)
+	return a
+}
+
+func omittedNote(note string, omitted, total, maxBytes int) string {
+	s := fmt.Sprintf("the %d lowest-ranked of %d sources are left out: with them the alert would be over the %d bytes the server takes (max_payload)", omitted, total, maxBytes)
+	if note == "" {
+		return s
+	}
+	return note + "; " + s
 }
 
 // utc normalizes every time in a to UTC and replaces nil slices by empty

@@ -126,6 +126,7 @@ func (t *Tracker) Observe(o Observation) (Alert, bool) {
 		Note:        o.Note,
 		ObservedAt:  now,
 	}
+	a = fitSources(a, o.MaxBytes)
 	if gs.Open == nil {
 		gs.Incidents++
 		a.Fingerprint = Fingerprint(o.Graph, now, gs.Incidents)
@@ -139,7 +140,7 @@ func (t *Tracker) Observe(o Observation) (Alert, bool) {
 	}
 	prev := gs.Open
 	a.Fingerprint = prev.Fingerprint
-	if sameSet(prev.Sources, o.Sources) {
+	if sameSet(prev.Sources, a.Sources) {
 		a.Status, a.Seq, a.ID = prev.Status, prev.Seq, prev.ID
 		a = a.utc()
 		gs.Open = &a

@@ -3,6 +3,7 @@ package alerts
 import (
 	"encoding/json"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -521,4 +522,52 @@ func TestTrackerRetireAndForget(t *testing.T) {
 	require.Equal(t, []string{"h"}, tr.Known())
 	require.False(t, tr.Forget("h"), "an open incident is kept")
 	require.True(t, tr.Forget("never-seen"))
+}
+
+// An alert too large for the server keeps its highest-ranked sources, says
+// how many it left out, fits (with its id) and stays the same alert when
+// the same sources come again; its resolve fits too.
+func TestTrackerFitsAlertsToMaxBytes(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	tr := NewTracker(c.now)
+	nodes := make([]string, 40)
+	for i := range nodes {
+		nodes[i] = strings.Repeat(strconv.Itoa(i%10), 200) + "-" + strconv.Itoa(i)
+	}
+	o := obs("g", nodes...)
+	o.Note = "observed early"
+	o.MaxBytes = 4000
+	a, publish := tr.Observe(o)
+	require.True(t, publish)
+	data, err := json.Marshal(a)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(data), o.MaxBytes)
+	require.Positive(t, a.SourcesOmitted)
+	require.Equal(t, len(nodes), len(a.Sources)+a.SourcesOmitted)
+	require.Equal(t, o.Sources[:len(a.Sources)], a.Sources, "the highest-ranked are kept, in order")
+	require.Equal(t, CredibleSet(a.Sources, DefaultMass), a.CredibleSet)
+	require.Contains(t, a.Note, "observed early; the "+strconv.Itoa(a.SourcesOmitted)+" lowest-ranked of 40 sources are left out")
+	// One more source would not have fitted.
+	b := a
+	b.Sources = o.Sources[:len(a.Sources)+1]
+	b.CredibleSet = CredibleSet(b.Sources, DefaultMass)
+	data, err = json.Marshal(b)
+	require.NoError(t, err)
+	require.Greater(t, len(data)+256, o.MaxBytes)
+
+	_, publish = tr.Observe(o)
+	require.False(t, publish, "the same sources, fitted the same way, are no update")
+
+	r, ok := tr.Resolve("g", o.Window, 0)
+	require.True(t, ok)
+	data, err = json.Marshal(r)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(data), o.MaxBytes)
+	require.Equal(t, a.SourcesOmitted, r.SourcesOmitted)
+
+	// Without a limit, or under it, nothing is left out.
+	o.MaxBytes = 0
+	a, _ = tr.Observe(o)
+	require.Zero(t, a.SourcesOmitted)
+	require.Len(t, a.Sources, 40)
 }

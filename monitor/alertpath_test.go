@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 // storedAlerts reads every alert of graph the alert stream holds, in stream
@@ -468,4 +469,88 @@ func TestLastAlertSurvivesARestart(t *testing.T) {
 	require.Equal(t, resolved.ID, last.ID)
 	require.Equal(t, alerts.Resolved, last.Status)
 	require.Nil(t, r2.d.graphs["q"].lastAlert.Load(), "a graph that never alerted has none")
+}
+
+// An alert whose sources would take it over the server's max_payload is
+// published with its highest-ranked sources and a count of the rest left
+// out, and its incident updates and resolves as any other (it could never
+// be published, and held its graph's every later alert back).
+func TestAlertOverMaxPayloadLeavesSourcesOut(t *testing.T) {
+	const maxPayload = 8 << 10
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: maxPayload}
+	s := runServerWith(t, opts)
+	ids := make([]string, 12)
+	var edges strings.Builder
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", strings.Repeat("n", 1000), i)
+		if i > 0 {
+			edges.WriteString(ids[i-1] + " " + ids[i] + "\n")
+		}
+	}
+	g, err := graph.Read(strings.NewReader(edges.String()), "big")
+	require.NoError(t, err)
+	names := []string{"big", "big2"}
+	cfg := testConfig(t, names...)
+	cfg.NATS.URL = s.ClientURL()
+	// Every infected node a source, the lower index the higher score.
+	f := &factoryOf{script: func(GraphConfig) func([]float64) Inference {
+		return func(y []float64) Inference {
+			inf := Inference{Scores: make([]float64, len(y)), Probability: make([]float64, len(y)), Threshold: 0.05,
+				Model: ModelInfo{Bundle: "b", Forward: "fake", ForwardVersion: "1"}}
+			for v := range y {
+				if y[v] > 0 {
+					inf.Sources = append(inf.Sources, v)
+					inf.Scores[v], inf.Probability[v] = 1-0.05*float64(v), 1
+				}
+			}
+			return inf
+		}
+	}}
+	r := start(t, cfg, WithGraphs(map[string]*graph.Graph{"big": g, "big2": g}), WithLocalizerFactory(f.factory))
+	now := time.Now()
+	for _, name := range names {
+		for _, id := range ids {
+			r.publish(t, name, Event{Node: id, State: StateInfected, TS: now}, "")
+		}
+	}
+	for _, name := range names {
+		var trimmed alerts.Alert
+		require.Eventually(t, func() bool {
+			for _, a := range storedAlerts(t, r.js, name) {
+				if a.SourcesOmitted > 0 {
+					trimmed = a
+					return true
+				}
+			}
+			return false
+		}, 20*time.Second, 10*time.Millisecond)
+		require.Equal(t, ids[0], trimmed.Sources[0].Node, "the highest-ranked are kept")
+		require.Equal(t, len(ids), len(trimmed.Sources)+trimmed.SourcesOmitted)
+		require.Contains(t, trimmed.Note, "lowest-ranked of 12 sources are left out")
+	}
+
+	for _, id := range ids {
+		r.publish(t, "big", Event{Node: id, State: StateRecovered, TS: now.Add(time.Second)}, "")
+	}
+	require.Eventually(t, func() bool {
+		got := storedAlerts(t, r.js, "big")
+		return got[len(got)-1].Status == alerts.Resolved
+	}, 20*time.Second, 10*time.Millisecond)
+	for _, name := range names {
+		waitAcknowledged(t, r.d, name)
+	}
+
+	// Two last alerts that each nearly fill a message: svc.status
+	// answers with their ids in their stead (it answered 500 for as long
+	// as they were the last ones); /status holds them whole.
+	got := storedAlerts(t, r.js, "big")
+	m := request(t, r.nc, "sourcewatch.svc.status", nil)
+	require.Empty(t, m.Header.Get(micro.ErrorHeader), "%s", m.Data)
+	require.NoError(t, validateJSON(t, compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/status_response", true), m.Data), "%s", m.Data)
+	var st Status
+	require.NoError(t, json.Unmarshal(m.Data, &st))
+	require.Contains(t, st.AlertsOmitted, "over the server's max_payload of 8192")
+	require.Nil(t, st.Graphs[0].LastAlert)
+	require.Equal(t, got[len(got)-1].ID, st.Graphs[0].LastAlertID)
+	require.NotNil(t, r.d.Status().Graphs[0].LastAlert, "the full status still holds it")
 }

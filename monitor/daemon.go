@@ -1390,6 +1390,7 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		Model:       alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
 		InferenceMS: float64(dur.Microseconds()) / 1000,
 		Note:        inf.Note,
+		MaxBytes:    d.alertMaxBytes(),
 	})
 	if publish {
 		d.flush(ctx, gr, d.publishAttempts)
@@ -1457,6 +1458,18 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 		d.log.Warn("saving alert state", zap.String("graph", gr.name), zap.Error(err))
 	}
 	return true
+}
+
+// alertMaxBytes is the largest encoded alert the tracker may make: the
+// server's max_payload less room for the headers, the daemon's alert note
+// (withAlertNote) and a resolve's note (0, no limit, before a connection).
+func (d *Daemon) alertMaxBytes() int {
+	const room = 1024
+	limit := d.nc.MaxPayload()
+	if limit <= 0 {
+		return 0
+	}
+	return max(1, int(limit)-room-len(d.alertNote)-2)
 }
 
 // withAlertNote returns a with the daemon's alert note (WithAlertNote)

@@ -132,6 +132,10 @@ type GraphStatus struct {
 	// PendingAlerts are alerts made but not yet acknowledged by the
 	// stream, oldest first; they are retried every interval.
 	PendingAlerts []alerts.Alert `json:"pending_alerts,omitempty"`
+	// LastAlertID and PendingCount stand for LastAlert and PendingAlerts
+	// in an answer too large to send with them (Status.AlertsOmitted).
+	LastAlertID  string `json:"last_alert_id,omitempty"`
+	PendingCount int    `json:"pending_count,omitempty"`
 }
 
 // Status is the answer of <prefix>.svc.status.
@@ -144,6 +148,36 @@ type Status struct {
 	// LastReload is the outcome of the last reload (SIGHUP or the reload
 	// endpoint), absent before one.
 	LastReload *ReloadStatus `json:"last_reload,omitempty"`
+	// AlertsOmitted says why the graphs' alerts are left out, with their
+	// ids and counts in their stead: the whole answer was over the server's
+	// max_payload. Absent when they are there.
+	AlertsOmitted string `json:"alerts_omitted,omitempty"`
+}
+
+// statusRoom is what a svc.status answer leaves of max_payload for the
+// reply's headers.
+const statusRoom = 1024
+
+// fitted returns st, or, when its encoding (size bytes) is over limit
+// less statusRoom, st with each graph's last and pending alerts replaced
+// by the last one's id and the pending count: alerts of long node ids
+// or many sources, one per graph, outgrow a message together, and the
+// answer would fail for as long as they are the last (past restarts).
+func (st Status) fitted(size int, limit int64) Status {
+	if limit <= 0 || int64(size) <= limit-statusRoom {
+		return st
+	}
+	st.Graphs = slices.Clone(st.Graphs)
+	for i := range st.Graphs {
+		gs := &st.Graphs[i]
+		if gs.LastAlert != nil {
+			gs.LastAlertID = gs.LastAlert.ID
+		}
+		gs.PendingCount = len(gs.PendingAlerts)
+		gs.LastAlert, gs.PendingAlerts = nil, nil
+	}
+	st.AlertsOmitted = fmt.Sprintf("last_alert and pending_alerts are left out: with them the answer is %d bytes, over the server's max_payload of %d; GET /status holds them, and the alert stream each alert by id", size, limit)
+	return st
 }
 
 // ReloadStatus is the outcome of one reload: a failed one left the
@@ -385,7 +419,13 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 				respond(r, nil, fmt.Errorf("%w: status takes no request body (got %q): it answers for every graph", errBadRequest, clipN(string(r.Data()), 64)))
 				return
 			}
-			respond(r, d.Status(), nil)
+			st := d.Status()
+			data, err := json.Marshal(st)
+			if err != nil {
+				respond(r, nil, err)
+				return
+			}
+			respond(r, st.fitted(len(data), d.nc.MaxPayload()), nil)
 		}},
 		{"window", func(r micro.Request) {
 			var req WindowRequest
