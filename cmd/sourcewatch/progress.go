@@ -28,9 +28,11 @@ type progress struct {
 	done    int
 	start   time.Time
 	lastAt  time.Time
-	drawn   bool
-	suffix  string
-	nowFunc func() time.Time
+	// advancedAt is when done last changed (start before it did).
+	advancedAt time.Time
+	drawn      bool
+	suffix     string
+	nowFunc    func() time.Time
 }
 
 // heartbeatEvery is how often progress logs off the terminal.
@@ -45,6 +47,7 @@ func (a *app) progress(label string, total int) *progress {
 func newProgress(w io.Writer, terminal bool, log *zap.Logger, label string, total int, every time.Duration) *progress {
 	p := &progress{w: w, on: terminal, log: log, every: every,
 		label: label, total: total, start: time.Now(), nowFunc: time.Now}
+	p.advancedAt = p.start
 	if !p.on && p.log != nil {
 		p.stop, p.stopped = make(chan struct{}), make(chan struct{})
 		go p.heartbeat()
@@ -62,13 +65,21 @@ func (p *progress) heartbeat() {
 			return
 		case <-t.C:
 			p.mu.Lock()
-			done, total, note, elapsed := p.done, p.total, p.suffix, p.nowFunc().Sub(p.start)
+			now := p.nowFunc()
+			done, total, note, elapsed, running := p.done, p.total, p.suffix, now.Sub(p.start), now.Sub(p.advancedAt)
 			p.mu.Unlock()
 			fields := []zap.Field{zap.Int("done", done), zap.Int("total", total), zap.Duration("elapsed", elapsed.Round(time.Second))}
 			if done > 0 && done < total {
-				// at the pace so far: a guide, as units need not cost alike
+				// At the pace so far: a guide, as units need not cost
+				// alike. Once the unit under way has outlasted it (a slow
+				// plugin's fit after quick solves said "eta 1s" for five
+				// minutes), how long that unit has run is said instead.
 				left := time.Duration(float64(elapsed) * float64(total-done) / float64(done))
-				fields = append(fields, zap.Duration("eta", left.Round(time.Second)))
+				if running > left {
+					fields = append(fields, zap.Duration("current_unit", running.Round(time.Second)))
+				} else {
+					fields = append(fields, zap.Duration("eta", left.Round(time.Second)))
+				}
 			}
 			if note != "" {
 				fields = append(fields, zap.String("at", note))
@@ -86,6 +97,9 @@ func (p *progress) Set(done int, note string) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if done != p.done {
+		p.advancedAt = p.nowFunc()
+	}
 	p.done, p.suffix = done, note
 	if !p.on {
 		return // the heartbeat reads it

@@ -32,6 +32,26 @@ func TestProgressOffTerminalLogsOnItsOwnClock(t *testing.T) {
 	require.Equal(t, "slvae", e.ContextMap()["at"])
 	require.Contains(t, e.ContextMap(), "eta", "3 of 100 done: the rest at the pace so far")
 
+	// 99 of 100 done after 10 s, and the last unit has run 990 s: no eta
+	// of a tenth of a second, but how long the unit under way has run.
+	core, logs = observer.New(zap.InfoLevel)
+	p = newProgress(&out, false, zap.New(core), "eval", 100, 20*time.Millisecond)
+	p.mu.Lock()
+	t0 := p.start
+	at := t0.Add(10 * time.Second)
+	p.nowFunc = func() time.Time { return at }
+	p.mu.Unlock()
+	p.Set(99, "fit slvae[gat]")
+	p.mu.Lock()
+	at = t0.Add(1000 * time.Second)
+	p.mu.Unlock()
+	n = logs.Len()
+	require.Eventually(t, func() bool { return logs.Len() >= n+2 }, 5*time.Second, 5*time.Millisecond)
+	p.Done()
+	last := logs.All()[logs.Len()-1].ContextMap()
+	require.NotContains(t, last, "eta")
+	require.Equal(t, 990*time.Second, last["current_unit"])
+
 	// No note, no empty "at"; nothing done yet, no guess at the rest.
 	core, logs = observer.New(zap.InfoLevel)
 	p = newProgress(&out, false, zap.New(core), "train", 10, 20*time.Millisecond)
