@@ -554,3 +554,28 @@ func TestAlertOverMaxPayloadLeavesSourcesOut(t *testing.T) {
 	require.Equal(t, got[len(got)-1].ID, st.Graphs[0].LastAlertID)
 	require.NotNil(t, r.d.Status().Graphs[0].LastAlert, "the full status still holds it")
 }
+
+// The alert stream deleted under a running daemon is made anew at the
+// next failed publish, and the alert goes out (it waited for a restart).
+func TestAlertStreamDeletedIsMadeAnew(t *testing.T) {
+	cfg := testConfig(t, "p")
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	now := time.Now()
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: now}, "")
+	waitStored(t, r.js, "p", 1)
+	waitAcknowledged(t, r.d, "p")
+	require.NoError(t, r.js.DeleteStream(context.Background(), alerts.StreamName))
+
+	r.publish(t, "p", Event{Node: "2", State: StateRecovered, TS: now.Add(time.Second)}, "")
+	var got []alerts.Alert
+	require.Eventually(t, func() bool {
+		if _, err := r.js.Stream(context.Background(), alerts.StreamName); err != nil {
+			return false
+		}
+		got = storedAlerts(t, r.js, "p")
+		return len(got) == 1
+	}, 60*time.Second, 50*time.Millisecond)
+	require.Equal(t, alerts.Resolved, got[0].Status)
+	require.Equal(t, uint64(2), got[0].Seq)
+	waitAcknowledged(t, r.d, "p")
+}

@@ -1442,6 +1442,7 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 				d.metrics.pubFailed.WithLabelValues(gr.name).Inc()
 				d.limiter.warn("alert_publish", "alert not published; retrying next tick",
 					zap.String("graph", gr.name), zap.String("id", a.ID), zap.Error(err))
+				d.remakeAlertStream(ctx)
 			}
 			return false
 		}
@@ -1484,6 +1485,24 @@ func (d *Daemon) withAlertNote(a alerts.Alert) alerts.Alert {
 		a.Note += "; " + d.alertNote
 	}
 	return a
+}
+
+// remakeAlertStream makes the alert stream anew, as the start does, when
+// a publish failed because it is gone (deleted under the daemon): a
+// publish to a subject no stream keeps is never acknowledged, and every
+// alert would wait for a restart. The alerts it held, and its consumers,
+// went with it; the next tick publishes what is pending.
+func (d *Daemon) remakeAlertStream(ctx context.Context) {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := d.js.Stream(sctx, alerts.StreamName); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	if err := ensureAlertStream(sctx, d.js, d.cfg, d.log); err != nil {
+		d.limiter.warn("alert_stream", "alert stream gone; making it anew failed", zap.Error(err))
+		return
+	}
+	d.log.Warn("alert stream was deleted; made it anew (the alerts it held, and its consumers, are gone)", zap.String("stream", alerts.StreamName))
 }
 
 // publishAlert sends a and waits for the stream's acknowledgement, up to
