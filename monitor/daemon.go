@@ -644,6 +644,8 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		setupCtx, cancelSetup = context.WithTimeout(ctx, 30*time.Second)
 		defer cancelSetup()
 		d.rereadAtTakeover(setupCtx)
+	} else if err := d.checkNoOtherDaemon(setupCtx); err != nil {
+		return err
 	}
 	if err := d.restore(setupCtx); err != nil {
 		return err

@@ -60,6 +60,12 @@ var ErrNATS = errors.New("nats")
 // NATS account, and updating the stream would take its events away.
 var ErrStreamInUse = errors.New("stream in use by another deployment")
 
+// ErrAnotherDaemon is returned by Run, without ha.enabled, when a running
+// sourcewatch daemon already serves the same subjects.prefix on the NATS
+// account: the two would take each other's consumers and open two
+// incidents of one graph, one of which would never resolve.
+var ErrAnotherDaemon = errors.New("another sourcewatch daemon serves this prefix")
+
 // ErrDataDirInUse is returned by Run when another daemon holds the
 // data_dir its embedded server would store in.
 var ErrDataDirInUse = errors.New("data_dir in use by another sourcewatch daemon")

@@ -288,3 +288,29 @@ func TestDeadLetterStreamLimits(t *testing.T) {
 	require.Len(t, changed, 1)
 	require.Equal(t, "48h0m0s -> 1h0m0s", changed[0].ContextMap()["max_age"])
 }
+
+// Without HA a second daemon on the same server and prefix is refused
+// before it touches anything, naming the running one; once that one is
+// stopped, the next starts.
+func TestSecondDaemonOnAPrefixIsRefused(t *testing.T) {
+	s := runServer(t)
+	first := testConfig(t, "p")
+	first.NATS.URL = s.ClientURL()
+	opts := []Option{preload(t, 3, "p"), WithLocalizerFactory((&factoryOf{}).factory)}
+	r1 := start(t, first, opts...)
+
+	second := testConfig(t, "p")
+	second.NATS.URL = s.ClientURL()
+	d, err := New(second, opts...)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err = d.Run(ctx)
+	require.ErrorIs(t, err, ErrAnotherDaemon)
+	require.ErrorContains(t, err, `serves prefix "sourcewatch" on this NATS account: stop it, give this one another subjects.prefix, or run both as replicas with ha.enabled`)
+	require.Empty(t, r1.d.readiness(), "the first is untouched")
+
+	r1.stop(t)
+	r2 := start(t, second, opts...)
+	r2.stop(t)
+}

@@ -278,10 +278,67 @@ func topScored(g *graph.Graph, inf Inference, k int) []alerts.Source {
 // serviceMetadata is the micro service's metadata: the build's commit,
 // when known.
 func (d *Daemon) serviceMetadata() map[string]string {
-	if d.commit == "" {
-		return nil
+	// The prefix tells daemons of one account apart (checkNoOtherDaemon).
+	meta := map[string]string{"prefix": d.cfg.Subjects.Prefix}
+	if d.commit != "" {
+		meta["commit"] = d.commit
 	}
-	return map[string]string{"commit": d.commit}
+	return meta
+}
+
+// serviceName is the micro service every daemon registers.
+const serviceName = "sourcewatch"
+
+// checkNoOtherDaemon asks the account's sourcewatch services (a micro
+// PING) whether one serves this daemon's prefix, and returns
+// ErrAnotherDaemon naming it if so. Without HA nothing else stops a second
+// daemon on an external server (an embedded one's data_dir is locked):
+// the two would delete each other's consumers and each open its own
+// incident of a graph, one never resolved. A daemon stopped hard has no
+// connection left to answer, so a restart is not refused. Best effort:
+// two started in the same instant both pass, and a build older than this
+// check does not say its prefix (it is warned of, not refused).
+func (d *Daemon) checkNoOtherDaemon(ctx context.Context) error {
+	inbox := d.nc.NewRespInbox()
+	sub, err := d.nc.SubscribeSync(inbox)
+	if err != nil {
+		return fmt.Errorf("%w: asking for other daemons: %w", ErrNATS, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := d.nc.PublishRequest("$SRV.PING."+serviceName, inbox, nil); err != nil {
+		return fmt.Errorf("%w: asking for other daemons: %w", ErrNATS, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	for {
+		m, err := sub.NextMsgWithContext(wctx)
+		if err != nil {
+			return nil // no more answers within the wait
+		}
+		if m.Header.Get("Status") == "503" {
+			return nil // no service answers at all (no responders)
+		}
+		var p micro.Ping
+		if json.Unmarshal(m.Data, &p) != nil {
+			continue
+		}
+		prefix, said := p.Metadata["prefix"]
+		switch {
+		case prefix == d.cfg.Subjects.Prefix:
+			return fmt.Errorf("%w: a daemon (service id %s, version %s%s) serves prefix %q on this NATS account: stop it, give this one another subjects.prefix, or run both as replicas with ha.enabled",
+				ErrAnotherDaemon, p.ID, p.Version, commitOf(p.Metadata), prefix)
+		case !said:
+			d.log.Warn("a sourcewatch daemon of an older build runs on this NATS account; if it serves the same prefix, stop one of the two",
+				zap.String("service_id", p.ID), zap.String("version", p.Version))
+		}
+	}
+}
+
+func commitOf(meta map[string]string) string {
+	if c := meta["commit"]; c != "" {
+		return ", commit " + c
+	}
+	return ""
 }
 
 // startService registers the micro service "sourcewatch" with endpoints
@@ -292,7 +349,7 @@ func (d *Daemon) serviceMetadata() map[string]string {
 // finds responders.
 func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, error) {
 	svc, err := micro.AddService(d.nc, micro.Config{
-		Name:        "sourcewatch",
+		Name:        serviceName,
 		Version:     Version,
 		Description: "SL-VAE source localization on live event streams",
 		Metadata:    d.serviceMetadata(),
