@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"sort"
 	"time"
@@ -96,24 +97,45 @@ type Observation struct {
 	MaxBytes int
 }
 
-// fitSources returns a with the fewest of its lowest-ranked sources left
-// out for its encoding, with the room idRoom for the fields set after it
-// (id, fingerprint, status), to hold at most maxBytes; a as it is when it
-// fits or maxBytes is 0. Left with no source and still too large, it is
-// returned so, for the publish to fail with the size.
-func fitSources(a Alert, maxBytes int) Alert {
+// FitSources returns a with the fewest of its lowest-ranked sources left
+// out (counted in SourcesOmitted, said in Note) for its encoding, with
+// room for the fields set after it (id, fingerprint, status), to hold at
+// most maxBytes; a as it is when it fits or maxBytes is 0. Its
+// CredibleSet is then the whole answer's less the nodes left out. Left
+// with no source and still too large, it is returned so, for the publish
+// to fail with the size. An alert fitted before to a larger limit is
+// fitted again from what it kept, its count and note made anew.
+func FitSources(a Alert, maxBytes int) Alert {
 	const idRoom = 256
 	if maxBytes <= 0 {
 		return a
 	}
 	all, note := a.Sources, a.Note
+	before := a.SourcesOmitted
+	if before > 0 {
+		note = omittedNoteRE.ReplaceAllString(note, "")
+	}
+	// The credible set of the whole answer (a's own, made with it), less
+	// the nodes left out: of the kept ones alone, 90% of a smaller total
+	// could take in a node the whole answer's set does not hold.
+	full := a.CredibleSet
+	credible := func(k int) []string {
+		if k == len(all) {
+			return full
+		}
+		kept := make(map[string]bool, k)
+		for _, s := range all[:k] {
+			kept[s.Node] = true
+		}
+		return slices.DeleteFunc(slices.Clone(full), func(n string) bool { return !kept[n] })
+	}
 	size := func(k int) int {
 		b := a
 		b.Sources = all[:k]
-		b.CredibleSet = CredibleSet(b.Sources, DefaultMass)
+		b.CredibleSet = credible(k)
 		if k < len(all) {
-			b.SourcesOmitted = len(all) - k
-			b.Note = omittedNote(note, len(all)-k, len(all), maxBytes)
+			b.SourcesOmitted = before + len(all) - k
+			b.Note = omittedNote(note, b.SourcesOmitted, before+len(all), maxBytes)
 		}
 		data, err := json.Marshal(b)
 		if err != nil {
@@ -127,11 +149,14 @@ func fitSources(a Alert, maxBytes int) Alert {
 	// The largest k that fits: size grows with k.
 	k := sort.Search(len(all), func(k int) bool { return size(k+1) > maxBytes })
 	a.Sources = slices.Clone(all[:k])
-	a.CredibleSet = CredibleSet(a.Sources, DefaultMass)
-	a.SourcesOmitted = len(all) - k
-	a.Note = omittedNote(note, len(all)-k, len(all), maxBytes)
+	a.CredibleSet = credible(k)
+	a.SourcesOmitted = before + len(all) - k
+	a.Note = omittedNote(note, a.SourcesOmitted, before+len(all), maxBytes)
 	return a
 }
+
+// omittedNoteRE matches what omittedNote adds to a note.
+var omittedNoteRE = regexp.MustCompile(`(; )?the \d+ lowest-ranked of \d+ sources are left out: with them the alert would be over the \d+ bytes the server takes \(max_payload\)$`)
 
 func omittedNote(note string, omitted, total, maxBytes int) string {
 	s := fmt.Sprintf("the %d lowest-ranked of %d sources are left out: with them the alert would be over the %d bytes the server takes (max_payload)", omitted, total, maxBytes)

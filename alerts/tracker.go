@@ -126,7 +126,7 @@ func (t *Tracker) Observe(o Observation) (Alert, bool) {
 		Note:        o.Note,
 		ObservedAt:  now,
 	}
-	a = fitSources(a, o.MaxBytes)
+	a = FitSources(a, o.MaxBytes)
 	if gs.Open == nil {
 		gs.Incidents++
 		a.Fingerprint = Fingerprint(o.Graph, now, gs.Incidents)
@@ -140,7 +140,7 @@ func (t *Tracker) Observe(o Observation) (Alert, bool) {
 	}
 	prev := gs.Open
 	a.Fingerprint = prev.Fingerprint
-	if sameSet(prev.Sources, a.Sources) {
+	if sameAnswer(prev, o.Sources) {
 		a.Status, a.Seq, a.ID = prev.Status, prev.Seq, prev.ID
 		a = a.utc()
 		gs.Open = &a
@@ -352,6 +352,19 @@ func (t *Tracker) Graphs() []string {
 		}
 	}
 	return out
+}
+
+// sameAnswer reports whether sources, the latest answer in full, is the
+// one prev published: the same node ids, or, where prev left its
+// lowest-ranked sources out (SourcesOmitted), the same count with the
+// kept ones first. Not prev's kept set against the latest one fitted, as
+// how many fit moves with the length of the note.
+func sameAnswer(prev *Alert, sources []Source) bool {
+	if prev.SourcesOmitted == 0 {
+		return sameSet(prev.Sources, sources)
+	}
+	return len(sources) == len(prev.Sources)+prev.SourcesOmitted &&
+		sameSet(prev.Sources, sources[:len(prev.Sources)])
 }
 
 func sameSet(a, b []Source) bool {

@@ -2,6 +2,7 @@ package alerts
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -570,4 +571,48 @@ func TestTrackerFitsAlertsToMaxBytes(t *testing.T) {
 	a, _ = tr.Observe(o)
 	require.Zero(t, a.SourcesOmitted)
 	require.Len(t, a.Sources, 40)
+}
+
+// Fitting keeps the whole answer's credible set, less the nodes left out
+// (not a set of the kept ones alone); a note that grows does not make the
+// same sources an update; an alert fitted before is fitted again to a
+// smaller limit with one count and one note.
+func TestFitSourcesKeepsTheAnswersCredibleSetAndCount(t *testing.T) {
+	long := func(s string) string { return strings.Repeat(s, 900) }
+	full := []Source{{Node: long("a"), Score: .9, Probability: .2}, {Node: long("b"), Score: .8, Probability: .2},
+		{Node: long("c"), Score: .7, Probability: .2}, {Node: long("d"), Score: .6, Probability: .9},
+		{Node: long("e"), Score: .5, Probability: .9}}
+	fullSet := CredibleSet(full, DefaultMass)
+	for limit := 2000; limit < 6000; limit += 50 {
+		a := FitSources(Alert{Schema: Schema, Graph: "g", Sources: full, CredibleSet: fullSet}, limit)
+		for _, n := range a.CredibleSet {
+			require.Contains(t, fullSet, n, "limit %d", limit)
+		}
+		if a.SourcesOmitted == 0 {
+			continue
+		}
+		// Fitted again to less room: one count of all that are left out,
+		// one note.
+		b := FitSources(a, limit-1000)
+		require.Equal(t, len(full), len(b.Sources)+b.SourcesOmitted)
+		require.Equal(t, 1, strings.Count(b.Note, "lowest-ranked"), b.Note)
+		require.Contains(t, b.Note, fmt.Sprintf("the %d lowest-ranked of 5 sources", b.SourcesOmitted))
+	}
+
+	c := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	tr := NewTracker(c.now)
+	nodes := make([]string, 40)
+	for i := range nodes {
+		nodes[i] = strings.Repeat(strconv.Itoa(i%10), 200) + "-" + strconv.Itoa(i)
+	}
+	o := obs("g", nodes...)
+	o.MaxBytes = 4000
+	_, publish := tr.Observe(o)
+	require.True(t, publish)
+	o.Note = strings.Repeat("the observation is smaller than any the model was trained on ", 5)
+	a, publish := tr.Observe(o)
+	require.False(t, publish, "the same sources with a longer note: %d kept", len(a.Sources))
+	o.Sources = o.Sources[:39]
+	_, publish = tr.Observe(o)
+	require.True(t, publish, "one source fewer is an update, even among those left out")
 }

@@ -188,7 +188,7 @@ func TestNamedFractionUnderACountRuleCutsAtTheMeansCut(t *testing.T) {
 	sources, threshold := cut.apply(res.Scores)
 	require.Equal(t, 0, sources[0])
 	require.InDelta(t, 1.0/3, threshold, tieWeight)
-	votes := namedFraction(x, grad, reranking{}, threshold, nil)
+	votes := namedFraction(x, grad, reranking{}, cut.voteCut(threshold), nil)
 	require.Equal(t, []float64{1, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3}, votes)
 	for _, v := range sources {
 		require.Positive(t, votes[v], "source %d", v)
@@ -252,4 +252,19 @@ func TestLoneSourceRate(t *testing.T) {
 	})
 	require.True(t, ok)
 	require.InDelta(t, 2.0/3, rate, 1e-12)
+}
+
+// A count cuts at the mean's K-th score, whose tie-break (the mean
+// gradient's rank) no single restart need reach: with every node at the
+// clamp's 1 in every restart, the source is still voted for.
+func TestCountRuleSourceAtTheClampHasAVote(t *testing.T) {
+	x := mat.NewDense(3, 4, []float64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1})
+	grad := mat.NewDense(3, 4, []float64{-2, 10, 10, -1, 10, -2, 10, -1, 10, 10, -2, -1})
+	res := summarize(x, grad, 0.5)
+	cut := sourceCut{rule: SourceRule{Count: 1}, infected: 4}
+	sources, threshold := cut.apply(res.Scores)
+	require.Equal(t, []int{3}, sources)
+	votes := namedFraction(x, grad, reranking{}, cut.voteCut(threshold), nil)
+	require.Positive(t, votes[3])
+	require.Equal(t, threshold, sourceCut{delta: threshold}.voteCut(threshold), "delta itself under the threshold rule")
 }

@@ -410,7 +410,7 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 		}
 	}
 	res.Sources, res.Threshold = cut.apply(res.Scores)
-	res.Probability = namedFraction(res.final, res.finalGrad, rr, res.Threshold, res.Predicted)
+	res.Probability = namedFraction(res.final, res.finalGrad, rr, cut.voteCut(res.Threshold), res.Predicted)
 	return res, nil
 }
 
@@ -449,8 +449,8 @@ func (rr reranking) apply(scores, predicted []float64) {
 }
 
 // namedFraction returns, per node, the fraction of the restarts whose own
-// scores, reranked by rr as the mean's were, reach threshold, the score
-// that cut the mean's source set: the restart's final x with its own
+// scores, reranked by rr as the mean's were, reach threshold, the cut of
+// the mean's source set (sourceCut.voteCut): the restart's final x with its own
 // gradient as the tie-break (as Result.Scores, over one restart). Under
 // the plain threshold rule that is the fraction of restarts with x_v at
 // delta or over (up to the tie-break's 0.001); with a lift or a

@@ -479,33 +479,10 @@ func TestAlertOverMaxPayloadLeavesSourcesOut(t *testing.T) {
 	const maxPayload = 8 << 10
 	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: maxPayload}
 	s := runServerWith(t, opts)
-	ids := make([]string, 12)
-	var edges strings.Builder
-	for i := range ids {
-		ids[i] = fmt.Sprintf("%s-%d", strings.Repeat("n", 1000), i)
-		if i > 0 {
-			edges.WriteString(ids[i-1] + " " + ids[i] + "\n")
-		}
-	}
-	g, err := graph.Read(strings.NewReader(edges.String()), "big")
-	require.NoError(t, err)
+	ids, g, f := longIDGraph(t)
 	names := []string{"big", "big2"}
 	cfg := testConfig(t, names...)
 	cfg.NATS.URL = s.ClientURL()
-	// Every infected node a source, the lower index the higher score.
-	f := &factoryOf{script: func(GraphConfig) func([]float64) Inference {
-		return func(y []float64) Inference {
-			inf := Inference{Scores: make([]float64, len(y)), Probability: make([]float64, len(y)), Threshold: 0.05,
-				Model: ModelInfo{Bundle: "b", Forward: "fake", ForwardVersion: "1"}}
-			for v := range y {
-				if y[v] > 0 {
-					inf.Sources = append(inf.Sources, v)
-					inf.Scores[v], inf.Probability[v] = 1-0.05*float64(v), 1
-				}
-			}
-			return inf
-		}
-	}}
 	r := start(t, cfg, WithGraphs(map[string]*graph.Graph{"big": g, "big2": g}), WithLocalizerFactory(f.factory))
 	now := time.Now()
 	for _, name := range names {
@@ -578,4 +555,75 @@ func TestAlertStreamDeletedIsMadeAnew(t *testing.T) {
 	require.Equal(t, alerts.Resolved, got[0].Status)
 	require.Equal(t, uint64(2), got[0].Seq)
 	waitAcknowledged(t, r.d, "p")
+}
+
+// longIDGraph is a path of 12 nodes with ids of 1,000 bytes, and a
+// factory of localizers that name every infected node a source, the lower
+// index the higher score.
+func longIDGraph(t *testing.T) ([]string, *graph.Graph, *factoryOf) {
+	t.Helper()
+	ids := make([]string, 12)
+	var edges strings.Builder
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", strings.Repeat("n", 1000), i)
+		if i > 0 {
+			edges.WriteString(ids[i-1] + " " + ids[i] + "\n")
+		}
+	}
+	g, err := graph.Read(strings.NewReader(edges.String()), "big")
+	require.NoError(t, err)
+	f := &factoryOf{script: func(GraphConfig) func([]float64) Inference {
+		return func(y []float64) Inference {
+			inf := Inference{Scores: make([]float64, len(y)), Probability: make([]float64, len(y)), Threshold: 0.05,
+				Model: ModelInfo{Bundle: "b", Forward: "fake", ForwardVersion: "1"}}
+			for v := range y {
+				if y[v] > 0 {
+					inf.Sources = append(inf.Sources, v)
+					inf.Scores[v], inf.Probability[v] = 1-0.05*float64(v), 1
+				}
+			}
+			return inf
+		}
+	}}
+	return ids, g, f
+}
+
+// A pending alert over max_payload in the alert state of an older build
+// (which did not fit alerts), or made before max_payload shrank, is
+// fitted as it goes out, and the incident resolves.
+func TestOversizedPendingAlertFromAnOlderStateIsSent(t *testing.T) {
+	const maxPayload = 8 << 10
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: maxPayload}
+	s := runServerWith(t, opts)
+	ids, g, f := longIDGraph(t)
+	old := alerts.NewTracker(time.Now)
+	srcs := make([]alerts.Source, len(ids))
+	for i, id := range ids {
+		srcs[i] = alerts.Source{Node: id, Score: 1 - 0.05*float64(i), Probability: 1}
+	}
+	now := time.Now()
+	fired, publish := old.Observe(alerts.Observation{Graph: "big", Window: alerts.Window{From: now, To: now}, Infected: len(ids),
+		Sources: srcs, Threshold: 0.05, Model: alerts.ModelRef{Bundle: "b", Forward: "fake", ForwardVersion: "1"}})
+	require.True(t, publish)
+	require.Zero(t, fired.SourcesOmitted)
+	state, err := old.MarshalJSON()
+	require.NoError(t, err)
+	_, js := connectJS(t, s.ClientURL())
+	ctx := context.Background()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket, History: 1, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	require.NoError(t, putBlob(ctx, kv, "tracker", state, 4<<10))
+
+	cfg := testConfig(t, "big")
+	cfg.NATS.URL = s.ClientURL()
+	r := start(t, cfg, WithGraphs(map[string]*graph.Graph{"big": g}), WithLocalizerFactory(f.factory))
+	sent := waitStored(t, r.js, "big", 1)[0]
+	require.Equal(t, fired.ID, sent.ID)
+	require.Positive(t, sent.SourcesOmitted)
+	r.publish(t, "big", Event{Node: ids[0], State: StateInfected, TS: time.Now()}, "")
+	r.publish(t, "big", Event{Node: ids[0], State: StateRecovered, TS: time.Now().Add(time.Second)}, "")
+	require.Eventually(t, func() bool {
+		got := storedAlerts(t, r.js, "big")
+		return got[len(got)-1].Status == alerts.Resolved
+	}, 20*time.Second, 10*time.Millisecond)
 }

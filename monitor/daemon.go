@@ -598,6 +598,13 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.js = js
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSetup()
+	if !cfg.HA.Enabled {
+		// Before anything is written: the streams' limits are the running
+		// daemon's to keep.
+		if err := d.checkNoOtherDaemon(setupCtx); err != nil {
+			return err
+		}
+	}
 	d.stream, d.kv, err = ensureJetStream(setupCtx, js, cfg, d.log)
 	if err != nil {
 		return err
@@ -644,8 +651,6 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		setupCtx, cancelSetup = context.WithTimeout(ctx, 30*time.Second)
 		defer cancelSetup()
 		d.rereadAtTakeover(setupCtx)
-	} else if err := d.checkNoOtherDaemon(setupCtx); err != nil {
-		return err
 	}
 	if err := d.restore(setupCtx); err != nil {
 		return err
@@ -1438,7 +1443,11 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 		return false
 	}
 	for _, a := range pending {
-		a = d.withAlertNote(a)
+		// Fitted again as it goes out: one made before this build fitted
+		// alerts (restored from its state), or before the server's
+		// max_payload shrank, could never be sent, and would hold every
+		// later alert of its graph back.
+		a = alerts.FitSources(d.withAlertNote(a), d.publishLimit())
 		if err := d.publishAlert(ctx, a, attempts); err != nil {
 			if ctx.Err() == nil {
 				d.metrics.pubFailed.WithLabelValues(gr.name).Inc()
@@ -1463,16 +1472,26 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 	return true
 }
 
-// alertMaxBytes is the largest encoded alert the tracker may make: the
-// server's max_payload less room for the headers, the daemon's alert note
-// (withAlertNote) and a resolve's note (0, no limit, before a connection).
-func (d *Daemon) alertMaxBytes() int {
+// publishLimit is the largest encoded alert that can be published: the
+// server's max_payload less room for the headers and a resolve's note
+// (0, no limit, before a connection).
+func (d *Daemon) publishLimit() int {
 	const room = 1024
 	limit := d.nc.MaxPayload()
 	if limit <= 0 {
 		return 0
 	}
-	return max(1, int(limit)-room-len(d.alertNote)-2)
+	return max(1, int(limit)-room)
+}
+
+// alertMaxBytes is the largest encoded alert the tracker may make:
+// publishLimit less the daemon's alert note (withAlertNote).
+func (d *Daemon) alertMaxBytes() int {
+	limit := d.publishLimit()
+	if limit == 0 {
+		return 0
+	}
+	return max(1, limit-len(d.alertNote)-2)
 }
 
 // withAlertNote returns a with the daemon's alert note (WithAlertNote)

@@ -301,6 +301,7 @@ func TestSecondDaemonOnAPrefixIsRefused(t *testing.T) {
 
 	second := testConfig(t, "p")
 	second.NATS.URL = s.ClientURL()
+	second.Events.MaxAge, second.Alerts.MaxAge = time.Hour, time.Hour
 	d, err := New(second, opts...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -309,6 +310,11 @@ func TestSecondDaemonOnAPrefixIsRefused(t *testing.T) {
 	require.ErrorIs(t, err, ErrAnotherDaemon)
 	require.ErrorContains(t, err, `serves prefix "sourcewatch" on this NATS account: stop it, give this one another subjects.prefix, or run both as replicas with ha.enabled`)
 	require.Empty(t, r1.d.readiness(), "the first is untouched")
+	for _, name := range []string{EventsStream, alerts.StreamName} {
+		st, err := r1.js.Stream(ctx, name)
+		require.NoError(t, err)
+		require.NotEqual(t, time.Hour, st.CachedInfo().Config.MaxAge, "%s: the refused daemon wrote nothing", name)
+	}
 
 	r1.stop(t)
 	r2 := start(t, second, opts...)

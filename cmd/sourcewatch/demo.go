@@ -58,7 +58,7 @@ the next cascade. Ctrl-C stops everything cleanly.`,
 const demoAlertNote = "demo: inferred from simulated events, not a real incident"
 
 // demoSharedWarning is logged by a demo run on an external server.
-const demoSharedWarning = "the demo publishes simulated events and their alerts (marked in note) on an external NATS server: where a deployment uses it, they mix with its own (one deployment per NATS account; the demo leaves the state of graphs it does not run alone); run the demo on its embedded server (no nats.url) or in an account of its own"
+const demoSharedWarning = "the demo publishes simulated events and their alerts (marked in note) on an external NATS server: where a deployment uses it, they mix with its own (one deployment per NATS account: the demo is refused while a daemon serves its prefix there, and it leaves the state of graphs it does not run alone); run the demo on its embedded server (no nats.url) or in an account of its own"
 
 func runDemo(cmd *cobra.Command, a *app) error {
 	ctx := cmd.Context()
