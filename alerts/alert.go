@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -113,7 +114,9 @@ func FitSources(a Alert, maxBytes int) Alert {
 	all, note := a.Sources, a.Note
 	before := a.SourcesOmitted
 	if before > 0 {
-		note = omittedNoteRE.ReplaceAllString(note, "")
+		// The sentence need not end the note: the daemon's own note
+		// follows it on an alert fitted when made and again as it goes out.
+		note = strings.TrimPrefix(omittedNoteRE.ReplaceAllString(note, ""), "; ")
 	}
 	// The credible set of the whole answer (a's own, made with it), less
 	// the nodes left out: of the kept ones alone, 90% of a smaller total
@@ -156,7 +159,7 @@ func FitSources(a Alert, maxBytes int) Alert {
 }
 
 // omittedNoteRE matches what omittedNote adds to a note.
-var omittedNoteRE = regexp.MustCompile(`(; )?the \d+ lowest-ranked of \d+ sources are left out: with them the alert would be over the \d+ bytes the server takes \(max_payload\)$`)
+var omittedNoteRE = regexp.MustCompile(`(; )?the \d+ lowest-ranked of \d+ sources are left out: with them the alert would be over the \d+ bytes the server takes \(max_payload\)`)
 
 func omittedNote(note string, omitted, total, maxBytes int) string {
 	s := fmt.Sprintf("the %d lowest-ranked of %d sources are left out: with them the alert would be over the %d bytes the server takes (max_payload)", omitted, total, maxBytes)

@@ -583,6 +583,7 @@ func TestFitSourcesKeepsTheAnswersCredibleSetAndCount(t *testing.T) {
 		{Node: long("c"), Score: .7, Probability: .2}, {Node: long("d"), Score: .6, Probability: .9},
 		{Node: long("e"), Score: .5, Probability: .9}}
 	fullSet := CredibleSet(full, DefaultMass)
+	refits := 0
 	for limit := 2000; limit < 6000; limit += 50 {
 		a := FitSources(Alert{Schema: Schema, Graph: "g", Sources: full, CredibleSet: fullSet}, limit)
 		for _, n := range a.CredibleSet {
@@ -597,7 +598,19 @@ func TestFitSourcesKeepsTheAnswersCredibleSetAndCount(t *testing.T) {
 		require.Equal(t, len(full), len(b.Sources)+b.SourcesOmitted)
 		require.Equal(t, 1, strings.Count(b.Note, "lowest-ranked"), b.Note)
 		require.Contains(t, b.Note, fmt.Sprintf("the %d lowest-ranked of 5 sources", b.SourcesOmitted))
+		// With the daemon's note after the sentence, as it goes out.
+		a.Note += "; demo: not a real incident"
+		b = FitSources(a, limit-1000)
+		require.Equal(t, 1, strings.Count(b.Note, "lowest-ranked"), b.Note)
+		if b.SourcesOmitted > a.SourcesOmitted {
+			refits++
+			require.True(t, strings.HasPrefix(b.Note, "demo: not a real incident; the "), b.Note)
+		} else {
+			require.Equal(t, a.Note, b.Note, "fitting already")
+		}
 	}
+
+	require.Positive(t, refits, "some alert was fitted again to less room")
 
 	c := &clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	tr := NewTracker(c.now)
