@@ -107,9 +107,15 @@ type Observation struct {
 // to fail with the size. An alert fitted before to a larger limit is
 // fitted again from what it kept, its count and note made anew.
 func FitSources(a Alert, maxBytes int) Alert {
-	const idRoom = 256
 	if maxBytes <= 0 {
 		return a
+	}
+	// Room for the id, fingerprint and status an alert made by Observe
+	// gets after it is fitted; none for one that has them (counted twice,
+	// an alert fitted when made lost one more source as it went out).
+	idRoom := 0
+	if a.ID == "" {
+		idRoom = 256
 	}
 	all, note := a.Sources, a.Note
 	before := a.SourcesOmitted

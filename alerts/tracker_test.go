@@ -629,3 +629,30 @@ func TestFitSourcesKeepsTheAnswersCredibleSetAndCount(t *testing.T) {
 	_, publish = tr.Observe(o)
 	require.True(t, publish, "one source fewer is an update, even among those left out")
 }
+
+// An alert the tracker fitted, given the daemon's note as it goes out,
+// fits the publish limit as it is: fitting it again there leaves nothing
+// more out (the id's room was once counted twice, and the stream held
+// one source fewer than the tracker's state).
+func TestFittedAlertGoesOutAsMade(t *testing.T) {
+	const limit, note = 7168, "demo: inferred from simulated events, not a real incident"
+	for _, n := range []int{50, 120, 300} {
+		nodes := make([]string, n)
+		for i := range nodes {
+			nodes[i] = fmt.Sprintf("node-%04d", i)
+		}
+		tr := NewTracker((&clock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}).now)
+		o := obs("g", nodes...)
+		o.MaxBytes = limit - len(note) - 2
+		a, publish := tr.Observe(o)
+		require.True(t, publish)
+		out := a
+		out.Note += "; " + note
+		sent := FitSources(out, limit)
+		require.Equal(t, a.SourcesOmitted, sent.SourcesOmitted, "%d sources", n)
+		require.Equal(t, out.Note, sent.Note)
+		data, err := json.Marshal(sent)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(data), limit)
+	}
+}

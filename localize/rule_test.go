@@ -268,3 +268,18 @@ func TestCountRuleSourceAtTheClampHasAVote(t *testing.T) {
 	require.Positive(t, votes[3])
 	require.Equal(t, threshold, sourceCut{delta: threshold}.voteCut(threshold), "delta itself under the threshold rule")
 }
+
+// Where the K-th named node is at x = 0 in every restart (named by the
+// tie-break alone), the vote cut stays its score: less the tie-break's
+// share it fell below 0 and gave every node of the graph probability 1.
+func TestVoteCutWithinTheTieBreakBand(t *testing.T) {
+	x := mat.NewDense(3, 6, []float64{1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0})
+	g := []float64{-6, -5, -4, -3, -2, -1}
+	grad := mat.NewDense(3, 6, slices.Concat(g, g, g))
+	res := summarize(x, grad, 0.5)
+	cut := sourceCut{rule: SourceRule{Count: 2}, infected: 2}
+	sources, threshold := cut.apply(res.Scores)
+	require.Equal(t, []int{0, 1}, sources)
+	votes := namedFraction(x, grad, reranking{}, cut.voteCut(threshold), nil)
+	require.Equal(t, []float64{1, 1, 0, 0, 0, 0}, votes)
+}

@@ -213,8 +213,9 @@ type Result struct {
 	// source when each restart's own final x (tie-broken by its own
 	// gradient) is reranked as Scores are and cut at Threshold: the
 	// fraction with x_v >= delta under the plain threshold rule, and
-	// under a count rule the fraction at or over the K-th score (so every
-	// source has at least one restart's vote). (Solve's internal
+	// under a count rule the fraction at or over the K-th score, less
+	// the tie-break's share (sourceCut.voteCut: a source with x above 0
+	// has at least one restart's vote). (Solve's internal
 	// summaries, before the bundle's rules, hold the fraction with
 	// x_v >= delta.)
 	Probability []float64
