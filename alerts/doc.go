@@ -25,13 +25,16 @@
 //	  "model": {"bundle": "...", "forward": "deepis", "forward_version": "1.1.0"},
 //	  "inference_ms": 12.5,
 //	  "note": "...",                           only when there is something to say
+//	  "sources_omitted": 40,                   only when sources were left out to fit max_payload
 //	  "seq": 1,                                per incident: 1 = firing
 //	  "observed_at": "...Z"
 //	}
 //
 // Sources are ranked as the model ranked them; they are the source set. The
 // credible set is the smallest prefix of the sources ranked by probability
-// holding 90% of their total probability.
+// holding 90% of their total probability. An alert that would not fit the
+// server's max_payload keeps its highest-ranked sources and the credible
+// set less the nodes it left out (FitSources).
 //
 // # Lifecycle
 //
