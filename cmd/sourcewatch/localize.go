@@ -310,8 +310,14 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 		fmt.Fprintf(w, "no node is over delta; the top-scored nodes are:\n")
 		list = o.Top
 	}
+	// The node column is as wide as the widest id listed, from 16 up to
+	// 48 terminal columns (a longer id pushes its own row's numbers).
+	col := 16
+	for _, s := range list {
+		col = max(col, min(alerts.TextWidth(s.Node), 48))
+	}
 	// Four digits: scores of a large infected region often agree to three.
-	fmt.Fprintf(w, "%5s  %-16s %7s %12s\n", "rank", "node", "score", "probability")
+	fmt.Fprintf(w, "%5s  %-*s %7s %12s\n", "rank", col, "node", "score", "probability")
 	for i, s := range list {
 		score := s.Score
 		if score < 1 && score >= 0.99995 {
@@ -321,7 +327,7 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 		}
 		// Padded by terminal columns, not runes (%-16s), so a wide id
 		// (Chinese, Japanese) leaves the columns after it in line.
-		node := s.Node + strings.Repeat(" ", max(16-alerts.TextWidth(s.Node), 0))
+		node := s.Node + strings.Repeat(" ", max(col-alerts.TextWidth(s.Node), 0))
 		fmt.Fprintf(w, "%5d  %s %7.4f %12.3f\n", i+1, node, score, s.Probability)
 	}
 	if len(o.Tied) > 0 {

@@ -31,7 +31,11 @@ func TestPrintedScoresBelowOneStayBelowOne(t *testing.T) {
 func TestLocalizeTableAlignsWideIDs(t *testing.T) {
 	data, err := os.ReadFile("../../configs/demo/karate.edges")
 	require.NoError(t, err)
+	const long = "a-node-id-longer-than-sixteen-33"
 	wide := func(id string) string {
+		if id == "33" {
+			return long // wider than the column's 16: the column widens
+		}
 		if n, err := strconv.Atoi(id); err == nil && n%2 == 0 {
 			return "成员" + id
 		}
@@ -47,8 +51,8 @@ func TestLocalizeTableAlignsWideIDs(t *testing.T) {
 	edges := filepath.Join(t.TempDir(), "karate-zh.edges")
 	require.NoError(t, os.WriteFile(edges, []byte(b.String()), 0o600))
 	_, bundle, pluginDir := trainSmall(t, "--graph", edges)
-	out, _, err := runCmd(t, `{"infected":["成员0","1","成员2","3","7","13","成员8","9"]}`, "localize", "--bundle", bundle,
-		"--plugin-dir", pluginDir, "--top", "8", "--threshold", "1", "--log-level", "warn")
+	out, _, err := runCmd(t, `{"infected":["成员0","1","成员2","3","7","13","成员8","9","`+long+`"]}`, "localize", "--bundle", bundle,
+		"--plugin-dir", pluginDir, "--top", "40", "--threshold", "1", "--log-level", "warn")
 	require.NoError(t, err)
 	var rows []string
 	for line := range strings.Lines(out) {
@@ -57,10 +61,12 @@ func TestLocalizeTableAlignsWideIDs(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, len(rows), 4, out)
-	sawWide := false
+	sawWide, sawLong := false, false
 	for _, r := range rows {
 		sawWide = sawWide || strings.Contains(r, "成员")
+		sawLong = sawLong || strings.Contains(r, long)
 		require.Equal(t, alerts.TextWidth(rows[0]), alerts.TextWidth(r), "%q\n%s", r, out)
 	}
 	require.True(t, sawWide, out)
+	require.True(t, sawLong, out)
 }
