@@ -106,6 +106,8 @@ func TestAlertsSurviveAStreamOutage(t *testing.T) {
 	require.Equal(t, []string{"firing/1/3"}, summary(fired))
 	waitAcknowledged(t, r.d, "p")
 
+	// Deleted, the stream is made anew by the daemon at its first failed
+	// publish (TestAlertStreamDeletedIsMadeAnew); until then, an outage.
 	require.NoError(t, r.js.DeleteStream(ctx, alerts.StreamName))
 	// A new lowest infected node: updated, seq 2, which cannot be stored.
 	infect(1, StateInfected, time.Second)
@@ -136,9 +138,13 @@ func TestAlertsSurviveAStreamOutage(t *testing.T) {
 	require.Equal(t, []string{"updated/2/1", "updated/3/0"}, summary(got),
 		"seq 2 is sent with its own content, then the change made during the outage")
 
+	// One batch: recovered one by one, an inference between two of them
+	// could publish an update first.
+	var recovered []Event
 	for _, v := range []int{0, 1, 3} {
-		infect(v, StateRecovered, 3*time.Second)
+		recovered = append(recovered, Event{Node: strconv.Itoa(v), State: StateRecovered, TS: now.Add(3 * time.Second)})
 	}
+	r.publish(t, "p", recovered, "")
 	got = waitStored(t, r.js, "p", 3)
 	require.Equal(t, "resolved/4", summary(got)[2])
 	for _, a := range got {
