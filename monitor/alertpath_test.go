@@ -106,9 +106,7 @@ func TestAlertsSurviveAStreamOutage(t *testing.T) {
 	require.Equal(t, []string{"firing/1/3"}, summary(fired))
 	waitAcknowledged(t, r.d, "p")
 
-	// Deleted, the stream is made anew by the daemon at its first failed
-	// publish (TestAlertStreamDeletedIsMadeAnew); until then, an outage.
-	require.NoError(t, r.js.DeleteStream(ctx, alerts.StreamName))
+	alertOutage(t, r.js)
 	// A new lowest infected node: updated, seq 2, which cannot be stored.
 	infect(1, StateInfected, time.Second)
 	require.Eventually(t, func() bool {
@@ -175,7 +173,7 @@ func TestPendingAlertIsSentAfterRestart(t *testing.T) {
 	r1.publish(t, "p", Event{Node: "2", State: StateInfected, TS: now}, "")
 	fired := waitStored(t, r1.js, "p", 1)[0]
 	waitAcknowledged(t, r1.d, "p")
-	require.NoError(t, r1.js.DeleteStream(ctx, alerts.StreamName))
+	alertOutage(t, r1.js)
 	r1.publish(t, "p", Event{Node: "2", State: StateRecovered, TS: now.Add(time.Second)}, "")
 	require.Eventually(t, func() bool {
 		_, open := r1.d.tracker.Open("p")
@@ -561,6 +559,18 @@ func TestAlertStreamDeletedIsMadeAnew(t *testing.T) {
 	require.Equal(t, alerts.Resolved, got[0].Status)
 	require.Equal(t, uint64(2), got[0].Seq)
 	waitAcknowledged(t, r.d, "p")
+}
+
+// alertOutage makes publishing alerts fail until the alert stream is
+// ensured again: a stream of the same name keeps another subject. (A
+// stream deleted outright the daemon makes anew at its next failed
+// publish: TestAlertStreamDeletedIsMadeAnew.)
+func alertOutage(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, js.DeleteStream(ctx, alerts.StreamName))
+	_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: alerts.StreamName, Subjects: []string{"elsewhere.>"}})
+	require.NoError(t, err)
 }
 
 // longIDGraph is a path of 12 nodes with ids of 1,000 bytes, and a
