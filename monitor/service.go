@@ -275,8 +275,8 @@ func topScored(g *graph.Graph, inf Inference, k int) []alerts.Source {
 	return all[:k:k]
 }
 
-// serviceMetadata is the micro service's metadata: the build's commit,
-// when known.
+// serviceMetadata is the micro service's metadata: the subjects prefix
+// and the build's commit, when known.
 func (d *Daemon) serviceMetadata() map[string]string {
 	// The prefix tells daemons of one account apart (checkNoOtherDaemon).
 	meta := map[string]string{"prefix": d.cfg.Subjects.Prefix}
