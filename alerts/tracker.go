@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -179,6 +180,10 @@ func (t *Tracker) resolve(graph string, w Window, infected int, note string) (Al
 	a.Window = w
 	a.Infected = infected
 	if note != "" {
+		// The sources it left out stay left out: so says the note still.
+		if left := strings.TrimPrefix(omittedNoteRE.FindString(a.Note), "; "); left != "" {
+			note += "; " + left
+		}
 		a.Note = note
 	}
 	a.ObservedAt = t.now()

@@ -658,3 +658,19 @@ func longSources(n int) (*Tracker, Observation) {
 	}
 	return NewTracker(c.now), obs("g", nodes...)
 }
+
+// A fitted incident retired with a note of its own still says, in its
+// resolve's note, what it leaves out.
+func TestRetiredFittedIncidentSaysWhatIsLeftOut(t *testing.T) {
+	tr, o := longSources(40)
+	o.MaxBytes = 4000
+	a, _ := tr.Observe(o)
+	require.Positive(t, a.SourcesOmitted)
+	require.True(t, tr.Retire("g", "resolved because graph g is no longer in the daemon's config"))
+	p := tr.Pending("g")
+	res := p[len(p)-1]
+	require.Equal(t, Resolved, res.Status)
+	require.Equal(t, a.SourcesOmitted, res.SourcesOmitted)
+	require.True(t, strings.HasPrefix(res.Note, "resolved because graph g is no longer in the daemon's config; the "), res.Note)
+	require.Contains(t, res.Note, strconv.Itoa(a.SourcesOmitted)+" lowest-ranked of 40 sources are left out")
+}

@@ -122,27 +122,6 @@ func (c sourceCut) apply(scores []float64) ([]int, float64) {
 	return order[:k], scores[order[k-1]]
 }
 
-// voteCut is where a restart's own scores are cut for its vote
-// (Result.Probability), given threshold, the cut apply returned: delta
-// itself under the threshold rule; where a node's score cut the set (a
-// count, or the lone nodes' floor), that score less tieWeight, since a
-// mean's score carries the mean gradient's tie-break, which no one
-// restart need reach: nodes at the clamp's 1 in every restart would
-// otherwise leave the top-scored source without a vote. Not where that
-// score is itself within the tie-break's band (the K-th node at x = 0 in
-// every restart): less tieWeight, the cut would fall to 0 or below and
-// give every node of the graph every restart's vote, so it stays the
-// score, which a restart's tie-break alone can reach.
-func (c sourceCut) voteCut(threshold float64) float64 {
-	if c.rule.IsThreshold() && threshold >= c.delta {
-		return threshold
-	}
-	if threshold < 2*tieWeight {
-		return threshold
-	}
-	return threshold - tieWeight
-}
-
 func countTrue(bs []bool) int {
 	n := 0
 	for _, b := range bs {

@@ -172,29 +172,6 @@ func TestKeepCountRule(t *testing.T) {
 	}
 }
 
-// Under a count rule every restart is cut at the mean's K-th score, not
-// at its own K-th: node 0 sits at 0.98 in all three restarts while each
-// restart has two other nodes at 1 (different ones), so each restart's own
-// top two never hold node 0, which the mean ranks first.
-func TestNamedFractionUnderACountRuleCutsAtTheMeansCut(t *testing.T) {
-	x := mat.NewDense(3, 7, []float64{
-		0.98, 1, 1, 0, 0, 0, 0,
-		0.98, 0, 0, 1, 1, 0, 0,
-		0.98, 0, 0, 0, 0, 1, 1,
-	})
-	grad := mat.NewDense(3, 7, nil)
-	res := summarize(x, grad, 0.5)
-	cut := sourceCut{rule: SourceRule{Count: 2}, infected: 7}
-	sources, threshold := cut.apply(res.Scores)
-	require.Equal(t, 0, sources[0])
-	require.InDelta(t, 1.0/3, threshold, tieWeight)
-	votes := namedFraction(x, grad, reranking{}, cut.voteCut(threshold), nil)
-	require.Equal(t, []float64{1, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3}, votes)
-	for _, v := range sources {
-		require.Positive(t, votes[v], "source %d", v)
-	}
-}
-
 // Where the training snapshots proved every lone infected node a source,
 // a bundle that ranks them first names them all, whatever its count or
 // threshold would cut; without that proof its rule stands.
@@ -254,32 +231,74 @@ func TestLoneSourceRate(t *testing.T) {
 	require.InDelta(t, 2.0/3, rate, 1e-12)
 }
 
-// A count cuts at the mean's K-th score, whose tie-break (the mean
-// gradient's rank) no single restart need reach: with every node at the
-// clamp's 1 in every restart, the source is still voted for.
-func TestCountRuleSourceAtTheClampHasAVote(t *testing.T) {
-	x := mat.NewDense(3, 4, []float64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1})
-	grad := mat.NewDense(3, 4, []float64{-2, 10, 10, -1, 10, -2, 10, -1, 10, 10, -2, -1})
-	res := summarize(x, grad, 0.5)
-	cut := sourceCut{rule: SourceRule{Count: 1}, infected: 4}
-	sources, threshold := cut.apply(res.Scores)
-	require.Equal(t, []int{3}, sources)
-	votes := namedFraction(x, grad, reranking{}, cut.voteCut(threshold), nil)
-	require.Positive(t, votes[3])
-	require.Equal(t, threshold, sourceCut{delta: threshold}.voteCut(threshold), "delta itself under the threshold rule")
-}
-
-// Where the K-th named node is at x = 0 in every restart (named by the
-// tie-break alone), the vote cut stays its score: less the tie-break's
-// share it fell below 0 and gave every node of the graph probability 1.
-func TestVoteCutWithinTheTieBreakBand(t *testing.T) {
-	x := mat.NewDense(3, 6, []float64{1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0})
-	g := []float64{-6, -5, -4, -3, -2, -1}
-	grad := mat.NewDense(3, 6, slices.Concat(g, g, g))
-	res := summarize(x, grad, 0.5)
-	cut := sourceCut{rule: SourceRule{Count: 2}, infected: 2}
-	sources, threshold := cut.apply(res.Scores)
-	require.Equal(t, []int{0, 1}, sources)
-	votes := namedFraction(x, grad, reranking{}, cut.voteCut(threshold), nil)
-	require.Equal(t, []float64{1, 1, 0, 0, 0, 0}, votes)
+// Where a count (or the lone nodes' floor) cut the set, a restart votes
+// for a node whose x, reranked, reaches the mean x of the set's last
+// node, reranked: not at its own K-th, not at the mean's K-th score with
+// its tie-break, and a node no restart moved off 0 gets no vote.
+func TestRestartVotesUnderACount(t *testing.T) {
+	oneStep := func(p float64) *Calibration {
+		return &Calibration{Classes: []CalibrationSteps{{Scores: []float64{1}, Probabilities: []float64{p}}}}
+	}
+	infected := func(n int) reranking {
+		y := make([]float64, n)
+		for v := range y {
+			y[v] = 1
+		}
+		return reranking{ranking: InfectedFirst, y: y}
+	}
+	calibrated := func(n int, p float64) reranking {
+		rr := infected(n)
+		rr.cal, rr.sizes = oneStep(p), slices.Repeat([]int{n}, n)
+		return rr
+	}
+	clamp := []float64{-2, 10, 10, -1, 10, -2, 10, -1, 10, 10, -2, -1}
+	g6 := []float64{-6, -5, -4, -3, -2, -1}
+	for _, tc := range []struct {
+		name    string
+		x, grad *mat.Dense
+		rr      reranking
+		count   int
+		sources []int
+		want    []float64
+	}{
+		// Node 0 at 0.98 in all three restarts, each restart with two
+		// other nodes at 1: each restart's own top two never held node
+		// 0, which the mean ranks first.
+		{"not each restart's own top K", mat.NewDense(3, 7, []float64{
+			0.98, 1, 1, 0, 0, 0, 0,
+			0.98, 0, 0, 1, 1, 0, 0,
+			0.98, 0, 0, 0, 0, 1, 1,
+		}), mat.NewDense(3, 7, nil), reranking{}, 2, nil, []float64{1, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3, 1.0 / 3}},
+		// Every node at the clamp's 1 in every restart: the tie-break
+		// names node 3, and every restart put every node as high.
+		{"at the clamp", mat.NewDense(3, 4, slices.Repeat([]float64{1}, 12)), mat.NewDense(3, 4, clamp), reranking{}, 1, []int{3}, []float64{1, 1, 1, 1}},
+		{"at the clamp, calibrated to 0", mat.NewDense(3, 4, slices.Repeat([]float64{1}, 12)), mat.NewDense(3, 4, clamp), calibrated(4, 0), 1, []int{3}, []float64{1, 1, 1, 1}},
+		// Node 1 named by the tie-break alone, at 0 everywhere: at 0 (or
+		// less the tie-break's share) every node had every vote.
+		{"the last named at 0", mat.NewDense(3, 6, slices.Concat([]float64{1, 0, 0, 0, 0, 0}, []float64{1, 0, 0, 0, 0, 0}, []float64{1, 0, 0, 0, 0, 0})),
+			mat.NewDense(3, 6, slices.Concat(g6, g6, g6)), reranking{}, 2, []int{0, 1}, []float64{1, 0, 0, 0, 0, 0}},
+		{"all at 0", mat.NewDense(3, 4, nil), mat.NewDense(3, 4, clamp), reranking{}, 1, []int{3}, []float64{0, 0, 0, 0}},
+		// Calibrated into one step of 0.5, a node at 0 everywhere is no
+		// nearer the source at 1 than uncalibrated.
+		{"calibrated, a node at 0", mat.NewDense(3, 4, slices.Repeat([]float64{1, 1, 0, 0}, 3)), mat.NewDense(3, 4, slices.Repeat([]float64{-4, -3, -2, -1}, 3)),
+			calibrated(4, 0.5), 1, []int{0}, []float64{1, 1, 0, 0}},
+		{"infected first, a node at 0", mat.NewDense(3, 4, slices.Repeat([]float64{1, 1, 0, 0}, 3)), mat.NewDense(3, 4, slices.Repeat([]float64{-4, -3, -2, -1}, 3)),
+			infected(4), 1, []int{0}, []float64{1, 1, 0, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := summarize(tc.x, tc.grad, 0.5)
+			tc.rr.apply(res.Scores, nil)
+			_, n := tc.x.Dims()
+			cut := sourceCut{rule: SourceRule{Count: tc.count}, infected: n}
+			sources, threshold := cut.apply(res.Scores)
+			if tc.sources != nil {
+				require.Equal(t, tc.sources, sources)
+			}
+			votes := namedFraction(tc.x, tc.grad, tc.rr, voteAt(cut, threshold, sources, res.Mean, tc.rr, nil), nil)
+			require.InDeltaSlice(t, tc.want, votes, 1e-12)
+		})
+	}
+	// Under the threshold rule the cut is delta, with each restart's own
+	// tie-break.
+	require.Equal(t, restartVote{at: 0.4, tieBreak: true}, voteAt(sourceCut{delta: 0.4}, 0.4, []int{1}, []float64{0, 1}, reranking{}, nil))
 }

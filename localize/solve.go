@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
@@ -213,9 +214,9 @@ type Result struct {
 	// source when each restart's own final x (tie-broken by its own
 	// gradient) is reranked as Scores are and cut at Threshold: the
 	// fraction with x_v >= delta under the plain threshold rule, and
-	// under a count rule the fraction at or over the K-th score, less
-	// the tie-break's share (sourceCut.voteCut: a source with x above 0
-	// has at least one restart's vote). (Solve's internal
+	// under a count rule the fraction whose x, reranked, reaches the
+	// mean x of the K-th source, reranked (voteAt: a source with a mean x
+	// above 0 has at least one restart's vote). (Solve's internal
 	// summaries, before the bundle's rules, hold the fraction with
 	// x_v >= delta.)
 	Probability []float64
@@ -411,7 +412,8 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 		}
 	}
 	res.Sources, res.Threshold = cut.apply(res.Scores)
-	res.Probability = namedFraction(res.final, res.finalGrad, rr, cut.voteCut(res.Threshold), res.Predicted)
+	vote := voteAt(cut, res.Threshold, res.Sources, res.Mean, rr, res.Predicted)
+	res.Probability = namedFraction(res.final, res.finalGrad, rr, vote, res.Predicted)
 	return res, nil
 }
 
@@ -449,40 +451,72 @@ func (rr reranking) apply(scores, predicted []float64) {
 	}
 }
 
-// namedFraction returns, per node, the fraction of the restarts whose own
-// scores, reranked by rr as the mean's were, reach threshold, the cut of
-// the mean's source set (sourceCut.voteCut): the restart's final x with its own
-// gradient as the tie-break (as Result.Scores, over one restart). Under
-// the plain threshold rule that is the fraction of restarts with x_v at
-// delta or over (up to the tie-break's 0.001); with a lift or a
-// calibration, at delta or over once reranked; under a count rule, at or
-// over the mean's K-th score. Not each restart's own top K: a restart
-// leaves many nodes at the clamp's 1, different ones in each, so its own
-// top K could leave out, in every restart, a node at 0.98 in all of them,
-// ranked 4th of 8 by the mean, and give a named source probability 0
-// (seen on a random geometric graph, and its alert's credible set left
-// that source out).
-func namedFraction(x, grad *mat.Dense, rr reranking, threshold float64, predicted []float64) []float64 {
-	cut := sourceCut{delta: threshold}
+// namedFraction returns, per node, the fraction of the restarts that
+// name it, each restart's final x reranked by rr as the mean's was and
+// cut by vote: under the plain threshold rule (tie-broken by the
+// restart's own gradient, as Result.Scores over one restart), the
+// fraction with x_v at delta or over (up to the tie-break's 0.001), with
+// a lift or a calibration at delta or over once reranked; where a node's
+// score cut the set (a count, or the lone nodes' floor), the fraction
+// whose x, reranked without the tie-break, reaches the mean x of the
+// set's last node, reranked the same way (see voteAt).
+func namedFraction(x, grad *mat.Dense, rr reranking, vote restartVote, predicted []float64) []float64 {
 	r, n := x.Dims()
 	frac := make([]float64, n)
 	scores := make([]float64, n)
 	pull := make([]float64, n)
 	for i := 0; i < r; i++ {
-		for v, g := range grad.RawRowView(i) {
-			pull[v] = -g
-		}
-		rank := averageRanks(pull)
-		for v, xv := range x.RawRowView(i) {
-			scores[v] = tieBroken(xv, rank[v], n)
+		row := x.RawRowView(i)
+		if vote.tieBreak {
+			for v, g := range grad.RawRowView(i) {
+				pull[v] = -g
+			}
+			rank := averageRanks(pull)
+			for v, xv := range row {
+				scores[v] = tieBroken(xv, rank[v], n)
+			}
+		} else {
+			copy(scores, row)
 		}
 		rr.apply(scores, predicted)
-		named, _ := cut.apply(scores)
-		for _, v := range named {
-			frac[v] += 1 / float64(r)
+		for v, s := range scores {
+			if s > vote.at || (s == vote.at && !vote.strict) {
+				frac[v] += 1 / float64(r)
+			}
 		}
 	}
 	return frac
+}
+
+// restartVote is where namedFraction cuts a restart's scores.
+type restartVote struct {
+	at float64
+	// tieBreak is whether the restart's scores carry its gradient's
+	// tie-break; strict, whether a score must exceed at, not reach it.
+	tieBreak, strict bool
+}
+
+// voteAt is the cut of each restart's vote for the source set sources
+// (highest score first) that cut, given the threshold it returned, made
+// from the restarts' mean x: delta, with each restart's own tie-break,
+// under the threshold rule; where a node's score cut the set (a count,
+// or the lone nodes' floor), the mean x of the set's last node, reranked
+// by rr, against each restart's x reranked the same way, neither with a
+// tie-break. Not the last node's score: it carries the mean gradient's
+// tie-break, which no one restart need reach (a source at the clamp's 1
+// in every restart had no vote), and not each restart's own K-th (a node
+// at 0.98 in every restart, ranked 4th of 8 by the mean, had none either,
+// each restart having other nodes at 1). Where that mean x is 0 (the
+// node named by the tie-break alone), a vote needs more than 0: at 0, or
+// less the tie-break's share, every node of the graph had every vote.
+func voteAt(cut sourceCut, threshold float64, sources []int, mean []float64, rr reranking, predicted []float64) restartVote {
+	if (cut.rule.IsThreshold() && threshold >= cut.delta) || len(sources) == 0 {
+		return restartVote{at: threshold, tieBreak: true}
+	}
+	m := slices.Clone(mean)
+	rr.apply(m, predicted)
+	at := m[sources[len(sources)-1]]
+	return restartVote{at: at, strict: !(at > 0)}
 }
 
 // Objective returns, per row of x, the objective the last stage of Solve

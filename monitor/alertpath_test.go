@@ -85,7 +85,7 @@ func summary(as []alerts.Alert) []string {
 	return out
 }
 
-// TestAlertsSurviveAStreamOutage deletes the alert stream while an incident
+// TestAlertsSurviveAStreamOutage takes the alert stream away (alertOutage) while an incident
 // changes and then recovers: the update made during the outage is sent once
 // the stream is back, before any later alert, so the stream holds every seq
 // of the incident in order, each with its own content, and the resolve.
@@ -606,8 +606,15 @@ func longIDGraph(t *testing.T) ([]string, *graph.Graph, *factoryOf) {
 
 // A pending alert over max_payload in the alert state of an older build
 // (which did not fit alerts), or made before max_payload shrank, is
-// fitted as it goes out, and the incident resolves.
+// fitted as it goes out, and the incident resolves: for a configured
+// graph, and for one the config no longer has (whose state was kept for
+// good behind it).
 func TestOversizedPendingAlertFromAnOlderStateIsSent(t *testing.T) {
+	t.Run("configured", func(t *testing.T) { oversizedPendingAlert(t, "big") })
+	t.Run("removed", func(t *testing.T) { oversizedPendingAlert(t, "p") })
+}
+
+func oversizedPendingAlert(t *testing.T, configured string) {
 	const maxPayload = 8 << 10
 	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true, MaxPayload: maxPayload}
 	s := runServerWith(t, opts)
@@ -630,12 +637,19 @@ func TestOversizedPendingAlertFromAnOlderStateIsSent(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, putBlob(ctx, kv, "tracker", state, 4<<10))
 
-	cfg := testConfig(t, "big")
+	cfg := testConfig(t, configured)
 	cfg.NATS.URL = s.ClientURL()
-	r := start(t, cfg, WithGraphs(map[string]*graph.Graph{"big": g}), WithLocalizerFactory(f.factory))
+	r := start(t, cfg, WithGraphs(map[string]*graph.Graph{configured: g}), WithLocalizerFactory(f.factory))
 	sent := waitStored(t, r.js, "big", 1)[0]
 	require.Equal(t, fired.ID, sent.ID)
 	require.Positive(t, sent.SourcesOmitted)
+	if configured != "big" {
+		resolved := waitStored(t, r.js, "big", 2)[1]
+		require.Equal(t, alerts.Resolved, resolved.Status)
+		require.Contains(t, resolved.Note, "no longer in the daemon's config")
+		require.NotContains(t, r.d.tracker.Graphs(), "big", "its state dropped once its alerts are out")
+		return
+	}
 	r.publish(t, "big", Event{Node: ids[0], State: StateInfected, TS: time.Now()}, "")
 	r.publish(t, "big", Event{Node: ids[0], State: StateRecovered, TS: time.Now().Add(time.Second)}, "")
 	require.Eventually(t, func() bool {

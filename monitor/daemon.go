@@ -1443,11 +1443,7 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 		return false
 	}
 	for _, a := range pending {
-		// Fitted again as it goes out: one made before this build fitted
-		// alerts (restored from its state), or before the server's
-		// max_payload shrank, could never be sent, and would hold every
-		// later alert of its graph back.
-		a = alerts.FitSources(d.withAlertNote(a), d.publishLimit())
+		a = d.outgoing(a)
 		if err := d.publishAlert(ctx, a, attempts); err != nil {
 			if ctx.Err() == nil {
 				d.metrics.pubFailed.WithLabelValues(gr.name).Inc()
@@ -1492,6 +1488,15 @@ func (d *Daemon) alertMaxBytes() int {
 		return 0
 	}
 	return max(1, limit-len(d.alertNote)-2)
+}
+
+// outgoing is a as it is published: with the daemon's alert note, and
+// fitted again to what the server takes. One made before this build
+// fitted alerts (restored from its state), or before the server's
+// max_payload shrank, could never be sent, and would hold every later
+// alert of its graph back (a removed graph's too, its state kept for good).
+func (d *Daemon) outgoing(a alerts.Alert) alerts.Alert {
+	return alerts.FitSources(d.withAlertNote(a), d.publishLimit())
 }
 
 // withAlertNote returns a with the daemon's alert note (WithAlertNote)
@@ -1608,6 +1613,7 @@ func (d *Daemon) retireRemovedGraphs(ctx context.Context) {
 		}
 		published := true
 		for _, a := range d.tracker.Pending(name) {
+			a = d.outgoing(a)
 			if err := d.publishAlert(ctx, a, 1); err != nil {
 				d.log.Warn("alert of a removed graph not published; tried again at the next start",
 					zap.String("graph", name), zap.String("id", a.ID), zap.Error(err))

@@ -42,7 +42,7 @@ func newLocalizeCmd(a *app) *cobra.Command {
 them, one per line) and prints the suspected sources, ranked, with their score
 (mean of x over restarts, reordered as the bundle ranks) and probability (the
 fraction of restarts whose own x, ranked the same way, reaches the source
-set's cut: delta, or under a count rule the K-th score).`,
+set's cut: delta, or under a count rule the K-th source's mean x).`,
 		Example: `  sourcewatch localize --bundle karate.swb --observation obs.json`,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runLocalize(cmd, a) },
 	}
