@@ -211,10 +211,11 @@ type Result struct {
 	// scores (see Calibration).
 	Scores []float64
 	// Probability is, per node, the fraction of restarts that name it a
-	// source when each restart's own final x (tie-broken by its own
-	// gradient) is reranked as Scores are and cut at Threshold: the
-	// fraction with x_v >= delta under the plain threshold rule, and
-	// under a count rule the fraction whose x, reranked, reaches the
+	// source when each restart's own final x is reranked as Scores are
+	// and cut at the source set's cut: the fraction with x_v >= delta
+	// (each restart tie-broken by its own gradient) under the plain
+	// threshold rule, and under a count rule (or the lone nodes' floor)
+	// the fraction whose x, reranked, reaches the
 	// mean x of the K-th source, reranked (voteAt: a source with a mean x
 	// above 0 has at least one restart's vote). (Solve's internal
 	// summaries, before the bundle's rules, hold the fraction with
