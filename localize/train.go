@@ -411,6 +411,27 @@ const (
 // against it.
 const ForwardFloorMetric = "forward_floor_mse"
 
+// ForwardTestMSEMetric names the manifest metric holding the forward
+// model's mean squared error on train's test cascades, which neither the
+// fit nor any choice saw. forward_val_mse is measured on the pairs the
+// plugin stopped its fit on (and the prior's weight is calibrated on), so
+// it flatters the fit a little; this one does not.
+const ForwardTestMSEMetric = "forward_test_mse"
+
+// ForwardError returns the forward model's error to read against the
+// floor: forward_test_mse where train recorded it, forward_val_mse
+// otherwise (a bundle from before it did), with the split's name ("test"
+// or "val"); ok is false when the bundle records neither.
+func (m *Manifest) ForwardError() (mse float64, split string, ok bool) {
+	if v, ok := m.Metrics[ForwardTestMSEMetric]; ok && !math.IsNaN(v) {
+		return v, "test", true
+	}
+	if v, ok := m.Metrics["forward_val_mse"]; ok && !math.IsNaN(v) {
+		return v, "val", true
+	}
+	return 0, "", false
+}
+
 // TestInfectedF1Metric and TestInfectedAUCMetric name the manifest metrics
 // holding the infected control's F1 and ROC-AUC on train's test cascades
 // (every infected node named a source, scored 1; the rest 0): what a
@@ -778,7 +799,7 @@ func f1At(s []float64, truth []int, delta float64) float64 {
 
 // ForwardMSE is the mean over pairs of the mean squared error between
 // f(x) and the observed y: the forward model's own error.
-func ForwardMSE(ctx context.Context, fm forward.Model, n int, pairs []forward.Pair) (float64, error) {
+func ForwardMSE(ctx context.Context, fm Forward, n int, pairs []forward.Pair) (float64, error) {
 	if len(pairs) == 0 {
 		return math.NaN(), nil
 	}

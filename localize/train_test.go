@@ -1,6 +1,7 @@
 package localize_test
 
 import (
+	"math"
 	"strconv"
 	"testing"
 
@@ -343,6 +344,31 @@ func TestOutsideTraining(t *testing.T) {
 	delete(m.Metrics, localize.TrainInfectedMaxMetric)
 	require.Empty(t, m.OutsideTraining(3), "a bundle that does not record the range says nothing")
 	require.NotEmpty(t, m.OutsideTraining(100), "every node infected is said whatever the bundle records")
+}
+
+// The floor is read against the test error where the bundle has one, the
+// validation error (which the fit stopped early on) where it does not.
+func TestManifestForwardError(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		metrics   map[string]float64
+		mse       float64
+		split     string
+		available bool
+	}{
+		{"both", map[string]float64{"forward_val_mse": 0.2, localize.ForwardTestMSEMetric: 0.25}, 0.25, "test", true},
+		{"an older bundle", map[string]float64{"forward_val_mse": 0.2}, 0.2, "val", true},
+		{"a NaN test error", map[string]float64{"forward_val_mse": 0.2, localize.ForwardTestMSEMetric: math.NaN()}, 0.2, "val", true},
+		{"neither", map[string]float64{}, 0, "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := localize.Manifest{Metrics: tc.metrics}
+			mse, split, ok := m.ForwardError()
+			require.Equal(t, tc.available, ok)
+			require.Equal(t, tc.split, split)
+			require.Equal(t, tc.mse, mse)
+		})
+	}
 }
 
 func TestPoorFit(t *testing.T) {

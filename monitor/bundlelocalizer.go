@@ -62,9 +62,9 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		// runtime would hand back to the system only over minutes.
 		debug.FreeOSMemory()
 		if floor := b.Manifest.Metrics[localize.ForwardFloorMetric]; floor > 0 {
-			if mse := b.Manifest.Metrics["forward_val_mse"]; localize.PoorFit(mse, floor) && firstWarning(gc.Name, b.Manifest.ID, "fit") {
-				log.Warn("the bundle's forward model fits its graph poorly (validation error far above the floor), which can cost the alerts' rankings; see bundle inspect",
-					zap.String("graph", gc.Name), zap.Float64("forward_val_mse", mse), zap.Float64("forward_floor_mse", floor))
+			if mse, split, _ := b.Manifest.ForwardError(); localize.PoorFit(mse, floor) && firstWarning(gc.Name, b.Manifest.ID, "fit") {
+				log.Warn("the bundle's forward model fits its graph poorly (its error far above the floor), which can cost the alerts' rankings; see bundle inspect",
+					zap.String("graph", gc.Name), zap.Float64("forward_"+split+"_mse", mse), zap.Float64("forward_floor_mse", floor))
 			}
 		}
 		if s := b.Manifest.VJPCheckFailure(pluginDir); s != "" && firstWarning(gc.Name, b.Manifest.ID, "vjp") {

@@ -258,11 +258,16 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 	}
 	// Missing from a bundle whose plugin reported it as NaN before train
 	// replaced such a value with its own.
-	mse, hasMSE := m.Metrics["forward_val_mse"]
-	if hasMSE {
-		fmt.Fprintf(w, "  val MSE %.4f", mse)
+	if val, ok := m.Metrics["forward_val_mse"]; ok {
+		fmt.Fprintf(w, "  val MSE %.4f", val)
 	} else {
 		fmt.Fprint(w, "  val MSE n/a")
+	}
+	// The floor is read against the test error where there is one: the
+	// fit stopped on the validation pairs, so their error flatters it.
+	mse, split, hasMSE := m.ForwardError()
+	if split == "test" {
+		fmt.Fprintf(w, "  test MSE %.4f", mse)
 	}
 	floor, hasFloor := m.Metrics[localize.ForwardFloorMetric]
 	hasFloor = hasFloor && hasMSE

@@ -450,11 +450,18 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 		bar.Set(i+1, "")
 	}
 	mean := func(xs []float64) float64 { return eval.Summarize(xs).Mean }
-	return map[string]float64{
+	out := map[string]float64{
 		"test_precision": mean(prec), "test_recall": mean(rec), "test_f1": mean(f1),
 		"test_topk": mean(topk), "test_auc": mean(auc), "test_cascades": float64(limit),
 		localize.TestInfectedF1Metric: mean(ctlF1), localize.TestInfectedAUCMetric: mean(ctlAUC),
-	}, nil
+	}
+	// On every test cascade, not only the solved ones: one Predict per 64.
+	if mse, err := localize.ForwardMSE(ctx, f, n, toPairs(test)); err != nil {
+		return nil, fmt.Errorf("forward model's test error: %w", err)
+	} else if !math.IsNaN(mse) {
+		out[localize.ForwardTestMSEMetric] = mse
+	}
+	return out, nil
 }
 
 // sortByScore orders node indices by descending score, ties by index.
