@@ -217,7 +217,7 @@ type graphRT struct {
 	// checkConsumer is set by a consume error that can mean the consumer
 	// is gone (consumerMaybeGone); the next tick asks the server.
 	checkConsumer atomic.Bool
-	relaunches    atomic.Int64 // relaunches since the last successful inference or a tick that found the plugin up
+	relaunches    atomic.Int64 // relaunches since the last successful inference or a tick that found the plugin up with no inference failing
 	// localizeWaiting counts the graph's svc.localize requests waiting or
 	// running (at most maxLocalizeWaiting); localizeTurn lets one of them
 	// at a time wait for inferMu, so a scheduled inference waits behind
@@ -994,11 +994,16 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 		gc = gr.gc.Load()
 		kind := jobKind(-1)
 		healthy := gr.healthy()
-		if healthy && gr.relaunches.Load() > 0 && !gr.inflight.Load() {
+		if healthy && gr.relaunches.Load() > 0 && !gr.inflight.Load() && !gr.failing.Load() {
 			// A relaunched plugin that lived to this tick does not count
 			// against the next death: a plugin killed now and then over
 			// months of quiet (the OOM killer, an operator) is brought back
 			// each time, while one that dies at once still hits the cap.
+			// So does one that dies in every call, alive between them:
+			// its inferences fail, and only one that works resets the
+			// count (a fresh localizer per death, each with a fresh
+			// relaunch budget of its supervisor, launched it 72 times a
+			// minute).
 			gr.relaunches.Store(0)
 		}
 		budget := "relaunch_budget." + gr.name

@@ -37,7 +37,10 @@ type fakeLocalizer struct {
 	// dieOnCall makes that call fail as a crashed plugin would: the
 	// localizer turns unhealthy and returns an error.
 	dieOnCall int32
-	tag       string
+	// dieOnEveryCall makes every call fail so, as a plugin that exits in
+	// each VJP does (its supervisor brings it back between calls).
+	dieOnEveryCall atomic.Bool
+	tag            string
 	// overlap counts calls made while another was running on the same
 	// localizer; the daemon promises none.
 	overlap atomic.Int32
@@ -62,7 +65,7 @@ func (f *fakeLocalizer) Localize(ctx context.Context, y []float64) (Inference, e
 		f.calls.Add(1)
 		return Inference{}, fmt.Errorf("fake %s: plugin panic: index out of range", f.tag)
 	}
-	if c := f.calls.Add(1); c == f.dieOnCall {
+	if c := f.calls.Add(1); c == f.dieOnCall || f.dieOnEveryCall.Load() {
 		f.sick.Store(true)
 		return Inference{}, fmt.Errorf("fake %s: plugin process exited", f.tag)
 	}

@@ -302,6 +302,47 @@ func TestPluginDeathIsRelaunched(t *testing.T) {
 	require.Zero(t, logs.FilterMessageSnippet("relaunches used up (restarts); the next inference or localize request tries once more (held back").Len())
 }
 
+// A plugin that dies in every call and is alive between calls (its
+// supervisor brings it back) is relaunched restarts times, not at every
+// tick: each relaunch is a new localizer, with a relaunch budget of its
+// own, and the ticks found each one up. A call that works again resets
+// the count.
+func TestPluginDyingInEveryCallUsesUpItsRelaunches(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Restarts = 2
+	var dying atomic.Bool
+	dying.Store(true)
+	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) { l.dieOnEveryCall.Store(dying.Load()) }}
+	core, logs := observer.New(zapcore.InfoLevel)
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)))
+	sink := subscribeAlerts(t, r.nc, "p")
+
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	// A failed inference is tried again at every tick: many ticks.
+	require.Eventually(t, func() bool {
+		var calls int32
+		for _, l := range f.all() {
+			calls += l.calls.Load()
+		}
+		return calls >= 10
+	}, 10*time.Second, 5*time.Millisecond)
+	require.Len(t, f.all(), 1+cfg.Graphs[0].Restarts, "the first localizer and its restarts, no more")
+	require.Equal(t, float64(cfg.Graphs[0].Restarts), value(t, r.d.metrics.restarts.WithLabelValues("p")))
+	require.Eventually(t, func() bool { return logs.FilterMessageSnippet("relaunches used up").Len() == 1 }, 10*time.Second, 5*time.Millisecond)
+
+	// Fixed (its supervisor's next relaunch runs a good build): the next
+	// call works, the alert goes out, and a later death is relaunched again.
+	dying.Store(false)
+	last := f.all()[len(f.all())-1]
+	last.dieOnEveryCall.Store(false)
+	got := sink.wait(t, 1)
+	require.Equal(t, alerts.Firing, got[0].Status)
+	require.Eventually(t, func() bool { return r.d.Status().Graphs[0].LocalizerHealth }, 10*time.Second, 5*time.Millisecond)
+	made := len(f.all())
+	f.all()[made-1].sick.Store(true)
+	require.Eventually(t, func() bool { return len(f.all()) == made+1 }, 10*time.Second, 5*time.Millisecond)
+}
+
 // A localizer that answers every call with an error, its process alive,
 // makes the daemon not ready, naming the error, and is logged once as an
 // error, not at every tick; the next inference that works clears it.
