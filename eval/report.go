@@ -437,6 +437,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if e, ok := res.Extra[localize.VJPCheckMetric]; ok && e > 1 {
 			fmt.Fprintf(&b, "%s: the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance, mean over runs): the descent follows a wrong gradient, so these numbers are not SL-VAE's; run sourcewatch plugin check %s --plugin-dir %s\n",
 				res.Method, e, r.pluginOf(res.Method), r.pluginDirOf(res.Method))
+		} else if f, ok := res.Extra[localize.FusedCheckMetric]; ok && f > 1 {
+			fmt.Fprintf(&b, "%s: the forward model's fused data-term call disagrees with its own Predict and VJP (%.3g times the tolerance, mean over runs): the descent follows a wrong gradient, so these numbers are not SL-VAE's; run sourcewatch plugin check %s --plugin-dir %s\n",
+				res.Method, f, r.pluginOf(res.Method), r.pluginDirOf(res.Method))
 		} else if res.Extra[localize.VJPFlatMetric] > 0 {
 			fmt.Fprintf(&b, "%s: the forward model's gradient was 0 at every coordinate of train's spot check in at least one run (outputs saturated at 0 or 1?): the descent has nothing to follow there, so these numbers are not SL-VAE's; run sourcewatch plugin check %s --plugin-dir %s\n",
 				res.Method, r.pluginOf(res.Method), r.pluginDirOf(res.Method))

@@ -602,12 +602,15 @@ func TestRunOnRecordedCascades(t *testing.T) {
 func TestReportCallsOutABrokenVJP(t *testing.T) {
 	rep := &Report{Graph: "g", Results: []Result{
 		{Method: "slvae[mine]", Extra: map[string]float64{localize.VJPCheckMetric: 4200}},
+		{Method: "slvae[fused]", Extra: map[string]float64{localize.FusedCheckMetric: 2e9}},
 		{Method: "slvae"},
 	}}
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteTable(&buf))
 	require.Contains(t, buf.String(), "slvae[mine]: the forward model's VJP disagrees with finite differences of its own Predict (4.2e+03 times the tolerance")
 	require.Equal(t, 1, strings.Count(buf.String(), "VJP disagrees"))
+	require.Contains(t, buf.String(), "slvae[fused]: the forward model's fused data-term call disagrees with its own Predict and VJP (2e+09 times the tolerance")
+	require.Equal(t, 1, strings.Count(buf.String(), "fused data-term call disagrees"))
 }
 
 // A forward model far above the floor is called out with what to try.

@@ -368,6 +368,9 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 	if e := b.Manifest.Metrics[localize.VJPCheckMetric]; e > 1 {
 		// only when it failed: the report then says so
 		m.extras[localize.VJPCheckMetric] = e
+	} else if f := b.Manifest.Metrics[localize.FusedCheckMetric]; f > 1 {
+		// the same for the fused data-term call inference makes
+		m.extras[localize.FusedCheckMetric] = f
 	} else if b.Manifest.Metrics[localize.VJPFlatMetric] == 1 {
 		// only when every compared derivative was 0: the same
 		m.extras[localize.VJPFlatMetric] = 1

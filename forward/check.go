@@ -304,3 +304,91 @@ func (o VJPCheckOptions) acceptKinks(ctx context.Context, m Model, x, y, dy []fl
 	}
 	return nil
 }
+
+// FusedCheck reports a comparison of a model's fused data-term call
+// (SquaredErrorLoss, which inference calls at every step) with the same
+// quantities from Predict and VJP.
+type FusedCheck struct {
+	// LossDiff is the largest |loss_i - ||target_i - f(x_i)||^2| and
+	// DxDiff the largest |dx - VJP(x, 2(f(x) - target))| over entries.
+	LossDiff, DxDiff float64
+	// MaxErr is the larger of the two, each in units of its tolerance
+	// (fusedTol times the larger of 1 and the value's scale): the check
+	// passes when it is at most 1.
+	MaxErr float64
+}
+
+// fusedTol is the relative tolerance of CheckFused: the fused call does
+// the same float64 arithmetic as Predict and VJP, so only rounding may
+// part them.
+const fusedTol = 1e-9
+
+// Pass reports whether the fused call agrees with Predict and VJP.
+func (c FusedCheck) Pass() bool { return c.MaxErr <= 1 }
+
+func (c FusedCheck) String() string {
+	return fmt.Sprintf("the fused data-term call's loss differs from Predict's by up to %.3g and its dx from VJP(x, 2(f(x) - target)) by up to %.3g (%.3g times the tolerance)",
+		c.LossDiff, c.DxDiff, c.MaxErr)
+}
+
+// CheckFused compares SquaredErrorLoss(m, x, target), m's own fused
+// method where it has one, with loss_i = ||target_i - f(x_i)||^2 from
+// Predict and dx = (df/dx)^T 2 (f(x) - target) from VJP. A plugin may
+// implement the fused call itself (forward.SquaredErrorVJPer) and then
+// inference follows it, not its VJP: a wrong fused call gives a bundle
+// that ranks badly with a VJP that passes CheckVJP. target has one row
+// (for every row of x) or as many rows as x; a shape mismatch panics.
+// Errors are the model's.
+func CheckFused(ctx context.Context, m Model, x, target *mat.Dense) (FusedCheck, error) {
+	rows, n := x.Dims()
+	tr, tc := target.Dims()
+	if (tr != 1 && tr != rows) || tc != n {
+		panic(fmt.Sprintf("forward: CheckFused target is %dx%d for x %dx%d", tr, tc, rows, n))
+	}
+	loss, dx, err := SquaredErrorLoss(ctx, m, x, target)
+	if err != nil {
+		return FusedCheck{}, err
+	}
+	if len(loss) != rows {
+		return FusedCheck{}, fmt.Errorf("fused call returned %d losses for %d rows: %w", len(loss), rows, ErrBadOutput)
+	}
+	if r, c := dx.Dims(); r != rows || c != n {
+		return FusedCheck{}, fmt.Errorf("fused call returned dx %dx%d for %dx%d: %w", r, c, rows, n, ErrBadOutput)
+	}
+	y, err := m.Predict(ctx, x)
+	if err != nil {
+		return FusedCheck{}, err
+	}
+	if r, c := y.Dims(); r != rows || c != n {
+		return FusedCheck{}, fmt.Errorf("predict returned %dx%d for %dx%d: %w", r, c, rows, n, ErrBadOutput)
+	}
+	dy := mat.NewDense(rows, n, nil)
+	wantLoss := make([]float64, rows)
+	for i := 0; i < rows; i++ {
+		t := target.RawRowView(min(i, tr-1))
+		d := dy.RawRowView(i)
+		for j, f := range y.RawRowView(i) {
+			d[j] = 2 * (f - t[j])
+			wantLoss[i] += (f - t[j]) * (f - t[j])
+		}
+	}
+	_, wantDx, err := m.VJP(ctx, x, dy)
+	if err != nil {
+		return FusedCheck{}, err
+	}
+	var c FusedCheck
+	for i, l := range loss {
+		d := math.Abs(l - wantLoss[i])
+		if math.IsNaN(l) {
+			d = math.Inf(1)
+		}
+		c.LossDiff = math.Max(c.LossDiff, d)
+		c.MaxErr = math.Max(c.MaxErr, d/(fusedTol*math.Max(1, wantLoss[i])))
+	}
+	c.DxDiff = maxAbsDiff(dx, wantDx)
+	if math.IsNaN(c.DxDiff) {
+		c.DxDiff = math.Inf(1)
+	}
+	c.MaxErr = math.Max(c.MaxErr, c.DxDiff/(fusedTol*math.Max(1, mat.Norm(wantDx, math.Inf(1)))))
+	return c, nil
+}

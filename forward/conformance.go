@@ -371,34 +371,12 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			}
 		}
 		before := p.SharedCalls()
-		loss, dx, err := p.SquaredErrorLoss(ctx, x, target)
+		c, err := CheckFused(ctx, p, x, target)
 		if err != nil {
 			return CheckFail, "", err
 		}
-		y, err := p.Predict(ctx, x)
-		if err != nil {
-			return CheckFail, "", err
-		}
-		dy := mat.NewDense(o.Batch, n, nil)
-		wantLoss := make([]float64, o.Batch)
-		for i := 0; i < o.Batch; i++ {
-			for j := 0; j < n; j++ {
-				d := y.At(i, j) - target.At(0, j)
-				dy.Set(i, j, 2*d)
-				wantLoss[i] += d * d
-			}
-		}
-		_, wantDx, err := p.VJP(ctx, x, dy)
-		if err != nil {
-			return CheckFail, "", err
-		}
-		for i, l := range loss {
-			if math.Abs(l-wantLoss[i]) > 1e-9*math.Max(1, wantLoss[i]) {
-				return CheckFail, fmt.Sprintf("loss[%d] = %.12g, Predict gives %.12g", i, l, wantLoss[i]), nil
-			}
-		}
-		if d := maxAbsDiff(dx, wantDx); d > 1e-9*math.Max(1, mat.Norm(wantDx, math.Inf(1))) {
-			return CheckFail, fmt.Sprintf("dx differs by up to %.3g from VJP(x, 2(f(x) - target))", d), nil
+		if !c.Pass() {
+			return CheckFail, c.String(), nil
 		}
 		how := "batches as bytes: the plugin does not map the shared region"
 		switch {

@@ -78,6 +78,8 @@ func TestCheckPlugin(t *testing.T) {
 		{"fatal", "fit", "its stderr ended: "},
 		{"crash", "fit", "forward plugin exited"},
 		{"hang", "fit", "fit: no progress within 2s"},
+		// Predict and VJP right, the plugin's own fused call wrong.
+		{"fused", "fused call", "the fused data-term call's loss differs from Predict's by up to 0 and its dx from VJP(x, 2(f(x) - target)) by up to"},
 	} {
 		t.Run(tc.fault+" fails", func(t *testing.T) {
 			t.Parallel()

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"go.uber.org/zap"
@@ -81,6 +82,10 @@ func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
 	}
 	if l.demote && level == hclog.Info {
 		level = hclog.Debug
+	}
+	if cut := len(msg) - pluginLineBytes; cut > 0 {
+		// a line of the plugin's own stderr, which it may make any length
+		msg = strings.ToValidUTF8(msg[:pluginLineBytes], "") + fmt.Sprintf(" ... (%d bytes cut)", cut)
 	}
 	if ce := l.z.Check(zapLevel(level), msg); ce != nil {
 		ce.Write(fields(args)...)
@@ -158,21 +163,67 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // forwards what a Go plugin writes to os.Stdout and os.Stderr after Serve
 // through it (the gRPC stdio stream), so fmt.Fprintln(os.Stderr, ...) in a
 // plugin shows up in the host's log.
+//
+// A plugin's output is not the host's to trust: a line is cut at
+// pluginLineBytes, and past pluginOutputPerMinute bytes of lines in a
+// minute the rest of that minute's are counted, not logged (a plugin that
+// printed 20 MB in each Predict wrote 315 MB into the host's log in one
+// `plugin check`, and would have at every inference of the daemon).
 type lineLog struct {
 	mu    sync.Mutex
 	z     *zap.Logger
 	lines lineSplitter
+	// now is the clock of the per-minute budget (nil: time.Now).
+	now func() time.Time
+	// Within the minute from windowStart: bytes logged, and lines and
+	// bytes held back once the budget was spent.
+	windowStart          time.Time
+	logged               int
+	heldLines, heldBytes int
 }
+
+const (
+	pluginLineBytes       = 4 << 10
+	pluginOutputPerMinute = 1 << 20
+)
 
 func (l *lineLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lines.write(p, 64<<10, func(line string) {
 		if line = strings.TrimRight(line, "\r"); line != "" {
-			l.z.Info(line)
+			l.log(line)
 		}
 	})
 	return len(p), nil
+}
+
+func (l *lineLog) log(line string) {
+	now := time.Now
+	if l.now != nil {
+		now = l.now
+	}
+	t := now()
+	if t.Sub(l.windowStart) >= time.Minute {
+		if l.heldLines > 0 {
+			l.z.Warn("plugin output held back", zap.Int("lines", l.heldLines), zap.Int("bytes", l.heldBytes),
+				zap.String("why", fmt.Sprintf("over %d KiB of lines within a minute", pluginOutputPerMinute>>10)))
+		}
+		l.windowStart, l.logged, l.heldLines, l.heldBytes = t, 0, 0, 0
+	}
+	if l.logged >= pluginOutputPerMinute {
+		l.heldLines++
+		l.heldBytes += len(line)
+		return
+	}
+	if cut := len(line) - pluginLineBytes; cut > 0 {
+		line = strings.ToValidUTF8(line[:pluginLineBytes], "") + fmt.Sprintf(" ... (%d bytes cut)", cut)
+	}
+	l.logged += len(line)
+	l.z.Info(line)
+	if l.logged >= pluginOutputPerMinute {
+		l.z.Warn(fmt.Sprintf("plugin output over %d KiB within a minute: the rest of the minute's lines are held back and counted at the next line after it", pluginOutputPerMinute>>10))
+	}
 }
 
 // lineSplitter cuts a stream of writes into lines.

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/stretchr/testify/require"
@@ -51,6 +53,42 @@ func TestLineLog(t *testing.T) {
 		msgs = append(msgs, e.Message)
 	}
 	require.Equal(t, []string{"first line", "second"}, msgs, "blank lines dropped, the unfinished line waits")
+}
+
+// A plugin's output cannot flood the host's log: a line is cut short, and
+// past the minute's budget lines are counted, not logged, and the count
+// is said at the first line after the minute.
+func TestLineLogBoundsAPluginsOutput(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	now := time.Unix(1000, 0)
+	l := &lineLog{z: zap.New(core), now: func() time.Time { return now }}
+	_, _ = l.Write([]byte("a" + strings.Repeat("é", 3000) + "\n")) // 6,001 bytes, the cut inside an é
+	require.Equal(t, 1, logs.Len())
+	line := logs.All()[0].Message
+	require.True(t, utf8.ValidString(line))
+	require.True(t, strings.HasSuffix(line, " ... (1905 bytes cut)"), line[len(line)-40:])
+	require.LessOrEqual(t, len(line), pluginLineBytes+32)
+
+	chunk := strings.Repeat("x", 1000) + "\n"
+	for range 2000 { // 2 MB within the minute
+		_, _ = l.Write([]byte(chunk))
+	}
+	logged := logs.FilterMessageSnippet("xxxx").Len()
+	require.Less(t, logged, 1100, "about 1 MiB logged")
+	require.Greater(t, logged, 1000)
+	require.Equal(t, 1, logs.FilterMessageSnippet("lines are held back").Len())
+
+	now = now.Add(time.Minute)
+	_, _ = l.Write([]byte("next minute\n"))
+	held := logs.FilterMessage("plugin output held back").All()
+	require.Len(t, held, 1)
+	require.EqualValues(t, 2000-logged, held[0].ContextMap()["lines"])
+	require.EqualValues(t, 1000*(2000-logged), held[0].ContextMap()["bytes"])
+	require.Equal(t, 1, logs.FilterMessage("next minute").Len())
+
+	// A line of the plugin's own stderr, through go-plugin's hclog, too.
+	newZapHCLog(zap.New(core)).Named("sourcewatch-forward-x").Warn(strings.Repeat("y", 10000))
+	require.Equal(t, 1, logs.FilterMessageSnippet(" ... (5904 bytes cut)").Len())
 }
 
 // The tail keeps the last lines of a plugin's own stderr, without

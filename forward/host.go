@@ -629,8 +629,16 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 	if st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max") {
 		if m := sizeRefusal.FindStringSubmatch(st.Message()); m != nil && m[2] == strconv.Itoa(MaxMessageBytes) {
 			// Over the protocol's own bound: no plugin setting helps.
-			return fmt.Errorf("%s: %s: %s (the call's message is over the %d MiB the protocol allows: fewer rows per call, or a smaller graph)",
-				prefix, st.Code(), st.Message(), MaxMessageBytes>>20)
+			what := "fewer rows per call, or a smaller graph"
+			switch op {
+			case "fit":
+				// The state blob is Fit's one large answer.
+				what = "Fit's state (the model's weights, sent back whole) must be smaller"
+			case "configure":
+				what = "the state Configure is given (the model's weights) must be smaller, or the graph"
+			}
+			return fmt.Errorf("%s: %s: %s (the call's message is over the %d MiB the protocol allows: %s)",
+				prefix, st.Code(), st.Message(), MaxMessageBytes>>20, what)
 		}
 		// gRPC libraries other than Go's accept 4 MiB by default.
 		return fmt.Errorf("%s: %s: %s (the plugin's gRPC server must accept messages up to %d MiB: set its receive and send limits, see forward/README.md)",

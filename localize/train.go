@@ -204,11 +204,17 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	if err != nil {
 		return nil, fmt.Errorf("validating forward model %q: %w", cfg.Forward.Name, err)
 	}
-	// A plugin that reports no validation error, or NaN for one (as
-	// Progress.ValLoss is NaN without a validation set), gets the host's.
-	if v, ok := metrics["forward_val_mse"]; !ok || math.IsNaN(v) || math.IsInf(v, 0) {
-		metrics["forward_val_mse"] = noise
+	// forward_val_mse is the host's measure, the per-node mean squared
+	// error that the prior's weight, the floor and every reader take it
+	// for. A plugin's own val_mse that says something else (a sum over
+	// nodes, another loss: the contract cannot enforce a definition) is
+	// kept beside it, not in its place; one that reports none, or NaN
+	// (Progress.ValLoss is NaN without a validation set), is simply
+	// replaced. The shipped plugins' agree to rounding.
+	if v, ok := metrics["forward_val_mse"]; ok && !math.IsNaN(v) && !math.IsInf(v, 0) && math.Abs(v-noise) > 1e-6*math.Max(noise, 1e-12) {
+		metrics[PluginValMSEMetric] = v
 	}
+	metrics["forward_val_mse"] = noise
 	metrics["noise_variance"] = noise
 	// Inference descends along the plugin's VJP; one that disagrees with
 	// its own Predict (a sign, a missing term) gives a bundle that runs
@@ -219,13 +225,27 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	// [0.1, 0.9]^n a learned model's output saturates on a graph of a few
 	// hundred nodes, and its gradient with it, which is no fault.
 	checkRNG := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a1))
-	check, err := forward.CheckVJP(ctx, fm, n, checkRNG, forward.VJPCheckOptions{Points: sparsePoint(n, val, checkRNG), CornerRows: -1, Coords: 8})
+	point := sparsePoint(n, val, checkRNG)
+	check, err := forward.CheckVJP(ctx, fm, n, checkRNG, forward.VJPCheckOptions{Points: point, CornerRows: -1, Coords: 8})
 	if err != nil {
 		return nil, fmt.Errorf("checking forward model %q's VJP: %w", cfg.Forward.Name, err)
 	}
 	metrics[VJPCheckMetric] = check.MaxErr
 	if check.Checked > 0 && check.Flat == check.Checked {
 		metrics[VJPFlatMetric] = 1
+	}
+	// Inference follows the fused data-term call, which a plugin may
+	// implement itself: one that disagrees with the VJP just checked
+	// ranks as badly as a wrong VJP (an audit's sign-flipped one: test
+	// ROC-AUC 0.734 against the infected control's 0.789, and no word).
+	if point != nil {
+		fused, err := forward.CheckFused(ctx, fm, point, newBatch(val[:1], n, func(p forward.Pair) []int { return p.Infected }))
+		if err != nil {
+			return nil, fmt.Errorf("checking forward model %q's fused data-term call: %w", cfg.Forward.Name, err)
+		}
+		// Inf (a loss off by Inf) is not left out with the metrics JSON
+		// cannot hold: it is the worst, not unknown.
+		metrics[FusedCheckMetric] = min(fused.MaxErr, math.MaxFloat64)
 	}
 
 	metrics["forward_fit_seconds"] = time.Since(stageStart).Seconds()
@@ -411,6 +431,11 @@ const (
 // against it.
 const ForwardFloorMetric = "forward_floor_mse"
 
+// PluginValMSEMetric names the manifest metric holding the validation
+// error a forward plugin's Fit reported as val_mse where it differs from
+// the host's own measure, which forward_val_mse always holds.
+const PluginValMSEMetric = "forward_plugin_val_mse"
+
 // ForwardTestMSEMetric names the manifest metric holding the forward
 // model's mean squared error on train's test cascades, which neither the
 // fit nor any choice saw. forward_val_mse is measured on the pairs the
@@ -476,6 +501,12 @@ func (m *Manifest) WeakRanking() string {
 // is wrong, and `sourcewatch plugin check` says where.
 const VJPCheckMetric = "forward_vjp_check_max_err"
 
+// FusedCheckMetric names the manifest metric holding Train's check of the
+// forward model's fused data-term call against its own Predict and VJP
+// (forward.FusedCheck.MaxErr at the spot check's point): above 1 the call
+// inference makes at every step is wrong.
+const FusedCheckMetric = "forward_fused_check_max_err"
+
 // sparsePoint is one row like the points inference descends through: the
 // first of pairs' source sets at 0.9, the other nodes in [0.02, 0.08]
 // (nil without a pair, for CheckVJP's random points).
@@ -514,11 +545,15 @@ func (m *Manifest) VJPCheckFailure(pluginDir string) string {
 		return fmt.Sprintf("the forward model's gradient was 0 at every coordinate of train's spot check (its outputs saturated at 0 or 1 there?): inference descends along it, so this bundle's rankings cannot be trusted, and the check could not tell a right VJP from a wrong one; run sourcewatch plugin check %s --plugin-dir %s",
 			m.Forward.Name, dir)
 	}
-	if !(e > 1) {
-		return ""
+	if e > 1 {
+		return fmt.Sprintf("the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance at train's spot check): inference descends along it, so this bundle's rankings cannot be trusted; run sourcewatch plugin check %s --plugin-dir %s",
+			e, m.Forward.Name, dir)
 	}
-	return fmt.Sprintf("the forward model's VJP disagrees with finite differences of its own Predict (%.3g times the tolerance at train's spot check): inference descends along it, so this bundle's rankings cannot be trusted; run sourcewatch plugin check %s --plugin-dir %s",
-		e, m.Forward.Name, dir)
+	if f := m.Metrics[FusedCheckMetric]; f > 1 {
+		return fmt.Sprintf("the forward model's fused data-term call disagrees with its own Predict and VJP (%.3g times the tolerance at train's spot check): inference descends along it, so this bundle's rankings cannot be trusted; run sourcewatch plugin check %s --plugin-dir %s",
+			f, m.Forward.Name, dir)
+	}
+	return ""
 }
 
 // PoorFitRatio is the forward error, relative to the floor, above which a

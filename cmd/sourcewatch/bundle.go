@@ -263,6 +263,10 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 	} else {
 		fmt.Fprint(w, "  val MSE n/a")
 	}
+	if own, ok := m.Metrics[localize.PluginValMSEMetric]; ok {
+		// measured its own way: the host's is the one read against the floor
+		fmt.Fprintf(w, " (the plugin's own val_mse: %.4g)", own)
+	}
 	// The floor is read against the test error where there is one: the
 	// fit stopped on the validation pairs, so their error flatters it.
 	mse, split, hasMSE := m.ForwardError()

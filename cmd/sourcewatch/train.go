@@ -277,6 +277,13 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		return err
 	}
+	// The bundle cannot hold a NaN or infinite metric (JSON): said here,
+	// where a plugin's author looks, not only by plugin check.
+	for _, k := range slices.Sorted(maps.Keys(b.Manifest.Metrics)) {
+		if val := b.Manifest.Metrics[k]; math.IsNaN(val) || math.IsInf(val, 0) {
+			a.log.Warn("a training metric is not a finite number; the bundle leaves it out", zap.String("metric", k), zap.Float64("value", val))
+		}
+	}
 	testSummary, err := heldOut(ctx, a, b, proc, test, v.GetInt("test_solves"))
 	if err != nil {
 		return err

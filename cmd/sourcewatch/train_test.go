@@ -606,9 +606,10 @@ func TestTrainEveryNodeASource(t *testing.T) {
 	require.NotContains(t, b.Manifest.Metrics, localize.WithPriorAUCMetric)
 }
 
-// A plugin whose VJP disagrees with its own Predict still trains, but the
-// summary (and bundle inspect, which prints it) and localize say so,
-// naming the check that finds where; a sound one says nothing.
+// A plugin whose VJP disagrees with its own Predict, or whose own fused
+// data-term call disagrees with both, still trains, but the summary (and
+// bundle inspect, which prints it) and localize say so, naming the check
+// that finds where; a sound one says nothing.
 func TestTrainSpotChecksTheVJP(t *testing.T) {
 	dir := t.TempDir()
 	edges := filepath.Join(dir, "tiny.edges")
@@ -618,40 +619,42 @@ func TestTrainSpotChecksTheVJP(t *testing.T) {
 	for _, tc := range []struct {
 		plugin string
 		params []string
-		broken bool
+		note   string // "" for a sound plugin
 	}{
-		{faulty, []string{"--forward-param", "fault=grad"}, true},
-		{icmf, nil, false},
+		{faulty, []string{"--forward-param", "fault=grad"}, "the forward model's VJP disagrees with finite differences of its own Predict"},
+		// Predict and VJP right, the fused call inference makes wrong.
+		{faulty, []string{"--forward-param", "fault=fused"}, "the forward model's fused data-term call disagrees with its own Predict and VJP"},
+		{icmf, nil, ""},
 	} {
 		name := strings.TrimPrefix(filepath.Base(tc.plugin), forward.BinaryPrefix)
-		bundle := filepath.Join(dir, name+".swb")
+		bundle := filepath.Join(dir, name+strings.Join(tc.params, "")+".swb")
 		args := append([]string{"train", "--graph", edges, "--diffusion", "SI", "--sources", "1", "--cascades", "30",
 			"--forward", name, "--plugin-dir", filepath.Dir(tc.plugin), "--prior-epochs", "2", "--prototypes", "8",
 			"--test-solves", "4", "--restarts", "2", "--init-steps", "2", "--out", bundle, "--log-level", "error"}, tc.params...)
 		out, _, err := runCmd(t, "", args...)
 		require.NoError(t, err)
-		const note = "the forward model's VJP disagrees with finite differences of its own Predict"
 		// localize answers, and warns on stderr of such a bundle.
 		answer, warned, err := runCmd(t, `{"infected":["b","c"]}`, "localize", "--bundle", bundle,
 			"--plugin-dir", filepath.Dir(tc.plugin), "--log-level", "error")
 		require.NoError(t, err)
 		require.Contains(t, answer, "suspected source(s)")
-		if !tc.broken {
-			require.NotContains(t, out, note)
-			require.NotContains(t, warned, note)
+		if tc.note == "" {
+			require.NotContains(t, out, "disagrees")
+			require.NotContains(t, warned, "disagrees")
 			continue
 		}
-		require.Contains(t, out, note)
-		require.Contains(t, warned, "warning: "+bundle+": "+note)
+		require.Contains(t, out, tc.note)
+		require.Contains(t, warned, "warning: "+bundle+": "+tc.note)
 		require.Contains(t, out, "run sourcewatch plugin check faulty")
 		b, err := localize.LoadBundle(bundle, nil)
 		require.NoError(t, err)
-		require.Greater(t, b.Manifest.Metrics[localize.VJPCheckMetric], 1.0)
+		require.Greater(t, max(b.Manifest.Metrics[localize.VJPCheckMetric], b.Manifest.Metrics[localize.FusedCheckMetric]), 1.0)
 	}
 }
 
 // What a plugin's own reports cannot show is said, not printed as a
-// number: a NaN val_mse gives way to the host's own, and a spot check
+// number: a NaN val_mse gives way to the host's own, another NaN metric
+// is warned of, and a spot check
 // whose derivatives were all 0 (a saturated model) warns that it proved
 // nothing.
 func TestTrainSeesThroughNaNMetricsAndFlatChecks(t *testing.T) {
@@ -659,13 +662,15 @@ func TestTrainSeesThroughNaNMetricsAndFlatChecks(t *testing.T) {
 	edges := filepath.Join(dir, "tiny.edges")
 	require.NoError(t, os.WriteFile(edges, []byte("a b\nb c\nc d\nd e\n"), 0o644))
 	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	var stderr string
 	train := func(fault string) (string, *localize.Bundle) {
 		bundle := filepath.Join(dir, fault+".swb")
-		out, _, err := runCmd(t, "", "train", "--graph", edges, "--diffusion", "SI", "--sources", "1", "--cascades", "30",
+		out, errOut, err := runCmd(t, "", "train", "--graph", edges, "--diffusion", "SI", "--sources", "1", "--cascades", "30",
 			"--forward", "faulty", "--plugin-dir", filepath.Dir(faulty), "--forward-param", "fault="+fault,
 			"--prior-epochs", "2", "--prototypes", "8", "--test-solves", "4", "--restarts", "2", "--init-steps", "2",
-			"--out", bundle, "--log-level", "error")
+			"--out", bundle, "--log-level", "warn")
 		require.NoError(t, err)
+		stderr = errOut
 		b, err := localize.LoadBundle(bundle, nil)
 		require.NoError(t, err)
 		return out, b
@@ -673,12 +678,27 @@ func TestTrainSeesThroughNaNMetricsAndFlatChecks(t *testing.T) {
 	const flat = "the forward model's gradient was 0 at every coordinate of train's spot check"
 
 	out, b := train("nanmetric")
+	// A NaN metric the host has no value of its own for is said, not
+	// dropped from the bundle without a word.
+	require.NotContains(t, b.Manifest.Metrics, "forward_train_mse")
+	require.Regexp(t, `a training metric is not a finite number; the bundle leaves it out","metric":"forward_train_mse"`, stderr)
+	require.NotContains(t, stderr, `"metric":"forward_val_mse"`, "the host's own replaces it")
 	mse, ok := b.Manifest.Metrics["forward_val_mse"]
 	require.True(t, ok, "the host's own validation error replaces the NaN")
 	require.Equal(t, b.Manifest.Metrics["noise_variance"], mse)
 	require.Greater(t, mse, 0.0)
 	require.Contains(t, out, fmt.Sprintf("val MSE %.4f", mse))
 	require.NotContains(t, out, flat)
+
+	// A plugin whose val_mse is its own kind of error (summed over the
+	// nodes) does not take the place of the host's: the weight, the floor
+	// and the summary read the host's, and the plugin's is kept beside it.
+	out, b = train("valsum")
+	mse = b.Manifest.Metrics["forward_val_mse"]
+	require.Equal(t, b.Manifest.Metrics["noise_variance"], mse)
+	own := b.Manifest.Metrics[localize.PluginValMSEMetric]
+	require.InDelta(t, 5*mse, own, 1e-9, "the sum over 5 nodes")
+	require.Contains(t, out, fmt.Sprintf("val MSE %.4f (the plugin's own val_mse: %.4g)", mse, own))
 
 	out, b = train("flat")
 	require.Equal(t, 1.0, b.Manifest.Metrics[localize.VJPFlatMetric])

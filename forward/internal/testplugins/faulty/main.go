@@ -17,9 +17,12 @@
 //	state  Fit returns a state that Configure refuses (a plugin that cannot
 //	       read back its own state)
 //	flat   y = 1 and dx = 0 everywhere (a consistent, saturated model)
-//	nanmetric  Fit reports its val_mse as NaN
+//	nanmetric  Fit reports its val_mse and train_mse as NaN
+//	valsum Fit reports its val_mse summed over the nodes, not averaged
 //	forget Fit learns a halving of y that the state it returns leaves
 //	       out (Configure with that state gives another model)
+//	fused  the fused data-term call's dx negated (Predict and VJP right:
+//	       a model whose own SquaredErrorVJP is wrong)
 //
 // The fault strikes from the Nth Predict or VJP call (or Fit, for hang,
 // crash and fatal) of the process on
@@ -82,6 +85,7 @@ type model struct {
 	calls atomic.Int64
 	// halved is what fault forget's Fit learns and its state omits.
 	halved bool
+	nodes  int
 }
 
 func (m *model) Info(ctx context.Context) (forward.Info, error) {
@@ -104,7 +108,7 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 		}
 	}
 	in.Params = append(in.Params,
-		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat, nanmetric or forget"},
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget or fused"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
 	return in, err
 }
@@ -116,10 +120,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		switch k {
 		case "fault":
 			switch v {
-			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "state", "flat", "nanmetric", "forget":
+			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "state", "flat", "nanmetric", "valsum", "forget", "fused":
 				m.fault = v
 			default:
-				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat, nanmetric or forget", v)
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget or fused", v)
 			}
 		case "fault_after":
 			n, err := strconv.Atoi(v)
@@ -135,6 +139,7 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		// Through go-plugin's stdio stream into the host's log.
 		fmt.Fprintf(os.Stderr, "faulty: fault %s from call %d\n", m.fault, m.after)
 	}
+	m.nodes = g.N()
 	return m.Model.Configure(ctx, g, rest, state)
 }
 
@@ -206,6 +211,21 @@ func (m *model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	}
 	if err == nil && m.fault == "nanmetric" {
 		res.Metrics["val_mse"] = math.NaN()
+		res.Metrics["train_mse"] = math.NaN()
+	}
+	if err == nil && m.fault == "valsum" {
+		y, perr := m.Model.Predict(ctx, pairMatrix(opts.Validation, m.nodes, func(p forward.Pair) []int { return p.Sources }))
+		if perr != nil {
+			return res, perr
+		}
+		target := pairMatrix(opts.Validation, m.nodes, func(p forward.Pair) []int { return p.Infected })
+		var sum float64
+		for i := range opts.Validation {
+			for v, f := range y.RawRowView(i) {
+				sum += (f - target.At(i, v)) * (f - target.At(i, v))
+			}
+		}
+		res.Metrics["val_mse"] = sum / float64(len(opts.Validation))
 	}
 	if err == nil && m.fault == "forget" {
 		m.halved = true
@@ -248,4 +268,37 @@ func (m *model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Den
 	}
 	y, dx = m.corrupt(y, dx)
 	return y, dx, nil
+}
+
+// predictVJP hides model's SquaredErrorVJP, so that the generic one calls
+// its Predict and VJP.
+type predictVJP struct{ m *model }
+
+func (p predictVJP) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
+	return p.m.Predict(ctx, x)
+}
+
+func (p predictVJP) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	return p.m.VJP(ctx, x, dy)
+}
+
+// SquaredErrorVJP is the model's own fused call: Predict then VJP, with
+// every fault of theirs, and dx negated under fault fused.
+func (m *model) SquaredErrorVJP(ctx context.Context, x, target *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	y, dx, err := forward.SquaredErrorVJP(ctx, predictVJP{m}, x, target)
+	if err == nil && m.fault == "fused" && m.calls.Load() >= m.after {
+		dx.Scale(-1, dx)
+	}
+	return y, dx, err
+}
+
+// pairMatrix is one row per pair, 1 at the nodes set picks.
+func pairMatrix(ps []forward.Pair, n int, set func(forward.Pair) []int) *mat.Dense {
+	x := mat.NewDense(len(ps), n, nil)
+	for i, p := range ps {
+		for _, v := range set(p) {
+			x.Set(i, v, 1)
+		}
+	}
+	return x
 }
