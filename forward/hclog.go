@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -30,6 +31,10 @@ type zapHCLog struct {
 	name    string
 	implied []any
 	demote  bool
+	// exitErr, on the root go-plugin logs the process's end on, keeps why
+	// it ended ("exit status 3", "signal: killed"), which go-plugin tells
+	// no one else; a call that finds the process gone quotes it.
+	exitErr *atomic.Pointer[string]
 }
 
 func newZapHCLog(z *zap.Logger) hclog.Logger {
@@ -75,6 +80,15 @@ func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
 	if n := len(args); n >= 2 && args[n-2] == "timestamp" {
 		if _, isString := args[n-1].(string); isString {
 			args = args[:n-2]
+		}
+	}
+	if l.exitErr != nil && msg == "plugin process exited" {
+		for i := 0; i+1 < len(args); i += 2 {
+			if k, _ := args[i].(string); k == "error" {
+				if e, ok := args[i+1].(string); ok {
+					l.exitErr.Store(&e)
+				}
+			}
 		}
 	}
 	if lv, m, a, ok := hclogLine(msg); ok {

@@ -322,6 +322,8 @@ type Process struct {
 	// stderr is the end of what the process wrote to its own stderr, for
 	// the error that says it exited.
 	stderr *stderrTail
+	// exitErr is why the process ended, once go-plugin has seen it end.
+	exitErr *atomic.Pointer[string]
 }
 
 var _ Model = (*Process)(nil)
@@ -426,6 +428,9 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		}
 	}
 	tail := &stderrTail{}
+	var exitErr atomic.Pointer[string]
+	hclogger := newZapHCLog(o.log).(*zapHCLog)
+	hclogger.exitErr = &exitErr
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		Plugins:          plugin.PluginSet{pluginName: &grpcPlugin{}},
@@ -437,7 +442,7 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		// go-plugin would append it after ours, and the last value wins.
 		SkipHostEnv:  true,
 		StartTimeout: o.startTimeout,
-		Logger:       newZapHCLog(o.log),
+		Logger:       hclogger,
 		SyncStdout:   &lineLog{z: o.log.Named(name).With(zap.String("stream", "stdout"))},
 		SyncStderr:   &lineLog{z: o.log.Named(name).With(zap.String("stream", "stderr"))},
 		Stderr:       tail,
@@ -491,7 +496,7 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	if !ok {
 		return fail(fmt.Errorf("dispensed %T, not a forward client", raw))
 	}
-	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc, shared: shared, stderr: tail}
+	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc, shared: shared, stderr: tail, exitErr: &exitErr}
 	// The first call also sets up the TLS connection, so it gets the start
 	// timeout rather than the call timeout.
 	var info *forwardpb.InfoResponse
@@ -617,10 +622,15 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 			time.Sleep(10 * time.Millisecond)
 		}
 		if p.client.Exited() {
-			if s := p.stderr.String(); s != "" {
-				return fmt.Errorf("%s: %w (%s); its stderr ended: %s", prefix, ErrPluginExited, st.Message(), s)
+			why := st.Message()
+			if e := p.exitErr.Load(); e != nil {
+				// go-plugin logs the end before it reports Exited
+				why = *e + ": " + why
 			}
-			return fmt.Errorf("%s: %w (%s)", prefix, ErrPluginExited, st.Message())
+			if s := p.stderr.String(); s != "" {
+				return fmt.Errorf("%s: %w (%s); its stderr ended: %s", prefix, ErrPluginExited, why, s)
+			}
+			return fmt.Errorf("%s: %w (%s)", prefix, ErrPluginExited, why)
 		}
 	}
 	if st.Code() == codes.Unimplemented {

@@ -233,6 +233,8 @@ func TestCrashingPluginReturnsError(t *testing.T) {
 	require.NoError(t, err, "the first call is fine")
 	_, err = p.Predict(t.Context(), x)
 	require.ErrorIs(t, err, forward.ErrPluginExited)
+	// How it ended, which go-plugin only logs, is in the error.
+	require.ErrorContains(t, err, "forward plugin exited (exit status 3: ")
 	require.True(t, p.Exited())
 	_, _, err = p.VJP(t.Context(), x, dy)
 	require.ErrorIs(t, err, forward.ErrPluginExited)
