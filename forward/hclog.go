@@ -212,6 +212,24 @@ func (l *lineLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// reportHeld logs how many lines were held back, if any, and forgets them.
+// The caller holds mu.
+func (l *lineLog) reportHeld() {
+	if l.heldLines > 0 {
+		l.z.Warn("plugin output held back", zap.Int("lines", l.heldLines), zap.Int("bytes", l.heldBytes),
+			zap.String("why", fmt.Sprintf("over %d KiB of lines within a minute", pluginOutputPerMinute>>10)))
+	}
+	l.heldLines, l.heldBytes = 0, 0
+}
+
+// flush reports the lines held back when no later line will: the process
+// is gone.
+func (l *lineLog) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reportHeld()
+}
+
 func (l *lineLog) log(line string) {
 	now := time.Now
 	if l.now != nil {
@@ -219,11 +237,8 @@ func (l *lineLog) log(line string) {
 	}
 	t := now()
 	if t.Sub(l.windowStart) >= time.Minute {
-		if l.heldLines > 0 {
-			l.z.Warn("plugin output held back", zap.Int("lines", l.heldLines), zap.Int("bytes", l.heldBytes),
-				zap.String("why", fmt.Sprintf("over %d KiB of lines within a minute", pluginOutputPerMinute>>10)))
-		}
-		l.windowStart, l.logged, l.heldLines, l.heldBytes = t, 0, 0, 0
+		l.reportHeld()
+		l.windowStart, l.logged = t, 0
 	}
 	if l.logged >= pluginOutputPerMinute {
 		l.heldLines++
@@ -236,7 +251,7 @@ func (l *lineLog) log(line string) {
 	l.logged += len(line)
 	l.z.Info(line)
 	if l.logged >= pluginOutputPerMinute {
-		l.z.Warn(fmt.Sprintf("plugin output over %d KiB within a minute: the rest of the minute's lines are held back and counted at the next line after it", pluginOutputPerMinute>>10))
+		l.z.Warn(fmt.Sprintf("plugin output over %d KiB within a minute: the rest of the minute's lines are held back and counted at the next line after it or when the process ends", pluginOutputPerMinute>>10))
 	}
 }
 

@@ -86,6 +86,17 @@ func TestLineLogBoundsAPluginsOutput(t *testing.T) {
 	require.EqualValues(t, 1000*(2000-logged), held[0].ContextMap()["bytes"])
 	require.Equal(t, 1, logs.FilterMessage("next minute").Len())
 
+	// Held back and then quiet (the process closed): flush says so.
+	for range 1100 {
+		_, _ = l.Write([]byte(chunk))
+	}
+	l.flush()
+	held = logs.FilterMessage("plugin output held back").All()
+	require.Len(t, held, 2)
+	require.Positive(t, held[1].ContextMap()["lines"])
+	l.flush()
+	require.Len(t, logs.FilterMessage("plugin output held back").All(), 2, "said once")
+
 	// A line of the plugin's own stderr, through go-plugin's hclog, too.
 	newZapHCLog(zap.New(core)).Named("sourcewatch-forward-x").Warn(strings.Repeat("y", 10000))
 	require.Equal(t, 1, logs.FilterMessageSnippet(" ... (5904 bytes cut)").Len())

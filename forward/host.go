@@ -324,6 +324,8 @@ type Process struct {
 	stderr *stderrTail
 	// exitErr is why the process ended, once go-plugin has seen it end.
 	exitErr *atomic.Pointer[string]
+	// output logs the plugin's stdout and stderr after Serve.
+	output []*lineLog
 }
 
 var _ Model = (*Process)(nil)
@@ -431,6 +433,10 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	var exitErr atomic.Pointer[string]
 	hclogger := newZapHCLog(o.log).(*zapHCLog)
 	hclogger.exitErr = &exitErr
+	output := []*lineLog{
+		{z: o.log.Named(name).With(zap.String("stream", "stdout"))},
+		{z: o.log.Named(name).With(zap.String("stream", "stderr"))},
+	}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
 		Plugins:          plugin.PluginSet{pluginName: &grpcPlugin{}},
@@ -443,8 +449,8 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		SkipHostEnv:  true,
 		StartTimeout: o.startTimeout,
 		Logger:       hclogger,
-		SyncStdout:   &lineLog{z: o.log.Named(name).With(zap.String("stream", "stdout"))},
-		SyncStderr:   &lineLog{z: o.log.Named(name).With(zap.String("stream", "stderr"))},
+		SyncStdout:   output[0],
+		SyncStderr:   output[1],
 		Stderr:       tail,
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
@@ -496,7 +502,7 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	if !ok {
 		return fail(fmt.Errorf("dispensed %T, not a forward client", raw))
 	}
-	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc, shared: shared, stderr: tail, exitErr: &exitErr}
+	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc, shared: shared, stderr: tail, exitErr: &exitErr, output: output}
 	// The first call also sets up the TLS connection, so it gets the start
 	// timeout rather than the call timeout.
 	var info *forwardpb.InfoResponse
@@ -560,6 +566,10 @@ func (p *Process) Close() error {
 			<-killed
 		}
 		_ = os.RemoveAll(p.sockDir)
+		for _, l := range p.output {
+			// what the last minute held back, which no later line reports
+			l.flush()
+		}
 		if sh := p.shared; sh != nil {
 			// The plugin is gone, so a call using the region fails now;
 			// wait for it to let go before unmapping under it.

@@ -425,9 +425,10 @@ const (
 )
 
 // ForwardFloorMetric names the manifest metric holding the forward floor
-// of the validation source sets (diffusion.ForwardFloor: the variance of
-// y given the sources, the least MSE any forward model can reach), set by
-// `train` when it simulated the cascades, so forward_val_mse can be read
+// of the test source sets (the validation ones in bundles from before
+// forward_test_mse; diffusion.ForwardFloor: the variance of y given the
+// sources, the least MSE any forward model can reach), set by `train`
+// when it simulated the cascades, so the forward error can be read
 // against it.
 const ForwardFloorMetric = "forward_floor_mse"
 

@@ -217,7 +217,10 @@ type graphRT struct {
 	// checkConsumer is set by a consume error that can mean the consumer
 	// is gone (consumerMaybeGone); the next tick asks the server.
 	checkConsumer atomic.Bool
-	relaunches    atomic.Int64 // relaunches since the last successful inference or a tick that found the plugin up with no inference failing
+	relaunches    atomic.Int64 // relaunches since the last successful inference, reload, or tick that found the plugin up (and diedInCall unset)
+	// diedInCall is set when an inference found the plugin dead after it
+	// failed, and cleared by one that works or a reload.
+	diedInCall atomic.Bool
 	// localizeWaiting counts the graph's svc.localize requests waiting or
 	// running (at most maxLocalizeWaiting); localizeTurn lets one of them
 	// at a time wait for inferMu, so a scheduled inference waits behind
@@ -994,16 +997,15 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 		gc = gr.gc.Load()
 		kind := jobKind(-1)
 		healthy := gr.healthy()
-		if healthy && gr.relaunches.Load() > 0 && !gr.inflight.Load() && !gr.failing.Load() {
+		if healthy && gr.relaunches.Load() > 0 && !gr.inflight.Load() && !gr.diedInCall.Load() {
 			// A relaunched plugin that lived to this tick does not count
 			// against the next death: a plugin killed now and then over
 			// months of quiet (the OOM killer, an operator) is brought back
 			// each time, while one that dies at once still hits the cap.
 			// So does one that dies in every call, alive between them:
-			// its inferences fail, and only one that works resets the
-			// count (a fresh localizer per death, each with a fresh
-			// relaunch budget of its supervisor, launched it 72 times a
-			// minute).
+			// only an inference that works resets the count then (a
+			// fresh localizer per death, each with a fresh relaunch
+			// budget of its supervisor, launched it 72 times a minute).
 			gr.relaunches.Store(0)
 		}
 		budget := "relaunch_budget." + gr.name
@@ -1357,6 +1359,7 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 	if err != nil && ctx.Err() == nil && !gr.healthy() {
 		// The plugin died under this inference: relaunch and retry once,
 		// so the alert is late rather than lost.
+		gr.diedInCall.Store(true)
 		d.log.Warn("localizer unhealthy after a failed inference", zap.String("graph", gr.name), zap.Error(err))
 		if rerr := d.relaunch(ctx, gr); rerr == nil {
 			inf, srcs, dur, err = d.localize(ctx, gr, o.y)
@@ -1386,6 +1389,7 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		d.log.Info("inference succeeds again", zap.String("graph", gr.name), zap.Int("suppressed", d.limiter.ended("infer."+gr.name)))
 	}
 	gr.relaunches.Store(0)
+	gr.diedInCall.Store(false)
 	gr.inferred.Store(infectedSet(o.y))
 	if len(srcs) == 0 {
 		// Nothing above the threshold is no finding: it neither opens an
@@ -2038,6 +2042,9 @@ func (d *Daemon) reload(ctx context.Context) error {
 		gr.gc.Store(&gc)
 		gr.win.setParams(gc.Window, gc.Decay)
 		gr.relaunchErr.Store(nil)
+		// A new localizer, maybe a fixed plugin: a full relaunch budget.
+		gr.relaunches.Store(0)
+		gr.diedInCall.Store(false)
 		old := gr.loc.Swap(&locHolder{l: built[i]})
 		if err := old.close(); err != nil {
 			d.log.Warn("closing old localizer", zap.String("graph", gr.name), zap.Error(err))

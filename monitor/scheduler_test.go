@@ -343,6 +343,25 @@ func TestPluginDyingInEveryCallUsesUpItsRelaunches(t *testing.T) {
 	require.Eventually(t, func() bool { return len(f.all()) == made+1 }, 10*time.Second, 5*time.Millisecond)
 }
 
+// A plugin that answers inferences with errors, alive, and is killed now
+// and then is relaunched every time: its failures are not deaths in a
+// call, so the ticks that find it up reset the count.
+func TestFailingPluginKilledNowAndThenIsRelaunchedEachTime(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Restarts = 1
+	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) { l.failing.Store(true) }}
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory))
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return f.all()[0].calls.Load() >= 3 }, 10*time.Second, 5*time.Millisecond)
+	for kill := 1; kill <= 3; kill++ {
+		f.all()[kill-1].sick.Store(true)
+		require.Eventually(t, func() bool { return len(f.all()) == kill+1 }, 10*time.Second, 5*time.Millisecond,
+			"kill %d was not relaunched", kill)
+		require.Eventually(t, func() bool { return f.all()[kill].calls.Load() >= 2 }, 10*time.Second, 5*time.Millisecond)
+	}
+	require.True(t, r.d.Status().Graphs[0].LocalizerHealth)
+}
+
 // A localizer that answers every call with an error, its process alive,
 // makes the daemon not ready, naming the error, and is logged once as an
 // error, not at every tick; the next inference that works clears it.

@@ -295,9 +295,16 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		// The least error any forward model can reach on these cascades,
 		// beside the fitted one's: a fit far above it (a graph whose
 		// shape the model does not capture) is said in the summary.
-		sets := make([][]int, min(len(val), eval.FloorSourceSets))
+		// On the test cascades' source sets, as the error it is read
+		// against (forward_test_mse); a split without any falls back to
+		// the validation ones.
+		floorOn := test
+		if len(floorOn) == 0 {
+			floorOn = val
+		}
+		sets := make([][]int, min(len(floorOn), eval.FloorSourceSets))
 		for i := range sets {
-			sets[i] = val[i].Sources
+			sets[i] = floorOn[i].Sources
 		}
 		// A diagnostic: its failure (Ctrl-C, a target the redraws miss)
 		// costs the bundle nothing but the floor.
