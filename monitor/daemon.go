@@ -196,6 +196,9 @@ type Daemon struct {
 	// dead-letter retries gives up instead of outliving Run.
 	ingestCtx  context.Context
 	stopIngest context.CancelFunc
+	// held is the HA lease while this replica holds it (nil without HA):
+	// every write checks it first (fenced).
+	held atomic.Pointer[lease]
 	// drainTimeout and abandonTimeout bound shutdown's wait for the
 	// consumers (see stopConsumers); tests shorten them.
 	drainTimeout, abandonTimeout time.Duration
@@ -601,12 +604,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	d.js = js
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSetup()
-	if !cfg.HA.Enabled {
-		// Before anything is written: the streams' limits are the running
-		// daemon's to keep.
-		if err := d.checkNoOtherDaemon(setupCtx); err != nil {
-			return err
-		}
+	// Before anything is written: the streams' limits are the running
+	// daemon's to keep.
+	if err := d.checkNoOtherDaemon(setupCtx); err != nil {
+		return err
 	}
 	d.stream, d.kv, err = ensureJetStream(setupCtx, js, cfg, d.log)
 	if err != nil {
@@ -630,6 +631,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			return err
 		}
 		held = l
+		d.held.Store(l)
 		d.log.Info("active: holding the lease", zap.String("replica", l.id))
 		l.startKeeping(context.WithoutCancel(ctx), lostLease)
 		cleanup = append(cleanup, func() {
@@ -653,6 +655,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		cancelSetup()
 		setupCtx, cancelSetup = context.WithTimeout(ctx, 30*time.Second)
 		defer cancelSetup()
+		// A daemon without HA may have started while this one stood by
+		// (with no replica active, nothing refused it): this one gives
+		// the lease back rather than run beside it.
+		if err := d.checkNoOtherDaemon(setupCtx); err != nil {
+			return err
+		}
 		d.rereadAtTakeover(setupCtx)
 	}
 	if err := d.restore(setupCtx); err != nil {
@@ -752,9 +760,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	case <-ctx.Done():
 	case lost = <-lostLease:
 		// Another replica may be active already: stop consuming and
-		// inferring at once, and write nothing more.
+		// inferring at once, and write nothing more. The connection goes
+		// first, before the HTTP server and the service are stopped.
 		d.log.Error("lost the lease; stopping", zap.Error(lost))
 		d.crash.Store(true)
+		d.stopIngest()
+		nc.Close()
 	}
 	d.log.Info("shutting down")
 
@@ -1312,6 +1323,22 @@ func byRank(a, b alerts.Source) int {
 	return strings.Compare(a.Node, b.Node)
 }
 
+// errLeaseLapsed is what a write returns once this replica's HA lease has
+// gone unrenewed past the point where the keeper gives it up.
+var errLeaseLapsed = fmt.Errorf("%w: not renewed within two thirds of lease_ttl; writing nothing more", ErrLeaseLost)
+
+// fenced returns errLeaseLapsed, and stops consuming, when this replica
+// holds an HA lease it may no longer act on; nil otherwise (always
+// without HA). Every write to NATS checks it first: the keeper's report
+// of a lost lease can come after the write (see lease.validUntil).
+func (d *Daemon) fenced() error {
+	if l := d.held.Load(); l != nil && l.lapsed() {
+		d.stopIngest()
+		return errLeaseLapsed
+	}
+	return nil
+}
+
 // relaunch replaces gr's Localizer by a fresh one from the factory (a new
 // plugin process), at most restarts times between successful inferences.
 func (d *Daemon) relaunch(ctx context.Context, gr *graphRT) error {
@@ -1442,7 +1469,7 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 	if len(pending) == 0 {
 		return true
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || d.fenced() != nil {
 		return false
 	}
 	if err := d.saveTrackerBeforePublish(ctx); err != nil {
@@ -1453,6 +1480,9 @@ func (d *Daemon) flush(ctx context.Context, gr *graphRT, attempts int) bool {
 	}
 	for _, a := range pending {
 		a = d.outgoing(a)
+		if d.fenced() != nil {
+			return false
+		}
 		if err := d.publishAlert(ctx, a, attempts); err != nil {
 			if ctx.Err() == nil {
 				d.metrics.pubFailed.WithLabelValues(gr.name).Inc()
@@ -1587,6 +1617,9 @@ func (d *Daemon) saveTrackerBeforePublish(ctx context.Context) error {
 }
 
 func (d *Daemon) saveTrackerLocked(ctx context.Context) error {
+	if err := d.fenced(); err != nil {
+		return err
+	}
 	data, err := d.tracker.MarshalJSON()
 	if err != nil {
 		return fmt.Errorf("encoding alert state: %w", err)
@@ -1829,6 +1862,9 @@ func (d *Daemon) restore(ctx context.Context) error {
 // next start, which would then miss what the stream discarded before it.
 // The graph still counts as resumed: it continues an earlier run's window.
 func (d *Daemon) voidThrough(ctx context.Context, gr *graphRT) error {
+	if err := d.fenced(); err != nil {
+		return err
+	}
 	gr.through.Store(0)
 	gr.resumed.Store(true)
 	if gr.throughSaved == 0 {
@@ -1883,6 +1919,9 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 		if s.Seq == gr.snapshotSeq && !final {
 			continue
 		}
+		if err := d.fenced(); err != nil {
+			return err
+		}
 		data, err := json.Marshal(s)
 		if err == nil {
 			err = putBlob(ctx, d.kv, "window."+gr.name, data, d.maxBlobPart())
@@ -1924,6 +1963,9 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 // the window restarts from the snapshot, and events the window applied
 // after it are replayed from the stream, or are a gap if discarded.
 func (d *Daemon) saveThrough(ctx context.Context, gr *graphRT, last uint64) error {
+	if err := d.fenced(); err != nil {
+		return err
+	}
 	seq := gr.snapshotSeq
 	// The snapshot is complete through the later of its own last event
 	// and the point known before (the stream's start, at a first start).

@@ -59,6 +59,11 @@ func (d *Daemon) startConsumers(ctx context.Context) error {
 // bindConsumer recreates gr's consumer from just after the last message
 // its window has applied, and consumes it.
 func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
+	// Deleting the consumer while another replica is active would take
+	// its events from under it.
+	if err := d.fenced(); err != nil {
+		return err
+	}
 	name := consumerName(gr.name)
 	if err := d.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("%w: resetting consumer %s: %w", ErrNATS, name, err)
@@ -331,7 +336,7 @@ const maxDetailBytes = 1024
 // (shutdown gave up waiting) it returns without acknowledging: the message
 // is redelivered to the next run, which applies it again idempotently.
 func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
-	if d.ingestCtx.Err() != nil {
+	if d.ingestCtx.Err() != nil || d.fenced() != nil {
 		return
 	}
 	meta, err := m.Metadata()
@@ -459,6 +464,9 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 // cancelled (shutdown) does it give up early and return its error, and the
 // caller must then leave the message unacknowledged.
 func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, detail string, seq uint64, idx int) error {
+	if err := d.fenced(); err != nil {
+		return err // left unacknowledged, for the active replica
+	}
 	d.metrics.deadLetters.WithLabelValues(reason).Inc()
 	detail = clipN(detail, maxDetailBytes)
 	graphName := ""
@@ -628,6 +636,9 @@ func (d *Daemon) loadUnroutedThrough(ctx context.Context) uint64 {
 // the stream, when it moved since the last save (with the snapshots, and
 // at a clean stop after the consumers drained).
 func (d *Daemon) saveUnroutedThrough(ctx context.Context, streamCreated time.Time) error {
+	if err := d.fenced(); err != nil {
+		return err
+	}
 	through := d.unrouted.through.Load()
 	if through <= d.unrouted.saved {
 		return nil
@@ -684,6 +695,9 @@ func (d *Daemon) rebindUnrouted(ctx context.Context) {
 // when from <= 1). Dead letters carry their event's stream sequence as
 // Nats-Msg-Id, so what is delivered again is stored once.
 func (d *Daemon) bindUnrouted(ctx context.Context, from uint64) (jetstream.Consumer, error) {
+	if err := d.fenced(); err != nil {
+		return nil, err
+	}
 	cc := d.unroutedConfig()
 	if from > 1 {
 		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
@@ -763,7 +777,7 @@ func (d *Daemon) consumeUnrouted(cons jetstream.Consumer) error {
 	prefix := d.cfg.Subjects.Prefix + ".events."
 	since := 0
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		if d.ingestCtx.Err() != nil {
+		if d.ingestCtx.Err() != nil || d.fenced() != nil {
 			return // shutting down: left unacknowledged, redelivered
 		}
 		meta, err := m.Metadata()
@@ -803,6 +817,9 @@ func (d *Daemon) consumeUnrouted(cons jetstream.Consumer) error {
 }
 
 func (d *Daemon) deadLetterUnrouted(subject string, seq uint64) error {
+	if err := d.fenced(); err != nil {
+		return err
+	}
 	gctx, cancel := context.WithTimeout(d.ingestCtx, 5*time.Second)
 	raw, err := d.stream.GetMsg(gctx, seq)
 	cancel()

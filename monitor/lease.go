@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -50,6 +51,14 @@ type lease struct {
 	// rev is the revision of the lease's last write. While the keeper runs
 	// only it touches rev, so release stops it first.
 	rev uint64
+	// validUntil (Unix nanoseconds) is two thirds of the TTL after the
+	// start of the last write of the key that succeeded: where keep gives
+	// the lease up, a third of the TTL before a standby may take it. Every
+	// write of the daemon checks it (Daemon.fenced), as the keeper's own
+	// report of the loss can come late: a process paused (SIGSTOP, a VM
+	// frozen) past the TTL resumes all its goroutines at once, and its
+	// scheduler published and saved alert state before the keeper had run.
+	validUntil atomic.Int64
 
 	cancelKeeper context.CancelFunc
 	keeper       sync.WaitGroup
@@ -62,6 +71,12 @@ func (l *lease) value() []byte {
 	}
 	return []byte(l.id + "#" + l.instance)
 }
+
+// wrote records a write of the key that succeeded, started at sent.
+func (l *lease) wrote(sent time.Time) { l.validUntil.Store(sent.Add(2 * l.ttl / 3).UnixNano()) }
+
+// lapsed reports whether this process may no longer act on the lease.
+func (l *lease) lapsed() bool { return time.Now().UnixNano() >= l.validUntil.Load() }
 
 // holderID is the replica id in a lease key's value (id#instance).
 func holderID(value []byte) string {
@@ -108,9 +123,11 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 		saidStale bool
 	)
 	for {
+		sent := time.Now()
 		rev, err := kv.Create(ctx, leaseKey, l.value())
 		if err == nil {
 			l.rev = rev
+			l.wrote(sent)
 			d.standby.Store(nil)
 			return l, nil
 		}
@@ -180,11 +197,13 @@ func (l *lease) takeOwn(ctx context.Context, e jetstream.KeyValueEntry) (taken, 
 	case now.Revision() != e.Revision():
 		return false, holderID(now.Value()) == l.id && string(now.Value()) != string(l.value()), nil
 	}
+	sent := time.Now()
 	rev, err := l.kv.Update(ctx, leaseKey, l.value(), e.Revision())
 	if err != nil {
 		return false, false, ctx.Err()
 	}
 	l.rev = rev
+	l.wrote(sent)
 	return true, false, nil
 }
 
@@ -238,11 +257,13 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 			return true
 		}
 		rctx, cancel := context.WithDeadline(ctx, deadline)
+		sent := time.Now()
 		rev, err := l.kv.Update(rctx, leaseKey, l.value(), l.rev)
 		cancel()
 		switch {
 		case err == nil:
 			l.rev, last = rev, time.Now()
+			l.wrote(sent)
 			next = last.Add(renewEvery)
 		case ctx.Err() != nil:
 			return

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -111,8 +112,17 @@ func TestHAStandbyTakesOver(t *testing.T) {
 		m := metricFamilies(t, r.d)
 		require.Zero(t, m["sourcewatch_active"], "a standby does not do the work")
 		require.Zero(t, m["sourcewatch_ready"])
+		// /status says which replica this is, and why it is not ready.
+		st := r.d.Status()
+		require.Equal(t, r.d.cfg.HA.Replica, st.Replica)
+		require.False(t, *st.Active)
+		require.Equal(t, []string{"standby: replica a is active"}, st.NotReady)
 	}
 	require.Equal(t, 1.0, metricFamilies(t, a.d)["sourcewatch_active"])
+	ast := a.d.Status()
+	require.Equal(t, "a", ast.Replica)
+	require.True(t, *ast.Active)
+	require.Empty(t, ast.NotReady)
 
 	publish("3")
 	publish("4")
@@ -256,6 +266,96 @@ func TestHALostLease(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the replica kept running without its lease")
 	}
+}
+
+// TestHALapsedLeaseWritesNothing: a replica whose lease went unrenewed
+// past the point where the keeper gives it up (a process paused past the
+// TTL resumes every goroutine at once, the keeper's among them) writes
+// nothing more from then on, whatever its keeper has yet to report: no
+// alert, no alert state, no acknowledgement, no consumer taken over.
+func TestHALapsedLeaseWritesNothing(t *testing.T) {
+	s := runServer(t)
+	nc, js := connectJS(t, s.ClientURL())
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: time.Second}
+	r := runReplica(t, cfg)
+	require.Eventually(t, r.ready, 30*time.Second, 5*time.Millisecond)
+	sink := subscribeAlerts(t, nc, "p")
+	event := func(node string) {
+		data, err := json.Marshal(Event{Node: node, State: StateInfected, TS: time.Now()})
+		require.NoError(t, err)
+		_, err = js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), data)
+		require.NoError(t, err)
+	}
+	event("2")
+	require.Equal(t, alerts.Firing, sink.wait(t, 1)[0].Status)
+	kv, err := js.KeyValue(context.Background(), StateBucket)
+	require.NoError(t, err)
+	tracker, err := kv.Get(context.Background(), "tracker")
+	require.NoError(t, err)
+	cons, err := js.Consumer(context.Background(), EventsStream, consumerName("p"))
+	require.NoError(t, err)
+	before, err := cons.Info(context.Background())
+	require.NoError(t, err)
+
+	// The keeper, as if not yet run after the pause; the lease lapsed.
+	l := r.d.held.Load()
+	require.NotNil(t, l)
+	l.stopKeeping()
+	l.validUntil.Store(time.Now().Add(-time.Millisecond).UnixNano())
+	// An event that would make an update (a lower-indexed infected node
+	// is the fake's source): nothing comes of it.
+	event("1")
+	time.Sleep(500 * time.Millisecond) // 25 intervals
+	require.Len(t, sink.all(), 1, "no alert after the lease lapsed")
+	now, err := kv.Get(context.Background(), "tracker")
+	require.NoError(t, err)
+	require.Equal(t, tracker.Revision(), now.Revision(), "the alert state is not written")
+	after, err := cons.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, before.AckFloor.Stream, after.AckFloor.Stream, "the new event is not acknowledged")
+	require.Equal(t, before.Created, after.Created, "the consumer is not taken over")
+	require.ErrorIs(t, r.d.fenced(), ErrLeaseLost)
+}
+
+// TestHAReplicaRefusesToTakeOverBesideADaemonWithoutHA: a daemon without
+// HA started while no replica was active (the active one killed, its
+// lease not yet expired) is not refused by anyone; the standby that then
+// takes the lease finds it and gives the lease back instead of running
+// beside it.
+func TestHAReplicaRefusesToTakeOverBesideADaemonWithoutHA(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	cfgFor := func(id string) Config {
+		cfg := testConfig(t, "p")
+		cfg.NATS.URL = s.ClientURL()
+		cfg.HA = HAConfig{Enabled: true, Replica: id, LeaseTTL: 3 * time.Second}
+		return cfg
+	}
+	a := runReplica(t, cfgFor("a"))
+	require.Eventually(t, a.ready, 30*time.Second, 5*time.Millisecond)
+	b := runReplica(t, cfgFor("b"))
+	require.Eventually(t, func() bool { return b.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, a.stop(t, true)) // kill -9: the lease stays until it expires
+
+	plain := testConfig(t, "p")
+	plain.NATS.URL = s.ClientURL()
+	start(t, plain, preload(t, 6, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+
+	select {
+	case err := <-b.done:
+		b.done <- err
+		require.ErrorIs(t, err, ErrAnotherDaemon)
+		require.ErrorContains(t, err, "a daemon without ha.enabled")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the standby took over beside a daemon without HA")
+	}
+	require.False(t, b.ready())
+	kv, err := js.KeyValue(context.Background(), LeaseBucket)
+	require.NoError(t, err)
+	_, err = kv.Get(context.Background(), leaseKey)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the lease is given back")
 }
 
 // activeReplica runs replica "a" with a 1 s lease on a server of its own

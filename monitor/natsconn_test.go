@@ -316,6 +316,19 @@ func TestSecondDaemonOnAPrefixIsRefused(t *testing.T) {
 		require.NotEqual(t, time.Hour, st.CachedInfo().Config.MaxAge, "%s: the refused daemon wrote nothing", name)
 	}
 
+	// An HA replica is refused beside a daemon without HA, as that one
+	// is beside an active replica: they would publish the same incidents.
+	replica := testConfig(t, "p")
+	replica.NATS.URL = s.ClientURL()
+	replica.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: time.Second}
+	d, err = New(replica, opts...)
+	require.NoError(t, err)
+	err = d.Run(ctx)
+	require.ErrorIs(t, err, ErrAnotherDaemon)
+	require.ErrorContains(t, err, `a daemon without ha.enabled (service id `)
+	require.ErrorContains(t, err, `serves prefix "sourcewatch" on this NATS account, and an HA replica beside it would publish the same incidents: stop it, or run it as a replica with ha.enabled too`)
+	require.Empty(t, r1.d.readiness(), "the first is untouched")
+
 	r1.stop(t)
 	r2 := start(t, second, opts...)
 	r2.stop(t)

@@ -152,6 +152,14 @@ type Status struct {
 	// ids and counts in their stead: the whole answer was over the server's
 	// max_payload. Absent when they are there.
 	AlertsOmitted string `json:"alerts_omitted,omitempty"`
+	// Replica is this process's ha.replica and Active whether it holds
+	// the lease and does the work; both absent without HA. Of two
+	// daemons answering one prefix, they tell which one this is.
+	Replica string `json:"replica,omitempty"`
+	Active  *bool  `json:"active,omitempty"`
+	// NotReady says why Ready is false, as /readyz does (a standby names
+	// the active replica); absent when ready.
+	NotReady []string `json:"not_ready,omitempty"`
 }
 
 // statusRoom is what a svc.status answer leaves of max_payload for the
@@ -190,7 +198,12 @@ type ReloadStatus struct {
 
 // Status reports the daemon's graphs.
 func (d *Daemon) Status() Status {
-	st := Status{Version: Version, Commit: d.commit, Ready: len(d.readiness()) == 0, LastReload: d.lastReload.Load()}
+	problems := d.readiness()
+	st := Status{Version: Version, Commit: d.commit, Ready: len(problems) == 0, NotReady: problems, LastReload: d.lastReload.Load()}
+	if d.cfg.HA.Enabled {
+		active := d.held.Load() != nil
+		st.Replica, st.Active = d.cfg.HA.Replica, &active
+	}
 	now := d.now()
 	for _, gr := range d.order {
 		o := gr.win.observe(now, nil)
@@ -278,8 +291,12 @@ func topScored(g *graph.Graph, inf Inference, k int) []alerts.Source {
 // serviceMetadata is the micro service's metadata: the subjects prefix
 // and the build's commit, when known.
 func (d *Daemon) serviceMetadata() map[string]string {
-	// The prefix tells daemons of one account apart (checkNoOtherDaemon).
-	meta := map[string]string{"prefix": d.cfg.Subjects.Prefix}
+	// The prefix tells daemons of one account apart, and ha replicas
+	// from a daemon without it (checkNoOtherDaemon).
+	meta := map[string]string{"prefix": d.cfg.Subjects.Prefix, "ha": strconv.FormatBool(d.cfg.HA.Enabled)}
+	if d.cfg.HA.Enabled {
+		meta["replica"] = d.cfg.HA.Replica
+	}
 	if d.commit != "" {
 		meta["commit"] = d.commit
 	}
@@ -290,14 +307,18 @@ func (d *Daemon) serviceMetadata() map[string]string {
 const serviceName = "sourcewatch"
 
 // checkNoOtherDaemon asks the account's sourcewatch services (a micro
-// PING) whether one serves this daemon's prefix, and returns
-// ErrAnotherDaemon naming it if so. Without HA nothing else stops a second
-// daemon on an external server (an embedded one's data_dir is locked):
-// the two would delete each other's consumers and each open its own
-// incident of a graph, one never resolved. A daemon stopped hard has no
-// connection left to answer, so a restart is not refused. Best effort:
-// two started in the same instant both pass, and a build older than this
-// check does not say its prefix (it is warned of, not refused).
+// PING) whether one serves this daemon's prefix that it cannot share the
+// prefix with, and returns ErrAnotherDaemon naming it if so: without HA,
+// any; with HA, one without it (HA replicas leave it to the lease, and
+// only the active one answers). Nothing else stops a daemon without HA
+// beside another on an external server (an embedded one's data_dir is
+// locked): the two would delete each other's consumers and each open its
+// own incident of a graph, one never resolved, and an HA replica beside
+// one publishes the same incident's seqs with other content. A daemon
+// stopped hard has no connection left to answer, so a restart is not
+// refused. Best effort: two started in the same instant both pass, and a
+// build older than this check does not say its prefix or whether it runs
+// with HA (it is warned of, not refused).
 func (d *Daemon) checkNoOtherDaemon(ctx context.Context) error {
 	inbox := d.nc.NewRespInbox()
 	sub, err := d.nc.SubscribeSync(inbox)
@@ -323,10 +344,17 @@ func (d *Daemon) checkNoOtherDaemon(ctx context.Context) error {
 			continue
 		}
 		prefix, said := p.Metadata["prefix"]
+		ha, saidHA := p.Metadata["ha"]
 		switch {
-		case prefix == d.cfg.Subjects.Prefix:
+		case prefix == d.cfg.Subjects.Prefix && !d.cfg.HA.Enabled:
 			return fmt.Errorf("%w: a daemon (service id %s, version %s%s) serves prefix %q on this NATS account: stop it, give this one another subjects.prefix, or run both as replicas with ha.enabled",
 				ErrAnotherDaemon, p.ID, p.Version, commitOf(p.Metadata), prefix)
+		case prefix == d.cfg.Subjects.Prefix && ha == "false":
+			return fmt.Errorf("%w: a daemon without ha.enabled (service id %s, version %s%s) serves prefix %q on this NATS account, and an HA replica beside it would publish the same incidents: stop it, or run it as a replica with ha.enabled too",
+				ErrAnotherDaemon, p.ID, p.Version, commitOf(p.Metadata), prefix)
+		case prefix == d.cfg.Subjects.Prefix && !saidHA:
+			d.log.Warn("a sourcewatch daemon of an older build serves this prefix; if it runs without ha.enabled, stop it: an HA replica beside it publishes the same incidents",
+				zap.String("service_id", p.ID), zap.String("version", p.Version))
 		case !said:
 			d.log.Warn("a sourcewatch daemon of an older build runs on this NATS account; if it serves the same prefix, stop one of the two",
 				zap.String("service_id", p.ID), zap.String("version", p.Version))
