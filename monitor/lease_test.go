@@ -274,13 +274,8 @@ func TestHALostLease(t *testing.T) {
 // nothing more from then on, whatever its keeper has yet to report: no
 // alert, no alert state, no acknowledgement, no consumer taken over.
 func TestHALapsedLeaseWritesNothing(t *testing.T) {
-	s := runServer(t)
-	nc, js := connectJS(t, s.ClientURL())
-	cfg := testConfig(t, "p")
-	cfg.NATS.URL = s.ClientURL()
-	cfg.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: time.Second}
-	r := runReplica(t, cfg)
-	require.Eventually(t, r.ready, 30*time.Second, 5*time.Millisecond)
+	r, cfgFor := activeWithTTL(t, time.Second)
+	nc, js := connectJS(t, cfgFor("").NATS.URL)
 	sink := subscribeAlerts(t, nc, "p")
 	event := func(node string) {
 		data, err := json.Marshal(Event{Node: node, State: StateInfected, TS: time.Now()})
@@ -325,23 +320,15 @@ func TestHALapsedLeaseWritesNothing(t *testing.T) {
 // takes the lease finds it and gives the lease back instead of running
 // beside it.
 func TestHAReplicaRefusesToTakeOverBesideADaemonWithoutHA(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
-	cfgFor := func(id string) Config {
-		cfg := testConfig(t, "p")
-		cfg.NATS.URL = s.ClientURL()
-		cfg.HA = HAConfig{Enabled: true, Replica: id, LeaseTTL: 3 * time.Second}
-		return cfg
-	}
-	a := runReplica(t, cfgFor("a"))
-	require.Eventually(t, a.ready, 30*time.Second, 5*time.Millisecond)
+	a, cfgFor := activeWithTTL(t, 3*time.Second)
 	b := runReplica(t, cfgFor("b"))
 	require.Eventually(t, func() bool { return b.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
 	require.NoError(t, a.stop(t, true)) // kill -9: the lease stays until it expires
 
-	plain := testConfig(t, "p")
-	plain.NATS.URL = s.ClientURL()
+	plain := cfgFor("")
+	plain.HA = HAConfig{}
 	start(t, plain, preload(t, 6, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	_, js := connectJS(t, plain.NATS.URL)
 
 	select {
 	case err := <-b.done:
@@ -546,11 +533,17 @@ func TestLeaseKeepAdoptsALostRenewal(t *testing.T) {
 // active, and returns it with the config of a replica of that id.
 func activeAndConfig(t *testing.T) (*replica, func(id string) Config) {
 	t.Helper()
+	return activeWithTTL(t, 2*time.Second)
+}
+
+// activeWithTTL is activeAndConfig with a lease TTL of ttl.
+func activeWithTTL(t *testing.T, ttl time.Duration) (*replica, func(id string) Config) {
+	t.Helper()
 	s := runServer(t)
 	cfgFor := func(id string) Config {
 		cfg := testConfig(t, "p")
 		cfg.NATS.URL = s.ClientURL()
-		cfg.HA = HAConfig{Enabled: true, Replica: id, LeaseTTL: 2 * time.Second}
+		cfg.HA = HAConfig{Enabled: true, Replica: id, LeaseTTL: ttl}
 		return cfg
 	}
 	a := runReplica(t, cfgFor("a"))
