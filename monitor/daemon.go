@@ -1656,7 +1656,11 @@ func (d *Daemon) retireRemovedGraphs(ctx context.Context) {
 		published := true
 		for _, a := range d.tracker.Pending(name) {
 			a = d.outgoing(a)
-			if err := d.publishAlert(ctx, a, 1); err != nil {
+			err := d.fenced()
+			if err == nil {
+				err = d.publishAlert(ctx, a, 1)
+			}
+			if err != nil {
 				d.log.Warn("alert of a removed graph not published; tried again at the next start",
 					zap.String("graph", name), zap.String("id", a.ID), zap.Error(err))
 				published = false
@@ -1692,6 +1696,9 @@ func (d *Daemon) dropRemovedGraphState(ctx context.Context) {
 			if (kind != "window" && kind != "through") || name == "" || !removed(name) {
 				continue
 			}
+			if d.fenced() != nil {
+				return
+			}
 			if err := d.kv.Purge(ctx, key); err != nil {
 				d.log.Warn("deleting the state of a removed graph", zap.String("key", key), zap.Error(err))
 				continue
@@ -1705,6 +1712,9 @@ func (d *Daemon) dropRemovedGraphState(ctx context.Context) {
 		if !ok || info.Name == unroutedConsumer || !removed(name) ||
 			info.Config.FilterSubject != EventsSubject(d.cfg.Subjects.Prefix, name) {
 			continue
+		}
+		if d.fenced() != nil {
+			return
 		}
 		if err := d.stream.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			d.log.Warn("deleting the consumer of a removed graph", zap.String("consumer", info.Name), zap.Error(err))
@@ -1735,6 +1745,9 @@ const stateMarkerAge = 30 * time.Minute
 // bucket holds (see compactBlobs): an older sourcewatch left thousands a
 // day. Best effort, as dropRemovedGraphState.
 func (d *Daemon) compactState(ctx context.Context) {
+	if d.fenced() != nil {
+		return
+	}
 	markers, parts, err := compactBlobs(ctx, d.js, d.kv, d.now().Add(-stateMarkerAge))
 	switch {
 	case err != nil && ctx.Err() == nil:

@@ -51,14 +51,19 @@ type lease struct {
 	// rev is the revision of the lease's last write. While the keeper runs
 	// only it touches rev, so release stops it first.
 	rev uint64
-	// validUntil (Unix nanoseconds) is two thirds of the TTL after the
-	// start of the last write of the key that succeeded: where keep gives
-	// the lease up, a third of the TTL before a standby may take it. Every
-	// write of the daemon checks it (Daemon.fenced), as the keeper's own
-	// report of the loss can come late: a process paused (SIGSTOP, a VM
-	// frozen) past the TTL resumes all its goroutines at once, and its
-	// scheduler published and saved alert state before the keeper had run.
-	validUntil atomic.Int64
+	// validUntil is two thirds of the TTL after the start of the last
+	// write of the key that succeeded (on the monotonic clock, which a
+	// step of the wall clock does not move): where keep gives the lease
+	// up, a third of the TTL before a standby may take it. Every write of
+	// the daemon checks it (Daemon.fenced), as the keeper's own report of
+	// the loss can come late: a process paused (SIGSTOP, a VM frozen) past
+	// the TTL resumes all its goroutines at once, and its scheduler
+	// published and saved alert state before the keeper had run. lost is
+	// set once the lease is given up, by whichever sees it first, and
+	// stays set: a renewal that lands after the point does not revive
+	// it, since a write may have been refused meanwhile.
+	validUntil atomic.Pointer[time.Time]
+	lost       atomic.Bool
 
 	cancelKeeper context.CancelFunc
 	keeper       sync.WaitGroup
@@ -73,10 +78,31 @@ func (l *lease) value() []byte {
 }
 
 // wrote records a write of the key that succeeded, started at sent.
-func (l *lease) wrote(sent time.Time) { l.validUntil.Store(sent.Add(2 * l.ttl / 3).UnixNano()) }
+func (l *lease) wrote(sent time.Time) {
+	until := sent.Add(2 * l.ttl / 3)
+	l.validUntil.Store(&until)
+}
 
-// lapsed reports whether this process may no longer act on the lease.
-func (l *lease) lapsed() bool { return time.Now().UnixNano() >= l.validUntil.Load() }
+// until is the point at which the lease is given up unless renewed.
+func (l *lease) until() time.Time {
+	if u := l.validUntil.Load(); u != nil {
+		return *u
+	}
+	return time.Time{}
+}
+
+// lapsed reports whether this process may no longer act on the lease,
+// and from the first time it does, gives the lease up for good.
+func (l *lease) lapsed() bool {
+	if l.lost.Load() {
+		return true
+	}
+	if time.Now().Before(l.until()) {
+		return false
+	}
+	l.lost.Store(true)
+	return true
+}
 
 // holderID is the replica id in a lease key's value (id#instance).
 func holderID(value []byte) string {
@@ -231,7 +257,7 @@ func (l *lease) stopKeeping() {
 // a blocked renewal, then on the next tick, gave up only at the full TTL,
 // after the lease had expired.
 func (l *lease) keep(ctx context.Context, lost chan<- error) {
-	renewEvery, retryEvery, giveUp := l.ttl/3, l.ttl/12, 2*l.ttl/3
+	renewEvery, retryEvery := l.ttl/3, l.ttl/12
 	last := time.Now()
 	next := last.Add(renewEvery)
 	t := time.NewTimer(renewEvery)
@@ -242,11 +268,17 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 			return
 		case <-t.C:
 		}
-		deadline := last.Add(giveUp)
+		// The point the daemon's writes are fenced at (lease.validUntil),
+		// so the two agree on when the lease is lost.
+		deadline := l.until()
+		if l.lapsed() {
+			lost <- fmt.Errorf("%w: not renewed for %v (within two thirds of the TTL)", ErrLeaseLost, time.Since(last).Round(time.Millisecond))
+			return
+		}
 		// failed schedules another try after a failure, or reports the
 		// lease lost once the deadline has come.
 		failed := func(err error) bool {
-			if !time.Now().Before(deadline) {
+			if l.lapsed() {
 				lost <- fmt.Errorf("%w: not renewed for %v: %w", ErrLeaseLost, time.Since(last).Round(time.Millisecond), err)
 				return false
 			}
@@ -261,10 +293,18 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 		rev, err := l.kv.Update(rctx, leaseKey, l.value(), l.rev)
 		cancel()
 		switch {
+		case err == nil && l.lost.Load():
+			// Renewed after the point: a write was refused meanwhile,
+			// so the lease is given up all the same.
+			lost <- fmt.Errorf("%w: renewed only after two thirds of the TTL", ErrLeaseLost)
+			return
 		case err == nil:
 			l.rev, last = rev, time.Now()
 			l.wrote(sent)
-			next = last.Add(renewEvery)
+			// From the write's start, as validUntil: counted from its end,
+			// round trips over a sixth of the TTL lapsed a lease renewed
+			// on time.
+			next = sent.Add(renewEvery)
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
@@ -283,11 +323,13 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 				if holderID(e.Value()) == l.id {
 					holder = "another process with this replica's id (give each replica its own ha.replica)"
 				}
+				l.lost.Store(true)
 				lost <- fmt.Errorf("%w: %s holds it: %w", ErrLeaseLost, holder, err)
 				return
 			case ctx.Err() != nil:
 				return
 			case errors.Is(gerr, jetstream.ErrKeyNotFound):
+				l.lost.Store(true)
 				lost <- fmt.Errorf("%w: the key is gone (expired or deleted): %w", ErrLeaseLost, err)
 				return
 			// Not reachable to say whose it is: retried as after any

@@ -298,7 +298,8 @@ func TestHALapsedLeaseWritesNothing(t *testing.T) {
 	l := r.d.held.Load()
 	require.NotNil(t, l)
 	l.stopKeeping()
-	l.validUntil.Store(time.Now().Add(-time.Millisecond).UnixNano())
+	past := time.Now().Add(-time.Millisecond)
+	l.validUntil.Store(&past)
 	// An event that would make an update (a lower-indexed infected node
 	// is the fake's source): nothing comes of it.
 	event("1")
@@ -312,6 +313,27 @@ func TestHALapsedLeaseWritesNothing(t *testing.T) {
 	require.Equal(t, before.AckFloor.Stream, after.AckFloor.Stream, "the new event is not acknowledged")
 	require.Equal(t, before.Created, after.Created, "the consumer is not taken over")
 	require.ErrorIs(t, r.d.fenced(), ErrLeaseLost)
+}
+
+// TestHALapseIsALoss: a lease found lapsed by a write (here: its point
+// moved into the past under a running keeper, as a slow renewal or a
+// pause can) is lost for good, even though the keeper's next renewal
+// succeeds: the replica steps down, rather than staying active with its
+// consumers stopped and nothing to say so.
+func TestHALapseIsALoss(t *testing.T) {
+	r, _ := activeWithTTL(t, 3*time.Second)
+	l := r.d.held.Load()
+	past := time.Now().Add(-time.Millisecond)
+	l.validUntil.Store(&past)
+	require.ErrorIs(t, r.d.fenced(), ErrLeaseLost)
+	require.False(t, *r.d.Status().Active)
+	select {
+	case err := <-r.done:
+		r.done <- err
+		require.ErrorIs(t, err, ErrLeaseLost)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a replica that fenced itself kept running")
+	}
 }
 
 // TestHAReplicaRefusesToTakeOverBesideADaemonWithoutHA: a daemon without
@@ -411,15 +433,14 @@ func (k *cutOffKV) Update(ctx context.Context, key string, value []byte, rev uin
 type hungKV struct {
 	jetstream.KeyValue
 	calls   atomic.Int32
-	renewed atomic.Int64 // when the one renewal returned, unix ns
+	renewed atomic.Int64 // when the one renewal was sent, unix ns
 }
 
 func (k *hungKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
 	if k.calls.Add(1) == 1 {
-		time.Sleep(50 * time.Millisecond)
-		r, err := k.KeyValue.Update(ctx, key, value, rev)
 		k.renewed.Store(time.Now().UnixNano())
-		return r, err
+		time.Sleep(50 * time.Millisecond)
+		return k.KeyValue.Update(ctx, key, value, rev)
 	}
 	<-ctx.Done()
 	return 0, ctx.Err()
@@ -427,8 +448,8 @@ func (k *hungKV) Update(ctx context.Context, key string, value []byte, rev uint6
 
 // TestLeaseKeepGivesUpBeforeExpiry: with the server unreachable, renewals
 // that hang are cut off, and the keeper reports the lease lost two thirds
-// of the TTL after its last renewal, before the lease expires and a
-// standby may take it. Waiting out each hung renewal on a fixed ticker,
+// of the TTL after its last renewal was sent (where the daemon's writes
+// are fenced), before the lease expires and a standby may take it. Waiting out each hung renewal on a fixed ticker,
 // the renewal's round trip put the check a hair short at two thirds and
 // gave up only at the full TTL.
 func TestLeaseKeepGivesUpBeforeExpiry(t *testing.T) {
@@ -439,6 +460,7 @@ func TestLeaseKeepGivesUpBeforeExpiry(t *testing.T) {
 	const ttl = 1200 * time.Millisecond
 	hung := &hungKV{KeyValue: kv}
 	l := &lease{kv: hung, id: "a", ttl: ttl, rev: rev}
+	l.wrote(time.Now()) // created just above
 	lost := make(chan error, 1)
 	l.startKeeping(ctx, lost)
 	defer l.stopKeeping()
@@ -454,6 +476,40 @@ func TestLeaseKeepGivesUpBeforeExpiry(t *testing.T) {
 	}
 }
 
+// slowKV renews with a round trip of delay.
+type slowKV struct {
+	jetstream.KeyValue
+	delay time.Duration
+}
+
+func (k *slowKV) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	if err := SleepContext(ctx, k.delay); err != nil {
+		return 0, err
+	}
+	return k.KeyValue.Update(ctx, key, value, rev)
+}
+
+// TestLeaseKeepRidesOutSlowRenewals: renewals whose round trip is under a
+// third of the TTL keep the lease, and the writes are never fenced
+// meanwhile (renewals timed from the last one's end, round trips over a
+// sixth of the TTL lapsed it).
+func TestLeaseKeepRidesOutSlowRenewals(t *testing.T) {
+	kv := newKV(t, LeaseBucket)
+	ctx := context.Background()
+	rev, err := kv.Create(ctx, leaseKey, []byte("a"))
+	require.NoError(t, err)
+	const ttl = 1200 * time.Millisecond
+	l := &lease{kv: &slowKV{KeyValue: kv, delay: 250 * time.Millisecond}, id: "a", ttl: ttl, rev: rev}
+	l.wrote(time.Now()) // created just above
+	lost := make(chan error, 1)
+	l.startKeeping(ctx, lost)
+	defer l.stopKeeping()
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		require.False(t, l.lapsed(), "fenced while renewals arrive on time")
+	}
+	require.Empty(t, lost)
+}
+
 // TestLeaseReleaseAfterCutOffRenewal: release stops the keeper before it
 // deletes, and a renewal that landed on the server though the keeper never
 // learnt its revision does not make the release fail (which would leave a
@@ -465,6 +521,7 @@ func TestLeaseReleaseAfterCutOffRenewal(t *testing.T) {
 	require.NoError(t, err)
 	ckv := &cutOffKV{KeyValue: kv, entered: make(chan struct{})}
 	l := &lease{kv: ckv, id: "a", ttl: 1200 * time.Millisecond, rev: rev}
+	l.wrote(time.Now()) // created just above
 	lost := make(chan error, 1)
 	l.startKeeping(ctx, lost)
 	select {
@@ -497,6 +554,7 @@ func TestLeaseKeepAdoptsALostRenewal(t *testing.T) {
 	rev, err := kv.Create(ctx, leaseKey, []byte("a"))
 	require.NoError(t, err)
 	l := &lease{kv: kv, id: "a", ttl: 600 * time.Millisecond, rev: rev}
+	l.wrote(time.Now()) // created just above
 	// The renewal whose reply never came.
 	_, err = kv.Update(ctx, leaseKey, []byte("a"), rev)
 	require.NoError(t, err)

@@ -201,7 +201,8 @@ func (d *Daemon) Status() Status {
 	problems := d.readiness()
 	st := Status{Version: Version, Commit: d.commit, Ready: len(problems) == 0, NotReady: problems, LastReload: d.lastReload.Load()}
 	if d.cfg.HA.Enabled {
-		active := d.held.Load() != nil
+		l := d.held.Load()
+		active := l != nil && !l.lost.Load() && time.Now().Before(l.until())
 		st.Replica, st.Active = d.cfg.HA.Replica, &active
 	}
 	now := d.now()
