@@ -146,8 +146,8 @@
 // replica then starts as after a restart: it restores the windows and the
 // alert state from KV and replays the stream from the snapshot, so no
 // acknowledged event is lost. A replica that finds its own id in the key
-// takes it over once it has watched it go unrenewed for half a TTL (a
-// restart); a live process with the same id keeps it, and the other
+// takes it over once it has watched it go unrenewed for three quarters of
+// a TTL (a restart); a live process with the same id keeps it, and the other
 // stands by. A replica that cannot renew its lease, or finds another
 // process in it, stops at once without writing anything and Run
 // returns ErrLeaseLost; RunStandingBy (what serve runs) then stands a new

@@ -123,7 +123,7 @@ func newInstance() string {
 // acquireLease waits until this replica holds the lease: the key is absent
 // (no replica is active, or the active one's lease expired) or holds this
 // replica's own id left by a previous process that no longer renews it
-// (it is watched for half a TTL first: a live process with the same id is
+// (it is watched for three quarters of a TTL first: a live process with the same id is
 // a misconfiguration, logged, and this one stands by). Meanwhile /readyz
 // says which replica is active.
 func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
@@ -207,13 +207,16 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 }
 
 // takeOwn takes over a lease key holding this replica's id, found as e,
-// when its writer no longer renews it: the key is watched for half a TTL
+// when its writer no longer renews it: the key is watched for three
+// quarters of a TTL, past the two thirds its writer may still write for
+// after its last renewal began (lease.validUntil), so a writer paused
+// rather than dead cannot write beside this process
 // (a renewal comes every third), then updated at the revision seen.
 // duplicate reports a renewal meanwhile by another process with this id;
 // neither taken nor duplicate, the key expired or changed hands while
 // watched, and the caller looks again.
 func (l *lease) takeOwn(ctx context.Context, e jetstream.KeyValueEntry) (taken, duplicate bool, err error) {
-	if err := SleepContext(ctx, l.ttl/2); err != nil {
+	if err := SleepContext(ctx, 3*l.ttl/4); err != nil {
 		return false, false, err
 	}
 	now, err := l.kv.Get(ctx, leaseKey)
@@ -258,9 +261,12 @@ func (l *lease) stopKeeping() {
 // after the lease had expired.
 func (l *lease) keep(ctx context.Context, lost chan<- error) {
 	renewEvery, retryEvery := l.ttl/3, l.ttl/12
-	last := time.Now()
+	// Timed from the start of the write that took the lease, as every
+	// renewal after it: from the keeper's own start, a server slow by
+	// more than a sixth of the TTL lost the lease at the first renewal.
+	last := l.until().Add(-2 * l.ttl / 3)
 	next := last.Add(renewEvery)
-	t := time.NewTimer(renewEvery)
+	t := time.NewTimer(max(0, time.Until(next)))
 	defer t.Stop()
 	for {
 		select {
@@ -295,11 +301,15 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 		switch {
 		case err == nil && l.lost.Load():
 			// Renewed after the point: a write was refused meanwhile,
-			// so the lease is given up all the same.
+			// so the lease is given up all the same, and the key with it,
+			// so another replica need not wait out the renewal's TTL.
+			dctx, cancel := context.WithTimeout(ctx, renewEvery)
+			_ = l.kv.Delete(dctx, leaseKey, jetstream.LastRevision(rev))
+			cancel()
 			lost <- fmt.Errorf("%w: renewed only after two thirds of the TTL", ErrLeaseLost)
 			return
 		case err == nil:
-			l.rev, last = rev, time.Now()
+			l.rev, last = rev, sent
 			l.wrote(sent)
 			// From the write's start, as validUntil: counted from its end,
 			// round trips over a sixth of the TTL lapsed a lease renewed
@@ -352,6 +362,7 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 // reports, and is deleted at that one.
 func (l *lease) release(ctx context.Context) error {
 	l.stopKeeping()
+	l.lost.Store(true) // nothing more is written under it
 	err := l.kv.Delete(ctx, leaseKey, jetstream.LastRevision(l.rev))
 	if err == nil {
 		return nil

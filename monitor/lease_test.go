@@ -231,19 +231,23 @@ func TestLeaseTakeOwn(t *testing.T) {
 			l := &lease{kv: kv, id: "a", instance: "mine", ttl: 400 * time.Millisecond}
 			done := make(chan error, 1)
 			go func() {
-				time.Sleep(50 * time.Millisecond) // inside the 200 ms watch
+				time.Sleep(50 * time.Millisecond) // inside the 300 ms watch
 				if tc.meanwhile == nil {
 					done <- nil
 					return
 				}
 				done <- tc.meanwhile(kv, rev)
 			}()
+			watched := time.Now()
 			taken, duplicate, err := l.takeOwn(ctx, e)
 			require.NoError(t, err)
 			require.NoError(t, <-done)
 			require.Equal(t, tc.taken, taken)
 			require.Equal(t, tc.duplicate, duplicate)
 			if taken {
+				// Past the two thirds of a TTL the old writer may still
+				// write for after its last renewal began.
+				require.Greater(t, time.Since(watched), 2*l.ttl/3)
 				now, err := kv.Get(ctx, leaseKey)
 				require.NoError(t, err)
 				require.Equal(t, "a#mine", string(now.Value()))
@@ -496,11 +500,15 @@ func (k *slowKV) Update(ctx context.Context, key string, value []byte, rev uint6
 func TestLeaseKeepRidesOutSlowRenewals(t *testing.T) {
 	kv := newKV(t, LeaseBucket)
 	ctx := context.Background()
+	const ttl, delay = 1200 * time.Millisecond, 250 * time.Millisecond
+	// Taken as slowly: the first renewal is timed from the take's start,
+	// not from the keeper's (which lost the lease at the first renewal).
+	sent := time.Now()
+	time.Sleep(delay)
 	rev, err := kv.Create(ctx, leaseKey, []byte("a"))
 	require.NoError(t, err)
-	const ttl = 1200 * time.Millisecond
-	l := &lease{kv: &slowKV{KeyValue: kv, delay: 250 * time.Millisecond}, id: "a", ttl: ttl, rev: rev}
-	l.wrote(time.Now()) // created just above
+	l := &lease{kv: &slowKV{KeyValue: kv, delay: delay}, id: "a", ttl: ttl, rev: rev}
+	l.wrote(sent)
 	lost := make(chan error, 1)
 	l.startKeeping(ctx, lost)
 	defer l.stopKeeping()
