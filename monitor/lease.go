@@ -216,15 +216,24 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 // neither taken nor duplicate, the key expired or changed hands while
 // watched, and the caller looks again.
 func (l *lease) takeOwn(ctx context.Context, e jetstream.KeyValueEntry) (taken, duplicate bool, err error) {
-	if err := SleepContext(ctx, 3*l.ttl/4); err != nil {
-		return false, false, err
-	}
-	now, err := l.kv.Get(ctx, leaseKey)
-	switch {
-	case err != nil:
-		return false, false, ctx.Err()
-	case now.Revision() != e.Revision():
-		return false, holderID(now.Value()) == l.id && string(now.Value()) != string(l.value()), nil
+	// Looked at every quarter TTL, as a standby looks: a key that expires
+	// or changes hands meanwhile ends the watch at once, so a restart is
+	// never slower than a standby's takeover.
+	end := time.Now().Add(3 * l.ttl / 4)
+	for {
+		if err := SleepContext(ctx, min(l.ttl/4, time.Until(end))); err != nil {
+			return false, false, err
+		}
+		now, err := l.kv.Get(ctx, leaseKey)
+		switch {
+		case err != nil:
+			return false, false, ctx.Err() // gone (expired): looked at again
+		case now.Revision() != e.Revision():
+			return false, holderID(now.Value()) == l.id && string(now.Value()) != string(l.value()), nil
+		}
+		if !time.Now().Before(end) {
+			break
+		}
 	}
 	sent := time.Now()
 	rev, err := l.kv.Update(ctx, leaseKey, l.value(), e.Revision())

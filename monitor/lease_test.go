@@ -180,7 +180,7 @@ func TestHADuplicateReplicaIDStandsBy(t *testing.T) {
 	s := runServer(t)
 	cfg := testConfig(t, "p")
 	cfg.NATS.URL = s.ClientURL()
-	// Renewals every second against a watch of 1.5 s: room for a slow
+	// Renewals every second against a watch of 2.25 s: room for a slow
 	// renewal under -race.
 	cfg.HA = HAConfig{Enabled: true, Replica: "a", LeaseTTL: 3 * time.Second}
 	first := runReplica(t, cfg)
@@ -244,6 +244,10 @@ func TestLeaseTakeOwn(t *testing.T) {
 			require.NoError(t, <-done)
 			require.Equal(t, tc.taken, taken)
 			require.Equal(t, tc.duplicate, duplicate)
+			if !taken {
+				// Looked at every quarter TTL: what changed ends the watch.
+				require.Less(t, time.Since(watched), 3*l.ttl/4)
+			}
 			if taken {
 				// Past the two thirds of a TTL the old writer may still
 				// write for after its last renewal began.
