@@ -123,8 +123,8 @@ func newInstance() string {
 // acquireLease waits until this replica holds the lease: the key is absent
 // (no replica is active, or the active one's lease expired) or holds this
 // replica's own id left by a previous process that no longer renews it
-// (it is watched for three quarters of a TTL first: a live process with the same id is
-// a misconfiguration, logged, and this one stands by). Meanwhile /readyz
+// (watched first, see takeOwn: a live process with the same id is a
+// misconfiguration, logged, and this one stands by). Meanwhile /readyz
 // says which replica is active.
 func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 	ha := d.cfg.HA
