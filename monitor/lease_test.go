@@ -293,6 +293,16 @@ func TestHALapsedLeaseWritesNothing(t *testing.T) {
 	}
 	event("2")
 	require.Equal(t, alerts.Firing, sink.wait(t, 1)[0].Status)
+
+	// The keeper, as if not yet run after the pause; the lease lapsed.
+	l := r.d.held.Load()
+	require.NotNil(t, l)
+	l.stopKeeping()
+	past := time.Now().Add(-time.Millisecond)
+	l.validUntil.Store(&past)
+	// A write that passed the check just before lands (a save of the
+	// alert state after the publish, say); nothing after it may.
+	time.Sleep(200 * time.Millisecond)
 	kv, err := js.KeyValue(context.Background(), StateBucket)
 	require.NoError(t, err)
 	tracker, err := kv.Get(context.Background(), "tracker")
@@ -301,13 +311,6 @@ func TestHALapsedLeaseWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	before, err := cons.Info(context.Background())
 	require.NoError(t, err)
-
-	// The keeper, as if not yet run after the pause; the lease lapsed.
-	l := r.d.held.Load()
-	require.NotNil(t, l)
-	l.stopKeeping()
-	past := time.Now().Add(-time.Millisecond)
-	l.validUntil.Store(&past)
 	// An event that would make an update (a lower-indexed infected node
 	// is the fake's source): nothing comes of it.
 	event("1")
