@@ -66,12 +66,19 @@ func (r *replica) stop(t *testing.T, crash bool) error {
 	t.Helper()
 	r.d.crash.Store(crash)
 	r.cancel()
+	return r.stopped(t, "replica did not stop")
+}
+
+// stopped waits for the replica's Run to end and returns its error; fail
+// says what it means when it does not within 30 s.
+func (r *replica) stopped(t *testing.T, fail string) error {
+	t.Helper()
 	select {
 	case err := <-r.done:
 		r.done <- err // for the cleanup
 		return err
 	case <-time.After(30 * time.Second):
-		t.Fatal("replica did not stop")
+		t.Fatal(fail)
 		return nil
 	}
 }
@@ -267,13 +274,7 @@ func TestHALostLease(t *testing.T) {
 	require.NoError(t, kv.Delete(context.Background(), leaseKey))
 	_, err := kv.Create(context.Background(), leaseKey, []byte("intruder"))
 	require.NoError(t, err)
-	select {
-	case err := <-r.done:
-		r.done <- err
-		require.ErrorIs(t, err, ErrLeaseLost)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the replica kept running without its lease")
-	}
+	require.ErrorIs(t, r.stopped(t, "the replica kept running without its lease"), ErrLeaseLost)
 }
 
 // TestHALapsedLeaseWritesNothing: a replica whose lease went unrenewed
@@ -338,13 +339,7 @@ func TestHALapseIsALoss(t *testing.T) {
 	l.validUntil.Store(&past)
 	require.ErrorIs(t, r.d.fenced(), ErrLeaseLost)
 	require.False(t, *r.d.Status().Active)
-	select {
-	case err := <-r.done:
-		r.done <- err
-		require.ErrorIs(t, err, ErrLeaseLost)
-	case <-time.After(10 * time.Second):
-		t.Fatal("a replica that fenced itself kept running")
-	}
+	require.ErrorIs(t, r.stopped(t, "a replica that fenced itself kept running"), ErrLeaseLost)
 }
 
 // TestHAReplicaRefusesToTakeOverBesideADaemonWithoutHA: a daemon without
@@ -363,14 +358,9 @@ func TestHAReplicaRefusesToTakeOverBesideADaemonWithoutHA(t *testing.T) {
 	start(t, plain, preload(t, 6, "p"), WithLocalizerFactory((&factoryOf{}).factory))
 	_, js := connectJS(t, plain.NATS.URL)
 
-	select {
-	case err := <-b.done:
-		b.done <- err
-		require.ErrorIs(t, err, ErrAnotherDaemon)
-		require.ErrorContains(t, err, "a daemon without ha.enabled")
-	case <-time.After(20 * time.Second):
-		t.Fatal("the standby took over beside a daemon without HA")
-	}
+	err := b.stopped(t, "the standby took over beside a daemon without HA")
+	require.ErrorIs(t, err, ErrAnotherDaemon)
+	require.ErrorContains(t, err, "a daemon without ha.enabled")
 	require.False(t, b.ready())
 	kv, err := js.KeyValue(context.Background(), LeaseBucket)
 	require.NoError(t, err)
