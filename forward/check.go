@@ -27,6 +27,13 @@ type VJPCheckOptions struct {
 	// Coords is the number of coordinates checked per point (default all
 	// when n <= 64, else 24 chosen at random; n or more checks them all).
 	Coords int
+	// Directions is the number of random directions v in {-1, 1}^n checked
+	// per interior point besides the coordinates (default 2, -1 for none):
+	// each compares <dx, v> with a difference of Predict along v, so it
+	// reads every coordinate of dx at once, and a VJP wrong at one node
+	// among thousands fails it where a few sampled coordinates miss that
+	// node. Corner points have none: x ± h v leaves [0, 1] there.
+	Directions int
 	// Step is the finite-difference step h (default 1e-5).
 	Step float64
 	// AbsTol and RelTol bound |analytic - numeric| <= AbsTol + RelTol*|numeric|
@@ -41,8 +48,14 @@ type VJPCheck struct {
 	// MaxErr is the largest |analytic - numeric| / (AbsTol + RelTol*|numeric|);
 	// the check passes when it is at most 1.
 	MaxErr float64
+	// Directions is the number of random directions compared (see
+	// VJPCheckOptions.Directions), and DirectionsMaxErr their largest
+	// error alone, in MaxErr's units.
+	Directions       int
+	DirectionsMaxErr float64
 	// Row and Node locate MaxErr; Analytic and Numeric are its two values.
-	// Rows from VJPCheckOptions.Rows on are the corner points.
+	// Rows from VJPCheckOptions.Rows on are the corner points. Node is -1
+	// when MaxErr is a direction's, which names no node.
 	Row, Node int
 	// Corner is whether Row is a corner point, x in {0, 1}^n.
 	Corner            bool
@@ -87,15 +100,25 @@ func (c VJPCheck) String() string { return c.Describe(nil) }
 // leads with what failed: VJP's y against Predict's, or the gradient.
 func (c VJPCheck) Describe(id func(int) string) string {
 	node := fmt.Sprintf("node %d", c.Node)
-	if id != nil {
+	switch {
+	case c.Node < 0:
+		// The direction reads every node's dx at once: which one is wrong,
+		// the coordinates checked one by one say (plugin check compares
+		// them all up to 2,048 nodes).
+		node = "a random direction through every node (<dx, v> against the difference along v; some node's entry of dx is off)"
+	case id != nil:
 		node = fmt.Sprintf("node %q (index %d)", id(c.Node), c.Node)
 	}
 	row := fmt.Sprintf("row %d", c.Row)
 	if c.Corner {
 		row += " (x in {0, 1}, one-sided differences)"
 	}
-	grad := fmt.Sprintf("%d coordinates of dx against finite differences: largest error %.3g times the tolerance %.3g + %.3g|numeric| at %s %s (analytic %.9g, numeric %.9g)",
-		c.Checked, c.MaxErr, c.AbsTol, c.RelTol, row, node, c.Analytic, c.Numeric)
+	what := fmt.Sprintf("%d coordinates of dx", c.Checked)
+	if c.Directions > 0 {
+		what += fmt.Sprintf(" and %d random directions", c.Directions)
+	}
+	grad := fmt.Sprintf("%s against finite differences: largest error %.3g times the tolerance %.3g + %.3g|numeric| at %s %s (analytic %.9g, numeric %.9g)",
+		what, c.MaxErr, c.AbsTol, c.RelTol, row, node, c.Analytic, c.Numeric)
 	ydiff := fmt.Sprintf("VJP's y differs from Predict's by up to %.3g", c.MaxYDiff)
 	if c.MaxYDiff > maxYDiff {
 		return ydiff + fmt.Sprintf(" (more than %.0e: VJP must return f(x) as Predict does); ", maxYDiff) + grad
@@ -116,9 +139,17 @@ func (c VJPCheck) Describe(id func(int) string) string {
 // clamped output can sit on its bound, and either side's derivative is
 // right (see acceptKinks).
 //
+// Along each random direction v in {-1, 1}^n at the interior points,
+// <dx, v> must match (L(x + h v) - L(x - h v)) / 2h, within the tolerance
+// plus the rounding of L's n terms; one that fails is looked at again
+// with a step of h/16, where a kink crossed at h (a move of every
+// coordinate at once can carry a ReLU of a large graph across one)
+// rarely lies (see checkDirections).
+//
 // All perturbed points of one x go to Predict in batches of up to 512
-// rows, so a plugin process is called 2 + (Rows + CornerRows)·ceil(2·Coords/512)
-// times. n is the model's graph size. Errors are the model's.
+// rows, so a plugin process is called
+// 2 + (Rows + CornerRows)·ceil(2·Coords/512) + Rows·ceil(2·Directions/512)
+// times, and once more for each direction that fails its first look. n is the model's graph size. Errors are the model's.
 func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOptions) (VJPCheck, error) {
 	if o.Step <= 0 {
 		o.Step = 1e-5
@@ -148,6 +179,9 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 	}
 	if o.CornerRows == 0 {
 		o.CornerRows = 1
+	}
+	if o.Directions == 0 {
+		o.Directions = 2
 	}
 	corners := max(o.CornerRows, 0)
 	if o.Coords <= 0 || o.Coords > n {
@@ -240,8 +274,117 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 				}
 			}
 		}
+		if !corner && o.Directions > 0 {
+			if err := o.checkDirections(ctx, m, rng, i, x.RawRowView(i), yp.RawRowView(i), dy.RawRowView(i), dx.RawRowView(i), &res); err != nil {
+				return VJPCheck{}, err
+			}
+		}
 	}
 	return res, nil
+}
+
+// roundingUlps is how many units of rounding of each output a
+// direction's difference allows, summed over the outputs: every output
+// moves along a direction, so their rounding no longer cancels between
+// the two sides as it does for a coordinate that moves a few.
+const roundingUlps = 64
+
+// retryStepDiv divides the step of a direction that failed, for its
+// second look: a kink crossed at h is crossed at h/16 only if it lies
+// that close, while a wrong dx stays as wrong.
+const retryStepDiv = 16
+
+// checkDirections compares o.Directions random directions at interior
+// row row of the check (x, its y = f(x), dy and the VJP's dx) and folds
+// them into res. For v in {-1, 1}^n the central difference
+//
+//	sum_w dy_w (f_w(x + h v) - f_w(x - h v)) / 2h
+//
+// must match <dx, v> within the tolerance plus
+// roundingUlps·eps·sum_w |dy_w|·|f_w| / h. A move of every coordinate
+// at once can carry some output of a large graph across a kink (a ReLU,
+// a clamp) within h of x, which a coordinate's move rarely does, so a
+// direction that fails is looked at again with the step h/16, first by
+// the central difference and then by the interval
+// [sum_w min(a_w, b_w), sum_w max(a_w, b_w)] (the same allowance beside),
+// a_w and b_w the forward and backward differences of dy_w f_w: of an
+// output with a kink at x, one side is a right derivative, while a
+// smooth output's two sides differ by O(h), too little to hide a wrong
+// entry of dx. Kinks crossed still widen the interval by their jumps.
+func (o VJPCheckOptions) checkDirections(ctx context.Context, m Model, rng *rand.Rand, row int, x, y, dy, dx []float64, res *VJPCheck) error {
+	n := len(x)
+	along := func(dirs [][]float64, step float64) (*mat.Dense, error) {
+		pts := mat.NewDense(2*len(dirs), n, nil)
+		for d, v := range dirs {
+			plus, minus := pts.RawRowView(2*d), pts.RawRowView(2*d+1)
+			for j, vj := range v {
+				plus[j], minus[j] = x[j]+step*vj, x[j]-step*vj
+			}
+		}
+		return m.Predict(ctx, pts)
+	}
+	// judge is the error of ana against the differences along a direction
+	// with the given step, plus and minus f(x ± step v): central, or the
+	// interval of the one-sided ones.
+	judge := func(ana float64, plus, minus []float64, step float64, interval bool) (e, central float64) {
+		var lo, hi, scale float64
+		for w, f := range y {
+			a := dy[w] * (plus[w] - f) / step
+			b := dy[w] * (f - minus[w]) / step
+			central += (a + b) / 2
+			lo += min(a, b)
+			hi += max(a, b)
+			scale += math.Abs(dy[w]) * max(math.Abs(f), math.Abs(plus[w]), math.Abs(minus[w]))
+		}
+		round := roundingUlps * 0x1p-52 * scale / step
+		if !interval {
+			lo, hi = central, central
+		}
+		return vjpError(ana, lo-round, hi+round, o), central
+	}
+	for left := o.Directions; left > 0; {
+		k := min(left, checkRows(n)/2)
+		left -= k
+		dirs := make([][]float64, k)
+		for d := range dirs {
+			v := make([]float64, n)
+			for j := range v {
+				v[j] = 1
+				if rng.Uint64()&1 == 0 {
+					v[j] = -1
+				}
+			}
+			dirs[d] = v
+		}
+		fy, err := along(dirs, o.Step)
+		if err != nil {
+			return err
+		}
+		for d, v := range dirs {
+			var ana float64
+			for j, vj := range v {
+				ana += dx[j] * vj
+			}
+			e, central := judge(ana, fy.RawRowView(2*d), fy.RawRowView(2*d+1), o.Step, false)
+			if e > 1 {
+				step := o.Step / retryStepDiv
+				near, err := along(dirs[d:d+1], step)
+				if err != nil {
+					return err
+				}
+				plus, minus := near.RawRowView(0), near.RawRowView(1)
+				e2, _ := judge(ana, plus, minus, step, false)
+				e3, _ := judge(ana, plus, minus, step, true)
+				e = min(e, e2, e3)
+			}
+			res.Directions++
+			res.DirectionsMaxErr = max(res.DirectionsMaxErr, e)
+			if e > res.MaxErr {
+				res.MaxErr, res.Row, res.Node, res.Analytic, res.Numeric, res.Corner = e, row, -1, ana, central, false
+			}
+		}
+	}
+	return nil
 }
 
 // vjpError is the distance of the analytic derivative from [lo, hi] in

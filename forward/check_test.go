@@ -26,6 +26,8 @@ type clampModel struct {
 	// scale multiplies dx (1: right); cornerBug negates dx where x is 0.
 	scale     float64
 	cornerBug bool
+	// lastNodeBug doubles dx of the last node: wrong at one node.
+	lastNodeBug bool
 	// refuseOutside makes Predict refuse x outside [0, 1].
 	refuseOutside bool
 }
@@ -87,6 +89,9 @@ func (m *clampModel) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *ma
 			if m.cornerBug && row[v] == 0 {
 				d = -d
 			}
+			if m.lastNodeBug && v == n-1 {
+				d *= 2
+			}
 			dx.Set(i, v, d)
 		}
 	}
@@ -125,6 +130,71 @@ func TestCheckVJPAtClampKinks(t *testing.T) {
 			require.Equal(t, tc.pass, res.Pass(), "%s", res)
 			require.Equal(t, 5*n, res.Checked)
 		})
+	}
+}
+
+// A VJP wrong at one node of many escapes a few sampled coordinates and
+// not the random directions, which read every coordinate at once; a
+// direction that crosses a clamp's kink at every node passes whichever
+// side of the bound the gradient takes there.
+func TestCheckVJPDirections(t *testing.T) {
+	const n = 2000
+	nbr := make([][]int, n)
+	for v := range n {
+		nbr[v] = []int{(v + 1) % n, (v + n - 1) % n, (v + 7) % n}
+	}
+	check := func(m clampModel, o forward.VJPCheckOptions) forward.VJPCheck {
+		m.nbr = nbr
+		res, err := forward.CheckVJP(context.Background(), &m, n, rand.New(rand.NewPCG(1, 2)), o)
+		require.NoError(t, err)
+		return res
+	}
+	closed := func(p float64) bool { return p >= 0 && p <= 1 }
+	open := func(p float64) bool { return p > 0 && p < 1 }
+
+	bug := clampModel{a: 0.5, active: closed, scale: 1, lastNodeBug: true}
+	res := check(bug, forward.VJPCheckOptions{Rows: 2, CornerRows: -1, Coords: 8, Directions: -1})
+	require.True(t, res.Pass(), "8 coordinates of 2,000 miss the last node: %s", res)
+	require.Zero(t, res.Directions)
+	res = check(bug, forward.VJPCheckOptions{Rows: 2, CornerRows: -1, Coords: 8})
+	require.False(t, res.Pass(), "%s", res)
+	require.Equal(t, 4, res.Directions, "2 a row by default")
+	require.Equal(t, -1, res.Node, "a direction names no node")
+	require.Contains(t, res.String(), "16 coordinates of dx and 4 random directions")
+	require.Contains(t, res.String(), "a random direction through every node")
+
+	good := bug
+	good.lastNodeBug = false
+	res = check(good, forward.VJPCheckOptions{Rows: 2, CornerRows: -1, Coords: 8, Directions: 16})
+	require.True(t, res.Pass(), "%s", res)
+	require.Equal(t, 32, res.Directions)
+
+	// With a = 1 a uniform x puts every pre-activation at 2x: x = 0.5 sits
+	// on the bound 1 at every node, so a move along any direction crosses
+	// a kink at every node; half a step below it, a move of h crosses one
+	// and a move of h/16 does not. (The one coordinate checked crosses it
+	// too, and interior coordinates are not looked at again: read the
+	// directions alone.)
+	at := func(x float64) *mat.Dense {
+		p := mat.NewDense(1, n, nil)
+		for v := range n {
+			p.Set(0, v, x)
+		}
+		return p
+	}
+	const h = 1e-5
+	for _, active := range []func(float64) bool{closed, open} {
+		for _, x := range []float64{0.5, (1 - h/2) / 2} {
+			m := clampModel{a: 1, active: active, scale: 1}
+			res = check(m, forward.VJPCheckOptions{Points: at(x), CornerRows: -1, Coords: 1, Directions: 8, Step: h})
+			require.Equal(t, 8, res.Directions)
+			require.LessOrEqual(t, res.DirectionsMaxErr, 1.0, "x = %v: %s", x, res)
+		}
+		// Kinks close by, not crossed at h/16, hide no wrong node. (Kinks
+		// at x itself widen the interval by their jumps and can.)
+		m := clampModel{a: 1, active: active, scale: 1, lastNodeBug: true}
+		res = check(m, forward.VJPCheckOptions{Points: at((1 - h/2) / 2), CornerRows: -1, Coords: 1, Directions: 8, Step: h})
+		require.Greater(t, res.DirectionsMaxErr, 1.0, "%s", res)
 	}
 }
 

@@ -353,6 +353,11 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		detail := res.Describe(g.ID)
 		if coords < n {
 			detail = fmt.Sprintf("%s (%d of %d coordinates a row, chosen at random)", detail, coords, n)
+			if res.Node < 0 && !res.Pass() {
+				// A direction read every node: the coordinates, all of them,
+				// find which.
+				detail += "; --vjp-coords -1 compares every coordinate and names the node"
+			}
 		}
 		if !res.Pass() {
 			return CheckFail, detail, nil

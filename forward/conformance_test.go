@@ -103,6 +103,20 @@ func TestCheckPlugin(t *testing.T) {
 		})
 	}
 
+	// Where the coordinates are sampled and miss the one wrong node, the
+	// random directions, which read every coordinate, find it, and the
+	// line says how to name the node.
+	t.Run("grad fails along a direction when its node is not sampled", func(t *testing.T) {
+		t.Parallel()
+		rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, faulty), g, pairs, forward.PluginCheckOptions{
+			Params: map[string]string{"fault": "grad"}, VJPCoords: 2, Launch: []forward.LaunchOption{timeout},
+		})
+		require.Equal(t, forward.CheckFail, statuses(rep)["vjp"], rep.String())
+		require.Contains(t, detail(rep, "vjp"), "6 coordinates of dx and 4 random directions")
+		require.Contains(t, detail(rep, "vjp"), "a random direction through every node")
+		require.Contains(t, detail(rep, "vjp"), "(2 of 34 coordinates a row, chosen at random); --vjp-coords -1 compares every coordinate and names the node")
+	})
+
 	// A plugin that cannot read back its own state fails that check; the
 	// checker fits it again, so the checks after it still run.
 	t.Run("unreadable state fails its check only", func(t *testing.T) {

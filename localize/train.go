@@ -219,14 +219,16 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	// Inference descends along the plugin's VJP; one that disagrees with
 	// its own Predict (a sign, a missing term) gives a bundle that runs
 	// and ranks badly without an error anywhere. A spot check at one
-	// point costs three calls; plugin check is the full one. The point is
+	// point costs four calls: 8 coordinates, and 2 random directions
+	// that read every coordinate at once (a VJP wrong at one node of
+	// thousands passes the 8); plugin check is the full one. The point is
 	// where inference goes, a validation source set among nodes near 0
 	// (inside [0, 1], for central differences): at a random point in
 	// [0.1, 0.9]^n a learned model's output saturates on a graph of a few
 	// hundred nodes, and its gradient with it, which is no fault.
 	checkRNG := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7a1))
 	point := sparsePoint(n, val, checkRNG)
-	check, err := forward.CheckVJP(ctx, fm, n, checkRNG, forward.VJPCheckOptions{Points: point, CornerRows: -1, Coords: 8})
+	check, err := forward.CheckVJP(ctx, fm, n, checkRNG, forward.VJPCheckOptions{Points: point, CornerRows: -1, Coords: 8, Directions: 2})
 	if err != nil {
 		return nil, fmt.Errorf("checking forward model %q's VJP: %w", cfg.Forward.Name, err)
 	}
