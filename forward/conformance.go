@@ -74,6 +74,12 @@ type PluginCheckOptions struct {
 	// graphs of up to AllCoordsNodes nodes and 256 at random on larger
 	// ones; a negative value or n checks them all.
 	VJPCoords int
+	// OnResult, when set, hears each check's result as it ends, in the
+	// report's order, so a long check (a learned model's fit on a large
+	// graph) can be shown line by line.
+	OnResult func(CheckResult)
+	// OnFitProgress, when set, hears the plugin's Fit progress reports.
+	OnFitProgress func(Progress)
 }
 
 // AllCoordsNodes is the largest graph on which CheckPlugin compares every
@@ -94,14 +100,20 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		o.Batch = 8
 	}
 	rep := CheckReport{Path: path}
+	add := func(c CheckResult) {
+		rep.Results = append(rep.Results, c)
+		if o.OnResult != nil {
+			o.OnResult(c)
+		}
+	}
 	var p *Process
 	run := func(name string, f func() (CheckStatus, string, error)) bool {
 		if p != nil && p.Exited() {
-			rep.Results = append(rep.Results, CheckResult{Name: name, Status: CheckSkip, Detail: "plugin process has exited"})
+			add(CheckResult{Name: name, Status: CheckSkip, Detail: "plugin process has exited"})
 			return false
 		}
 		if p != nil && p.hung.Load() {
-			rep.Results = append(rep.Results, CheckResult{Name: name, Status: CheckSkip, Detail: "plugin is hung"})
+			add(CheckResult{Name: name, Status: CheckSkip, Detail: "plugin is hung"})
 			return false
 		}
 		start := time.Now()
@@ -109,7 +121,7 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		if err != nil {
 			st, detail = CheckFail, err.Error()
 		}
-		rep.Results = append(rep.Results, CheckResult{Name: name, Status: st, Detail: detail, Duration: time.Since(start)})
+		add(CheckResult{Name: name, Status: st, Detail: detail, Duration: time.Since(start)})
 		return st != CheckFail
 	}
 	skipRestBecause := func(why string, names ...string) {
@@ -120,7 +132,7 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			why = "plugin is hung"
 		}
 		for _, n := range names {
-			rep.Results = append(rep.Results, CheckResult{Name: n, Status: CheckSkip, Detail: why})
+			add(CheckResult{Name: n, Status: CheckSkip, Detail: why})
 		}
 	}
 	skipRest := func(names ...string) { skipRestBecause("an earlier check failed", names...) }
@@ -167,7 +179,12 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 	var state []byte
 	if !run("fit", func() (CheckStatus, string, error) {
 		epochs := 0
-		res, err := p.Fit(ctx, pairs, o.Fit, func(pr Progress) { epochs++ })
+		res, err := p.Fit(ctx, pairs, o.Fit, func(pr Progress) {
+			epochs++
+			if o.OnFitProgress != nil {
+				o.OnFitProgress(pr)
+			}
+		})
 		if err != nil {
 			return CheckFail, "", err
 		}
@@ -482,12 +499,26 @@ func (r CheckReport) String() string {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "plugin %s\n", r.Path)
 	for _, c := range r.Results {
-		fmt.Fprintf(&b, "  %-4s  %-17s %s", strings.ToUpper(string(c.Status)), c.Name, c.Detail)
-		if c.Duration > 0 {
-			fmt.Fprintf(&b, " (%v)", c.Duration.Round(time.Microsecond))
-		}
+		b.WriteString(c.String())
 		b.WriteByte('\n')
 	}
+	b.WriteString(r.Verdict())
+	return b.String()
+}
+
+// String is the check's line of the report, without its newline.
+func (c CheckResult) String() string {
+	line := fmt.Sprintf("  %-4s  %-17s %s", strings.ToUpper(string(c.Status)), c.Name, c.Detail)
+	if c.Duration > 0 {
+		line += fmt.Sprintf(" (%v)", c.Duration.Round(time.Microsecond))
+	}
+	return line
+}
+
+// Verdict is the report's last line, with its newline: PASS, or FAIL and
+// the failed checks' names.
+func (r CheckReport) Verdict() string {
+	var b bytes.Buffer
 	if r.Passed() {
 		b.WriteString("PASS\n")
 	} else {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"go.uber.org/zap"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strings"
@@ -155,21 +156,51 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 	if err != nil {
 		return err
 	}
-	rep := forward.CheckPlugin(ctx, path, g, pairs[:split], forward.PluginCheckOptions{
+	asJSON := v.GetBool("json")
+	opts := forward.PluginCheckOptions{
 		Launch:    launch,
 		Params:    params,
 		Fit:       forward.FitOptions{Epochs: v.GetInt("epochs"), Seed: seed, Validation: pairs[split:]},
 		Batch:     batch,
 		Seed:      uint64(seed),
 		VJPCoords: v.GetInt("vjp_coords"),
-	})
-	if v.GetBool("json") {
+	}
+	// Each line is printed as its check ends, and the fit, which can take
+	// minutes for a learned model on a large graph (and up to
+	// --fit-idle-timeout between reports from a hung one), shows its
+	// epochs: on a terminal as a bar, elsewhere as a line a minute.
+	var fitBar *progress
+	opts.OnResult = func(c forward.CheckResult) {
+		if c.Name == "fit" {
+			fitBar.Done()
+		}
+		if !asJSON {
+			fmt.Fprintln(a.stdout, c.String())
+		}
+		if c.Name == "configure" && c.Status == forward.CheckPass {
+			fitBar = a.progress("plugin check: fit", max(v.GetInt("epochs"), 0))
+			fitBar.Set(0, fmt.Sprintf("waiting for the plugin's first report (at most --fit-idle-timeout %v)", idle))
+		}
+	}
+	opts.OnFitProgress = func(p forward.Progress) {
+		note := fmt.Sprintf("train loss %.4g", p.TrainLoss)
+		if !math.IsNaN(p.ValLoss) {
+			note += fmt.Sprintf(" val loss %.4g", p.ValLoss)
+		}
+		fitBar.SetTotal(p.Epochs)
+		fitBar.Set(p.Epoch, note)
+	}
+	if !asJSON {
+		fmt.Fprintf(a.stdout, "graph: %s\nplugin %s\n", g, path)
+	}
+	rep := forward.CheckPlugin(ctx, path, g, pairs[:split], opts)
+	fitBar.Done() // a fit that never reported its end
+	if asJSON {
 		if err := writeCheckJSON(a, rep); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintf(a.stdout, "graph: %s\n", g)
-		fmt.Fprint(a.stdout, rep.String())
+		fmt.Fprint(a.stdout, rep.Verdict())
 		printParams(a.stdout, rep.Info)
 	}
 	if !rep.Passed() {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -106,4 +108,35 @@ func TestPluginCheckOnSmallComponents(t *testing.T) {
 	out, _, err := runCmd(t, "", "plugin", "check", forwardtest.Build(t, "icmf"), "--graph", edges, "--cascades", "10", "--log-level", "warn")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "\nPASS\n")
+}
+
+// Each check's line is printed as the check ends, not with the whole
+// report: a plugin whose Fit hangs shows what passed before it while
+// check waits out --fit-idle-timeout, and an interrupt ends the wait.
+func TestPluginCheckPrintsEachLineAsItEnds(t *testing.T) {
+	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	var stdout, stderr lockedBuffer
+	root := newRootCmd(&stdout, &stderr)
+	root.SetArgs([]string{"plugin", "check", faulty, "--param", "fault=hang", "--fit-idle-timeout", "10m", "--log-level", "warn"})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+	require.Eventually(t, func() bool { return strings.Contains(stdout.String(), "PASS  configure") }, 30*time.Second, 20*time.Millisecond)
+	require.Contains(t, stdout.String(), "plugin "+faulty+"\n  PASS  handshake")
+	select {
+	case err := <-done:
+		t.Fatalf("check ended while the fit hangs: %v\n%s", err, stdout.String())
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NotContains(t, stdout.String(), "fit ")
+	cancel()
+	select {
+	case err := <-done:
+		require.Error(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("an interrupt did not end the wait for a hung fit")
+	}
+	require.Contains(t, stdout.String(), "FAIL  fit")
+	require.Contains(t, stdout.String(), "FAIL: fit")
 }

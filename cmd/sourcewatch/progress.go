@@ -31,6 +31,7 @@ type progress struct {
 	// advancedAt is when done last changed (start before it did).
 	advancedAt time.Time
 	drawn      bool
+	finished   bool // Done drew the last line
 	suffix     string
 	nowFunc    func() time.Time
 }
@@ -164,6 +165,10 @@ func (p *progress) Done() {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.finished {
+		return
+	}
+	p.finished = true
 	p.draw(p.nowFunc())
 	if p.drawn {
 		fmt.Fprintln(p.w)
