@@ -321,8 +321,27 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		return err
 	}
 	printBundleSummary(a.stdout, out, b.Manifest, fmt.Sprintf("%d train, %d validation, %d test", len(train), len(val), len(test)), a.v.GetString("plugin_dir"))
+	if note := largeStateNote(len(b.ForwardState)); note != "" {
+		fmt.Fprintf(a.stdout, "note        %s\n", note)
+	}
 	fmt.Fprintf(a.stdout, "time        %s\n", time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// largeStateBytes is the forward state past which train says what it
+// costs: a quarter of what a plugin call may carry.
+const largeStateBytes = forward.MaxMessageBytes / 4
+
+// largeStateNote says what a forward state of size bytes costs, or ""
+// below largeStateBytes: every launch of the plugin (each localize, a
+// daemon's start, reload and relaunch) sends it whole in one Configure,
+// which refuses it past forward.MaxMessageBytes.
+func largeStateNote(size int) string {
+	if size < largeStateBytes {
+		return ""
+	}
+	return fmt.Sprintf("the forward model's state is %.0f MiB: every launch of the plugin (each localize, and each start, reload and relaunch of serve's) sends it whole in one call, which refuses a state over %d MiB; a smaller model (fewer or narrower layers) launches faster",
+		float64(size)/(1<<20), forward.MaxMessageBytes>>20)
 }
 
 // simulationKeys are the config keys of the flags that shape simulated

@@ -1036,3 +1036,13 @@ func TestBundleWithAnEmptyForwardStateIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "configured with the bundle's 0-byte state cannot predict")
 	require.ErrorIs(t, err, forward.ErrNotFitted)
 }
+
+// A state near what one call may carry is said with what it costs; a
+// usual one (deepis's is under a kilobyte) is not.
+func TestLargeStateNote(t *testing.T) {
+	require.Empty(t, largeStateNote(701))
+	require.Empty(t, largeStateNote(largeStateBytes-1))
+	note := largeStateNote(160 << 20)
+	require.Contains(t, note, "the forward model's state is 160 MiB")
+	require.Contains(t, note, "refuses a state over 256 MiB")
+}
