@@ -238,3 +238,58 @@ func TestCheckVJPAtGivenPoints(t *testing.T) {
 		check(forward.VJPCheckOptions{Points: sparse})
 	})
 }
+
+// scaledFused is the model y = x whose own fused call returns dx scaled
+// by dxScale at every entry.
+type scaledFused struct {
+	clampModel
+	dxScale float64
+}
+
+func (m *scaledFused) Predict(_ context.Context, x *mat.Dense) (*mat.Dense, error) {
+	return mat.DenseCopyOf(x), nil
+}
+
+func (m *scaledFused) VJP(_ context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	return mat.DenseCopyOf(x), mat.DenseCopyOf(dy), nil
+}
+
+func (m *scaledFused) SquaredErrorLoss(_ context.Context, x, target *mat.Dense) ([]float64, *mat.Dense, error) {
+	r, n := x.Dims()
+	loss := make([]float64, r)
+	dx := mat.NewDense(r, n, nil)
+	for i := range r {
+		for j := range n {
+			d := x.At(i, j) - target.At(0, j)
+			loss[i] += d * d
+			dx.Set(i, j, m.dxScale*2*d)
+		}
+	}
+	return loss, dx, nil
+}
+
+// A fused call off by a share of dx at every entry fails on a large graph
+// as on a small one: the tolerance scales with dx's largest entry, not
+// with a row's sum of them.
+func TestCheckFusedScalesWithAnEntry(t *testing.T) {
+	for _, n := range []int{50, 50000} {
+		x := mat.NewDense(2, n, nil)
+		target := mat.NewDense(1, n, nil)
+		rng := rand.New(rand.NewPCG(1, uint64(n)))
+		for j := range n {
+			x.Set(0, j, rng.Float64())
+			x.Set(1, j, rng.Float64())
+			if rng.Float64() < 0.3 {
+				target.Set(0, j, 1)
+			}
+		}
+		for _, tc := range []struct {
+			scale float64
+			pass  bool
+		}{{1, true}, {1 + 1e-9, true}, {1.02, false}, {1.001, false}} {
+			c, err := forward.CheckFused(context.Background(), &scaledFused{dxScale: tc.scale}, x, target)
+			require.NoError(t, err)
+			require.Equal(t, tc.pass, c.Pass(), "n %d, dx scaled by %v: %s", n, tc.scale, c)
+		}
+	}
+}

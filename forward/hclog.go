@@ -35,6 +35,11 @@ type zapHCLog struct {
 	// it ended ("exit status 3", "signal: killed"), which go-plugin tells
 	// no one else; a call that finds the process gone quotes it.
 	exitErr *atomic.Pointer[string]
+	// budget, set on the root, bounds its named children: the loggers
+	// go-plugin gives the lines of the process's own stderr, which the
+	// plugin may make as many and as long as it likes, not the root's
+	// own lifecycle lines.
+	budget *outputBudget
 }
 
 func newZapHCLog(z *zap.Logger) hclog.Logger {
@@ -97,13 +102,36 @@ func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
 	if l.demote && level == hclog.Info {
 		level = hclog.Debug
 	}
-	if cut := len(msg) - pluginLineBytes; cut > 0 {
-		// a line of the plugin's own stderr, which it may make any length
-		msg = strings.ToValidUTF8(msg[:pluginLineBytes], "") + fmt.Sprintf(" ... (%d bytes cut)", cut)
+	msg = cutLine(msg) // a line of the plugin's own stderr, which it may make any length
+	ce := l.z.Check(zapLevel(level), msg)
+	if ce == nil {
+		return
 	}
-	if ce := l.z.Check(zapLevel(level), msg); ce != nil {
-		ce.Write(fields(args)...)
+	if l.name != "" && l.budget != nil {
+		// The plugin's own line: its field values (an hclog JSON line's)
+		// are its to make as long, and the lines as many, as it likes.
+		size := len(msg)
+		args = slices.Clone(args)
+		for i, a := range args {
+			if str, ok := a.(string); ok {
+				args[i] = cutLine(str)
+				size += len(args[i].(string))
+			}
+		}
+		if !l.budget.admit(size) {
+			return
+		}
 	}
+	ce.Write(fields(args)...)
+}
+
+// cutLine cuts line at pluginLineBytes (not inside a UTF-8 sequence),
+// saying how much was cut.
+func cutLine(line string) string {
+	if cut := len(line) - pluginLineBytes; cut > 0 {
+		return strings.ToValidUTF8(line[:pluginLineBytes], "") + fmt.Sprintf(" ... (%d bytes cut)", cut)
+	}
+	return line
 }
 
 func (l *zapHCLog) Trace(msg string, args ...any) { l.Log(hclog.Trace, msg, args...) }
@@ -121,7 +149,7 @@ func (l *zapHCLog) IsError() bool { return l.z.Core().Enabled(zapcore.ErrorLevel
 func (l *zapHCLog) ImpliedArgs() []any { return l.implied }
 
 func (l *zapHCLog) With(args ...any) hclog.Logger {
-	return &zapHCLog{z: l.z.With(fields(args)...), name: l.name, implied: append(append([]any(nil), l.implied...), args...), demote: l.demote}
+	return &zapHCLog{z: l.z.With(fields(args)...), name: l.name, implied: append(append([]any(nil), l.implied...), args...), demote: l.demote, budget: l.budget}
 }
 
 func (l *zapHCLog) Name() string { return l.name }
@@ -131,13 +159,13 @@ func (l *zapHCLog) Named(name string) hclog.Logger {
 	if l.name != "" {
 		full = l.name + "." + name
 	}
-	return &zapHCLog{z: l.z.Named(name), name: full, implied: l.implied}
+	return &zapHCLog{z: l.z.Named(name), name: full, implied: l.implied, budget: l.budget}
 }
 
 // ResetNamed cannot drop zap's accumulated name, so it names a child; the
 // name only decorates log lines.
 func (l *zapHCLog) ResetNamed(name string) hclog.Logger {
-	return &zapHCLog{z: l.z.Named(name), name: name, implied: l.implied}
+	return &zapHCLog{z: l.z.Named(name), name: name, implied: l.implied, budget: l.budget}
 }
 
 // SetLevel is a no-op: the host's zap configuration owns the level.
@@ -179,21 +207,12 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 // plugin shows up in the host's log.
 //
 // A plugin's output is not the host's to trust: a line is cut at
-// pluginLineBytes, and past pluginOutputPerMinute bytes of lines in a
-// minute the rest of that minute's are counted, not logged (a plugin that
-// printed 20 MB in each Predict wrote 315 MB into the host's log in one
-// `plugin check`, and would have at every inference of the daemon).
+// pluginLineBytes, and its budget bounds the bytes a minute.
 type lineLog struct {
-	mu    sync.Mutex
-	z     *zap.Logger
-	lines lineSplitter
-	// now is the clock of the per-minute budget (nil: time.Now).
-	now func() time.Time
-	// Within the minute from windowStart: bytes logged, and lines and
-	// bytes held back once the budget was spent.
-	windowStart          time.Time
-	logged               int
-	heldLines, heldBytes int
+	mu     sync.Mutex
+	z      *zap.Logger
+	lines  lineSplitter
+	budget *outputBudget // nil: one of its own, reporting to z
 }
 
 const (
@@ -204,55 +223,79 @@ const (
 func (l *lineLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.budget == nil {
+		l.budget = &outputBudget{z: l.z}
+	}
 	l.lines.write(p, 64<<10, func(line string) {
 		if line = strings.TrimRight(line, "\r"); line != "" {
-			l.log(line)
+			if line = cutLine(line); l.budget.admit(len(line)) {
+				l.z.Info(line)
+			}
 		}
 	})
 	return len(p), nil
 }
 
+// outputBudget bounds what one plugin process writes into the host's
+// log, over all of its streams: past pluginOutputPerMinute bytes of lines
+// in a minute the rest of that minute's are counted, not logged (a plugin
+// that printed 20 MB in each Predict wrote 315 MB into the host's log in
+// one `plugin check`, and would have at every inference of the daemon),
+// and the count is reported at the first line after the minute, or by
+// flush when the process ends.
+type outputBudget struct {
+	mu sync.Mutex
+	z  *zap.Logger // where the budget's own warnings go
+	// now is the clock of the minutes (nil: time.Now).
+	now func() time.Time
+	// Within the minute from windowStart: bytes logged, and lines and
+	// bytes held back once the budget was spent.
+	windowStart          time.Time
+	logged               int
+	heldLines, heldBytes int
+}
+
+// admit reports whether a line of size bytes may be logged now, and
+// counts it either way.
+func (b *outputBudget) admit(size int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now
+	if b.now != nil {
+		now = b.now
+	}
+	if t := now(); t.Sub(b.windowStart) >= time.Minute {
+		b.reportHeld()
+		b.windowStart, b.logged = t, 0
+	}
+	if b.logged >= pluginOutputPerMinute {
+		b.heldLines++
+		b.heldBytes += size
+		return false
+	}
+	b.logged += size
+	if b.logged >= pluginOutputPerMinute {
+		b.z.Warn(fmt.Sprintf("plugin output over %d KiB within a minute: the rest of the minute's lines are held back and counted at the next line after it or when the process ends", pluginOutputPerMinute>>10))
+	}
+	return true
+}
+
 // reportHeld logs how many lines were held back, if any, and forgets them.
 // The caller holds mu.
-func (l *lineLog) reportHeld() {
-	if l.heldLines > 0 {
-		l.z.Warn("plugin output held back", zap.Int("lines", l.heldLines), zap.Int("bytes", l.heldBytes),
+func (b *outputBudget) reportHeld() {
+	if b.heldLines > 0 {
+		b.z.Warn("plugin output held back", zap.Int("lines", b.heldLines), zap.Int("bytes", b.heldBytes),
 			zap.String("why", fmt.Sprintf("over %d KiB of lines within a minute", pluginOutputPerMinute>>10)))
 	}
-	l.heldLines, l.heldBytes = 0, 0
+	b.heldLines, b.heldBytes = 0, 0
 }
 
 // flush reports the lines held back when no later line will: the process
 // is gone.
-func (l *lineLog) flush() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.reportHeld()
-}
-
-func (l *lineLog) log(line string) {
-	now := time.Now
-	if l.now != nil {
-		now = l.now
-	}
-	t := now()
-	if t.Sub(l.windowStart) >= time.Minute {
-		l.reportHeld()
-		l.windowStart, l.logged = t, 0
-	}
-	if l.logged >= pluginOutputPerMinute {
-		l.heldLines++
-		l.heldBytes += len(line)
-		return
-	}
-	if cut := len(line) - pluginLineBytes; cut > 0 {
-		line = strings.ToValidUTF8(line[:pluginLineBytes], "") + fmt.Sprintf(" ... (%d bytes cut)", cut)
-	}
-	l.logged += len(line)
-	l.z.Info(line)
-	if l.logged >= pluginOutputPerMinute {
-		l.z.Warn(fmt.Sprintf("plugin output over %d KiB within a minute: the rest of the minute's lines are held back and counted at the next line after it or when the process ends", pluginOutputPerMinute>>10))
-	}
+func (b *outputBudget) flush() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.reportHeld()
 }
 
 // lineSplitter cuts a stream of writes into lines.

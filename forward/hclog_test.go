@@ -61,7 +61,7 @@ func TestLineLog(t *testing.T) {
 func TestLineLogBoundsAPluginsOutput(t *testing.T) {
 	core, logs := observer.New(zapcore.InfoLevel)
 	now := time.Unix(1000, 0)
-	l := &lineLog{z: zap.New(core), now: func() time.Time { return now }}
+	l := &lineLog{z: zap.New(core), budget: &outputBudget{z: zap.New(core), now: func() time.Time { return now }}}
 	_, _ = l.Write([]byte("a" + strings.Repeat("é", 3000) + "\n")) // 6,001 bytes, the cut inside an é
 	require.Equal(t, 1, logs.Len())
 	line := logs.All()[0].Message
@@ -90,16 +90,53 @@ func TestLineLogBoundsAPluginsOutput(t *testing.T) {
 	for range 1100 {
 		_, _ = l.Write([]byte(chunk))
 	}
-	l.flush()
+	l.budget.flush()
 	held = logs.FilterMessage("plugin output held back").All()
 	require.Len(t, held, 2)
 	require.Positive(t, held[1].ContextMap()["lines"])
-	l.flush()
+	l.budget.flush()
 	require.Len(t, logs.FilterMessage("plugin output held back").All(), 2, "said once")
 
 	// A line of the plugin's own stderr, through go-plugin's hclog, too.
 	newZapHCLog(zap.New(core)).Named("sourcewatch-forward-x").Warn(strings.Repeat("y", 10000))
 	require.Equal(t, 1, logs.FilterMessageSnippet(" ... (5904 bytes cut)").Len())
+}
+
+// The lines of a plugin's own stderr, which go-plugin logs through the
+// hclog logger's named children, share the process's budget with its
+// streams, and their field values are cut as lines are; go-plugin's own
+// lines on the root are not the plugin's and pass.
+func TestPluginStderrSharesTheBudget(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	now := time.Unix(1000, 0)
+	budget := &outputBudget{z: zap.New(core), now: func() time.Time { return now }}
+	root := newZapHCLog(zap.New(core)).(*zapHCLog)
+	root.budget = budget
+	stream := &lineLog{z: zap.New(core), budget: budget}
+	child := root.Named("sourcewatch-forward-x").With("pid", 7)
+
+	child.Warn("long field", "detail", strings.Repeat("z", 10000))
+	got := logs.FilterMessage("long field").All()
+	require.Len(t, got, 1)
+	require.True(t, strings.HasSuffix(got[0].ContextMap()["detail"].(string), " ... (5904 bytes cut)"))
+	require.EqualValues(t, 7, got[0].ContextMap()["pid"])
+
+	chunk := strings.Repeat("x", 1000)
+	for range 600 { // 1.2 MB within the minute, half through each way
+		child.Warn(chunk)
+		_, _ = stream.Write([]byte(chunk + "\n"))
+	}
+	logged := logs.FilterMessageSnippet("xxxx").Len()
+	require.Less(t, logged, 1100, "about 1 MiB logged, both ways together")
+	require.Greater(t, logged, 1000)
+	// Below the logger's level a line costs nothing.
+	child.Debug("quiet")
+	root.Warn("plugin process exited", "error", "exit status 3")
+	require.Equal(t, 1, logs.FilterMessage("plugin process exited").Len(), "go-plugin's own line is not the plugin's")
+	budget.flush()
+	held := logs.FilterMessage("plugin output held back").All()
+	require.Len(t, held, 1)
+	require.EqualValues(t, 1200-logged, held[0].ContextMap()["lines"])
 }
 
 // The tail keeps the last lines of a plugin's own stderr, without

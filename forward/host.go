@@ -324,8 +324,9 @@ type Process struct {
 	stderr *stderrTail
 	// exitErr is why the process ended, once go-plugin has seen it end.
 	exitErr *atomic.Pointer[string]
-	// output logs the plugin's stdout and stderr after Serve.
-	output []*lineLog
+	// output bounds what the plugin's output writes into the log, all
+	// streams together.
+	output *outputBudget
 }
 
 var _ Model = (*Process)(nil)
@@ -431,11 +432,16 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	}
 	tail := &stderrTail{}
 	var exitErr atomic.Pointer[string]
+	// One budget for all the process's output: its stdout and stderr
+	// after Serve, and its own stderr, which go-plugin logs through the
+	// hclog logger's children.
+	output := &outputBudget{z: o.log.Named(name)}
 	hclogger := newZapHCLog(o.log).(*zapHCLog)
 	hclogger.exitErr = &exitErr
-	output := []*lineLog{
-		{z: o.log.Named(name).With(zap.String("stream", "stdout"))},
-		{z: o.log.Named(name).With(zap.String("stream", "stderr"))},
+	hclogger.budget = output
+	streams := []*lineLog{
+		{z: o.log.Named(name).With(zap.String("stream", "stdout")), budget: output},
+		{z: o.log.Named(name).With(zap.String("stream", "stderr")), budget: output},
 	}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,
@@ -449,8 +455,8 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		SkipHostEnv:  true,
 		StartTimeout: o.startTimeout,
 		Logger:       hclogger,
-		SyncStdout:   output[0],
-		SyncStderr:   output[1],
+		SyncStdout:   streams[0],
+		SyncStderr:   streams[1],
 		Stderr:       tail,
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes))},
@@ -566,10 +572,8 @@ func (p *Process) Close() error {
 			<-killed
 		}
 		_ = os.RemoveAll(p.sockDir)
-		for _, l := range p.output {
-			// what the last minute held back, which no later line reports
-			l.flush()
-		}
+		// what the last minute held back, which no later line reports
+		p.output.flush()
 		if sh := p.shared; sh != nil {
 			// The plugin is gone, so a call using the region fails now;
 			// wait for it to let go before unmapping under it.

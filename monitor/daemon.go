@@ -1045,8 +1045,11 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 			kind = jobInfer
 		case o.infected < gc.MinInfected:
 			// Nothing to infer: a failed inference of an outbreak now over
-			// no longer keeps the graph from being ready.
+			// no longer keeps the graph from being ready, and a plugin that
+			// died in its calls is called no more: a later death is one
+			// between calls, which the ticks that find it up forgive.
 			gr.failing.Store(false)
+			gr.diedInCall.Store(false)
 			if _, open := d.tracker.Open(gr.name); open {
 				kind = jobResolve
 			}
@@ -1340,7 +1343,9 @@ func (d *Daemon) fenced() error {
 }
 
 // relaunch replaces gr's Localizer by a fresh one from the factory (a new
-// plugin process), at most restarts times between successful inferences.
+// plugin process), at most restarts times in a row: the count is reset
+// by an inference that works, a reload, and a tick that finds the plugin
+// up unless it last died inside an inference (diedInCall).
 func (d *Daemon) relaunch(ctx context.Context, gr *graphRT) error {
 	d.reloadMu.Lock()
 	defer d.reloadMu.Unlock()
@@ -1390,6 +1395,11 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		d.log.Warn("localizer unhealthy after a failed inference", zap.String("graph", gr.name), zap.Error(err))
 		if rerr := d.relaunch(ctx, gr); rerr == nil {
 			inf, srcs, dur, err = d.localize(ctx, gr, o.y)
+			// A retry that fails with the new plugin up is an error, not
+			// a death in a call: the ticks that find it up may reset the
+			// count again (else a plugin killed now and then after it
+			// ran out its relaunches for good, weeks later).
+			gr.diedInCall.Store(err != nil && !gr.healthy())
 		} else {
 			err = fmt.Errorf("%w (%w)", err, rerr)
 		}

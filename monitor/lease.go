@@ -47,7 +47,12 @@ type lease struct {
 	// holds id#instance. Without it two replicas given one id each took
 	// the other's renewals for their own and both stayed active.
 	instance string
-	ttl      time.Duration
+	// ttl is this replica's ha.lease_ttl, which its renewals and fence
+	// keep to; keyTTL is how long the key lives unrenewed, the bucket's
+	// TTL, at least ttl: another replica's longer lease_ttl raised it,
+	// and a process that held the key under it may still write for two
+	// thirds of it after its last renewal began.
+	ttl, keyTTL time.Duration
 	// rev is the revision of the lease's last write. While the keeper runs
 	// only it touches rev, so release stops it first.
 	rev uint64
@@ -68,6 +73,9 @@ type lease struct {
 	cancelKeeper context.CancelFunc
 	keeper       sync.WaitGroup
 }
+
+// keyLife is how long the key lives unrenewed: keyTTL, at least ttl.
+func (l *lease) keyLife() time.Duration { return max(l.ttl, l.keyTTL) }
 
 // value is what the lease key holds while this process has it.
 func (l *lease) value() []byte {
@@ -128,18 +136,11 @@ func newInstance() string {
 // says which replica is active.
 func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 	ha := d.cfg.HA
-	kv, err := d.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      LeaseBucket,
-		Description: "sourcewatch active replica (ha.enabled)",
-		History:     1,
-		TTL:         ha.LeaseTTL,
-		Storage:     jetstream.FileStorage,
-		Replicas:    max(d.cfg.Events.Replicas, 1),
-	})
+	kv, keyTTL, err := d.openLeaseBucket(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, LeaseBucket, err)
 	}
-	l := &lease{kv: kv, id: ha.Replica, instance: newInstance(), ttl: ha.LeaseTTL}
+	l := &lease{kv: kv, id: ha.Replica, instance: newInstance(), ttl: ha.LeaseTTL, keyTTL: keyTTL}
 	// The active lease's revision and since when this replica has seen
 	// it unchanged: one unrenewed past two renewal periods is said once,
 	// so the log explains the wait until it expires.
@@ -186,11 +187,11 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 				}
 				if e.Revision() != seenRev {
 					seenRev, seenSince, saidStale = e.Revision(), time.Now(), false
-				} else if unrenewed := time.Since(seenSince); !saidStale && unrenewed > 2*l.ttl/3 {
+				} else if unrenewed := time.Since(seenSince); !saidStale && unrenewed > 2*l.keyLife()/3 {
 					saidStale = true
 					d.log.Warn("the active replica stopped renewing its lease; taking over when it expires",
 						zap.String("active", holder), zap.Duration("unrenewed_for", unrenewed.Round(time.Millisecond)),
-						zap.Duration("lease_ttl", l.ttl))
+						zap.Duration("lease_ttl", l.keyLife()))
 				}
 			}
 		} else {
@@ -206,10 +207,61 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 	}
 }
 
+// openLeaseBucket opens LeaseBucket, made with this replica's lease_ttl
+// if it is missing, and returns it with its TTL, how long the key lives
+// unrenewed. A bucket's TTL is raised to a longer lease_ttl, never
+// lowered: the active replica renews and fences its writes by its own
+// lease_ttl, so a key that expired sooner than that (a standby with a
+// shorter lease_ttl rewrote the bucket's) let a standby take it while
+// the active one still wrote.
+func (d *Daemon) openLeaseBucket(ctx context.Context) (jetstream.KeyValue, time.Duration, error) {
+	ha := d.cfg.HA
+	cfg := jetstream.KeyValueConfig{
+		Bucket:      LeaseBucket,
+		Description: "sourcewatch active replica (ha.enabled)",
+		History:     1,
+		TTL:         ha.LeaseTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    max(d.cfg.Events.Replicas, 1),
+	}
+	kv, err := d.js.KeyValue(ctx, LeaseBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		kv, err = d.js.CreateKeyValue(ctx, cfg)
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			kv, err = d.js.KeyValue(ctx, LeaseBucket) // another replica made it meanwhile
+		}
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	switch bucketTTL := st.TTL(); {
+	case bucketTTL < ha.LeaseTTL:
+		// A key that lives longer only makes a standby wait longer.
+		if kv, err = d.js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return nil, 0, err
+		}
+		if bucketTTL > 0 {
+			d.log.Info("lease bucket's TTL raised to this replica's ha.lease_ttl", zap.Duration("was", bucketTTL), zap.Duration("lease_ttl", ha.LeaseTTL))
+		}
+		return kv, ha.LeaseTTL, nil
+	case bucketTTL > ha.LeaseTTL:
+		d.log.Warn("ha.lease_ttl is shorter than the lease bucket's TTL, which a replica with a longer one set: the lease key lives that long unrenewed, so a standby takes over after a crash only then; give every replica the same lease_ttl, and to lower it, stop every replica and remove the bucket (nats kv rm "+LeaseBucket+")",
+			zap.Duration("lease_ttl", ha.LeaseTTL), zap.Duration("bucket_ttl", bucketTTL))
+		return kv, bucketTTL, nil
+	default:
+		return kv, bucketTTL, nil
+	}
+}
+
 // takeOwn takes over a lease key holding this replica's id, found as e,
 // when its writer no longer renews it: the key is watched for three
-// quarters of a TTL, past the two thirds its writer may still write for
-// after its last renewal began (lease.validUntil), so a writer paused
+// quarters of the key's TTL, past the two thirds its writer may still
+// write for after its last renewal began (lease.validUntil, by a
+// lease_ttl no longer than the key's TTL), so a writer paused
 // rather than dead cannot write beside this process
 // (a renewal comes every third), then updated at the revision seen.
 // duplicate reports a renewal meanwhile by another process with this id;
@@ -219,9 +271,9 @@ func (l *lease) takeOwn(ctx context.Context, e jetstream.KeyValueEntry) (taken, 
 	// Looked at every quarter TTL, as a standby looks: a key that expires
 	// or changes hands meanwhile ends the watch at once, so a restart is
 	// never slower than a standby's takeover.
-	end := time.Now().Add(3 * l.ttl / 4)
+	end := time.Now().Add(3 * l.keyLife() / 4)
 	for {
-		if err := SleepContext(ctx, min(l.ttl/4, time.Until(end))); err != nil {
+		if err := SleepContext(ctx, min(l.keyLife()/4, time.Until(end))); err != nil {
 			return false, false, err
 		}
 		now, err := l.kv.Get(ctx, leaseKey)

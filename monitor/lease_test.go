@@ -819,3 +819,38 @@ func TestRunStandingBy(t *testing.T) {
 		t.Fatal("did not stop")
 	}
 }
+
+// A replica with a shorter lease_ttl does not shorten the lease key's
+// life under an active replica that renews and fences by a longer one
+// (it rewrote the bucket's TTL, and took the key while the active one
+// still wrote); it stands by, says why its takeover will be slower, and
+// a replica with a longer lease_ttl raises the bucket's.
+func TestHALeaseBucketTTLIsNeverLowered(t *testing.T) {
+	a, cfgFor := activeWithTTL(t, 3*time.Second)
+	_, js := connectJS(t, a.d.cfg.NATS.URL)
+	bucketTTL := func() time.Duration {
+		kv, err := js.KeyValue(t.Context(), LeaseBucket)
+		require.NoError(t, err)
+		st, err := kv.Status(t.Context())
+		require.NoError(t, err)
+		return st.TTL()
+	}
+	require.Equal(t, 3*time.Second, bucketTTL())
+
+	short := cfgFor("b")
+	short.HA.LeaseTTL = time.Second
+	core, logs := observer.New(zapcore.InfoLevel)
+	b := runReplica(t, short, WithLogger(zap.New(core)))
+	require.Eventually(t, func() bool { return b.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 3*time.Second, bucketTTL())
+	require.Equal(t, 1, logs.FilterMessageSnippet("ha.lease_ttl is shorter than the lease bucket's TTL").Len())
+	require.Never(t, func() bool { return b.ready() || !a.ready() }, 4*time.Second, 20*time.Millisecond,
+		"the standby took the lease from a replica renewing it")
+
+	long := cfgFor("c")
+	long.HA.LeaseTTL = 5 * time.Second
+	c := runReplica(t, long)
+	require.Eventually(t, func() bool { return c.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+	require.Equal(t, 5*time.Second, bucketTTL())
+	require.True(t, a.ready())
+}

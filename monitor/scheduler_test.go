@@ -362,6 +362,36 @@ func TestFailingPluginKilledNowAndThenIsRelaunchedEachTime(t *testing.T) {
 	require.True(t, r.d.Status().Graphs[0].LocalizerHealth)
 }
 
+// A plugin that died in a call, was relaunched and then failed the retry
+// with an error, alive, is not one that dies in every call: once the
+// outbreak is over, each later death between calls is relaunched, as is
+// one killed now and then. (Marked as dying in calls for good, it ran
+// out its relaunches over the quiet weeks after.)
+func TestPluginThatDiedOnceInACallIsForgivenLaterDeaths(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Restarts = 1
+	f := &factoryOf{onMake: func(i int, l *fakeLocalizer) {
+		if i == 0 {
+			l.dieOnCall = 1
+		} else {
+			l.failing.Store(true)
+		}
+	}}
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory))
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return len(f.all()) == 2 && f.all()[1].calls.Load() >= 1 }, 10*time.Second, 5*time.Millisecond)
+	r.publish(t, "p", Event{Node: "2", State: StateRecovered, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 5*time.Millisecond)
+	for kill := 1; kill <= 3; kill++ {
+		f.all()[kill].sick.Store(true)
+		require.Eventually(t, func() bool { return len(f.all()) == kill+2 }, 10*time.Second, 5*time.Millisecond,
+			"kill %d was not relaunched", kill)
+		require.Eventually(t, func() bool { return r.d.Status().Graphs[0].LocalizerHealth }, 10*time.Second, 5*time.Millisecond)
+		// A tick that finds it up forgives the death.
+		require.Eventually(t, func() bool { return r.d.graphs["p"].relaunches.Load() == 0 }, 10*time.Second, 5*time.Millisecond)
+	}
+}
+
 // A localizer that answers every call with an error, its process alive,
 // makes the daemon not ready, naming the error, and is logged once as an
 // error, not at every tick; the next inference that works clears it.

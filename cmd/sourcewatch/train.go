@@ -335,12 +335,13 @@ const largeStateBytes = forward.MaxMessageBytes / 4
 // largeStateNote says what a forward state of size bytes costs, or ""
 // below largeStateBytes: every launch of the plugin (each localize, a
 // daemon's start, reload and relaunch) sends it whole in one Configure,
-// which refuses it past forward.MaxMessageBytes.
+// with the graph and params, and a call past forward.MaxMessageBytes is
+// refused.
 func largeStateNote(size int) string {
 	if size < largeStateBytes {
 		return ""
 	}
-	return fmt.Sprintf("the forward model's state is %.0f MiB: every launch of the plugin (each localize, and each start, reload and relaunch of serve's) sends it whole in one call, which refuses a state over %d MiB; a smaller model (fewer or narrower layers) launches faster",
+	return fmt.Sprintf("the forward model's state is %.0f MiB: every launch of the plugin (each localize, and each start, reload and relaunch of serve's) sends it whole in one call, with the graph, and refuses a call over %d MiB; a smaller model launches faster",
 		float64(size)/(1<<20), forward.MaxMessageBytes>>20)
 }
 

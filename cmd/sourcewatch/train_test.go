@@ -1044,5 +1044,5 @@ func TestLargeStateNote(t *testing.T) {
 	require.Empty(t, largeStateNote(largeStateBytes-1))
 	note := largeStateNote(160 << 20)
 	require.Contains(t, note, "the forward model's state is 160 MiB")
-	require.Contains(t, note, "refuses a state over 256 MiB")
+	require.Contains(t, note, "refuses a call over 256 MiB")
 }
