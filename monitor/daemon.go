@@ -613,6 +613,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	d.kv = fencedKV{KeyValue: d.kv, d: d}
 	if err := ensureAlertStream(setupCtx, js, cfg, d.log); err != nil {
 		return err
 	}
@@ -1590,7 +1591,12 @@ func (d *Daemon) publishAlert(ctx context.Context, a alerts.Alert, attempts int)
 				return err
 			}
 		}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		// Each attempt is fenced: a retry seconds after the first may
+		// come after the lease is gone.
+		pctx, cancel, ferr := d.fencedContext(ctx, 5*time.Second)
+		if ferr != nil {
+			return ferr
+		}
 		err = d.pub.Publish(pctx, a)
 		cancel()
 		if err == nil {

@@ -359,19 +359,23 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 		sent := time.Now()
 		rev, err := l.kv.Update(rctx, leaseKey, l.value(), l.rev)
 		cancel()
+		if err == nil {
+			l.rev, last = rev, sent
+			l.wrote(sent)
+		}
 		switch {
 		case err == nil && l.lost.Load():
 			// Renewed after the point: a write was refused meanwhile,
 			// so the lease is given up all the same, and the key with it,
 			// so another replica need not wait out the renewal's TTL.
+			// Looked at after wrote: a write checked between the renewal's
+			// return and wrote saw the old point and may have set lost.
 			dctx, cancel := context.WithTimeout(ctx, renewEvery)
 			_ = l.kv.Delete(dctx, leaseKey, jetstream.LastRevision(rev))
 			cancel()
 			lost <- fmt.Errorf("%w: renewed only after two thirds of the TTL", ErrLeaseLost)
 			return
 		case err == nil:
-			l.rev, last = rev, sent
-			l.wrote(sent)
 			// From the write's start, as validUntil: counted from its end,
 			// round trips over a sixth of the TTL lapsed a lease renewed
 			// on time.

@@ -324,6 +324,10 @@ func TestHALapsedLeaseWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before.AckFloor.Stream, after.AckFloor.Stream, "the new event is not acknowledged")
 	require.Equal(t, before.Created, after.Created, "the consumer is not taken over")
+	// The daemon got as far as a write and the fence stopped it (which
+	// stops ingest; with the keeper stopped, nothing else does), so the
+	// checks above saw the fence at work, not a daemon that did nothing.
+	require.Error(t, r.d.ingestCtx.Err(), "no write reached the fence")
 	require.ErrorIs(t, r.d.fenced(), ErrLeaseLost)
 }
 

@@ -1,0 +1,99 @@
+package monitor
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// fencedContext is ctx bounded by timeout and, while an HA replica holds
+// the lease, by the point it gives the lease up (lease.until), for one
+// write; it fails, writing nothing, once the lease has lapsed
+// (Daemon.fenced). A write checked once and then retried or made in
+// parts could otherwise go on seconds past the point, while a replica
+// restarted under its own id takes over only a twelfth of the TTL after
+// it.
+func (d *Daemon) fencedContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc, error) {
+	if err := d.fenced(); err != nil {
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	if l := d.held.Load(); l != nil {
+		bounded, cancelBounded := context.WithDeadline(wctx, l.until())
+		return bounded, func() { cancelBounded(); cancel() }, nil
+	}
+	return wctx, cancel, nil
+}
+
+// fencedKV is the state bucket as the daemon writes it: every write is
+// fenced on its own (fencedContext), so a snapshot in parts, the
+// deletion of its old parts, or a save retried after a slow server, stops
+// at the point the lease is given up rather than at the first check.
+// Reads pass as they are.
+type fencedKV struct {
+	jetstream.KeyValue
+	d *Daemon
+}
+
+// fencedWriteTimeout bounds one write of the state bucket: longer than
+// any the daemon's own contexts allow, so only the lease's point cuts it.
+const fencedWriteTimeout = time.Minute
+
+func (k fencedKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	return k.KeyValue.Put(wctx, key, value)
+}
+
+func (k fencedKV) PutString(ctx context.Context, key string, value string) (uint64, error) {
+	return k.Put(ctx, key, []byte(value))
+}
+
+func (k fencedKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	return k.KeyValue.Create(wctx, key, value, opts...)
+}
+
+func (k fencedKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
+	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	if err != nil {
+		return 0, err
+	}
+	defer cancel()
+	return k.KeyValue.Update(wctx, key, value, revision)
+}
+
+func (k fencedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return k.KeyValue.Delete(wctx, key, opts...)
+}
+
+func (k fencedKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
+	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return k.KeyValue.Purge(wctx, key, opts...)
+}
+
+func (k fencedKV) PurgeDeletes(ctx context.Context, opts ...jetstream.KVPurgeOpt) error {
+	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	return k.KeyValue.PurgeDeletes(wctx, opts...)
+}

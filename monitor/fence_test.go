@@ -1,0 +1,57 @@
+package monitor
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+)
+
+// stuckKV is a state bucket whose Put waits for its context: a server
+// that stopped answering.
+type stuckKV struct {
+	jetstream.KeyValue
+	puts atomic.Int32
+}
+
+func (k *stuckKV) Put(ctx context.Context, _ string, _ []byte) (uint64, error) {
+	k.puts.Add(1)
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// Each write of the state bucket is fenced on its own: one under way is
+// cut off at the point the lease is given up, not at its own timeout,
+// and one after it is not tried. Without a lease (no HA) a write has its
+// own timeout alone.
+func TestFencedKVStopsAtTheLeasesPoint(t *testing.T) {
+	d := &Daemon{stopIngest: func() {}}
+	l := &lease{ttl: 3 * time.Second}
+	l.wrote(time.Now().Add(-2*l.ttl/3 + 200*time.Millisecond)) // 200 ms left
+	d.held.Store(l)
+	kv := &stuckKV{}
+	fenced := fencedKV{KeyValue: kv, d: d}
+
+	start := time.Now()
+	_, err := fenced.Put(t.Context(), "tracker", nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Less(t, time.Since(start), 10*time.Second, "cut at the lease's point, not after the write's own minute")
+	_, err = fenced.PutString(t.Context(), "tracker", "")
+	require.ErrorIs(t, err, ErrLeaseLost)
+	require.Equal(t, int32(1), kv.puts.Load(), "nothing tried after the point")
+
+	// The same for an alert's publish, attempt by attempt.
+	require.ErrorIs(t, d.publishAlert(t.Context(), alerts.Alert{ID: "p-1"}, 3), ErrLeaseLost)
+
+	d.held.Store(nil)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	_, err = fenced.Put(ctx, "tracker", nil)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, int32(2), kv.puts.Load())
+}
