@@ -113,10 +113,22 @@ func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
 		size := len(msg)
 		args = slices.Clone(args)
 		for i, a := range args {
-			if str, ok := a.(string); ok {
-				args[i] = cutLine(str)
-				size += len(args[i].(string))
+			str, ok := a.(string)
+			if !ok {
+				// a JSON line's arrays and objects: counted and cut as
+				// their JSON, which is how the log writes them anyway
+				b, err := json.Marshal(a)
+				if err != nil {
+					continue
+				}
+				if len(b) <= pluginLineBytes {
+					size += len(b)
+					continue
+				}
+				str = string(b)
 			}
+			args[i] = cutLine(str)
+			size += len(args[i].(string))
 		}
 		if !l.budget.admit(size) {
 			return

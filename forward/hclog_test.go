@@ -121,6 +121,11 @@ func TestPluginStderrSharesTheBudget(t *testing.T) {
 	require.True(t, strings.HasSuffix(got[0].ContextMap()["detail"].(string), " ... (5904 bytes cut)"))
 	require.EqualValues(t, 7, got[0].ContextMap()["pid"])
 
+	child.Warn("long list", "v", []any{strings.Repeat("w", 10000)})
+	got = logs.FilterMessage("long list").All()
+	require.Len(t, got, 1)
+	require.Contains(t, got[0].ContextMap()["v"], " bytes cut)", "a JSON array is cut as its JSON")
+
 	chunk := strings.Repeat("x", 1000)
 	for range 600 { // 1.2 MB within the minute, half through each way
 		child.Warn(chunk)

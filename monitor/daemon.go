@@ -1050,7 +1050,9 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 			// died in its calls is called no more: a later death is one
 			// between calls, which the ticks that find it up forgive.
 			gr.failing.Store(false)
-			gr.diedInCall.Store(false)
+			if gr.diedInCall.Swap(false) && healthy {
+				gr.relaunches.Store(0) // as the check above would have
+			}
 			if _, open := d.tracker.Open(gr.name); open {
 				kind = jobResolve
 			}

@@ -14,11 +14,16 @@ import (
 // parts could otherwise go on seconds past the point, while a replica
 // restarted under its own id takes over only a twelfth of the TTL after
 // it.
+//
+// A timeout of 0 adds none.
 func (d *Daemon) fencedContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc, error) {
 	if err := d.fenced(); err != nil {
 		return nil, nil, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	wctx, cancel := ctx, context.CancelFunc(func() {})
+	if timeout > 0 {
+		wctx, cancel = context.WithTimeout(ctx, timeout)
+	}
 	if l := d.held.Load(); l != nil {
 		bounded, cancelBounded := context.WithDeadline(wctx, l.until())
 		return bounded, func() { cancelBounded(); cancel() }, nil
@@ -36,12 +41,21 @@ type fencedKV struct {
 	d *Daemon
 }
 
-// fencedWriteTimeout bounds one write of the state bucket: longer than
-// any the daemon's own contexts allow, so only the lease's point cuts it.
-const fencedWriteTimeout = time.Minute
+// fencedWriteTimeout bounds one write of the state bucket whose context
+// has no deadline, as jetstream's own default would (it applies its 5 s
+// only to a context without one); a caller's deadline stands as it is.
+const fencedWriteTimeout = 5 * time.Second
+
+// writeTimeout is fencedWriteTimeout for a ctx without a deadline, else 0.
+func writeTimeout(ctx context.Context) time.Duration {
+	if _, ok := ctx.Deadline(); ok {
+		return 0
+	}
+	return fencedWriteTimeout
+}
 
 func (k fencedKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
-	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
 	if err != nil {
 		return 0, err
 	}
@@ -54,7 +68,7 @@ func (k fencedKV) PutString(ctx context.Context, key string, value string) (uint
 }
 
 func (k fencedKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
 	if err != nil {
 		return 0, err
 	}
@@ -63,7 +77,7 @@ func (k fencedKV) Create(ctx context.Context, key string, value []byte, opts ...
 }
 
 func (k fencedKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
-	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
 	if err != nil {
 		return 0, err
 	}
@@ -72,7 +86,7 @@ func (k fencedKV) Update(ctx context.Context, key string, value []byte, revision
 }
 
 func (k fencedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
 	if err != nil {
 		return err
 	}
@@ -81,7 +95,7 @@ func (k fencedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDe
 }
 
 func (k fencedKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
 	if err != nil {
 		return err
 	}
@@ -90,7 +104,7 @@ func (k fencedKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDel
 }
 
 func (k fencedKV) PurgeDeletes(ctx context.Context, opts ...jetstream.KVPurgeOpt) error {
-	wctx, cancel, err := k.d.fencedContext(ctx, fencedWriteTimeout)
+	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
 	if err != nil {
 		return err
 	}

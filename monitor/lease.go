@@ -53,6 +53,11 @@ type lease struct {
 	// and a process that held the key under it may still write for two
 	// thirds of it after its last renewal began.
 	ttl, keyTTL time.Duration
+	// bucketTTL is the bucket's TTL as last read (nanoseconds; 0 unread):
+	// the keeper reads it again at every renewal, as another process (an
+	// older build, a replica racing this one's raise, an operator) may
+	// have lowered it, and fences by it when it is below ttl.
+	bucketTTL atomic.Int64
 	// rev is the revision of the lease's last write. While the keeper runs
 	// only it touches rev, so release stops it first.
 	rev uint64
@@ -87,7 +92,11 @@ func (l *lease) value() []byte {
 
 // wrote records a write of the key that succeeded, started at sent.
 func (l *lease) wrote(sent time.Time) {
-	until := sent.Add(2 * l.ttl / 3)
+	ttl := l.ttl
+	if b := time.Duration(l.bucketTTL.Load()); b > 0 && b < ttl {
+		ttl = b
+	}
+	until := sent.Add(2 * ttl / 3)
 	l.validUntil.Store(&until)
 }
 
@@ -141,6 +150,7 @@ func (d *Daemon) acquireLease(ctx context.Context) (*lease, error) {
 		return nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, LeaseBucket, err)
 	}
 	l := &lease{kv: kv, id: ha.Replica, instance: newInstance(), ttl: ha.LeaseTTL, keyTTL: keyTTL}
+	l.bucketTTL.Store(int64(keyTTL))
 	// The active lease's revision and since when this replica has seen
 	// it unchanged: one unrenewed past two renewal periods is said once,
 	// so the log explains the wait until it expires.
@@ -361,6 +371,15 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 		cancel()
 		if err == nil {
 			l.rev, last = rev, sent
+			// The key lives the bucket's TTL from this write, whoever set
+			// it: a lowered one moves the fence's point nearer (and, below
+			// the renewal period, makes this replica step down, to raise it
+			// again when it takes the lease anew).
+			sctx, cancel := context.WithDeadline(ctx, deadline)
+			if st, serr := l.kv.Status(sctx); serr == nil && st.TTL() > 0 {
+				l.bucketTTL.Store(int64(st.TTL()))
+			}
+			cancel()
 			l.wrote(sent)
 		}
 		switch {

@@ -295,6 +295,8 @@ func TestHALapsedLeaseWritesNothing(t *testing.T) {
 	event("2")
 	require.Equal(t, alerts.Firing, sink.wait(t, 1)[0].Status)
 
+	// Every write of the state bucket goes through the fence on its own.
+	require.IsType(t, fencedKV{}, r.d.kv)
 	// The keeper, as if not yet run after the pause; the lease lapsed.
 	l := r.d.held.Load()
 	require.NotNil(t, l)
@@ -857,4 +859,24 @@ func TestHALeaseBucketTTLIsNeverLowered(t *testing.T) {
 	require.Eventually(t, func() bool { return c.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, 5*time.Second, bucketTTL())
 	require.True(t, a.ready())
+}
+
+// A bucket TTL lowered under the active replica (an older build's replica
+// rewrote it, or one racing this one's raise) moves the fence's point to
+// two thirds of it after the next renewal: the key lives only that long.
+func TestHALoweredBucketTTLMovesTheFence(t *testing.T) {
+	a, _ := activeWithTTL(t, 3*time.Second)
+	_, js := connectJS(t, a.d.cfg.NATS.URL)
+	kv, err := js.KeyValue(t.Context(), LeaseBucket)
+	require.NoError(t, err)
+	st, err := kv.Status(t.Context())
+	require.NoError(t, err)
+	cfg := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config
+	cfg.MaxAge = 1500 * time.Millisecond
+	cfg.Duplicates = cfg.MaxAge
+	_, err = js.UpdateStream(t.Context(), cfg)
+	require.NoError(t, err)
+	l := a.d.held.Load()
+	require.Eventually(t, func() bool { return l.bucketTTL.Load() == int64(1500*time.Millisecond) }, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return l.lost.Load() || time.Until(l.until()) <= time.Second+50*time.Millisecond }, 10*time.Second, 10*time.Millisecond)
 }

@@ -392,6 +392,30 @@ func TestPluginThatDiedOnceInACallIsForgivenLaterDeaths(t *testing.T) {
 	}
 }
 
+// A plugin whose relaunch died in the retry too stays marked as dying in
+// calls while its outbreak lasts; once the outbreak is over it is called
+// no more, and a death between calls is relaunched as any other.
+func TestOutbreakOverForgivesDeathsInCalls(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Restarts = 2
+	f := &factoryOf{onMake: func(i int, l *fakeLocalizer) {
+		if i < 2 {
+			l.dieOnCall = 1
+		} else {
+			l.failing.Store(true)
+		}
+	}}
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory))
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return len(f.all()) == 3 && f.all()[2].calls.Load() >= 1 }, 10*time.Second, 5*time.Millisecond)
+	require.True(t, r.d.graphs["p"].diedInCall.Load(), "the retry died too")
+	r.publish(t, "p", Event{Node: "2", State: StateRecovered, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return !r.d.graphs["p"].diedInCall.Load() }, 10*time.Second, 5*time.Millisecond)
+	f.all()[2].sick.Store(true)
+	require.Eventually(t, func() bool { return len(f.all()) == 4 }, 10*time.Second, 5*time.Millisecond,
+		"a death after the outbreak was not relaunched")
+}
+
 // A localizer that answers every call with an error, its process alive,
 // makes the daemon not ready, naming the error, and is logged once as an
 // error, not at every tick; the next inference that works clears it.

@@ -353,6 +353,8 @@ func (a *app) eval(ctx context.Context) error {
 	bar.Done()
 	if rep != nil && len(cfg.Recorded) == 0 && rep.Settings.ObservedInfected.N > 0 {
 		a.warnOvershootMean(g, cfg.Sim, rep.Settings.ObservedInfected.Mean)
+		// as simulate and train say it: eval's cascades are biased the same way
+		a.warnRedrawn(cfg.Sim, rep.Settings.Redrawn, rep.Settings.Cascades*rep.Settings.Runs)
 	}
 	switch {
 	case err != nil && rep == nil && errors.Is(err, eval.ErrInterrupted):

@@ -418,3 +418,21 @@ func TestEvalSLVAEDropsWeightsTheSpreadIgnores(t *testing.T) {
 	wf1, wauc, wmse := run(weighted)
 	require.Equal(t, []float64{f1, auc, mse}, []float64{wf1, wauc, wmse})
 }
+
+// eval says, as simulate and train do, when its cascades were redrawn
+// so many times that their sources no longer follow --pattern (an
+// audit's directed graph: 8,545 redraws for 300 cascades, and a header
+// that still said uniform).
+func TestEvalWarnsOfRedrawnSources(t *testing.T) {
+	var star strings.Builder
+	for i := range 60 {
+		fmt.Fprintf(&star, "hub leaf%d\n", i)
+	}
+	path := filepath.Join(t.TempDir(), "star.edges")
+	require.NoError(t, os.WriteFile(path, []byte(star.String()), 0o600))
+	_, stderr, err := runCmd(t, "", "eval", "--graph", path, "--directed", "--sources", "1-3", "--cascades", "20", "--runs", "1",
+		"--seed", "3", "--max-redraws", "2000", "--methods", "infected,random", "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "draws were redrawn for 20 cascades, for dying out below their observation targets")
+	require.Contains(t, stderr, "no longer follow --pattern uniform")
+}
