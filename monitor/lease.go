@@ -79,6 +79,17 @@ type lease struct {
 	keeper       sync.WaitGroup
 }
 
+// renewPeriod is a third of the shorter of ttl and the bucket's TTL as
+// last read: a bucket TTL lowered under this replica moves the fence's
+// point nearer, and renewals at the old pace would lapse it.
+func (l *lease) renewPeriod() time.Duration {
+	ttl := l.ttl
+	if b := time.Duration(l.bucketTTL.Load()); b > 0 && b < ttl {
+		ttl = b
+	}
+	return ttl / 3
+}
+
 // keyLife is how long the key lives unrenewed: keyTTL, at least ttl.
 func (l *lease) keyLife() time.Duration { return max(l.ttl, l.keyTTL) }
 
@@ -371,16 +382,16 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 		cancel()
 		if err == nil {
 			l.rev, last = rev, sent
+			l.wrote(sent) // at once: a slow Status below must not lapse it
 			// The key lives the bucket's TTL from this write, whoever set
-			// it: a lowered one moves the fence's point nearer (and, below
-			// the renewal period, makes this replica step down, to raise it
-			// again when it takes the lease anew).
-			sctx, cancel := context.WithDeadline(ctx, deadline)
+			// it: a lowered one moves the fence's point nearer, and the
+			// renewals come a third of it apart (see renewPeriod).
+			sctx, cancel := context.WithDeadline(ctx, l.until())
 			if st, serr := l.kv.Status(sctx); serr == nil && st.TTL() > 0 {
 				l.bucketTTL.Store(int64(st.TTL()))
+				l.wrote(sent)
 			}
 			cancel()
-			l.wrote(sent)
 		}
 		switch {
 		case err == nil && l.lost.Load():
@@ -398,7 +409,7 @@ func (l *lease) keep(ctx context.Context, lost chan<- error) {
 			// From the write's start, as validUntil: counted from its end,
 			// round trips over a sixth of the TTL lapsed a lease renewed
 			// on time.
-			next = sent.Add(renewEvery)
+			next = sent.Add(l.renewPeriod())
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
