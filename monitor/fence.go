@@ -54,60 +54,49 @@ func writeTimeout(ctx context.Context) time.Duration {
 	return fencedWriteTimeout
 }
 
-func (k fencedKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+// write runs one write of the bucket under fencedContext.
+func (k fencedKV) write(ctx context.Context, f func(context.Context) error) error {
 	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer cancel()
-	return k.KeyValue.Put(wctx, key, value)
+	return f(wctx)
+}
+
+func (k fencedKV) Put(ctx context.Context, key string, value []byte) (rev uint64, err error) {
+	err = k.write(ctx, func(c context.Context) (werr error) { rev, werr = k.KeyValue.Put(c, key, value); return werr })
+	return rev, err
 }
 
 func (k fencedKV) PutString(ctx context.Context, key string, value string) (uint64, error) {
 	return k.Put(ctx, key, []byte(value))
 }
 
-func (k fencedKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
-	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
-	if err != nil {
-		return 0, err
-	}
-	defer cancel()
-	return k.KeyValue.Create(wctx, key, value, opts...)
+func (k fencedKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (rev uint64, err error) {
+	err = k.write(ctx, func(c context.Context) (werr error) {
+		rev, werr = k.KeyValue.Create(c, key, value, opts...)
+		return werr
+	})
+	return rev, err
 }
 
-func (k fencedKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
-	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
-	if err != nil {
-		return 0, err
-	}
-	defer cancel()
-	return k.KeyValue.Update(wctx, key, value, revision)
+func (k fencedKV) Update(ctx context.Context, key string, value []byte, revision uint64) (rev uint64, err error) {
+	err = k.write(ctx, func(c context.Context) (werr error) {
+		rev, werr = k.KeyValue.Update(c, key, value, revision)
+		return werr
+	})
+	return rev, err
 }
 
 func (k fencedKV) Delete(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return k.KeyValue.Delete(wctx, key, opts...)
+	return k.write(ctx, func(c context.Context) error { return k.KeyValue.Delete(c, key, opts...) })
 }
 
 func (k fencedKV) Purge(ctx context.Context, key string, opts ...jetstream.KVDeleteOpt) error {
-	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return k.KeyValue.Purge(wctx, key, opts...)
+	return k.write(ctx, func(c context.Context) error { return k.KeyValue.Purge(c, key, opts...) })
 }
 
 func (k fencedKV) PurgeDeletes(ctx context.Context, opts ...jetstream.KVPurgeOpt) error {
-	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	return k.KeyValue.PurgeDeletes(wctx, opts...)
+	return k.write(ctx, func(c context.Context) error { return k.KeyValue.PurgeDeletes(c, opts...) })
 }
