@@ -82,12 +82,15 @@ type lease struct {
 // renewPeriod is a third of the shorter of ttl and the bucket's TTL as
 // last read: a bucket TTL lowered under this replica moves the fence's
 // point nearer, and renewals at the old pace would lapse it.
-func (l *lease) renewPeriod() time.Duration {
-	ttl := l.ttl
-	if b := time.Duration(l.bucketTTL.Load()); b > 0 && b < ttl {
-		ttl = b
+func (l *lease) renewPeriod() time.Duration { return l.fenceTTL() / 3 }
+
+// fenceTTL is the shorter of ttl and the bucket's TTL as last read: how
+// long the key surely lives after a write.
+func (l *lease) fenceTTL() time.Duration {
+	if b := time.Duration(l.bucketTTL.Load()); b > 0 && b < l.ttl {
+		return b
 	}
-	return ttl / 3
+	return l.ttl
 }
 
 // keyLife is how long the key lives unrenewed: keyTTL, at least ttl.
@@ -103,11 +106,7 @@ func (l *lease) value() []byte {
 
 // wrote records a write of the key that succeeded, started at sent.
 func (l *lease) wrote(sent time.Time) {
-	ttl := l.ttl
-	if b := time.Duration(l.bucketTTL.Load()); b > 0 && b < ttl {
-		ttl = b
-	}
-	until := sent.Add(2 * ttl / 3)
+	until := sent.Add(2 * l.fenceTTL() / 3)
 	l.validUntil.Store(&until)
 }
 
@@ -259,7 +258,15 @@ func (d *Daemon) openLeaseBucket(ctx context.Context) (jetstream.KeyValue, time.
 	if err != nil {
 		return nil, 0, err
 	}
-	switch bucketTTL := st.TTL(); {
+	bucketTTL := st.TTL()
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo().Config.Replicas != cfg.Replicas && bucketTTL >= ha.LeaseTTL {
+		// events.replicas changed: applied, at the bucket's own TTL
+		cfg.TTL = bucketTTL
+		if kv, err = d.js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return nil, 0, err
+		}
+	}
+	switch {
 	case bucketTTL < ha.LeaseTTL:
 		// A key that lives longer only makes a standby wait longer.
 		if kv, err = d.js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
