@@ -17,9 +17,20 @@ import (
 // nodes (rounded, at least 1). A score is mostly a vote of R restarts, so
 // a threshold on it can only take R + 1 sizes of set per observation; a
 // count cuts the ranking where the baselines of `eval` cut theirs.
+//
+// AfterLone counts K after the lone infected nodes (LoneInfected) where
+// the bundle names them all as proven sources (Manifest.LoneSourcesProven):
+// the set is those nodes, then the K highest-scored of the rest, K from
+// the rest's infected count. Without it they fill K: an audit's graph
+// with isolated nodes had two of them infected, each a proven source, and
+// a count of 2 then named them and not the 151-node outbreak's source.
+// A lone node is a deduction, not an estimate, so the count is left for
+// what must be estimated. Train sets it with every count rule it chooses
+// for such a bundle, and chooses the count on validation the same way.
 type SourceRule struct {
-	Count    int     `json:"count,omitempty"`
-	Fraction float64 `json:"fraction_of_infected,omitempty"`
+	Count     int     `json:"count,omitempty"`
+	Fraction  float64 `json:"fraction_of_infected,omitempty"`
+	AfterLone bool    `json:"after_lone_infected,omitempty"`
 }
 
 // IsThreshold reports whether r is the threshold rule (the zero rule).
@@ -38,6 +49,11 @@ func (r SourceRule) K(infected int) int {
 }
 
 func (r SourceRule) String() string {
+	if r.AfterLone && !r.IsThreshold() {
+		c := r
+		c.AfterLone = false
+		return "the lone infected nodes, then " + c.String() + " of the rest"
+	}
 	switch {
 	case r.Count == 1:
 		return "the highest score"
@@ -58,6 +74,8 @@ func (r SourceRule) check(n int) error {
 		return fmt.Errorf("source_rule.fraction_of_infected: %g outside [0, 1]", r.Fraction)
 	case r.Count > 0 && r.Fraction > 0:
 		return fmt.Errorf("source_rule: count and fraction_of_infected both set")
+	case r.AfterLone && r.Count == 0 && r.Fraction == 0:
+		return fmt.Errorf("source_rule: after_lone_infected set without a count or fraction_of_infected")
 	}
 	return nil
 }
@@ -75,7 +93,8 @@ type sourceCut struct {
 	// atLeast is how many of the ranking's first nodes the set holds
 	// whatever the rule says: the lone infected nodes, lifted first,
 	// where the training snapshots proved each one a source
-	// (Manifest.LoneSourcesProven).
+	// (Manifest.LoneSourcesProven). A rule with AfterLone counts after
+	// them.
 	atLeast int
 }
 
@@ -90,6 +109,8 @@ type sourceCut struct {
 //
 // Either way the set holds at least the first atLeast nodes (the proven
 // lone nodes), cut then at the lower of delta and the last one's score.
+// A count rule with AfterLone names them and then K of the rest, K from
+// the infected count less theirs and never more than it.
 //
 // The cap is for observations smaller than any validation snapshot, as a
 // live monitor sees early in an outbreak: twelve suspects for one
@@ -111,9 +132,15 @@ func (c sourceCut) apply(scores []float64) ([]int, float64) {
 		}
 		return order[:k], c.delta
 	}
-	k := min(c.rule.K(c.infected), len(order))
-	if c.rule.Count > 0 {
-		k = min(k, max(1, c.infected))
+	var k int
+	if c.rule.AfterLone && least > 0 {
+		rest := max(0, c.infected-least)
+		k = min(least+min(c.rule.K(rest), rest), len(order))
+	} else {
+		k = min(c.rule.K(c.infected), len(order))
+		if c.rule.Count > 0 {
+			k = min(k, max(1, c.infected))
+		}
 	}
 	k = max(k, least)
 	if k == 0 {
@@ -158,12 +185,21 @@ func byScore(scores []float64) []int {
 // F1 of its set against the pairs' true sources, given each validation
 // cascade's scores, and that rule's F1 per cascade. Ties go to the smaller
 // count, then to a count over a fraction.
-func ChooseSourceRule(scores [][]float64, pairs []forward.Pair) (SourceRule, []float64) {
+//
+// lone, when not nil, is each cascade's number of lone infected nodes,
+// ranked first in its scores and named whatever the count (see
+// SourceRule.AfterLone): every rule is then scored as the set of those
+// and K more, K from the infected count less theirs, and the rule
+// returned has AfterLone set.
+func ChooseSourceRule(scores [][]float64, pairs []forward.Pair, lone []int) (SourceRule, []float64) {
 	if len(pairs) < len(scores) {
 		panic(fmt.Sprintf("localize: ChooseSourceRule: %d score vectors for %d pairs", len(scores), len(pairs)))
 	}
+	if lone != nil && len(lone) != len(scores) {
+		panic(fmt.Sprintf("localize: ChooseSourceRule: %d lone counts for %d score vectors", len(lone), len(scores)))
+	}
 	if len(scores) == 0 {
-		return SourceRule{Count: 1}, nil
+		return SourceRule{Count: 1, AfterLone: lone != nil}, nil
 	}
 	maxK := 1
 	for _, p := range pairs[:len(scores)] {
@@ -189,7 +225,11 @@ func ChooseSourceRule(scores [][]float64, pairs []forward.Pair) (SourceRule, []f
 	f1s := func(r SourceRule) []float64 {
 		out := make([]float64, len(scores))
 		for c, h := range hits {
-			k := min(r.K(len(pairs[c].Infected)), len(h)-1)
+			infected, least := len(pairs[c].Infected), 0
+			if lone != nil {
+				least = min(lone[c], len(h)-1)
+			}
+			k := min(least+r.K(max(0, infected-least)), len(h)-1)
 			if t := len(pairs[c].Sources); k > 0 && h[k] > 0 {
 				out[c] = 2 * float64(h[k]) / float64(k+t)
 			}
@@ -211,5 +251,6 @@ func ChooseSourceRule(scores [][]float64, pairs []forward.Pair) (SourceRule, []f
 			best, bestF1 = r, f
 		}
 	}
+	best.AfterLone = lone != nil
 	return best, bestF1
 }

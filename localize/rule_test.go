@@ -26,7 +26,7 @@ func TestChooseSourceRule(t *testing.T) {
 		{Sources: []int{2, 3}, Infected: []int{1, 2, 3, 4, 5}},
 		{Sources: []int{0, 4}, Infected: []int{0, 4}},
 	}
-	rule, f1 := ChooseSourceRule(scores, pairs)
+	rule, f1 := ChooseSourceRule(scores, pairs, nil)
 	require.Equal(t, SourceRule{Count: 2}, rule)
 	require.Equal(t, []float64{1, 1, 1}, f1)
 
@@ -38,9 +38,33 @@ func TestChooseSourceRule(t *testing.T) {
 		{Sources: []int{2, 3}, Infected: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
 	}
 	scores = scores[:2]
-	rule, f1 = ChooseSourceRule(scores, pairs)
+	rule, f1 = ChooseSourceRule(scores, pairs, nil)
 	require.Equal(t, SourceRule{Fraction: 0.15}, rule)
 	require.Equal(t, []float64{1, 1}, f1)
+
+	// Counted after the lone nodes, ranked first and named whatever the
+	// count: each cascade's two lone nodes are sources, and one more is
+	// each time. Filled by them, a count must be 3; after them it is 1.
+	scores = [][]float64{
+		{0.99, 0.98, 0.9, 0.3, 0.2, 0},
+		{0.97, 0.2, 0.1, 0.96, 0.95, 0},
+	}
+	pairs = []forward.Pair{
+		{Sources: []int{0, 1, 2}, Infected: []int{0, 1, 2, 3, 4}},
+		{Sources: []int{0, 3, 4}, Infected: []int{0, 1, 2, 3, 4}},
+	}
+	rule, f1 = ChooseSourceRule(scores, pairs, nil)
+	require.Equal(t, SourceRule{Count: 3}, rule)
+	rule, f1 = ChooseSourceRule(scores, pairs, []int{2, 2})
+	require.Equal(t, SourceRule{Count: 1, AfterLone: true}, rule)
+	require.Equal(t, []float64{1, 1}, f1)
+	// A fraction is of the infected count less the lone nodes: 0.4 of
+	// the 3 and 4 others rounds to 1 and 2, which no count gives.
+	scores[1] = []float64{0.99, 0.98, 0.9, 0.8, 0.3, 0.2, 0}
+	pairs[1] = forward.Pair{Sources: []int{0, 1, 2, 3}, Infected: []int{0, 1, 2, 3, 4, 5}}
+	rule, f1 = ChooseSourceRule(scores, pairs, []int{2, 2})
+	require.Equal(t, SourceRule{Fraction: 0.4, AfterLone: true}, rule)
+	require.Equal(t, []float64{1, 1}, f1, "%+v", rule)
 }
 
 func TestSourceRuleCut(t *testing.T) {
@@ -68,6 +92,30 @@ func TestSourceRuleCut(t *testing.T) {
 			require.Equal(t, tc.cut, cut)
 		})
 	}
+	// Two proven lone nodes, ranked first, and six infected in all: a count
+	// that the lone nodes fill names them alone; counted after them, it
+	// names one more, and never more than the infected count.
+	lifted := []float64{2, 1.5, 0.9, 0.5, 0.7, 0.1, 0.05, 0}
+	for _, tc := range []struct {
+		name string
+		rule SourceRule
+		want []int
+	}{
+		{"filled by the lone nodes", SourceRule{Count: 1}, []int{0, 1}},
+		{"after the lone nodes", SourceRule{Count: 1, AfterLone: true}, []int{0, 1, 2}},
+		{"after them, capped at the rest", SourceRule{Count: 9, AfterLone: true}, []int{0, 1, 2, 4, 3, 5}},
+		{"a fraction of the rest", SourceRule{Fraction: 0.5, AfterLone: true}, []int{0, 1, 2, 4}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sources, cut := sourceCut{rule: tc.rule, infected: 6, atLeast: 2}.apply(lifted)
+			require.Equal(t, tc.want, sources)
+			require.Equal(t, lifted[tc.want[len(tc.want)-1]], cut)
+		})
+	}
+	// No lone node in the observation: AfterLone changes nothing.
+	sources, _ := sourceCut{rule: SourceRule{Count: 2, AfterLone: true}, infected: 6}.apply(lifted)
+	require.Equal(t, []int{0, 1}, sources)
+
 	// One infected node: a count of 3 names one suspect, at least one
 	// even with none infected.
 	for _, tc := range []struct {
@@ -196,6 +244,9 @@ func TestSolveNamesEveryProvenLoneNode(t *testing.T) {
 		{"not every one a source", map[string]float64{LoneSourceRateMetric: 0.9}, true, SourceRule{Count: 1}, 1},
 		{"no measurement (an older bundle)", map[string]float64{}, true, SourceRule{Count: 1}, 1},
 		{"not ranked first", map[string]float64{LoneSourceRateMetric: 1}, false, SourceRule{Count: 1}, 1},
+		// The count is all taken by the lone nodes here: with no other
+		// infected node there is none to add.
+		{"proven, count after them", map[string]float64{LoneSourceRateMetric: 1}, true, SourceRule{Count: 1, AfterLone: true}, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b.Manifest.Metrics = tc.metrics
@@ -216,6 +267,42 @@ func TestSolveNamesEveryProvenLoneNode(t *testing.T) {
 				require.Positive(t, res.Probability[v], "source %d", v)
 			}
 		})
+	}
+}
+
+// A count after the lone nodes names the outbreak's likeliest source
+// too, where a count they fill named them alone (an audit's graph: two
+// isolated infected nodes and a count of 2 left a 151-node outbreak's
+// source out).
+func TestSolveCountsAfterTheLoneNodes(t *testing.T) {
+	b := testBundle(t) // a ring of 12
+	b.Manifest.LoneInfectedFirst = true
+	b.Manifest.Metrics = map[string]float64{LoneSourceRateMetric: 1}
+	b.Manifest.Threshold = 0.4
+	_, f, _ := testProblem(12, 2, 4)
+	y := make([]float64, 12)
+	for _, v := range []int{0, 3, 6, 7, 8} { // 0 and 3 lone, 6-8 an outbreak
+		y[v] = 1
+	}
+	for _, tc := range []struct {
+		rule SourceRule
+		want int
+	}{
+		{SourceRule{Count: 2}, 2},
+		{SourceRule{Count: 2, AfterLone: true}, 4},
+	} {
+		b.Manifest.SourceRule = tc.rule
+		read, err := readBytes(encodeBundle(t, b))
+		require.NoError(t, err)
+		require.Equal(t, tc.rule, read.Manifest.SourceRule, "through a write and a read")
+		res, err := Solve(t.Context(), read, f, y, DefaultOptions())
+		require.NoError(t, err)
+		require.Len(t, res.Sources, tc.want, "%s", tc.rule)
+		require.ElementsMatch(t, []int{0, 3}, res.Sources[:2], "the lone nodes first")
+		for _, v := range res.Sources[2:] {
+			require.Contains(t, []int{6, 7, 8}, v, "then the outbreak's")
+			require.Positive(t, res.Probability[v], "source %d", v)
+		}
 	}
 }
 

@@ -334,7 +334,13 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	if len(grid) == 0 {
 		grid = []int{solve.OptSteps}
 	}
-	on, err := validate(ctx, g, b, fm, val[:limit], grid, solve, cfg, "threshold", progress)
+	// Where the training snapshots prove every lone infected node a
+	// source, a bundle that lifts them names them all, and a count rule
+	// counts after them (SourceRule.AfterLone): validation must choose
+	// the count that way too.
+	loneRate, loneSeen := LoneSourceRate(g, train)
+	loneProven := loneSeen && loneRate == 1
+	on, err := validate(ctx, g, b, fm, val[:limit], grid, solve, cfg, loneProven, "threshold", progress)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +348,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	if cfg.ChoosePrior && (solve.Variant == Full || solve.Variant == DataInit) {
 		without := solve
 		without.Variant = NoPrior
-		off, err := validate(ctx, g, b, fm, val[:limit], grid, without, cfg, "threshold without the prior", progress)
+		off, err := validate(ctx, g, b, fm, val[:limit], grid, without, cfg, loneProven, "threshold without the prior", progress)
 		if err != nil {
 			return nil, err
 		}
@@ -364,8 +370,8 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
 	lo, hi := InfectedFractionRange(train, g.N())
 	metrics[TrainInfectedMinMetric], metrics[TrainInfectedMaxMetric] = lo, hi
-	if rate, ok := LoneSourceRate(g, train); ok {
-		metrics[LoneSourceRateMetric] = rate
+	if loneSeen {
+		metrics[LoneSourceRateMetric] = loneRate
 	}
 	return b, nil
 }
@@ -620,22 +626,22 @@ func (m *Manifest) OutsideTraining(infected int) string {
 
 // AnswerNote is the note for a reader of the bundle's answer to an
 // observation of infected nodes under rule (the bundle's SourceRule, or
-// the one a caller chose instead): OutsideTraining's, and, where a count
-// rule names at least as many nodes as are infected, that every infected
-// node is named, so that the source set says nothing (probability still
-// says how often a restart put a node as high as the set's weakest); ""
-// when there is nothing to say.
-func (m *Manifest) AnswerNote(infected int, rule SourceRule) string {
+// the one a caller chose instead), whose source set named nodes:
+// OutsideTraining's, and, where a count rule named every infected node,
+// that the source set says nothing (probability still says how often a
+// restart put a node as high as the set's weakest); "" when there is
+// nothing to say.
+func (m *Manifest) AnswerNote(infected, named int, rule SourceRule) string {
 	var notes []string
 	if s := m.OutsideTraining(infected); s != "" {
 		notes = append(notes, s)
 	}
-	if k := rule.K(infected); k > 0 && k >= infected && infected < m.Graph.Nodes {
+	if !rule.IsThreshold() && named > 0 && named >= infected && infected < m.Graph.Nodes {
 		are := "are"
 		if infected == 1 {
 			are = "is"
 		}
-		notes = append(notes, fmt.Sprintf("every infected node is named a source, as the bundle names %d by its count rule and %d %s infected: the source set says nothing here; read score and probability for the order", k, infected, are))
+		notes = append(notes, fmt.Sprintf("every infected node is named a source, as the bundle's count rule (%s) names %d and %d %s infected: the source set says nothing here; read score and probability for the order", rule, named, infected, are))
 	}
 	return strings.Join(notes, "; ")
 }
@@ -984,10 +990,15 @@ type validation struct {
 }
 
 // validate solves the validation cascades val with solve (b's manifest
-// holds no choice yet) and makes the choices of steps 5-7 on them.
-func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, val []forward.Pair, grid []int, solve Options, cfg TrainConfig, stage string, progress func(TrainProgress)) (validation, error) {
+// holds no choice yet) and makes the choices of steps 5-7 on them;
+// loneProven is whether the training snapshots proved every lone infected
+// node a source (see Manifest.LoneSourcesProven).
+func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, val []forward.Pair, grid []int, solve Options, cfg TrainConfig, loneProven bool, stage string, progress func(TrainProgress)) (validation, error) {
 	v := validation{metrics: make(map[string]float64)}
 	n, limit := g.N(), len(val)
+	// loneCounts are the validation cascades' lone infected nodes, where
+	// the set names them whatever the count (nil: it does not).
+	var loneCounts []int
 	scores := make([][][]float64, len(grid))    // [grid][cascade]
 	predicted := make([][][]float64, len(grid)) // f(xbar) at each, for the ranking
 	for gi := range scores {
@@ -1071,11 +1082,17 @@ func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, 
 		if lift {
 			v.lone = true
 			var lone []bool
+			if loneProven {
+				loneCounts = make([]int, limit)
+			}
 			for i := 0; i < limit; i++ {
 				observe(y, val[i].Infected)
 				lone = LoneInfected(g, y, lone)
 				for gi := range grid {
 					liftLone(scores[gi][i], lone)
+				}
+				if loneCounts != nil {
+					loneCounts[i] = countTrue(lone)
 				}
 			}
 		}
@@ -1102,7 +1119,7 @@ func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, 
 	v.metrics["val_f1"] = mean(perCascade[best])
 	if !cfg.ThresholdOnly {
 		v.metrics[ThresholdF1Metric] = v.metrics["val_f1"]
-		rule, f1 := ChooseSourceRule(scores[best], val)
+		rule, f1 := ChooseSourceRule(scores[best], val, loneCounts)
 		if keepCountRule(mean(f1), v.metrics["val_f1"]) {
 			v.rule = rule
 			v.metrics["val_f1"] = mean(f1)

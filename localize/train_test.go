@@ -158,7 +158,25 @@ func TestTrainChoosesOptSteps(t *testing.T) {
 	require.InDelta(t, bestF1, f1, 1e-12)
 	// and the source rule is the count rule's best on those solves when
 	// that beats the threshold, else the threshold.
-	rule, ruleF1 := localize.ChooseSourceRule(scores, pairs[30:36])
+	// A bundle that names every lone infected node counts after them.
+	var lone []int
+	if b.Manifest.LoneSourcesProven() {
+		for i := range scores {
+			clear(y)
+			for _, v := range pairs[30+i].Infected {
+				y[v] = 1
+			}
+			n := 0
+			for _, l := range localize.LoneInfected(g, y, nil) {
+				if l {
+					n++
+				}
+			}
+			lone = append(lone, n)
+		}
+	}
+	rule, ruleF1 := localize.ChooseSourceRule(scores, pairs[30:36], lone)
+	require.Equal(t, lone != nil, rule.AfterLone)
 	if mean(ruleF1) > bestF1+1e-12 {
 		require.Equal(t, rule, b.Manifest.SourceRule)
 		require.InDelta(t, mean(ruleF1), b.Manifest.Metrics["val_f1"], 1e-12)
@@ -393,17 +411,21 @@ func TestAnswerNote(t *testing.T) {
 	m := localize.Manifest{Graph: localize.GraphRef{Nodes: 100}, Metrics: map[string]float64{
 		localize.TrainInfectedMinMetric: 0.05, localize.TrainInfectedMaxMetric: 0.5}}
 	count := localize.SourceRule{Count: 7}
-	require.Empty(t, m.AnswerNote(20, count))
-	require.Empty(t, m.AnswerNote(6, localize.SourceRule{}), "a threshold names what clears it")
-	require.Equal(t, "every infected node is named a source, as the bundle names 7 by its count rule and 6 are infected: the source set says nothing here; read score and probability for the order",
-		m.AnswerNote(6, count))
-	require.Contains(t, m.AnswerNote(7, count), "every infected node is named")
-	both := m.AnswerNote(3, count)
+	require.Empty(t, m.AnswerNote(20, 7, count))
+	require.Empty(t, m.AnswerNote(6, 6, localize.SourceRule{}), "a threshold names what clears it")
+	require.Equal(t, "every infected node is named a source, as the bundle's count rule (the 7 highest scores) names 6 and 6 are infected: the source set says nothing here; read score and probability for the order",
+		m.AnswerNote(6, 6, count))
+	require.Contains(t, m.AnswerNote(7, 7, count), "every infected node is named")
+	both := m.AnswerNote(3, 3, count)
 	require.Contains(t, both, "3.0% of the nodes infected, outside")
 	require.Contains(t, both, "; every infected node is named a source")
-	require.Contains(t, m.AnswerNote(1, localize.SourceRule{Fraction: 0.5}), "names 1 by its count rule and 1 is infected", "a fraction rule's K")
-	require.NotContains(t, m.AnswerNote(2, localize.SourceRule{Fraction: 0.5}), "named a source")
-	require.NotContains(t, m.AnswerNote(100, count), "named a source", "every node infected is said otherwise")
+	require.Contains(t, m.AnswerNote(1, 1, localize.SourceRule{Fraction: 0.5}), "names 1 and 1 is infected", "a fraction rule's K")
+	require.NotContains(t, m.AnswerNote(2, 1, localize.SourceRule{Fraction: 0.5}), "named a source")
+	require.NotContains(t, m.AnswerNote(100, 7, count), "named a source", "every node infected is said otherwise")
+	// After two lone nodes of 8 infected, a count of 7 names the 6 others too.
+	after := localize.SourceRule{Count: 7, AfterLone: true}
+	require.Contains(t, m.AnswerNote(8, 8, after), "count rule (the lone infected nodes, then the 7 highest scores of the rest) names 8 and 8 are infected")
+	require.NotContains(t, m.AnswerNote(9, 8, after), "named a source")
 }
 
 // Under SI and IC every lone infected node of a snapshot is a source;

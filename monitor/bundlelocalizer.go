@@ -160,7 +160,7 @@ func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (Inference,
 	}
 	return Inference{
 		Scores: res.Scores, Probability: res.Probability, Sources: res.Sources,
-		Threshold: res.Threshold, Model: l.model, Note: l.bundle.Manifest.AnswerNote(infected, rule),
+		Threshold: res.Threshold, Model: l.model, Note: l.bundle.Manifest.AnswerNote(infected, len(res.Sources), rule),
 	}, nil
 }
 
