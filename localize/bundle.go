@@ -35,19 +35,15 @@ import (
 // lone_infected_first, which a reader of format 3 would ignore; format 5
 // added calibration, which a reader of format 4 would ignore; format 6
 // added forward.ignore_weights, which a reader of format 5 would ignore
-// and so configure the forward model on weights it was not fitted on;
-// format 7 added source_rule.after_lone_infected, which a reader of
-// format 6 would ignore and so let the lone infected nodes fill the count
-// chosen for the rest.
-const FormatVersion = 7
+// and so configure the forward model on weights it was not fitted on.
+const FormatVersion = 6
 
 // MinFormatVersion is the oldest format this package reads: format 1
-// bundles read as format 7 ones with the threshold rule and the descent's
+// bundles read as format 6 ones with the threshold rule and the descent's
 // ranking, format 2 ones with the descent's ranking, formats 1-3 without
-// lifting the lone infected nodes, formats 1-4 without a calibration,
+// lifting the lone infected nodes, formats 1-4 without a calibration and
 // formats 1-5 with the forward model on the graph's weights, as they were
-// fitted, and formats 1-6 with a count that the lone nodes fill, as it
-// was chosen.
+// fitted.
 const MinFormatVersion = 1
 
 // Sentinel errors of bundle loading.
@@ -612,9 +608,6 @@ func (m *Manifest) check() error {
 		if err := c.check(); err != nil {
 			return err
 		}
-	}
-	if m.SourceRule.AfterLone && !m.LoneInfectedFirst {
-		return fmt.Errorf("source_rule.after_lone_infected: set without lone_infected_first, which ranks the lone nodes first")
 	}
 	return m.SourceRule.check(m.Graph.Nodes)
 }

@@ -235,18 +235,6 @@ func TestBundleRefusesDamage(t *testing.T) {
 			}
 			return body
 		}), ErrBadBundle, "source_rule.count: 100000 outside"},
-		{"count after lone nodes it does not rank first", rewrite(t, good, func(name string, body []byte) []byte {
-			if name == entryManifest {
-				return bytes.Replace(body, []byte(`"prior": {`), []byte(`"source_rule": {"count": 3, "after_lone_infected": true}, "prior": {`), 1)
-			}
-			return body
-		}), ErrBadBundle, "source_rule.after_lone_infected: set without lone_infected_first"},
-		{"after lone nodes with no count", rewrite(t, good, func(name string, body []byte) []byte {
-			if name == entryManifest {
-				return bytes.Replace(body, []byte(`"prior": {`), []byte(`"lone_infected_first": true, "source_rule": {"after_lone_infected": true}, "prior": {`), 1)
-			}
-			return body
-		}), ErrBadBundle, "source_rule: after_lone_infected set without a count"},
 		{"unknown schedule", rewrite(t, good, func(name string, body []byte) []byte {
 			if name == entryManifest {
 				return bytes.Replace(body, []byte(`"prior_weight":`), []byte(`"variant": "fast", "prior_weight":`), 1)

@@ -143,24 +143,55 @@ func (c *Calibration) apply(scores, y []float64, sizes []int) {
 // component, along arcs either way, of the nodes observed infected
 // (y_v >= 1/2) holding it; 0 for a node observed uninfected.
 func InfectedComponentSizes(g *graph.Graph, y []float64, dst []int) []int {
+	if len(y) != g.N() {
+		panic(fmt.Sprintf("localize: InfectedComponentSizes: %d observations for %d nodes", len(y), g.N()))
+	}
+	dst = InfectedComponents(g, y, dst)
+	var sizes []int
+	for _, c := range dst {
+		if c >= 0 {
+			for len(sizes) <= c {
+				sizes = append(sizes, 0)
+			}
+			sizes[c]++
+		}
+	}
+	for v, c := range dst {
+		dst[v] = 0
+		if c >= 0 {
+			dst[v] = sizes[c]
+		}
+	}
+	return dst
+}
+
+// InfectedComponents labels in dst (grown to g.N()) each node's infected
+// component in observation y, the weakly connected component, along arcs
+// either way, of the nodes observed infected (y_v >= 1/2) holding it, by
+// 0, 1, ... in the order of their lowest node; -1 for a node observed
+// uninfected. Where nothing recovers and every infection is observed,
+// each holds a source: an infected node's infector is an infected
+// in-neighbour, and following infectors back ends at one.
+func InfectedComponents(g *graph.Graph, y []float64, dst []int) []int {
 	n := g.N()
 	if len(y) != n {
-		panic(fmt.Sprintf("localize: InfectedComponentSizes: %d observations for %d nodes", len(y), n))
+		panic(fmt.Sprintf("localize: InfectedComponents: %d observations for %d nodes", len(y), n))
 	}
 	if cap(dst) < n {
 		dst = make([]int, n)
 	}
 	dst = dst[:n]
-	clear(dst)
-	var members, stack []int
 	for v := range dst {
-		if y[v] < 0.5 || dst[v] != 0 {
+		dst[v] = -1
+	}
+	var stack []int
+	label := 0
+	for v := range dst {
+		if y[v] < 0.5 || dst[v] >= 0 {
 			continue
 		}
-		// dst = -1 marks a node reached in this walk; sizes are written
-		// once the component is complete.
-		members, stack = append(members[:0], v), append(stack[:0], v)
-		dst[v] = -1
+		stack = append(stack[:0], v)
+		dst[v] = label
 		for len(stack) > 0 {
 			u := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
@@ -168,17 +199,14 @@ func InfectedComponentSizes(g *graph.Graph, y []float64, dst []int) []int {
 			in, _ := g.In(u)
 			for _, nbrs := range [2][]int{out, in} {
 				for _, w := range nbrs {
-					if y[w] >= 0.5 && dst[w] == 0 {
-						dst[w] = -1
-						members = append(members, w)
+					if y[w] >= 0.5 && dst[w] < 0 {
+						dst[w] = label
 						stack = append(stack, w)
 					}
 				}
 			}
 		}
-		for _, u := range members {
-			dst[u] = len(members)
-		}
+		label++
 	}
 	return dst
 }

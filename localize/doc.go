@@ -69,9 +69,11 @@
 // may also record LoneInfectedFirst: the lone infected nodes (observed
 // infected, no in-neighbour observed infected; where nothing recovers and
 // every infection is observed, certain sources) above every other node,
-// when that raises the validation ROC-AUC further; where the training
-// snapshots proved every one a source, the source set names them all and
-// a count rule counts after them (SourceRule.AfterLone). The data term reads y
+// when that raises the validation ROC-AUC further. Where the training
+// snapshots proved every lone node a source and the infected rank first,
+// the source set also names, after the cut, every lone node and the
+// first-ranked node of every infected component the cut leaves without
+// one: each holds a source (Manifest.NamesInfectedComponents). The data term reads y
 // as independent noise around f(x), so it charges at most 1 for leaving
 // such a node unexplained, and the descent often does. Or, instead, a
 // Calibration: every infected component holds a source under the same

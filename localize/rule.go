@@ -17,20 +17,9 @@ import (
 // nodes (rounded, at least 1). A score is mostly a vote of R restarts, so
 // a threshold on it can only take R + 1 sizes of set per observation; a
 // count cuts the ranking where the baselines of `eval` cut theirs.
-//
-// AfterLone counts K after the lone infected nodes (LoneInfected) where
-// the bundle names them all as proven sources (Manifest.LoneSourcesProven):
-// the set is those nodes, then the K highest-scored of the rest, K from
-// the rest's infected count. Without it they fill K: an audit's graph
-// with isolated nodes had two of them infected, each a proven source, and
-// a count of 2 then named them and not the 151-node outbreak's source.
-// A lone node is a deduction, not an estimate, so the count is left for
-// what must be estimated. Train sets it with every count rule it chooses
-// for such a bundle, and chooses the count on validation the same way.
 type SourceRule struct {
-	Count     int     `json:"count,omitempty"`
-	Fraction  float64 `json:"fraction_of_infected,omitempty"`
-	AfterLone bool    `json:"after_lone_infected,omitempty"`
+	Count    int     `json:"count,omitempty"`
+	Fraction float64 `json:"fraction_of_infected,omitempty"`
 }
 
 // IsThreshold reports whether r is the threshold rule (the zero rule).
@@ -49,11 +38,6 @@ func (r SourceRule) K(infected int) int {
 }
 
 func (r SourceRule) String() string {
-	if r.AfterLone && !r.IsThreshold() {
-		c := r
-		c.AfterLone = false
-		return "the lone infected nodes, then " + c.String() + " of the rest"
-	}
 	switch {
 	case r.Count == 1:
 		return "the highest score"
@@ -74,8 +58,6 @@ func (r SourceRule) check(n int) error {
 		return fmt.Errorf("source_rule.fraction_of_infected: %g outside [0, 1]", r.Fraction)
 	case r.Count > 0 && r.Fraction > 0:
 		return fmt.Errorf("source_rule: count and fraction_of_infected both set")
-	case r.AfterLone && r.Count == 0 && r.Fraction == 0:
-		return fmt.Errorf("source_rule: after_lone_infected set without a count or fraction_of_infected")
 	}
 	return nil
 }
@@ -90,27 +72,34 @@ type sourceCut struct {
 	rule     SourceRule
 	delta    float64
 	infected int // nodes observed infected (y_v >= 1/2)
-	// atLeast is how many of the ranking's first nodes the set holds
-	// whatever the rule says: the lone infected nodes, lifted first,
-	// where the training snapshots proved each one a source
-	// (Manifest.LoneSourcesProven). A rule with AfterLone counts after
-	// them.
-	atLeast int
+	// floor, when set, is what the set holds whatever the rule cuts (see
+	// Manifest.NamesInfectedComponents).
+	floor *sourceFloor
 }
 
-// apply returns the source set of scores, highest score first, and the
-// score that cut it: the nodes with scores >= delta and delta under the
-// threshold rule; under a count rule the first K nodes of the ranking
-// (descending score, ties by index: the order ChooseSourceRule scored),
-// K from the infected count and never more than it (at least one), and
-// the K-th score. Nodes tied with the K-th beyond it are left out, as
-// validation left them out when it chose K: keeping them turned a count
-// of 12 into 50 suspects where the scores of the uninfected nodes tie.
+// sourceFloor is the part of the source set an observation proves: every
+// lone infected node, and a node of every infected component.
+type sourceFloor struct {
+	lone       []bool // LoneInfected
+	components []int  // InfectedComponents
+}
+
+// apply returns the source set of scores, highest score first, how many
+// of its first nodes the rule named, and the score that cut those: the
+// nodes with scores >= delta and delta under the threshold rule; under a
+// count rule the first K nodes of the ranking (descending score, ties by
+// index: the order ChooseSourceRule scored), K from the infected count
+// and never more than it (at least one), and the K-th score. Nodes tied
+// with the K-th beyond it are left out, as validation left them out when
+// it chose K: keeping them turned a count of 12 into 50 suspects where
+// the scores of the uninfected nodes tie.
 //
-// Either way the set holds at least the first atLeast nodes (the proven
-// lone nodes), cut then at the lower of delta and the last one's score.
-// A count rule with AfterLone names them and then K of the rest, K from
-// the infected count less theirs and never more than it.
+// A floor then adds after them, in the ranking's order, every lone node
+// and the first node of every infected component they leave out; those
+// score at or below the cut, which stays where the rule put it.
+// Validation chooses delta and K without the floor: at the 20-50%
+// infected of its snapshots a cut nearly always reaches those nodes
+// already.
 //
 // The cap is for observations smaller than any validation snapshot, as a
 // live monitor sees early in an outbreak: twelve suspects for one
@@ -119,34 +108,75 @@ type sourceCut struct {
 // counts it chooses, so ChooseSourceRule does not cap (capping there
 // too let large counts pass for "every infected node" on the smaller
 // snapshots and cost Karate SI's test F1 0.013).
-func (c sourceCut) apply(scores []float64) ([]int, float64) {
+func (c sourceCut) apply(scores []float64) (set []int, ruled int, cut float64) {
 	order := byScore(scores)
-	least := min(c.atLeast, len(order))
+	cut = c.delta
 	if c.rule.IsThreshold() {
-		k := 0
-		for k < len(order) && scores[order[k]] >= c.delta {
-			k++
+		for ruled < len(order) && scores[order[ruled]] >= c.delta {
+			ruled++
 		}
-		if k < least {
-			return order[:least], min(c.delta, scores[order[least-1]])
-		}
-		return order[:k], c.delta
-	}
-	var k int
-	if c.rule.AfterLone && least > 0 {
-		rest := max(0, c.infected-least)
-		k = min(least+min(c.rule.K(rest), rest), len(order))
 	} else {
-		k = min(c.rule.K(c.infected), len(order))
+		ruled = min(c.rule.K(c.infected), len(order))
 		if c.rule.Count > 0 {
-			k = min(k, max(1, c.infected))
+			ruled = min(ruled, max(1, c.infected))
+		}
+		if ruled > 0 {
+			cut = scores[order[ruled-1]]
 		}
 	}
-	k = max(k, least)
-	if k == 0 {
-		return nil, c.delta // no node to name
+	set = order[:ruled:ruled]
+	if c.floor != nil {
+		set = c.floor.extend(set, order[ruled:])
 	}
-	return order[:k], scores[order[k-1]]
+	return set, ruled, cut
+}
+
+// extend appends to set, from rest in its order, every lone node and the
+// first node of every infected component set leaves out.
+func (f *sourceFloor) extend(set, rest []int) []int {
+	covered := make(map[int]bool)
+	for _, v := range set {
+		covered[f.components[v]] = true
+	}
+	for _, v := range rest {
+		comp := f.components[v]
+		if f.lone[v] || (comp >= 0 && !covered[comp]) {
+			set = append(set, v)
+			covered[comp] = true
+		}
+	}
+	return set
+}
+
+// extendBest appends to named every lone node and the highest-scored node
+// (ties by index) of every infected component named leaves out: extend,
+// for a set cut from scores.
+func (f *sourceFloor) extendBest(named []int, scores []float64) []int {
+	in := make([]bool, len(f.components))
+	covered := make(map[int]bool)
+	for _, v := range named {
+		in[v] = true
+		covered[f.components[v]] = true
+	}
+	for v, comp := range f.components {
+		if f.lone[v] && !in[v] {
+			named = append(named, v)
+			covered[comp] = true
+		}
+	}
+	best := make(map[int]int) // component -> its highest-scored node
+	for v, comp := range f.components {
+		if comp < 0 || covered[comp] {
+			continue
+		}
+		if b, ok := best[comp]; !ok || scores[v] > scores[b] {
+			best[comp] = v
+		}
+	}
+	for _, v := range best {
+		named = append(named, v)
+	}
+	return named
 }
 
 func countTrue(bs []bool) int {
@@ -185,21 +215,12 @@ func byScore(scores []float64) []int {
 // F1 of its set against the pairs' true sources, given each validation
 // cascade's scores, and that rule's F1 per cascade. Ties go to the smaller
 // count, then to a count over a fraction.
-//
-// lone, when not nil, is each cascade's number of lone infected nodes,
-// ranked first in its scores and named whatever the count (see
-// SourceRule.AfterLone): every rule is then scored as the set of those
-// and K more, K from the infected count less theirs, and the rule
-// returned has AfterLone set.
-func ChooseSourceRule(scores [][]float64, pairs []forward.Pair, lone []int) (SourceRule, []float64) {
+func ChooseSourceRule(scores [][]float64, pairs []forward.Pair) (SourceRule, []float64) {
 	if len(pairs) < len(scores) {
 		panic(fmt.Sprintf("localize: ChooseSourceRule: %d score vectors for %d pairs", len(scores), len(pairs)))
 	}
-	if lone != nil && len(lone) != len(scores) {
-		panic(fmt.Sprintf("localize: ChooseSourceRule: %d lone counts for %d score vectors", len(lone), len(scores)))
-	}
 	if len(scores) == 0 {
-		return SourceRule{Count: 1, AfterLone: lone != nil}, nil
+		return SourceRule{Count: 1}, nil
 	}
 	maxK := 1
 	for _, p := range pairs[:len(scores)] {
@@ -225,11 +246,7 @@ func ChooseSourceRule(scores [][]float64, pairs []forward.Pair, lone []int) (Sou
 	f1s := func(r SourceRule) []float64 {
 		out := make([]float64, len(scores))
 		for c, h := range hits {
-			infected, least := len(pairs[c].Infected), 0
-			if lone != nil {
-				least = min(lone[c], len(h)-1)
-			}
-			k := min(least+r.K(max(0, infected-least)), len(h)-1)
+			k := min(r.K(len(pairs[c].Infected)), len(h)-1)
 			if t := len(pairs[c].Sources); k > 0 && h[k] > 0 {
 				out[c] = 2 * float64(h[k]) / float64(k+t)
 			}
@@ -251,6 +268,5 @@ func ChooseSourceRule(scores [][]float64, pairs []forward.Pair, lone []int) (Sou
 			best, bestF1 = r, f
 		}
 	}
-	best.AfterLone = lone != nil
 	return best, bestF1
 }

@@ -26,7 +26,7 @@ func TestChooseSourceRule(t *testing.T) {
 		{Sources: []int{2, 3}, Infected: []int{1, 2, 3, 4, 5}},
 		{Sources: []int{0, 4}, Infected: []int{0, 4}},
 	}
-	rule, f1 := ChooseSourceRule(scores, pairs, nil)
+	rule, f1 := ChooseSourceRule(scores, pairs)
 	require.Equal(t, SourceRule{Count: 2}, rule)
 	require.Equal(t, []float64{1, 1, 1}, f1)
 
@@ -38,33 +38,9 @@ func TestChooseSourceRule(t *testing.T) {
 		{Sources: []int{2, 3}, Infected: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}},
 	}
 	scores = scores[:2]
-	rule, f1 = ChooseSourceRule(scores, pairs, nil)
+	rule, f1 = ChooseSourceRule(scores, pairs)
 	require.Equal(t, SourceRule{Fraction: 0.15}, rule)
 	require.Equal(t, []float64{1, 1}, f1)
-
-	// Counted after the lone nodes, ranked first and named whatever the
-	// count: each cascade's two lone nodes are sources, and one more is
-	// each time. Filled by them, a count must be 3; after them it is 1.
-	scores = [][]float64{
-		{0.99, 0.98, 0.9, 0.3, 0.2, 0},
-		{0.97, 0.2, 0.1, 0.96, 0.95, 0},
-	}
-	pairs = []forward.Pair{
-		{Sources: []int{0, 1, 2}, Infected: []int{0, 1, 2, 3, 4}},
-		{Sources: []int{0, 3, 4}, Infected: []int{0, 1, 2, 3, 4}},
-	}
-	rule, f1 = ChooseSourceRule(scores, pairs, nil)
-	require.Equal(t, SourceRule{Count: 3}, rule)
-	rule, f1 = ChooseSourceRule(scores, pairs, []int{2, 2})
-	require.Equal(t, SourceRule{Count: 1, AfterLone: true}, rule)
-	require.Equal(t, []float64{1, 1}, f1)
-	// A fraction is of the infected count less the lone nodes: 0.4 of
-	// the 3 and 4 others rounds to 1 and 2, which no count gives.
-	scores[1] = []float64{0.99, 0.98, 0.9, 0.8, 0.3, 0.2, 0}
-	pairs[1] = forward.Pair{Sources: []int{0, 1, 2, 3}, Infected: []int{0, 1, 2, 3, 4, 5}}
-	rule, f1 = ChooseSourceRule(scores, pairs, []int{2, 2})
-	require.Equal(t, SourceRule{Fraction: 0.4, AfterLone: true}, rule)
-	require.Equal(t, []float64{1, 1}, f1, "%+v", rule)
 }
 
 func TestSourceRuleCut(t *testing.T) {
@@ -87,35 +63,12 @@ func TestSourceRuleCut(t *testing.T) {
 		{"threshold, none over", SourceRule{}, []float64{0.1, 0.9, 0.5, 0.7, 0, 0}, []int{}, 0.95},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sources, cut := sourceCut{rule: tc.rule, delta: 0.95, infected: countInfected(y)}.apply(tc.scores)
+			sources, ruled, cut := sourceCut{rule: tc.rule, delta: 0.95, infected: countInfected(y)}.apply(tc.scores)
 			require.Equal(t, tc.sources, sources)
+			require.Len(t, sources, ruled, "no floor, no node after the rule's")
 			require.Equal(t, tc.cut, cut)
 		})
 	}
-	// Two proven lone nodes, ranked first, and six infected in all: a count
-	// that the lone nodes fill names them alone; counted after them, it
-	// names one more, and never more than the infected count.
-	lifted := []float64{2, 1.5, 0.9, 0.5, 0.7, 0.1, 0.05, 0}
-	for _, tc := range []struct {
-		name string
-		rule SourceRule
-		want []int
-	}{
-		{"filled by the lone nodes", SourceRule{Count: 1}, []int{0, 1}},
-		{"after the lone nodes", SourceRule{Count: 1, AfterLone: true}, []int{0, 1, 2}},
-		{"after them, capped at the rest", SourceRule{Count: 9, AfterLone: true}, []int{0, 1, 2, 4, 3, 5}},
-		{"a fraction of the rest", SourceRule{Fraction: 0.5, AfterLone: true}, []int{0, 1, 2, 4}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			sources, cut := sourceCut{rule: tc.rule, infected: 6, atLeast: 2}.apply(lifted)
-			require.Equal(t, tc.want, sources)
-			require.Equal(t, lifted[tc.want[len(tc.want)-1]], cut)
-		})
-	}
-	// No lone node in the observation: AfterLone changes nothing.
-	sources, _ := sourceCut{rule: SourceRule{Count: 2, AfterLone: true}, infected: 6}.apply(lifted)
-	require.Equal(t, []int{0, 1}, sources)
-
 	// One infected node: a count of 3 names one suspect, at least one
 	// even with none infected.
 	for _, tc := range []struct {
@@ -125,7 +78,7 @@ func TestSourceRuleCut(t *testing.T) {
 		{[]float64{0, 0, 1, 0}, []int{1}},
 		{[]float64{0, 0, 0, 0}, []int{1}},
 	} {
-		sources, _ := sourceCut{rule: SourceRule{Count: 3}, infected: countInfected(tc.y)}.apply([]float64{0.2, 0.9, 0.5, 0.1})
+		sources, _, _ := sourceCut{rule: SourceRule{Count: 3}, infected: countInfected(tc.y)}.apply([]float64{0.2, 0.9, 0.5, 0.1})
 		require.Equal(t, tc.want, sources)
 	}
 }
@@ -221,35 +174,36 @@ func TestKeepCountRule(t *testing.T) {
 }
 
 // Where the training snapshots proved every lone infected node a source,
-// a bundle that ranks them first names them all, whatever its count or
-// threshold would cut; without that proof its rule stands.
+// a bundle that ranks the infected first names them all, whatever its
+// count or threshold would cut; without that proof, or ranking by score
+// (`train --ranking score`, for observations that may miss an
+// infection), its rule stands.
 func TestSolveNamesEveryProvenLoneNode(t *testing.T) {
 	b := testBundle(t) // a ring of 12
-	b.Manifest.SourceRule = SourceRule{Count: 1}
-	b.Manifest.LoneInfectedFirst = true
 	_, f, _ := testProblem(12, 2, 4)
 	y := make([]float64, 12)
 	for _, v := range []int{0, 4, 8} { // three lone infected nodes
 		y[v] = 1
 	}
+	proven := map[string]float64{LoneSourceRateMetric: 1}
 	for _, tc := range []struct {
 		name    string
 		metrics map[string]float64
+		ranking Ranking
 		lone    bool
 		rule    SourceRule
 		want    int
 	}{
-		{"proven, count", map[string]float64{LoneSourceRateMetric: 1}, true, SourceRule{Count: 1}, 3},
-		{"proven, threshold over every score", map[string]float64{LoneSourceRateMetric: 1}, true, SourceRule{}, 3},
-		{"not every one a source", map[string]float64{LoneSourceRateMetric: 0.9}, true, SourceRule{Count: 1}, 1},
-		{"no measurement (an older bundle)", map[string]float64{}, true, SourceRule{Count: 1}, 1},
-		{"not ranked first", map[string]float64{LoneSourceRateMetric: 1}, false, SourceRule{Count: 1}, 1},
-		// The count is all taken by the lone nodes here: with no other
-		// infected node there is none to add.
-		{"proven, count after them", map[string]float64{LoneSourceRateMetric: 1}, true, SourceRule{Count: 1, AfterLone: true}, 3},
+		{"proven, count", proven, InfectedFirst, true, SourceRule{Count: 1}, 3},
+		{"proven, threshold over every score", proven, InfectedFirst, true, SourceRule{}, 3},
+		{"proven, not lifted", proven, InfectedThenPredicted, false, SourceRule{Count: 1}, 3},
+		{"not every one a source", map[string]float64{LoneSourceRateMetric: 0.9}, InfectedFirst, true, SourceRule{Count: 1}, 1},
+		{"no measurement (an older bundle)", map[string]float64{}, InfectedFirst, true, SourceRule{Count: 1}, 1},
+		{"ranked by score", proven, RankByScore, false, SourceRule{Count: 1}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b.Manifest.Metrics = tc.metrics
+			b.Manifest.Ranking = tc.ranking
 			b.Manifest.LoneInfectedFirst = tc.lone
 			b.Manifest.SourceRule = tc.rule
 			b.Manifest.Threshold = 1.5 // over every score: the threshold names none
@@ -262,20 +216,27 @@ func TestSolveNamesEveryProvenLoneNode(t *testing.T) {
 			if tc.want == 3 {
 				require.ElementsMatch(t, []int{0, 4, 8}, res.Sources)
 			}
+			ruled := res.Sources[:len(res.Sources)-res.Floor]
+			for _, v := range ruled {
+				require.GreaterOrEqual(t, res.Scores[v], res.Threshold, "every source the rule names at or over the cut")
+			}
+			for _, v := range res.Sources[len(ruled):] {
+				require.LessOrEqual(t, res.Scores[v], res.Threshold, "the floor's after it")
+			}
 			for _, v := range res.Sources {
-				require.GreaterOrEqual(t, res.Scores[v], res.Threshold, "every source at or over the cut")
-				require.Positive(t, res.Probability[v], "source %d", v)
+				require.Equal(t, 1.0, res.Probability[v], "source %d: every restart's set holds it", v)
 			}
 		})
 	}
 }
 
-// A count after the lone nodes names the outbreak's likeliest source
-// too, where a count they fill named them alone (an audit's graph: two
-// isolated infected nodes and a count of 2 left a 151-node outbreak's
-// source out).
-func TestSolveCountsAfterTheLoneNodes(t *testing.T) {
+// Every infected component holds a source where nothing recovers and
+// every infection is observed, so the set names the first-ranked node of
+// each: an audit's graph had two isolated infected nodes fill a count of
+// 2 and a 151-node outbreak beside them with no node named.
+func TestSolveNamesEveryInfectedComponent(t *testing.T) {
 	b := testBundle(t) // a ring of 12
+	b.Manifest.Ranking = InfectedFirst
 	b.Manifest.LoneInfectedFirst = true
 	b.Manifest.Metrics = map[string]float64{LoneSourceRateMetric: 1}
 	b.Manifest.Threshold = 0.4
@@ -285,24 +246,40 @@ func TestSolveCountsAfterTheLoneNodes(t *testing.T) {
 		y[v] = 1
 	}
 	for _, tc := range []struct {
-		rule SourceRule
-		want int
+		name    string
+		rule    SourceRule
+		floor   bool
+		want    int
+		floored int
 	}{
-		{SourceRule{Count: 2}, 2},
-		{SourceRule{Count: 2, AfterLone: true}, 4},
+		{"count filled by the lone nodes", SourceRule{Count: 2}, true, 3, 1},
+		{"threshold over every score", SourceRule{}, true, 3, 3},
+		{"no floor", SourceRule{Count: 2}, false, 2, 0},
 	} {
-		b.Manifest.SourceRule = tc.rule
-		read, err := readBytes(encodeBundle(t, b))
-		require.NoError(t, err)
-		require.Equal(t, tc.rule, read.Manifest.SourceRule, "through a write and a read")
-		res, err := Solve(t.Context(), read, f, y, DefaultOptions())
-		require.NoError(t, err)
-		require.Len(t, res.Sources, tc.want, "%s", tc.rule)
-		require.ElementsMatch(t, []int{0, 3}, res.Sources[:2], "the lone nodes first")
-		for _, v := range res.Sources[2:] {
-			require.Contains(t, []int{6, 7, 8}, v, "then the outbreak's")
-			require.Positive(t, res.Probability[v], "source %d", v)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			b.Manifest.SourceRule = tc.rule
+			if tc.rule.IsThreshold() {
+				b.Manifest.Threshold = 1.5 // over every score
+			}
+			b.Manifest.Metrics[LoneSourceRateMetric] = 0.5
+			if tc.floor {
+				b.Manifest.Metrics[LoneSourceRateMetric] = 1
+			}
+			res, err := Solve(t.Context(), b, f, y, DefaultOptions())
+			require.NoError(t, err)
+			require.Len(t, res.Sources, tc.want)
+			require.Equal(t, tc.floored, res.Floor)
+			require.ElementsMatch(t, []int{0, 3}, res.Sources[:2], "the lone nodes first")
+			if tc.floor {
+				out := res.Sources[2]
+				require.Contains(t, []int{6, 7, 8}, out, "then the outbreak's first-ranked node")
+				for _, v := range []int{6, 7, 8} {
+					require.LessOrEqual(t, res.Scores[v], res.Scores[out])
+				}
+				require.Less(t, res.Scores[out], res.Threshold, "below the rule's cut")
+				require.Positive(t, res.Probability[out], "a restart's set names its component's first node")
+			}
+		})
 	}
 }
 
@@ -318,7 +295,7 @@ func TestLoneSourceRate(t *testing.T) {
 	require.InDelta(t, 2.0/3, rate, 1e-12)
 }
 
-// Where a count (or the lone nodes' floor) cut the set, a restart votes
+// Where a count (or the floor of proven sources) cut the set, a restart votes
 // for a node whose x, reranked, reaches the mean x of the set's last
 // node, reranked: not at its own K-th, not at the mean's K-th score with
 // its tie-break, and a node no restart moved off 0 gets no vote.
@@ -377,7 +354,7 @@ func TestRestartVotesUnderACount(t *testing.T) {
 			tc.rr.apply(res.Scores, nil)
 			_, n := tc.x.Dims()
 			cut := sourceCut{rule: SourceRule{Count: tc.count}, infected: n}
-			sources, threshold := cut.apply(res.Scores)
+			sources, _, threshold := cut.apply(res.Scores)
 			if tc.sources != nil {
 				require.Equal(t, tc.sources, sources)
 			}

@@ -214,7 +214,7 @@ type Result struct {
 	// source when each restart's own final x is reranked as Scores are
 	// and cut at the source set's cut: the fraction with x_v >= delta
 	// (each restart tie-broken by its own gradient) under the plain
-	// threshold rule, and under a count rule (or the lone nodes' floor)
+	// threshold rule, and under a count rule (or the floor of proven sources)
 	// the fraction whose x, reranked, reaches the
 	// mean x of the K-th source, reranked (voteAt: a source with a mean x
 	// above 0 has at least one restart's vote). (Solve's internal
@@ -227,8 +227,14 @@ type Result struct {
 	Predicted []float64
 	// Sources are the suspected sources, highest score first: the nodes
 	// with Scores >= Threshold under the threshold rule, the first K of
-	// the ranking under a count rule (see SourceRule).
+	// the ranking under a count rule (see SourceRule), then the Floor
+	// nodes the observation proves or demands (see
+	// Manifest.NamesInfectedComponents), at or below Threshold.
 	Sources []int
+	// Floor is how many of the last Sources the floor added: lone
+	// infected nodes, and the first-ranked node of each infected
+	// component the cut left without one.
+	Floor int
 	// Threshold is the cut of the scores: delta under the threshold rule,
 	// the K-th highest score under a count rule (see SourceRule), where a
 	// node tied with it may rank after the K-th and stay out.
@@ -408,12 +414,18 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	// An explicit threshold overrides the bundle's rule, whichever it is.
 	if opts.Threshold == 0 {
 		cut.rule = b.Manifest.SourceRule
-		if rr.lone != nil && b.Manifest.LoneSourcesProven() {
-			cut.atLeast = countTrue(rr.lone)
+		if b.Manifest.NamesInfectedComponents() {
+			cut.floor = &sourceFloor{
+				lone:       LoneInfected(b.Graph, y, nil),
+				components: InfectedComponents(b.Graph, y, nil),
+			}
 		}
 	}
-	res.Sources, res.Threshold = cut.apply(res.Scores)
-	vote := voteAt(cut, res.Threshold, res.Sources, res.Mean, rr, res.Predicted)
+	var ruled int
+	res.Sources, ruled, res.Threshold = cut.apply(res.Scores)
+	res.Floor = len(res.Sources) - ruled
+	vote := voteAt(cut, res.Threshold, res.Sources[:ruled], res.Mean, rr, res.Predicted)
+	vote.floor = cut.floor
 	res.Probability = namedFraction(res.final, res.finalGrad, rr, vote, res.Predicted)
 	return res, nil
 }
@@ -458,7 +470,7 @@ func (rr reranking) apply(scores, predicted []float64) {
 // restart's own gradient, as Result.Scores over one restart), the
 // fraction with x_v at delta or over (up to the tie-break's 0.001), with
 // a lift or a calibration at delta or over once reranked; where a node's
-// score cut the set (a count, or the lone nodes' floor), the fraction
+// score cut the set (a count, or the floor of proven sources), the fraction
 // whose x, reranked without the tie-break, reaches the mean x of the
 // set's last node, reranked the same way (see voteAt).
 func namedFraction(x, grad *mat.Dense, rr reranking, vote restartVote, predicted []float64) []float64 {
@@ -466,6 +478,7 @@ func namedFraction(x, grad *mat.Dense, rr reranking, vote restartVote, predicted
 	frac := make([]float64, n)
 	scores := make([]float64, n)
 	pull := make([]float64, n)
+	var named []int
 	for i := 0; i < r; i++ {
 		row := x.RawRowView(i)
 		if vote.tieBreak {
@@ -480,10 +493,17 @@ func namedFraction(x, grad *mat.Dense, rr reranking, vote restartVote, predicted
 			copy(scores, row)
 		}
 		rr.apply(scores, predicted)
+		named = named[:0]
 		for v, s := range scores {
 			if s > vote.at || (s == vote.at && !vote.strict) {
-				frac[v] += 1 / float64(r)
+				named = append(named, v)
 			}
+		}
+		if vote.floor != nil {
+			named = vote.floor.extendBest(named, scores)
+		}
+		for _, v := range named {
+			frac[v] += 1 / float64(r)
 		}
 	}
 	return frac
@@ -495,13 +515,16 @@ type restartVote struct {
 	// tieBreak is whether the restart's scores carry its gradient's
 	// tie-break; strict, whether a score must exceed at, not reach it.
 	tieBreak, strict bool
+	// floor, when set, adds to each restart's vote what it adds to the
+	// source set, by the restart's own scores.
+	floor *sourceFloor
 }
 
 // voteAt is the cut of each restart's vote for the source set sources
 // (highest score first) that cut, given the threshold it returned, made
 // from the restarts' mean x: delta, with each restart's own tie-break,
 // under the threshold rule; where a node's score cut the set (a count,
-// or the lone nodes' floor), the mean x of the set's last node, reranked
+// or the floor of proven sources), the mean x of the set's last node, reranked
 // by rr, against each restart's x reranked the same way, neither with a
 // tie-break. Not the last node's score: it carries the mean gradient's
 // tie-break, which no one restart need reach (a source at the clamp's 1

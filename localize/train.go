@@ -334,13 +334,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	if len(grid) == 0 {
 		grid = []int{solve.OptSteps}
 	}
-	// Where the training snapshots prove every lone infected node a
-	// source, a bundle that lifts them names them all, and a count rule
-	// counts after them (SourceRule.AfterLone): validation must choose
-	// the count that way too.
-	loneRate, loneSeen := LoneSourceRate(g, train)
-	loneProven := loneSeen && loneRate == 1
-	on, err := validate(ctx, g, b, fm, val[:limit], grid, solve, cfg, loneProven, "threshold", progress)
+	on, err := validate(ctx, g, b, fm, val[:limit], grid, solve, cfg, "threshold", progress)
 	if err != nil {
 		return nil, err
 	}
@@ -348,7 +342,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	if cfg.ChoosePrior && (solve.Variant == Full || solve.Variant == DataInit) {
 		without := solve
 		without.Variant = NoPrior
-		off, err := validate(ctx, g, b, fm, val[:limit], grid, without, cfg, loneProven, "threshold without the prior", progress)
+		off, err := validate(ctx, g, b, fm, val[:limit], grid, without, cfg, "threshold without the prior", progress)
 		if err != nil {
 			return nil, err
 		}
@@ -370,8 +364,8 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
 	lo, hi := InfectedFractionRange(train, g.N())
 	metrics[TrainInfectedMinMetric], metrics[TrainInfectedMaxMetric] = lo, hi
-	if loneSeen {
-		metrics[LoneSourceRateMetric] = loneRate
+	if rate, ok := LoneSourceRate(g, train); ok {
+		metrics[LoneSourceRateMetric] = rate
 	}
 	return b, nil
 }
@@ -410,15 +404,21 @@ func LoneSourceRate(g *graph.Graph, pairs []forward.Pair) (float64, bool) {
 	return float64(sources) / float64(total), true
 }
 
-// LoneSourcesProven reports whether every lone infected node of the
-// training snapshots was a source (LoneSourceRateMetric is 1) and the
-// bundle ranks the lone nodes first: its source set then holds every lone
-// node of an observation, whatever its threshold or count would cut. A
-// count chosen on snapshots of 20-50% infected names one suspect for
-// three infected nodes far apart, two of them certainly sources.
-func (m *Manifest) LoneSourcesProven() bool {
+// NamesInfectedComponents reports whether every lone infected node of the
+// training snapshots was a source (LoneSourceRateMetric is 1: nothing
+// recovers and every infection is observed) and the bundle ranks the
+// infected first (any Ranking but RankByScore, which `train --ranking
+// score` keeps for observations that may miss an infection). Its source
+// set then holds, whatever its threshold or count would cut, every lone
+// infected node of an observation and the highest-ranked node of every
+// infected component (InfectedComponents), each of which holds a source.
+// A count chosen on snapshots of 20-50% infected named one suspect for
+// three infected nodes far apart, two of them certainly sources; and on a
+// graph with isolated nodes, two of them infected filled a count of 2
+// while a 151-node outbreak beside them had no node named.
+func (m *Manifest) NamesInfectedComponents() bool {
 	r, ok := m.Metrics[LoneSourceRateMetric]
-	return ok && r == 1 && m.LoneInfectedFirst
+	return ok && r == 1 && m.Ranking != RankByScore
 }
 
 // TrainInfectedMinMetric and TrainInfectedMaxMetric name the manifest
@@ -990,15 +990,10 @@ type validation struct {
 }
 
 // validate solves the validation cascades val with solve (b's manifest
-// holds no choice yet) and makes the choices of steps 5-7 on them;
-// loneProven is whether the training snapshots proved every lone infected
-// node a source (see Manifest.LoneSourcesProven).
-func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, val []forward.Pair, grid []int, solve Options, cfg TrainConfig, loneProven bool, stage string, progress func(TrainProgress)) (validation, error) {
+// holds no choice yet) and makes the choices of steps 5-7 on them.
+func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, val []forward.Pair, grid []int, solve Options, cfg TrainConfig, stage string, progress func(TrainProgress)) (validation, error) {
 	v := validation{metrics: make(map[string]float64)}
 	n, limit := g.N(), len(val)
-	// loneCounts are the validation cascades' lone infected nodes, where
-	// the set names them whatever the count (nil: it does not).
-	var loneCounts []int
 	scores := make([][][]float64, len(grid))    // [grid][cascade]
 	predicted := make([][][]float64, len(grid)) // f(xbar) at each, for the ranking
 	for gi := range scores {
@@ -1082,17 +1077,11 @@ func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, 
 		if lift {
 			v.lone = true
 			var lone []bool
-			if loneProven {
-				loneCounts = make([]int, limit)
-			}
 			for i := 0; i < limit; i++ {
 				observe(y, val[i].Infected)
 				lone = LoneInfected(g, y, lone)
 				for gi := range grid {
 					liftLone(scores[gi][i], lone)
-				}
-				if loneCounts != nil {
-					loneCounts[i] = countTrue(lone)
 				}
 			}
 		}
@@ -1119,7 +1108,7 @@ func validate(ctx context.Context, g *graph.Graph, b *Bundle, fm forward.Model, 
 	v.metrics["val_f1"] = mean(perCascade[best])
 	if !cfg.ThresholdOnly {
 		v.metrics[ThresholdF1Metric] = v.metrics["val_f1"]
-		rule, f1 := ChooseSourceRule(scores[best], val, loneCounts)
+		rule, f1 := ChooseSourceRule(scores[best], val)
 		if keepCountRule(mean(f1), v.metrics["val_f1"]) {
 			v.rule = rule
 			v.metrics["val_f1"] = mean(f1)

@@ -158,25 +158,7 @@ func TestTrainChoosesOptSteps(t *testing.T) {
 	require.InDelta(t, bestF1, f1, 1e-12)
 	// and the source rule is the count rule's best on those solves when
 	// that beats the threshold, else the threshold.
-	// A bundle that names every lone infected node counts after them.
-	var lone []int
-	if b.Manifest.LoneSourcesProven() {
-		for i := range scores {
-			clear(y)
-			for _, v := range pairs[30+i].Infected {
-				y[v] = 1
-			}
-			n := 0
-			for _, l := range localize.LoneInfected(g, y, nil) {
-				if l {
-					n++
-				}
-			}
-			lone = append(lone, n)
-		}
-	}
-	rule, ruleF1 := localize.ChooseSourceRule(scores, pairs[30:36], lone)
-	require.Equal(t, lone != nil, rule.AfterLone)
+	rule, ruleF1 := localize.ChooseSourceRule(scores, pairs[30:36])
 	if mean(ruleF1) > bestF1+1e-12 {
 		require.Equal(t, rule, b.Manifest.SourceRule)
 		require.InDelta(t, mean(ruleF1), b.Manifest.Metrics["val_f1"], 1e-12)
@@ -422,10 +404,8 @@ func TestAnswerNote(t *testing.T) {
 	require.Contains(t, m.AnswerNote(1, 1, localize.SourceRule{Fraction: 0.5}), "names 1 and 1 is infected", "a fraction rule's K")
 	require.NotContains(t, m.AnswerNote(2, 1, localize.SourceRule{Fraction: 0.5}), "named a source")
 	require.NotContains(t, m.AnswerNote(100, 7, count), "named a source", "every node infected is said otherwise")
-	// After two lone nodes of 8 infected, a count of 7 names the 6 others too.
-	after := localize.SourceRule{Count: 7, AfterLone: true}
-	require.Contains(t, m.AnswerNote(8, 8, after), "count rule (the lone infected nodes, then the 7 highest scores of the rest) names 8 and 8 are infected")
-	require.NotContains(t, m.AnswerNote(9, 8, after), "named a source")
+	// A floor can name more than the rule's count: every infected node.
+	require.Contains(t, m.AnswerNote(8, 8, localize.SourceRule{Count: 2}), "count rule (the 2 highest scores) names 8 and 8 are infected")
 }
 
 // Under SI and IC every lone infected node of a snapshot is a source;

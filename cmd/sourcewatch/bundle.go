@@ -333,8 +333,8 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 		if m.Calibration != nil {
 			verdict = "calibrated with the rest"
 		}
-		if m.LoneSourcesProven() {
-			detail += "; every one a source in the training snapshots, so every one is named"
+		if m.NamesInfectedComponents() {
+			detail += "; every one a source in the training snapshots, so every one is named, and the first-ranked node of every infected component"
 		}
 		fmt.Fprintf(w, "lone nodes  %s (%s)\n", verdict, detail)
 	}

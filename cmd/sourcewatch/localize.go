@@ -88,11 +88,17 @@ type localizeOutput struct {
 	// LoneInfectedFirst is set when the bundle ranks the lone infected
 	// nodes (infected, no infected in-neighbour) above every other one.
 	LoneInfectedFirst bool `json:"lone_infected_first,omitempty"`
-	// LoneInfectedNamed is set when every lone infected node is named a
-	// source whatever the threshold or count cut (the bundle's training
-	// snapshots proved each one a source; see
-	// localize.Manifest.LoneSourcesProven).
+	// LoneInfectedNamed and ComponentsNamed are set when every lone
+	// infected node, and the first-ranked node of every infected
+	// component, is named a source whatever the threshold or count cut
+	// (the bundle's training snapshots proved each lone node a source; see
+	// localize.Manifest.NamesInfectedComponents). They are the same; the
+	// first is kept for readers of the builds before the second.
 	LoneInfectedNamed bool `json:"lone_infected_named,omitempty"`
+	ComponentsNamed   bool `json:"infected_components_named,omitempty"`
+	// FloorNamed is how many of the last Sources are named by that and
+	// not by the cut: they score at or below Threshold.
+	FloorNamed int `json:"floor_named,omitempty"`
 	// Calibrated is set when the bundle's scores of the infected nodes are
 	// calibrated by infected component size (see localize.Calibration).
 	Calibrated bool `json:"calibrated,omitempty"`
@@ -206,7 +212,9 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 			Observation: i + 1, ID: obs[i].ID, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
 			SourceRule: sourceRuleUsed(b, opts), Ranking: b.Manifest.Ranking, LoneInfectedFirst: b.Manifest.LoneInfectedFirst,
 			Calibrated:        b.Manifest.Calibration != nil,
-			LoneInfectedNamed: opts.Threshold == 0 && b.Manifest.LoneSourcesProven(),
+			LoneInfectedNamed: opts.Threshold == 0 && b.Manifest.NamesInfectedComponents(),
+			ComponentsNamed:   opts.Threshold == 0 && b.Manifest.NamesInfectedComponents(),
+			FloorNamed:        res.Floor,
 			Timing:            res.Timing, Forward: b.Manifest.Forward,
 			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
 			OutsideTraining: b.Manifest.OutsideTraining(len(idx)),
@@ -233,10 +241,11 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 // tiedWithLast returns the nodes outside res.Sources whose score equals
 // the last source's, by node order.
 func tiedWithLast(res *localize.Result) []int {
-	if len(res.Sources) == 0 {
+	cut := res.Sources[:len(res.Sources)-res.Floor]
+	if len(cut) == 0 {
 		return nil
 	}
-	last := res.Scores[res.Sources[len(res.Sources)-1]]
+	last := res.Scores[cut[len(cut)-1]]
 	in := make(map[int]bool, len(res.Sources))
 	for _, v := range res.Sources {
 		in[v] = true
@@ -294,11 +303,11 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	if o.Ranking != localize.RankByScore {
 		cut += "; " + string(o.Ranking)
 	}
-	switch {
-	case o.LoneInfectedNamed:
-		cut += "; lone infected first, every one named"
-	case o.LoneInfectedFirst:
+	if o.LoneInfectedFirst {
 		cut += "; lone infected first"
+	}
+	if o.ComponentsNamed {
+		cut += "; every lone infected node and infected component named"
 	}
 	if o.Calibrated {
 		cut += "; calibrated by component size"
@@ -329,6 +338,14 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 		// (Chinese, Japanese) leaves the columns after it in line.
 		node := s.Node + strings.Repeat(" ", max(col-alerts.TextWidth(s.Node), 0))
 		fmt.Fprintf(w, "%5d  %s %7.4f %12.3f\n", i+1, node, score, s.Probability)
+	}
+	if n := o.FloorNamed; n > 0 && len(o.Sources) > 0 {
+		first := len(o.Sources) - n + 1
+		ranks := fmt.Sprintf("ranks %d-%d are", first, len(o.Sources))
+		if n == 1 {
+			ranks = fmt.Sprintf("rank %d is", first)
+		}
+		fmt.Fprintf(w, "%s named below the cut: a lone infected node is a source, and every infected component holds one\n", ranks)
 	}
 	if len(o.Tied) > 0 {
 		names := make([]string, len(o.Tied))

@@ -24,6 +24,29 @@ func TestPrintedScoresBelowOneStayBelowOne(t *testing.T) {
 	require.Contains(t, out.String(), "b                 1.0000        1.000")
 }
 
+// Nodes the floor names below the cut are said to be, with the bundle's
+// floor on the summary line.
+func TestPrintedFloorNodes(t *testing.T) {
+	src := []rankedSource{{Node: "a", Score: 0.9, Probability: 1}, {Node: "b", Score: 0.2, Probability: 0.5}, {Node: "c", Score: 0.1, Probability: 0.25}}
+	for _, tc := range []struct {
+		floor int
+		want  string
+	}{
+		{0, ""},
+		{1, "rank 3 is named below the cut: a lone infected node is a source, and every infected component holds one\n"},
+		{2, "ranks 2-3 are named below the cut: a lone infected node is a source, and every infected component holds one\n"},
+	} {
+		var out bytes.Buffer
+		printLocalized(&out, localizeOutput{Infected: 5, Threshold: 0.5, ComponentsNamed: true, FloorNamed: tc.floor, Sources: src}, false)
+		require.Contains(t, out.String(), "; every lone infected node and infected component named; 3 suspected source(s)")
+		if tc.want == "" {
+			require.NotContains(t, out.String(), "below the cut")
+		} else {
+			require.Contains(t, out.String(), tc.want)
+		}
+	}
+}
+
 // localize's table pads node ids by terminal columns: with ids in Chinese
 // (two columns a character) beside ASCII ones, the score column starts at
 // the same column on every row. %-16s counted runes and pushed the wide

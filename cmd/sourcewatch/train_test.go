@@ -137,7 +137,7 @@ func TestTrainSourceRule(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	require.Equal(t, "the 2 highest scores", got.SourceRule)
 	require.GreaterOrEqual(t, len(got.Sources), 2)
-	for _, s := range got.Sources {
+	for _, s := range got.Sources[:len(got.Sources)-got.FloorNamed] {
 		require.GreaterOrEqual(t, s.Score, got.Threshold)
 	}
 	out, _, err = runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--threshold", "0.5", "--log-level", "warn")
@@ -200,8 +200,8 @@ func TestTrainRanking(t *testing.T) {
 		verdict = "first"
 	}
 	proven := ""
-	if b.Manifest.LoneSourcesProven() {
-		proven = "; every one a source in the training snapshots, so every one is named"
+	if b.Manifest.NamesInfectedComponents() {
+		proven = "; every one a source in the training snapshots, so every one is named, and the first-ranked node of every infected component"
 	}
 	require.Contains(t, inspect, fmt.Sprintf("lone nodes  %s (infected, no infected in-neighbour; validation ROC-AUC first: %.3f%s)\n", verdict, lone, proven))
 	if ok {
@@ -368,8 +368,12 @@ func TestTrainThenLocalize(t *testing.T) {
 		require.Equal(t, i+1, got.Observation)
 		require.Equal(t, b.Manifest.ID, got.Bundle)
 		require.NotEmpty(t, got.Top)
-		for _, s := range got.Sources {
+		cut := got.Sources[:len(got.Sources)-got.FloorNamed]
+		for _, s := range cut {
 			require.GreaterOrEqual(t, s.Score, got.Threshold)
+		}
+		for _, s := range got.Sources[len(cut):] {
+			require.LessOrEqual(t, s.Score, got.Threshold, "the floor's below the cut")
 		}
 	}
 
