@@ -49,6 +49,10 @@ type Report struct {
 	// Failed lists the methods that failed (Run returned
 	// ErrMethodFailed), left out of Results.
 	Failed []FailedMethod `json:"failed,omitempty"`
+	// Notes say what the rows mean where a reader could misread them
+	// (see Note); absent when there is nothing to say, so a reader of
+	// an older report finds it as it was.
+	Notes []Note `json:"notes,omitempty"`
 }
 
 // FailedMethod is a method that failed, the first run it failed in, and
@@ -289,7 +293,8 @@ type Partial struct {
 // method, each cell "mean ± sd" over test cascades (fit time: over runs);
 // controls are marked with "*". "empty" counts test cascades where the
 // method named no source.
-// An interrupted report says so under its heading.
+// An interrupted report says so under its heading. The notes (see Note)
+// follow the paired comparisons.
 func (r *Report) WriteTable(w io.Writer) error {
 	s := r.Settings
 	name := r.Graph
@@ -416,6 +421,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 			fmt.Fprintf(&b, "%s - %s: F1 %s, AUC %s (95%% CI, paired over %s)%s\n",
 				res.Method, v.Reference, v.F1.String(), v.AUC.String(), over, verdict)
 		}
+	}
+	for _, n := range r.notes() {
+		b.WriteString(n.Text + "\n")
 	}
 	for _, res := range r.Results {
 		if res.AUC.Undefined > 0 {

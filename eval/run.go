@@ -520,6 +520,7 @@ func finishReport(g *graph.Graph, cfg Config, o runOptions, redrawn int, results
 		floor, atCount := Summarize(floors).Mean, Summarize(countFloors).Mean
 		rep.ForwardFloorMSE, rep.ForwardFloorAtCountMSE = &floor, &atCount
 	}
+	rep.Notes = rep.notes()
 	return rep
 }
 
