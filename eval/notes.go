@@ -2,6 +2,8 @@ package eval
 
 import (
 	"fmt"
+	"math"
+	"strings"
 )
 
 // Note is a remark on reading a report that its table leaves to the
@@ -9,10 +11,13 @@ import (
 // and the JSON holds them as "notes" (absent when there are none), so a
 // report read by a program says the same as the one read on a terminal.
 type Note struct {
-	// Kind says what the note is about: NoteEmptyPredictions.
+	// Kind says what the note is about: NoteEmptyPredictions or
+	// NoteBeatsSLVAE.
 	Kind string `json:"kind"`
 	// Method is the row the note is about.
 	Method string `json:"method"`
+	// Versus is, for NoteBeatsSLVAE, the SL-VAE row Method beats.
+	Versus string `json:"versus,omitempty"`
 	// Text is the note as the table prints it.
 	Text string `json:"text"`
 }
@@ -22,6 +27,9 @@ const (
 	// NoteEmptyPredictions: the method named no source on at least
 	// EmptyNoteShare of the test cascades.
 	NoteEmptyPredictions = "empty_predictions"
+	// NoteBeatsSLVAE: the method, a baseline or a control, has a higher
+	// mean ROC-AUC or F1 than slvae (or an slvae[plugin] row).
+	NoteBeatsSLVAE = "beats_slvae"
 )
 
 // EmptyNoteShare is the share of test cascades on which a method named no
@@ -40,7 +48,8 @@ const EmptyNoteShare = 0.2
 // Report built or decoded elsewhere (a library user's, one read back from
 // an older JSON file) is printed with them too.
 func (r *Report) notes() []Note {
-	var out []Note
+	// What beats SL-VAE first: the most important thing to say.
+	out := r.beatsSLVAENotes()
 	for _, res := range r.Results {
 		if n, ok := emptyNote(res); ok {
 			out = append(out, n)
@@ -71,4 +80,125 @@ func emptyNote(res Result) (Note, bool) {
 	}
 	text += "; its AUC ranks every node whatever the set, and is unaffected"
 	return Note{Kind: NoteEmptyPredictions, Method: res.Method, Text: text}, true
+}
+
+// beatsSLVAENotes name the methods that beat SL-VAE on the mean ROC-AUC
+// or F1, and by how much: on a graph the project was not tuned on, a
+// baseline or a control can, and the table leaves a reader to find that
+// by comparing columns. The SL-VAE rows are slvae's, under its own name or
+// a plugin's ("slvae[gat]"); the rows compared with them are every other
+// method run but SL-VAE's own (its schedules, ablations and plugins are
+// compared with it by design), the controls first: a control beating
+// SL-VAE says it does not localize here at all, the most important thing
+// a report can say. A lead that rounds to 0.000 is a tie, not a lead.
+// Where the report holds a paired interval of the two (one of them was
+// --paired-with), the note says whether 0 lies within it; it builds no
+// statistics of its own.
+func (r *Report) beatsSLVAENotes() []Note {
+	var slvae, controls, others []Result
+	for _, res := range r.Results {
+		switch {
+		case res.Method == "slvae" || strings.HasPrefix(res.Method, "slvae["):
+			slvae = append(slvae, res)
+		case hasForwardModel(res.Method):
+		case res.Control:
+			controls = append(controls, res)
+		default:
+			others = append(others, res)
+		}
+	}
+	rivals := append(controls, others...)
+	var out []Note
+	for _, s := range slvae {
+		for _, c := range rivals {
+			if n, ok := beatsNote(s, c); ok {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// beatsNote is the note that rival c beats SL-VAE row s, if it does.
+func beatsNote(s, c Result) (Note, bool) {
+	type metric struct {
+		name     string
+		of       func(Result) Stat
+		diff     func(Paired) Difference
+		choiceOf string
+	}
+	metrics := []metric{
+		{"ROC-AUC", func(r Result) Stat { return r.AUC }, func(p Paired) Difference { return p.AUC }, "a ranking of suspects"},
+		{"F1", func(r Result) Stat { return r.F1 }, func(p Paired) Difference { return p.F1 }, "a set of suspects"},
+	}
+	var parts, won []string
+	paired := false
+	for _, m := range metrics {
+		cs, ss := m.of(c), m.of(s)
+		lead := cs.Mean - ss.Mean
+		// Below 0.0005 the lead prints as +0.000: a tie (as the paired
+		// lines' verdict reads it).
+		if cs.N == 0 || ss.N == 0 || math.IsNaN(lead) || lead < 0.0005 {
+			continue
+		}
+		// Three decimals, as the table; four where three print the two
+		// means alike.
+		prec := 3
+		if fmt.Sprintf("%.3f", cs.Mean) == fmt.Sprintf("%.3f", ss.Mean) {
+			prec = 4
+		}
+		part := fmt.Sprintf("%s %.*f vs %.*f (+%.*f", m.name, prec, cs.Mean, prec, ss.Mean, prec, lead)
+		d, ok := pairedOf(s, c, m.diff)
+		paired = paired || ok
+		switch {
+		case !ok || d.N == 0 || math.IsNaN(d.Mean):
+			// no interval, or no cascade defined the difference
+		case d.N < 2 || math.IsNaN(d.CI95):
+			part += "; paired " + d.String()
+		case d.Mean-d.CI95 <= 0 && 0 <= d.Mean+d.CI95:
+			part += "; paired " + d.String() + ", 0 within its 95% interval: it may be noise"
+		case d.Mean > 0:
+			part += "; paired " + d.String() + ", its 95% interval clear of 0"
+		default:
+			// the cascades' pairing reverses the means' order (recorded
+			// cascades, each counted once): the interval speaks for itself
+			part += "; paired " + d.String()
+		}
+		parts = append(parts, part+")")
+		won = append(won, m.choiceOf)
+	}
+	if len(parts) == 0 {
+		return Note{}, false
+	}
+	what := "choice"
+	if len(won) == 1 {
+		what = "choice for " + won[0]
+	}
+	lead := strings.Join(parts, ", ")
+	if !paired {
+		lead += fmt.Sprintf(", no paired interval (--paired-with %s gives one)", c.Method)
+	}
+	var text string
+	if c.Control {
+		text = fmt.Sprintf("%s, a control, beats %s here: %s; %s does no better than a reference point on this graph and setting, where %s is the better %s",
+			c.Method, s.Method, lead, s.Method, c.Method, what)
+	} else {
+		text = fmt.Sprintf("%s beats %s here: %s; on this graph and setting %s is the better %s",
+			c.Method, s.Method, lead, c.Method, what)
+	}
+	return Note{Kind: NoteBeatsSLVAE, Method: c.Method, Versus: s.Method, Text: text}, true
+}
+
+// pairedOf is the paired difference c - s of one metric where the report
+// holds one: c's own comparison with s, or s's with c turned round.
+func pairedOf(s, c Result, diff func(Paired) Difference) (Difference, bool) {
+	switch {
+	case c.Paired != nil && c.Paired.Reference == s.Method:
+		return diff(*c.Paired), true
+	case s.Paired != nil && s.Paired.Reference == c.Method:
+		d := diff(*s.Paired)
+		d.Mean = -d.Mean
+		return d, true
+	}
+	return Difference{}, false
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -106,4 +108,94 @@ func TestRunStoresNotes(t *testing.T) {
 	var keys map[string]json.RawMessage
 	require.NoError(t, json.Unmarshal(buf.Bytes(), &keys))
 	require.NotContains(t, keys, "notes")
+}
+
+// A baseline or a control with a better mean ROC-AUC or F1 than SL-VAE
+// is named, with the lead and, where the report pairs the two, whether 0
+// lies within the 95% interval; SL-VAE's own variants, ties and methods
+// that did not run are not.
+func TestBeatsSLVAENote(t *testing.T) {
+	auc := func(m float64) Stat { return Stat{Mean: m, N: 60} }
+	f1 := auc
+	for _, tt := range []struct {
+		name    string
+		results []Result
+		want    []Note
+	}{
+		{"slvae ahead", []Result{
+			{Method: "slvae", AUC: auc(0.9), F1: f1(0.5)},
+			{Method: "lpsi", AUC: auc(0.85), F1: f1(0.4)},
+			{Method: "infected", Control: true, AUC: auc(0.8), F1: f1(0.3)},
+		}, nil},
+		{"a baseline ranks better, unpaired", []Result{
+			{Method: "slvae", AUC: auc(0.877), F1: f1(0.445), Paired: &Paired{Reference: "infected"}},
+			{Method: "lpsi", AUC: auc(0.9), F1: f1(0.4)},
+		}, []Note{{Kind: NoteBeatsSLVAE, Method: "lpsi", Versus: "slvae",
+			Text: "lpsi beats slvae here: ROC-AUC 0.900 vs 0.877 (+0.023), no paired interval (--paired-with lpsi gives one); " +
+				"on this graph and setting lpsi is the better choice for a ranking of suspects"}}},
+		{"a control beats it on both, paired by default", []Result{
+			{Method: "slvae", AUC: auc(0.86), F1: f1(0.40), Paired: &Paired{Reference: "infected",
+				AUC: Difference{Mean: -0.02, CI95: 0.01, N: 60}, F1: Difference{Mean: -0.01, CI95: 0.03, N: 60}}},
+			{Method: "local-mlp", AUC: auc(0.84), F1: f1(0.30)},
+			{Method: "infected", Control: true, AUC: auc(0.88), F1: f1(0.41)},
+		}, []Note{{Kind: NoteBeatsSLVAE, Method: "infected", Versus: "slvae",
+			Text: "infected, a control, beats slvae here: ROC-AUC 0.880 vs 0.860 (+0.020; paired +0.020 ± 0.010, its 95% interval clear of 0), " +
+				"F1 0.410 vs 0.400 (+0.010; paired +0.010 ± 0.030, 0 within its 95% interval: it may be noise); " +
+				"slvae does no better than a reference point on this graph and setting, where infected is the better choice"}}},
+		{"paired with slvae, controls first", []Result{
+			{Method: "slvae", AUC: auc(0.877), F1: f1(0.445)},
+			{Method: "local-mlp", AUC: auc(0.885), F1: f1(0.446), Paired: &Paired{Reference: "slvae",
+				AUC: Difference{Mean: 0.008, CI95: 0.012, N: 20}, F1: Difference{Mean: 0.001, CI95: 0.02, N: 20}}},
+			{Method: "random", Control: true, AUC: auc(0.5), F1: f1(0.45)},
+		}, []Note{
+			{Kind: NoteBeatsSLVAE, Method: "random", Versus: "slvae",
+				Text: "random, a control, beats slvae here: F1 0.450 vs 0.445 (+0.005), no paired interval (--paired-with random gives one); " +
+					"slvae does no better than a reference point on this graph and setting, where random is the better choice for a set of suspects"},
+			{Kind: NoteBeatsSLVAE, Method: "local-mlp", Versus: "slvae",
+				Text: "local-mlp beats slvae here: ROC-AUC 0.885 vs 0.877 (+0.008; paired +0.008 ± 0.012, 0 within its 95% interval: it may be noise), " +
+					"F1 0.446 vs 0.445 (+0.001; paired +0.001 ± 0.020, 0 within its 95% interval: it may be noise); on this graph and setting local-mlp is the better choice"},
+		}},
+		{"a tie is not a lead", []Result{
+			{Method: "slvae", AUC: auc(0.8800), F1: f1(0.4)},
+			{Method: "lpsi", AUC: auc(0.8804), F1: f1(0.4)},
+		}, nil},
+		{"a tie at small values too", []Result{
+			{Method: "slvae", AUC: auc(0.9), F1: f1(0.0121)},
+			{Method: "lpsi", AUC: auc(0.8), F1: f1(0.0124)},
+		}, nil},
+		{"means alike at three decimals get four", []Result{
+			{Method: "slvae", AUC: auc(0.9), F1: f1(0.0118)},
+			{Method: "lpsi", AUC: auc(0.8), F1: f1(0.0124)},
+		}, []Note{{Kind: NoteBeatsSLVAE, Method: "lpsi", Versus: "slvae",
+			Text: "lpsi beats slvae here: F1 0.0124 vs 0.0118 (+0.0006), no paired interval (--paired-with lpsi gives one); " +
+				"on this graph and setting lpsi is the better choice for a set of suspects"}}},
+		{"SL-VAE's own variants are not rivals", []Result{
+			{Method: "slvae", AUC: auc(0.8), F1: f1(0.4)},
+			{Method: "slvae-paper", AUC: auc(0.9), F1: f1(0.5)},
+			{Method: "slvae-noprior", AUC: auc(0.9), F1: f1(0.5)},
+			{Method: "slvae[gat]", AUC: auc(0.9), F1: f1(0.5)},
+		}, nil},
+		{"no slvae row", []Result{
+			{Method: "slvae-a", AUC: auc(0.8), F1: f1(0.4)},
+			{Method: "lpsi", AUC: auc(0.9), F1: f1(0.5)},
+		}, nil},
+		{"each plugin's row, and an undefined AUC", []Result{
+			{Method: "slvae[deepis]", AUC: auc(0.9), F1: f1(0.3)},
+			{Method: "slvae[gat]", AUC: Stat{Mean: math.NaN(), Undefined: 60}, F1: f1(0.2)},
+			{Method: "jordan", AUC: auc(0.8), F1: f1(0.25)},
+		}, []Note{{Kind: NoteBeatsSLVAE, Method: "jordan", Versus: "slvae[gat]",
+			Text: "jordan beats slvae[gat] here: F1 0.250 vs 0.200 (+0.050), no paired interval (--paired-with jordan gives one); " +
+				"on this graph and setting jordan is the better choice for a set of suspects"}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			rep := &Report{Graph: "g", Settings: Settings{Runs: 1, Test: 60}, Results: tt.results}
+			require.Equal(t, tt.want, rep.notes())
+			var buf bytes.Buffer
+			require.NoError(t, rep.WriteTable(&buf))
+			require.Equal(t, len(tt.want), strings.Count(buf.String(), " beats slvae"))
+			for _, n := range tt.want {
+				require.Contains(t, buf.String(), "\n"+n.Text+"\n")
+			}
+		})
+	}
 }
