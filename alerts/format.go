@@ -8,9 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
-	"golang.org/x/text/width"
+	"github.com/sourcewatch/sourcewatch/internal/textwidth"
 )
 
 // Format writes a readable multi-line rendering of a: a headline with
@@ -63,7 +62,9 @@ func Format(w io.Writer, a Alert) error {
 			}
 			rows = append(rows, []string{strconv.Itoa(i + 1), s.Node, num(s.Score), fmt.Sprintf("%.3f", s.Probability), mark})
 		}
-		writeRightAligned(&buf, "      ", rows)
+		// Widths in terminal columns, so a node id in Chinese or Japanese
+		// keeps the columns after it in line, which text/tabwriter does not.
+		_ = textwidth.WriteRightAligned(&buf, "      ", rows)
 	}
 	// Right-aligned columns leave trailing blanks; drop them.
 	var out strings.Builder
@@ -77,50 +78,11 @@ func Format(w io.Writer, a Alert) error {
 	return nil
 }
 
-// writeRightAligned writes rows as a table of right-aligned columns two
-// spaces apart, each line starting with indent. Widths are in terminal
-// columns (TextWidth), not runes, so a node id in Chinese or Japanese
-// keeps the columns after it in line, which text/tabwriter does not.
-func writeRightAligned(buf *bytes.Buffer, indent string, rows [][]string) {
-	var widths []int
-	for _, r := range rows {
-		for j, c := range r {
-			if j == len(widths) {
-				widths = append(widths, 0)
-			}
-			widths[j] = max(widths[j], TextWidth(c))
-		}
-	}
-	for _, r := range rows {
-		buf.WriteString(indent)
-		for j, c := range r {
-			if j > 0 {
-				buf.WriteString("  ")
-			}
-			buf.WriteString(strings.Repeat(" ", widths[j]-TextWidth(c)))
-			buf.WriteString(c)
-		}
-		buf.WriteByte('\n')
-	}
-}
-
-// TextWidth is how many terminal columns s takes: two for an East Asian
-// wide or fullwidth character, none for a combining mark or a format
-// character (a zero-width joiner), one for any other. Tables of node ids
-// (alert sources, localize's ranking) pad by it.
-func TextWidth(s string) int {
-	n := 0
-	for _, r := range s {
-		switch k := width.LookupRune(r).Kind(); {
-		case unicode.Is(unicode.Mn, r), unicode.Is(unicode.Me, r), unicode.Is(unicode.Cf, r):
-		case k == width.EastAsianWide, k == width.EastAsianFullwidth:
-			n += 2
-		default:
-			n++
-		}
-	}
-	return n
-}
+// TextWidth is how many terminal columns s takes (textwidth.Width): two
+// for an East Asian wide or fullwidth character, none for a combining
+// mark or a format character (a zero-width joiner), one for any other.
+// Tables of node ids (alert sources, localize's ranking) pad by it.
+func TextWidth(s string) int { return textwidth.Width(s) }
 
 // num prints a score compactly whatever its scale.
 func num(x float64) string {

@@ -8,8 +8,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 
+	"github.com/sourcewatch/sourcewatch/internal/textwidth"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
 
@@ -364,8 +364,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&b, "FAILED in run %d, left out: %s\n", f.Run, f.Error)
 	}
 	b.WriteString("\n")
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "method\tprecision\trecall\tF1\tAUC\ttop-k\terror dist\tms/cascade\tfit s/run\tempty\t")
+	// Padded by terminal columns, not runes as text/tabwriter pads: a
+	// method named by a plugin in Chinese or Japanese (slvae[模型]) keeps
+	// the columns after it in line. Of ASCII text the table is what
+	// tabwriter wrote.
+	rows := [][]string{{"method", "precision", "recall", "F1", "AUC", "top-k", "error dist", "ms/cascade", "fit s/run", "empty"}}
 	controls := false
 	ran := map[string]bool{}
 	for _, res := range r.Results {
@@ -376,11 +379,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 			controls = true
 		}
 		ms := Stat{Mean: res.SecondsPerCascade.Mean * 1e3, SD: res.SecondsPerCascade.SD * 1e3, N: res.SecondsPerCascade.N}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t\n", label,
+		rows = append(rows, []string{label,
 			cell(res.Precision, 3), cell(res.Recall, 3), cell(res.F1, 3), cell(res.AUC, 3),
-			cell(res.TopK, 3), cell(res.ErrorDistance, 2), cell(ms, 2), cell(res.FitSeconds, 2), res.EmptyPredictions)
+			cell(res.TopK, 3), cell(res.ErrorDistance, 2), cell(ms, 2), cell(res.FitSeconds, 2), strconv.Itoa(res.EmptyPredictions)})
 	}
-	if err := tw.Flush(); err != nil {
+	if err := textwidth.WriteRightAligned(&b, "  ", rows); err != nil {
 		return err
 	}
 	if controls {
