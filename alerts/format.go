@@ -8,8 +8,9 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
-	"github.com/sourcewatch/sourcewatch/internal/textwidth"
+	"golang.org/x/text/width"
 )
 
 // Format writes a readable multi-line rendering of a: a headline with
@@ -64,7 +65,7 @@ func Format(w io.Writer, a Alert) error {
 		}
 		// Widths in terminal columns, so a node id in Chinese or Japanese
 		// keeps the columns after it in line, which text/tabwriter does not.
-		_ = textwidth.WriteRightAligned(&buf, "      ", rows)
+		_ = WriteRightAligned(&buf, "      ", rows)
 	}
 	// Right-aligned columns leave trailing blanks; drop them.
 	var out strings.Builder
@@ -78,11 +79,55 @@ func Format(w io.Writer, a Alert) error {
 	return nil
 }
 
-// TextWidth is how many terminal columns s takes (textwidth.Width): two
-// for an East Asian wide or fullwidth character, none for a combining
-// mark or a format character (a zero-width joiner), one for any other.
-// Tables of node ids (alert sources, localize's ranking) pad by it.
-func TextWidth(s string) int { return textwidth.Width(s) }
+// TextWidth is how many terminal columns s takes: two for an East Asian wide
+// or fullwidth character (golang.org/x/text/width's classes: CJK
+// ideographs, Hiragana and Katakana, Hangul syllables, fullwidth forms),
+// none for a combining mark or a format character (a zero-width joiner),
+// one for any other.
+func TextWidth(s string) int {
+	n := 0
+	for _, r := range s {
+		switch k := width.LookupRune(r).Kind(); {
+		case unicode.Is(unicode.Mn, r), unicode.Is(unicode.Me, r), unicode.Is(unicode.Cf, r):
+		case k == width.EastAsianWide, k == width.EastAsianFullwidth:
+			n += 2
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+// WriteRightAligned writes rows as a table of right-aligned columns two
+// spaces apart, each line starting with indent, widths in terminal
+// columns (TextWidth). For text of one column a character it writes what
+// text/tabwriter writes with AlignRight, padding 2 and every cell ended
+// by a tab, indent "  ". A row shorter than the others simply ends early.
+func WriteRightAligned(w io.StringWriter, indent string, rows [][]string) error {
+	var widths []int
+	for _, r := range rows {
+		for j, c := range r {
+			if j == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[j] = max(widths[j], TextWidth(c))
+		}
+	}
+	var b strings.Builder
+	for _, r := range rows {
+		b.WriteString(indent)
+		for j, c := range r {
+			if j > 0 {
+				b.WriteString("  ")
+			}
+			b.WriteString(strings.Repeat(" ", widths[j]-TextWidth(c)))
+			b.WriteString(c)
+		}
+		b.WriteByte('\n')
+	}
+	_, err := w.WriteString(b.String())
+	return err
+}
 
 // num prints a score compactly whatever its scale.
 func num(x float64) string {

@@ -395,12 +395,6 @@ func TestCovers(t *testing.T) {
 	}
 }
 
-func TestTextWidth(t *testing.T) {
-	for s, w := range map[string]int{"": 0, "150": 3, "张三丰": 6, "ｗｅｉｂｏ": 10, "e\u0301mile": 5, "a\u200db": 2, "user-12": 7} {
-		require.Equal(t, w, TextWidth(s), "%q", s)
-	}
-}
-
 func TestFormat(t *testing.T) {
 	tr := NewTracker(func() time.Time { return time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC) })
 	o := obs("jazz", "12", "7", "150")

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sourcewatch/sourcewatch/internal/textwidth"
+	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
 
@@ -383,7 +383,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			cell(res.Precision, 3), cell(res.Recall, 3), cell(res.F1, 3), cell(res.AUC, 3),
 			cell(res.TopK, 3), cell(res.ErrorDistance, 2), cell(ms, 2), cell(res.FitSeconds, 2), strconv.Itoa(res.EmptyPredictions)})
 	}
-	if err := textwidth.WriteRightAligned(&b, "  ", rows); err != nil {
+	if err := alerts.WriteRightAligned(&b, "  ", rows); err != nil {
 		return err
 	}
 	if controls {

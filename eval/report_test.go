@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sourcewatch/sourcewatch/internal/textwidth"
+	"github.com/sourcewatch/sourcewatch/alerts"
 )
 
 // The table pads by terminal columns: a method named by a plugin in
@@ -29,13 +29,13 @@ func TestWriteTablePadsByDisplayWidth(t *testing.T) {
 	lines := strings.Split(table, "\n")
 	require.Len(t, lines, 4, table)
 	require.Contains(t, lines[1], "slvae[模型]")
-	methodEnd := textwidth.Width(lines[0][:strings.Index(lines[0], "method")+len("method")])
+	methodEnd := alerts.TextWidth(lines[0][:strings.Index(lines[0], "method")+len("method")])
 	for i, l := range lines {
-		require.Equal(t, textwidth.Width(lines[0]), textwidth.Width(l), "%q\n%s", l, table)
+		require.Equal(t, alerts.TextWidth(lines[0]), alerts.TextWidth(l), "%q\n%s", l, table)
 		if i > 0 {
 			// the method column too: each row's name ends where the
 			// header's does
-			require.Equal(t, methodEnd, textwidth.Width(strings.TrimRight(l[:strings.Index(l, "0.500")], " ")), "%q", l)
+			require.Equal(t, methodEnd, alerts.TextWidth(strings.TrimRight(l[:strings.Index(l, "0.500")], " ")), "%q", l)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package textwidth
+package alerts
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestWidth(t *testing.T) {
+func TestTextWidth(t *testing.T) {
 	for _, tt := range []struct {
 		s    string
 		want int
@@ -27,7 +27,7 @@ func TestWidth(t *testing.T) {
 		{"a\u200db", 2},    // nor a zero-width joiner
 		{"slvae[模型]", 11},
 	} {
-		require.Equal(t, tt.want, Width(tt.s), "%q", tt.s)
+		require.Equal(t, tt.want, TextWidth(tt.s), "%q", tt.s)
 	}
 }
 
@@ -62,9 +62,9 @@ func TestWriteRightAligned(t *testing.T) {
 	lines := strings.Split(strings.TrimSuffix(got.String(), "\n"), "\n")
 	require.Len(t, lines, len(wide))
 	for i, l := range lines {
-		require.Equal(t, Width(lines[0]), Width(l), "line %d %q\n%s", i, l, got.String())
+		require.Equal(t, TextWidth(lines[0]), TextWidth(l), "line %d %q\n%s", i, l, got.String())
 		// and the node column too, before the score's padding
 		node := strings.TrimRight(l[:strings.LastIndex(l, wide[i][2])], " ")
-		require.Equal(t, Width(lines[0])-len("  score"), Width(node), "line %d %q", i, l)
+		require.Equal(t, TextWidth(lines[0])-len("  score"), TextWidth(node), "line %d %q", i, l)
 	}
 }
