@@ -132,7 +132,9 @@ func beatsNote(s, c Result) (Note, bool) {
 		{"F1", func(r Result) Stat { return r.F1 }, func(p Paired) Difference { return p.F1 }, "a set of suspects"},
 	}
 	var parts, won []string
-	paired := false
+	// sure: every lead won has a paired interval clear of 0; a lead
+	// without one, or with 0 inside, may be noise, and the verdict says so.
+	paired, sure := false, true
 	for _, m := range metrics {
 		cs, ss := m.of(c), m.of(s)
 		lead := cs.Mean - ss.Mean
@@ -150,6 +152,9 @@ func beatsNote(s, c Result) (Note, bool) {
 		part := fmt.Sprintf("%s %.*f vs %.*f (+%.*f", m.name, prec, cs.Mean, prec, ss.Mean, prec, lead)
 		d, ok := pairedOf(s, c, m.diff)
 		paired = paired || ok
+		if !ok || d.N < 2 || math.IsNaN(d.Mean) || math.IsNaN(d.CI95) || d.Mean-d.CI95 <= 0 {
+			sure = false
+		}
 		switch {
 		case !ok || d.N == 0 || math.IsNaN(d.Mean):
 			// no interval, or no cascade defined the difference
@@ -178,13 +183,17 @@ func beatsNote(s, c Result) (Note, bool) {
 	if !paired {
 		lead += fmt.Sprintf(", no paired interval (--paired-with %s gives one)", c.Method)
 	}
+	does, is := "does", "is"
+	if !sure {
+		does, is = "may do", "may be"
+	}
 	var text string
 	if c.Control {
-		text = fmt.Sprintf("%s, a control, beats %s here: %s; %s does no better than a reference point on this graph and setting, where %s is the better %s",
-			c.Method, s.Method, lead, s.Method, c.Method, what)
+		text = fmt.Sprintf("%s, a control, beats %s here: %s; %s %s no better than a reference point on this graph and setting, where %s %s the better %s",
+			c.Method, s.Method, lead, s.Method, does, c.Method, is, what)
 	} else {
-		text = fmt.Sprintf("%s beats %s here: %s; on this graph and setting %s is the better %s",
-			c.Method, s.Method, lead, c.Method, what)
+		text = fmt.Sprintf("%s beats %s here: %s; on this graph and setting %s %s the better %s",
+			c.Method, s.Method, lead, c.Method, is, what)
 	}
 	return Note{Kind: NoteBeatsSLVAE, Method: c.Method, Versus: s.Method, Text: text}, true
 }
