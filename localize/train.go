@@ -475,6 +475,39 @@ const (
 	TestInfectedAUCMetric = "test_infected_auc"
 )
 
+// TestNamedMetric and TestSourcesMetric name the manifest metrics holding
+// the mean size of the source sets the bundle named on its test cascades
+// and the mean number of their true sources.
+const (
+	TestNamedMetric   = "test_named"
+	TestSourcesMetric = "test_sources"
+)
+
+// wideSetFactor and wideSetNodes are where LargeSourceSets speaks: sets
+// wideSetFactor times the truth's size hold at most 1/wideSetFactor true
+// sources, and below wideSetNodes a reader scans the list anyway.
+const (
+	wideSetFactor = 5
+	wideSetNodes  = 10
+)
+
+// LargeSourceSets describes a bundle whose source sets on its test
+// cascades held at least five times as many nodes as the truth, and at
+// least ten; "" otherwise, or when the bundle records neither. A count or
+// threshold is chosen by validation F1, which, where the ranking is weak,
+// favours naming many nodes over naming the right few: an audit's graph
+// gave sets of 56-236 nodes for one source each (precision 0.016), and
+// an alert then lists that many suspects.
+func (m *Manifest) LargeSourceSets() string {
+	named, ok := m.Metrics[TestNamedMetric]
+	truth, ok2 := m.Metrics[TestSourcesMetric]
+	if !ok || !ok2 || truth <= 0 || named < wideSetNodes || named < wideSetFactor*truth {
+		return ""
+	}
+	return fmt.Sprintf("on its test cascades the source set held %.1f nodes on average for %.1f true sources (test precision %.3f): validation's F1 chose to name many where the ranking cannot single out the few, so its alerts list that many suspects; read them by score and probability (an alert's credible_set), or compare forward models and more cascades with eval on this graph",
+		named, truth, m.Metrics["test_precision"])
+}
+
 // ChanceAUC is the test ROC-AUC below which WeakRanking calls a bundle's
 // ranking about chance: a random ranking scores 0.5, and the test
 // cascades of a small run put a few hundredths of noise around it.

@@ -73,6 +73,9 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		if s := b.Manifest.WeakRanking(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "control") {
 			log.Warn("the bundle ranks weakly: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
 		}
+		if s := b.Manifest.LargeSourceSets(); s != "" && firstWarning(gc.Name, b.Manifest.ID, "wide") {
+			log.Warn("the bundle names many suspects: "+s, zap.String("graph", gc.Name), zap.String("bundle", b.Manifest.ID))
+		}
 		o := launchOptions(pluginDir, gc)
 		o.Logger = log.Named("plugin").With(zap.String("graph", gc.Name))
 		return launchBundle(ctx, gc.Name, b, o)

@@ -55,6 +55,8 @@ func TestBundleLocalizers(t *testing.T) {
 	b.Manifest.Metrics[localize.VJPCheckMetric] = 40
 	// And a test ROC-AUC below the infected control's.
 	b.Manifest.Metrics["test_auc"], b.Manifest.Metrics[localize.TestInfectedAUCMetric] = 0.75, 0.80
+	// And held-out sets of 12 nodes for 1 source.
+	b.Manifest.Metrics[localize.TestNamedMetric], b.Manifest.Metrics[localize.TestSourcesMetric] = 12, 1
 	bundle := filepath.Join(t.TempDir(), "karate.swb")
 	require.NoError(t, b.WriteFile(bundle))
 	gc := DefaultGraphConfig("karate")
@@ -91,6 +93,7 @@ func TestBundleLocalizers(t *testing.T) {
 	require.Equal(t, 1, logs.FilterMessageSnippet("fits its graph poorly").Len())
 	require.Equal(t, 1, logs.FilterMessageSnippet("has a wrong gradient: the forward model's VJP disagrees").Len())
 	require.Equal(t, 1, logs.FilterMessageSnippet("the bundle ranks weakly: on its test cascades this bundle ranks no better than the observation").Len())
+	require.Equal(t, 1, logs.FilterMessageSnippet("the bundle names many suspects: on its test cascades the source set held 12.0 nodes on average for 1.0 true sources").Len())
 
 	y := make([]float64, g.N())
 	for _, v := range cs[35].Infected {

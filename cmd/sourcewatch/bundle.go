@@ -394,6 +394,9 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 		if s := m.WeakRanking(); s != "" {
 			fmt.Fprintf(w, "note        %s\n", s)
 		}
+		if s := m.LargeSourceSets(); s != "" {
+			fmt.Fprintf(w, "note        %s\n", s)
+		}
 	}
 }
 

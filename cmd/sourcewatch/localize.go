@@ -154,7 +154,7 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 	if err != nil {
 		return err
 	}
-	for _, s := range []string{b.Manifest.VJPCheckFailure(v.GetString("plugin_dir")), b.Manifest.WeakRanking()} {
+	for _, s := range []string{b.Manifest.VJPCheckFailure(v.GetString("plugin_dir")), b.Manifest.WeakRanking(), b.Manifest.LargeSourceSets()} {
 		if s != "" {
 			fmt.Fprintf(a.stderr, "warning: %s: %s\n", path, s)
 		}

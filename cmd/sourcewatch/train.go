@@ -455,8 +455,9 @@ func launchPlugin(ctx context.Context, a *app, path, sum string) (*forward.Proce
 }
 
 // heldOut solves up to limit test cascades with the bundle and returns
-// test_f1, test_precision, test_recall, test_topk and test_cascades, and
-// the infected control's F1 and ROC-AUC on the same cascades.
+// test_f1, test_precision, test_recall, test_topk and test_cascades, the
+// mean sizes of the source sets named and of the true ones, and the
+// infected control's F1 and ROC-AUC on the same cascades.
 func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward, test []diffusion.Cascade, limit int) (map[string]float64, error) {
 	if limit <= 0 || limit > len(test) {
 		limit = len(test)
@@ -464,7 +465,7 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 	bar := a.progress("train test", limit)
 	defer bar.Done()
 	n := b.Manifest.Graph.Nodes
-	var prec, rec, f1, topk, auc, ctlF1, ctlAUC []float64
+	var prec, rec, f1, topk, auc, ctlF1, ctlAUC, named, truth []float64
 	y := make([]float64, n)
 	opts := b.Options()
 	for i := 0; i < limit; i++ {
@@ -477,6 +478,7 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 		m := eval.Score(b.Graph, test[i].Sources, eval.Prediction{Scores: res.Scores, Sources: res.Sources})
 		prec, rec, f1 = append(prec, m.Precision), append(rec, m.Recall), append(f1, m.F1)
 		topk, auc = append(topk, m.TopK), append(auc, m.AUC)
+		named, truth = append(named, float64(len(res.Sources))), append(truth, float64(len(test[i].Sources)))
 		// The infected control on the same cascade, so the summary can
 		// say whether the bundle ranks better than the observation itself.
 		ctl := eval.Score(b.Graph, test[i].Sources, eval.Prediction{Scores: slices.Clone(y), Sources: test[i].Infected})
@@ -488,6 +490,7 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 		"test_precision": mean(prec), "test_recall": mean(rec), "test_f1": mean(f1),
 		"test_topk": mean(topk), "test_auc": mean(auc), "test_cascades": float64(limit),
 		localize.TestInfectedF1Metric: mean(ctlF1), localize.TestInfectedAUCMetric: mean(ctlAUC),
+		localize.TestNamedMetric: mean(named), localize.TestSourcesMetric: mean(truth),
 	}
 	// On every test cascade, not only the solved ones: one Predict per 64.
 	if mse, err := localize.ForwardMSE(ctx, f, n, toPairs(test)); err != nil {

@@ -327,6 +327,9 @@ func TestTrainThenLocalize(t *testing.T) {
 	require.Len(t, b.Manifest.Forward.SHA256, 64)
 	require.Contains(t, b.Manifest.Metrics, "test_f1")
 	require.Contains(t, b.Manifest.Metrics, "val_f1")
+	// The held-out sets' sizes, for the summary's note on large sets.
+	require.GreaterOrEqual(t, b.Manifest.Metrics[localize.TestNamedMetric], 0.0)
+	require.Greater(t, b.Manifest.Metrics[localize.TestSourcesMetric], 0.0)
 	// The step counts delta was chosen with travel in the bundle, so the
 	// daemon solves with them too.
 	require.Equal(t, 10, b.Manifest.Solve.InitSteps)
@@ -963,6 +966,29 @@ func TestSummaryNotesFewHeldOutCascades(t *testing.T) {
 			require.NotContains(t, buf.String(), "held-out cascades:", tc.n)
 		}
 	}
+}
+
+// A bundle whose held-out sets are five times the truth's size, and ten
+// nodes or more, says so under its test line.
+func TestSummaryNotesLargeSourceSets(t *testing.T) {
+	for _, tc := range []struct {
+		named, truth float64
+		note         bool
+	}{{56, 1, true}, {10, 2, true}, {9, 1, false}, {40, 10, false}, {0, 0, false}} {
+		m := localize.Manifest{Metrics: map[string]float64{"test_f1": 0.1, "test_auc": 0.8, "test_cascades": 60, "test_precision": 0.02,
+			localize.TestNamedMetric: tc.named, localize.TestSourcesMetric: tc.truth}}
+		var buf bytes.Buffer
+		printBundleSummary(&buf, "x.swb", m, "", "")
+		if tc.note {
+			require.Contains(t, buf.String(), fmt.Sprintf("note        on its test cascades the source set held %.1f nodes on average for %.1f true sources (test precision 0.020)", tc.named, tc.truth))
+		} else {
+			require.NotContains(t, buf.String(), "nodes on average", "%+v", tc)
+		}
+	}
+	// An older bundle records neither: no note.
+	var buf bytes.Buffer
+	printBundleSummary(&buf, "x.swb", localize.Manifest{Metrics: map[string]float64{"test_f1": 0.1, "test_auc": 0.8, "test_cascades": 60}}, "", "")
+	require.NotContains(t, buf.String(), "nodes on average")
 }
 
 // train refuses a plugin whose bundle could not run the model it
