@@ -139,9 +139,17 @@ func (c VJPCheck) Describe(id func(int) string) string {
 // clamped output can sit on its bound, and either side's derivative is
 // right (see acceptKinks).
 //
+// A coordinate that still fails is looked at again with the step h/16,
+// as a direction is (below): a LeakyReLU or clamp of some output whose
+// argument is within h (2h at a corner) of its kink puts the kink inside
+// the difference's reach, where it mixes the two slopes (a learned model
+// on a large graph has thousands of such arguments, and a few of them
+// that close), while a wrong dx_i stays as wrong at h/16 (see
+// retryCoords).
+//
 // Along each random direction v in {-1, 1}^n at the interior points,
 // <dx, v> must match (L(x + h v) - L(x - h v)) / 2h, within the tolerance
-// plus the rounding of L's n terms; one that fails is looked at again
+// plus the rounding of L's terms; one that fails is looked at again
 // with a step of h/16, where a kink crossed at h (a move of every
 // coordinate at once can carry a ReLU of a large graph across one)
 // rarely lies (see checkDirections).
@@ -149,7 +157,9 @@ func (c VJPCheck) Describe(id func(int) string) string {
 // All perturbed points of one x go to Predict in batches of up to 512
 // rows, so a plugin process is called
 // 2 + (Rows + CornerRows)·ceil(2·Coords/512) + Rows·ceil(2·Directions/512)
-// times, and once more for each direction that fails its first look. n is the model's graph size. Errors are the model's.
+// times, once more for each batch of coordinates in which some fail
+// their first look, and once more for each direction that fails its
+// first look. n is the model's graph size. Errors are the model's.
 func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOptions) (VJPCheck, error) {
 	if o.Step <= 0 {
 		o.Step = 1e-5
@@ -264,6 +274,9 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 					return VJPCheck{}, err
 				}
 			}
+			if err := o.retryCoords(ctx, m, x.RawRowView(i), yp.RawRowView(i), dy.RawRowView(i), chunk, corner, dx.RawRowView(i), errs); err != nil {
+				return VJPCheck{}, err
+			}
 			for k, j := range chunk {
 				res.Checked++
 				if math.Abs(dx.At(i, j)) <= o.AbsTol && math.Abs(nums[k]) <= o.AbsTol {
@@ -301,16 +314,18 @@ const retryStepDiv = 16
 //	sum_w dy_w (f_w(x + h v) - f_w(x - h v)) / 2h
 //
 // must match <dx, v> within the tolerance plus
-// roundingUlps·eps·sum_w |dy_w|·|f_w| / h. A move of every coordinate
-// at once can carry some output of a large graph across a kink (a ReLU,
-// a clamp) within h of x, which a coordinate's move rarely does, so a
+// roundingUlps·eps·sum_w |dy_w|·|f_w| / h over the outputs that moved.
+// A move of every coordinate at once can carry some output of a large
+// graph across a kink (a ReLU, a clamp) within h of x, more often than a
+// coordinate's move does (see retryCoords for those), so a
 // direction that fails is looked at again with the step h/16, first by
 // the central difference and then by the interval
 // [sum_w min(a_w, b_w), sum_w max(a_w, b_w)] (the same allowance beside),
 // a_w and b_w the forward and backward differences of dy_w f_w: of an
 // output with a kink at x, one side is a right derivative, while a
 // smooth output's two sides differ by O(h), too little to hide a wrong
-// entry of dx. Kinks crossed still widen the interval by their jumps.
+// entry of dx. Kinks crossed still widen the interval by their jumps
+// (see judgeAlong).
 func (o VJPCheckOptions) checkDirections(ctx context.Context, m Model, rng *rand.Rand, row int, x, y, dy, dx []float64, res *VJPCheck) error {
 	n := len(x)
 	along := func(dirs [][]float64, step float64) (*mat.Dense, error) {
@@ -323,24 +338,8 @@ func (o VJPCheckOptions) checkDirections(ctx context.Context, m Model, rng *rand
 		}
 		return m.Predict(ctx, pts)
 	}
-	// judge is the error of ana against the differences along a direction
-	// with the given step, plus and minus f(x ± step v): central, or the
-	// interval of the one-sided ones.
 	judge := func(ana float64, plus, minus []float64, step float64, interval bool) (e, central float64) {
-		var lo, hi, scale float64
-		for w, f := range y {
-			a := dy[w] * (plus[w] - f) / step
-			b := dy[w] * (f - minus[w]) / step
-			central += (a + b) / 2
-			lo += min(a, b)
-			hi += max(a, b)
-			scale += math.Abs(dy[w]) * max(math.Abs(f), math.Abs(plus[w]), math.Abs(minus[w]))
-		}
-		round := roundingUlps * 0x1p-52 * scale / step
-		if !interval {
-			lo, hi = central, central
-		}
-		return vjpError(ana, lo-round, hi+round, o), central
+		return o.judgeAlong(ana, y, dy, plus, minus, step, interval)
 	}
 	for left := o.Directions; left > 0; {
 		k := min(left, checkRows(n)/2)
@@ -383,6 +382,102 @@ func (o VJPCheckOptions) checkDirections(ctx context.Context, m Model, rng *rand
 				res.MaxErr, res.Row, res.Node, res.Analytic, res.Numeric, res.Corner = e, row, -1, ana, central, false
 			}
 		}
+	}
+	return nil
+}
+
+// judgeAlong is the error of ana against the differences of
+// L = <dy, f> along a move (a coordinate's or a direction's) with the
+// given step, y = f(x) and plus and minus f(x ± step·move): the central
+// difference, or (interval) the interval [sum_w min(a_w, b_w),
+// sum_w max(a_w, b_w)] of the forward and backward differences a_w and
+// b_w of dy_w f_w, within the tolerance plus roundingUlps·eps·
+// sum_w |dy_w|·|f_w| / step over the outputs the move changed (one it
+// left as it was adds an exact 0). Of an output with a kink between x
+// and x ± step, one side is the derivative at x (the kink's other side
+// only mixes its slope into the other), while a smooth output's sides
+// differ by O(step), too little to hide a wrong entry of dx.
+func (o VJPCheckOptions) judgeAlong(ana float64, y, dy, plus, minus []float64, step float64, interval bool) (e, central float64) {
+	var lo, hi, scale float64
+	for w, f := range y {
+		if plus[w] == f && minus[w] == f {
+			continue
+		}
+		a := dy[w] * (plus[w] - f) / step
+		b := dy[w] * (f - minus[w]) / step
+		central += (a + b) / 2
+		lo += min(a, b)
+		hi += max(a, b)
+		scale += math.Abs(dy[w]) * max(math.Abs(f), math.Abs(plus[w]), math.Abs(minus[w]))
+	}
+	round := roundingUlps * 0x1p-52 * scale / step
+	if !interval {
+		lo, hi = central, central
+	}
+	return vjpError(ana, lo-round, hi+round, o), central
+}
+
+// retryCoords looks again at the coordinates of chunk that still fail
+// (errs above 1) with the step o.Step/retryStepDiv, as checkDirections
+// does a direction. At an interior point each keeps the smallest of its
+// errors against the central difference at h, the central difference
+// at h/16 and the interval of the one-sided differences at h/16 (see
+// judgeAlong); at a corner (corner), where the difference of x + s h e_i
+// and x + 2 s h e_i reaches 2h inside, against that difference at h/16
+// too, with judgeAlong's rounding allowance. A kink crossed at h is
+// crossed at h/16 only if it lies that close, and then the interval
+// holds the slope on x's side, while a wrong dx_i stays as wrong. x, y,
+// dy and dx are the point's row.
+func (o VJPCheckOptions) retryCoords(ctx context.Context, m Model, x, y, dy []float64, chunk []int, corner bool, dx, errs []float64) error {
+	var ks []int
+	for k, e := range errs {
+		if e > 1 {
+			ks = append(ks, k)
+		}
+	}
+	if len(ks) == 0 {
+		return nil
+	}
+	step := o.Step / retryStepDiv
+	pts := mat.NewDense(2*len(ks), len(x), nil)
+	for r, k := range ks {
+		j := chunk[k]
+		steps := [2]float64{step, -step}
+		if corner {
+			s := 1 - 2*x[j]
+			steps = [2]float64{s * step, 2 * s * step}
+		}
+		for t, st := range steps {
+			row := pts.RawRowView(2*r + t)
+			copy(row, x)
+			row[j] += st
+		}
+	}
+	near, err := m.Predict(ctx, pts)
+	if err != nil {
+		return err
+	}
+	for r, k := range ks {
+		j := chunk[k]
+		ana := dx[j]
+		p1, p2 := near.RawRowView(2*r), near.RawRowView(2*r+1)
+		if !corner {
+			e2, _ := o.judgeAlong(ana, y, dy, p1, p2, step, false)
+			e3, _ := o.judgeAlong(ana, y, dy, p1, p2, step, true)
+			errs[k] = min(errs[k], e2, e3)
+			continue
+		}
+		s := 1 - 2*x[j]
+		var num, scale float64
+		for w, f := range y {
+			if p1[w] == f && p2[w] == f {
+				continue
+			}
+			num += dy[w] * s * (-3*f + 4*p1[w] - p2[w]) / (2 * step)
+			scale += math.Abs(dy[w]) * max(math.Abs(f), math.Abs(p1[w]), math.Abs(p2[w]))
+		}
+		round := roundingUlps * 0x1p-52 * scale / step
+		errs[k] = min(errs[k], vjpError(ana, num-round, num+round, o))
 	}
 	return nil
 }

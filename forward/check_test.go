@@ -30,6 +30,8 @@ type clampModel struct {
 	lastNodeBug bool
 	// refuseOutside makes Predict refuse x outside [0, 1].
 	refuseOutside bool
+	// shift is added to every pre-activation.
+	shift float64
 }
 
 func (m *clampModel) Info(context.Context) (forward.Info, error) {
@@ -47,7 +49,7 @@ func (m *clampModel) pre(x []float64, v int) float64 {
 	for _, u := range m.nbr[v] {
 		s += x[u]
 	}
-	return x[v] + m.a*s/float64(len(m.nbr[v]))
+	return x[v] + m.a*s/float64(len(m.nbr[v])) + m.shift
 }
 
 func (m *clampModel) Predict(_ context.Context, x *mat.Dense) (*mat.Dense, error) {
@@ -173,8 +175,8 @@ func TestCheckVJPDirections(t *testing.T) {
 	// on the bound 1 at every node, so a move along any direction crosses
 	// a kink at every node; half a step below it, a move of h crosses one
 	// and a move of h/16 does not. (The one coordinate checked crosses it
-	// too, and interior coordinates are not looked at again: read the
-	// directions alone.)
+	// too: TestCheckVJPCoordinatesNearKinks looks at coordinates; read the
+	// directions alone here.)
 	at := func(x float64) *mat.Dense {
 		p := mat.NewDense(1, n, nil)
 		for v := range n {
@@ -195,6 +197,68 @@ func TestCheckVJPDirections(t *testing.T) {
 		m := clampModel{a: 1, active: active, scale: 1, lastNodeBug: true}
 		res = check(m, forward.VJPCheckOptions{Points: at((1 - h/2) / 2), CornerRows: -1, Coords: 1, Directions: 8, Step: h})
 		require.Greater(t, res.DirectionsMaxErr, 1.0, "%s", res)
+	}
+}
+
+// A coordinate whose move of h (2h at a corner) carries an output across
+// a clamp's kink (a LeakyReLU's, in a learned model) is looked at again
+// at h/16 and passes whichever side of the bound the gradient takes; a
+// wrong node still fails there, by name.
+func TestCheckVJPCoordinatesNearKinks(t *testing.T) {
+	const n = 40
+	nbr := make([][]int, n)
+	for v := range n {
+		nbr[v] = []int{(v + 1) % n, (v + n - 1) % n, (v + 7) % n}
+	}
+	check := func(m clampModel, x float64) forward.VJPCheck {
+		m.nbr = nbr
+		p := mat.NewDense(1, n, nil)
+		for v := range n {
+			p.Set(0, v, x)
+		}
+		res, err := forward.CheckVJP(context.Background(), &m, n, rand.New(rand.NewPCG(1, 2)), forward.VJPCheckOptions{Points: p, CornerRows: -1, Directions: -1, Step: 1e-5})
+		require.NoError(t, err)
+		require.Equal(t, n, res.Checked)
+		return res
+	}
+	closed := func(p float64) bool { return p >= 0 && p <= 1 }
+	open := func(p float64) bool { return p > 0 && p < 1 }
+	// With a = 1 and a uniform x every pre-activation is 2x: at x = 0.5 on
+	// the bound 1 (a kink at x), and at (1 - h/2)/2 half a step below it,
+	// where x_v + h takes output v across and x_v + h/16 does not.
+	const h = 1e-5
+	for _, active := range []func(float64) bool{closed, open} {
+		for _, x := range []float64{0.5, (1 - h/2) / 2} {
+			res := check(clampModel{a: 1, active: active, scale: 1}, x)
+			require.True(t, res.Pass(), "x = %v: %s", x, res)
+		}
+		res := check(clampModel{a: 1, active: active, scale: 1, lastNodeBug: true}, (1-h/2)/2)
+		require.False(t, res.Pass(), "%s", res)
+		require.Equal(t, n-1, res.Node, "%s", res)
+	}
+
+	// At a corner the one-sided difference reaches x + 2h inside: shifted
+	// by -1.5h, a node at 0 among neighbours at 0 sits 1.5h below the
+	// lower bound, which x_v + 2h crosses and x_v + 2h/16 does not. The
+	// model refuses x outside [0, 1], as a plugin whose y = 1 - (1 - x)
+	// (1 - s) leaves [0, 1] there does (gat's), so the difference from
+	// outside cannot vouch for dx.
+	corners := func(m clampModel) forward.VJPCheck {
+		m.nbr, m.a, m.shift, m.refuseOutside = nbr, 0.5, -1.5*h, true
+		res, err := forward.CheckVJP(context.Background(), &m, n, rand.New(rand.NewPCG(1, 2)), forward.VJPCheckOptions{Rows: 1, CornerRows: 4, Directions: -1, Step: h})
+		require.NoError(t, err)
+		require.Equal(t, 5*n, res.Checked)
+		return res
+	}
+	for _, active := range []func(float64) bool{closed, open} {
+		res := corners(clampModel{active: active, scale: 1})
+		require.True(t, res.Pass(), "%s", res)
+		res = corners(clampModel{active: active, scale: 1, cornerBug: true})
+		require.False(t, res.Pass(), "%s", res)
+		require.True(t, res.Corner, "%s", res)
+		res = corners(clampModel{active: active, scale: 1, lastNodeBug: true})
+		require.False(t, res.Pass(), "%s", res)
+		require.Equal(t, n-1, res.Node, "%s", res)
 	}
 }
 
