@@ -35,6 +35,12 @@ type Source struct {
 	Node        string  `json:"node"`
 	Score       float64 `json:"score"`
 	Probability float64 `json:"probability"`
+	// Floor marks a source the model named below the threshold because
+	// the observation demands it: a lone infected node (no infected
+	// in-neighbour), a source where nothing recovers and every infection
+	// is observed, or the first-ranked node of an infected component the
+	// threshold left without a source, each of which holds one.
+	Floor bool `json:"floor,omitempty"`
 }
 
 // Window is the observation window an alert was computed from.

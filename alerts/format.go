@@ -47,6 +47,9 @@ func Format(w io.Writer, a Alert) error {
 	if a.Note != "" {
 		fmt.Fprintf(tw, "  note\t%s\n", a.Note)
 	}
+	if n := floorSources(a.Sources); n > 0 {
+		fmt.Fprintf(tw, "  floor\t%d below the threshold, as the observation demands: a lone infected node is a source, and every infected component holds one (marked +)\n", n)
+	}
 	_ = tw.Flush()
 	if len(a.Sources) == 0 {
 		buf.WriteString("  no sources\n")
@@ -60,6 +63,9 @@ func Format(w io.Writer, a Alert) error {
 			mark := ""
 			if inSet[s.Node] {
 				mark = "*"
+			}
+			if s.Floor {
+				mark += "+"
 			}
 			rows = append(rows, []string{strconv.Itoa(i + 1), s.Node, num(s.Score), fmt.Sprintf("%.3f", s.Probability), mark})
 		}
@@ -127,6 +133,17 @@ func WriteRightAligned(w io.StringWriter, indent string, rows [][]string) error 
 	}
 	_, err := w.WriteString(b.String())
 	return err
+}
+
+// floorSources counts the sources named by the floor.
+func floorSources(srcs []Source) int {
+	n := 0
+	for _, s := range srcs {
+		if s.Floor {
+			n++
+		}
+	}
+	return n
 }
 
 // num prints a score compactly whatever its scale.

@@ -443,6 +443,19 @@ func TestFormat(t *testing.T) {
 		require.True(t, strings.HasSuffix(r, "0.500  *"), "%q", r)
 	}
 
+	// Sources the floor named are marked, and the header says why.
+	floored := obs("jazz", "12", "7", "150")
+	floored.Sources[0].Probability, floored.Sources[1].Probability, floored.Sources[2].Probability = 0.61, 0.3, 0.09
+	floored.Sources[2].Floor = true
+	a3, _ := NewTracker(nil).Observe(floored)
+	require.True(t, a3.Sources[2].Floor, "the tracker keeps the mark")
+	buf.Reset()
+	require.NoError(t, Format(&buf, a3))
+	require.Contains(t, buf.String(), "floor         1 below the threshold, as the observation demands: a lone infected node is a source, and every infected component holds one (marked +)")
+	rows = strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	require.Regexp(t, `^\s+3\s+150\s+\S+\s+0\.090\s+\+$`, rows[len(rows)-1])
+	require.NotContains(t, out, "floor", "no floor line where no source is one")
+
 	buf.Reset()
 	require.NoError(t, Format(&buf, Alert{Status: Resolved}))
 	require.Contains(t, buf.String(), "RESOLVED - at - (seq 0)")

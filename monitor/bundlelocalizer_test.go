@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
@@ -136,4 +138,20 @@ func TestEdgesChangedHint(t *testing.T) {
 	require.Equal(t, " (the edge file "+path+" has changed since the daemon started, 34 nodes then, 35 now: edge files are read at start only, so restart to serve the new graph)",
 		edgesChangedHint(gc, g, mismatch))
 	require.Empty(t, edgesChangedHint(gc, g, errors.New("plugin crashed")), "another error")
+}
+
+// The sources an inference names below its threshold, as the observation
+// demands (localize.Result.Floor, the last of Sources), are marked in the
+// alert, and a floor larger than the set is refused.
+func TestRankSourcesMarksTheFloor(t *testing.T) {
+	g, err := graph.Read(strings.NewReader("a b\nb c\nc d\n"), "path")
+	require.NoError(t, err)
+	inf := Inference{Scores: []float64{0.9, 0.2, 0.1, 0.05}, Probability: []float64{1, 0.5, 1, 0.25}, Sources: []int{0, 2}, Floor: 1, Threshold: 0.5}
+	srcs, err := rankSources(g, inf)
+	require.NoError(t, err)
+	require.Equal(t, []alerts.Source{{Node: "a", Score: 0.9, Probability: 1}, {Node: "c", Score: 0.1, Probability: 1, Floor: true}}, srcs)
+	inf.Floor = 3
+	_, err = rankSources(g, inf)
+	require.ErrorIs(t, err, ErrBadInference)
+	require.ErrorContains(t, err, "3 floor sources of 2")
 }

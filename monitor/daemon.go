@@ -1304,9 +1304,13 @@ func rankSources(g *graph.Graph, inf Inference) ([]alerts.Source, error) {
 	if len(inf.Scores) != n || len(inf.Probability) != n {
 		return nil, fmt.Errorf("%w: %d scores and %d probabilities for %d nodes", ErrBadInference, len(inf.Scores), len(inf.Probability), n)
 	}
+	if inf.Floor < 0 || inf.Floor > len(inf.Sources) {
+		return nil, fmt.Errorf("%w: %d floor sources of %d", ErrBadInference, inf.Floor, len(inf.Sources))
+	}
 	srcs := make([]alerts.Source, 0, len(inf.Sources))
 	seen := map[int]bool{}
-	for _, v := range inf.Sources {
+	floorFrom := len(inf.Sources) - inf.Floor
+	for i, v := range inf.Sources {
 		if v < 0 || v >= n {
 			return nil, fmt.Errorf("%w: source index %d out of range [0,%d)", ErrBadInference, v, n)
 		}
@@ -1314,7 +1318,7 @@ func rankSources(g *graph.Graph, inf Inference) ([]alerts.Source, error) {
 			continue
 		}
 		seen[v] = true
-		srcs = append(srcs, alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v]})
+		srcs = append(srcs, alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v], Floor: i >= floorFrom})
 	}
 	slices.SortStableFunc(srcs, byRank)
 	return srcs, nil

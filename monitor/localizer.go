@@ -14,8 +14,11 @@ import (
 type Inference struct {
 	Scores, Probability []float64
 	Sources             []int
-	Threshold           float64
-	Model               ModelInfo
+	// Floor is how many of the last Sources were named below Threshold
+	// because the observation demands them (localize.Result.Floor).
+	Floor     int
+	Threshold float64
+	Model     ModelInfo
 	// Note is what a reader of the alert should know about this answer
 	// (an observation unlike the model's training data, say); "" if
 	// nothing.
