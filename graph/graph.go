@@ -1,6 +1,8 @@
 package graph
 
 import (
+	"golang.org/x/text/unicode/norm"
+
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -304,15 +306,60 @@ func (g *Graph) Lookup(ids []string) ([]int, error) {
 	return out, nil
 }
 
+// SameText returns g's id that id differs from only invisibly, and how:
+// in Unicode normalization (a decomposed "ë", NFD, where g has the
+// composed one, NFC, or the other way round) or by white space around
+// it. Ids are compared byte for byte, so such an id names no node of g;
+// this is for the error that says so. ok is false when g has no such id.
+func (g *Graph) SameText(id string) (match, how string, ok bool) {
+	trimmed := strings.TrimSpace(id)
+	for _, c := range []struct{ id, how string }{
+		{norm.NFC.String(id), "composed (NFC)"},
+		{norm.NFD.String(id), "decomposed (NFD)"},
+		{trimmed, "without the white space around it"},
+		{norm.NFC.String(trimmed), "composed (NFC) and without the white space around it"},
+		{norm.NFD.String(trimmed), "decomposed (NFD) and without the white space around it"},
+	} {
+		if c.id == id {
+			continue
+		}
+		if _, found := g.index[c.id]; found {
+			return c.id, c.how, true
+		}
+	}
+	return "", "", false
+}
+
+// SameTextHint is what a message about id, an id g lacks, adds where g
+// has one of the same text (SameText): id escaped, where that shows what
+// %q does not (a decomposed "ë"), and g's id; "" where g has none.
+func (g *Graph) SameTextHint(id string) string {
+	match, how, ok := g.SameText(id)
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("%s; it has %s, the same text %s: ids are compared byte for byte", escapedID(id), strconv.QuoteToASCII(match), how)
+}
+
+// escapedID is " (id escaped to ASCII)" where that differs from %q of id
+// (invisible differences: a decomposed "ë", a no-break space), else "".
+func escapedID(id string) string {
+	if ascii := strconv.QuoteToASCII(id); ascii != strconv.Quote(id) {
+		return " (" + ascii + ")"
+	}
+	return ""
+}
+
 // UnknownNode is the error for an id g lacks, found where (" in sources",
 // or ""): it shows the id escaped too when it holds invisible differences
-// (a decomposed "ë", a no-break space), and what g's ids look like, for
-// an id of another naming scheme.
+// (a decomposed "ë", a no-break space), g's id of the same text where it
+// has one (SameText), and otherwise what g's ids look like, for an id of
+// another naming scheme.
 func (g *Graph) UnknownNode(id, where string) error {
-	escaped := ""
-	if ascii := strconv.QuoteToASCII(id); ascii != strconv.Quote(id) {
-		escaped = " (" + ascii + ")"
+	if match, how, ok := g.SameText(id); ok {
+		return fmt.Errorf("unknown node %q%s%s: the graph has %s, the same text %s; ids are compared byte for byte, so send the graph's", id, escapedID(id), where, strconv.QuoteToASCII(match), how)
 	}
+	escaped := escapedID(id)
 	var like []string
 	for _, x := range g.ids[:min(3, len(g.ids))] {
 		like = append(like, strconv.Quote(x))

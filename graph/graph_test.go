@@ -250,7 +250,9 @@ func TestLookupShowsInvisibleDifferences(t *testing.T) {
 	g, err := Read(strings.NewReader("Zo\u00eb b\n"), "u.edges")
 	require.NoError(t, err)
 	_, err = g.Lookup([]string{"Zoe\u0308"})
-	require.EqualError(t, err, "unknown node \"Zoe\u0308\" (\"Zoe\\u0308\") (the graph's ids look like \"Zoë\", \"b\")")
+	require.EqualError(t, err, "unknown node \"Zoe\u0308\" (\"Zoe\\u0308\"): the graph has \"Zo\\u00eb\", the same text composed (NFC); ids are compared byte for byte, so send the graph's")
+	_, err = g.Lookup([]string{"x"})
+	require.EqualError(t, err, "unknown node \"x\" (the graph's ids look like \"Zoë\", \"b\")")
 	_, err = g.Lookup([]string{"c"})
 	require.EqualError(t, err, `unknown node "c" (the graph's ids look like "Zoë", "b")`, "plain ids are not escaped")
 }
@@ -270,4 +272,26 @@ func TestWithoutWeights(t *testing.T) {
 	require.Equal(t, plain.IDs(), got.IDs())
 	require.Equal(t, plain.Edges(), got.Edges())
 	require.Same(t, plain, plain.WithoutWeights())
+}
+
+// An id that differs from one of the graph's only invisibly (Unicode
+// normalization, white space around it) is named beside the graph's.
+func TestSameText(t *testing.T) {
+	g, err := Read(strings.NewReader("Zoe\u0308 b\nsão c\n"), "u.edges")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		id, match, how string
+	}{
+		{"Zo\u00eb", "Zoe\u0308", "decomposed (NFD)"},
+		{" b\t", "b", "without the white space around it"},
+		{"sa\u0303o ", "são", "composed (NFC) and without the white space around it"},
+		{"b", "", ""},
+		{"B", "", ""},
+		{"zoë", "", ""},
+	} {
+		match, how, ok := g.SameText(tc.id)
+		require.Equal(t, tc.match != "", ok, "%q", tc.id)
+		require.Equal(t, tc.match, match, "%q", tc.id)
+		require.Equal(t, tc.how, how, "%q", tc.id)
+	}
 }

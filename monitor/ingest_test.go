@@ -859,3 +859,16 @@ func expectUnknownGraphDeadLetters(t *testing.T, r *running, want float64, msg s
 	time.Sleep(300 * time.Millisecond)
 	require.Equal(t, want, value(t, c), msg)
 }
+
+// An event whose node differs from one of the graph's only invisibly (a
+// space around it here; a decomposed accent likewise) is dead-lettered
+// with the graph's id beside it, escaped, so the log shows the difference.
+func TestUnknownNodeNamesTheSameText(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000 // no inference here
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r.publish(t, "p", `{"node":"2 ","state":"infected"}`, "")
+	_, m := firstDeadLetter(t, r)
+	require.Equal(t, ReasonUnknownNode, m.Header.Get(HeaderReason))
+	require.Equal(t, `graph "p" has no node "2 "; it has "2", the same text without the white space around it: ids are compared byte for byte`, m.Header.Get(HeaderDetail))
+}
