@@ -132,11 +132,19 @@ func (c sourceCut) apply(scores []float64) (set []int, ruled int, cut float64) {
 }
 
 // extend appends to set, from rest in its order, every lone node and the
-// first node of every infected component set leaves out.
+// first node of every infected component that neither set nor a lone node
+// covers: a lone node is a source, so its component needs no other node
+// (on a directed graph a lone node may share its weak component with
+// nodes ranked above it). extendBest names the same nodes.
 func (f *sourceFloor) extend(set, rest []int) []int {
 	covered := make(map[int]bool)
 	for _, v := range set {
 		covered[f.components[v]] = true
+	}
+	for _, v := range rest {
+		if f.lone[v] {
+			covered[f.components[v]] = true
+		}
 	}
 	for _, v := range rest {
 		comp := f.components[v]
