@@ -659,11 +659,14 @@ func (m *Manifest) OutsideTraining(infected int) string {
 
 // AnswerNote is the note for a reader of the bundle's answer to an
 // observation of infected nodes under rule (the bundle's SourceRule, or
-// the one a caller chose instead), whose source set named nodes:
-// OutsideTraining's, and, where a count rule named every infected node,
+// the one a caller chose instead), whose rule named nodes before any
+// floor (len(Result.Sources) - Result.Floor): OutsideTraining's, and,
+// where the count rule itself named every infected node,
 // that the source set says nothing (probability still says how often a
 // restart put a node as high as the set's weakest); "" when there is
-// nothing to say.
+// nothing to say. Nodes the floor added are not counted: they are proven
+// sources or the only named node of their infected component, and a set
+// they complete still says where the outbreaks began.
 func (m *Manifest) AnswerNote(infected, named int, rule SourceRule) string {
 	var notes []string
 	if s := m.OutsideTraining(infected); s != "" {

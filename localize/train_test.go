@@ -404,8 +404,9 @@ func TestAnswerNote(t *testing.T) {
 	require.Contains(t, m.AnswerNote(1, 1, localize.SourceRule{Fraction: 0.5}), "names 1 and 1 is infected", "a fraction rule's K")
 	require.NotContains(t, m.AnswerNote(2, 1, localize.SourceRule{Fraction: 0.5}), "named a source")
 	require.NotContains(t, m.AnswerNote(100, 7, count), "named a source", "every node infected is said otherwise")
-	// A floor can name more than the rule's count: every infected node.
-	require.Contains(t, m.AnswerNote(8, 8, localize.SourceRule{Count: 2}), "count rule (the 2 highest scores) names 8 and 8 are infected")
+	// What a floor names after the count is not the rule's: callers pass
+	// the rule's part, and a count of 2 with 8 infected says nothing.
+	require.NotContains(t, m.AnswerNote(8, 2, localize.SourceRule{Count: 2}), "named a source")
 }
 
 // Under SI and IC every lone infected node of a snapshot is a source;

@@ -163,7 +163,7 @@ func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (Inference,
 	}
 	return Inference{
 		Scores: res.Scores, Probability: res.Probability, Sources: res.Sources, Floor: res.Floor,
-		Threshold: res.Threshold, Model: l.model, Note: l.bundle.Manifest.AnswerNote(infected, len(res.Sources), rule),
+		Threshold: res.Threshold, Model: l.model, Note: l.bundle.Manifest.AnswerNote(infected, len(res.Sources)-res.Floor, rule),
 	}, nil
 }
 

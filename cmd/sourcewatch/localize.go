@@ -223,7 +223,7 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 		if opts.Threshold > 0 {
 			rule = localize.SourceRule{}
 		}
-		out.Note = b.Manifest.AnswerNote(len(idx), len(res.Sources), rule)
+		out.Note = b.Manifest.AnswerNote(len(idx), len(res.Sources)-res.Floor, rule)
 		if out.SourceRule != "" {
 			out.Tied = ranked(b.Graph, res, tiedWithLast(res))
 		}
