@@ -214,10 +214,15 @@ type Result struct {
 	// source when each restart's own final x is reranked as Scores are
 	// and cut at the source set's cut: the fraction with x_v >= delta
 	// (each restart tie-broken by its own gradient) under the plain
-	// threshold rule, and under a count rule (or the floor of proven sources)
-	// the fraction whose x, reranked, reaches the
-	// mean x of the K-th source, reranked (voteAt: a source with a mean x
-	// above 0 has at least one restart's vote). (Solve's internal
+	// threshold rule, and under a count rule the fraction whose x,
+	// reranked, reaches the mean x of the K-th source, reranked (voteAt:
+	// a source the rule named with a mean x above 0 has at least one
+	// restart's vote). With a floor each restart's set then takes the
+	// floor by its own scores: every lone node (probability 1) and the
+	// restart's own first node of each infected component its cut left
+	// without one, so a component's node the floor named by Scores may
+	// have few votes, or none, where the restarts disagree on which node
+	// of the component comes first. (Solve's internal
 	// summaries, before the bundle's rules, hold the fraction with
 	// x_v >= delta.)
 	Probability []float64

@@ -1436,7 +1436,8 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 	gr.diedInCall.Store(false)
 	gr.inferred.Store(infectedSet(o.y))
 	if len(srcs) == 0 {
-		// Nothing above the threshold is no finding: it neither opens an
+		// An empty source set (nothing above the threshold, and no
+		// floor) is no finding: it neither opens an
 		// incident nor changes an open one; resolution is by min_infected.
 		d.log.Debug("inference found no sources", zap.String("graph", gr.name))
 		return

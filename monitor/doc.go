@@ -93,7 +93,9 @@
 // at a time through the graph's Localizer, and the alerts.Tracker decides
 // whether the result is published on <prefix>.alerts.<graph>. When the
 // window falls below min_infected an open incident is resolved. An
-// inference that finds no source above the threshold publishes nothing.
+// inference whose source set is empty (no source above the threshold, and
+// no floor: see localize.Manifest.NamesInfectedComponents, which names a
+// node of every infected component) publishes nothing.
 //
 // No alert is lost to a failed publish. An alert the tracker makes is
 // pending until the alerts stream acknowledges it: the tracker state in KV
