@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -65,6 +66,11 @@ type Env struct {
 	// spread along every arc alike (SI, SIR): a method that reads the
 	// weights as infection probabilities should drop them.
 	SpreadIgnoresWeights bool
+	// Diffusion is where the run's cascades come from, as `train` records
+	// it in a bundle (localize.TrainConfig.Diffusion): {"simulated": the
+	// simulation's settings} or {"recorded": true}. A bundle reads from
+	// it whether nothing recovers and every infection is observed.
+	Diffusion json.RawMessage
 }
 
 // Factory builds a method.

@@ -2,6 +2,7 @@ package eval
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -223,6 +224,8 @@ type runOptions struct {
 	name string
 	// spreadIgnoresWeights is Env.SpreadIgnoresWeights (set by Run).
 	spreadIgnoresWeights bool
+	// diffusion is Env.Diffusion (set by Run).
+	diffusion json.RawMessage
 	// keyTests has runMethod record each test cascade's Key (set by Run
 	// for recorded cascades, the only ones whose keys are used).
 	keyTests bool
@@ -323,6 +326,11 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 		cfg.Cascades = len(cfg.Recorded)
 	}
 	o.spreadIgnoresWeights = g.Weighted() && len(cfg.Recorded) == 0 && !cfg.Sim.Model.UsesWeights()
+	if len(cfg.Recorded) == 0 {
+		o.diffusion, _ = json.Marshal(map[string]any{"simulated": cfg.Sim.Record(g)})
+	} else {
+		o.diffusion, _ = json.Marshal(map[string]any{"recorded": true})
+	}
 	o.keyTests = cfg.Recorded != nil
 	if err := cfg.Validate(g); err != nil {
 		return nil, err
@@ -629,7 +637,7 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 		return res, err
 	}
 	log := o.log.With(zap.String("method", name))
-	m, err := f(Env{Graph: g, Seed: seed, Logger: log, Params: params, SpreadIgnoresWeights: o.spreadIgnoresWeights, Progress: func(note string) {
+	m, err := f(Env{Graph: g, Seed: seed, Logger: log, Params: params, SpreadIgnoresWeights: o.spreadIgnoresWeights, Diffusion: o.diffusion, Progress: func(note string) {
 		log.Debug(note)
 		note = name + ": " + note
 		o.note(note)

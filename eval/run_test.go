@@ -705,3 +705,38 @@ func TestPairedDifferenceUnits(t *testing.T) {
 }
 
 func ptr(v float64) *float64 { return &v }
+
+// provenance is the Env.Diffusion the test-provenance method was built
+// with last.
+var provenance atomic.Value
+
+func init() {
+	Register("test-provenance", func(env Env) (Method, error) {
+		provenance.Store(string(env.Diffusion))
+		return &infectedMethod{}, nil
+	})
+}
+
+// Run tells each method where its cascades come from, as train records it
+// in a bundle: the simulation's settings, or that they were recorded.
+func TestRunGivesMethodsTheProvenance(t *testing.T) {
+	g := randomGraph(50, 50, 1)
+	cfg := testConfig()
+	cfg.Runs, cfg.Methods = 1, []string{"test-provenance"}
+	_, err := Run(context.Background(), g, cfg)
+	require.NoError(t, err)
+	var got struct {
+		Simulated struct {
+			Model string `json:"model"`
+		} `json:"simulated"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(provenance.Load().(string)), &got))
+	require.Equal(t, "SI", got.Simulated.Model)
+
+	cs, _, err := diffusion.Simulate(context.Background(), g, cfg.Sim, 40, 3, diffusion.Workers(1))
+	require.NoError(t, err)
+	cfg.Recorded = cs
+	_, err = Run(context.Background(), g, cfg)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"recorded": true}`, provenance.Load().(string))
+}

@@ -313,6 +313,7 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		return fmt.Errorf("%s: configuring forward plugin: %w", m.name, err)
 	}
 	cfg := localize.TrainConfig{
+		Diffusion:              m.env.Diffusion,
 		Forward:                ref,
 		Fit:                    m.fit,
 		Prior:                  m.prior,
@@ -356,6 +357,9 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		// 1 where it calibrated the infected nodes' scores by infected
 		// component size instead
 		"calibrated": boolFloat(b.Manifest.Calibration != nil),
+		// 1 where its source set names every lone infected node and a
+		// node of every infected component (the floor)
+		"components_named": boolFloat(b.Manifest.NamesInfectedComponents()),
 		// 1 where validation ranked better without the prior term (prior=auto)
 		"prior_off": boolFloat(m.choosePrior && b.Manifest.Solve.Variant == localize.NoPrior),
 		// the validation F1 the choices above were made on

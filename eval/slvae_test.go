@@ -1,6 +1,7 @@
 package eval
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"testing"
 
@@ -31,7 +32,7 @@ func TestSLVAESolvesWithTheBundlesSchedule(t *testing.T) {
 		want  localize.Variant
 	}{{"auto", localize.NoPrior}, {"on", localize.DataInit}} {
 		t.Run(tc.prior, func(t *testing.T) {
-			m, err := newSLVAE(Env{Graph: g, Seed: 5, Params: map[string]string{
+			m, err := newSLVAE(Env{Graph: g, Seed: 5, Diffusion: json.RawMessage(`{"simulated":{"model":"SI"}}`), Params: map[string]string{
 				"forward": "icmf", "plugin_dir": pluginDir, "prior_epochs": "3", "prototypes": "32",
 				"val_solves": "8", "restarts": "4", "prior_weight_scale": "1000", "prior": tc.prior,
 			}}, "slvae", localize.DataInit)
@@ -41,6 +42,11 @@ func TestSLVAESolvesWithTheBundlesSchedule(t *testing.T) {
 			require.Equal(t, tc.want, m.bundle.Manifest.Solve.Variant)
 			require.Equal(t, tc.want, m.solve.Variant, "Localize solves as the bundle says")
 			require.Equal(t, boolFloat(tc.want == localize.NoPrior), m.extras["prior_off"])
+			// The run's provenance reaches the bundle, which reads from it
+			// that nothing recovers: the floor is on (ranking infected
+			// first, as SI data choose).
+			require.JSONEq(t, `{"simulated":{"model":"SI"}}`, string(m.bundle.Manifest.Diffusion))
+			require.Equal(t, boolFloat(m.bundle.Manifest.Ranking != localize.RankByScore), m.extras["components_named"])
 			_, err = m.Localize(t.Context(), cs[32].Y(nil))
 			require.NoError(t, err)
 		})

@@ -2,6 +2,7 @@ package localize
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"slices"
 	"testing"
@@ -186,23 +187,36 @@ func TestSolveNamesEveryProvenLoneNode(t *testing.T) {
 		y[v] = 1
 	}
 	proven := map[string]float64{LoneSourceRateMetric: 1}
+	none := map[string]float64{}
+	simulated := func(model string) json.RawMessage {
+		return json.RawMessage(`{"cascades": 300, "simulated": {"model": "` + model + `", "beta": 0.1}}`)
+	}
 	for _, tc := range []struct {
-		name    string
-		metrics map[string]float64
-		ranking Ranking
-		lone    bool
-		rule    SourceRule
-		want    int
+		name      string
+		metrics   map[string]float64
+		diffusion json.RawMessage
+		ranking   Ranking
+		lone      bool
+		rule      SourceRule
+		want      int
 	}{
-		{"proven, count", proven, InfectedFirst, true, SourceRule{Count: 1}, 3},
-		{"proven, threshold over every score", proven, InfectedFirst, true, SourceRule{}, 3},
-		{"proven, not lifted", proven, InfectedThenPredicted, false, SourceRule{Count: 1}, 3},
-		{"not every one a source", map[string]float64{LoneSourceRateMetric: 0.9}, InfectedFirst, true, SourceRule{Count: 1}, 1},
-		{"no measurement (an older bundle)", map[string]float64{}, InfectedFirst, true, SourceRule{Count: 1}, 1},
-		{"ranked by score", proven, RankByScore, false, SourceRule{Count: 1}, 1},
+		{"proven, count", proven, nil, InfectedFirst, true, SourceRule{Count: 1}, 3},
+		{"proven, threshold over every score", proven, nil, InfectedFirst, true, SourceRule{}, 3},
+		{"proven, not lifted", proven, nil, InfectedThenPredicted, false, SourceRule{Count: 1}, 3},
+		{"not every one a source", map[string]float64{LoneSourceRateMetric: 0.9}, simulated("SI"), InfectedFirst, true, SourceRule{Count: 1}, 1},
+		{"no measurement (an older bundle)", none, nil, InfectedFirst, true, SourceRule{Count: 1}, 1},
+		{"ranked by score", proven, nil, RankByScore, false, SourceRule{Count: 1}, 1},
+		// No lone node in the training snapshots to measure (clustered
+		// sources): simulated SI, IC or LT proves it by construction.
+		{"no measurement, simulated SI", none, simulated("SI"), InfectedFirst, false, SourceRule{Count: 1}, 3},
+		{"no measurement, simulated LT", none, simulated("LT"), InfectedFirst, false, SourceRule{Count: 1}, 3},
+		{"no measurement, simulated SIR", none, simulated("SIR"), InfectedFirst, false, SourceRule{Count: 1}, 1},
+		{"no measurement, recorded cascades", none, json.RawMessage(`{"file": "c.jsonl", "cascades": 30}`), InfectedFirst, false, SourceRule{Count: 1}, 1},
+		{"simulated SI, ranked by score", none, simulated("SI"), RankByScore, false, SourceRule{Count: 1}, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b.Manifest.Metrics = tc.metrics
+			b.Manifest.Diffusion = tc.diffusion
 			b.Manifest.Ranking = tc.ranking
 			b.Manifest.LoneInfectedFirst = tc.lone
 			b.Manifest.SourceRule = tc.rule

@@ -416,9 +416,38 @@ func LoneSourceRate(g *graph.Graph, pairs []forward.Pair) (float64, bool) {
 // three infected nodes far apart, two of them certainly sources; and on a
 // graph with isolated nodes, two of them infected filled a count of 2
 // while a 151-node outbreak beside them had no node named.
+//
+// Where the training snapshots held no lone node to measure (clustered
+// sources, one source a cascade), a bundle trained on cascades it
+// simulated under SI, IC or LT proves the same by construction: nothing
+// recovers, and a snapshot observes every infection.
 func (m *Manifest) NamesInfectedComponents() bool {
-	r, ok := m.Metrics[LoneSourceRateMetric]
-	return ok && r == 1 && m.Ranking != RankByScore
+	if m.Ranking == RankByScore {
+		return false
+	}
+	if r, ok := m.Metrics[LoneSourceRateMetric]; ok {
+		return r == 1
+	}
+	switch m.simulatedModel() {
+	case "SI", "IC", "LT":
+		return true
+	}
+	return false
+}
+
+// simulatedModel is the diffusion model of the cascades the bundle was
+// trained on, when it simulated them ({"simulated": {"model": ...}} in
+// Diffusion); "" for recorded cascades or an older bundle.
+func (m *Manifest) simulatedModel() string {
+	var d struct {
+		Simulated *struct {
+			Model string `json:"model"`
+		} `json:"simulated"`
+	}
+	if json.Unmarshal(m.Diffusion, &d) != nil || d.Simulated == nil {
+		return ""
+	}
+	return d.Simulated.Model
 }
 
 // TrainInfectedMinMetric and TrainInfectedMaxMetric name the manifest

@@ -334,7 +334,11 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 			verdict = "calibrated with the rest"
 		}
 		if m.NamesInfectedComponents() {
-			detail += "; every one a source in the training snapshots, so every one is named, and the first-ranked node of every infected component"
+			if _, measured := m.Metrics[localize.LoneSourceRateMetric]; measured {
+				detail += "; every one a source in the training snapshots, so every one is named, and the first-ranked node of every infected component"
+			} else {
+				detail += "; nothing recovers in the simulated spread the bundle was trained on, so every one is named, and the first-ranked node of every infected component"
+			}
 		}
 		fmt.Fprintf(w, "lone nodes  %s (%s)\n", verdict, detail)
 	}
