@@ -308,10 +308,36 @@ func (g *Graph) Lookup(ids []string) ([]int, error) {
 
 // SameText returns g's id that id differs from only invisibly, and how:
 // in Unicode normalization (a decomposed "ë", NFD, where g has the
-// composed one, NFC, or the other way round) or by white space around
-// it. Ids are compared byte for byte, so such an id names no node of g;
-// this is for the error that says so. ok is false when g has no such id.
+// composed one, NFC, or the other way round), by white space around
+// it, or by zero-width characters (a byte-order mark, a zero-width space
+// or word joiner, which no id of g holds: Read refuses them). Ids are
+// compared byte for byte, so such an id names no node of g; this is for
+// the error that says so. ok is false when g has no such id.
 func (g *Graph) SameText(id string) (match, how string, ok bool) {
+	if visible := strings.Map(dropInvisible, id); visible != id {
+		const zw = "without its zero-width characters (a byte-order mark, zero-width space or word joiner)"
+		if _, found := g.index[visible]; found {
+			return visible, zw, true
+		}
+		if match, how, ok := g.sameText(visible); ok {
+			return match, how + " and " + zw, true
+		}
+		return "", "", false
+	}
+	return g.sameText(id)
+}
+
+// dropInvisible is strings.Map's mapping that drops the zero-width
+// characters invisible reports.
+func dropInvisible(r rune) rune {
+	if invisible(r) {
+		return -1
+	}
+	return r
+}
+
+// sameText is SameText for an id without zero-width characters.
+func (g *Graph) sameText(id string) (match, how string, ok bool) {
 	trimmed := strings.TrimSpace(id)
 	for _, c := range []struct{ id, how string }{
 		{norm.NFC.String(id), "composed (NFC)"},

@@ -288,6 +288,13 @@ func TestSameText(t *testing.T) {
 		{"b", "", ""},
 		{"B", "", ""},
 		{"zoë", "", ""},
+		// Zero-width characters, which no id of g can hold (Read refuses
+		// them): a byte-order mark a producer's file left, a zero-width
+		// space or word joiner.
+		{"\ufeffb", "b", "without its zero-width characters (a byte-order mark, zero-width space or word joiner)"},
+		{"b\u200b", "b", "without its zero-width characters (a byte-order mark, zero-width space or word joiner)"},
+		{"\u2060sa\u0303o ", "são", "composed (NFC) and without the white space around it and without its zero-width characters (a byte-order mark, zero-width space or word joiner)"},
+		{"\u200bB", "", ""},
 	} {
 		match, how, ok := g.SameText(tc.id)
 		require.Equal(t, tc.match != "", ok, "%q", tc.id)
