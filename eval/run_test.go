@@ -630,7 +630,7 @@ func TestReportCallsOutAPoorForwardFit(t *testing.T) {
 		"its validation error stopped improving at epoch 41 of 60, so more epochs will not help: train on more cascades, "+
 		"and compare forward models (--forward deepis,gat,monstor); judge by the ranking, not the forward error\n")
 	require.Contains(t, out, "slvae[deepis]: forward_test_mse is 100% above the floor: the forward model fits this graph poorly; "+
-		"its fit was still improving at its last epoch (20): give it more epochs (--method-param slvae[deepis].epochs=N)",
+		"its fit was still improving at its last epoch (20), but more epochs (--method-param slvae[deepis].epochs=N) can lower the forward error by saturating the model",
 		"each method is named with its own epochs")
 	require.Contains(t, out, "slvae-noprior: forward_test_mse is 50% above the floor: the forward model fits this graph poorly; "+
 		"set the forward model's parameters, or compare forward models", "a model that reports no epochs is not trained")

@@ -380,7 +380,7 @@ func TestPoorFit(t *testing.T) {
 		want         string
 	}{
 		{20, 14, "its validation error stopped improving at epoch 14 of 20, so more epochs will not help: train on more cascades, and compare forward models (c); judge by the ranking, not the forward error"},
-		{20, 20, "its fit was still improving at its last epoch (20): give it more epochs (e) or train on more cascades, and compare forward models (c); judge by the ranking, not the forward error"},
+		{20, 20, "its fit was still improving at its last epoch (20), but more epochs (e) can lower the forward error by saturating the model, its outputs pinned at 0 or 1 where inference descends, which leaves the descent no gradient: keep a longer fit only if it ranks better; train on more cascades, and compare forward models (c); judge by the ranking, not the forward error"},
 		{0, 0, "set the forward model's parameters, or compare forward models (c); judge by the ranking, not the forward error"},
 	} {
 		require.Equal(t, tc.want, localize.PoorFitAdvice("c", "e", tc.epochs, tc.best))
