@@ -14,11 +14,12 @@ import (
 // On a directed graph a lone infected node (no infected in-neighbour) can
 // sit inside a larger weak infected component. Without the lone lift
 // (InfectedThenPredicted, or a calibration by component size), a
-// non-lone node of that component can rank above the lone one. Solve's
-// set (extend, in ranking order) then names both, though the lone node
-// already covers the component; each restart's vote (extendBest, lone
-// nodes first) names only the lone one. The set and the vote disagree.
-func TestReviewFloorExtendMatchesExtendBestDirected(t *testing.T) {
+// non-lone node of that component can rank above the lone one. The lone
+// node already covers the component, so Solve's set (extend, in ranking
+// order) must name it alone, as each restart's vote (extendBest, lone
+// nodes first) does; extend named both before it marked the lone nodes'
+// components first.
+func TestFloorExtendMatchesExtendBestDirected(t *testing.T) {
 	// 0 -> 1: both infected; 0 is lone, 1 is not; one weak component.
 	g := graph.New(2, []graph.Edge{{From: 0, To: 1}}, []string{"a", "b"}, true, false)
 	y := []float64{1, 1}
@@ -36,7 +37,7 @@ func TestReviewFloorExtendMatchesExtendBestDirected(t *testing.T) {
 // The same property on random directed graphs and scores: for a set cut
 // from scores, extend (Solve) and extendBest (each restart) name the same
 // nodes.
-func TestReviewFloorExtendMatchesExtendBestRandom(t *testing.T) {
+func TestFloorExtendMatchesExtendBestRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 7))
 	for trial := 0; trial < 500; trial++ {
 		n := 2 + rng.IntN(12)
@@ -82,7 +83,7 @@ func sameSet(a, b []int) bool {
 // nodes infected, i lone and i+1 not, one weak component. The source set
 // should name the lone node and nothing else from that component by the
 // floor, and every node in the source set should have some restart's vote.
-func TestReviewSolveFloorDirectedLoneInBiggerComponent(t *testing.T) {
+func TestSolveFloorDirectedLoneInBiggerComponent(t *testing.T) {
 	n := 12
 	var edges []graph.Edge
 	ids := make([]string, n)
@@ -113,10 +114,10 @@ func TestReviewSolveFloorDirectedLoneInBiggerComponent(t *testing.T) {
 	t.Logf("%d of %d observations named a redundant node", bad, n)
 }
 
-// Result.Probability's doc says a source with a mean x above 0 has at
-// least one restart's vote. A component node the floor names by the mean
-// can have none: each restart names its own best node of the component.
-func TestReviewFloorComponentNodeWithoutVote(t *testing.T) {
+// A component node the floor names by the mean can have no restart's
+// vote: each restart names its own best node of the component (see
+// Result.Probability).
+func TestFloorComponentNodeWithoutVote(t *testing.T) {
 	// Undirected: 0-4 one infected component, 1-2-3 another.
 	g := graph.New(5, []graph.Edge{{From: 0, To: 4}, {From: 1, To: 2}, {From: 2, To: 3}}, []string{"0", "1", "2", "3", "4"}, false, false)
 	y := []float64{1, 1, 1, 1, 1}
@@ -133,9 +134,9 @@ func TestReviewFloorComponentNodeWithoutVote(t *testing.T) {
 	vote := voteAt(cut, th, set[:ruled], mean, reranking{}, nil)
 	vote.floor = f
 	prob := namedFraction(x, grad, reranking{}, vote, nil)
-	// Before the doc fix Result.Probability promised a vote to every
-	// source with mean x above 0; node 1 (mean x 0.9) has none. What
-	// holds: every restart covers the component {1, 2, 3} with one node.
+	// Node 1 (mean x 0.9) has no vote, as Result.Probability says can
+	// happen; what holds: every restart covers the component {1, 2, 3}
+	// with one node.
 	require.Zero(t, prob[1], "%v", prob)
 	require.InDelta(t, 1.0, prob[1]+prob[2]+prob[3], 1e-12, "%v", prob)
 }
@@ -145,7 +146,7 @@ func TestReviewFloorComponentNodeWithoutVote(t *testing.T) {
 // names two, the floor the other two, and the answer is exactly right; the
 // note calls it uninformative ("the source set says nothing here") and
 // credits the count rule with naming 4.
-func TestReviewAnswerNoteFloorOfCertainSources(t *testing.T) {
+func TestAnswerNoteFloorOfCertainSources(t *testing.T) {
 	b := testBundle(t) // a ring of 12
 	b.Manifest.Ranking = InfectedFirst
 	b.Manifest.LoneInfectedFirst = true
