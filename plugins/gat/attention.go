@@ -29,7 +29,7 @@ const leak = 0.2
 // to one, so a bias added to z passes through unchanged and shifts every
 // logit of a row equally.
 type attention struct {
-	adj        *adjacency
+	adj        *gnn.Rows
 	heads, dim int
 
 	// src and dst are heads x dim; gsrc and gdst their gradients.
@@ -49,7 +49,7 @@ type attention struct {
 	scratch [][]float64 // per worker, one row's edges x heads
 }
 
-func newAttention(adj *adjacency, heads, dim int, name string, init func() float64) *attention {
+func newAttention(adj *gnn.Rows, heads, dim int, name string, init func() float64) *attention {
 	a := &attention{
 		adj: adj, heads: heads, dim: dim,
 		src:  make([]float64, heads*dim),
@@ -71,13 +71,13 @@ func newAttention(adj *adjacency, heads, dim int, name string, init func() float
 // forward aggregates z (batches*n rows, heads*dim columns) and returns the
 // aggregated rows, owned by the layer until the next forward.
 func (a *attention) forward(z *mat.Dense, batches int) *mat.Dense {
-	n, H, D := a.adj.n, a.heads, a.dim
+	n, H, D := a.adj.N, a.heads, a.dim
 	HD := H * D
 	if r, c := z.Dims(); r != batches*n || c != HD {
 		panic(fmt.Sprintf("gat: attention input %dx%d, want %dx%d", r, c, batches*n, HD))
 	}
 	rows := batches * n
-	nnz := a.adj.nnz()
+	nnz := a.adj.NNZ()
 	a.batches = batches
 	a.z = gnn.Contiguous(a.z, z)
 	a.fs = gnn.Grow(a.fs, rows*H)
@@ -102,14 +102,14 @@ func (a *attention) forward(z *mat.Dense, batches int) *mat.Dense {
 	a.each(batches, func(b int, scratch *[]float64) {
 		base := b * n
 		for v := 0; v < n; v++ {
-			lo, hi := a.adj.off[v], a.adj.off[v+1]
+			lo, hi := a.adj.Off[v], a.adj.Off[v+1]
 			pre := a.pre[(b*nnz+lo)*H : (b*nnz+hi)*H]
 			alpha := a.alpha[(b*nnz+lo)*H : (b*nnz+hi)*H]
 			for k := 0; k < H; k++ {
 				fd := a.fd[(base+v)*H+k]
 				m := math.Inf(-1)
 				for e := lo; e < hi; e++ {
-					p := fd + a.fs[(base+a.adj.src[e])*H+k]
+					p := fd + a.fs[(base+a.adj.Src[e])*H+k]
 					pre[(e-lo)*H+k] = p
 					if p < 0 {
 						p *= leak
@@ -132,7 +132,7 @@ func (a *attention) forward(z *mat.Dense, batches int) *mat.Dense {
 			o := out.Data[(base+v)*out.Stride : (base+v)*out.Stride+HD]
 			clear(o)
 			for e := lo; e < hi; e++ {
-				zu := zz[(base+a.adj.src[e])*HD : (base+a.adj.src[e]+1)*HD]
+				zu := zz[(base+a.adj.Src[e])*HD : (base+a.adj.Src[e]+1)*HD]
 				al := alpha[(e-lo)*H : (e-lo+1)*H]
 				for k := 0; k < H; k++ {
 					w := al[k]
@@ -157,13 +157,13 @@ func (a *attention) forward(z *mat.Dense, batches int) *mat.Dense {
 // sum_u' α_vu' dL/dα_vu'); through the LeakyReLU to the logit p_vu, which
 // is a_dst . z_v + a_src . z_u.
 func (a *attention) backward(dout *mat.Dense) *mat.Dense {
-	n, H, D := a.adj.n, a.heads, a.dim
+	n, H, D := a.adj.N, a.heads, a.dim
 	HD := H * D
 	rows := a.batches * n
 	if r, c := dout.Dims(); r != rows || c != HD {
 		panic(fmt.Sprintf("gat: attention backward got %dx%d, want %dx%d", r, c, rows, HD))
 	}
-	nnz := a.adj.nnz()
+	nnz := a.adj.NNZ()
 	a.dz = gnn.Reuse(a.dz, rows, HD)
 	dz := a.dz.RawMatrix()
 	for r := 0; r < rows; r++ {
@@ -178,14 +178,14 @@ func (a *attention) backward(dout *mat.Dense) *mat.Dense {
 	a.each(a.batches, func(b int, scratch *[]float64) {
 		base := b * n
 		for v := 0; v < n; v++ {
-			lo, hi := a.adj.off[v], a.adj.off[v+1]
+			lo, hi := a.adj.Off[v], a.adj.Off[v+1]
 			pre := a.pre[(b*nnz+lo)*H : (b*nnz+hi)*H]
 			alpha := a.alpha[(b*nnz+lo)*H : (b*nnz+hi)*H]
 			gv := g.Data[(base+v)*g.Stride : (base+v)*g.Stride+HD]
 			*scratch = gnn.Grow(*scratch, (hi-lo)*H)
 			da := *scratch
 			for e := lo; e < hi; e++ {
-				u := base + a.adj.src[e]
+				u := base + a.adj.Src[e]
 				zu := zz[u*HD : (u+1)*HD]
 				du := dz.Data[u*dz.Stride : u*dz.Stride+HD]
 				for k := 0; k < H; k++ {
@@ -214,7 +214,7 @@ func (a *attention) backward(dout *mat.Dense) *mat.Dense {
 						de *= leak
 					}
 					a.dfd[(base+v)*H+k] += de
-					a.dfs[(base+a.adj.src[e])*H+k] += de
+					a.dfs[(base+a.adj.Src[e])*H+k] += de
 				}
 			}
 		}

@@ -19,7 +19,7 @@ import (
 type network struct {
 	n    int
 	arch Arch
-	adj  *adjacency
+	adj  *gnn.Rows
 	// logDeg is the static feature log(1 + in-degree) per node.
 	logDeg []float64
 
@@ -106,7 +106,7 @@ func (net *network) Nodes() int { return net.n }
 // TestCacheFloats measures it.
 func (net *network) CacheFloats() int {
 	a := net.arch
-	edges := 2 * (a.Heads + 1) * net.adj.nnz()
+	edges := 2 * (a.Heads + 1) * net.adj.NNZ()
 	return 14*a.Heads*a.HeadDim + 4*a.Heads + 3*a.Hops + 27 + (edges+net.n-1)/net.n
 }
 
@@ -135,7 +135,7 @@ func (net *network) Forward(x *mat.Dense) *mat.Dense {
 	prev := net.x
 	for k := range net.u {
 		net.u[k] = gnn.Grow(net.u[k], rows)
-		net.adj.propagate(net.u[k], prev, batches)
+		net.adj.Propagate(net.u[k], prev, batches)
 		prev = net.u[k]
 	}
 	net.h0 = gnn.Reuse(net.h0, rows, F)
@@ -244,7 +244,7 @@ func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 		for r := 0; r < rows; r++ {
 			net.g[r] += dh0.Data[r*dh0.Stride+k] / (1 + math.Abs(u[r]))
 		}
-		net.adj.propagateT(net.gt, net.g, batches)
+		net.adj.PropagateT(net.gt, net.g, batches)
 		net.g, net.gt = net.gt, net.g
 	}
 	for r := 0; r < rows; r++ {

@@ -45,7 +45,7 @@ type block struct {
 type network struct {
 	n      int
 	arch   Arch
-	adj    *adjacency
+	adj    *gnn.Rows
 	logDeg []float64
 	blocks []*block
 	params []*nn.Param
@@ -146,7 +146,7 @@ func (net *network) Forward(x *mat.Dense) *mat.Dense {
 			row[0], row[1], row[2] = net.x[r], prev[r], net.logDeg[r%n]
 		}
 		b.p0 = gnn.Reuse(b.p0, rows, 2*features)
-		net.adj.propagate(b.p0.Slice(0, rows, 0, features).(*mat.Dense), b.h0, batches)
+		net.adj.PropagateDense(b.p0.Slice(0, rows, 0, features).(*mat.Dense), b.h0, batches)
 		p0 := b.p0.RawMatrix()
 		for r := 0; r < rows; r++ {
 			copy(p0.Data[r*p0.Stride+features:r*p0.Stride+2*features], h0.Data[r*h0.Stride:r*h0.Stride+features])
@@ -164,7 +164,7 @@ func (net *network) Forward(x *mat.Dense) *mat.Dense {
 			}
 			b.t[r], b.o[r] = t, self
 		}
-		net.adj.propagateVec(b.tmp(rows), b.t, batches)
+		net.adj.Propagate(b.tmp(rows), b.t, batches)
 		for r, v := range b.scratch[:rows] {
 			b.o[r] += v
 		}
@@ -206,7 +206,7 @@ func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 		}
 		// o = Â t + h1 w_self + b2 with t = h1 w2, so dL/dt = Â^T dL/do.
 		net.dt = gnn.Grow(net.dt, rows)
-		net.adj.propagateVecT(net.dt, b.do, batches)
+		net.adj.PropagateT(net.dt, b.do, batches)
 		b.dh1 = gnn.Reuse(b.dh1, rows, hid)
 		dh1, h1 := b.dh1.RawMatrix(), b.h1.RawMatrix()
 		for r := 0; r < rows; r++ {
@@ -221,7 +221,7 @@ func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 		}
 		dp0 := b.lin1.Backward(b.dh1)
 		b.dh0 = gnn.Reuse(b.dh0, rows, features)
-		net.adj.propagateT(b.dh0, dp0.Slice(0, rows, 0, features).(*mat.Dense), batches)
+		net.adj.PropagateDenseT(b.dh0, dp0.Slice(0, rows, 0, features).(*mat.Dense), batches)
 		dh0, dself := b.dh0.RawMatrix(), dp0.RawMatrix()
 		for r := 0; r < rows; r++ {
 			for j := 0; j < features; j++ {
