@@ -149,3 +149,22 @@ func CheckSameVJP(t testing.TB, a, b forward.Model, n int) {
 		}
 	}
 }
+
+// BenchmarkVJP runs two sub-benchmarks, <graph>/inprocess and
+// <graph>/process, each timing one VJP of (x, dy) by the model in process
+// and by the same model through its plugin process: the difference is
+// the cost of a round trip.
+func BenchmarkVJP(b *testing.B, graphName string, in, proc forward.Model, x, dy *mat.Dense) {
+	for _, m := range []struct {
+		name  string
+		model forward.Model
+	}{{"inprocess", in}, {"process", proc}} {
+		b.Run(graphName+"/"+m.name, func(b *testing.B) {
+			for b.Loop() {
+				if _, _, err := m.model.VJP(b.Context(), x, dy); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package deepis
 
 import (
-	"context"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -102,18 +101,7 @@ func BenchmarkVJP(b *testing.B) {
 		g, in, procs := benchModels(b, name, nil)
 		rng := rand.New(rand.NewPCG(1, 1))
 		x, dy := randDense(rng, 8, g.N(), 0, 1), randDense(rng, 8, g.N(), -1, 1)
-		for _, m := range []struct {
-			name  string
-			model forward.Model
-		}{{"inprocess", in}, {"process", procs[0]}} {
-			b.Run(name+"/"+m.name, func(b *testing.B) {
-				for b.Loop() {
-					if _, _, err := m.model.VJP(context.Background(), x, dy); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
+		forwardtest.BenchmarkVJP(b, name, in, procs[0], x, dy)
 	}
 }
 

@@ -302,18 +302,7 @@ func BenchmarkVJP(b *testing.B) {
 		p, err := forward.Launch(b.Context(), forwardtest.Build(b, icmf.Name))
 		require.NoError(b, err)
 		require.NoError(b, p.Configure(b.Context(), g, nil, nil))
-		for _, m := range []struct {
-			name  string
-			model forward.Model
-		}{{"inprocess", in}, {"process", p}} {
-			b.Run(name+"/"+m.name, func(b *testing.B) {
-				for b.Loop() {
-					if _, _, err := m.model.VJP(b.Context(), x, dy); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
+		forwardtest.BenchmarkVJP(b, name, in, p, x, dy)
 		require.NoError(b, p.Close())
 	}
 }

@@ -390,18 +390,7 @@ func (s Suite[A, N]) BenchmarkVJP(b *testing.B) {
 		require.NoError(b, p.Configure(b.Context(), g, nil, state))
 		rng := rand.New(rand.NewPCG(1, 1))
 		x, dy := RandomMatrix(8, g.N(), 0, 1, rng), RandomMatrix(8, g.N(), -1, 1, rng)
-		for _, m := range []struct {
-			name  string
-			model forward.Model
-		}{{"inprocess", in}, {"process", p}} {
-			b.Run(name+"/"+m.name, func(b *testing.B) {
-				for b.Loop() {
-					if _, _, err := m.model.VJP(context.Background(), x, dy); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		}
+		forwardtest.BenchmarkVJP(b, name, in, p, x, dy)
 		require.NoError(b, p.Close())
 	}
 }
