@@ -1100,6 +1100,17 @@ func (d *Daemon) checkFile(ctx context.Context) (*Config, error) {
 	if d.reloadCfg == nil {
 		return nil, nil
 	}
+	cfg, err := d.readAndCheck(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrReload, err)
+	}
+	return &cfg, nil
+}
+
+// readAndCheck loads the config file and checks it as every reload does:
+// valid, the same graphs as running, and each graph's bundle passing the
+// preflight. d.reloadCfg must be set.
+func (d *Daemon) readAndCheck(ctx context.Context) (Config, error) {
 	cfg, err := d.reloadCfg(ctx)
 	if err == nil {
 		err = cfg.Validate()
@@ -1110,10 +1121,7 @@ func (d *Daemon) checkFile(ctx context.Context) (*Config, error) {
 	if err == nil {
 		err = d.preflightAll(cfg)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrReload, err)
-	}
-	return &cfg, nil
+	return cfg, err
 }
 
 // preflightAll makes the cheap model check of WithPreflight on each graph
@@ -1174,16 +1182,7 @@ func (d *Daemon) rereadAtTakeover(ctx context.Context) {
 	if d.reloadCfg == nil {
 		return
 	}
-	cfg, err := d.reloadCfg(ctx)
-	if err == nil {
-		err = cfg.Validate()
-	}
-	if err == nil {
-		err = d.sameGraphs(cfg)
-	}
-	if err == nil {
-		err = d.preflightAll(cfg)
-	}
+	cfg, err := d.readAndCheck(ctx)
 	rs := ReloadStatus{At: d.now().UTC(), OK: err == nil}
 	apply := func(cfg *Config) {
 		for i, gr := range d.order {

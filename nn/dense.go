@@ -107,8 +107,10 @@ func (d *Dense) Params() []*Param { return d.params }
 // saves a matrix product for a first layer whose input is data.
 func (d *Dense) SkipInputGrad(skip bool) { d.noInputGrad = skip }
 
-// reuse returns m resized to r x c, reusing its storage when it can.
-func reuse(m *mat.Dense, r, c int) *mat.Dense {
+// Reuse returns m resized to r x c, reusing its storage when it can (a nil
+// m gets a new matrix). The contents are unspecified: destination buffers
+// of hot loops call it each pass instead of allocating.
+func Reuse(m *mat.Dense, r, c int) *mat.Dense {
 	if m == nil {
 		return mat.NewDense(r, c, nil)
 	}
@@ -130,8 +132,8 @@ func (d *Dense) Forward(x *mat.Dense) *mat.Dense {
 		panic(fmt.Sprintf("nn: dense input has %d columns, layer wants %d", c, in))
 	}
 	d.x = x
-	d.z = reuse(d.z, r, out)
-	d.y = reuse(d.y, r, out)
+	d.z = Reuse(d.z, r, out)
+	d.y = Reuse(d.y, r, out)
 	z := d.z.RawMatrix()
 	for i := 0; i < r; i++ {
 		copy(z.Data[i*z.Stride:i*z.Stride+out], d.B)
@@ -182,7 +184,7 @@ func (d *Dense) backward(dout *mat.Dense, params, input bool) *mat.Dense {
 	if r != yr || c != yc {
 		panic(fmt.Sprintf("nn: dense Backward got %dx%d, last output was %dx%d", r, c, yr, yc))
 	}
-	d.dz = reuse(d.dz, r, c)
+	d.dz = Reuse(d.dz, r, c)
 	dz, g, z, y := d.dz.RawMatrix(), dout.RawMatrix(), d.z.RawMatrix(), d.y.RawMatrix()
 	if dz.Stride == c && g.Stride == c && z.Stride == c && y.Stride == c {
 		// One activation call for a contiguous batch, as in Forward.
@@ -214,7 +216,7 @@ func (d *Dense) backward(dout *mat.Dense, params, input bool) *mat.Dense {
 	if !input {
 		return nil
 	}
-	d.dx = reuse(d.dx, r, in)
+	d.dx = Reuse(d.dx, r, in)
 	if small {
 		smallMulTB(d.dx.RawMatrix(), dz, d.W.RawMatrix())
 		return d.dx

@@ -44,8 +44,8 @@ func newSparseDense(in, out int, rng *rand.Rand) *sparseDense {
 
 func (l *sparseDense) forward(sets [][]int) *mat.Dense {
 	l.sets = sets
-	l.z = reuse(l.z, len(sets), l.out)
-	l.y = reuse(l.y, len(sets), l.out)
+	l.z = nn.Reuse(l.z, len(sets), l.out)
+	l.y = nn.Reuse(l.y, len(sets), l.out)
 	for r, set := range sets {
 		z, y := l.z.RawRowView(r), l.y.RawRowView(r)
 		copy(z, l.b)

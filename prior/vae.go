@@ -240,7 +240,7 @@ func (v *VAE) Fit(ctx context.Context, train, val [][]int, progress func(Progres
 			for _, i := range order[lo:min(lo+v.cfg.BatchSize, len(order))] {
 				batch = append(batch, train[i])
 			}
-			eps = reuse(eps, len(batch), v.cfg.Latent)
+			eps = nn.Reuse(eps, len(batch), v.cfg.Latent)
 			raw := eps.RawMatrix().Data
 			for i := range raw {
 				raw[i] = v.rng.NormFloat64()
@@ -347,7 +347,7 @@ func (v *VAE) loss(sets [][]int, eps *mat.Dense, backward bool) (bce, kl float64
 	bsz, k := len(sets), v.cfg.Latent
 	inv := 1 / float64(bsz)
 	out := v.head.Forward(v.enc2.Forward(v.enc1.forward(sets)))
-	v.z = reuse(v.z, bsz, k)
+	v.z = nn.Reuse(v.z, bsz, k)
 	for r := range bsz {
 		o, z := out.RawRowView(r), v.z.RawRowView(r)
 		mu, lv := o[:k], o[k:]
@@ -361,7 +361,7 @@ func (v *VAE) loss(sets [][]int, eps *mat.Dense, backward bool) (bce, kl float64
 	}
 	logits := v.dec.Forward(v.z)
 	if backward {
-		v.dl = reuse(v.dl, bsz, v.n)
+		v.dl = nn.Reuse(v.dl, bsz, v.n)
 	}
 	for r, set := range sets {
 		l := logits.RawRowView(r)
@@ -396,7 +396,7 @@ func (v *VAE) loss(sets [][]int, eps *mat.Dense, backward bool) (bce, kl float64
 		return bce, kl
 	}
 	gz := v.dec.Backward(v.dl)
-	v.dhead = reuse(v.dhead, bsz, 2*k)
+	v.dhead = nn.Reuse(v.dhead, bsz, 2*k)
 	for r := range bsz {
 		o, g, d := out.RawRowView(r), gz.RawRowView(r), v.dhead.RawRowView(r)
 		mu, lv := o[:k], o[k:]
@@ -619,17 +619,4 @@ func checkVAEHeader(n int, c Config, ps []byte) error {
 func paramCount(n, h, k int) uint64 {
 	un, uh, uk := uint64(n), uint64(h), uint64(k)
 	return 2*un*uh + 2*uh*uh + 3*uh*uk + 4*uh + 2*uk + un
-}
-
-// reuse returns m resized to r x c, reusing its storage when it can.
-func reuse(m *mat.Dense, r, c int) *mat.Dense {
-	if m == nil {
-		return mat.NewDense(r, c, nil)
-	}
-	if mr, mc := m.Dims(); mr == r && mc == c {
-		return m
-	}
-	m.Reset()
-	m.ReuseAs(r, c)
-	return m
 }

@@ -84,7 +84,7 @@ func (a *attention) forward(z *mat.Dense, batches int) *mat.Dense {
 	a.fd = gnn.Grow(a.fd, rows*H)
 	a.pre = gnn.Grow(a.pre, batches*nnz*H)
 	a.alpha = gnn.Grow(a.alpha, batches*nnz*H)
-	a.out = gnn.Reuse(a.out, rows, HD)
+	a.out = nn.Reuse(a.out, rows, HD)
 	zz := a.z
 	for r := 0; r < rows; r++ {
 		zr := zz[r*HD : (r+1)*HD]
@@ -164,7 +164,7 @@ func (a *attention) backward(dout *mat.Dense) *mat.Dense {
 		panic(fmt.Sprintf("gat: attention backward got %dx%d, want %dx%d", r, c, rows, HD))
 	}
 	nnz := a.adj.NNZ()
-	a.dz = gnn.Reuse(a.dz, rows, HD)
+	a.dz = nn.Reuse(a.dz, rows, HD)
 	dz := a.dz.RawMatrix()
 	for r := 0; r < rows; r++ {
 		clear(dz.Data[r*dz.Stride : r*dz.Stride+HD])

@@ -138,7 +138,7 @@ func (net *network) Forward(x *mat.Dense) *mat.Dense {
 		net.adj.Propagate(net.u[k], prev, batches)
 		prev = net.u[k]
 	}
-	net.h0 = gnn.Reuse(net.h0, rows, F)
+	net.h0 = nn.Reuse(net.h0, rows, F)
 	h0 := net.h0.RawMatrix()
 	for r := 0; r < rows; r++ {
 		row := h0.Data[r*h0.Stride : r*h0.Stride+F]
@@ -152,7 +152,7 @@ func (net *network) Forward(x *mat.Dense) *mat.Dense {
 	hd := net.arch.Heads * net.arch.HeadDim
 	z1 := net.lin1.Forward(net.h0)
 	a1 := net.att1.forward(z1.Slice(0, rows, 0, hd).(*mat.Dense), batches)
-	net.h1 = gnn.Reuse(net.h1, rows, hd)
+	net.h1 = nn.Reuse(net.h1, rows, hd)
 	h1, ar, sk := net.h1.RawMatrix(), a1.RawMatrix(), z1.RawMatrix()
 	for r := 0; r < rows; r++ {
 		dst, src := h1.Data[r*h1.Stride:r*h1.Stride+hd], ar.Data[r*ar.Stride:r*ar.Stride+hd]
@@ -170,7 +170,7 @@ func (net *network) Forward(x *mat.Dense) *mat.Dense {
 	z2r := z2.RawMatrix()
 
 	net.s = gnn.Grow(net.s, rows)
-	net.y = gnn.Reuse(net.y, batches, n)
+	net.y = nn.Reuse(net.y, batches, n)
 	y := net.y.RawMatrix()
 	for b := 0; b < batches; b++ {
 		for v := 0; v < n; v++ {
@@ -193,9 +193,9 @@ func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 	}
 	rows := batches * n
 	net.dy = gnn.Contiguous(net.dy, dy)
-	net.dx = gnn.Reuse(net.dx, batches, n)
+	net.dx = nn.Reuse(net.dx, batches, n)
 	dx := net.dx.RawMatrix()
-	net.do = gnn.Reuse(net.do, rows, 1)
+	net.do = nn.Reuse(net.do, rows, 1)
 	do := net.do.RawMatrix()
 	for r := 0; r < rows; r++ {
 		g, xv, s := net.dy[r], net.x[r], net.s[r]
@@ -204,7 +204,7 @@ func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 		do.Data[r*do.Stride] = g * (1 - xv) * s * (1 - s)
 	}
 	da2 := net.att2.backward(net.do).RawMatrix()
-	net.dz2 = gnn.Reuse(net.dz2, rows, 2)
+	net.dz2 = nn.Reuse(net.dz2, rows, 2)
 	dz2 := net.dz2.RawMatrix()
 	for r := 0; r < rows; r++ {
 		dz2.Data[r*dz2.Stride] = da2.Data[r*da2.Stride]
@@ -212,7 +212,7 @@ func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 	}
 	dh1 := net.lin2.Backward(net.dz2)
 	hd := net.arch.Heads * net.arch.HeadDim
-	net.dh1 = gnn.Reuse(net.dh1, rows, hd)
+	net.dh1 = nn.Reuse(net.dh1, rows, hd)
 	d, g, a := net.dh1.RawMatrix(), dh1.RawMatrix(), net.h1.RawMatrix()
 	for r := 0; r < rows; r++ {
 		dr, gr, hr := d.Data[r*d.Stride:r*d.Stride+hd], g.Data[r*g.Stride:r*g.Stride+hd], a.Data[r*a.Stride:r*a.Stride+hd]
@@ -226,7 +226,7 @@ func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 		}
 	}
 	da1 := net.att1.backward(net.dh1).RawMatrix()
-	net.dz1 = gnn.Reuse(net.dz1, rows, 2*hd)
+	net.dz1 = nn.Reuse(net.dz1, rows, 2*hd)
 	dz1, dpre := net.dz1.RawMatrix(), net.dh1.RawMatrix()
 	for r := 0; r < rows; r++ {
 		copy(dz1.Data[r*dz1.Stride:r*dz1.Stride+hd], da1.Data[r*da1.Stride:r*da1.Stride+hd])

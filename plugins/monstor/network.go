@@ -139,13 +139,13 @@ func (net *network) Forward(x *mat.Dense) *mat.Dense {
 	net.x = gnn.Contiguous(net.x, x)
 	prev := net.x
 	for _, b := range net.blocks {
-		b.h0 = gnn.Reuse(b.h0, rows, features)
+		b.h0 = nn.Reuse(b.h0, rows, features)
 		h0 := b.h0.RawMatrix()
 		for r := 0; r < rows; r++ {
 			row := h0.Data[r*h0.Stride : r*h0.Stride+features]
 			row[0], row[1], row[2] = net.x[r], prev[r], net.logDeg[r%n]
 		}
-		b.p0 = gnn.Reuse(b.p0, rows, 2*features)
+		b.p0 = nn.Reuse(b.p0, rows, 2*features)
 		net.adj.PropagateDense(b.p0.Slice(0, rows, 0, features).(*mat.Dense), b.h0, batches)
 		p0 := b.p0.RawMatrix()
 		for r := 0; r < rows; r++ {
@@ -169,7 +169,7 @@ func (net *network) Forward(x *mat.Dense) *mat.Dense {
 			b.o[r] += v
 		}
 		b.q = gnn.Grow(b.q, rows)
-		b.p = gnn.Reuse(b.p, batches, n)
+		b.p = nn.Reuse(b.p, batches, n)
 		p := b.p.RawMatrix()
 		for r := 0; r < rows; r++ {
 			q := gnn.Sigmoid(b.o[r] + b.b2[0])
@@ -190,7 +190,7 @@ func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 	}
 	rows := batches * n
 	net.dp = gnn.Contiguous(net.dp, dy)
-	net.dx = gnn.Reuse(net.dx, batches, n)
+	net.dx = nn.Reuse(net.dx, batches, n)
 	dx := net.dx.RawMatrix().Data // contiguous, stride n
 	clear(dx)
 	for s := len(net.blocks) - 1; s >= 0; s-- {
@@ -207,7 +207,7 @@ func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 		// o = Â t + h1 w_self + b2 with t = h1 w2, so dL/dt = Â^T dL/do.
 		net.dt = gnn.Grow(net.dt, rows)
 		net.adj.PropagateT(net.dt, b.do, batches)
-		b.dh1 = gnn.Reuse(b.dh1, rows, hid)
+		b.dh1 = nn.Reuse(b.dh1, rows, hid)
 		dh1, h1 := b.dh1.RawMatrix(), b.h1.RawMatrix()
 		for r := 0; r < rows; r++ {
 			dt := net.dt[r]
@@ -220,7 +220,7 @@ func (net *network) Backward(dy *mat.Dense) *mat.Dense {
 			}
 		}
 		dp0 := b.lin1.Backward(b.dh1)
-		b.dh0 = gnn.Reuse(b.dh0, rows, features)
+		b.dh0 = nn.Reuse(b.dh0, rows, features)
 		net.adj.PropagateDenseT(b.dh0, dp0.Slice(0, rows, 0, features).(*mat.Dense), batches)
 		dh0, dself := b.dh0.RawMatrix(), dp0.RawMatrix()
 		for r := 0; r < rows; r++ {

@@ -6,22 +6,6 @@ import (
 	"gonum.org/v1/gonum/mat"
 )
 
-// Reuse returns m resized to r x c, reusing its storage when it can. The
-// contents are unspecified.
-func Reuse(m *mat.Dense, r, c int) *mat.Dense {
-	if m == nil {
-		return mat.NewDense(r, c, nil)
-	}
-	if mr, mc := m.Dims(); mr == r && mc == c {
-		return m
-	}
-	raw := m.RawMatrix()
-	if cap(raw.Data) >= r*c {
-		return mat.NewDense(r, c, raw.Data[:r*c])
-	}
-	return mat.NewDense(r, c, nil)
-}
-
 // Grow returns s with length n, reusing its storage when it can.
 func Grow(s []float64, n int) []float64 {
 	if cap(s) >= n {

@@ -260,7 +260,7 @@ func (t *Trainer[A, N]) Loss(grad bool) (loss, mse float64) {
 		if t.Lambda > 0 {
 			rows = 2 * c
 		}
-		t.cx = Reuse(t.cx, rows, n)
+		t.cx = nn.Reuse(t.cx, rows, n)
 		cx := t.cx.RawMatrix().Data
 		copy(cx[:c*n], t.X[lo*n:(lo+c)*n])
 		if t.Lambda > 0 {
@@ -268,7 +268,7 @@ func (t *Trainer[A, N]) Loss(grad bool) (loss, mse float64) {
 		}
 		f := t.Net.Forward(t.cx).RawMatrix()
 		if grad {
-			t.cd = Reuse(t.cd, rows, n)
+			t.cd = nn.Reuse(t.cd, rows, n)
 		}
 		for i := 0; i < c; i++ {
 			fr := f.Data[i*f.Stride : i*f.Stride+n]
