@@ -81,6 +81,10 @@
 // events acknowledged after the snapshot are applied again (idempotently).
 // A crash at any moment therefore loses no acknowledged event's effect, as
 // long as the events stream still holds the messages after the snapshot.
+// A window that has applied no event yet (a graph new to the deployment,
+// or added back after its state was dropped) reads the messages stored
+// since its window and max_future_skew before the start, less a minute:
+// the older ones are too old for the window by their arrival times.
 //
 // # Inference and alerts
 //

@@ -466,3 +466,63 @@ func publishInfected(t *testing.T, js jetstream.JetStream, graphName string, n, 
 		require.NoError(t, err)
 	}
 }
+
+// A graph whose window applied no events yet (added to a deployment that
+// ran before, or added back after its state was dropped) reads only the
+// events stored within reach of its window: the older ones on its
+// subject would each be dead-lettered as too_old, a burst after every
+// such start. Those stored within its window count, also ones
+// dead-lettered as unknown_graph before it was configured.
+func TestGraphAddedLaterReadsOnlyWhatItsWindowReaches(t *testing.T) {
+	const n = 6
+	s := runServer(t)
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	f := &factoryOf{}
+	r1 := start(t, cfg, preload(t, n, "p"), WithLocalizerFactory(f.factory))
+	for _, node := range []string{"1", "2", "3"} {
+		r1.publish(t, "q", Event{Node: node, State: StateInfected}, "")
+	}
+	expectUnknownGraphDeadLetters(t, r1, 3, "q is not configured yet")
+	r1.stop(t)
+
+	q := DefaultGraphConfig("q")
+	q.Edges, q.Bundle, q.Interval = "q.edges", "q.swb", 20*time.Millisecond
+	q.MinInfected = 1000 // no inference here
+	cfg.Graphs = append(cfg.Graphs, q)
+	consumed := func(r *running) jetstream.SequenceInfo {
+		t.Helper()
+		stream, err := r.js.Stream(context.Background(), EventsStream)
+		require.NoError(t, err)
+		var info *jetstream.ConsumerInfo
+		require.Eventually(t, func() bool {
+			c, err := stream.Consumer(context.Background(), consumerName("q"))
+			if err != nil {
+				return false
+			}
+			info, err = c.Info(context.Background())
+			return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+		}, 20*time.Second, 10*time.Millisecond)
+		return info.Delivered
+	}
+
+	// Its window and max_future_skew later, the three are out of reach.
+	shift := q.Window + cfg.MaxFutureSkew + freshStartMargin + time.Minute
+	r2 := start(t, cfg, preload(t, n, "p", "q"), WithLocalizerFactory(f.factory),
+		WithClock(func() time.Time { return time.Now().Add(shift) }))
+	require.Zero(t, consumed(r2).Consumer, "nothing delivered")
+	require.Zero(t, value(t, r2.d.metrics.deadLetters.WithLabelValues(ReasonTooOld)))
+	infected, _, seq := r2.d.graphs["q"].win.counts()
+	require.Zero(t, infected)
+	require.Zero(t, seq)
+	r2.stop(t)
+
+	// Now, they are within its window and count.
+	r3 := start(t, cfg, preload(t, n, "p", "q"), WithLocalizerFactory(f.factory))
+	require.Equal(t, uint64(3), consumed(r3).Consumer)
+	waitSeq(t, r3.d, "q", lastSeq(t, r3.js))
+	infected, _, _ = r3.d.graphs["q"].win.counts()
+	require.Equal(t, 3, infected)
+	require.Zero(t, value(t, r3.d.metrics.deadLetters.WithLabelValues(ReasonTooOld)))
+	r3.stop(t)
+}

@@ -70,8 +70,14 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	}
 	_, _, seq := gr.win.counts()
 	subject := EventsSubject(d.cfg.Subjects.Prefix, gr.name)
+	// A window that applied nothing yet reads only what was stored
+	// within reach of it (see freshStart): a graph added to a running
+	// deployment, or added back after its state was dropped, would
+	// otherwise read its subject's whole history, dead-lettering each old
+	// event as too_old and applying what the removed graph had resolved.
+	start := d.freshStart(gr)
 	switch last, err := d.stream.GetLastMsgForSubject(ctx, subject); {
-	case err == nil && last.Sequence > seq:
+	case err == nil && last.Sequence > seq && (seq > 0 || !last.Time.Before(start)):
 		gr.replayFrom.Store(d.now().UnixNano())
 		gr.replayTo.Store(last.Sequence)
 	case err == nil, errors.Is(err, jetstream.ErrMsgNotFound):
@@ -92,6 +98,11 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	if seq > 0 {
 		cc.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cc.OptStartSeq = seq + 1
+	} else {
+		cc.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		cc.OptStartTime = &start
+		d.log.Info("graph has applied no events yet; reading those stored since its window began",
+			zap.String("graph", gr.name), zap.Time("since", start))
 	}
 	// A window that continues an earlier run's, or this run's after a
 	// rebind, has a gap if the stream discarded what it had not applied,
@@ -121,6 +132,22 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	}
 	gr.cons.Store(&consHandle{run})
 	return nil
+}
+
+// freshStartMargin covers a NATS server's clock running ahead of the
+// daemon's in freshStart.
+const freshStartMargin = time.Minute
+
+// freshStart is the stream time from which a window that applied no
+// events reads its subject: its window and max_future_skew before now,
+// less freshStartMargin. An event stored before it is older than the
+// window by its arrival time, and so is one whose ts was within
+// max_future_skew of its arrival: either would be dead-lettered as
+// too_old, counting for nothing. Only an event stamped further ahead of
+// its arrival than max_future_skew, and then left unread until that time
+// came, is skipped that would have counted.
+func (d *Daemon) freshStart(gr *graphRT) time.Time {
+	return d.now().Add(-gr.gc.Load().Window - d.cfg.MaxFutureSkew - freshStartMargin).UTC()
 }
 
 // reportGap warns, and counts, when the stream no longer holds the events
@@ -460,7 +487,8 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 
 // deadLetter republishes a rejected message or array element with the
 // reason in a header. Its Nats-Msg-Id is derived from the stream sequence,
-// so a redelivery after a crash does not dead-letter it twice. A dead
+// so a redelivery after a crash does not dead-letter it twice, nor count
+// it twice in sourcewatch_deadletters_total. A dead
 // letter that cannot be published after retries is counted and logged,
 // and nil returned: the message goes on. Only when the ingest context is
 // cancelled (shutdown) does it give up early and return its error, and the
@@ -469,7 +497,6 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 	if err := d.fenced(); err != nil {
 		return err // left unacknowledged, for the active replica
 	}
-	d.metrics.deadLetters.WithLabelValues(reason).Inc()
 	detail = clipN(detail, maxDetailBytes)
 	graphName := ""
 	if gr != nil {
@@ -500,15 +527,23 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 			}
 		}
 		ctx, cancel := context.WithTimeout(d.ingestCtx, 5*time.Second)
-		_, err = d.js.PublishMsg(ctx, msg)
+		var ack *jetstream.PubAck
+		ack, err = d.js.PublishMsg(ctx, msg)
 		cancel()
 		if err == nil {
+			// A message delivered again (a restart replays from the last
+			// snapshot) has its dead letter stored already: counted once,
+			// as the stream holds it once.
+			if !ack.Duplicate {
+				d.metrics.deadLetters.WithLabelValues(reason).Inc()
+			}
 			return nil
 		}
 		if cerr := d.ingestCtx.Err(); cerr != nil {
 			return fmt.Errorf("dead-lettering seq %d: %w", seq, cerr)
 		}
 	}
+	d.metrics.deadLetters.WithLabelValues(reason).Inc()
 	d.metrics.dlFailed.Inc()
 	d.log.Error("dead letter lost", zap.String("reason", reason), zap.String("subject", subject), zap.Error(err))
 	return nil

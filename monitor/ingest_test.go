@@ -457,6 +457,25 @@ func TestDeadLetterOfAnEventNearMaxPayload(t *testing.T) {
 	require.Equal(t, 24*time.Hour, info.Config.Duplicates)
 }
 
+// A message delivered again (a restart replays what the last snapshot
+// did not cover) is dead-lettered again under the same Nats-Msg-Id; the
+// stream stores it once, and the metric counts it once.
+func TestDeadLetterDeliveredAgainIsCountedOnce(t *testing.T) {
+	cfg := testConfig(t, "p")
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	subject := EventsSubject(DefaultPrefix, "p")
+	for range 2 {
+		require.NoError(t, r.d.deadLetter(r.d.graphs["p"], subject, []byte("{"), ReasonBadJSON, "unexpected end", 7, -1))
+	}
+	require.NoError(t, r.d.deadLetter(r.d.graphs["p"], subject, []byte("{"), ReasonBadJSON, "unexpected end", 7, 0))
+	require.Equal(t, 2.0, value(t, r.d.metrics.deadLetters.WithLabelValues(ReasonBadJSON)), "seq 7 and seq 7 element 0")
+	stream, err := r.js.Stream(context.Background(), DeadLetterStream)
+	require.NoError(t, err)
+	info, err := stream.Info(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), info.State.Msgs)
+}
+
 // firstDeadLetter waits for the first message of r's dead-letter stream.
 func firstDeadLetter(t *testing.T, r *running) (jetstream.Stream, *jetstream.RawStreamMsg) {
 	t.Helper()
