@@ -356,6 +356,11 @@ func TestRestartVotesUnderACount(t *testing.T) {
 		{"the last named at 0", mat.NewDense(3, 6, slices.Concat([]float64{1, 0, 0, 0, 0, 0}, []float64{1, 0, 0, 0, 0, 0}, []float64{1, 0, 0, 0, 0, 0})),
 			mat.NewDense(3, 6, slices.Concat(g6, g6, g6)), reranking{}, 2, []int{0, 1}, []float64{1, 0, 0, 0, 0, 0}},
 		{"all at 0", mat.NewDense(3, 4, nil), mat.NewDense(3, 4, clamp), reranking{}, 1, []int{3}, []float64{0, 0, 0, 0}},
+		// The tie-break ranks node 1 (mean 0.5) above node 2 (mean
+		// 0.5004), the set's last: node 1's restarts, all at 0.5, reach
+		// the lowest mean x of the set, not the last one's.
+		{"a lower mean ranked above the last", mat.NewDense(3, 4, slices.Repeat([]float64{1, 0.5, 0.5004, 0}, 3)), mat.NewDense(3, 4, slices.Repeat([]float64{-3, -4, -1, -2}, 3)),
+			reranking{}, 3, []int{0, 1, 2}, []float64{1, 1, 1, 0}},
 		// Calibrated into one step of 0.5, a node at 0 everywhere is no
 		// nearer the source at 1 than uncalibrated.
 		{"calibrated, a node at 0", mat.NewDense(3, 4, slices.Repeat([]float64{1, 1, 0, 0}, 3)), mat.NewDense(3, 4, slices.Repeat([]float64{-4, -3, -2, -1}, 3)),

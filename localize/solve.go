@@ -529,9 +529,10 @@ type restartVote struct {
 // (highest score first) that cut, given the threshold it returned, made
 // from the restarts' mean x: delta, with each restart's own tie-break,
 // under the threshold rule; where a node's score cut the set (a count,
-// or the floor of proven sources), the mean x of the set's last node, reranked
-// by rr, against each restart's x reranked the same way, neither with a
-// tie-break. Not the last node's score: it carries the mean gradient's
+// or the floor of proven sources), the lowest mean x of the set's nodes
+// (the last node's, unless the tie-break ranked a lower one above it),
+// reranked by rr, against each restart's x reranked the same way, neither
+// with a tie-break. Not the last node's score: it carries the mean gradient's
 // tie-break, which no one restart need reach (a source at the clamp's 1
 // in every restart had no vote), and not each restart's own K-th (a node
 // at 0.98 in every restart, ranked 4th of 8 by the mean, had none either,
@@ -544,7 +545,14 @@ func voteAt(cut sourceCut, threshold float64, sources []int, mean []float64, rr 
 	}
 	m := slices.Clone(mean)
 	rr.apply(m, predicted)
-	at := m[sources[len(sources)-1]]
+	// The lowest of the set's mean x, not the last node's: the tie-break
+	// can rank a node above the last whose mean x is lower (by up to its
+	// share), and that node's restarts, none reaching the last one's mean,
+	// had no vote.
+	at := m[sources[0]]
+	for _, v := range sources[1:] {
+		at = min(at, m[v])
+	}
 	return restartVote{at: at, strict: !(at > 0)}
 }
 
