@@ -100,6 +100,11 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	case !fi.IsDir():
 		return fmt.Errorf("--out %s: %s is not a directory", out, filepath.Dir(out))
 	}
+	// A directory given as --out would be found only when the bundle is
+	// renamed onto it, after the whole training.
+	if fi, err := os.Stat(out); err == nil && fi.IsDir() {
+		return fmt.Errorf("--out %s: is a directory; give the bundle file to write (e.g. %s)", out, filepath.Join(out, "model.swb"))
+	}
 	variant := localize.Full
 	switch sch := v.GetString("schedule"); sch {
 	case "paper":

@@ -1090,3 +1090,13 @@ func TestLargeStateNote(t *testing.T) {
 	require.Contains(t, note, "the forward model's state is 160 MiB")
 	require.Contains(t, note, "refuses a call over 256 MiB")
 }
+
+// A directory given as --out is refused before any cascade is simulated or
+// plugin started (there is no plugin here), not after training, when the
+// bundle is renamed onto it.
+func TestTrainRefusesDirectoryAsOut(t *testing.T) {
+	dir := t.TempDir()
+	_, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges",
+		"--plugin-dir", t.TempDir(), "--out", dir, "--log-level", "warn")
+	require.ErrorContains(t, err, "--out "+dir+": is a directory")
+}
