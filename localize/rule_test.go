@@ -361,6 +361,10 @@ func TestRestartVotesUnderACount(t *testing.T) {
 		// the lowest mean x of the set, not the last one's.
 		{"a lower mean ranked above the last", mat.NewDense(3, 4, slices.Repeat([]float64{1, 0.5, 0.5004, 0}, 3)), mat.NewDense(3, 4, slices.Repeat([]float64{-3, -4, -1, -2}, 3)),
 			reranking{}, 3, []int{0, 1, 2}, []float64{1, 1, 1, 0}},
+		// Node 1 at 0.445 in all three restarts: their mean, summed in
+		// thirds, rounds to 0.44500000000000006, which no restart reaches.
+		{"a mean rounded above every restart", mat.NewDense(3, 3, slices.Repeat([]float64{1, 0.445, 0}, 3)), mat.NewDense(3, 3, nil),
+			reranking{}, 2, []int{0, 1}, []float64{1, 1, 0}},
 		// Calibrated into one step of 0.5, a node at 0 everywhere is no
 		// nearer the source at 1 than uncalibrated.
 		{"calibrated, a node at 0", mat.NewDense(3, 4, slices.Repeat([]float64{1, 1, 0, 0}, 3)), mat.NewDense(3, 4, slices.Repeat([]float64{-4, -3, -2, -1}, 3)),

@@ -525,6 +525,12 @@ type restartVote struct {
 	floor *sourceFloor
 }
 
+// voteTolerance is how far, relative to the cut, a restart's x may fall
+// short of the mean x that cut a set and still vote: the rounding of a
+// mean over up to MaxRestarts restarts, far below any difference of x
+// that ranks.
+const voteTolerance = 1e-9
+
 // voteAt is the cut of each restart's vote for the source set sources
 // (highest score first) that cut, given the threshold it returned, made
 // from the restarts' mean x: delta, with each restart's own tie-break,
@@ -553,7 +559,13 @@ func voteAt(cut sourceCut, threshold float64, sources []int, mean []float64, rr 
 	for _, v := range sources[1:] {
 		at = min(at, m[v])
 	}
-	return restartVote{at: at, strict: !(at > 0)}
+	if !(at > 0) {
+		return restartVote{at: at, strict: true}
+	}
+	// A restart at the mean's own x reaches it: the mean of R equal x,
+	// summed in R-ths, can round above every one of them (three restarts
+	// at 0.445 have the mean 0.44500000000000006).
+	return restartVote{at: at * (1 - voteTolerance)}
 }
 
 // Objective returns, per row of x, the objective the last stage of Solve
