@@ -1424,6 +1424,10 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 			d.limiter.warn("infer."+gr.name, "inference still failing", zap.String("graph", gr.name), zap.Error(err))
 		default:
 			d.log.Error("inference failed", zap.String("graph", gr.name), zap.Error(err))
+			// The repeats are held back from this line on, not from the
+			// first repeat: else the second failure, one interval later,
+			// logged at once.
+			d.limiter.mark("infer." + gr.name)
 		}
 		return
 	}
@@ -2236,6 +2240,14 @@ func (l *logLimiter) logAt(level zapcore.Level, kind, msg string, fields ...zap.
 	l.last[kind], l.held[kind] = now, 0
 	l.mu.Unlock()
 	l.log.Log(level, msg, append(fields, zap.String("kind", kind), zap.Int("suppressed", held))...)
+}
+
+// mark starts kind's interval now, as a line logged outside the limiter
+// (the first of a problem, at a higher level) would have.
+func (l *logLimiter) mark(kind string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last[kind] = l.now()
 }
 
 // ended forgets a kind of problem that has stopped and returns how many of
