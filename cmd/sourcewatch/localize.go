@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -298,7 +299,8 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	}
 	cut := fmt.Sprintf("threshold delta %.2f", o.Threshold)
 	if o.SourceRule != "" {
-		cut = fmt.Sprintf("%s (down to %.3f)", o.SourceRule, o.Threshold)
+		// Three significant digits: a cut of 0.0003 is not 0.000.
+		cut = fmt.Sprintf("%s (down to %s)", o.SourceRule, strconv.FormatFloat(o.Threshold, 'g', 3, 64))
 	}
 	if o.Ranking != localize.RankByScore {
 		cut += "; " + string(o.Ranking)

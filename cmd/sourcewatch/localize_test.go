@@ -24,6 +24,19 @@ func TestPrintedScoresBelowOneStayBelowOne(t *testing.T) {
 	require.Contains(t, out.String(), "b                 1.0000        1.000")
 }
 
+// A count cut's lowest score is printed to three significant digits: a
+// cut of 0.0003 read "down to 0.000".
+func TestPrintedCountCut(t *testing.T) {
+	for _, tc := range []struct {
+		at   float64
+		want string
+	}{{0.0003, "(down to 0.0003)"}, {0.22375, "(down to 0.224)"}, {0, "(down to 0)"}} {
+		var out bytes.Buffer
+		printLocalized(&out, localizeOutput{Infected: 3, Threshold: tc.at, SourceRule: "the 7 highest scores"}, false)
+		require.Contains(t, out.String(), "the 7 highest scores "+tc.want)
+	}
+}
+
 // Nodes the floor names below the cut are said to be, with the bundle's
 // floor on the summary line.
 func TestPrintedFloorNodes(t *testing.T) {
