@@ -441,8 +441,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 			*r.ForwardFloorMSE, FloorDraws, FloorSourceSets)
 	}
 	if r.ForwardFloorAtCountMSE != nil {
-		fmt.Fprintf(&b, "forward_floor_at_count_mse = %.4g: the same floor with each test source set observed at the first step with at least its cascade's infected count, a proxy for a forward model also told the count (a step can overshoot it, so this is not the exact-count floor); its gap to forward_floor_mse estimates what not knowing the observation time costs\n",
-			*r.ForwardFloorAtCountMSE)
+		gap := "its gap below forward_floor_mse estimates what not knowing the observation time costs"
+		if r.ForwardFloorMSE != nil && *r.ForwardFloorAtCountMSE >= *r.ForwardFloorMSE {
+			// Overshooting steps (large on a fast spread) can leave the
+			// proxy above the plain floor: then it estimates nothing.
+			gap = "here it is not below forward_floor_mse, so the proxy's overshoot hides what knowing the count would gain"
+		}
+		fmt.Fprintf(&b, "forward_floor_at_count_mse = %.4g: the same floor with each test source set observed at the first step with at least its cascade's infected count, a proxy for a forward model also told the count (a step can overshoot it, so this is not the exact-count floor); %s\n",
+			*r.ForwardFloorAtCountMSE, gap)
 	}
 	for _, res := range r.Results {
 		if e, ok := res.Extra[localize.VJPCheckMetric]; ok && e > 1 {

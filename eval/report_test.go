@@ -39,3 +39,24 @@ func TestWriteTablePadsByDisplayWidth(t *testing.T) {
 		}
 	}
 }
+
+// The count-told floor's line reads its gap as a cost only where the
+// proxy is below the plain floor: on a fast spread a step's overshoot can
+// put it above.
+func TestFloorAtCountLineReadsTheGap(t *testing.T) {
+	st := Stat{Mean: 0.5, SD: 0.1, N: 12}
+	for _, tc := range []struct {
+		plain, atCount float64
+		want, not      string
+	}{
+		{0.08, 0.06, "its gap below forward_floor_mse estimates what not knowing the observation time costs", "not below"},
+		{0.0758, 0.0858, "here it is not below forward_floor_mse", "estimates what not knowing"},
+	} {
+		rep := &Report{Graph: "g", Settings: Settings{Runs: 1, Test: 12}, ForwardFloorMSE: &tc.plain, ForwardFloorAtCountMSE: &tc.atCount,
+			Results: []Result{{Method: "lpsi", Precision: st, Recall: st, F1: st, AUC: st, TopK: st, ErrorDistance: st, SecondsPerCascade: st, FitSeconds: st}}}
+		var buf bytes.Buffer
+		require.NoError(t, rep.WriteTable(&buf))
+		require.Contains(t, buf.String(), tc.want)
+		require.NotContains(t, buf.String(), tc.not)
+	}
+}
