@@ -560,6 +560,10 @@ func (m *Manifest) WeakRanking() string {
 			control = fmt.Sprintf("; the infected control %.3f", ctl)
 		}
 		return fmt.Sprintf("on its test cascades this bundle ranks the nodes about as well as chance (ROC-AUC %.3f, where a random ranking scores 0.5%s): its alerts say little here; compare forward models and more cascades with eval on this graph before serving it", auc, control)
+	case withControl && ctl >= 1:
+		// Every infected node a source: nothing had spread at the
+		// snapshots, and no ranking can beat the observation.
+		return fmt.Sprintf("on its test cascades the infected nodes are exactly the sources (the infected control ranks them perfectly, ROC-AUC %.3f; this bundle %.3f): the snapshots came before anything spread, so there was nothing to localize; train on snapshots taken later in the spread (a higher train --observe) if alerts should say more than the list of infected nodes", ctl, auc)
 	case withControl && auc <= ctl:
 		return fmt.Sprintf("on its test cascades this bundle ranks no better than the observation itself (ROC-AUC %.3f, the infected control %.3f): its alerts add nothing to the list of infected nodes here; compare forward models and more cascades with eval on this graph before serving it", auc, ctl)
 	}

@@ -321,6 +321,8 @@ func TestWeakRanking(t *testing.T) {
 		// Above a control that is itself below chance (SIR), still chance.
 		{map[string]float64{"test_auc": 0.522, localize.TestInfectedAUCMetric: 0.44}, "ranks the nodes about as well as chance (ROC-AUC 0.522, where a random ranking scores 0.5; the infected control 0.440)"},
 		{map[string]float64{"test_auc": 0.5}, "(ROC-AUC 0.500, where a random ranking scores 0.5)"},
+		// A perfect control: nothing spread, so "no better" misleads.
+		{map[string]float64{"test_auc": 1, localize.TestInfectedAUCMetric: 1}, "the infected nodes are exactly the sources (the infected control ranks them perfectly, ROC-AUC 1.000; this bundle 1.000)"},
 	} {
 		m := localize.Manifest{Metrics: tc.metrics}
 		if tc.want == "" {
