@@ -6,6 +6,7 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -473,7 +474,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			// map of the spread and SL-VAE's ranking can suffer with it.
 			// The epochs are given to the method by its own name, or every
 			// expansion would get them.
-			try := localize.PoorFitAdvice("--forward deepis,gat,monstor",
+			try := localize.PoorFitAdvice(r.compareForwards(),
 				"--method-param "+res.Method+".epochs=N",
 				res.Extra["forward_epochs"], res.Extra["forward_best_epoch"])
 			fmt.Fprintf(&b, "%s: forward_test_mse is %.0f%% above the floor: the forward model fits this graph poorly; %s\n",
@@ -510,6 +511,24 @@ func (r *Report) pluginOf(method string) string {
 		return name
 	}
 	return DefaultForward
+}
+
+// compareForwards is how the poor-fit advice asks to compare forward
+// models: by --forward, or, where this run already compares several, by
+// their rows.
+func (r *Report) compareForwards() string {
+	var used []string
+	for _, res := range r.Results {
+		if _, ok := res.Extra["forward_test_mse"]; ok {
+			if p := r.pluginOf(res.Method); !slices.Contains(used, p) {
+				used = append(used, p)
+			}
+		}
+	}
+	if len(used) > 1 {
+		return "as this run does, " + strings.Join(used, ", ") + ": their rows above"
+	}
+	return "--forward deepis,gat,monstor"
 }
 
 // pluginDirOf is the directory method (a row's name, "slvae[icmf]" for

@@ -628,13 +628,19 @@ func TestReportCallsOutAPoorForwardFit(t *testing.T) {
 	out := buf.String()
 	require.Contains(t, out, "slvae[gat]: forward_test_mse is 50% above the floor: the forward model fits this graph poorly; "+
 		"its validation error stopped improving at epoch 41 of 60, so more epochs will not help: train on more cascades, "+
-		"and compare forward models (--forward deepis,gat,monstor); judge by the ranking, not the forward error\n")
+		"and compare forward models (as this run does, gat, deepis: their rows above); judge by the ranking, not the forward error\n",
+		"a run that compares plugins is pointed at its own rows")
 	require.Contains(t, out, "slvae[deepis]: forward_test_mse is 100% above the floor: the forward model fits this graph poorly; "+
 		"its fit was still improving at its last epoch (20), but more epochs (--method-param slvae[deepis].epochs=N) can lower the forward error by saturating the model",
 		"each method is named with its own epochs")
 	require.Contains(t, out, "slvae-noprior: forward_test_mse is 50% above the floor: the forward model fits this graph poorly; "+
 		"set the forward model's parameters, or compare forward models", "a model that reports no epochs is not trained")
 	require.NotContains(t, out, "slvae: forward_test_mse is", "10% above the floor is a fit")
+
+	rep.Results = rep.Results[1:2]
+	buf.Reset()
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "and compare forward models (--forward deepis,gat,monstor)", "one plugin: how to compare")
 }
 
 // A wrong or flat gradient's advice names the plugin and the directory
