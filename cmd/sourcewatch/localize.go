@@ -57,7 +57,7 @@ set's cut: delta, or under a count rule the K-th source's mean x).`,
 	f.String("forward-checksum", "", "hex SHA-256 the plugin binary must have, instead of the one the bundle records (a trusted rebuild of the same model)")
 	f.Int("restarts", 0, "inference restarts R (0 = the bundle's)")
 	f.Float64("threshold", 0, "override the bundle's threshold delta (0 = the bundle's)")
-	f.Int("top", 10, "also list up to this many top-scored nodes when fewer are over delta")
+	f.Int("top", 10, "where no node is named, list this many top-scored nodes instead (the JSON's top holds them always)")
 	f.Uint64("seed", 1, "random seed of the restarts")
 	f.Bool("json", false, "print one JSON object per observation")
 	return cmd
