@@ -216,7 +216,7 @@ func decodeMessage(dst []decoded, data []byte) ([]decoded, bool) {
 		}
 		var raws []json.RawMessage
 		if err := json.Unmarshal(data, &raws); err != nil {
-			return append(out[:0], decoded{raw: data, reason: ReasonBadJSON, detail: err.Error()}), false
+			return append(out[:0], decoded{raw: data, reason: ReasonBadJSON, detail: eventJSONError(err)}), false
 		}
 		out = out[:0]
 		for _, r := range raws {
@@ -300,7 +300,14 @@ func failedTS(raw []byte) string {
 // not Go's (encoding/json names the Go type it decoded into).
 func eventJSONError(err error) string {
 	var typ *json.UnmarshalTypeError
+	var syn *json.SyntaxError
 	switch {
+	case errors.As(err, &syn) && strings.HasPrefix(syn.Error(), "unexpected end"):
+		return "the JSON ends early (cut off?): " + err.Error()
+	case errors.As(err, &syn):
+		// Go's text alone ("invalid character 'o' in literal null")
+		// does not say the body is not JSON, nor where.
+		return fmt.Sprintf("not valid JSON at byte %d: %s", syn.Offset, err.Error())
 	case errors.As(err, &typ) && typ.Field == "":
 		return fmt.Sprintf("not an event: a JSON %s, want an object (or an array of them)", typ.Value)
 	case errors.As(err, &typ):

@@ -74,6 +74,7 @@ func TestDecodeMessage(t *testing.T) {
 		{"a key twice in two cases", `[{"node":"1","NODE":"2","state":"infected"}]`, []string{ReasonBadJSON}},
 		{"empty message", ``, []string{ReasonBadJSON}},
 		{"only spaces", " \n ", []string{ReasonBadJSON}},
+		{"not json", `not json`, []string{ReasonBadJSON}},
 	}
 	details := map[string]string{
 		"unknown key":              `json: unknown field "timestamp" (an event has node, state, ts and id)`,
@@ -83,6 +84,8 @@ func TestDecodeMessage(t *testing.T) {
 		"a number":                 "not an event: a JSON number, want an object (or an array of them)",
 		"empty message":            "an empty message: want an event object (or an array of them)",
 		"only spaces":              "an empty message: want an event object (or an array of them)",
+		"not json":                 "not valid JSON at byte 2: invalid character 'o' in literal null (expecting 'u')",
+		"broken array":             "the JSON ends early (cut off?): unexpected end of JSON input",
 		"garbage":                  "the JSON ends early (cut off?): unexpected EOF",
 		"a number node":            `"node" is a JSON number, want a string`,
 		"empty array":              "an empty array: a batch holds at least one event",
