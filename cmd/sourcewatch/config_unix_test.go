@@ -29,4 +29,11 @@ func TestConfigMustBeARegularFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(conf, []byte("wrkers: 3\n"), 0o644))
 	_, _, err := runCmd(t, "", "serve", "--config", conf)
 	require.ErrorContains(t, err, `unknown key "wrkers"`, "read as YAML")
+
+	// A file that does not parse is named once, with the parser's words
+	// (viper's "While parsing config" said it twice over).
+	require.NoError(t, os.WriteFile(conf, []byte("nats:\n  url: [unclosed\n"), 0o644))
+	_, _, err = runCmd(t, "", "serve", "--config", conf)
+	require.ErrorContains(t, err, `parsing config "`+conf+`": yaml: `)
+	require.NotContains(t, err.Error(), "While parsing")
 }

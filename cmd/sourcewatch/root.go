@@ -432,6 +432,12 @@ func readConfigFile(v *viper.Viper, path string) error {
 		v.SetConfigType("yaml")
 	}
 	if err := v.ReadInConfig(); err != nil {
+		var parse viper.ConfigParseError
+		if errors.As(err, &parse) && parse.Unwrap() != nil {
+			// viper's own text ("While parsing config: yaml: ...") would
+			// say "reading config" twice over.
+			return fmt.Errorf("parsing config %q: %w", path, parse.Unwrap())
+		}
 		return fmt.Errorf("reading config %q: %w", path, err)
 	}
 	return nil

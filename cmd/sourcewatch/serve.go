@@ -152,7 +152,7 @@ func configReloader(cmd *cobra.Command, a *app) func(context.Context) (monitor.C
 		defer readMu.Unlock()
 		if path := a.v.GetString("config"); path != "" {
 			if err := readConfigFile(a.v, path); err != nil {
-				return monitor.Config{}, fmt.Errorf("re-reading: %w", err)
+				return monitor.Config{}, err
 			}
 		}
 		return loadDaemonConfig(cmd, a.v)
