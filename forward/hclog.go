@@ -35,6 +35,13 @@ type zapHCLog struct {
 	// it ended ("exit status 3", "signal: killed"), which go-plugin tells
 	// no one else; a call that finds the process gone quotes it.
 	exitErr *atomic.Pointer[string]
+	// stopping, on the root, is set once the host itself stops the
+	// process (Close, or a failed start): go-plugin's error that it
+	// exited ("signal: killed") and its warning that it did not exit
+	// gracefully are then the host's doing, not news, and go to Debug.
+	// The host's own line says why it stopped it (a call with no answer,
+	// a handshake refused).
+	stopping *atomic.Bool
 	// budget, set on the root, bounds its named children: the loggers
 	// go-plugin gives the lines of the process's own stderr, which the
 	// plugin may make as many and as long as it likes, not the root's
@@ -95,6 +102,9 @@ func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
 				}
 			}
 		}
+	}
+	if l.stopping != nil && l.stopping.Load() && (msg == "plugin process exited" || msg == "plugin failed to exit gracefully") {
+		level = hclog.Debug
 	}
 	if lv, m, a, ok := hclogLine(msg); ok {
 		level, msg, args = lv, m, append(args, a...)

@@ -324,6 +324,8 @@ type Process struct {
 	stderr *stderrTail
 	// exitErr is why the process ended, once go-plugin has seen it end.
 	exitErr *atomic.Pointer[string]
+	// stopping is set when Close begins (see zapHCLog.stopping).
+	stopping *atomic.Bool
 	// output bounds what the plugin's output writes into the log, all
 	// streams together.
 	output *outputBudget
@@ -438,6 +440,8 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	output := &outputBudget{z: o.log.Named(name)}
 	hclogger := newZapHCLog(o.log).(*zapHCLog)
 	hclogger.exitErr = &exitErr
+	var stopping atomic.Bool
+	hclogger.stopping = &stopping
 	hclogger.budget = output
 	streams := []*lineLog{
 		{z: o.log.Named(name).With(zap.String("stream", "stdout")), budget: output},
@@ -463,6 +467,7 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	})
 	// fail runs after the start has returned, so cmd.Process is settled.
 	fail := func(err error) (*Process, error) {
+		stopping.Store(true)
 		killProcessGroup(cmd)
 		client.Kill()
 		_ = os.RemoveAll(sockDir)
@@ -508,7 +513,7 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	if !ok {
 		return fail(fmt.Errorf("dispensed %T, not a forward client", raw))
 	}
-	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc, shared: shared, stderr: tail, exitErr: &exitErr, output: output}
+	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc, shared: shared, stderr: tail, exitErr: &exitErr, stopping: &stopping, output: output}
 	// The first call also sets up the TLS connection, so it gets the start
 	// timeout rather than the call timeout.
 	var info *forwardpb.InfoResponse
@@ -554,6 +559,7 @@ const closeGrace = 5 * time.Second
 // once when hung, else after closeGrace. It is safe to call more than once.
 func (p *Process) Close() error {
 	p.close.Do(func() {
+		p.stopping.Store(true)
 		if p.hung.Load() {
 			killProcessGroup(p.cmd)
 		}

@@ -203,7 +203,8 @@ func TestBadOutput(t *testing.T) {
 func TestHangingPluginHitsDeadline(t *testing.T) {
 	t.Parallel()
 	g := karate(t)
-	p := launch(t, faulty, forward.WithCallTimeout(time.Second))
+	core, logs := observer.New(zapcore.InfoLevel)
+	p := launch(t, faulty, forward.WithCallTimeout(time.Second), forward.WithLogger(zap.New(core)))
 	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "hang"}, nil))
 	x, dy := batch(g.N(), 1, 4)
 	_, _, err := p.VJP(t.Context(), x, dy)
@@ -221,12 +222,16 @@ func TestHangingPluginHitsDeadline(t *testing.T) {
 	require.NoError(t, p.Close())
 	require.True(t, p.Exited())
 	requireGone(t, pid)
+	// Killed by this host, which says why: go-plugin's "exited ...
+	// signal: killed" read as if something else had killed it.
+	require.Zero(t, logs.FilterMessage("plugin process exited").Len(), "%v", logs.All())
 }
 
 func TestCrashingPluginReturnsError(t *testing.T) {
 	t.Parallel()
 	g := karate(t)
-	p := launch(t, faulty)
+	core, logs := observer.New(zapcore.InfoLevel)
+	p := launch(t, faulty, forward.WithLogger(zap.New(core)))
 	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "crash", "fault_after": "2"}, nil))
 	x, dy := batch(g.N(), 1, 5)
 	_, _, err := p.VJP(t.Context(), x, dy)
@@ -239,6 +244,8 @@ func TestCrashingPluginReturnsError(t *testing.T) {
 	_, _, err = p.VJP(t.Context(), x, dy)
 	require.ErrorIs(t, err, forward.ErrPluginExited)
 	require.NoError(t, p.Close())
+	// A crash is news: go-plugin's line stays above Debug.
+	require.Equal(t, 1, logs.FilterMessage("plugin process exited").Len(), "%v", logs.All())
 }
 
 // A plugin that dies with log.Fatal is reported with what it wrote to its
@@ -377,9 +384,13 @@ func TestLaunchErrors(t *testing.T) {
 	// One that dies before the handshake is quoted.
 	dies := filepath.Join(t.TempDir(), "sourcewatch-forward-dies")
 	require.NoError(t, os.WriteFile(dies, []byte("#!/bin/sh\necho 'cannot open model.bin' >&2\nexit 2\n"), 0o755))
-	_, err = forward.Launch(t.Context(), dies)
+	core, logs := observer.New(zapcore.InfoLevel)
+	_, err = forward.Launch(t.Context(), dies, forward.WithLogger(zap.New(core)))
 	require.ErrorContains(t, err, "launch: the plugin exited before its handshake, printing nothing to stdout; its stderr ended: cannot open model.bin")
 	require.NotContains(t, err.Error(), "wrote", "it wrote nothing to stdout")
+	// The error says it all; go-plugin's complaint that the process this
+	// host then stopped did not exit gracefully only confused.
+	require.Zero(t, logs.FilterMessage("plugin failed to exit gracefully").Len(), "%v", logs.All())
 
 	// Handshake lines go-plugin refuses are explained in this contract's
 	// terms, not go-plugin's ("Please report this to the plugin author").
