@@ -412,7 +412,7 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		if n, err := sweepStaleSocketDirs(os.TempDir(), time.Now()); err != nil {
 			o.log.Debug("not sweeping stale plugin socket directories", zap.Error(err))
 		} else if n > 0 {
-			o.log.Info("removed socket directories of plugins whose host was killed", zap.Int("count", n), zap.String("dir", os.TempDir()))
+			o.log.Info("removed stale plugin socket directories, left in the temporary directory by sourcewatch processes on this machine killed before they could remove them", zap.Int("count", n), zap.String("dir", os.TempDir()))
 		}
 	})
 	sockDir, err := os.MkdirTemp("", socketDirPrefix)
