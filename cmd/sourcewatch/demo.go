@@ -86,6 +86,9 @@ func runDemo(cmd *cobra.Command, a *app) error {
 	if sim.Sources, err = parseSources(a.v.GetString("sources")); err != nil {
 		return fmt.Errorf("--sources: %w", err)
 	}
+	if err := sourcesFit(sim.Sources, g); err != nil {
+		return err
+	}
 	if err := sim.Validate(g); err != nil {
 		return err
 	}

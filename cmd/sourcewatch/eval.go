@@ -320,6 +320,11 @@ func (a *app) eval(ctx context.Context) error {
 		}
 		cfg.Cascades, cfg.RecordedFrom = len(cfg.Recorded), filepath.Base(path)
 	}
+	if cfg.Recorded == nil {
+		if err := sourcesFit(cfg.Sim.Sources, g); err != nil {
+			return err
+		}
+	}
 	if err := cfg.Validate(g); err != nil {
 		return err
 	}

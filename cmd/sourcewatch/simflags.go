@@ -420,6 +420,16 @@ func (e *renamedError) Unwrap() error { return e.err }
 // simulationConfig builds the diffusion config from the simulation flags.
 // It checks what it can without the graph; source counts against the
 // graph's size are checked by diffusion.Config.Validate.
+// sourcesFit names --sources when it asks for more sources than g has
+// nodes, the one simulation setting the flags cannot check before the
+// graph is read (diffusion's own check names its field, not the flag).
+func sourcesFit(s diffusion.SourceSpec, g *graph.Graph) error {
+	if most := max(s.Count, s.Max); most > g.N() {
+		return fmt.Errorf("--sources: %d sources asked for, and the graph has %d nodes", most, g.N())
+	}
+	return nil
+}
+
 func (a *app) simulationConfig() (diffusion.Config, error) {
 	v := a.v
 	cfg := diffusion.DefaultConfig()

@@ -63,6 +63,9 @@ func (a *app) simulate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := sourcesFit(cfg.Sources, g); err != nil {
+		return err
+	}
 	count, seed, workers, err := simulationRun(a.v)
 	if err != nil {
 		return err

@@ -371,6 +371,9 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	if err := sourcesFit(cfg.Sources, g); err != nil {
+		return nil, nil, nil, err
+	}
 	a.warnUnusedSettings(g, cfg)
 	count, _, _, err := simulationRun(v)
 	if err != nil {
