@@ -1994,8 +1994,9 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 // saveThrough records how far along the stream gr's saved window snapshot
 // is complete: through last, the stream's last sequence read before this
 // call, when the snapshot holds its subject's last event (read after
-// last, so no event of the subject up to last is missing), else through
-// the snapshot's own seq. It is what the replay-gap check at the next
+// last, so no event of the subject up to last is missing) or one its
+// through point is past (a window that skipped its subject's events as
+// out of reach: bindConsumer), else through the snapshot's own seq. It is what the replay-gap check at the next
 // start measures from (reportGap), so a graph without events of its own
 // is not taken for one that lost events when other graphs' events are
 // discarded. It measures the snapshot, not the live window: after a crash
@@ -2011,7 +2012,7 @@ func (d *Daemon) saveThrough(ctx context.Context, gr *graphRT, last uint64) erro
 	through := max(seq, gr.through.Load())
 	m, err := d.stream.GetLastMsgForSubject(ctx, EventsSubject(d.cfg.Subjects.Prefix, gr.name))
 	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && m.Sequence <= seq:
+	case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && m.Sequence <= through:
 		through = max(through, last)
 	case err != nil:
 		return fmt.Errorf("last event of the graph: %w", err)

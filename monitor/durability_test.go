@@ -526,3 +526,65 @@ func TestGraphAddedLaterReadsOnlyWhatItsWindowReaches(t *testing.T) {
 	require.Zero(t, value(t, r3.d.metrics.deadLetters.WithLabelValues(ReasonTooOld)))
 	r3.stop(t)
 }
+
+// A graph whose subject holds only events out of its window's reach reads
+// none of them (see freshStart), yet its window is complete through them:
+// the stream discarding messages older than they are (here other graphs'
+// and the graph's own, all out of reach) is no gap, at this start or at
+// any later one. Its through point must move on as if it had read them,
+// or every restart and rebind warns of, and counts, a gap growing with
+// each message the stream discards before those events.
+func TestNoGapForEventsOutOfReach(t *testing.T) {
+	const n = 10
+	s := runServer(t)
+	cfg := testConfig(t, "p", "q")
+	cfg.NATS.URL = s.ClientURL()
+	for i := range cfg.Graphs {
+		cfg.Graphs[i].MinInfected = 1 << 20
+	}
+	cfg.Events.MaxMsgs = 20
+	f := &factoryOf{}
+	// Every event published now is out of reach of a daemon this far ahead.
+	shift := cfg.Graphs[0].Window + cfg.MaxFutureSkew + freshStartMargin + time.Minute
+	startShifted := func() (*running, *observer.ObservedLogs) {
+		core, logs := observer.New(zapcore.WarnLevel)
+		return start(t, cfg, preload(t, n, "p", "q"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)),
+			WithClock(func() time.Time { return time.Now().Add(shift) })), logs
+	}
+	gaps := func(logs *observer.ObservedLogs) []string {
+		var out []string
+		for _, e := range logs.FilterMessageSnippet("events discarded by the stream's limits").All() {
+			out = append(out, e.ContextMap()["graph"].(string))
+		}
+		return out
+	}
+	r0, _ := startShifted() // makes the stream
+	r0.stop(t)
+	_, js := connectJS(t, s.ClientURL())
+	require.NoError(t, js.DeleteKeyValue(context.Background(), StateBucket)) // no daemon ran
+	publishInfected(t, js, "p", n, 25)                                       // the stream keeps 6..25
+	publishInfected(t, js, "q", n, 3)                                        // 26..28; it keeps 9..28
+
+	r1, logs := startShifted()
+	require.Empty(t, gaps(logs))
+	stream, err := js.Stream(context.Background(), EventsStream)
+	require.NoError(t, err)
+	for _, g := range []string{"p", "q"} {
+		require.Eventually(t, func() bool { // all read, or skipped
+			c, err := stream.Consumer(context.Background(), consumerName(g))
+			if err != nil {
+				return false
+			}
+			info, err := c.Info(context.Background())
+			return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+		}, 20*time.Second, 10*time.Millisecond)
+	}
+	r1.stop(t)
+
+	publishInfected(t, js, "p", n, 10) // 29..38; it keeps 19..38, q's three too
+	r2, logs := startShifted()
+	require.Empty(t, gaps(logs), "what the stream discarded was older than events already out of reach")
+	require.Zero(t, value(t, r2.d.metrics.gap.WithLabelValues("q")))
+	require.Zero(t, value(t, r2.d.metrics.gap.WithLabelValues("p")))
+	r2.stop(t)
+}

@@ -82,6 +82,16 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 		gr.replayTo.Store(last.Sequence)
 	case err == nil, errors.Is(err, jetstream.ErrMsgNotFound):
 		gr.replayTo.Store(0) // nothing queued: alerts at once
+		if err == nil && last.Sequence > seq {
+			// seq 0, and the subject's last event (so every one before
+			// it) out of the window's reach: skipped, as reading them
+			// would have dead-lettered them, the window is complete
+			// through it. Else the through point would stay where it
+			// was until the stream dropped that event, and each start
+			// and rebind meanwhile would report what the stream
+			// discarded before it as a gap (reportGap, saveThrough).
+			gr.through.Store(max(gr.through.Load(), last.Sequence))
+		}
 	default:
 		return fmt.Errorf("%w: last event of %s: %w", ErrNATS, subject, err)
 	}
