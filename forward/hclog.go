@@ -38,7 +38,9 @@ type zapHCLog struct {
 	// stopping, on the root, is set once the host itself stops the
 	// process (Close, or a failed start): go-plugin's error that it
 	// exited ("signal: killed") and its warning that it did not exit
-	// gracefully are then the host's doing, not news, and go to Debug.
+	// gracefully are then the host's doing, not news, and go to Debug
+	// (an exit status of the plugin's own is not: a crash in its
+	// shutdown).
 	// The host's own line says why it stopped it (a call with no answer,
 	// a handshake refused).
 	stopping *atomic.Bool
@@ -94,16 +96,23 @@ func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
 			args = args[:n-2]
 		}
 	}
-	if l.exitErr != nil && msg == "plugin process exited" {
+	exit := ""
+	if msg == "plugin process exited" {
 		for i := 0; i+1 < len(args); i += 2 {
 			if k, _ := args[i].(string); k == "error" {
 				if e, ok := args[i+1].(string); ok {
-					l.exitErr.Store(&e)
+					exit = e
+					if l.exitErr != nil {
+						l.exitErr.Store(&e)
+					}
 				}
 			}
 		}
 	}
-	if l.stopping != nil && l.stopping.Load() && (msg == "plugin process exited" || msg == "plugin failed to exit gracefully") {
+	// Killed (the host's SIGKILL, go-plugin's or the process group's) is
+	// the host's doing; an exit status of the plugin's own, or another
+	// signal, while Close runs is a crash (in its shutdown) and stays news.
+	if l.stopping != nil && l.stopping.Load() && ((msg == "plugin process exited" && exit == "signal: killed") || msg == "plugin failed to exit gracefully") {
 		level = hclog.Debug
 	}
 	if lv, m, a, ok := hclogLine(msg); ok {

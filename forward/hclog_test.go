@@ -3,6 +3,7 @@ package forward
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -169,4 +170,23 @@ func TestStderrTailKeepsAPanicsHead(t *testing.T) {
 	var tail stderrTail
 	_, _ = tail.Write([]byte("starting\npanic: assignment to entry in nil map\n\ngoroutine 7 [running]:\nmymodel.(*Model).fit(...)\n\t/src/mymodel/fit.go:42 +0x1d\ncreated by mymodel.New in goroutine 1\n\t/src/mymodel/model.go:10 +0x5e\nexit\n"))
 	require.Equal(t, "panic: assignment to entry in nil map | goroutine 7 [running]: | mymodel.(*Model).fit(...) | /src/mymodel/fit.go:42 +0x1d | created by mymodel.New in goroutine 1", tail.String())
+}
+
+// Once the host stops the process, go-plugin's line that it exited is
+// the host's doing only when it was killed (the host's SIGKILL, go-plugin's
+// or the process group's): one that exits with a status of its own while
+// Close runs (a panic in its shutdown, an os.Exit) crashed, and stays an
+// error, as does its exit by another signal.
+func TestExitWhileStoppingStaysAnErrorUnlessKilled(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	l := newZapHCLog(zap.New(core)).(*zapHCLog)
+	var stopping atomic.Bool
+	l.stopping = &stopping
+	stopping.Store(true)
+	l.Error("plugin process exited", "plugin", "/x", "id", 7, "error", "signal: killed")
+	l.Warn("plugin failed to exit gracefully")
+	require.Zero(t, logs.Len(), "%v", logs.All())
+	l.Error("plugin process exited", "plugin", "/x", "id", 7, "error", "exit status 2")
+	l.Error("plugin process exited", "plugin", "/x", "id", 7, "error", "signal: segmentation fault (core dumped)")
+	require.Equal(t, 2, logs.FilterLevelExact(zapcore.ErrorLevel).Len(), "%v", logs.All())
 }
