@@ -144,8 +144,10 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	return nil
 }
 
-// freshStartMargin covers a NATS server's clock running ahead of the
-// daemon's in freshStart.
+// freshStartMargin covers a NATS server's clock running behind the
+// daemon's in freshStart: the server stamps the messages, the daemon's
+// clock places the start, so a server behind stamps events within the
+// window before it. (One ahead only reads more.)
 const freshStartMargin = time.Minute
 
 // freshStart is the stream time from which a window that applied no
