@@ -524,12 +524,10 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 	if detail != "" {
 		msg.Header.Set(HeaderDetail, detail)
 	}
-	id := "sw-dl-" + strconv.FormatUint(seq, 10)
 	if idx >= 0 {
 		msg.Header.Set(HeaderIndex, strconv.Itoa(idx))
-		id += "-" + strconv.Itoa(idx)
 	}
-	msg.Header.Set(jetstream.MsgIDHeader, id)
+	msg.Header.Set(jetstream.MsgIDHeader, d.deadLetterID(seq, idx))
 	clipDeadLetter(msg, d.nc.MaxPayload())
 	var err error
 	for attempt := range 3 {
@@ -559,6 +557,25 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 	d.metrics.dlFailed.Inc()
 	d.log.Error("dead letter lost", zap.String("reason", reason), zap.String("subject", subject), zap.Error(err))
 	return nil
+}
+
+// deadLetterID is a dead letter's Nats-Msg-Id, sw-dl-<c>-<seq>[-<idx>]:
+// the events stream's creation time c (Unix nanoseconds), the event's
+// sequence in it and its index in an array. A redelivery is stored once.
+// The sequence alone collided, for the dead-letter stream's 24-hour
+// duplicate window, with the events of a stream made anew, whose
+// sequences start over: they were acknowledged as duplicates and never
+// stored.
+func (d *Daemon) deadLetterID(seq uint64, idx int) string {
+	var created int64
+	if info := d.stream.CachedInfo(); info != nil {
+		created = info.Created.UnixNano()
+	}
+	id := "sw-dl-" + strconv.FormatInt(created, 10) + "-" + strconv.FormatUint(seq, 10)
+	if idx >= 0 {
+		id += "-" + strconv.Itoa(idx)
+	}
+	return id
 }
 
 // clipDeadLetter cuts msg's body to what fits the server's max_payload
