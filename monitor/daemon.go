@@ -1853,7 +1853,7 @@ func (d *Daemon) restore(ctx context.Context) error {
 		}
 		if errors.Is(err, errBadBlob) {
 			// Damaged parts: the stream still holds what the window needs.
-			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
+			d.log.Warn("snapshot unreadable; rebuilding the window from the events stream (those stored within its reach)", zap.String("graph", gr.name), zap.Error(err))
 			if err := d.voidThrough(ctx, gr); err != nil {
 				return err
 			}
@@ -1864,7 +1864,7 @@ func (d *Daemon) restore(ctx context.Context) error {
 		}
 		var s snapshot
 		if err := json.Unmarshal(data, &s); err != nil {
-			d.log.Warn("snapshot unreadable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
+			d.log.Warn("snapshot unreadable; rebuilding the window from the events stream (those stored within its reach)", zap.String("graph", gr.name), zap.Error(err))
 			if err := d.voidThrough(ctx, gr); err != nil {
 				return err
 			}
@@ -1872,7 +1872,7 @@ func (d *Daemon) restore(ctx context.Context) error {
 		}
 		skipped, err := gr.win.restore(s)
 		if err != nil {
-			d.log.Warn("snapshot unusable; replaying the whole stream", zap.String("graph", gr.name), zap.Error(err))
+			d.log.Warn("snapshot unusable; rebuilding the window from the events stream (those stored within its reach)", zap.String("graph", gr.name), zap.Error(err))
 			gr.win.reset()
 			if err := d.voidThrough(ctx, gr); err != nil {
 				return err
