@@ -144,9 +144,11 @@ func beatsNote(s, c Result) (Note, bool) {
 			continue
 		}
 		// Three decimals, as the table; four where three print the two
-		// means alike.
+		// means alike, or a lead other than their printed difference
+		// (0.8775 vs 0.8752 read "0.878 vs 0.875 (+0.002)").
 		prec := 3
-		if fmt.Sprintf("%.3f", cs.Mean) == fmt.Sprintf("%.3f", ss.Mean) {
+		r3 := func(v float64) float64 { return math.Round(v*1000) / 1000 }
+		if r3(cs.Mean) == r3(ss.Mean) || fmt.Sprintf("%.3f", r3(cs.Mean)-r3(ss.Mean)) != fmt.Sprintf("%.3f", lead) {
 			prec = 4
 		}
 		part := fmt.Sprintf("%s %.*f vs %.*f (+%.*f", m.name, prec, cs.Mean, prec, ss.Mean, prec, lead)

@@ -169,6 +169,12 @@ func TestBeatsSLVAENote(t *testing.T) {
 		}, []Note{{Kind: NoteBeatsSLVAE, Method: "lpsi", Versus: "slvae",
 			Text: "lpsi beats slvae here: F1 0.0124 vs 0.0118 (+0.0006), no paired interval (--paired-with lpsi gives one); " +
 				"on this graph and setting lpsi may be the better choice for a set of suspects"}}},
+		{"a lead other than the printed means' difference gets four", []Result{
+			{Method: "slvae", AUC: auc(0.8752), F1: f1(0.5)},
+			{Method: "local-mlp", AUC: auc(0.8775), F1: f1(0.4)},
+		}, []Note{{Kind: NoteBeatsSLVAE, Method: "local-mlp", Versus: "slvae",
+			Text: "local-mlp beats slvae here: ROC-AUC 0.8775 vs 0.8752 (+0.0023), no paired interval (--paired-with local-mlp gives one); " +
+				"on this graph and setting local-mlp may be the better choice for a ranking of suspects"}}},
 		{"SL-VAE's own variants are not rivals", []Result{
 			{Method: "slvae", AUC: auc(0.8), F1: f1(0.4)},
 			{Method: "slvae-paper", AUC: auc(0.9), F1: f1(0.5)},
