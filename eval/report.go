@@ -153,10 +153,16 @@ type Paired struct {
 // undefined are left out. Recorded cascades count once each however many
 // runs tested them (their differences averaged), so n is then the
 // distinct cascades.
+//
+// ByRun is the mean difference within each run (with two runs or more):
+// the interval is over the test cascades drawn, given each run's fitted
+// models, and leaves out how much a new draw of training data and a new
+// fit move the lead, which the runs' spread shows.
 type Difference struct {
-	Mean float64 `json:"mean"`
-	CI95 float64 `json:"ci95"`
-	N    int     `json:"n"`
+	Mean  float64   `json:"mean"`
+	CI95  float64   `json:"ci95"`
+	N     int       `json:"n"`
+	ByRun []float64 `json:"by_run,omitempty"`
 }
 
 // String is "+0.057 ± 0.012", "+0.057 (one cascade, no interval)", or
@@ -212,11 +218,16 @@ func pairedDifference(a, b []float64, units []string) Difference {
 
 // MarshalJSON writes an undefined mean or interval as null.
 func (d Difference) MarshalJSON() ([]byte, error) {
+	var byRun []any
+	for _, v := range d.ByRun {
+		byRun = append(byRun, jsonNumber(v))
+	}
 	return json.Marshal(struct {
-		Mean any `json:"mean"`
-		CI95 any `json:"ci95"`
-		N    int `json:"n"`
-	}{jsonNumber(d.Mean), jsonNumber(d.CI95), d.N})
+		Mean  any   `json:"mean"`
+		CI95  any   `json:"ci95"`
+		N     int   `json:"n"`
+		ByRun []any `json:"by_run,omitempty"`
+	}{jsonNumber(d.Mean), jsonNumber(d.CI95), d.N, byRun})
 }
 
 // UnmarshalJSON reads null back as NaN.
@@ -224,11 +235,15 @@ func (d *Difference) UnmarshalJSON(b []byte) error {
 	var raw struct {
 		Mean, CI95 *float64
 		N          int
+		ByRun      []*float64 `json:"by_run"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
 	*d = Difference{Mean: orNaN(raw.Mean), CI95: orNaN(raw.CI95), N: raw.N}
+	for _, v := range raw.ByRun {
+		d.ByRun = append(d.ByRun, orNaN(v))
+	}
 	return nil
 }
 
@@ -421,6 +436,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 				// Said in words: a reader scanning the table for a winner
 				// should not miss a method ranking worse than its reference.
 				verdict = fmt.Sprintf("; ranks worse than %s here", v.Reference)
+			}
+			if len(v.AUC.ByRun) > 1 {
+				// The interval holds each run's fit fixed; the runs show
+				// what a new draw and fit move.
+				over += "; AUC by run"
+				for _, d := range v.AUC.ByRun {
+					over += fmt.Sprintf(" %+.3f", d)
+				}
 			}
 			fmt.Fprintf(&b, "%s - %s: F1 %s, AUC %s (95%% CI, paired over %s)%s\n",
 				res.Method, v.Reference, v.F1.String(), v.AUC.String(), over, verdict)

@@ -791,6 +791,27 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 		}
 		return out
 	}
+	// perRun is, per run, the mean over its test cascades of method mi
+	// minus method ref, where both are defined (NaN where none is).
+	perRun := func(mi, ref int, get func(Metrics) float64) []float64 {
+		out := make([]float64, len(results))
+		for run := range results {
+			a, b := results[run][mi].cascades, results[run][ref].cascades
+			var sum float64
+			n := 0
+			for i := range min(len(a), len(b)) {
+				if d := get(a[i].m) - get(b[i].m); !math.IsNaN(d) {
+					sum += d
+					n++
+				}
+			}
+			out[run] = math.NaN()
+			if n > 0 {
+				out[run] = sum / float64(n)
+			}
+		}
+		return out
+	}
 	refName := cfg.PairedWith
 	if refName == "" {
 		refName = "infected"
@@ -860,6 +881,9 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 				Reference: refName,
 				F1:        pairedDifference(perCascade(mi, f1Of), perCascade(ref, f1Of), units),
 				AUC:       pairedDifference(perCascade(mi, aucOf), perCascade(ref, aucOf), units),
+			}
+			if len(results) > 1 {
+				res.Paired.F1.ByRun, res.Paired.AUC.ByRun = perRun(mi, ref, f1Of), perRun(mi, ref, aucOf)
 			}
 		}
 		rep.Results = append(rep.Results, res)

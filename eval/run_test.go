@@ -311,6 +311,9 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	require.InDelta(t, 3.182446305284263*sd/2, lead.F1.CI95, 1e-9)
 	require.Equal(t, 3, lead.AUC.N)
 	require.InDelta(t, 0.2/3, lead.AUC.Mean, 1e-12)
+	// Each run's own mean difference, for the spread between fits.
+	require.InDeltaSlice(t, []float64{0.15, 0.05}, lead.F1.ByRun, 1e-12)
+	require.InDeltaSlice(t, []float64{0.125, -0.05}, lead.AUC.ByRun, 1e-12)
 	require.Nil(t, rep.Results[1].Paired, "infected is a control")
 	require.Nil(t, rep.Results[2].Paired, "random is a control")
 
@@ -318,7 +321,7 @@ func TestPairedLeadOverInfected(t *testing.T) {
 	require.NoError(t, rep.WriteTable(&buf))
 	require.Contains(t, buf.String(), "lpsi - infected: F1 +0.100 ± ")
 	require.Contains(t, buf.String(), "AUC +0.067 ± ")
-	require.Contains(t, buf.String(), "paired over 4 test cascades, 3 for AUC")
+	require.Contains(t, buf.String(), "paired over 4 test cascades, 3 for AUC; AUC by run +0.125 -0.050)")
 	require.Contains(t, buf.String(), "beats infected and prior (not run here: prior).", "the footnote says which of its controls did not run")
 	buf.Reset()
 	require.NoError(t, rep.WriteJSON(&buf))
