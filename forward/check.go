@@ -506,9 +506,11 @@ func vjpError(ana, lo, hi float64, o VJPCheckOptions) float64 {
 //	[sum_v min(in_v, out_v), sum_v max(in_v, out_v)],  in_v, out_v = dy_v·(df_v/dx_i from inside, outside).
 //
 // A smooth model gives in_v = out_v, so this accepts no error there; a
-// model that refuses x outside [0, 1] keeps the inside verdict. inside
-// holds f(x + s h e_i) and f(x + 2 s h e_i) of chunk's coordinates,
-// rows 2k and 2k + 1.
+// model that refuses x outside [0, 1], or answers there outside [0, 1]
+// (NaN too: a plugin process's host refuses that answer, so plugin check
+// keeps the inside verdict of the whole chunk, and so does an in-process
+// check), keeps the inside verdict. inside holds f(x + s h e_i) and
+// f(x + 2 s h e_i) of chunk's coordinates, rows 2k and 2k + 1.
 func (o VJPCheckOptions) acceptKinks(ctx context.Context, m Model, x, y, dy []float64, inside *mat.Dense, chunk, ks []int, dx, errs []float64) error {
 	pts := mat.NewDense(2*len(ks), len(x), nil)
 	for r, k := range ks {
@@ -525,6 +527,13 @@ func (o VJPCheckOptions) acceptKinks(ctx context.Context, m Model, x, y, dy []fl
 		// Whatever the model made of x outside its domain, the coordinates
 		// failed from inside and keep that verdict.
 		return ctx.Err()
+	}
+	if _, _, bad := outOfUnit(outside); bad {
+		// An answer outside [0, 1] is one a plugin process's host refuses
+		// (ErrBadOutput), and so plugin check keeps the inside verdict: an
+		// in-process model is judged the same, and an output that left
+		// [0, 1] sat on no clamp's bound.
+		return nil
 	}
 	for r, k := range ks {
 		j := chunk[k]

@@ -357,3 +357,78 @@ func TestCheckFusedScalesWithAnEntry(t *testing.T) {
 		}
 	}
 }
+
+// softOrModel is y_v = 1 - (1 - x_v)(1 - min(mean_{u in N(v)} x_u, 1)),
+// the soft max(x_v, ...) of a mean-field threshold model, whose VJP drops
+// the inner min's gradient where the mean reaches 1 (at a corner, every
+// neighbour a source): from inside [0, 1], where inference moves, that
+// derivative is wrong. At the outside point x_u + h of such a neighbour
+// y_u is 1 + h(...) > 1, which a plugin process's host refuses
+// (ErrBadOutput), so plugin check keeps the inside verdict there; in
+// process, the check must not accept the gradient on such an answer either.
+type softOrModel struct {
+	clampModel
+}
+
+func (m *softOrModel) mean(x []float64, v int) float64 {
+	s := 0.0
+	for _, u := range m.nbr[v] {
+		s += x[u]
+	}
+	return s / float64(len(m.nbr[v]))
+}
+
+func (m *softOrModel) Predict(_ context.Context, x *mat.Dense) (*mat.Dense, error) {
+	r, n := x.Dims()
+	y := mat.NewDense(r, n, nil)
+	for i := range r {
+		row := x.RawRowView(i)
+		for v := range n {
+			y.Set(i, v, 1-(1-row[v])*(1-min(m.mean(row, v), 1)))
+		}
+	}
+	return y, nil
+}
+
+func (m *softOrModel) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	y, _ := m.Predict(ctx, x)
+	r, n := x.Dims()
+	dx := mat.NewDense(r, n, nil)
+	for i := range r {
+		row := x.RawRowView(i)
+		for v := range n {
+			g, s := dy.At(i, v), m.mean(row, v)
+			dx.Set(i, v, dx.At(i, v)+g*(1-min(s, 1)))
+			if s >= 1 { // the bug: the gradient from outside, at s = 1 exactly
+				continue
+			}
+			for _, u := range m.nbr[v] {
+				dx.Set(i, u, dx.At(i, u)+g*(1-row[v])/float64(len(m.nbr[v])))
+			}
+		}
+	}
+	return y, dx, nil
+}
+
+// CheckVJP judges an in-process model as plugin check judges its process:
+// an outside point whose answer leaves [0, 1], which the host refuses,
+// does not excuse a corner coordinate's wrong inside derivative.
+func TestCheckVJPOutsideAnswerOutOfRange(t *testing.T) {
+	const n = 12
+	nbr := make([][]int, n)
+	for v := range n { // a path: the ends have one neighbour
+		for _, u := range []int{v - 1, v + 1} {
+			if u >= 0 && u < n {
+				nbr[v] = append(nbr[v], u)
+			}
+		}
+	}
+	// Eight random corners (30% sources) of a 12-node path hold a
+	// non-source whose neighbours are all sources, where the VJP is wrong.
+	m := &softOrModel{clampModel{nbr: nbr}}
+	res, err := forward.CheckVJP(context.Background(), m, n, rand.New(rand.NewPCG(1, 2)),
+		forward.VJPCheckOptions{Rows: 1, CornerRows: 8, Directions: -1})
+	require.NoError(t, err)
+	require.False(t, res.Pass(), "%s", res)
+	require.True(t, res.Corner, "%s", res)
+}
