@@ -40,8 +40,8 @@ file of that name is in the working directory) and checks it against the contrac
 the handshake, Info, Configure, Fit on a small simulated set (and that the
 fitted state restores the same model), Predict shape and range, behaviour on
 an empty and a full x, determinism, the VJP against finite differences
-(every coordinate of dx in two random rows inside [0.1, 0.9] and one at a
-corner of [0, 1], x all 0 or 1, on graphs of up to 2,048 nodes, 256 at
+(every coordinate of dx in two random rows inside [0.1, 0.9] and four at
+corners of [0, 1], x all 0 or 1, on graphs of up to 2,048 nodes, 256 at
 random on larger ones; see --vjp-coords),
 the fused data-term call of inference against Predict and VJP (and whether
 its batches pass through the shared memory region), monotonicity on subsets

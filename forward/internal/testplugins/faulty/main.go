@@ -8,6 +8,9 @@
 //	grad   dx of the last node doubled (a gradient wrong at one node)
 //	corner dx negated where x is 0 (a gradient wrong only at the corners
 //	       of [0, 1]^n, where inference ends)
+//	full   dx_v doubled where x_v is 0 and every in-neighbour's x is 1 (a
+//	       gradient wrong only at corners that fill a node's
+//	       in-neighbourhood, as a kink at a full neighbourhood gives)
 //	inf    +Inf in dx
 //	short  y has one column too few
 //	hang   never answer, ignoring the call's context
@@ -86,6 +89,8 @@ type model struct {
 	// halved is what fault forget's Fit learns and its state omits.
 	halved bool
 	nodes  int
+	// in lists each node's in-neighbours, for fault full.
+	in [][]int
 }
 
 func (m *model) Info(ctx context.Context) (forward.Info, error) {
@@ -108,7 +113,7 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 		}
 	}
 	in.Params = append(in.Params,
-		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget or fused"},
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, full, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget or fused"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
 	return in, err
 }
@@ -120,10 +125,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		switch k {
 		case "fault":
 			switch v {
-			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "state", "flat", "nanmetric", "valsum", "forget", "fused":
+			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "full", "state", "flat", "nanmetric", "valsum", "forget", "fused":
 				m.fault = v
 			default:
-				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget or fused", v)
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, full, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget or fused", v)
 			}
 		case "fault_after":
 			n, err := strconv.Atoi(v)
@@ -140,6 +145,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		fmt.Fprintf(os.Stderr, "faulty: fault %s from call %d\n", m.fault, m.after)
 	}
 	m.nodes = g.N()
+	m.in = make([][]int, g.N())
+	for v := range m.in {
+		m.in[v], _ = g.In(v)
+	}
 	return m.Model.Configure(ctx, g, rest, state)
 }
 
@@ -262,6 +271,20 @@ func (m *model) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Den
 			for j := 0; j < c; j++ {
 				if x.At(i, j) == 0 {
 					dx.Set(i, j, -dx.At(i, j))
+				}
+			}
+		}
+	}
+	if m.fault == "full" {
+		r, c := x.Dims()
+		for i := 0; i < r; i++ {
+			for v := 0; v < c; v++ {
+				full := x.At(i, v) == 0 && len(m.in[v]) > 0
+				for _, u := range m.in[v] {
+					full = full && x.At(i, u) == 1
+				}
+				if full {
+					dx.Set(i, v, 2*dx.At(i, v))
 				}
 			}
 		}
