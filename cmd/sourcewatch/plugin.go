@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/forward"
@@ -60,7 +61,16 @@ with random chords); pass your graph to check the plugin where you will use it.`
 	f.String("graph", "", "edge list file to check on (default: a built-in 64-node graph)")
 	f.Bool("directed", false, "treat each line u v of --graph as an arc u->v")
 	f.String("plugin-dir", defaultPluginDir(), "directory searched when the argument is a plugin name"+pluginDirHelp)
-	f.StringArray("param", nil, "plugin parameter name=value (repeatable, or name=value,name=value)")
+	f.StringArray("param", nil, "plugin parameter name=value (repeatable, or name=value,name=value; --forward-param, train's name, is taken too)")
+	// train and eval call the same setting --forward-param; a user who
+	// checks a plugin with the parameters of a train command line should
+	// not meet a bare "unknown flag".
+	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "forward-param" {
+			name = "param"
+		}
+		return pflag.NormalizedName(name)
+	})
 	f.Int("cascades", 60, "simulated SI cascades for the fit check (80% train, 20% validation)")
 	f.Int("epochs", 5, "training epochs for the fit check (0 = the plugin's default)")
 	f.Int("batch", 8, "rows per Predict and VJP call")
@@ -233,7 +243,7 @@ func printParams(w io.Writer, in forward.Info) {
 	if len(in.Params) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "params of %s %s (train --forward-param name=value):\n", in.Name, in.Version)
+	fmt.Fprintf(w, "params of %s %s (train --forward-param name=value, plugin check --param):\n", in.Name, in.Version)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, p := range in.Params {
 		fmt.Fprintf(tw, "  %s\tdefault %s\t%s\n", p.Name, p.Default, p.Help)

@@ -57,6 +57,13 @@ func TestPluginCheck(t *testing.T) {
 	require.ErrorContains(t, err, "predict: forward plugin sourcewatch-forward-faulty: predict: y[0][0] is NaN")
 	require.Contains(t, out, "FAIL  predict")
 
+	// train's name for the flag is taken too, so a train command line's
+	// parameters can be checked as they are.
+	t.Run("param as --forward-param", func(t *testing.T) {
+		out, _, err := runCmd(t, "", "plugin", "check", faulty, "--forward-param", "fault=nan", "--log-level", "warn")
+		require.ErrorContains(t, err, "y[0][0] is NaN")
+		require.Contains(t, out, "FAIL  predict")
+	})
 	// The parameters come from the environment or a config file too.
 	t.Run("param from environment", func(t *testing.T) {
 		t.Setenv("SOURCEWATCH_PARAM", "fault=nan")
