@@ -481,6 +481,40 @@ const PluginValMSEMetric = "forward_plugin_val_mse"
 // it flatters the fit a little; this one does not.
 const ForwardTestMSEMetric = "forward_test_mse"
 
+// hostForwardMetrics are the forward_ metrics train measures itself;
+// the rest of a manifest's forward_ metrics are what the plugin's Fit
+// reported (FitResult.Metrics, prefixed).
+var hostForwardMetrics = map[string]bool{
+	"forward_val_mse":     true, // the host's measure; the plugin's own is PluginValMSEMetric
+	PluginValMSEMetric:    true,
+	ForwardTestMSEMetric:  true,
+	ForwardFloorMetric:    true,
+	"forward_fit_seconds": true,
+	VJPCheckMetric:        true,
+	FusedCheckMetric:      true,
+	VJPFlatMetric:         true,
+}
+
+// PluginFitMetrics returns what the forward plugin's Fit reported beside
+// its validation error (a deepis fit's epochs and edge scale, a
+// plugin's own fitted constants), keyed by the plugin's names, without
+// the forward_ prefix train stores them under; nil when it reported
+// nothing else.
+func (m *Manifest) PluginFitMetrics() map[string]float64 {
+	var out map[string]float64
+	for k, v := range m.Metrics {
+		name, ok := strings.CutPrefix(k, "forward_")
+		if !ok || hostForwardMetrics[k] {
+			continue
+		}
+		if out == nil {
+			out = map[string]float64{}
+		}
+		out[name] = v
+	}
+	return out
+}
+
 // ForwardError returns the forward model's error to read against the
 // floor: forward_test_mse where train recorded it, forward_val_mse
 // otherwise (a bundle from before it did), with the split's name ("test"

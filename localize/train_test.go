@@ -436,3 +436,16 @@ func TestLoneSourceRateBySimulation(t *testing.T) {
 	require.Equal(t, 1.0, rate(diffusion.IC))
 	require.Less(t, rate(diffusion.SIR), 1.0)
 }
+
+// PluginFitMetrics gives what the plugin's Fit reported, under its own
+// names, and leaves out what train measured itself.
+func TestPluginFitMetrics(t *testing.T) {
+	m := localize.Manifest{Metrics: map[string]float64{
+		"forward_val_mse": 0.2, localize.PluginValMSEMetric: 0.3, localize.ForwardTestMSEMetric: 0.21,
+		localize.ForwardFloorMetric: 0.19, "forward_fit_seconds": 2, localize.VJPCheckMetric: 1e-7,
+		localize.FusedCheckMetric: 1e-9, localize.VJPFlatMetric: 0.1,
+		"forward_epochs": 20, "forward_theta": 0.4, "prior_val_loss": 8, "test_auc": 0.9,
+	}}
+	require.Equal(t, map[string]float64{"epochs": 20, "theta": 0.4}, m.PluginFitMetrics())
+	require.Nil(t, (&localize.Manifest{Metrics: map[string]float64{"forward_val_mse": 0.2}}).PluginFitMetrics())
+}

@@ -283,6 +283,19 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 		fmt.Fprintf(w, "  source gate %.3f", rho)
 	}
 	fmt.Fprintln(w)
+	if fit := m.PluginFitMetrics(); len(fit) > 0 {
+		// What the plugin's Fit reported, which a plugin author otherwise
+		// finds only in the JSON; the gate is on the line above.
+		delete(fit, "source_gate")
+		kv := make([]string, 0, len(fit))
+		for k, v := range fit {
+			kv = append(kv, fmt.Sprintf("%s %.4g", k, v))
+		}
+		slices.Sort(kv)
+		if len(kv) > 0 {
+			fmt.Fprintf(w, "fit         %s (reported by the plugin)\n", strings.Join(kv, ", "))
+		}
+	}
 	if hasFloor && localize.PoorFit(mse, floor) {
 		try := localize.PoorFitAdvice("eval --forward deepis,gat,monstor", "train --forward-epochs N",
 			m.Metrics["forward_epochs"], m.Metrics["forward_best_epoch"])

@@ -64,6 +64,9 @@ func TestTrainSchedulePaper(t *testing.T) {
 	out, _, err = runCmd(t, "", "bundle", "inspect", bundle, "--plugin-dir", pluginDir)
 	require.NoError(t, err)
 	require.Contains(t, out, "5 + 10 steps, 4 restarts, schedule paper")
+	// What the plugin's Fit reported is shown, not only in the JSON;
+	// what train measured itself is not repeated there.
+	require.Regexp(t, `\nfit         train_mse 0\.\d+ \(reported by the plugin\)\n`, out)
 	out, _, err = runCmd(t, `{"infected":["0","1","2","3","7","13"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
 	require.NoError(t, err)
 	var got localizeOutput
