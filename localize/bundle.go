@@ -207,26 +207,116 @@ func (b *Bundle) Options() Options {
 	return o
 }
 
-// CheckGraph reports whether g is the graph the bundle was trained on.
-func (b *Bundle) CheckGraph(g *graph.Graph) error { return b.Manifest.CheckGraph(g) }
+// CheckGraph reports whether g is the graph the bundle was trained on,
+// and when it is not, what differs, from the bundle's own copy of its
+// graph: the weight column, a node, an edge or a weight.
+func (b *Bundle) CheckGraph(g *graph.Graph) error {
+	return b.Manifest.checkGraph(g, func() string {
+		if b.Graph == nil || b.Graph.Directed() != g.Directed() {
+			return ""
+		}
+		return GraphDifference(b.Graph, g)
+	})
+}
 
 // CheckGraph reports whether g is the graph the bundle of m was trained on
-// (ErrGraphMismatch when not, saying when --directed is the difference).
-func (man Manifest) CheckGraph(g *graph.Graph) error {
+// (ErrGraphMismatch when not, saying when --directed is the difference,
+// and otherwise when the edge counts differ).
+func (man Manifest) CheckGraph(g *graph.Graph) error { return man.checkGraph(g, nil) }
+
+// checkGraph is CheckGraph; detail, when not nil and the direction
+// matches, says what differs where the manifest alone cannot.
+func (man Manifest) checkGraph(g *graph.Graph, detail func() string) error {
 	m := man.Graph
 	if fp := g.Fingerprint(); fp != m.Fingerprint || g.N() != m.Nodes {
 		hint := ""
-		if g.Directed() != m.Directed {
+		switch {
+		case g.Directed() != m.Directed:
 			// The usual cause: the same edge file read the other way.
 			hint = "; the bundle's graph is undirected, the given one directed: drop --directed (in a config file, directed: false for the graph)"
 			if m.Directed {
 				hint = "; the bundle's graph is directed, the given one undirected: pass --directed (in a config file, directed: true for the graph)"
+			}
+		case detail != nil:
+			if d := detail(); d != "" {
+				hint = "; " + d
+			}
+		}
+		if hint == "" && g.Directed() == m.Directed {
+			what := "edges"
+			if m.Directed {
+				what = "arcs"
+			}
+			switch e := g.Stats().Edges; {
+			case m.Edges > 0 && e != m.Edges:
+				hint = fmt.Sprintf("; the bundle's graph has %d %s, the given one %d", m.Edges, what, e)
+			case g.N() == m.Nodes:
+				hint = fmt.Sprintf("; the same node and %s counts: other node ids, other %s, or other weights (a weight changed, or the weight column added or dropped)", strings.TrimSuffix(what, "s"), what)
 			}
 		}
 		return fmt.Errorf("%w: bundle %s is for graph %q (fingerprint %.12s, %d nodes), given graph has fingerprint %.12s and %d nodes%s",
 			ErrGraphMismatch, man.ID, m.Name, m.Fingerprint, m.Nodes, fp, g.N(), hint)
 	}
 	return nil
+}
+
+// GraphDifference says how got differs from want, two graphs read the
+// same way (both directed or both not), naming the first difference
+// found: the weight column, a node of one missing from the other, an
+// edge of one missing from the other, or an edge's weight. "" when it
+// finds none (the graphs are the same).
+func GraphDifference(want, got *graph.Graph) string {
+	what, sep := "edge", " - "
+	if want.Directed() {
+		what, sep = "arc", " -> "
+	}
+	switch {
+	case want.Weighted() && !got.Weighted():
+		return "the bundle's graph is weighted (u v w lines), the given one is not: use the edge file the bundle was trained on, with its weight column"
+	case !want.Weighted() && got.Weighted():
+		return "the bundle's graph is unweighted (u v lines), the given one has a weight column: use the edge file the bundle was trained on, without it"
+	}
+	for _, id := range want.IDs() {
+		if _, ok := got.Index(id); !ok {
+			return fmt.Sprintf("node %q is in the bundle's graph, not in the given one", id)
+		}
+	}
+	for _, id := range got.IDs() {
+		if _, ok := want.Index(id); !ok {
+			return fmt.Sprintf("node %q is in the given graph, not in the bundle's", id)
+		}
+	}
+	type arc struct{ from, to string }
+	key := func(g *graph.Graph, e graph.Edge) arc {
+		a := arc{g.ID(e.From), g.ID(e.To)}
+		if !g.Directed() && a.from > a.to {
+			a.from, a.to = a.to, a.from
+		}
+		return a
+	}
+	have := make(map[arc]float64, got.Stats().Edges)
+	for _, e := range got.Edges() {
+		have[key(got, e)] = e.W
+	}
+	for _, e := range want.Edges() {
+		k := key(want, e)
+		w, ok := have[k]
+		switch {
+		case !ok:
+			return fmt.Sprintf("%s %s%s%s is in the bundle's graph, not in the given one", what, k.from, sep, k.to)
+		case w != e.W:
+			return fmt.Sprintf("%s %s%s%s has weight %s in the bundle's graph, %s in the given one", what, k.from, sep, k.to,
+				strconv.FormatFloat(e.W, 'g', -1, 64), strconv.FormatFloat(w, 'g', -1, 64))
+		}
+		delete(have, k)
+	}
+	for _, e := range got.Edges() {
+		k := key(got, e)
+		if _, left := have[k]; left {
+			return fmt.Sprintf("%s %s%s%s is in the given graph, not in the bundle's", what, k.from, sep, k.to)
+		}
+	}
+	return ""
 }
 
 // newBundleID returns a random identifier such as "swb-3f9a1c2b7d4e".

@@ -602,3 +602,46 @@ func BenchmarkRepeatedManifestKey(b *testing.B) {
 		}
 	}
 }
+
+// A weighted directed graph differing from the bundle's in its weights,
+// its weight column or an arc is refused naming the difference, as the
+// direction already was: the fingerprints alone left the user to diff
+// the files.
+func TestCheckGraphNamesTheDifference(t *testing.T) {
+	read := func(text string) *graph.Graph {
+		g, err := graph.Read(strings.NewReader(text), "g.edges", graph.Directed(true))
+		require.NoError(t, err)
+		return g
+	}
+	var ring strings.Builder
+	for i := 0; i < 12; i++ {
+		fmt.Fprintf(&ring, "%d %d 0.5\n", i, (i+1)%12)
+	}
+	g := read(ring.String())
+	path := filepath.Join(t.TempDir(), "ring.swb")
+	b := testBundleOn(t, g)
+	b.Manifest.Graph.Directed = true
+	require.NoError(t, b.WriteFile(path))
+	_, err := LoadBundle(path, g)
+	require.NoError(t, err)
+
+	for _, tc := range []struct{ name, edges, want string }{
+		{"a weight", strings.Replace(ring.String(), "3 4 0.5", "3 4 0.25", 1), "arc 3 -> 4 has weight 0.5 in the bundle's graph, 0.25 in the given one"},
+		{"no weight column", strings.ReplaceAll(ring.String(), " 0.5", ""), "the bundle's graph is weighted (u v w lines), the given one is not"},
+		{"an arc more", ring.String() + "0 6 0.5\n", "arc 0 -> 6 is in the given graph, not in the bundle's"},
+		{"an arc less", strings.Replace(ring.String(), "5 6 0.5\n", "5 5 0.5\n", 1), "arc 5 -> 6 is in the bundle's graph, not in the given one"},
+		{"a node renamed", strings.Replace(ring.String(), "11 0 0.5\n", "11 x 0.5\nx 0 0.5\n", 1), `node "x" is in the given graph, not in the bundle's`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadBundle(path, read(tc.edges))
+			require.ErrorIs(t, err, ErrGraphMismatch)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	// The manifest alone (a daemon's preflight) can only count.
+	m, err := ReadManifest(path)
+	require.NoError(t, err)
+	require.ErrorContains(t, m.CheckGraph(read(ring.String()+"0 6 0.5\n")), "the bundle's graph has 12 arcs, the given one 13")
+	require.ErrorContains(t, m.CheckGraph(read(strings.Replace(ring.String(), "3 4 0.5", "3 4 0.25", 1))),
+		"the same node and arc counts: other node ids, other arcs, or other weights")
+}

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -122,6 +123,14 @@ func BundlePreflight(pluginDir string) func(GraphConfig, *graph.Graph) error {
 		m, err := localize.ReadManifest(gc.Bundle)
 		if err == nil {
 			err = m.CheckGraph(g)
+		}
+		if errors.Is(err, localize.ErrGraphMismatch) {
+			// Another graph: the bundle's own copy of its graph says what
+			// differs (a weight, an arc, the weight column), which the
+			// manifest alone cannot. Read only on this failure.
+			if _, lerr := localize.LoadBundle(gc.Bundle, g, localize.WithoutVAE()); errors.Is(lerr, localize.ErrGraphMismatch) {
+				err = lerr
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("bundle: %w%s", err, relativePathHint(gc.Bundle, err)) // the daemon names the graph

@@ -155,3 +155,53 @@ func TestRankSourcesMarksTheFloor(t *testing.T) {
 	require.ErrorIs(t, err, ErrBadInference)
 	require.ErrorContains(t, err, "3 floor sources of 2")
 }
+
+// A daemon whose edge file differs from its bundle's graph in a weight
+// is refused at the preflight naming the arc, not only two fingerprints,
+// and the direction still names --directed.
+func TestBundlePreflightNamesTheGraphDifference(t *testing.T) {
+	plugin := forwardtest.Build(t, "icmf")
+	sum, err := forward.FileSHA256(plugin)
+	require.NoError(t, err)
+	var edges strings.Builder
+	for i := 0; i < 30; i++ {
+		fmt.Fprintf(&edges, "%d %d 0.4\n%d %d 0.3\n", i, (i+1)%30, i, (i+7)%30)
+	}
+	read := func(text string, directed bool) *graph.Graph {
+		g, err := graph.Read(strings.NewReader(text), "net.edges", graph.Directed(directed))
+		require.NoError(t, err)
+		return g
+	}
+	g := read(edges.String(), true)
+	cfg := diffusion.DefaultConfig()
+	cfg.Model = diffusion.IC
+	cs, _, err := diffusion.Simulate(t.Context(), g, cfg, 40, 3)
+	require.NoError(t, err)
+	pairs := make([]forward.Pair, len(cs))
+	for i, c := range cs {
+		pairs[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
+	}
+	m := icmf.New()
+	require.NoError(t, m.Configure(t.Context(), g, nil, nil))
+	pc := prior.DefaultConfig()
+	pc.Hidden, pc.Latent, pc.Epochs = 8, 4, 2
+	opts := localize.DefaultOptions()
+	opts.Restarts = 2
+	b, err := localize.Train(t.Context(), g, m, pairs[:30], pairs[30:], localize.TrainConfig{
+		Forward: localize.ForwardRef{Name: "icmf", Version: icmf.Version, SHA256: hex.EncodeToString(sum)},
+		Prior:   pc, Prototypes: 8, Solve: opts, ValidationSolves: 3, Seed: 1,
+	}, nil)
+	require.NoError(t, err)
+	gc := DefaultGraphConfig("net")
+	gc.Bundle = filepath.Join(t.TempDir(), "net.swb")
+	require.NoError(t, b.WriteFile(gc.Bundle))
+	preflight := BundlePreflight(filepath.Dir(plugin))
+	require.NoError(t, preflight(gc, g))
+
+	err = preflight(gc, read(strings.Replace(edges.String(), "3 4 0.4", "3 4 0.45", 1), true))
+	require.ErrorIs(t, err, localize.ErrGraphMismatch)
+	require.ErrorContains(t, err, "arc 3 -> 4 has weight 0.4 in the bundle's graph, 0.45 in the given one")
+	err = preflight(gc, read(edges.String(), false))
+	require.ErrorIs(t, err, localize.ErrGraphMismatch)
+	require.ErrorContains(t, err, "the bundle's graph is directed, the given one undirected: pass --directed")
+}
