@@ -37,6 +37,9 @@ func TestReadErrorsNameFileAndLine(t *testing.T) {
 		{"bad weight", "0 1 x\n", `g.edges:1: weight "x" is not a number`},
 		{"weight range", "0 1 1.5\n", "g.edges:1: weight 1.5 outside [0, 1]: a weight is the edge's infection probability (IC and LT spread by it, forward models read it); scale the column into [0, 1], or, for SI and SIR, which spread at one rate on every edge, drop it"},
 		{"mixed weights", "0 1 0.5\n1 2\n", "g.edges:2: 2 fields, but line 1 had 3"},
+		// The README's way to list an isolated node, in a weighted list.
+		{"unweighted self-loop in a weighted list", "0 1 0.5\n7 7\n", "g.edges:2: 2 fields, but line 1 had 3: weight the edges all or none (a self-loop listing a node without edges takes a weight too in a weighted list: `7 7 1`; the loop is dropped, the node kept)"},
+		{"one field in a weighted list", "0 1 0.5\n7\n", "g.edges:2: want 2 or 3 fields, got 1 (a node without edges is listed as a self-loop, in a weighted list with a weight too, `v v 1`"},
 		{"empty", "# nothing\n\n", "g.edges: graph has no nodes"},
 		{"UTF-16", "\xff\xfe0\x00 \x001\x00\n", "g.edges:1: not valid UTF-8: node ids are text (convert the file, e.g. iconv -f utf-16 -t utf-8)"},
 		{"quoted ids", "\"New York\" \"Los Angeles\"\n", "g.edges:1: want 2 or 3 fields, got 4 (quotes do not group: a node id cannot hold a space"},

@@ -132,6 +132,8 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 				hint = " (fields are separated by spaces or tabs, not commas or semicolons)"
 			case strings.ContainsAny(text, `"'`):
 				hint = " (quotes do not group: a node id cannot hold a space; replace spaces inside ids, e.g. with _)"
+			case len(fields) == 1 && weighted == 1:
+				hint = " (a node without edges is listed as a self-loop, in a weighted list with a weight too, `v v 1`: the loop is dropped, the node kept)"
 			case len(fields) == 1:
 				hint = " (a node without edges is listed as a self-loop, `v v`: the loop is dropped, the node kept)"
 			default:
@@ -170,7 +172,13 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 		if weighted == -1 {
 			weighted, firstLine = hasW, line
 		} else if weighted != hasW {
-			return nil, fmt.Errorf("%s:%d: %d fields, but line %d had %d: weight the edges all or none", name, line, len(fields), firstLine, 2+weighted)
+			hint := ""
+			if e.a == e.b && weighted == 1 {
+				// The way to list a node without edges: in a weighted
+				// list it takes a weight too, which nothing reads.
+				hint = fmt.Sprintf(" (a self-loop listing a node without edges takes a weight too in a weighted list: `%s %s 1`; the loop is dropped, the node kept)", e.a, e.b)
+			}
+			return nil, fmt.Errorf("%s:%d: %d fields, but line %d had %d: weight the edges all or none%s", name, line, len(fields), firstLine, 2+weighted, hint)
 		}
 		for _, id := range [2]string{e.a, e.b} {
 			if _, ok := seen[id]; !ok {
