@@ -240,8 +240,13 @@ func decodeOne(raw []byte) decoded {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		err := dec.Decode(slow)
-		if err == nil && dec.More() {
-			err = errors.New("more than one JSON value")
+		if err == nil {
+			// Token, not More: More reports false before a stray '}' or
+			// ']', and {"node":"1","state":"infected"}} would pass as an
+			// event rather than be dead-lettered as the bad JSON it is.
+			if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+				err = errors.New("more after the event object: one JSON object (or an array of them) per message")
+			}
 		}
 		if err != nil {
 			d.reason, d.detail = ReasonBadJSON, eventJSONError(err)

@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -22,6 +23,9 @@ func FuzzDecodeMessage(f *testing.F) {
 		`null`,
 		`"x"`,
 		`[`,
+		// A stray bracket after the object is bad JSON, not an event.
+		`{"node":"1","state":"infected"}}`,
+		`{"node":"1", "state":"infected"}]`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -31,6 +35,15 @@ func FuzzDecodeMessage(f *testing.F) {
 			var arr []json.RawMessage
 			if json.Unmarshal(data, &arr) != nil || len(arr) > 0 {
 				t.Fatalf("no element and no bad_json for %q", data)
+			}
+		}
+		// A body that is not JSON is dead-lettered whole: no element of
+		// it is applied as an event.
+		if !json.Valid(bytes.TrimPrefix(data, []byte("\ufeff"))) {
+			for k, el := range els {
+				if el.reason == "" {
+					t.Fatalf("element %d of %q, not JSON, taken as the event %+v", k, data, el.ev)
+				}
 			}
 		}
 		for k, el := range els {
