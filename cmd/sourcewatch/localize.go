@@ -467,7 +467,7 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 	// with keys of its own, as train reads them) is an observation too:
 	// its infected list is read and every other key is not.
 	var raw struct {
-		Infected *[]string       `json:"infected"`
+		Infected *[]*string      `json:"infected"`
 		ID       json.RawMessage `json:"id"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -488,8 +488,10 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 		}
 		return observationFile{}, fmt.Errorf(`%s: want {"infected":[ids...]}: %v`, where, err)
 	}
-	if dec.More() {
-		return observationFile{}, fmt.Errorf(`%s: want one {"infected":[ids...]} object per line`, where)
+	// Token, not More: More reports false before a stray '}' or ']',
+	// which would pass unread.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return observationFile{}, fmt.Errorf(`%s: want one {"infected":[ids...]} object per line, found more after it`, where)
 	}
 	if k := diffusion.RepeatedKey(data, "infected", "id"); k != "" {
 		// encoding/json would keep the last, another reader the first.
@@ -505,7 +507,16 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 	if err != nil {
 		return observationFile{}, fmt.Errorf(`%s: want {"infected":[ids...]}: %v`, where, err)
 	}
-	o := observationFile{Infected: *raw.Infected, ID: id, where: where}
+	// A null id would decode as "", and be reported as an unknown
+	// node "" rather than as the null it is.
+	infected := make([]string, len(*raw.Infected))
+	for i, v := range *raw.Infected {
+		if v == nil {
+			return observationFile{}, fmt.Errorf(`%s: "infected"[%d] is null; want node ids as strings`, where, i)
+		}
+		infected[i] = *v
+	}
+	o := observationFile{Infected: infected, ID: id, where: where}
 	if check != nil {
 		// The ids first: an unknown id names its node, an empty list
 		// has none to name.

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// obsGraph is the graph the observation tests look ids up in.
+func obsGraph() *graph.Graph {
+	return graph.New(4, []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}, {From: 2, To: 3}}, []string{"a", "b", "c", "d"}, false, false)
+}
+
+func readObsBytes(g *graph.Graph, data []byte) ([]observationFile, error) {
+	return readObservations("-", bytes.NewReader(data), func(o *observationFile) error {
+		var err error
+		if o.nodes, err = g.Lookup(o.Infected); err != nil {
+			return fmt.Errorf("%s: %w", o.where, err)
+		}
+		return nil
+	})
+}
+
+// An observation that is not one JSON object per line is refused, naming
+// the line: a stray bracket after the object is not skipped unread, and a
+// null node id is named as null, not as an unknown node "".
+func TestReadObservationsRefusesMalformed(t *testing.T) {
+	g := obsGraph()
+	for _, tc := range []struct{ in, want string }{
+		{`{"infected":["a"]}}`, `stdin:1: want one {"infected":[ids...]} object per line, found more after it`},
+		{`{"infected":["a"]}]`, `stdin:1: want one {"infected":[ids...]} object per line, found more after it`},
+		{"{\"infected\":[\"a\"]}\n{\"infected\":[\"b\"]}]]\n", `stdin:2: want one {"infected":[ids...]} object per line`},
+		{`{"infected":["a"]} {"infected":["b"]}`, `stdin:1: want one {"infected":[ids...]} object per line`},
+		{`{"infected":[null]}`, `stdin: "infected"[0] is null; want node ids as strings`},
+		{`{"infected":["a",null]}`, `stdin: "infected"[1] is null`},
+		{`{"infected":[0]}`, `stdin: want {"infected":[ids...]}: "infected" holds a number: node ids are strings`},
+	} {
+		_, err := readObsBytes(g, []byte(tc.in))
+		require.ErrorContains(t, err, tc.want, "input %q", tc.in)
+	}
+	obs, err := readObsBytes(g, []byte("{\"infected\":[\"a\",\"b\"]}  \n\n{\"infected\":[\"c\"],\"id\":7}\n"))
+	require.NoError(t, err)
+	require.Len(t, obs, 2)
+	require.Equal(t, "7", obs[1].ID)
+}
+
+func FuzzReadObservations(f *testing.F) {
+	for _, seed := range []string{
+		`{"infected":["a","b"]}`,
+		"{\"infected\":[\"a\"],\"id\":\"x\"}\n{\"infected\":[\"d\"],\"id\":3}\n",
+		"\ufeff{\n \"infected\": [\"c\"]\n}\n",
+		`{"sources":["a"],"infected":["a","b"],"times":{"a":0,"b":1}}`,
+		`{"infected":["a"]}}`,
+		`{"infected":[null]}`,
+		`{"infected":["a"],"INFECTED":["b"]}`,
+		`{"infected":[],"id":null}`,
+		`[{"infected":["a"]}]`,
+		"{\"infected\":[\"a\"]}\nnot json\n",
+	} {
+		f.Add([]byte(seed))
+	}
+	g := obsGraph()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		obs, err := readObsBytes(g, data)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "stdin") {
+				t.Fatalf("error does not name the input: %v", err)
+			}
+			return
+		}
+		if len(obs) == 0 {
+			t.Fatalf("no observation and no error for %q", data)
+		}
+		// What was read is JSON: the whole input, or each line of it.
+		body := bytes.TrimPrefix(data, []byte("\ufeff"))
+		if !json.Valid(body) {
+			for _, line := range bytes.Split(body, []byte("\n")) {
+				if line = bytes.TrimSpace(line); len(line) > 0 && !json.Valid(line) {
+					t.Fatalf("line %q is not JSON, yet %q was read as %d observations", line, data, len(obs))
+				}
+			}
+		}
+		for k, o := range obs {
+			if len(o.Infected) == 0 || len(o.nodes) != len(o.Infected) {
+				t.Fatalf("observation %d of %q: %d ids, %d nodes", k, data, len(o.Infected), len(o.nodes))
+			}
+		}
+	})
+}
