@@ -127,6 +127,12 @@ func decodeState(g *graph.Graph, cfg *config, state []byte) (*net, error) {
 	if cfg.gate != gateAuto && a.Gate != (cfg.gate == gateOn) {
 		return nil, badState("state was trained with gate=%s, params say %s", onOff(a.Gate), cfg.gate)
 	}
+	// The header alone sizes the network (hidden 4096 and 8 layers is
+	// 1.8 GB with its gradients): a state too short to hold its values
+	// is refused before it is built.
+	if need := 8 * paramFloats(a); r.Len() < need {
+		return nil, badState("%d bytes of parameters for an architecture (%+v) whose values take %d", r.Len(), a, need)
+	}
 	cfg.arch = a
 	nt := newNet(g, a, rand.New(rand.NewPCG(1, 0)))
 	if err := nn.ReadParams(r, nt.params); err != nil {
@@ -153,4 +159,22 @@ func short(fp string) string {
 		return fp[:12]
 	}
 	return fp
+}
+
+// paramFloats is how many values newNet's parameters hold for a: the
+// MLP's weights and biases, the edge scale and the source gate.
+func paramFloats(a arch) int {
+	sizes := []int{a.Hops + 2}
+	for i := 0; i < a.Layers; i++ {
+		sizes = append(sizes, a.Hidden)
+	}
+	sizes = append(sizes, 1)
+	n := 1 // edge.logscale
+	for i := 0; i+1 < len(sizes); i++ {
+		n += sizes[i]*sizes[i+1] + sizes[i+1]
+	}
+	if a.Gate {
+		n++ // source.logit
+	}
+	return n
 }
