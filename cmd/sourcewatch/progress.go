@@ -141,9 +141,9 @@ func (p *progress) draw(now time.Time) {
 	if p.total > 0 {
 		frac = float64(p.done) / float64(p.total)
 	}
-	if frac > 1 {
-		frac = 1
-	}
+	// Counts can come from a plugin's Fit reports, which may say
+	// anything (epoch -1 of 5): the bar is kept within its width.
+	frac = min(max(frac, 0), 1)
 	fill := int(frac * width)
 	elapsed := now.Sub(p.start).Round(100 * time.Millisecond)
 	fmt.Fprintf(p.w, "\r\033[K%s [%s%s] %d/%d %s %s", p.label,

@@ -78,3 +78,20 @@ func TestProgressOffTerminalLogsOnItsOwnClock(t *testing.T) {
 	require.Contains(t, out.String(), " 60/60 ")
 	require.NotContains(t, out.String(), "/5 ")
 }
+
+// A plugin's Fit reports feed the bar as they are: a negative epoch, or
+// a total revised below zero, draws an empty bar instead of panicking in
+// strings.Repeat (train and plugin check on a terminal died of it).
+func TestProgressBarTakesNegativeCounts(t *testing.T) {
+	var out bytes.Buffer
+	p := newProgress(&out, true, nil, "train forward", 5, time.Minute)
+	require.NotPanics(t, func() {
+		p.Set(-1, "")
+		p.SetTotal(-3)
+		p.Set(2, "")
+		p.SetTotal(4)
+		p.Set(-7, "")
+		p.Done()
+	})
+	require.Contains(t, out.String(), "train forward [                              ] -7/4")
+}
