@@ -189,7 +189,20 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		return nil, fmt.Errorf("training forward model %q: %w", cfg.Forward.Name, err)
 	}
 	for k, v := range fres.Metrics {
-		metrics["forward_"+k] = v
+		key := "forward_" + k
+		// forward_val_mse is read as the plugin's just below, then
+		// replaced by the host's (PluginValMSEMetric keeps the plugin's).
+		if hostForwardMetrics[key] && key != "forward_val_mse" {
+			// The host's own measure, which it sets only where it can
+			// (a flat check, a floor on simulated cascades, a test
+			// error): a plugin's metric of the name would stand in for
+			// it where it does not, and bundle inspect and localize read
+			// the plugin's number as the host's (a reported
+			// vjp_check_flat of 1 warned of a flat gradient that the
+			// check never found).
+			key = "forward_plugin_" + k
+		}
+		metrics[key] = v
 	}
 	// The bundle keeps fres.State, not this process: a state that does
 	// not bring the fitted model back would ship another model than the
@@ -483,7 +496,9 @@ const ForwardTestMSEMetric = "forward_test_mse"
 
 // hostForwardMetrics are the forward_ metrics train measures itself;
 // the rest of a manifest's forward_ metrics are what the plugin's Fit
-// reported (FitResult.Metrics, prefixed).
+// reported (FitResult.Metrics, prefixed). A Fit metric whose prefixed
+// name is one of these is kept as forward_plugin_<name> (val_mse aside,
+// see Train), so it never stands in for the host's.
 var hostForwardMetrics = map[string]bool{
 	"forward_val_mse":     true, // the host's measure; the plugin's own is PluginValMSEMetric
 	PluginValMSEMetric:    true,

@@ -1,6 +1,7 @@
 package localize_test
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"testing"
@@ -448,4 +449,47 @@ func TestPluginFitMetrics(t *testing.T) {
 	}}
 	require.Equal(t, map[string]float64{"epochs": 20, "theta": 0.4}, m.PluginFitMetrics())
 	require.Nil(t, (&localize.Manifest{Metrics: map[string]float64{"forward_val_mse": 0.2}}).PluginFitMetrics())
+}
+
+// boastfulFit is deepis with a Fit that also reports metrics named as the
+// host's own measures.
+type boastfulFit struct{ *deepis.Model }
+
+func (b boastfulFit) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitOptions, progress func(forward.Progress)) (forward.FitResult, error) {
+	res, err := b.Model.Fit(ctx, pairs, opts, progress)
+	if res.Metrics == nil {
+		res.Metrics = map[string]float64{}
+	}
+	res.Metrics["vjp_check_flat"] = 1
+	res.Metrics["floor_mse"] = 0.001
+	res.Metrics["test_mse"] = 9
+	return res, err
+}
+
+// A plugin's Fit metrics named as the host's measures (the VJP check,
+// the floor, the test error) do not stand in for them: a reported
+// vjp_check_flat of 1 made localize warn of a flat gradient no check
+// found, and a floor_mse from a plugin was read as the host's floor.
+func TestTrainKeepsPluginMetricsApartFromTheHosts(t *testing.T) {
+	g, pairs, pc := karateTraining(t)
+	m := deepis.New()
+	require.NoError(t, m.Configure(t.Context(), g, nil, nil))
+	opts := localize.DefaultOptions()
+	opts.Restarts = 2
+	b, err := localize.Train(t.Context(), g, boastfulFit{m}, pairs[:30], pairs[30:], localize.TrainConfig{
+		Fit: forward.FitOptions{Epochs: 2}, Prior: pc, Prototypes: 16, Solve: opts, ValidationSolves: 3, Seed: 5,
+	}, nil)
+	require.NoError(t, err)
+	met := b.Manifest.Metrics
+	require.NotContains(t, met, localize.VJPFlatMetric)
+	require.NotContains(t, met, localize.ForwardFloorMetric)
+	require.NotContains(t, met, localize.ForwardTestMSEMetric)
+	require.Equal(t, 1.0, met["forward_plugin_vjp_check_flat"])
+	require.Equal(t, 0.001, met["forward_plugin_floor_mse"])
+	require.Equal(t, 9.0, met["forward_plugin_test_mse"])
+	require.Empty(t, b.Manifest.VJPCheckFailure(""))
+	// They are the plugin's, under its own prefixed names.
+	fit := b.Manifest.PluginFitMetrics()
+	require.Equal(t, 1.0, fit["plugin_vjp_check_flat"])
+	require.NotContains(t, fit, "vjp_check_flat")
 }
