@@ -20,6 +20,7 @@ import (
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
 )
 
 func newPluginCmd(a *app) *cobra.Command {
@@ -114,6 +115,11 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 	batch := v.GetInt("batch")
 	if batch < 1 {
 		return fmt.Errorf("--batch: %d is not positive", batch)
+	}
+	if batch > localize.MaxRestarts {
+		// Inference's batches are its restarts; the check's x and dy are
+		// batch x nodes each, and --batch 100000000 died allocating 51 GB.
+		return fmt.Errorf("--batch: %d, want at most %d (inference batches its restarts, at most %d)", batch, localize.MaxRestarts, localize.MaxRestarts)
 	}
 	count := v.GetInt("cascades")
 	if count < 2 {

@@ -147,3 +147,14 @@ func TestPluginCheckPrintsEachLineAsItEnds(t *testing.T) {
 	require.Contains(t, stdout.String(), "FAIL  fit")
 	require.Contains(t, stdout.String(), "FAIL: fit")
 }
+
+// A batch larger than inference ever sends is refused by name: --batch
+// 100000000 died of a 51 GB allocation for the check's inputs.
+func TestPluginCheckRefusesAHugeBatch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sourcewatch-forward-none")
+	require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\nexit 1\n"), 0o755))
+	for _, b := range []string{"4097", "100000000"} {
+		_, _, err := runCmd(t, "", "plugin", "check", path, "--batch", b, "--log-level", "warn")
+		require.ErrorContains(t, err, "--batch: "+b+", want at most 4096")
+	}
+}
