@@ -35,7 +35,8 @@ type TrainConfig struct {
 	Fit forward.FitOptions
 	// Prior configures the VAE.
 	Prior prior.Config
-	// Prototypes caps N, the number of prototype latents (default 1024).
+	// Prototypes caps N, the number of prototype latents (default 1024,
+	// at most MaxPrototypes).
 	Prototypes int
 	// Solve are the inference settings delta is chosen with. A zero
 	// PriorWeight is calibrated (see Train).
@@ -146,6 +147,12 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	}
 	if err := cfg.Solve.Validate(); err != nil {
 		return nil, fmt.Errorf("training: solve options: %w", err)
+	}
+	if cfg.Prototypes > MaxPrototypes {
+		// Checked before anything is fitted: the prototypes' latents
+		// and terms are drawn after the forward model and the prior,
+		// and 2,000,000,000 of them died of an allocation there.
+		return nil, fmt.Errorf("training: prototypes %d: want at most %d (the terms hold prototypes x hidden values, twice)", cfg.Prototypes, MaxPrototypes)
 	}
 	if cfg.PriorWeightScale < 0 || math.IsNaN(cfg.PriorWeightScale) || math.IsInf(cfg.PriorWeightScale, 0) {
 		return nil, fmt.Errorf("training: prior weight scale %g: want a finite value > 0", cfg.PriorWeightScale)
@@ -481,6 +488,11 @@ const (
 // when it simulated the cascades, so the forward error can be read
 // against it.
 const ForwardFloorMetric = "forward_floor_mse"
+
+// MaxPrototypes bounds TrainConfig.Prototypes: a thousand times the
+// default, and the prior terms then hold 2 x 2^20 x hidden values (2 GB
+// at the default hidden width 128).
+const MaxPrototypes = 1 << 20
 
 // PluginValMSEMetric names the manifest metric holding the validation
 // error a forward plugin's Fit reported as val_mse where it differs from

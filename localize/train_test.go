@@ -493,3 +493,13 @@ func TestTrainKeepsPluginMetricsApartFromTheHosts(t *testing.T) {
 	require.Equal(t, 1.0, fit["plugin_vjp_check_flat"])
 	require.NotContains(t, fit, "vjp_check_flat")
 }
+
+// More prototypes than the terms can hold are refused before anything is
+// fitted (2,000,000,000 of them died of an allocation after the fits).
+func TestTrainRefusesTooManyPrototypes(t *testing.T) {
+	g, pairs, pc := karateTraining(t)
+	_, err := localize.Train(t.Context(), g, deepis.New(), pairs[:30], pairs[30:], localize.TrainConfig{
+		Prior: pc, Prototypes: 2_000_000_000, Solve: localize.DefaultOptions(),
+	}, nil)
+	require.ErrorContains(t, err, "training: prototypes 2000000000: want at most 1048576")
+}
