@@ -66,6 +66,14 @@ type localMLP struct {
 	work nodeFeatureScratch
 }
 
+// Bounds of local-mlp's sizes: far above its defaults (32 and 512),
+// low enough that its hidden x hidden weights and batch x features
+// inputs stay within memory.
+const (
+	maxLocalMLPHidden = 4096
+	maxLocalMLPBatch  = 1 << 20
+)
+
 func newLocalMLP(env Env) (Method, error) {
 	p := newParams("local-mlp", env.Params)
 	m := &localMLP{
@@ -89,6 +97,12 @@ func newLocalMLP(env Env) (Method, error) {
 	if m.hidden < 1 || m.steps < 1 || m.batch < 1 || !(m.lr > 0) {
 		return nil, fmt.Errorf("%w local-mlp: want hidden, steps and batch >= 1 and lr > 0, got %d, %d, %d and %g",
 			ErrBadParam, m.hidden, m.steps, m.batch, m.lr)
+	}
+	// The network and its batches are allocated from these: hidden
+	// 2,000,000,000 died of it.
+	if m.hidden > maxLocalMLPHidden || m.batch > maxLocalMLPBatch {
+		return nil, fmt.Errorf("%w local-mlp: want hidden at most %d and batch at most %d, got %d and %d",
+			ErrBadParam, maxLocalMLPHidden, maxLocalMLPBatch, m.hidden, m.batch)
 	}
 	return m, nil
 }

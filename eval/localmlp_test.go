@@ -147,6 +147,8 @@ func TestLocalMLPParams(t *testing.T) {
 	require.NoError(t, err)
 	for _, params := range []map[string]string{
 		{"hiden": "8"}, {"steps": "0"}, {"lr": "-1"}, {"batch": "x"}, {"features": "rich"},
+		// Sizes it would allocate from (hidden 2000000000 died of it).
+		{"hidden": "2000000000"}, {"batch": "2000000000"},
 	} {
 		_, err := f(Env{Graph: path(3), Logger: zap.NewNop(), Params: params})
 		require.ErrorIs(t, err, ErrBadParam, "%v", params)

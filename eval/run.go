@@ -125,6 +125,9 @@ func (c Config) split() (train, val, test int) {
 	return train, val, c.Cascades - train - val
 }
 
+// MaxRuns bounds Config.Runs.
+const MaxRuns = 10000
+
 // Validate checks the config against g, naming the first bad field.
 func (c Config) Validate(g *graph.Graph) error {
 	bad := func(format string, args ...any) error {
@@ -133,6 +136,10 @@ func (c Config) Validate(g *graph.Graph) error {
 	switch {
 	case c.Runs < 1:
 		return bad("runs %d: want >= 1", c.Runs)
+	case c.Runs > MaxRuns:
+		// Each run simulates and fits anew, and the report holds every
+		// run's results: 2,000,000,000 died allocating them.
+		return bad("runs %d: want at most %d", c.Runs, MaxRuns)
 	case !(c.TrainFrac > 0 && c.ValFrac > 0 && c.TrainFrac+c.ValFrac < 1):
 		return bad("train fraction %g, validation fraction %g: want both > 0 with sum < 1", c.TrainFrac, c.ValFrac)
 	case len(c.Methods) == 0:

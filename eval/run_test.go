@@ -88,6 +88,7 @@ func TestConfigValidate(t *testing.T) {
 		want string
 	}{
 		{"runs", func(c *Config) { c.Runs = 0 }, "runs 0"},
+		{"too many runs", func(c *Config) { c.Runs = 2_000_000_000 }, "runs 2000000000: want at most 10000"},
 		{"paired with", func(c *Config) { c.PairedWith = "magic" }, `paired with "magic": not among the methods`},
 		{"fractions", func(c *Config) { c.TrainFrac, c.ValFrac = 0.7, 0.3 }, "train fraction"},
 		{"empty split", func(c *Config) { c.Cascades = 3 }, "cascades 3"},
