@@ -720,6 +720,17 @@ func (p *Process) Configure(ctx context.Context, g *graph.Graph, params map[stri
 // Fit implements Model. Instead of one deadline it has an idle timeout
 // between progress messages (WithFitIdleTimeout).
 func (p *Process) Fit(ctx context.Context, pairs []Pair, opts FitOptions, progress func(Progress)) (FitResult, error) {
+	// The protocol carries them as int32: a larger count would wrap
+	// (4294967297 epochs to 1, 2147483648 to a negative, read as the
+	// plugin's default) and the plugin would fit another run than asked.
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"epochs", opts.Epochs}, {"batch size", opts.BatchSize}} {
+		if f.v > math.MaxInt32 || f.v < math.MinInt32 {
+			return FitResult{}, fmt.Errorf("forward plugin %s: fit: %s %d outside the protocol's int32 (at most %d)", p.name, f.name, f.v, math.MaxInt32)
+		}
+	}
 	req := &forwardpb.FitRequest{Pairs: PairsToProto(pairs), Options: &forwardpb.FitOptions{
 		Epochs: int32(opts.Epochs), LearningRate: opts.LearningRate, BatchSize: int32(opts.BatchSize),
 		Lambda: opts.Lambda, Seed: opts.Seed, Validation: PairsToProto(opts.Validation),

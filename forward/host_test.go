@@ -113,6 +113,22 @@ func TestSentinelsCrossTheWire(t *testing.T) {
 	require.ErrorIs(t, err, forward.ErrNotConfigured)
 }
 
+// Fit's counts travel as int32: one beyond is refused by name, not
+// wrapped into another run (4294967297 epochs became 1).
+func TestFitRefusesCountsBeyondTheProtocol(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	p := launch(t, "icmf")
+	require.NoError(t, p.Configure(t.Context(), g, nil, nil))
+	pairs := []forward.Pair{{Sources: []int{0}, Infected: []int{0, 1}}}
+	_, err := p.Fit(t.Context(), pairs, forward.FitOptions{Epochs: 1<<32 + 1}, nil)
+	require.ErrorContains(t, err, "fit: epochs 4294967297 outside the protocol's int32 (at most 2147483647)")
+	_, err = p.Fit(t.Context(), pairs, forward.FitOptions{BatchSize: 1 << 31}, nil)
+	require.ErrorContains(t, err, "fit: batch size 2147483648 outside the protocol's int32")
+	_, err = p.Fit(t.Context(), pairs, forward.FitOptions{Epochs: 2}, nil)
+	require.NoError(t, err)
+}
+
 func TestChecksum(t *testing.T) {
 	t.Parallel()
 	path := forwardtest.Build(t, "icmf")
