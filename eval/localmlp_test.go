@@ -165,6 +165,12 @@ func TestSLVAEParams(t *testing.T) {
 	_, err = f(Env{Graph: path(3), Params: map[string]string{"init_steps": "-1"}})
 	require.ErrorIs(t, err, ErrBadParam)
 	require.ErrorContains(t, err, "slvae.init_steps=-1")
+	// A negative count is refused, not read as the default.
+	for _, key := range []string{"epochs", "prior_epochs", "val_solves"} {
+		_, err = f(Env{Graph: path(3), Params: map[string]string{key: "-5"}})
+		require.ErrorIs(t, err, ErrBadParam, key)
+		require.ErrorContains(t, err, "slvae."+key+`="-5": want a count >= 0`, key)
+	}
 	m, err := f(Env{Graph: path(3), Params: map[string]string{"init_steps": "5", "opt_steps": "10"}})
 	require.NoError(t, err)
 	require.Equal(t, 5, m.(*slvae).solve.InitSteps)

@@ -215,10 +215,10 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 		// rows were made without it.
 		m.fparams["gate"] = "off"
 	}
-	m.fit.Epochs = p.int("epochs", 0)
+	m.fit.Epochs = p.count("epochs", 0)
 	m.fit.Seed = env.Seed
 	m.prior = prior.DefaultConfig()
-	if e := p.int("prior_epochs", 0); e > 0 {
+	if e := p.count("prior_epochs", 0); e > 0 {
 		m.prior.Epochs = e
 	}
 	if seed := p.int("prior_seed", int(m.prior.Seed)); seed != 0 {
@@ -236,7 +236,7 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 		m.solve.OptSteps = slices.Max(m.optGrid)
 	}
 	rule := p.str("opt_steps_rule", defaultOptStepsRule(name))
-	m.valSolves = p.int("val_solves", 32)
+	m.valSolves = p.count("val_solves", 32)
 	m.prototypes = p.int("prototypes", prior.DefaultPrototypes)
 	m.weightScale = p.float("prior_weight_scale", 1)
 	sourceRule := p.str("source_rule", defaultSourceRule(name))
