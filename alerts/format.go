@@ -29,13 +29,13 @@ func Format(w io.Writer, a Alert) error {
 		if s == "" {
 			return "-"
 		}
-		return s
+		return visible(s)
 	}
 	credible := "-"
 	if len(a.CredibleSet) > 0 {
-		credible = strings.Join(a.CredibleSet, ", ")
+		credible = visible(strings.Join(a.CredibleSet, ", "))
 	}
-	fmt.Fprintf(&buf, "%s %s at %s (seq %d)\n", strings.ToUpper(string(a.Status)), orDash(a.Graph), ts(a.ObservedAt), a.Seq)
+	fmt.Fprintf(&buf, "%s %s at %s (seq %d)\n", visible(strings.ToUpper(string(a.Status))), orDash(a.Graph), ts(a.ObservedAt), a.Seq)
 	// Writes into a bytes.Buffer cannot fail, so tabwriter's errors are moot.
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  id\t%s\n", orDash(a.ID))
@@ -45,7 +45,7 @@ func Format(w io.Writer, a Alert) error {
 	fmt.Fprintf(tw, "  model\tbundle %s, forward %s %s\n", orDash(a.Model.Bundle), orDash(a.Model.Forward), orDash(a.Model.ForwardVersion))
 	fmt.Fprintf(tw, "  threshold\t%s, inference %s ms\n", num(a.Threshold), strconv.FormatFloat(a.InferenceMS, 'f', 1, 64))
 	if a.Note != "" {
-		fmt.Fprintf(tw, "  note\t%s\n", a.Note)
+		fmt.Fprintf(tw, "  note\t%s\n", visible(a.Note))
 	}
 	if n := floorSources(a.Sources); n > 0 {
 		fmt.Fprintf(tw, "  floor\t%d below the threshold, as the observation demands: a lone infected node is a source, and every infected component holds one (marked +)\n", n)
@@ -67,7 +67,7 @@ func Format(w io.Writer, a Alert) error {
 			if s.Floor {
 				mark += "+"
 			}
-			rows = append(rows, []string{strconv.Itoa(i + 1), s.Node, num(s.Score), fmt.Sprintf("%.3f", s.Probability), mark})
+			rows = append(rows, []string{strconv.Itoa(i + 1), visible(s.Node), num(s.Score), fmt.Sprintf("%.3f", s.Probability), mark})
 		}
 		// Widths in terminal columns, so a node id in Chinese or Japanese
 		// keeps the columns after it in line, which text/tabwriter does not.
@@ -83,6 +83,26 @@ func Format(w io.Writer, a Alert) error {
 		return fmt.Errorf("alerts: writing %s: %w", a.ID, err)
 	}
 	return nil
+}
+
+// visible returns s with its control characters written as Go escapes
+// (\x1b, \n, \u0085): an alert is read from a stream anyone allowed to
+// publish on its subject can write, and a terminal would act on an escape
+// sequence in a node id or note instead of showing it.
+func visible(s string) string {
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r) // '\x1b', '\n'
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // TextWidth is how many terminal columns s takes: two for an East Asian wide

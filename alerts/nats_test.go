@@ -456,6 +456,23 @@ func TestFormat(t *testing.T) {
 	require.Regexp(t, `^\s+3\s+150\s+\S+\s+0\.090\s+\+$`, rows[len(rows)-1])
 	require.NotContains(t, out, "floor", "no floor line where no source is one")
 
+	// Control characters from the stream are shown, not sent to the
+	// terminal: an escape sequence in a node id or note would act on it.
+	hostile := obs("jazz\x1b[2J", "12\x1b]0;owned\x07", "7", "150")
+	for i := range hostile.Sources {
+		hostile.Sources[i].Probability = 0.5
+	}
+	hostile.Note = "line one\nline two\u0085"
+	a4, _ := NewTracker(nil).Observe(hostile)
+	buf.Reset()
+	require.NoError(t, Format(&buf, a4))
+	require.NotContains(t, buf.String(), "\x1b")
+	require.NotContains(t, buf.String(), "\x07")
+	require.Contains(t, buf.String(), `FIRING jazz\x1b[2J at `)
+	require.Contains(t, buf.String(), `note          line one\nline two\u0085`)
+	require.Contains(t, buf.String(), `12\x1b]0;owned\a`)
+	require.Len(t, strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"), 12, "the note stays on one line")
+
 	buf.Reset()
 	require.NoError(t, Format(&buf, Alert{Status: Resolved}))
 	require.Contains(t, buf.String(), "RESOLVED - at - (seq 0)")
