@@ -36,7 +36,8 @@ type TrainConfig struct {
 	// Prior configures the VAE.
 	Prior prior.Config
 	// Prototypes caps N, the number of prototype latents (default 1024,
-	// at most MaxPrototypes).
+	// at most MaxPrototypes, and fewer where the prior terms of N x the
+	// prior's hidden width would not fit in a bundle).
 	Prototypes int
 	// Solve are the inference settings delta is chosen with. A zero
 	// PriorWeight is calibrated (see Train).
@@ -153,6 +154,17 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 		// and terms are drawn after the forward model and the prior,
 		// and 2,000,000,000 of them died of an allocation there.
 		return nil, fmt.Errorf("training: prototypes %d: want at most %d (the terms hold prototypes x hidden values, twice)", cfg.Prototypes, MaxPrototypes)
+	}
+	if pc := priorConfig(cfg.Prior); pc.Hidden > 0 {
+		// MaxPrototypes alone lets 2^20 prototypes at the default hidden
+		// width 128 through, whose terms (8 bytes a value) hold more than
+		// a bundle may: the fit would run to its end and write a bundle
+		// that every load refuses.
+		protos := prototypes(cfg.Prototypes)
+		if size := prior.TermsBytes(g.N(), pc.Hidden, protos); size > maxBundleBytes {
+			return nil, fmt.Errorf("training: prototypes %d at prior hidden width %d: the prior terms would take %d MiB, more than a bundle holds (%d MiB); lower the prototypes or the hidden width",
+				protos, pc.Hidden, size>>20, maxBundleBytes>>20)
+		}
 	}
 	if cfg.PriorWeightScale < 0 || math.IsNaN(cfg.PriorWeightScale) || math.IsInf(cfg.PriorWeightScale, 0) {
 		return nil, fmt.Errorf("training: prior weight scale %g: want a finite value > 0", cfg.PriorWeightScale)
@@ -274,10 +286,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 
 	// 2. Prior.
 	stageStart = time.Now()
-	pcfg := cfg.Prior
-	if pcfg == (prior.Config{}) {
-		pcfg = prior.DefaultConfig()
-	}
+	pcfg := priorConfig(cfg.Prior)
 	if pcfg.Seed == 0 {
 		pcfg.Seed = cfg.Seed
 	}
@@ -293,10 +302,7 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	}
 
 	// 3. Prior terms.
-	protos := cfg.Prototypes
-	if protos <= 0 {
-		protos = 1024
-	}
+	protos := prototypes(cfg.Prototypes)
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x9e3779b97f4a7c15))
 	terms := vae.Terms(sourceSets(train), protos, rng)
 	metrics["prior_fit_seconds"] = time.Since(stageStart).Seconds()
@@ -489,9 +495,29 @@ const (
 // against it.
 const ForwardFloorMetric = "forward_floor_mse"
 
+// priorConfig is the prior configuration Train fits: c, or the default
+// when c is the zero value.
+func priorConfig(c prior.Config) prior.Config {
+	if c == (prior.Config{}) {
+		return prior.DefaultConfig()
+	}
+	return c
+}
+
+// prototypes is the number of prototypes Train draws for
+// TrainConfig.Prototypes p (the default 1024 when p <= 0).
+func prototypes(p int) int {
+	if p <= 0 {
+		return 1024
+	}
+	return p
+}
+
 // MaxPrototypes bounds TrainConfig.Prototypes: a thousand times the
 // default, and the prior terms then hold 2 x 2^20 x hidden values (2 GB
-// at the default hidden width 128).
+// at the default hidden width 128). A bundle holds terms of at most 1 GiB
+// (8 bytes a value: about 2^27 prototypes x hidden), so Train refuses
+// fewer at a wide prior: 1,048,576 at hidden 128 already exceed it.
 const MaxPrototypes = 1 << 20
 
 // PluginValMSEMetric names the manifest metric holding the validation

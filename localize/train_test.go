@@ -2,6 +2,7 @@ package localize_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strconv"
 	"testing"
@@ -502,4 +503,30 @@ func TestTrainRefusesTooManyPrototypes(t *testing.T) {
 		Prior: pc, Prototypes: 2_000_000_000, Solve: localize.DefaultOptions(),
 	}, nil)
 	require.ErrorContains(t, err, "training: prototypes 2000000000: want at most 1048576")
+}
+
+// unfittable fails any Fit: a check that must refuse the config before
+// anything is fitted reports this error instead when it does not.
+type unfittable struct{ *deepis.Model }
+
+func (unfittable) Fit(context.Context, []forward.Pair, forward.FitOptions, func(forward.Progress)) (forward.FitResult, error) {
+	return forward.FitResult{}, errors.New("Fit was called")
+}
+
+// Prototypes within MaxPrototypes whose terms would not fit in a bundle
+// (2^20 at the default hidden width 128 take just over its 1 GiB) are
+// refused before fitting, not after it, when the bundle written would be
+// one that every load refuses.
+func TestTrainRefusesPrototypesABundleCannotHold(t *testing.T) {
+	g, pairs, _ := karateTraining(t)
+	pc := prior.DefaultConfig()
+	_, err := localize.Train(t.Context(), g, unfittable{deepis.New()}, pairs[:30], pairs[30:], localize.TrainConfig{
+		Prior: pc, Prototypes: localize.MaxPrototypes, Solve: localize.DefaultOptions(),
+	}, nil)
+	require.ErrorContains(t, err, "training: prototypes 1048576 at prior hidden width 128: the prior terms would take 1032 MiB, more than a bundle holds (1024 MiB)")
+	// Below it, what was taken still is.
+	_, err = localize.Train(t.Context(), g, unfittable{deepis.New()}, pairs[:30], pairs[30:], localize.TrainConfig{
+		Prior: pc, Prototypes: localize.MaxPrototypes / 2, Solve: localize.DefaultOptions(),
+	}, nil)
+	require.ErrorContains(t, err, "Fit was called")
 }

@@ -271,6 +271,13 @@ func (t *Terms) MarshalBinary() ([]byte, error) {
 	return w.finish(), nil
 }
 
+// TermsBytes is the size of what MarshalBinary writes for the terms of n
+// nodes, hidden width hidden and protos prototypes: a caller can tell
+// before fitting whether they will fit where they are to be stored.
+func TermsBytes(n, hidden, protos int) uint64 {
+	return uint64(len(termsMagic)+4+24+4) + 8*(uint64(protos)*uint64(hidden)+uint64(hidden)*uint64(n)+uint64(n)+uint64(protos)+uint64(n))
+}
+
 // maxDim bounds decoded sizes so corrupt headers cannot ask for huge
 // allocations before the length check.
 const maxDim = 1 << 24
@@ -285,7 +292,7 @@ func (t *Terms) UnmarshalBinary(data []byte) error {
 	n := r.size("nodes", 1, maxDim)
 	hidden := r.size("hidden", 1, maxDim)
 	protos := r.size("prototypes", 1, maxDim)
-	if r.err == nil && uint64(len(data)) != uint64(len(termsMagic)+4+24+4)+8*(uint64(protos)*uint64(hidden)+uint64(hidden)*uint64(n)+uint64(n)+uint64(protos)+uint64(n)) {
+	if r.err == nil && uint64(len(data)) != TermsBytes(n, hidden, protos) {
 		r.fail("length %d does not match sizes n=%d hidden=%d prototypes=%d", len(data), n, hidden, protos)
 	}
 	h := r.floats(protos*hidden, "H")
