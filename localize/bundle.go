@@ -250,7 +250,9 @@ func (man Manifest) checkGraph(g *graph.Graph, detail func() string) error {
 			switch e := g.Stats().Edges; {
 			case m.Edges > 0 && e != m.Edges:
 				hint = fmt.Sprintf("; the bundle's graph has %d %s, the given one %d", m.Edges, what, e)
-			case g.N() == m.Nodes:
+			case g.N() == m.Nodes && e == m.Edges:
+				// Not where the manifest records no edges (an edgeless
+				// graph) and the given graph has some.
 				hint = fmt.Sprintf("; the same node and %s counts: other node ids, other %s, or other weights (a weight changed, or the weight column added or dropped)", strings.TrimSuffix(what, "s"), what)
 			}
 		}
@@ -304,7 +306,8 @@ func GraphDifference(want, got *graph.Graph) string {
 		switch {
 		case !ok:
 			return fmt.Sprintf("%s %s%s%s is in the bundle's graph, not in the given one", what, k.from, sep, k.to)
-		case w != e.W:
+		case math.Float64bits(w) != math.Float64bits(e.W):
+			// Bits, not ==: the fingerprint writes -0 apart from 0.
 			return fmt.Sprintf("%s %s%s%s has weight %s in the bundle's graph, %s in the given one", what, k.from, sep, k.to,
 				strconv.FormatFloat(e.W, 'g', -1, 64), strconv.FormatFloat(w, 'g', -1, 64))
 		}
