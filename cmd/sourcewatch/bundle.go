@@ -289,7 +289,7 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 		delete(fit, "source_gate")
 		kv := make([]string, 0, len(fit))
 		for k, v := range fit {
-			kv = append(kv, fmt.Sprintf("%s %.4g", k, v))
+			kv = append(kv, k+" "+fitValue(v))
 		}
 		slices.Sort(kv)
 		if len(kv) > 0 {
@@ -462,4 +462,14 @@ func distinct(a, b float64) string {
 		}
 	}
 	return strconv.FormatFloat(a, 'f', 6, 64)
+}
+
+// fitValue writes a plugin's Fit metric for the fit line: a count (an
+// epoch, a best epoch) whole, as %.4g would not past 9999 (best epoch
+// 12345 read 1.234e+04), anything else to 4 significant digits.
+func fitValue(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return fmt.Sprintf("%.4g", v)
 }

@@ -1103,3 +1103,13 @@ func TestTrainRefusesDirectoryAsOut(t *testing.T) {
 		"--plugin-dir", t.TempDir(), "--out", dir, "--log-level", "warn")
 	require.ErrorContains(t, err, "--out "+dir+": is a directory")
 }
+
+// The fit line writes a plugin's counts whole: %.4g made a best epoch of
+// 12345 read 1.234e+04, another number than the plugin reported.
+func TestBundleSummaryFitLineWritesCountsWhole(t *testing.T) {
+	var buf bytes.Buffer
+	printBundleSummary(&buf, "x.swb", localize.Manifest{Metrics: map[string]float64{
+		"forward_val_mse": 0.2, "forward_epochs": 20000, "forward_best_epoch": 12345, "forward_edge_scale": 0.620812345,
+	}}, "", "")
+	require.Contains(t, buf.String(), "\nfit         best_epoch 12345, edge_scale 0.6208, epochs 20000 (reported by the plugin)\n")
+}
