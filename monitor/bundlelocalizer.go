@@ -109,7 +109,9 @@ func (l *bundleLocalizer) Relaunch(ctx context.Context) (Localizer, error) {
 
 // BundlePreflight returns the cheap check of a graph's model for
 // WithPreflight: its bundle file, without loading it, is an archive of a
-// format this sourcewatch reads, trained on g, and its forward plugin in
+// format this sourcewatch reads, trained on g (when it is not, and only
+// then, the whole bundle is read, as a localizer would load it, for its
+// copy of the graph to say what differs), and its forward plugin in
 // pluginDir (as BundleLocalizers finds it) is the build the bundle
 // records or the graph's forward_checksum pins. A plugin rebuilt since
 // the bundle was trained then stops the start before NATS, for every
