@@ -551,8 +551,9 @@ var hostForwardMetrics = map[string]bool{
 // PluginFitMetrics returns what the forward plugin's Fit reported beside
 // its validation error (a deepis fit's epochs and edge scale, a
 // plugin's own fitted constants), keyed by the plugin's names, without
-// the forward_ prefix train stores them under; nil when it reported
-// nothing else.
+// the forward_ prefix train stores them under (a name of the host's
+// measures, kept as forward_plugin_<name>, is plugin_<name> here); nil
+// when it reported nothing else.
 func (m *Manifest) PluginFitMetrics() map[string]float64 {
 	var out map[string]float64
 	for k, v := range m.Metrics {
