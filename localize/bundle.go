@@ -288,35 +288,63 @@ func GraphDifference(want, got *graph.Graph) string {
 			return fmt.Sprintf("node %q is in the given graph, not in the bundle's", id)
 		}
 	}
-	type arc struct{ from, to string }
-	key := func(g *graph.Graph, e graph.Edge) arc {
-		a := arc{g.ID(e.From), g.ID(e.To)}
-		if !g.Directed() && a.from > a.to {
-			a.from, a.to = a.to, a.from
+	// Node by node over the out-lists, in O(nodes) memory: a map of every
+	// edge by its ids took gigabytes on the largest graphs a bundle holds,
+	// and this runs in the daemon's start on a mismatch.
+	toGot := make([]int, want.N())
+	for u, id := range want.IDs() {
+		toGot[u], _ = got.Index(id)
+	}
+	at := make([]int, got.N()) // position+1 in got's out-list of the node at hand; 0 for none
+	var matched []bool
+	weight := func(w []float64, k int) float64 {
+		if w == nil {
+			return 1
 		}
-		return a
+		return w[k]
 	}
-	have := make(map[arc]float64, got.Stats().Edges)
-	for _, e := range got.Edges() {
-		have[key(got, e)] = e.W
-	}
-	for _, e := range want.Edges() {
-		k := key(want, e)
-		w, ok := have[k]
-		switch {
-		case !ok:
-			return fmt.Sprintf("%s %s%s%s is in the bundle's graph, not in the given one", what, k.from, sep, k.to)
-		case math.Float64bits(w) != math.Float64bits(e.W):
-			// Bits, not ==: the fingerprint writes -0 apart from 0.
-			return fmt.Sprintf("%s %s%s%s has weight %s in the bundle's graph, %s in the given one", what, k.from, sep, k.to,
-				strconv.FormatFloat(e.W, 'g', -1, 64), strconv.FormatFloat(w, 'g', -1, 64))
+	for u := range want.N() {
+		gu := toGot[u]
+		gotNbr, gotW := got.Out(gu)
+		for k, v := range gotNbr {
+			at[v] = k + 1
 		}
-		delete(have, k)
-	}
-	for _, e := range got.Edges() {
-		k := key(got, e)
-		if _, left := have[k]; left {
-			return fmt.Sprintf("%s %s%s%s is in the given graph, not in the bundle's", what, k.from, sep, k.to)
+		if cap(matched) < len(gotNbr) {
+			matched = make([]bool, len(gotNbr))
+		}
+		matched = matched[:len(gotNbr)]
+		clear(matched)
+		wantNbr, wantW := want.Out(u)
+		diff := ""
+		for k, v := range wantNbr {
+			gv := toGot[v]
+			pos := at[gv] - 1
+			switch {
+			case pos < 0:
+				diff = fmt.Sprintf("%s %s%s%s is in the bundle's graph, not in the given one", what, want.ID(u), sep, want.ID(v))
+			case math.Float64bits(weight(wantW, k)) != math.Float64bits(weight(gotW, pos)):
+				// Bits, not ==: the fingerprint writes -0 apart from 0.
+				diff = fmt.Sprintf("%s %s%s%s has weight %s in the bundle's graph, %s in the given one", what, want.ID(u), sep, want.ID(v),
+					strconv.FormatFloat(weight(wantW, k), 'g', -1, 64), strconv.FormatFloat(weight(gotW, pos), 'g', -1, 64))
+			default:
+				matched[pos] = true
+				continue
+			}
+			break
+		}
+		if diff == "" {
+			for k, ok := range matched {
+				if !ok {
+					diff = fmt.Sprintf("%s %s%s%s is in the given graph, not in the bundle's", what, want.ID(u), sep, got.ID(gotNbr[k]))
+					break
+				}
+			}
+		}
+		for _, v := range gotNbr {
+			at[v] = 0
+		}
+		if diff != "" {
+			return diff
 		}
 	}
 	return ""

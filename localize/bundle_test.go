@@ -681,3 +681,18 @@ func TestCheckGraphNamesASignedZeroAndCountsOnlyWhatItKnows(t *testing.T) {
 	require.ErrorIs(t, err, ErrGraphMismatch)
 	require.NotContains(t, err.Error(), "the same node and arc counts")
 }
+
+// GraphDifference reads an undirected edge from either end, and names a
+// weight, a missing and an extra edge.
+func TestGraphDifferenceUndirected(t *testing.T) {
+	read := func(text string) *graph.Graph {
+		g, err := graph.Read(strings.NewReader(text), "g.edges")
+		require.NoError(t, err)
+		return g
+	}
+	want := read("a b 0.5\nb c 0.5\nc d 0.5\n")
+	require.Empty(t, GraphDifference(want, read("d c 0.5\nc b 0.5\nb a 0.5\n")), "the same edges written the other way round")
+	require.Equal(t, "edge a - b has weight 0.5 in the bundle's graph, 0.25 in the given one", GraphDifference(want, read("b a 0.25\nb c 0.5\nc d 0.5\n")))
+	require.Equal(t, "edge b - c is in the bundle's graph, not in the given one", GraphDifference(want, read("a b 0.5\nc d 0.5\nb b 1\n")))
+	require.Equal(t, "edge a - d is in the given graph, not in the bundle's", GraphDifference(want, read("a b 0.5\nb c 0.5\nc d 0.5\nd a 0.5\n")))
+}
