@@ -608,22 +608,7 @@ func BenchmarkRepeatedManifestKey(b *testing.B) {
 // direction already was: the fingerprints alone left the user to diff
 // the files.
 func TestCheckGraphNamesTheDifference(t *testing.T) {
-	read := func(text string) *graph.Graph {
-		g, err := graph.Read(strings.NewReader(text), "g.edges", graph.Directed(true))
-		require.NoError(t, err)
-		return g
-	}
-	var ring strings.Builder
-	for i := 0; i < 12; i++ {
-		fmt.Fprintf(&ring, "%d %d 0.5\n", i, (i+1)%12)
-	}
-	g := read(ring.String())
-	path := filepath.Join(t.TempDir(), "ring.swb")
-	b := testBundleOn(t, g)
-	b.Manifest.Graph.Directed = true
-	require.NoError(t, b.WriteFile(path))
-	_, err := LoadBundle(path, g)
-	require.NoError(t, err)
+	ring, path, read := directedRingBundle(t, "0.5")
 
 	for _, tc := range []struct{ name, edges, want string }{
 		{"a weight", strings.Replace(ring.String(), "3 4 0.5", "3 4 0.25", 1), "arc 3 -> 4 has weight 0.5 in the bundle's graph, 0.25 in the given one"},
@@ -650,20 +635,8 @@ func TestCheckGraphNamesTheDifference(t *testing.T) {
 // for 0 (the fingerprint writes them apart, == does not), and the
 // manifest alone does not claim equal edge counts it has no count for.
 func TestCheckGraphNamesASignedZeroAndCountsOnlyWhatItKnows(t *testing.T) {
-	read := func(text string) *graph.Graph {
-		g, err := graph.Read(strings.NewReader(text), "g.edges", graph.Directed(true))
-		require.NoError(t, err)
-		return g
-	}
-	var ring strings.Builder
-	for i := 0; i < 12; i++ {
-		fmt.Fprintf(&ring, "%d %d 0\n", i, (i+1)%12)
-	}
+	ring, path, read := directedRingBundle(t, "0")
 	g := read(ring.String())
-	path := filepath.Join(t.TempDir(), "ring.swb")
-	b := testBundleOn(t, g)
-	b.Manifest.Graph.Directed = true
-	require.NoError(t, b.WriteFile(path))
 	_, err := LoadBundle(path, read(strings.Replace(ring.String(), "3 4 0\n", "3 4 -0\n", 1)))
 	require.ErrorIs(t, err, ErrGraphMismatch)
 	require.ErrorContains(t, err, "arc 3 -> 4 has weight 0 in the bundle's graph, -0 in the given one")
@@ -695,4 +668,28 @@ func TestGraphDifferenceUndirected(t *testing.T) {
 	require.Equal(t, "edge a - b has weight 0.5 in the bundle's graph, 0.25 in the given one", GraphDifference(want, read("b a 0.25\nb c 0.5\nc d 0.5\n")))
 	require.Equal(t, "edge b - c is in the bundle's graph, not in the given one", GraphDifference(want, read("a b 0.5\nc d 0.5\nb b 1\n")))
 	require.Equal(t, "edge a - d is in the given graph, not in the bundle's", GraphDifference(want, read("a b 0.5\nb c 0.5\nc d 0.5\nd a 0.5\n")))
+}
+
+// directedRingBundle writes a test bundle on a directed 12-node ring whose
+// arcs weigh w, returning the ring's edge list, the bundle's path, and a
+// reader of edge lists as directed graphs.
+func directedRingBundle(t *testing.T, w string) (ring *strings.Builder, path string, read func(string) *graph.Graph) {
+	t.Helper()
+	read = func(text string) *graph.Graph {
+		g, err := graph.Read(strings.NewReader(text), "g.edges", graph.Directed(true))
+		require.NoError(t, err)
+		return g
+	}
+	ring = &strings.Builder{}
+	for i := 0; i < 12; i++ {
+		fmt.Fprintf(ring, "%d %d %s\n", i, (i+1)%12, w)
+	}
+	g := read(ring.String())
+	path = filepath.Join(t.TempDir(), "ring.swb")
+	b := testBundleOn(t, g)
+	b.Manifest.Graph.Directed = true
+	require.NoError(t, b.WriteFile(path))
+	_, err := LoadBundle(path, g)
+	require.NoError(t, err)
+	return ring, path, read
 }

@@ -34,23 +34,7 @@ func TestBundleLocalizers(t *testing.T) {
 	require.NoError(t, err)
 	g, err := graph.Load("../configs/demo/karate.edges")
 	require.NoError(t, err)
-	cs, _, err := diffusion.Simulate(t.Context(), g, diffusion.DefaultConfig(), 40, 3)
-	require.NoError(t, err)
-	pairs := make([]forward.Pair, len(cs))
-	for i, c := range cs {
-		pairs[i] = forward.Pair{Sources: c.Sources, Infected: c.Infected}
-	}
-	m := icmf.New()
-	require.NoError(t, m.Configure(t.Context(), g, nil, nil))
-	pc := prior.DefaultConfig()
-	pc.Hidden, pc.Latent, pc.Epochs = 8, 4, 2
-	opts := localize.DefaultOptions()
-	opts.Restarts = 2
-	b, err := localize.Train(t.Context(), g, m, pairs[:30], pairs[30:], localize.TrainConfig{
-		Forward: localize.ForwardRef{Name: "icmf", Version: icmf.Version, SHA256: hex.EncodeToString(sum)},
-		Prior:   pc, Prototypes: 8, Solve: opts, ValidationSolves: 3, Seed: 1,
-	}, nil)
-	require.NoError(t, err)
+	b, cs := trainSmallICMFBundle(t, g, diffusion.DefaultConfig(), sum)
 	// A floor far below the fit, as train records for a poor one.
 	b.Manifest.Metrics[localize.ForwardFloorMetric] = b.Manifest.Metrics["forward_val_mse"] / 2
 	// And a failed VJP spot check, as train records for a wrong gradient.
@@ -175,6 +159,26 @@ func TestBundlePreflightNamesTheGraphDifference(t *testing.T) {
 	g := read(edges.String(), true)
 	cfg := diffusion.DefaultConfig()
 	cfg.Model = diffusion.IC
+	b, _ := trainSmallICMFBundle(t, g, cfg, sum)
+	gc := DefaultGraphConfig("net")
+	gc.Bundle = filepath.Join(t.TempDir(), "net.swb")
+	require.NoError(t, b.WriteFile(gc.Bundle))
+	preflight := BundlePreflight(filepath.Dir(plugin))
+	require.NoError(t, preflight(gc, g))
+
+	err = preflight(gc, read(strings.Replace(edges.String(), "3 4 0.4", "3 4 0.45", 1), true))
+	require.ErrorIs(t, err, localize.ErrGraphMismatch)
+	require.ErrorContains(t, err, "arc 3 -> 4 has weight 0.4 in the bundle's graph, 0.45 in the given one")
+	err = preflight(gc, read(edges.String(), false))
+	require.ErrorIs(t, err, localize.ErrGraphMismatch)
+	require.ErrorContains(t, err, "the bundle's graph is directed, the given one undirected: pass --directed")
+}
+
+// trainSmallICMFBundle trains a small bundle on g with the icmf model in
+// process, recording the plugin binary's SHA-256 sum: 40 cascades of cfg,
+// 30 to train on and 10 to validate, which it returns too.
+func trainSmallICMFBundle(t *testing.T, g *graph.Graph, cfg diffusion.Config, sum []byte) (*localize.Bundle, []diffusion.Cascade) {
+	t.Helper()
 	cs, _, err := diffusion.Simulate(t.Context(), g, cfg, 40, 3)
 	require.NoError(t, err)
 	pairs := make([]forward.Pair, len(cs))
@@ -192,16 +196,5 @@ func TestBundlePreflightNamesTheGraphDifference(t *testing.T) {
 		Prior:   pc, Prototypes: 8, Solve: opts, ValidationSolves: 3, Seed: 1,
 	}, nil)
 	require.NoError(t, err)
-	gc := DefaultGraphConfig("net")
-	gc.Bundle = filepath.Join(t.TempDir(), "net.swb")
-	require.NoError(t, b.WriteFile(gc.Bundle))
-	preflight := BundlePreflight(filepath.Dir(plugin))
-	require.NoError(t, preflight(gc, g))
-
-	err = preflight(gc, read(strings.Replace(edges.String(), "3 4 0.4", "3 4 0.45", 1), true))
-	require.ErrorIs(t, err, localize.ErrGraphMismatch)
-	require.ErrorContains(t, err, "arc 3 -> 4 has weight 0.4 in the bundle's graph, 0.45 in the given one")
-	err = preflight(gc, read(edges.String(), false))
-	require.ErrorIs(t, err, localize.ErrGraphMismatch)
-	require.ErrorContains(t, err, "the bundle's graph is directed, the given one undirected: pass --directed")
+	return b, cs
 }
