@@ -135,12 +135,7 @@ func newNet(g *graph.Graph, a arch, rng *rand.Rand) *net {
 	for v := 0; v < n; v++ {
 		nt.logdeg[v] = math.Log1p(float64(off[v+1] - off[v]))
 	}
-	sizes := []int{a.Hops + 2}
-	for i := 0; i < a.Layers; i++ {
-		sizes = append(sizes, a.Hidden)
-	}
-	sizes = append(sizes, 1)
-	nt.mlp = nn.NewMLP(sizes, nn.LeakyReLU, nn.Sigmoid, rng)
+	nt.mlp = nn.NewMLP(a.layerSizes(), nn.LeakyReLU, nn.Sigmoid, rng)
 	// Start with small initial probabilities, so early training sees the
 	// propagation rather than a saturated MLP.
 	out := nt.mlp.Layers[len(nt.mlp.Layers)-1]
@@ -155,6 +150,17 @@ func newNet(g *graph.Graph, a arch, rng *rand.Rand) *net {
 }
 
 func (nt *net) features() int { return nt.Hops + 2 }
+
+// layerSizes are the widths of the MLP's layers: the features (x and its
+// Hops propagations, and log(1 + in-degree)), Layers hidden ones, and the
+// one output.
+func (a arch) layerSizes() []int {
+	sizes := []int{a.Hops + 2}
+	for i := 0; i < a.Layers; i++ {
+		sizes = append(sizes, a.Hidden)
+	}
+	return append(sizes, 1)
+}
 
 // chunkRows is how many batch rows one pass handles.
 func (nt *net) chunkRows() int { return max(1, nt.chunkCells/max(nt.n, 1)) }

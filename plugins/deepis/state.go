@@ -164,11 +164,7 @@ func short(fp string) string {
 // paramFloats is how many values newNet's parameters hold for a: the
 // MLP's weights and biases, the edge scale and the source gate.
 func paramFloats(a arch) int {
-	sizes := []int{a.Hops + 2}
-	for i := 0; i < a.Layers; i++ {
-		sizes = append(sizes, a.Hidden)
-	}
-	sizes = append(sizes, 1)
+	sizes := a.layerSizes()
 	n := 1 // edge.logscale
 	for i := 0; i+1 < len(sizes); i++ {
 		n += sizes[i]*sizes[i+1] + sizes[i+1]
