@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/signal"
 	"strings"
@@ -97,8 +96,8 @@ func runDemo(cmd *cobra.Command, a *app) error {
 	// before the daemon starts too: a speed of 0 would stamp every event
 	// centuries in the past, and the daemon would dead-letter them.
 	speed, cascades, seed := a.v.GetFloat64("speed"), a.v.GetInt("cascades"), a.v.GetInt64("seed")
-	if !(speed > 0) || math.IsInf(speed, 1) {
-		return fmt.Errorf("--speed: want simulation steps per second > 0, got %g", speed)
+	if err := checkSpeed(speed); err != nil {
+		return err
 	}
 	if cascades < 0 {
 		return fmt.Errorf("--cascades: want a count >= 0 (0: until Ctrl-C), got %d", cascades)

@@ -192,7 +192,9 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--speed", "0"}, "--speed: want simulation steps per second > 0, got 0"},
+		{[]string{"--speed", "0"}, "--speed: want simulation steps per second from 1.16e-05 (one a day) up, finite, got 0"},
+		{[]string{"--speed", "1e-12"}, "got 1e-12"},
+		{[]string{"--speed", "+Inf"}, "got +Inf"},
 		{[]string{"--speed", "-2"}, "got -2"},
 		{[]string{"--cascades", "-1"}, "--cascades: want a count >= 0"},
 		{[]string{"--diffusion", "SIR", "--gamma", "2"}, "gamma 2 outside [0, 1]"},

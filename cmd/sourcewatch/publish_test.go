@@ -72,6 +72,12 @@ func TestSimulatePublish(t *testing.T) {
 	_, _, err = runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "1",
 		"--publish", "--nats", url, "--prefix", "x.*")
 	require.ErrorContains(t, err, `--prefix: "x.*" is not a subject prefix the daemon accepts`)
+	// And a speed whose step overflows a duration, or is none at all.
+	for _, speed := range []string{"1e-12", "+Inf"} {
+		_, _, err = runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "1",
+			"--publish", "--nats", url, "--speed", speed)
+		require.ErrorContains(t, err, "--speed: want simulation steps per second from 1.16e-05 (one a day) up, finite, got "+speed)
+	}
 }
 
 // With a daemon running, simulate --publish refuses a graph name it does

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,8 +143,8 @@ func (a *app) publishSimulated(ctx context.Context, g *graph.Graph, cs []diffusi
 		return nil
 	}
 	speed := v.GetFloat64("speed")
-	if !(speed > 0) {
-		return fmt.Errorf("--speed: want simulation steps per second > 0, got %g", speed)
+	if err := checkSpeed(speed); err != nil {
+		return err
 	}
 	name := v.GetString("graph_name")
 	if name == "" {
@@ -224,4 +225,19 @@ func (a *app) checkPublishTarget(ctx context.Context, nc *nats.Conn, prefix, nam
 		names = append(names, gs.Name)
 	}
 	return fmt.Errorf("--graph-name: the daemon serves no graph %q (it serves %s): its events would be dead-lettered as unknown_graph; pass --graph-name with one of those", name, strings.Join(names, ", "))
+}
+
+// minSpeed is the slowest replay, one simulation step a day: a step of
+// 1/speed seconds must fit a time.Duration (about 292 years), and a
+// slower replay stamped its events in the past, where the daemon
+// dead-letters them.
+const minSpeed = 1.0 / 86400
+
+// checkSpeed refuses a --speed no replay can run at: not positive, below
+// one step a day, or infinite (every event of a cascade at one instant).
+func checkSpeed(speed float64) error {
+	if !(speed >= minSpeed) || math.IsInf(speed, 1) {
+		return fmt.Errorf("--speed: want simulation steps per second from %.3g (one a day) up, finite, got %g", minSpeed, speed)
+	}
+	return nil
 }
