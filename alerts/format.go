@@ -85,24 +85,17 @@ func Format(w io.Writer, a Alert) error {
 	return nil
 }
 
-// visible returns s with its control characters written as Go escapes
-// (\x1b, \n, \u0085): an alert is read from a stream anyone allowed to
-// publish on its subject can write, and a terminal would act on an escape
-// sequence in a node id or note instead of showing it.
+// visible returns s, or where s holds a control character s quoted as
+// a Go string ("12\x1b]0;x\a", backslashes doubled, so a literal
+// backslash cannot pass for an escape): an alert is read from a stream
+// anyone allowed to publish on its subject can write, and a terminal
+// would act on an escape sequence in a node id or note instead of
+// showing it.
 func visible(s string) string {
 	if !strings.ContainsFunc(s, unicode.IsControl) {
 		return s
 	}
-	var b strings.Builder
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			q := strconv.QuoteRune(r) // '\x1b', '\n'
-			b.WriteString(q[1 : len(q)-1])
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return strconv.Quote(s)
 }
 
 // TextWidth is how many terminal columns s takes: two for an East Asian wide

@@ -468,9 +468,9 @@ func TestFormat(t *testing.T) {
 	require.NoError(t, Format(&buf, a4))
 	require.NotContains(t, buf.String(), "\x1b")
 	require.NotContains(t, buf.String(), "\x07")
-	require.Contains(t, buf.String(), `FIRING jazz\x1b[2J at `)
-	require.Contains(t, buf.String(), `note          line one\nline two\u0085`)
-	require.Contains(t, buf.String(), `12\x1b]0;owned\a`)
+	require.Contains(t, buf.String(), `FIRING "jazz\x1b[2J" at `)
+	require.Contains(t, buf.String(), `note          "line one\nline two\u0085"`)
+	require.Contains(t, buf.String(), `"12\x1b]0;owned\a"`)
 	require.Len(t, strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n"), 12, "the note stays on one line")
 
 	buf.Reset()
