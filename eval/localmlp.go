@@ -11,6 +11,7 @@ import (
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
 	"github.com/sourcewatch/sourcewatch/nn"
 )
 
@@ -216,13 +217,13 @@ func nodeFeatures(g *graph.Graph, y []float64, dst []float64, width int, s *node
 // no uninfected node is reachable):
 //
 //	b2_v, b3_v, h_v/H, mean_u h_u/H, max_u h_u/H, log(1 + |C_v|),
-//	h_v / max_{w in C_v} h_w, [y_v = 1 and c_v = 0], log(1 + i2_v), y_v·b2_v
+//	h_v / max_{w in C_v} h_w, [y_v = 1 and e_v = 0], log(1 + i2_v), y_v·b2_v
 //
 // with u over v's out-neighbours, b_k the infected fraction of the ball of
 // nodes within k hops of v (v included), i2_v the infected count of the
-// 2-hop ball, C_v the infected component holding v (both 0 for an
-// uninfected node, and the depth ratio 0 where the component's deepest
-// node is at 0) and c_v the infected out-neighbours. A snapshot is a union
+// 2-hop ball, C_v the infected component holding v, along arcs either way
+// (both 0 for an uninfected node, and the depth ratio 0 where the
+// component's deepest node is at 0) and e_v the infected in-neighbours. A snapshot is a union
 // of regions grown from the sources, so how large v's region is, how deep
 // in it v sits against its deepest node, and whether v is infected with no
 // infected neighbour (under SI it can only be a source then) say more than
@@ -238,34 +239,25 @@ func regionFeatures(g *graph.Graph, y []float64, dst []float64, s *nodeFeatureSc
 		}
 		return maxRegionDepth
 	}
-	s.component = growInts(s.component, n)
 	s.mark = growInts(s.mark, n)
-	s.componentSize, s.deep = s.componentSize[:0], s.deep[:0]
-	for v := range s.component {
-		s.component[v], s.mark[v] = -1, -1
+	for v := range s.mark {
+		s.mark[v] = -1
 	}
-	// Infected components along out-arcs, by breadth-first search.
-	for v := 0; v < n; v++ {
-		if y[v] < 0.5 || s.component[v] >= 0 {
+	// Infected components along arcs either way, as localize's lone-node
+	// and calibration rules read them: a search along out-arcs alone
+	// split a directed graph's region by where it started, the lowest
+	// node first, so renumbering the nodes changed the features.
+	s.component = localize.InfectedComponents(g, y, s.component)
+	s.componentSize, s.deep = s.componentSize[:0], s.deep[:0]
+	for v, c := range s.component {
+		if c < 0 {
 			continue
 		}
-		id := len(s.componentSize)
-		s.component[v] = id
-		queue, deepest := append(s.queue[:0], v), 0
-		for head := 0; head < len(queue); head++ {
-			u := queue[head]
-			deepest = max(deepest, capped(u))
-			nbr, _ := g.Out(u)
-			for _, w := range nbr {
-				if y[w] >= 0.5 && s.component[w] < 0 {
-					s.component[w] = id
-					queue = append(queue, w)
-				}
-			}
+		for len(s.componentSize) <= c {
+			s.componentSize, s.deep = append(s.componentSize, 0), append(s.deep, 0)
 		}
-		s.queue = queue
-		s.componentSize = append(s.componentSize, len(queue))
-		s.deep = append(s.deep, deepest)
+		s.componentSize[c]++
+		s.deep[c] = max(s.deep[c], capped(v))
 	}
 	for v := 0; v < n; v++ {
 		// The balls of radius 2 and 3: a search of 3 hops from v, marked
@@ -296,12 +288,11 @@ func regionFeatures(g *graph.Graph, y []float64, dst []float64, s *nodeFeatureSc
 		s.ball, s.ballHops = ball, hops
 
 		nbr, _ := g.Out(v)
-		var sumH, maxH, infectedNbrs float64
+		var sumH, maxH float64
 		for _, u := range nbr {
 			h := float64(capped(u))
 			sumH += h
 			maxH = math.Max(maxH, h)
-			infectedNbrs += y[u]
 		}
 		meanH := 0.0
 		if len(nbr) > 0 {
@@ -321,9 +312,19 @@ func regionFeatures(g *graph.Graph, y []float64, dst []float64, s *nodeFeatureSc
 				f[16] = h / float64(s.deep[c])
 			}
 		}
+		// Lone: infected with no infected in-neighbour, the node nothing
+		// observed could have infected (localize.LoneInfected); on an
+		// undirected graph the in-neighbours are the out-neighbours.
 		f[17] = 0
-		if y[v] >= 0.5 && infectedNbrs == 0 {
+		if y[v] >= 0.5 {
 			f[17] = 1
+			in, _ := g.In(v)
+			for _, u := range in {
+				if y[u] >= 0.5 {
+					f[17] = 0
+					break
+				}
+			}
 		}
 		f[18] = math.Log1p(in2)
 		f[19] = y[v] * f[10]

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/localize"
 	"github.com/sourcewatch/sourcewatch/prior"
 )
@@ -228,4 +229,38 @@ func TestSLVAEParams(t *testing.T) {
 	_, err = f(Env{Graph: path(3), Params: map[string]string{"opt_steps_rule": "least"}})
 	require.ErrorIs(t, err, ErrBadParam)
 	require.ErrorContains(t, err, `slvae.opt_steps_rule: want best or 1se, got "least"`)
+}
+
+// On a directed graph the region features do not depend on how the nodes
+// are numbered: a chain a -> b -> c -> d with a, b and c infected is one
+// component of three whichever end is numbered first (a search along
+// out-arcs from the lowest node split it into three when c came first),
+// and only a, with no infected in-neighbour, is lone.
+func TestRegionFeaturesIgnoreNumbering(t *testing.T) {
+	chain := func(order []int) *graph.Graph { // order[k]: the index of the k-th of a, b, c, d
+		var e []graph.Edge
+		for k := 0; k+1 < len(order); k++ {
+			e = append(e, graph.Edge{From: order[k], To: order[k+1], W: 1})
+		}
+		return graph.New(len(order), e, nil, true, false)
+	}
+	rows := func(order []int) [][]float64 {
+		g := chain(order)
+		f := make([]float64, g.N()*fullFeatures)
+		nodeFeatures(g, yOf(g.N(), order[0], order[1], order[2]), f, fullFeatures, &nodeFeatureScratch{})
+		out := make([][]float64, len(order))
+		for k, v := range order {
+			out[k] = f[v*fullFeatures : (v+1)*fullFeatures]
+		}
+		return out
+	}
+	forward, backward := rows([]int{0, 1, 2, 3}), rows([]int{3, 2, 1, 0})
+	for k, name := range []string{"a", "b", "c", "d"} {
+		require.Equal(t, forward[k], backward[k], "node %s", name)
+	}
+	const component, lone = basicFeatures + 5, basicFeatures + 7
+	for k, name := range []string{"a", "b", "c"} {
+		require.InDelta(t, math.Log(4), forward[k][component], 1e-12, "node %s's component", name)
+	}
+	require.Equal(t, []float64{1, 0, 0, 0}, []float64{forward[0][lone], forward[1][lone], forward[2][lone], forward[3][lone]})
 }
