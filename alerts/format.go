@@ -33,7 +33,13 @@ func Format(w io.Writer, a Alert) error {
 	}
 	credible := "-"
 	if len(a.CredibleSet) > 0 {
-		credible = visible(strings.Join(a.CredibleSet, ", "))
+		// Each member on its own, as in the table: the list quoted whole
+		// hid where one id ended and the next began ("a, b" and "c").
+		members := make([]string, len(a.CredibleSet))
+		for i, n := range a.CredibleSet {
+			members[i] = visible(n)
+		}
+		credible = strings.Join(members, ", ")
 	}
 	fmt.Fprintf(&buf, "%s %s at %s (seq %d)\n", visible(strings.ToUpper(string(a.Status))), orDash(a.Graph), ts(a.ObservedAt), a.Seq)
 	// Writes into a bytes.Buffer cannot fail, so tabwriter's errors are moot.
@@ -90,9 +96,11 @@ func Format(w io.Writer, a Alert) error {
 // backslash cannot pass for an escape): an alert is read from a stream
 // anyone allowed to publish on its subject can write, and a terminal
 // would act on an escape sequence in a node id or note instead of
-// showing it.
+// showing it. A field that begins with a double quote is quoted too, so
+// text written to look quoted ("12\x1b]0;x\a" with a literal backslash)
+// cannot pass for a quoted control character either.
 func visible(s string) string {
-	if !strings.ContainsFunc(s, unicode.IsControl) {
+	if !strings.ContainsFunc(s, unicode.IsControl) && !strings.HasPrefix(s, `"`) {
 		return s
 	}
 	return strconv.Quote(s)

@@ -529,3 +529,21 @@ func TestRestartFromOldSnapshotDeduplicates(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), info.State.Msgs)
 }
+
+// A field quoted for its control characters cannot be told from another
+// field: the credible set quotes each member on its own, as the table
+// does, and an id written to look quoted is quoted again.
+func TestFormatQuotesEachFieldUnambiguously(t *testing.T) {
+	a := Alert{Status: Firing, Graph: "g", CredibleSet: []string{"a, b", "12\x1b]0;owned\a"},
+		Sources: []Source{{Node: "a, b", Probability: 0.5}, {Node: "12\x1b]0;owned\a", Probability: 0.5}, {Node: `"12\x1b]0;owned\a"`, Probability: 0.4}}}
+	var buf bytes.Buffer
+	require.NoError(t, Format(&buf, a))
+	out := buf.String()
+	require.Contains(t, out, `credible set  a, b, "12\x1b]0;owned\a" (2 of 3 sources, marked *)`)
+	rows := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Contains(t, rows[len(rows)-2], ` "12\x1b]0;owned\a"  `)
+	require.Contains(t, rows[len(rows)-1], ` "\"12\\x1b]0;owned\\a\""  `)
+	for _, r := range rows[len(rows)-3:] {
+		require.Equal(t, TextWidth(rows[len(rows)-4]), TextWidth(strings.TrimSuffix(strings.TrimSuffix(r, "  *"), "  ")), "%q", r)
+	}
+}
