@@ -122,3 +122,25 @@ func TestSimulatePublishChecksTheDaemon(t *testing.T) {
 	require.NotContains(t, stderr, "no sourcewatch daemon answered")
 	require.NotContains(t, stderr, "differs from the daemon's graph")
 }
+
+// simulate --publish refuses a speed it cannot replay at before it draws
+// the cascades (nothing is written to --out), and a speed slow enough
+// that --max-steps steps outrun a time.Duration: at one step a day,
+// step 106,752 times the step wrapped negative, stamping the events in
+// the past.
+func TestSimulatePublishRefusesSpeedUpFront(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "c.jsonl")
+	// No server listens there: the refusal comes before any connection.
+	nats := "nats://127.0.0.1:25799"
+	_, _, err := runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "1",
+		"--publish", "--nats", nats, "--out", out, "--speed", "0")
+	require.ErrorContains(t, err, "--speed: want simulation steps per second from 1.16e-05 (one a day) up, finite, got 0")
+	require.NoFileExists(t, out, "refused before the cascades were drawn and written")
+
+	_, _, err = runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "1",
+		"--publish", "--nats", nats, "--speed", "1.16e-05", "--max-steps", "200000")
+	require.ErrorContains(t, err, "--speed 1.16e-05 with --max-steps 200000: a cascade's replay could outrun a time.Duration")
+	steps, step := 106752, time.Duration(float64(time.Second)/minSpeed)
+	require.Less(t, time.Duration(steps)*step, time.Duration(0), "the product this refuses does wrap")
+	require.NoError(t, checkReplaySpan(minSpeed, 100000), "the default --max-steps at the slowest speed")
+}

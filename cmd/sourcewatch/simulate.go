@@ -74,6 +74,16 @@ func (a *app) simulate(ctx context.Context) error {
 	if err := cfg.Validate(g); err != nil {
 		return err
 	}
+	if a.v.GetBool("publish") {
+		// Before the cascades are drawn (and --out written): a speed no
+		// replay can run at is refused in a moment, not after them.
+		if err := checkSpeed(a.v.GetFloat64("speed")); err != nil {
+			return err
+		}
+		if err := checkReplaySpan(a.v.GetFloat64("speed"), cfg.MaxSteps); err != nil {
+			return err
+		}
+	}
 	a.warnUnusedSettings(g, cfg)
 
 	start := time.Now()
@@ -238,6 +248,19 @@ const minSpeed = 1.0 / 86400
 func checkSpeed(speed float64) error {
 	if !(speed >= minSpeed) || math.IsInf(speed, 1) {
 		return fmt.Errorf("--speed: want simulation steps per second from %.3g (one a day) up, finite, got %g", minSpeed, speed)
+	}
+	return nil
+}
+
+// checkReplaySpan refuses a replay whose longest cascade, maxSteps steps
+// at speed steps a second, would stamp its last events past what a
+// time.Duration holds (about 292 years: 106,751 steps at one a day): the
+// step count times the step wrapped negative, and those events were
+// stamped in the past, where the daemon dead-letters them.
+func checkReplaySpan(speed float64, maxSteps int) error {
+	if float64(maxSteps)/speed >= float64(math.MaxInt64)/float64(time.Second) {
+		return fmt.Errorf("--speed %g with --max-steps %d: a cascade's replay could outrun a time.Duration (about 292 years, %d steps at this speed); raise --speed or lower --max-steps",
+			speed, maxSteps, int64(speed*float64(math.MaxInt64)/float64(time.Second)))
 	}
 	return nil
 }
