@@ -43,6 +43,18 @@ type LaunchOptions struct {
 	OnRestart func(cause error)
 }
 
+// PluginName is the name of the plugin binary o runs for a bundle with
+// manifest m (sourcewatch-forward-<name> in PluginDir): Forward when set,
+// or the name the bundle recorded. It is what alerts name as the model's
+// forward plugin, since a pinned build beside another (icmf2 beside icmf)
+// often reports the same name from Info.
+func (o LaunchOptions) PluginName(m *Manifest) string {
+	if o.Forward != "" {
+		return o.Forward
+	}
+	return m.Forward.Name
+}
+
 // LaunchForward starts the bundle's forward plugin, verifies its binary's
 // SHA-256 against the bundle (or o.Checksum) and configures it with the
 // bundle's graph, params and state. The plugin is supervised: a crashed or
@@ -131,10 +143,7 @@ func CheckForward(m *Manifest, o LaunchOptions) error {
 // resolvePlugin returns the path of the plugin binary o runs for m and
 // the SHA-256 it must have: nil only where o allows an unverified plugin.
 func resolvePlugin(m *Manifest, o LaunchOptions) (path string, want []byte, err error) {
-	name := m.Forward.Name
-	if o.Forward != "" {
-		name = o.Forward
-	}
+	name := o.PluginName(m)
 	path, err = forward.PluginPath(o.PluginDir, name)
 	if err != nil {
 		return "", nil, err

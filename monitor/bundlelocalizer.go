@@ -94,9 +94,16 @@ func launchBundle(ctx context.Context, name string, b *localize.Bundle, o locali
 		proc.Close()
 		return nil, fmt.Errorf("graphs[%s]: forward plugin info: %w", name, err)
 	}
+	// Alerts name the binary run, which is what the operator configured
+	// and can act on; the version is the one the process reports.
+	run := o.PluginName(&b.Manifest)
+	if info.Name != run && o.Logger != nil {
+		o.Logger.Info("the forward plugin reports another name than its file's; alerts name it by its file",
+			zap.String("plugin", run), zap.String("reported_name", info.Name), zap.String("version", info.Version))
+	}
 	return &bundleLocalizer{
 		bundle: b, proc: proc, opts: b.Options(), launch: o, name: name,
-		model: ModelInfo{Bundle: b.Manifest.ID, Forward: info.Name, ForwardVersion: info.Version},
+		model: ModelInfo{Bundle: b.Manifest.ID, Forward: run, ForwardVersion: info.Version},
 	}, nil
 }
 

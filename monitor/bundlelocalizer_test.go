@@ -104,6 +104,53 @@ func TestBundleLocalizers(t *testing.T) {
 	require.Equal(t, inf.Scores, again2.Scores)
 }
 
+// A graph run on a pinned build under another name (icmf2 beside icmf,
+// as UPGRADING describes) is named by that file in its alerts, though the
+// process reports icmf: the operator can tell which build answered.
+func TestBundleLocalizerNamesThePluginRun(t *testing.T) {
+	plugin := forwardtest.Build(t, "icmf")
+	sum, err := forward.FileSHA256(plugin)
+	require.NoError(t, err)
+	g, err := graph.Load("../configs/demo/karate.edges")
+	require.NoError(t, err)
+	b, cs := trainSmallICMFBundle(t, g, diffusion.DefaultConfig(), sum)
+	bundle := filepath.Join(t.TempDir(), "karate.swb")
+	require.NoError(t, b.WriteFile(bundle))
+	dir := t.TempDir()
+	bin, err := os.ReadFile(plugin)
+	require.NoError(t, err)
+	for _, name := range []string{"icmf", "icmf2"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, forward.BinaryPrefix+name), bin, 0o755))
+	}
+	y := make([]float64, g.N())
+	for _, v := range cs[35].Infected {
+		y[v] = 1
+	}
+	for _, tc := range []struct{ forward, want string }{{"", "icmf"}, {"icmf2", "icmf2"}} {
+		t.Run(tc.want, func(t *testing.T) {
+			gc := DefaultGraphConfig("karate")
+			gc.Bundle, gc.Forward = bundle, tc.forward
+			if tc.forward != "" {
+				gc.ForwardChecksum = hex.EncodeToString(sum)
+			}
+			core, logs := observer.New(zapcore.InfoLevel)
+			l, err := BundleLocalizers(dir, zap.New(core))(t.Context(), gc, g)
+			require.NoError(t, err)
+			defer l.Close()
+			inf, err := l.Localize(t.Context(), y)
+			require.NoError(t, err)
+			require.Equal(t, ModelInfo{Bundle: b.Manifest.ID, Forward: tc.want, ForwardVersion: icmf.Version}, inf.Model)
+			renamed := logs.FilterMessageSnippet("reports another name than its file's").All()
+			if tc.forward == "" {
+				require.Empty(t, renamed)
+				return
+			}
+			require.Len(t, renamed, 1)
+			require.Equal(t, "icmf", renamed[0].ContextMap()["reported_name"])
+		})
+	}
+}
+
 // A bundle refused at a reload for another graph, because the edge file
 // itself changed since the start, says so: the running graph is the one
 // read then.
