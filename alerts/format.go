@@ -98,12 +98,22 @@ func Format(w io.Writer, a Alert) error {
 // would act on an escape sequence in a node id or note instead of
 // showing it. A field that begins with a double quote is quoted too, so
 // text written to look quoted ("12\x1b]0;x\a" with a literal backslash)
-// cannot pass for a quoted control character either.
+// cannot pass for a quoted control character either. So is a field
+// with a bidirectional formatting character (U+202E RIGHT-TO-LEFT
+// OVERRIDE, U+2066 LEFT-TO-RIGHT ISOLATE, ...): a terminal would lay out
+// the rest of the line right to left, and one node id could show as
+// another ("12\u202e34" as "1243").
 func visible(s string) string {
-	if !strings.ContainsFunc(s, unicode.IsControl) && !strings.HasPrefix(s, `"`) {
+	if !strings.ContainsFunc(s, unsafeRune) && !strings.HasPrefix(s, `"`) {
 		return s
 	}
 	return strconv.Quote(s)
+}
+
+// unsafeRune reports a rune a terminal acts on rather than shows as
+// written: a control character or a bidirectional formatting one.
+func unsafeRune(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
 }
 
 // TextWidth is how many terminal columns s takes: two for an East Asian wide

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -546,4 +547,32 @@ func TestFormatQuotesEachFieldUnambiguously(t *testing.T) {
 	for _, r := range rows[len(rows)-3:] {
 		require.Equal(t, TextWidth(rows[len(rows)-4]), TextWidth(strings.TrimSuffix(strings.TrimSuffix(r, "  *"), "  ")), "%q", r)
 	}
+}
+
+// A bidirectional formatting character in a field reorders what a
+// terminal shows after it, so one id could pass for another: such a
+// field is quoted, the character written as an escape.
+func TestFormatQuotesBidiControls(t *testing.T) {
+	for _, tc := range []struct {
+		name, node, want string
+	}{
+		{"right-to-left override", "12\u202e34", `"12\u202e34"`},
+		{"right-to-left isolate", "7\u20671\u2069", `"7\u20671\u2069"`},
+		{"arabic letter mark", "\u061c9", `"\u061c9"`},
+		{"left-to-right mark", "5\u200e", `"5\u200e"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := Alert{Status: Firing, Graph: "g", Note: "see " + tc.node, CredibleSet: []string{tc.node},
+				Sources: []Source{{Node: tc.node, Probability: 1}}}
+			var buf bytes.Buffer
+			require.NoError(t, Format(&buf, a))
+			out := buf.String()
+			require.False(t, strings.ContainsFunc(out, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }), "%q", out)
+			require.Contains(t, out, "credible set  "+tc.want+" (1 of 1 sources, marked *)")
+			require.Contains(t, out, `note          "see `+tc.want[1:])
+			require.Contains(t, out, " "+tc.want+"  ")
+		})
+	}
+	// A joiner inside an emoji is no bidi control: shown as written.
+	require.Equal(t, "a\u200db", visible("a\u200db"))
 }
