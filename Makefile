@@ -34,12 +34,15 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
 # Coverage-guided fuzzing of everything that reads outside input: edge
-# lists, cascade files, event messages, prior encodings and bundle
-# manifests. `make test` runs only their seeds; this searches for
-# FUZZTIME each. A failing input lands in the package's testdata/fuzz
-# and from then on is a seed `make test` runs.
+# lists, cascade files, event messages, prior encodings, bundles and their
+# manifests, config files, service requests, observation files, alert
+# messages and plugin states. `make test` runs only their seeds; this
+# searches for FUZZTIME each. A failing input lands in the package's
+# testdata/fuzz and from then on is a seed `make test` runs. The targets
+# are every Fuzz function of the tests (package:FuzzName), so a new one is
+# fuzzed without a list to keep.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := graph:FuzzRead diffusion:FuzzReadJSONL monitor:FuzzDecodeMessage prior:FuzzUnmarshal localize:FuzzManifest
+FUZZ_TARGETS := $(shell grep -r --include='*_test.go' -o '^func Fuzz[A-Za-z0-9_]*' . | sed -e 's|^\./||' -e 's|/[^/]*:func |:|' | sort)
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
