@@ -37,7 +37,8 @@ type Config struct {
 	// Params are method parameters as "method.key" -> value.
 	Params map[string]string
 	// Workers bounds the parallelism of simulation and of methods
-	// (< 1: GOMAXPROCS). Results do not depend on it; timings do.
+	// (< 1: GOMAXPROCS). Results do not depend on it; timings do (a
+	// forward plugin's own parallelism follows GOMAXPROCS, see doc.go).
 	Workers int
 	// PairedWith is the method every other one is compared with cascade by
 	// cascade (Result.Paired); "" means infected. No comparison is made
