@@ -79,10 +79,7 @@
 //
 // Run simulates, splits, fits and scores (see Config), in parallel over
 // methods; results do not depend on the number of workers, timings do
-// (they are wall-clock while other methods run). A forward plugin runs in
-// a process of its own, with the host's GOMAXPROCS, and deepis's fit
-// sums its gradients over that many goroutines: SL-VAE's numbers can
-// depend on GOMAXPROCS in their last digits (see the README's Results). The Report prints as a
+// (they are wall-clock while other methods run). The Report prints as a
 // table (WriteTable) or JSON (WriteJSON). When a method has a forward
 // model (SL-VAE), the report also carries the forward floor
 // (diffusion.ForwardFloor on the test sources): the least test error any

@@ -37,8 +37,7 @@ type Config struct {
 	// Params are method parameters as "method.key" -> value.
 	Params map[string]string
 	// Workers bounds the parallelism of simulation and of methods
-	// (< 1: GOMAXPROCS). Results do not depend on it; timings do (a
-	// forward plugin's own parallelism follows GOMAXPROCS, see doc.go).
+	// (< 1: GOMAXPROCS). Results do not depend on it; timings do.
 	Workers int
 	// PairedWith is the method every other one is compared with cascade by
 	// cascade (Result.Paired); "" means infected. No comparison is made

@@ -227,8 +227,21 @@ func dropSome(sources []int, rng *rand.Rand) []int {
 	return keep
 }
 
-// trainer runs training passes of one net over its workers. Worker p
-// owns scratch[p]; nothing else is shared but the read-only weights.
+// fitParts is how many parts a training pass splits its pairs into
+// (fewer when the work is small), whatever the number of workers: each
+// part sums its pairs' gradient in order and the parts are added in
+// order, so a fit comes out the same to the last bit on any machine.
+// Split by the workers instead, a Jazz bundle's forward state differed
+// in its last bits between GOMAXPROCS 1 and 2, and validation's choices
+// made on it (delta, n_opt, the ranking) moved the eval tables' Jazz
+// SL-VAE row by up to 0.003. Two is the split the tables were measured
+// with on this project's 2-core machine, so they reproduce anywhere; it
+// caps a fit at two goroutines, where Predict and VJP use up to eight.
+const fitParts = 2
+
+// trainer runs training passes of one net in up to fitParts parts, over
+// at most workers goroutines. Part p owns worker p's gradients and
+// scratch[p]; nothing else is shared but the read-only weights.
 type trainer struct {
 	nt       *net
 	workers  int
@@ -245,7 +258,7 @@ type scratch struct {
 func newTrainer(nt *net, workers, minCells int) *trainer {
 	tr := &trainer{nt: nt, workers: max(1, workers), minCells: max(1, minCells), chunk: max(1, nt.chunkRows()/2)}
 	cells := 2 * tr.chunk * nt.n
-	for p := 0; p < tr.workers; p++ {
+	for p := 0; p < fitParts; p++ {
 		nt.worker(p)
 		tr.scratch = append(tr.scratch, &scratch{
 			xs: make([]float64, cells), yt: make([]float64, cells/2),
@@ -255,10 +268,17 @@ func newTrainer(nt *net, workers, minCells int) *trainer {
 	return tr
 }
 
-// parallel splits items pairs over up to tr.workers goroutines (fewer when
-// the work is small) and runs part(p, lo, hi) for each share.
+// parallel splits items pairs into up to fitParts parts (fewer when the
+// work is small) and runs part(p, lo, hi) for each, on a goroutine each
+// unless there is one worker. The split never depends on the workers.
 func (tr *trainer) parallel(items int, part func(p, lo, hi int)) int {
-	parts := max(1, min(tr.workers, items, 2*items*tr.nt.n/tr.minCells))
+	parts := max(1, min(fitParts, items, 2*items*tr.nt.n/tr.minCells))
+	if tr.workers == 1 {
+		for p := 0; p < parts; p++ {
+			part(p, p*items/parts, (p+1)*items/parts)
+		}
+		return parts
+	}
 	var wg sync.WaitGroup
 	for p := 0; p < parts; p++ {
 		wg.Add(1)
@@ -338,7 +358,7 @@ func (tr *trainer) step(pairs []forward.Pair, idx []int, subs [][]int, lambda fl
 func (tr *trainer) mse(pairs []forward.Pair) float64 {
 	nt, n := tr.nt, tr.nt.n
 	step := 2 * tr.chunk
-	sums := make([]float64, tr.workers)
+	sums := make([]float64, fitParts)
 	tr.parallel(len(pairs), func(p, lo, hi int) {
 		w, sc := nt.workers[p], tr.scratch[p]
 		for c := lo; c < hi; c += step {

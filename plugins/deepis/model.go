@@ -166,12 +166,9 @@ type Model struct {
 type Option func(*Model)
 
 // Workers sets how many goroutines one Predict or VJP may use (default
-// GOMAXPROCS, at most 8). Rows are independent, so their result does not
-// depend on it. Fit splits each mini-batch, and the validation error's
-// sum, over as many once a batch is large enough, and the order of those
-// floating-point sums follows the split: a fit's last bits, and so an
-// eval's SL-VAE rows, can differ with GOMAXPROCS (see the README's
-// Results).
+// GOMAXPROCS, at most 8). Rows are independent, so the result does not
+// depend on it; nor does a fit's, which splits its passes into fitParts
+// parts whatever the workers.
 func Workers(n int) Option { return func(m *Model) { m.workers = max(1, n) } }
 
 // New returns an unconfigured model.
