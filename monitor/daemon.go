@@ -1067,17 +1067,51 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 }
 
 // sameGraphs reports a config whose graph set differs from the running
-// one, which needs a restart.
-func (d *Daemon) sameGraphs(cfg Config) error {
-	if len(cfg.Graphs) != len(d.order) {
-		return fmt.Errorf("graphs: %d configured, %d running; adding or removing graphs needs a restart", len(cfg.Graphs), len(d.order))
+// one, which needs a restart, naming the graphs added or removed, or the
+// graph whose edges or directed changed. Graphs are matched by name, not
+// by their place in the list: a list reordered (sorted, a graph moved) is
+// the same set, and sameGraphs puts cfg.Graphs in the running order, which
+// the reload and takeover then pair with d.order by index.
+func (d *Daemon) sameGraphs(cfg *Config) error {
+	byName := make(map[string]GraphConfig, len(cfg.Graphs))
+	for _, gc := range cfg.Graphs {
+		byName[gc.Name] = gc // Validate refused duplicates
 	}
-	for i, gc := range cfg.Graphs {
-		old := d.order[i].gc.Load()
-		if gc.Name != old.Name || gc.Edges != old.Edges || gc.Directed != old.Directed {
-			return fmt.Errorf("graphs[%d]: name, edges and directed need a restart", i)
+	running := make(map[string]bool, len(d.order))
+	var removed []string
+	for _, gr := range d.order {
+		running[gr.name] = true
+		if _, ok := byName[gr.name]; !ok {
+			removed = append(removed, strconv.Quote(gr.name))
 		}
 	}
+	var added []string
+	for _, gc := range cfg.Graphs {
+		if !running[gc.Name] {
+			added = append(added, strconv.Quote(gc.Name))
+		}
+	}
+	if len(added) > 0 || len(removed) > 0 {
+		var what []string
+		if len(added) > 0 {
+			what = append(what, strings.Join(added, ", ")+" added")
+		}
+		if len(removed) > 0 {
+			what = append(what, strings.Join(removed, ", ")+" removed")
+		}
+		return fmt.Errorf("graphs: %d configured, %d running (%s); adding or removing graphs needs a restart (a renamed graph is one removed and one added)",
+			len(cfg.Graphs), len(d.order), strings.Join(what, ", "))
+	}
+	ordered := make([]GraphConfig, 0, len(d.order))
+	for _, gr := range d.order {
+		gc, old := byName[gr.name], gr.gc.Load()
+		if gc.Edges != old.Edges || gc.Directed != old.Directed {
+			return fmt.Errorf("graph %q: edges and directed need a restart (edges %q -> %q, directed %v -> %v)",
+				gr.name, old.Edges, gc.Edges, old.Directed, gc.Directed)
+		}
+		ordered = append(ordered, gc)
+	}
+	cfg.Graphs = ordered
 	return nil
 }
 
@@ -1116,7 +1150,7 @@ func (d *Daemon) readAndCheck(ctx context.Context) (Config, error) {
 		err = cfg.Validate()
 	}
 	if err == nil {
-		err = d.sameGraphs(cfg)
+		err = d.sameGraphs(&cfg)
 	}
 	if err == nil {
 		err = d.preflightAll(cfg)
@@ -2094,7 +2128,7 @@ func (d *Daemon) reload(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", ErrReload, err)
 		}
 	}
-	if err := d.sameGraphs(cfg); err != nil {
+	if err := d.sameGraphs(&cfg); err != nil {
 		return fmt.Errorf("%w: %w", ErrReload, err)
 	}
 	// The cheap checks of every graph first, so a reload names each graph

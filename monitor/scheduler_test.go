@@ -672,3 +672,61 @@ func TestStartOnlyChanges(t *testing.T) {
 	b.NATS.TLS.CA, b.HTTP.Pprof, b.HA.LeaseTTL = "ca.pem", true, time.Minute
 	require.Equal(t, []string{"nats.tls.ca", "http.pprof", "ha.lease_ttl"}, StartOnlyChanges(a, b))
 }
+
+// A reload pairs graphs by name, not by their place in the list: an
+// operator of many graphs who sorts the list, or moves one, reloads each
+// graph's own settings onto it; a graph added or removed is named.
+func TestReloadMatchesGraphsByName(t *testing.T) {
+	cfg := testConfig(t, "p", "q", "r")
+	for i := range cfg.Graphs {
+		cfg.Graphs[i].MinInfected = 1000
+	}
+	f := &factoryOf{}
+	var next atomic.Pointer[Config]
+	next.Store(&cfg)
+	r := start(t, cfg, preload(t, 4, "p", "q", "r"), WithLocalizerFactory(f.factory),
+		WithReload(func(context.Context) (Config, error) { return *next.Load(), nil }))
+
+	moved := cfg
+	moved.Graphs = []GraphConfig{cfg.Graphs[2], cfg.Graphs[0], cfg.Graphs[1]} // r, p, q
+	moved.Graphs[0].Bundle = "r-v2.swb"
+	moved.Graphs[0].MinInfected = 7
+	moved.Graphs[2].MinChanges = 3
+	next.Store(&moved)
+	require.NoError(t, r.d.Reload(context.Background()))
+	for name, want := range map[string]struct {
+		bundle             string
+		minInf, minChanges int
+	}{"p": {"p.swb", 1000, 1}, "q": {"q.swb", 1000, 3}, "r": {"r-v2.swb", 7, 1}} {
+		gr := r.d.graphs[name]
+		gc := gr.gc.Load()
+		require.Equal(t, name, gc.Name)
+		require.Equal(t, want.bundle, gc.Bundle, name)
+		require.Equal(t, want.minInf, gc.MinInfected, name)
+		require.Equal(t, want.minChanges, gc.MinChanges, name)
+		require.Equal(t, want.bundle, modelOf(gr.loc.Load().localizer()).Bundle, name)
+	}
+	names := func(c *Config) (out []string) {
+		for _, gc := range c.Graphs {
+			out = append(out, gc.Name)
+		}
+		return out
+	}
+	require.Equal(t, []string{"p", "q", "r"}, names(r.d.current.Load()), "kept in the running order")
+
+	// A graph added and one removed are named; the running setup stays.
+	other := moved
+	other.Graphs = append([]GraphConfig(nil), moved.Graphs...)
+	other.Graphs[1].Name = "p2"
+	next.Store(&other)
+	err := r.d.Reload(context.Background())
+	require.ErrorIs(t, err, ErrReload)
+	require.ErrorContains(t, err, `("p2" added, "p" removed); adding or removing graphs needs a restart`)
+
+	// The edges of a graph found by name.
+	other.Graphs[1].Name = "p"
+	other.Graphs[2].Edges = "q-new.edges"
+	err = r.d.Reload(context.Background())
+	require.ErrorContains(t, err, `graph "q": edges and directed need a restart`)
+	require.Equal(t, "r-v2.swb", r.d.graphs["r"].gc.Load().Bundle, "the failed reloads changed nothing")
+}
