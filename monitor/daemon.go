@@ -2076,15 +2076,43 @@ func (d *Daemon) saveThrough(ctx context.Context, gr *graphRT, last uint64) erro
 // log.
 func (d *Daemon) Reload(ctx context.Context) error {
 	d.reloadMu.Lock()
-	defer d.reloadMu.Unlock()
-	err := d.reload(ctx)
+	replaced, err := d.reload(ctx)
 	rs := ReloadStatus{At: d.now().UTC(), OK: err == nil}
 	if err != nil {
 		rs.Error = err.Error()
 	}
 	d.lastReload.Store(&rs)
 	d.metrics.reloadOK.Set(boolGauge(err == nil))
+	d.reloadMu.Unlock()
+	// Closing a replaced localizer waits for the inference running on it
+	// (a Power Grid Solve, a plugin hanging until its call timeout): done
+	// outside reloadMu, so another graph's relaunch does not wait for it,
+	// and all at once, so the reload takes the longest such wait, not
+	// their sum. Reload still returns once every replaced plugin is gone.
+	d.closeReplaced(replaced)
 	return err
+}
+
+// replacedLocalizer is a graph's localizer a reload swapped out, to close.
+type replacedLocalizer struct {
+	graph string
+	h     *locHolder
+}
+
+// closeReplaced closes each replaced localizer, each waiting for its own
+// graph's running inference, in parallel.
+func (d *Daemon) closeReplaced(replaced []replacedLocalizer) {
+	var wg sync.WaitGroup
+	for _, r := range replaced {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.h.close(); err != nil {
+				d.log.Warn("closing old localizer", zap.String("graph", r.graph), zap.Error(err))
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func boolGauge(ok bool) float64 {
@@ -2094,47 +2122,51 @@ func boolGauge(ok bool) float64 {
 	return 0
 }
 
-// reload is Reload under reloadMu.
-func (d *Daemon) reload(ctx context.Context) error {
+// reload is Reload under reloadMu. It swaps in every graph's new
+// localizer and returns the ones it replaced, for Reload to close once
+// the lock is released: closing one waits for its graph's running
+// inference, which must not hold the other graphs on their old bundles
+// and settings meanwhile.
+func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 	select {
 	case <-d.ready:
 	default:
 		if d.standby.Load() != nil {
 			// Nothing runs to reload: the file is checked now and read
 			// again at takeover.
-			return d.checkOnStandby(ctx)
+			return nil, d.checkOnStandby(ctx)
 		}
 		// Nothing runs to reload yet: the file is checked now, so a
 		// broken one is reported at once, and read again once started.
 		cfg, err := d.checkFile(ctx)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if msg := d.waiting.Load(); msg != nil && cfg != nil && cfg.NATS.URL != d.cfg.NATS.URL {
 			// nats.url is a daemon-wide setting: no reload changes it.
-			return fmt.Errorf("%w: not started yet (%s), and nats.url changed in the file; to use it, restart the daemon", ErrReload, *msg)
+			return nil, fmt.Errorf("%w: not started yet (%s), and nats.url changed in the file; to use it, restart the daemon", ErrReload, *msg)
 		}
 		d.reloadAfterStart = true
 		d.log.Info("reload requested during the start: config file checked; it is read again and applied once started")
-		return nil
+		return nil, nil
 	}
 	cfg := d.Config()
 	if d.reloadCfg != nil {
 		var err error
 		if cfg, err = d.reloadCfg(ctx); err != nil {
-			return fmt.Errorf("%w: %w", ErrReload, err)
+			return nil, fmt.Errorf("%w: %w", ErrReload, err)
 		}
 		if err := cfg.Validate(); err != nil {
-			return fmt.Errorf("%w: %w", ErrReload, err)
+			return nil, fmt.Errorf("%w: %w", ErrReload, err)
 		}
 	}
 	if err := d.sameGraphs(&cfg); err != nil {
-		return fmt.Errorf("%w: %w", ErrReload, err)
+		return nil, fmt.Errorf("%w: %w", ErrReload, err)
 	}
 	// The cheap checks of every graph first, so a reload names each graph
 	// it refuses, as the start does, rather than the first one built.
 	if err := d.preflightAll(cfg); err != nil {
-		return fmt.Errorf("%w: %w", ErrReload, err)
+		return nil, fmt.Errorf("%w: %w", ErrReload, err)
 	}
 	built := make([]Localizer, 0, len(cfg.Graphs))
 	for i, gc := range cfg.Graphs {
@@ -2143,11 +2175,12 @@ func (d *Daemon) reload(ctx context.Context) error {
 			for _, b := range built {
 				_ = b.Close()
 			}
-			return fmt.Errorf("%w: graph %q: %w%s", ErrReload, gc.Name, err, edgesChangedHint(gc, d.order[i].g, err))
+			return nil, fmt.Errorf("%w: graph %q: %w%s", ErrReload, gc.Name, err, edgesChangedHint(gc, d.order[i].g, err))
 		}
 		built = append(built, l)
 	}
 	var changed []string
+	replaced := make([]replacedLocalizer, 0, len(d.order))
 	for i, gr := range d.order {
 		gc := cfg.Graphs[i]
 		changed = append(changed, changedKeys(fmt.Sprintf("graphs[%s].", gr.name), *gr.gc.Load(), gc)...)
@@ -2161,10 +2194,7 @@ func (d *Daemon) reload(ctx context.Context) error {
 		// A new localizer, maybe a fixed plugin: a full relaunch budget.
 		gr.relaunches.Store(0)
 		gr.diedInCall.Store(false)
-		old := gr.loc.Swap(&locHolder{l: built[i]})
-		if err := old.close(); err != nil {
-			d.log.Warn("closing old localizer", zap.String("graph", gr.name), zap.Error(err))
-		}
+		replaced = append(replaced, replacedLocalizer{graph: gr.name, h: gr.loc.Swap(&locHolder{l: built[i]})})
 		// The new model has not seen the window: an open incident is
 		// inferred again at the next tick (published only if its source
 		// set changes).
@@ -2172,7 +2202,7 @@ func (d *Daemon) reload(ctx context.Context) error {
 	}
 	d.current.Store(d.keepStartOnly(cfg))
 	d.log.Info("reloaded", zap.Int("graphs", len(d.order)), zap.Strings("changed", changed), zap.Strings("models", d.models()))
-	return nil
+	return replaced, nil
 }
 
 // keepStartOnly returns file's graph settings with the daemon-wide ones it

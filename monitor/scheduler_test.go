@@ -730,3 +730,57 @@ func TestReloadMatchesGraphsByName(t *testing.T) {
 	require.ErrorContains(t, err, `graph "q": edges and directed need a restart`)
 	require.Equal(t, "r-v2.swb", r.d.graphs["r"].gc.Load().Bundle, "the failed reloads changed nothing")
 }
+
+// A reload waits for each old localizer's inference to end before closing
+// it, but one graph's slow inference must not hold the other graphs on
+// their old bundles and settings meanwhile, nor hold up another graph's
+// relaunch (which takes the reload's lock, on a worker): with many graphs,
+// a Power Grid inference of seconds, or a plugin hanging until its call
+// timeout, delayed every graph after it in the list and could take the
+// workers.
+func TestReloadIsNotHeldBySlowGraph(t *testing.T) {
+	cfg := testConfig(t, "slow", "fast")
+	cfg.Graphs[1].MinInfected = 1000
+	const slowFor = 3 * time.Second
+	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) {
+		if l.tag == "slow.swb" {
+			l.delay = slowFor
+		}
+	}}
+	next := cfg
+	next.Graphs = append([]GraphConfig(nil), cfg.Graphs...)
+	next.Graphs[1].Bundle = "fast-v2.swb"
+	next.Graphs[1].MinChanges = 5
+	r := start(t, cfg, preload(t, 4, "slow", "fast"), WithLocalizerFactory(f.factory),
+		WithReload(func(context.Context) (Config, error) { return next, nil }))
+	slowOld := f.all()[0]
+	r.publish(t, "slow", Event{Node: "1", State: StateInfected}, "")
+	require.Eventually(t, func() bool { return slowOld.active.Load() == 1 }, 5*time.Second, 5*time.Millisecond, "the slow graph's inference runs")
+
+	began := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- r.d.Reload(context.Background()) }()
+	fast := r.d.graphs["fast"]
+	require.Eventually(t, func() bool {
+		return modelOf(fast.loc.Load().localizer()).Bundle == "fast-v2.swb" && fast.gc.Load().MinChanges == 5
+	}, slowFor/2, 5*time.Millisecond, "the other graph runs its new bundle and settings at once")
+
+	// Another graph's plugin dies now: its relaunch does not wait for the
+	// slow graph's inference either.
+	relaunched := make(chan error, 1)
+	go func() { relaunched <- r.d.relaunch(context.Background(), fast) }()
+	select {
+	case err := <-relaunched:
+		require.NoError(t, err)
+	case <-time.After(slowFor / 2):
+		t.Fatal("a relaunch of another graph waited for the slow graph's inference")
+	}
+	require.Less(t, time.Since(began), slowFor, "checked while the slow inference still ran")
+
+	// The reload itself returns once the old localizers are closed, the
+	// slow one after its inference.
+	require.NoError(t, <-done)
+	require.GreaterOrEqual(t, time.Since(began), slowFor/2)
+	require.True(t, slowOld.closed.Load())
+	require.True(t, f.all()[1].closed.Load(), "the fast graph's first localizer is closed too")
+}
