@@ -92,3 +92,32 @@ func TestAlertRulesAndREADMEMatchTheMetrics(t *testing.T) {
 		}
 	}
 }
+
+// With many graphs, the daemon-wide dead-letter ratio hides one graph whose
+// producer sends nothing but bad events behind the others' traffic: a rule
+// compares each graph's dead letters with its own events.
+func TestDeadLetterRuleIsPerGraph(t *testing.T) {
+	raw, err := os.ReadFile("../configs/prometheus/sourcewatch-rules.yaml")
+	require.NoError(t, err)
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert, Expr string
+				Annotations map[string]string
+			}
+		}
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &file))
+	found := false
+	for _, g := range file.Groups {
+		for _, rule := range g.Rules {
+			if !strings.Contains(rule.Expr, `sourcewatch_events_total{outcome="deadletter"}`) {
+				continue
+			}
+			found = true
+			require.Equal(t, 2, strings.Count(rule.Expr, "by (job, instance, graph)"), "%s: both sides per graph", rule.Alert)
+			require.Contains(t, rule.Annotations["summary"], "{{ $labels.graph }}", rule.Alert)
+		}
+	}
+	require.True(t, found, "no rule reads a graph's dead letters")
+}
