@@ -3,6 +3,7 @@ package monitor
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -242,4 +243,33 @@ func dialAll(t *testing.T, addr string, n int) []net.Conn {
 		conns[i] = c
 	}
 	return conns
+}
+
+// With many graphs on different bundles and plugins, /status, svc.status
+// and the dashboard say which model each graph runs now, so a reload of
+// one graph's bundle shows on that graph alone, before its next alert.
+func TestStatusNamesEachGraphsModel(t *testing.T) {
+	cfg := testConfig(t, "p", "q")
+	next := cfg
+	next.Graphs = append([]GraphConfig(nil), cfg.Graphs...)
+	next.Graphs[1].Bundle = "q-v2.swb"
+	r := start(t, cfg, preload(t, 4, "p", "q"), WithLocalizerFactory((&factoryOf{}).factory),
+		WithReload(func(context.Context) (Config, error) { return next, nil }))
+	models := func() map[string]string {
+		out := map[string]string{}
+		for _, g := range r.d.Status().Graphs {
+			require.NotNil(t, g.Model, g.Name)
+			out[g.Name] = g.Model.Bundle + " " + g.Model.Forward + " " + g.Model.ForwardVersion
+		}
+		return out
+	}
+	require.Equal(t, map[string]string{"p": "p.swb fake 1", "q": "q.swb fake 1"}, models())
+	require.NoError(t, r.d.Reload(context.Background()))
+	require.Equal(t, map[string]string{"p": "p.swb fake 1", "q": "q-v2.swb fake 1"}, models())
+
+	m := request(t, r.nc, "sourcewatch.svc.status", nil)
+	require.Contains(t, string(m.Data), `"model":{"bundle":"q-v2.swb","forward":"fake","forward_version":"1"}`)
+	_, body := get(t, "http://"+r.d.HTTPAddr()+"/")
+	require.Contains(t, body, "<td>q-v2.swb, fake 1</td>")
+	require.Contains(t, body, "<td>p.swb, fake 1</td>")
 }

@@ -122,6 +122,12 @@ type GraphStatus struct {
 	Seq                   uint64 `json:"seq"`
 	Inflight              bool   `json:"inflight"`
 	LocalizerHealth       bool   `json:"localizer_healthy"`
+	// Model is the bundle and forward plugin the graph runs now (since
+	// the start, the last reload or relaunch), as an alert names them: with
+	// many graphs, how to see which model each serves, and that a reload
+	// of one graph's bundle took, before the graph's next alert. Absent
+	// when its localizer does not say.
+	Model *alerts.ModelRef `json:"model,omitempty"`
 	// Replaying is whether the window is still applying the events queued
 	// before this process bound its consumer; no alert is made meanwhile.
 	Replaying bool   `json:"replaying,omitempty"`
@@ -218,6 +224,9 @@ func (d *Daemon) Status() Status {
 		}
 		if e := gr.lastErr.Load(); e != nil {
 			gs.LastError = *e
+		}
+		if m := modelOf(gr.loc.Load().localizer()); m != (ModelInfo{}) {
+			gs.Model = &alerts.ModelRef{Bundle: m.Bundle, Forward: m.Forward, ForwardVersion: m.ForwardVersion}
 		}
 		st.Graphs = append(st.Graphs, gs)
 	}
