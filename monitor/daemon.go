@@ -1432,7 +1432,9 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		// The plugin died under this inference: relaunch and retry once,
 		// so the alert is late rather than lost.
 		gr.diedInCall.Store(true)
-		d.log.Warn("localizer unhealthy after a failed inference", zap.String("graph", gr.name), zap.Error(err))
+		// Once per interval per graph: a plugin that dies in every call
+		// would say so at every tick.
+		d.limiter.warn("died."+gr.name, "localizer unhealthy after a failed inference", zap.String("graph", gr.name), zap.Error(err))
 		if rerr := d.relaunch(ctx, gr); rerr == nil {
 			inf, srcs, dur, err = d.localize(ctx, gr, o.y)
 			// A retry that fails with the new plugin up is an error, not

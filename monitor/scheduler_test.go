@@ -238,6 +238,24 @@ func TestDeadLocalizerRelaunchesItself(t *testing.T) {
 	require.Equal(t, int32(1), relaunched.Load())
 }
 
+// A plugin that dies in every inference (a crash loop a relaunch does not
+// cure) is said to have died once per limiter interval, with the repeats
+// counted, not at every tick: an audit with ten graphs saw 21 such lines
+// in 40 s from one graph at a 2 s interval.
+func TestPluginDeathInEveryCallIsLoggedOnce(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Restarts = 1000
+	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) { l.dieOnEveryCall.Store(true) }}
+	core, logs := observer.New(zapcore.InfoLevel)
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory), WithLogger(zap.New(core)))
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	// Each failed tick relaunches once and retries: ten localizers made
+	// are five ticks or more.
+	require.Eventually(t, func() bool { return len(f.all()) >= 10 }, 20*time.Second, 5*time.Millisecond)
+	require.Equal(t, 1, logs.FilterMessageSnippet("localizer unhealthy after a failed inference").Len(),
+		"said once per interval, the repeats held back")
+}
+
 // TestPluginDeathIsRelaunched kills the localizer's "plugin" during an
 // inference: the daemon relaunches it, the alert still arrives, and a
 // localizer that dies between inferences is relaunched proactively: every
