@@ -295,8 +295,8 @@ func slowerSpread(g *graph.Graph, cfg diffusion.Config) string {
 // naming their lines: a snapshot of every node infected says nothing of
 // where the spread began (and, in the training split, widens the range
 // of infected fractions the bundle says it was trained on), and a source
-// observed uninfected with no "recovered" to say why is a recovered source
-// under SIR but a data error under SI.
+// in neither "infected" nor "recovered" is a recovered source left out of
+// "recovered" under SIR but a data error under SI.
 func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) {
 	// lines maps indices of cs to the file's line numbers.
 	lines := func(idx []int) []int {
@@ -321,12 +321,13 @@ func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) 
 		if len(c.Infected) == g.N() {
 			all = append(all, c.Line)
 		}
-		if c.Recovered == nil {
-			for _, s := range c.Sources {
-				if _, ok := slices.BinarySearch(c.Infected, s); !ok {
-					unobserved = append(unobserved, c.Line)
-					break
-				}
+		// A "recovered" given for other nodes says nothing of a source
+		// missing from both lists.
+		for _, s := range c.Sources {
+			_, infected := slices.BinarySearch(c.Infected, s)
+			if !infected && (c.Recovered == nil || c.Recovered[s] < 0) {
+				unobserved = append(unobserved, c.Line)
+				break
 			}
 		}
 	}
@@ -337,7 +338,7 @@ func (a *app) warnRecorded(g *graph.Graph, cs []diffusion.Cascade, path string) 
 			zap.String("cascades_file", path))
 	}
 	if len(unobserved) > 0 {
-		a.log.Warn(fmt.Sprintf(`%d of %d cascades have a source that is not in "infected" and no "recovered" to say why (%s): `+
+		a.log.Warn(fmt.Sprintf(`%d of %d cascades have a source that is in neither "infected" nor "recovered" (%s): `+
 			"under SIR a source may have recovered (list it in \"recovered\"); under SI it is a data error", len(unobserved), len(cs), linesOf(unobserved, path)),
 			zap.String("cascades_file", path))
 	}

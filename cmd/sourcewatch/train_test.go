@@ -861,23 +861,27 @@ func TestTrainCascadesFileWarnsOfSimulationFlags(t *testing.T) {
 	require.NotContains(t, stderr, warning)
 	require.NotContains(t, stderr, "every node infected")
 	require.NotContains(t, out, "(floor", "recorded cascades have no model to take a floor from")
-	require.NotContains(t, stderr, `not in \"infected\"`)
+	require.NotContains(t, stderr, `in neither \"infected\"`)
 
 	// Valid but suspect recorded cascades are named: every node infected,
-	// and a source observed uninfected with no "recovered" to say why.
+	// and a source in neither "infected" nor "recovered".
 	ids := make([]string, 34)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%q", strconv.Itoa(i))
 	}
 	f, err := os.OpenFile(cascades, os.O_APPEND|os.O_WRONLY, 0)
 	require.NoError(t, err)
-	_, err = fmt.Fprintf(f, "{\"sources\":[\"0\"],\"infected\":[%s]}\n{\"sources\":[\"0\",\"5\"],\"infected\":[\"1\",\"5\"],\"id\":\"incident-7\"}\n", strings.Join(ids, ","))
+	_, err = fmt.Fprintf(f, "{\"sources\":[\"0\"],\"infected\":[%s]}\n{\"sources\":[\"0\",\"5\"],\"infected\":[\"1\",\"5\"],\"id\":\"incident-7\"}\n"+
+		// "recovered" lists other nodes, not the missing source.
+		"{\"sources\":[\"2\",\"6\"],\"infected\":[\"6\",\"7\"],\"recovered\":{\"8\":1}}\n"+
+		// A recovered source is accounted for.
+		"{\"sources\":[\"9\"],\"infected\":[\"10\"],\"recovered\":{\"9\":1}}\n", strings.Join(ids, ","))
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	_, stderr, err = runCmd(t, "", base...)
 	require.NoError(t, err)
-	require.Contains(t, stderr, "1 of 42 cascades have every node infected (line 41 of recorded.jsonl)")
-	require.Contains(t, stderr, `1 of 42 cascades have a source that is not in \"infected\" and no \"recovered\" to say why (line 42 of recorded.jsonl)`)
+	require.Contains(t, stderr, "1 of 44 cascades have every node infected (line 41 of recorded.jsonl)")
+	require.Contains(t, stderr, `2 of 44 cascades have a source that is in neither \"infected\" nor \"recovered\" (lines 42, 43 of recorded.jsonl)`)
 	require.NotContains(t, stderr, "repeat an earlier line")
 	require.NotContains(t, stderr, "infect only their sources")
 
@@ -886,12 +890,12 @@ func TestTrainCascadesFileWarnsOfSimulationFlags(t *testing.T) {
 	data, err := os.ReadFile(cascades)
 	require.NoError(t, err)
 	first, _, _ := strings.Cut(string(data), "\n")
-	only := strings.Repeat("{\"sources\":[\"3\",\"4\"],\"infected\":[\"4\",\"3\"]}\n", 5)
+	only := strings.Repeat("{\"sources\":[\"3\",\"4\"],\"infected\":[\"4\",\"3\"]}\n", 6)
 	require.NoError(t, os.WriteFile(cascades, []byte(string(data)+first+"\n"+first+"\n"+only), 0o600))
 	_, stderr, err = runCmd(t, "", base...)
 	require.NoError(t, err)
-	require.Contains(t, stderr, "6 of 49 cascades repeat an earlier line's sources and infected nodes (lines 43, 44, 46, 47, 48 and 1 more of recorded.jsonl)")
-	require.Contains(t, stderr, "5 of 49 cascades infect only their sources (lines 45, 46, 47, 48, 49 of recorded.jsonl)")
+	require.Contains(t, stderr, "7 of 52 cascades repeat an earlier line's sources and infected nodes (lines 45, 46, 48, 49, 50 and 2 more of recorded.jsonl)")
+	require.Contains(t, stderr, "6 of 52 cascades infect only their sources (lines 47, 48, 49, 50, 51 and 1 more of recorded.jsonl)")
 }
 
 func TestDistinctTellsCloseNumbersApart(t *testing.T) {
