@@ -194,13 +194,30 @@ func Repeats(cs []Cascade) []int {
 // file in the wrong format.
 const maxReadErrors = 10
 
+// ReadOption changes what ReadJSONL keeps of each cascade.
+type ReadOption func(*readOptions)
+
+type readOptions struct{ dropTimes bool }
+
+// DropTimes makes ReadJSONL check each line's "times" and "recovered" as
+// ever but keep only what says which nodes recovered: Times is nil, and
+// so is Recovered unless a node recovered. Both hold a step for every
+// node of the graph, so a file of many cascades with times cost far more
+// memory than its size for readers, as train and eval, that read only
+// the sources, the snapshot and which nodes recovered.
+func DropTimes() ReadOption { return func(o *readOptions) { o.dropTimes = true } }
+
 // ReadJSONL reads cascades written by WriteJSONL, or recorded elsewhere
 // in the same format (blank lines, a byte-order mark and keys other than
 // those WriteJSONL writes are skipped, so a line may carry its own "id").
 // Errors name the input and line: `name:3: unknown node "x" in infected`;
 // every bad line is reported, up to maxReadErrors of them. A cascade
 // without "times" has nil Times; Step is the largest step it records.
-func ReadJSONL(r io.Reader, g *graph.Graph, name string) ([]Cascade, error) {
+func ReadJSONL(r io.Reader, g *graph.Graph, name string, opts ...ReadOption) ([]Cascade, error) {
+	var o readOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	n := g.N()
 	br := bufio.NewReader(r)
 	var out []Cascade
@@ -223,6 +240,9 @@ func ReadJSONL(r io.Reader, g *graph.Graph, name string) ([]Cascade, error) {
 				bad = append(bad, fmt.Errorf("%s:%d: %w", name, lineNo, err))
 			default:
 				c.Line = lineNo
+				if o.dropTimes {
+					c = c.withoutTimes()
+				}
 				out = append(out, c)
 			}
 		}
@@ -233,6 +253,18 @@ func ReadJSONL(r io.Reader, g *graph.Graph, name string) ([]Cascade, error) {
 			return out, nil
 		}
 	}
+}
+
+// withoutTimes is c without its per-node steps, for DropTimes.
+func (c Cascade) withoutTimes() Cascade {
+	c.Times = nil
+	if c.Recovered == nil {
+		return c
+	}
+	if !slices.ContainsFunc(c.Recovered, func(t int) bool { return t >= 0 }) {
+		c.Recovered = nil
+	}
+	return c
 }
 
 func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {

@@ -73,6 +73,31 @@ func TestReadJSONLWithoutTimes(t *testing.T) {
 	require.Equal(t, []float64{1, 0, 1}, cs[0].Y(nil))
 }
 
+func TestReadJSONLDropTimes(t *testing.T) {
+	g := graph.New(4, nil, nil, false, false)
+	in := `{"sources":["0"],"infected":["0","1"],"times":{"0":0,"1":2},"recovered":{}}
+{"sources":["0"],"infected":["1"],"times":{"0":0,"1":1},"recovered":{"0":3}}
+`
+	cs, err := ReadJSONL(strings.NewReader(in), g, "c.jsonl", DropTimes())
+	require.NoError(t, err)
+	// A step per node of the graph for each cascade is what a big file
+	// cost; what train and eval read is kept.
+	require.Equal(t, []Cascade{
+		{Sources: []int{0}, Infected: []int{0, 1}, Step: 2, N: 4, Line: 1},
+		{Sources: []int{0}, Infected: []int{1}, Recovered: []int{3, -1, -1, -1}, Step: 3, N: 4, Line: 2},
+	}, cs)
+	full, err := ReadJSONL(strings.NewReader(in), g, "c.jsonl")
+	require.NoError(t, err)
+	for i := range cs {
+		require.Equal(t, full[i].Key(), cs[i].Key(), "the same cascade, for the copies check and the paired intervals")
+	}
+	require.NotNil(t, full[0].Times, "without the option, Times are kept")
+
+	// Still checked.
+	_, err = ReadJSONL(strings.NewReader(`{"sources":["0"],"infected":["0"],"times":{"0":1}}`), g, "c.jsonl", DropTimes())
+	require.ErrorContains(t, err, `c.jsonl:1: source "0" has step 1 in "times", want 0`)
+}
+
 func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 	g := graph.New(3, nil, []string{"a", "b", "c"}, false, false)
 	good := `{"sources":["a"],"infected":["a","b"],"times":{"a":0,"b":1}}`

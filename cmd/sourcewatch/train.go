@@ -421,7 +421,9 @@ func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade
 		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	defer f.Close()
-	cs, err := diffusion.ReadJSONL(f, g, path)
+	// Train and eval read no per-node steps: kept, they cost a step per
+	// node of the graph for every cascade with "times" or "recovered".
+	cs, err := diffusion.ReadJSONL(f, g, path, diffusion.DropTimes())
 	if err != nil {
 		return nil, err
 	}
