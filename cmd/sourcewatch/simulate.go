@@ -37,7 +37,7 @@ a target drawn from --observe:
 times holds every node infected by the snapshot with its infection step; SIR
 cascades also carry "recovered". Node ids are the graph file's own.`,
 		Example: `  sourcewatch simulate --graph karate.edges --diffusion SI --beta 0.1 --cascades 100 --out cascades.jsonl
-  sourcewatch simulate --graph grid.edges --diffusion SIR --sources 1-5 --pattern cluster --out -`,
+  sourcewatch simulate --graph grid.edges --diffusion SIR --beta 0.5 --gamma 0.01 --sources 1-5 --pattern cluster --out -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return a.simulate(cmd.Context()) },
 	}
