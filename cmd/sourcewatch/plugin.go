@@ -63,7 +63,7 @@ with random chords); pass your graph to check the plugin where you will use it.`
 	f.Bool("directed", false, "treat each line u v of --graph as an arc u->v")
 	f.String("plugin-dir", defaultPluginDir(), "directory searched when the argument is a plugin name"+pluginDirHelp)
 	f.StringArray("param", nil, "plugin parameter name=value (repeatable, or name=value,name=value; --forward-param, train's name, is taken too)")
-	// train and eval call the same setting --forward-param; a user who
+	// train calls the same setting --forward-param; a user who
 	// checks a plugin with the parameters of a train command line should
 	// not meet a bare "unknown flag".
 	f.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
