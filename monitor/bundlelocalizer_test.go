@@ -29,12 +29,7 @@ import (
 // the bundle's forward model fits its graph poorly or failed train's VJP
 // spot check.
 func TestBundleLocalizers(t *testing.T) {
-	plugin := forwardtest.Build(t, "icmf")
-	sum, err := forward.FileSHA256(plugin)
-	require.NoError(t, err)
-	g, err := graph.Load("../configs/demo/karate.edges")
-	require.NoError(t, err)
-	b, cs := trainSmallICMFBundle(t, g, diffusion.DefaultConfig(), sum)
+	plugin, _, g, b, cs := karateICMFBundle(t)
 	// A floor far below the fit, as train records for a poor one.
 	b.Manifest.Metrics[localize.ForwardFloorMetric] = b.Manifest.Metrics["forward_val_mse"] / 2
 	// And a failed VJP spot check, as train records for a wrong gradient.
@@ -108,12 +103,7 @@ func TestBundleLocalizers(t *testing.T) {
 // as UPGRADING describes) is named by that file in its alerts, though the
 // process reports icmf: the operator can tell which build answered.
 func TestBundleLocalizerNamesThePluginRun(t *testing.T) {
-	plugin := forwardtest.Build(t, "icmf")
-	sum, err := forward.FileSHA256(plugin)
-	require.NoError(t, err)
-	g, err := graph.Load("../configs/demo/karate.edges")
-	require.NoError(t, err)
-	b, cs := trainSmallICMFBundle(t, g, diffusion.DefaultConfig(), sum)
+	plugin, sum, g, b, cs := karateICMFBundle(t)
 	bundle := filepath.Join(t.TempDir(), "karate.swb")
 	require.NoError(t, b.WriteFile(bundle))
 	dir := t.TempDir()
@@ -219,6 +209,20 @@ func TestBundlePreflightNamesTheGraphDifference(t *testing.T) {
 	err = preflight(gc, read(edges.String(), false))
 	require.ErrorIs(t, err, localize.ErrGraphMismatch)
 	require.ErrorContains(t, err, "the bundle's graph is directed, the given one undirected: pass --directed")
+}
+
+// karateICMFBundle builds the icmf plugin and trains a small bundle for
+// the demo's Karate graph with it (trainSmallICMFBundle), returning the
+// plugin's path and SHA-256, the graph, the bundle and its cascades.
+func karateICMFBundle(t *testing.T) (string, []byte, *graph.Graph, *localize.Bundle, []diffusion.Cascade) {
+	t.Helper()
+	plugin := forwardtest.Build(t, "icmf")
+	sum, err := forward.FileSHA256(plugin)
+	require.NoError(t, err)
+	g, err := graph.Load("../configs/demo/karate.edges")
+	require.NoError(t, err)
+	b, cs := trainSmallICMFBundle(t, g, diffusion.DefaultConfig(), sum)
+	return plugin, sum, g, b, cs
 }
 
 // trainSmallICMFBundle trains a small bundle on g with the icmf model in
