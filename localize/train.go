@@ -220,6 +220,16 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 			// vjp_check_flat of 1 warned of a flat gradient that the
 			// check never found).
 			key = "forward_plugin_" + k
+			// A plugin that also reports plugin_<k> keeps that name;
+			// this one moves on, so neither is lost, whatever the
+			// map's order.
+			for {
+				name := strings.TrimPrefix(key, "forward_")
+				if _, taken := fres.Metrics[name]; !taken {
+					break
+				}
+				key = "forward_plugin_" + name
+			}
 		}
 		metrics[key] = v
 	}

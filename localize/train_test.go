@@ -464,6 +464,8 @@ func (b boastfulFit) Fit(ctx context.Context, pairs []forward.Pair, opts forward
 	res.Metrics["vjp_check_flat"] = 1
 	res.Metrics["floor_mse"] = 0.001
 	res.Metrics["test_mse"] = 9
+	// And one of its own named as the floor's new name.
+	res.Metrics["plugin_floor_mse"] = 0.002
 	return res, err
 }
 
@@ -486,7 +488,11 @@ func TestTrainKeepsPluginMetricsApartFromTheHosts(t *testing.T) {
 	require.NotContains(t, met, localize.ForwardFloorMetric)
 	require.NotContains(t, met, localize.ForwardTestMSEMetric)
 	require.Equal(t, 1.0, met["forward_plugin_vjp_check_flat"])
-	require.Equal(t, 0.001, met["forward_plugin_floor_mse"])
+	// The plugin's own plugin_floor_mse keeps its name; its floor_mse
+	// moves on past it, neither lost (one overwrote the other, by the
+	// map's order).
+	require.Equal(t, 0.002, met["forward_plugin_floor_mse"])
+	require.Equal(t, 0.001, met["forward_plugin_plugin_floor_mse"])
 	require.Equal(t, 9.0, met["forward_plugin_test_mse"])
 	require.Empty(t, b.Manifest.VJPCheckFailure(""))
 	// They are the plugin's, under its own prefixed names.
