@@ -216,6 +216,29 @@ func FileSHA256(path string) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
+// openVerified opens the binary at path and checks the open file's
+// SHA-256 (any content when checksum is nil), returning it open.
+func openVerified(path string, checksum []byte) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	if checksum == nil {
+		return f, nil
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("checksum %s: %w", path, err)
+	}
+	if got := h.Sum(nil); !bytes.Equal(got, checksum) {
+		f.Close()
+		return nil, fmt.Errorf("file has sha256 %s, expected %s: %w",
+			hex.EncodeToString(got), hex.EncodeToString(checksum), ErrChecksum)
+	}
+	return f, nil
+}
+
 // CheckBinary reports whether the plugin binary at path is an executable
 // file with the given SHA-256 (any content when checksum is nil): the
 // check Launch makes before it starts the process, for a caller that
@@ -264,8 +287,9 @@ func WithoutSharedMemory() LaunchOption {
 	return func(o *launchOptions) { o.noShared = true }
 }
 
-// WithChecksum makes Launch refuse a binary whose SHA-256 is not sum; it is
-// also handed to go-plugin's SecureConfig, which checks again right before
+// WithChecksum makes Launch refuse a binary whose SHA-256 is not sum. On
+// Linux Launch executes the very file it hashed; elsewhere sum is also
+// handed to go-plugin's SecureConfig, which checks again right before
 // executing.
 func WithChecksum(sum []byte) LaunchOption {
 	return func(o *launchOptions) { o.checksum = append([]byte(nil), sum...) }
@@ -402,10 +426,25 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	if err := CheckBinary(path, o.checksum); err != nil {
 		return nil, err
 	}
+	// The checksum must hold for the file that is executed, not for
+	// whatever the path names a moment later: a binary renamed into place
+	// between a check by path and the exec would run unchecked (go-plugin's
+	// SecureConfig also hashes by path, then starts the path). On Linux the
+	// host opens the binary once, hashes that open file and executes it
+	// through /proc/self/fd, so what runs is what was hashed.
+	var bin *os.File
 	var secure *plugin.SecureConfig
-	if o.checksum != nil {
+	if execByFD {
+		f, err := openVerified(path, o.checksum)
+		if err != nil {
+			return nil, &binaryError{fmt.Errorf("forward plugin %s: %w", path, err)}
+		}
+		defer f.Close() // the child holds its own copy once started
+		bin = f
+	} else if o.checksum != nil {
 		// go-plugin hashes the file again as it starts it, so a binary
-		// swapped between the two reads is refused too.
+		// swapped between the two reads is refused too, unless it is
+		// swapped again between go-plugin's read and its exec.
 		secure = &plugin.SecureConfig{Checksum: o.checksum, Hash: sha256.New()}
 	}
 	sweepOnce.Do(func() {
@@ -431,6 +470,24 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 			cmd.ExtraFiles = []*os.File{shared.region.file}
 			cmd.Env = append(cmd.Env, SharedMemoryEnv+"=3")
 		}
+	}
+	if bin != nil {
+		// The child's descriptor 2 + its place in ExtraFiles, exec'd as
+		// /proc/self/fd/N through a symlink of the binary's name in the
+		// plugin's private directory, so the process (ps, top) and its log
+		// lines keep that name rather than "N"; argv[0] stays the path. The
+		// binary stays open in the plugin, read-only, as a script's
+		// interpreter needs to read it.
+		cmd.ExtraFiles = append(cmd.ExtraFiles, bin)
+		exe := filepath.Join(sockDir, name)
+		if err := os.Symlink(fmt.Sprintf("/proc/self/fd/%d", 2+len(cmd.ExtraFiles)), exe); err != nil {
+			_ = os.RemoveAll(sockDir)
+			if shared != nil {
+				shared.region.close()
+			}
+			return nil, fmt.Errorf("forward plugin %s: %w", name, err)
+		}
+		cmd.Path = exe
 	}
 	tail := &stderrTail{}
 	var exitErr atomic.Pointer[string]

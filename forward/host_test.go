@@ -32,6 +32,10 @@ func TestMain(m *testing.M) {
 		orphanHost()
 		return
 	}
+	if spec := os.Getenv(swapperEnv); spec != "" {
+		swapForever(spec)
+		return
+	}
 	forwardtest.Main(m)
 }
 

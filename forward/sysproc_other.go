@@ -14,3 +14,7 @@ func killProcessGroup(cmd *exec.Cmd) {
 		_ = cmd.Process.Kill()
 	}
 }
+
+// execByFD: Launch executes the binary it hashed through /proc/self/fd
+// (Linux only).
+const execByFD = false
