@@ -69,6 +69,10 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 	if log == nil {
 		log = zap.NewNop()
 	}
+	if problems := forward.ReplaceableBy(path); problems != nil {
+		log.Warn("forward plugin can be replaced by users other than this one: give the binary and the directories above it to this user or root, writable by their owner only",
+			zap.String("plugin", path), zap.Strings("problems", problems))
+	}
 	opts := []forward.LaunchOption{forward.WithLogger(log)}
 	if o.CallTimeout > 0 {
 		opts = append(opts, forward.WithCallTimeout(o.CallTimeout))

@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/sourcewatch/sourcewatch/forward"
 )
@@ -66,4 +69,24 @@ func TestCheckForwardSaysWhatToDo(t *testing.T) {
 
 	err = CheckForward(m, LaunchOptions{PluginDir: t.TempDir()})
 	require.ErrorContains(t, err, "for a bundle trained with an earlier build, copy that build here")
+}
+
+// A plugin that other users can replace is named in a warning at each
+// launch (a daemon's start and reload, localize), the check it fails said.
+func TestLaunchForwardWarnsOfAPluginOthersCanReplace(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "plugins")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	require.NoError(t, os.Chmod(dir, 0o777))
+	path := filepath.Join(dir, forward.BinaryPrefix+"icmf")
+	require.NoError(t, os.WriteFile(path, []byte("#!/bin/sh\nexit 1\n"), 0o755))
+	sum, err := forward.FileSHA256(path)
+	require.NoError(t, err)
+	core, logs := observer.New(zapcore.WarnLevel)
+	b := &Bundle{Manifest: Manifest{ID: "swb-1", Forward: ForwardRef{Name: "icmf", SHA256: hex.EncodeToString(sum)}}}
+	_, err = LaunchForward(t.Context(), b, LaunchOptions{PluginDir: dir, Logger: zap.New(core)})
+	require.Error(t, err, "the script is no plugin")
+	warned := logs.FilterMessageSnippet("can be replaced by users other than this one").All()
+	require.Len(t, warned, 1)
+	require.Equal(t, path, warned[0].ContextMap()["plugin"])
+	require.Contains(t, warned[0].ContextMap()["problems"], "plugin directory "+dir+" is writable by every user (mode 0777)")
 }

@@ -1,0 +1,7 @@
+//go:build !unix
+
+package forward
+
+import "os"
+
+func fileOwner(os.FileInfo) (int, bool) { return 0, false }
