@@ -357,15 +357,21 @@ type Process struct {
 
 var _ Model = (*Process)(nil)
 
+// natsEnvPrefix begins the environment variables of serve's nats.* keys.
+const natsEnvPrefix = "SOURCEWATCH_NATS_"
+
 // pluginEnv is the plugin's environment: the host's, without the
 // variables through which Launch hands the plugin its own socket directory
 // and shared region (a host that inherited them, say because a plugin
-// started it, must not pass its values on), followed by own.
+// started it, must not pass its values on), and without the daemon's NATS
+// settings (SOURCEWATCH_NATS_*: a password, a URL with credentials, the
+// paths of a creds file, nkey seed or TLS key), which no plugin needs,
+// followed by own.
 func pluginEnv(host []string, own ...string) []string {
 	env := make([]string, 0, len(host)+len(own)+1)
 	for _, kv := range host {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == plugin.EnvUnixSocketDir || k == SharedMemoryEnv {
+		if k == plugin.EnvUnixSocketDir || k == SharedMemoryEnv || strings.HasPrefix(strings.ToUpper(k), natsEnvPrefix) {
 			continue
 		}
 		env = append(env, kv)
