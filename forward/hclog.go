@@ -49,6 +49,11 @@ type zapHCLog struct {
 	// plugin may make as many and as long as it likes, not the root's
 	// own lifecycle lines.
 	budget *outputBudget
+	// exe, on the root, is the name go-plugin starts the process by
+	// (Launch's symlink to the hashed binary's descriptor), which its
+	// lifecycle lines give as "plugin" and "path": they show path, the
+	// binary's, instead.
+	exe, path string
 }
 
 func newZapHCLog(z *zap.Logger) hclog.Logger {
@@ -114,6 +119,14 @@ func (l *zapHCLog) Log(level hclog.Level, msg string, args ...any) {
 	// signal, while Close runs is a crash (in its shutdown) and stays news.
 	if l.stopping != nil && l.stopping.Load() && ((msg == "plugin process exited" && exit == "signal: killed") || msg == "plugin failed to exit gracefully") {
 		level = hclog.Debug
+	}
+	if l.exe != "" && slices.Contains(args, any(l.exe)) {
+		args = slices.Clone(args)
+		for i, a := range args {
+			if a == any(l.exe) {
+				args[i] = l.path
+			}
+		}
 	}
 	if lv, m, a, ok := hclogLine(msg); ok {
 		level, msg, args = lv, m, append(args, a...)

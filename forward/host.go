@@ -506,6 +506,9 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	var stopping atomic.Bool
 	hclogger.stopping = &stopping
 	hclogger.budget = output
+	if cmd.Path != path {
+		hclogger.exe, hclogger.path = cmd.Path, path
+	}
 	streams := []*lineLog{
 		{z: o.log.Named(name).With(zap.String("stream", "stdout")), budget: output},
 		{z: o.log.Named(name).With(zap.String("stream", "stderr")), budget: output},

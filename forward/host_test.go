@@ -367,6 +367,7 @@ func TestPluginLogsReachZap(t *testing.T) {
 			require.NotContains(t, e.ContextMap(), "timestamp", "go-plugin's copy of the plugin's stamp is dropped")
 		case "plugin process exited":
 			exited = true
+			require.Equal(t, p.Path(), e.ContextMap()["plugin"], "named by the binary's path, not the name it was executed by")
 			require.Equal(t, zapcore.DebugLevel, e.Level, "go-plugin's routine lifecycle is demoted to debug")
 		}
 	}
