@@ -3,12 +3,16 @@ package forward
 import (
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
+	"sync"
 )
 
 // ReplaceableBy says how users other than this process's user and root
 // could replace or change the plugin binary at path: the binary, or a
-// directory above it, writable by a group or by every user (a directory
+// directory above it, writable by a group (other than this user's own
+// private group, which umask 002 systems give every file) or by every user (a directory
 // with the sticky bit, as /tmp, only when it holds the binary itself) or
 // owned by another user; through a symlink, the file it leads to. Launch
 // refuses another build than the one pinned, but a binary that others
@@ -34,7 +38,7 @@ func ReplaceableBy(path string) []string {
 		case sticky:
 		case perm&0o002 != 0:
 			problems = append(problems, fmt.Sprintf("%s %s is writable by every user (mode %04o)", what, p, perm))
-		case perm&0o020 != 0:
+		case perm&0o020 != 0 && !ownPrivateGroup(fi):
 			problems = append(problems, fmt.Sprintf("%s %s is writable by its group (mode %04o)", what, p, perm))
 		}
 		if uid, ok := fileOwner(fi); ok && uid != 0 && uid != os.Geteuid() {
@@ -68,4 +72,34 @@ func ReplaceableBy(path string) []string {
 		problems = append([]string{fmt.Sprintf("plugin %s is a symlink to %s", link, path)}, problems...)
 	}
 	return problems
+}
+
+// ownPrivateGroup reports whether fi's group is this process's user
+// private group: its effective group, named as its user, as distributions
+// with umask 002 make for each user, so a group-writable file there is
+// writable by that user alone.
+func ownPrivateGroup(fi os.FileInfo) bool {
+	gid, ok := fileGroup(fi)
+	if !ok {
+		return false
+	}
+	own := privateGID()
+	return own >= 0 && gid == own
+}
+
+// privateGID is this process's effective group id when that group is the
+// user's private group (privateGroup), else -1.
+var privateGID = sync.OnceValue(func() int {
+	u, uerr := user.Current()
+	g, gerr := user.LookupGroupId(strconv.Itoa(os.Getegid()))
+	if uerr != nil || gerr != nil || !privateGroup(u.Username, g.Name) {
+		return -1
+	}
+	return os.Getegid()
+})
+
+// privateGroup reports whether a group named group is the private group
+// of the user named username (the same name).
+func privateGroup(username, group string) bool {
+	return username != "" && group == username
 }
