@@ -26,9 +26,6 @@ func TestLaunchRunsTheBinaryItHashed(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the host executes the binary it hashed on Linux only")
 	}
-	if testing.Short() {
-		t.Skip("races launches against a swapper for a few seconds")
-	}
 	good := forwardtest.Build(t, "icmf")
 	sum, err := forward.FileSHA256(good)
 	require.NoError(t, err)
