@@ -777,7 +777,7 @@ func TestReloadIsNotHeldBySlowGraph(t *testing.T) {
 
 	began := time.Now()
 	done := make(chan error, 1)
-	go func() { done <- r.d.Reload(context.Background()) }()
+	go func() { done <- r.d.Reload(t.Context()) }()
 	fast := r.d.graphs["fast"]
 	require.Eventually(t, func() bool {
 		return modelOf(fast.loc.Load().localizer()).Bundle == "fast-v2.swb" && fast.gc.Load().MinChanges == 5
@@ -786,7 +786,7 @@ func TestReloadIsNotHeldBySlowGraph(t *testing.T) {
 	// Another graph's plugin dies now: its relaunch does not wait for the
 	// slow graph's inference either.
 	relaunched := make(chan error, 1)
-	go func() { relaunched <- r.d.relaunch(context.Background(), fast) }()
+	go func() { relaunched <- r.d.relaunch(t.Context(), fast) }()
 	select {
 	case err := <-relaunched:
 		require.NoError(t, err)
