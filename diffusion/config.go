@@ -264,6 +264,10 @@ type UnreachableError struct {
 	// infected at least Need nodes at once: some draws can, so more
 	// redraws would find one.
 	Reached int
+	// Largest is the node count of the graph's largest weakly connected
+	// component, 0 if not known. Below Need it tells a user why sources
+	// confined to one component (a cluster) cannot reach the target.
+	Largest int
 }
 
 // Error renders the message with Config's field names.
@@ -302,6 +306,9 @@ func (e *UnreachableError) Explain(name func(param string) string) string {
 		blame = strings.Join(parts[:len(parts)-1], ", ") + " or " + parts[len(parts)-1]
 	}
 	shape := "the graph's components too small"
+	if e.Largest > 0 && e.Largest < e.Need {
+		shape += fmt.Sprintf(" (the largest has %d nodes)", e.Largest)
+	}
 	if e.Directed {
 		shape = "too few nodes reachable from the sources along the arcs"
 	}

@@ -199,7 +199,24 @@ func (s *sim) observe(i int, seed int64, stop func() bool) (Cascade, int, error)
 	return Cascade{}, s.cfg.MaxRedraws, &UnreachableError{
 		Cascade: i, Draws: s.cfg.MaxRedraws, Need: need, Target: target, Peak: peak,
 		Suspects: s.cfg.suspects(s.g, capped, 10*peak >= 9*need), Directed: s.g.Directed(),
+		Largest: largestComponent(s.g),
 	}
+}
+
+// largestComponent returns the node count of g's largest weakly
+// connected component. It runs only when a cascade has failed, so its
+// O(n + m) walk costs nothing on the happy path.
+func largestComponent(g *graph.Graph) int {
+	comp, count := g.Components()
+	size := make([]int, count)
+	for _, c := range comp {
+		size[c]++
+	}
+	largest := 0
+	for _, n := range size {
+		largest = max(largest, n)
+	}
+	return largest
 }
 
 // drawTarget draws an observation's target fraction f ~ U[ObserveMin,

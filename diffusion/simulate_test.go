@@ -181,8 +181,33 @@ func TestSimulateNamesTheProblemWhenTheTargetIsUnreachable(t *testing.T) {
 			require.Equal(t, 20, ue.Draws)
 			require.Equal(t, 31, ue.Need) // ceil(0.9 * 34)
 			require.Less(t, ue.Peak, ue.Need)
+			// Karate is connected: its one component is no excuse
+			require.Equal(t, 34, ue.Largest)
+			require.NotContains(t, err.Error(), "the largest has")
 		})
 	}
+}
+
+func TestUnreachableNamesTheLargestComponentWhenTooSmall(t *testing.T) {
+	// four disjoint paths of five nodes: one source reaches at most five
+	var edges []graph.Edge
+	for c := range 4 {
+		for i := range 4 {
+			edges = append(edges, graph.Edge{From: 5*c + i, To: 5*c + i + 1, W: 1})
+		}
+	}
+	g := graph.New(20, edges, nil, false, false)
+	cfg := DefaultConfig()
+	cfg.Sources = SourceSpec{Count: 1}
+	cfg.Beta = 1
+	cfg.ObserveMin, cfg.ObserveMax = 0.5, 0.5
+	cfg.MaxRedraws = 5
+	_, _, err := Simulate(context.Background(), g, cfg, 2, 3)
+	var ue *UnreachableError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, 5, ue.Largest)
+	require.Equal(t, 10, ue.Need)
+	require.ErrorContains(t, err, "the graph's components too small (the largest has 5 nodes)")
 }
 
 // weightAll gives every edge weight w.
