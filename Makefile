@@ -5,7 +5,7 @@ BIN      := bin
 RACE_DIRS := monitor alerts forward plugins cmd eval diffusion localize
 RACE_PKGS = $(foreach d,$(RACE_DIRS),$(if $(wildcard $(d)/*),./$(d)/...))
 
-.PHONY: all build test bench fuzz run lint proto clean
+.PHONY: all build test bench fuzz run families lint proto clean
 
 all: build
 
@@ -66,6 +66,14 @@ run: build
 			--cascades 300 --seed 7 --forward deepis --out $(DEMO_BUNDLE); \
 	fi
 	$(BIN)/sourcewatch demo --config configs/demo.yaml --log-level warn
+
+# Measure on eleven synthetic graph families unlike the tables' four
+# (eval/internal/families): about five minutes on two cores; a table on
+# stdout, the rows as JSON in FAMILIES_JSON.
+FAMILIES_JSON ?= families.json
+
+families: build
+	$(GO) run ./eval/internal/families -sourcewatch $(BIN)/sourcewatch -plugin-dir $(BIN) -json $(FAMILIES_JSON)
 
 # Regenerate the forward plugin protocol's Go code (committed) from
 # forward/proto; needs only Go and the module proxy.
