@@ -20,7 +20,7 @@ func FuzzDecodeFormat(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		a, err := decode(data)
+		a, err := Decode(data)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrSchema) {
 				t.Fatalf("refusal neither ErrInvalid nor ErrSchema: %v", err)

@@ -80,6 +80,6 @@
 // The schema field names the version. Additive changes (a new field) keep
 // sourcewatch.alert.v1, so consumers must ignore fields they do not know. Removing, renaming or
 // changing the meaning or type of a field bumps the version
-// (sourcewatch.alert.v2). Tail rejects alerts of another version rather than
-// misreading them.
+// (sourcewatch.alert.v2). Decode, and so Tail and Last, rejects alerts of
+// another version (ErrSchema) rather than misreading them.
 package alerts

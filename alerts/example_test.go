@@ -1,6 +1,7 @@
 package alerts_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -78,4 +79,31 @@ func ExampleFormat() {
 	//          1    12    3.1        0.550  *
 	//          2     7      2        0.300  *
 	//          3   150    0.4        0.150  *
+}
+
+// A consumer reading the alert stream with its own NATS client decodes
+// each message body with Decode, and tells a message it cannot read from
+// an alert of a newer schema version with errors.Is.
+func ExampleDecode() {
+	for _, body := range []string{
+		`{"schema":"sourcewatch.alert.v1","id":"5d41402abc4b2a76b9719d911017c592-1","fingerprint":"5d41402abc4b2a76b9719d911017c592","status":"firing","graph":"jazz","infected":57,"sources":[{"node":"12","score":0.83,"probability":0.41}],"seq":1}`,
+		`{"schema":"sourcewatch.alert.v2","id":"x-1"}`,
+		`{"schema":`,
+	} {
+		a, err := alerts.Decode([]byte(body))
+		switch {
+		case errors.Is(err, alerts.ErrSchema):
+			fmt.Println("another version:", err)
+		case errors.Is(err, alerts.ErrInvalid):
+			fmt.Println("not an alert:", err)
+		case err != nil:
+			fmt.Println("error:", err)
+		default:
+			fmt.Println(a.Status, a.Graph, a.Seq, a.Sources[0].Node)
+		}
+	}
+	// Output:
+	// firing jazz 1 12
+	// another version: alerts: unsupported schema: "sourcewatch.alert.v2", this build reads "sourcewatch.alert.v1"
+	// not an alert: alerts: invalid alert: unexpected end of JSON input
 }

@@ -36,10 +36,11 @@ var (
 	// not make a valid NATS subject.
 	ErrSubject = errors.New("alerts: invalid subject")
 	// ErrInvalid is returned (wrapped) by Publish for an alert that is not
-	// publishable, and by Tail for a message that does not decode.
+	// publishable, and by Decode (so Tail and Last) for a message that
+	// does not decode.
 	ErrInvalid = errors.New("alerts: invalid alert")
-	// ErrSchema is returned (wrapped) by Tail for an alert of another schema
-	// version.
+	// ErrSchema is returned (wrapped) by Decode (so Tail and Last) for an
+	// alert of another schema version.
 	ErrSchema = errors.New("alerts: unsupported schema")
 )
 
@@ -306,7 +307,7 @@ func Tail(ctx context.Context, js jetstream.JetStream, prefix, graph string, del
 			}
 			return fmt.Errorf("alerts: consuming %s: %w", filter, err)
 		}
-		a, err := decode(msg.Data())
+		a, err := Decode(msg.Data())
 		if err != nil {
 			var seq uint64
 			if md, mdErr := msg.Metadata(); mdErr == nil {
@@ -357,14 +358,27 @@ func Last(ctx context.Context, s jetstream.Stream, prefix, graph string) (Alert,
 	case err != nil:
 		return Alert{}, false, fmt.Errorf("alerts: last alert on %s: %w", Subject(prefix, graph), err)
 	}
-	a, err := decode(m.Data)
+	a, err := Decode(m.Data)
 	if err != nil {
 		return Alert{}, false, fmt.Errorf("alerts: last alert on %s (stream seq %d): %w", Subject(prefix, graph), m.Sequence, err)
 	}
 	return a, true, nil
 }
 
-func decode(data []byte) (Alert, error) {
+// Decode reads one alert as the alert stream holds it (the body of a
+// message on <prefix>.alerts.<graph>), for a consumer that reads the
+// stream with its own client rather than Tail; Tail and Last decode with
+// it. Data that is not a JSON object of Alert's fields is ErrInvalid; an
+// alert whose schema field is not Schema (another version, or none) is
+// ErrSchema, so that a consumer refuses what it would misread (see the
+// package documentation's Versioning). Both are wrapped, for errors.Is.
+//
+// Decode checks the version, not every field against JSONSchema: fields
+// it does not know are ignored, as additive changes keep the version, and
+// a value out of the schema's range (a negative infected count) decodes
+// as it is. A consumer that wants the whole contract checked validates
+// data against JSONSchema with a JSON Schema validator first.
+func Decode(data []byte) (Alert, error) {
 	var a Alert
 	if err := json.Unmarshal(data, &a); err != nil {
 		return Alert{}, fmt.Errorf("%w: %w", ErrInvalid, err)

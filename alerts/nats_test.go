@@ -148,7 +148,7 @@ func TestPublishDeduplicatesRepublish(t *testing.T) {
 	require.Equal(t, a.ID, m.Header.Get(jetstream.MsgIDHeader))
 	require.Equal(t, a.Fingerprint+"-1", m.Header.Get(jetstream.MsgIDHeader))
 	require.Equal(t, "firing", m.Header.Get(HeaderStatus))
-	got, err := decode(m.Data)
+	got, err := Decode(m.Data)
 	require.NoError(t, err)
 	require.Equal(t, a.ObservedAt, got.ObservedAt, "the first copy is the one kept")
 	require.Equal(t, a.Sources, got.Sources)

@@ -133,3 +133,39 @@ func TestPublishedAlertsValidate(t *testing.T) {
 	}
 	require.True(t, slices.Equal([]Status{Firing, Updated, Resolved}, statuses), "%v", statuses)
 }
+
+// Decode refuses with the sentinel a caller tests for: ErrInvalid for a
+// body that is not an alert object, ErrSchema for another (or no)
+// version; never both.
+func TestDecodeWrapsItsSentinels(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       error
+	}{
+		{"v1", `{"schema":"sourcewatch.alert.v1","graph":"g","seq":1}`, nil},
+		{"unknown field kept out", `{"schema":"sourcewatch.alert.v1","later":true}`, nil},
+		{"v2", `{"schema":"sourcewatch.alert.v2"}`, ErrSchema},
+		{"no schema", `{"graph":"g"}`, ErrSchema},
+		{"null", `null`, ErrSchema},
+		{"array", `[]`, ErrInvalid},
+		{"truncated", `{"schema":"sourcewatch.alert.v1"`, ErrInvalid},
+		{"wrong type", `{"schema":"sourcewatch.alert.v1","seq":"one"}`, ErrInvalid},
+		{"empty", ``, ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := Decode([]byte(tc.body))
+			if tc.want == nil {
+				require.NoError(t, err)
+				require.Equal(t, Schema, a.Schema)
+				return
+			}
+			require.ErrorIs(t, err, tc.want)
+			for _, other := range []error{ErrInvalid, ErrSchema} {
+				if other != tc.want {
+					require.NotErrorIs(t, err, other)
+				}
+			}
+			require.Equal(t, Alert{}, a)
+		})
+	}
+}
