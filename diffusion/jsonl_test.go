@@ -3,6 +3,7 @@ package diffusion
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -129,6 +130,9 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 			_, err := ReadJSONL(strings.NewReader(good+"\n"+tc.line+"\n"+good+"\n"), g, "c.jsonl")
 			require.Error(t, err)
 			require.ErrorContains(t, err, tc.want)
+			// An unknown id, and only that, is graph.ErrUnknownNode
+			// through the line's context and errors.Join.
+			require.Equal(t, strings.HasPrefix(tc.name, "unknown"), errors.Is(err, graph.ErrUnknownNode), "%v", err)
 		})
 	}
 }

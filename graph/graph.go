@@ -15,6 +15,14 @@ import (
 // ErrEmpty is returned when a graph would have no nodes.
 var ErrEmpty = errors.New("graph has no nodes")
 
+// ErrUnknownNode is wrapped by every error that reports an id a graph
+// lacks (UnknownNode, so Lookup and the readers of other packages that
+// name nodes by id, as diffusion.ReadJSONL), so that a caller can tell a
+// wrong id in its input, which another id fixes, from other failures
+// with errors.Is. The message says which id and what the graph's ids look
+// like.
+var ErrUnknownNode = errors.New("unknown node")
+
 // Edge is one edge between dense node indices. W is the edge's weight
 // (infection probability); it is ignored when the graph is unweighted.
 type Edge struct {
@@ -293,7 +301,8 @@ func (g *Graph) WithoutWeights() *Graph {
 	return New(g.N(), g.Edges(), g.ids, g.directed, false)
 }
 
-// Lookup maps external ids to indices, failing on the first unknown id.
+// Lookup maps external ids to indices, failing on the first unknown id
+// with UnknownNode's error (ErrUnknownNode).
 func (g *Graph) Lookup(ids []string) ([]int, error) {
 	out := make([]int, len(ids))
 	for k, id := range ids {
@@ -377,20 +386,22 @@ func escapedID(id string) string {
 }
 
 // UnknownNode is the error for an id g lacks, found where (" in sources",
-// or ""): it shows the id escaped too when it holds invisible differences
-// (a decomposed "ë", a no-break space), g's id of the same text where it
-// has one (SameText), and otherwise what g's ids look like, for an id of
-// another naming scheme.
+// or ""), wrapping ErrUnknownNode: it shows the id escaped too when it
+// holds invisible differences (a decomposed "ë", a no-break space), g's id
+// of the same text where it has one (SameText), and otherwise what g's ids
+// look like, for an id of another naming scheme. Code outside this package
+// that finds an unknown id reports it with UnknownNode, so its callers can
+// test for ErrUnknownNode.
 func (g *Graph) UnknownNode(id, where string) error {
 	if match, how, ok := g.SameText(id); ok {
-		return fmt.Errorf("unknown node %q%s%s: the graph has %s, the same text %s; ids are compared byte for byte, so send the graph's", id, escapedID(id), where, strconv.QuoteToASCII(match), how)
+		return fmt.Errorf("%w %q%s%s: the graph has %s, the same text %s; ids are compared byte for byte, so send the graph's", ErrUnknownNode, id, escapedID(id), where, strconv.QuoteToASCII(match), how)
 	}
 	escaped := escapedID(id)
 	var like []string
 	for _, x := range g.ids[:min(3, len(g.ids))] {
 		like = append(like, strconv.Quote(x))
 	}
-	return fmt.Errorf("unknown node %q%s%s (the graph's ids look like %s)", id, escaped, where, strings.Join(like, ", "))
+	return fmt.Errorf("%w %q%s%s (the graph's ids look like %s)", ErrUnknownNode, id, escaped, where, strings.Join(like, ", "))
 }
 
 // Names maps indices to external ids.

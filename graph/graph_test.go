@@ -305,3 +305,35 @@ func TestSameText(t *testing.T) {
 		require.Equal(t, tc.how, how, "%q", tc.id)
 	}
 }
+
+// Every report of an id the graph lacks wraps ErrUnknownNode, whatever
+// the hint it adds, so a caller can tell a wrong id from other failures;
+// the message keeps its "unknown node" lead.
+func TestUnknownNodeWrapsErrUnknownNode(t *testing.T) {
+	g, err := Read(strings.NewReader("Zo\u00eb b\nb c\n"), "u.edges")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		err  func() error
+		want string
+	}{
+		{"lookup, plain id", func() error { _, err := g.Lookup([]string{"b", "x"}); return err }, `unknown node "x" (the graph's ids look like`},
+		{"lookup, same text", func() error { _, err := g.Lookup([]string{"Zoe\u0308"}); return err }, `the same text composed (NFC)`},
+		{"lookup, white space", func() error { _, err := g.Lookup([]string{" b"}); return err }, `the same text without the white space around it`},
+		{"lookup, zero-width", func() error { _, err := g.Lookup([]string{"b\u200b"}); return err }, `without its zero-width characters`},
+		{"UnknownNode with where", func() error { return g.UnknownNode("q", " in sources") }, `unknown node "q" in sources`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.err()
+			require.ErrorIs(t, err, ErrUnknownNode)
+			require.NotErrorIs(t, err, ErrEmpty)
+			require.ErrorContains(t, err, tc.want)
+			require.True(t, strings.HasPrefix(err.Error(), "unknown node "), "%v", err)
+		})
+	}
+	_, err = g.Lookup([]string{"c", "b"})
+	require.NoError(t, err)
+	_, err = Read(strings.NewReader("# nothing\n"), "e.edges")
+	require.ErrorIs(t, err, ErrEmpty)
+	require.NotErrorIs(t, err, ErrUnknownNode)
+}
