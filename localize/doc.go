@@ -86,4 +86,52 @@
 // prior has nothing to learn, and on some graphs it then costs ranking,
 // so every choice above is made with and without it and the bundle keeps
 // the schedule whose validation ROC-AUC is higher.
+//
+// # Using it from Go
+//
+// A bundle file (from `sourcewatch train`, or Train and Bundle.WriteFile)
+// holds all inference needs besides the forward model's code. LoadBundle
+// reads it (WithoutVAE skips decoding the network inference does not
+// read), LaunchForward starts the bundle's forward plugin from a
+// directory of sourcewatch-forward-<name> binaries, refusing a binary
+// whose SHA-256 is not the one the bundle recorded (or
+// LaunchOptions.Checksum pins), and configures it with the bundle's
+// state; Solve then localizes an observation y, 1 for each node seen
+// infected and 0 for the others, indexed as b.Graph (Graph.Lookup maps
+// ids to indices, graph.ErrUnknownNode for one it lacks):
+//
+//	b, err := localize.LoadBundle("my.swb", nil, localize.WithoutVAE())
+//	f, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{PluginDir: "bin"})
+//	defer f.Close()
+//	res, err := localize.Solve(ctx, b, f, y, b.Options())
+//	// res.Sources: node indices, highest score first (then the floor's,
+//	// see Result.Sources); b.Graph.ID names them.
+//
+// Any Forward will do in place of the plugin (a forward.Model in the same
+// process, as ExampleSolve runs icmf), but LaunchForward is what checks
+// the binary and supervises the process: a crashed or hung plugin is
+// relaunched and the call retried once. The supervised plugin is safe
+// for concurrent calls.
+//
+// Give Solve the bundle's options, b.Options(), changed field by field,
+// as `sourcewatch localize` does, rather than an Options built from
+// zero: a zero field takes DefaultOptions' value, the paper's schedule
+// (Full, R = 8, 20 + 50 steps), not the schedule and step counts the
+// bundle's delta was chosen with (`sourcewatch train` records DataInit
+// and, unless --opt-steps is given, the n_opt validation chose). Of a
+// partly set Options, also:
+//
+//   - InitSteps and OptSteps take the defaults only when both are zero:
+//     OptSteps set alone runs no stage 1;
+//   - a zero PriorWeight is the bundle's calibrated weight (1 for a
+//     bundle without one), and Bundle.Options sets it;
+//   - a positive Threshold replaces not only the bundle's delta but its
+//     count rule (SourceRule) and the floor of lone infected nodes and
+//     components too: the source set is then every node scored at or
+//     above it; the bundle's ranking still applies;
+//   - a zero Seed is seed 1; bundles do not record a seed.
+//
+// The same holds for TrainConfig.Solve: a zero Variant trains and
+// records the paper's Full, where `sourcewatch train` uses DataInit
+// unless told otherwise.
 package localize
