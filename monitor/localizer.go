@@ -32,10 +32,33 @@ type ModelInfo struct {
 
 // Localizer finds sources in an observation y in [0,1]^n of one graph. The
 // daemon calls Localize for one graph at a time and Close once, after the
-// last call. A Localizer may also implement Healthy() bool, which /readyz
-// and the status endpoint report, and Restarts() int, the number of times
-// it relaunched its plugin, which feeds sourcewatch_plugin_restarts_total
-// (Daemon.PluginRestarted is the push alternative).
+// last call.
+//
+// A Localizer may also have any of these methods, which the daemon finds
+// by type assertion, so a stand-in for tests or another model needs none
+// of them:
+//
+//   - Healthy() bool: whether it can answer now (its plugin process is
+//     up). /readyz and the status endpoint report it; one found unhealthy
+//     between inferences, or after an inference failed, is replaced (see
+//     Relaunch) while the graph's restarts allow. Without it a Localizer
+//     is always healthy, and a failed inference is only an error.
+//   - Restarts() int: how many times it relaunched its plugin itself,
+//     which feeds sourcewatch_plugin_restarts_total
+//     (Daemon.PluginRestarted is the push alternative).
+//   - Model() ModelInfo: the bundle and forward plugin it runs, which the
+//     status endpoint reports and the start and reload log lines name; a
+//     reload that changes it counts as a changed model even when no
+//     config key changed (a bundle retrained in place).
+//   - Relaunch(ctx context.Context) (Localizer, error): a new Localizer on
+//     the model this one loaded (a new plugin process for the same
+//     bundle), which replaces it when it turned unhealthy, so a bundle
+//     file replaced since takes effect at a reload, not at a plugin's
+//     death. Without it the LocalizerFactory builds the replacement. The
+//     daemon closes the old one once the new one is in place.
+//
+// The Model field of each Inference, not Model(), names the model in the
+// alerts.
 type Localizer interface {
 	Localize(ctx context.Context, y []float64) (Inference, error)
 	Close() error

@@ -1,0 +1,113 @@
+package monitor_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/monitor"
+)
+
+// infectedAreSources is a stand-in Localizer: it names every node the
+// observation calls infected. A real one runs a bundle
+// (BundleLocalizers); the daemon needs only Localize and Close.
+type infectedAreSources struct{}
+
+func (infectedAreSources) Localize(_ context.Context, y []float64) (monitor.Inference, error) {
+	inf := monitor.Inference{Scores: make([]float64, len(y)), Probability: make([]float64, len(y)), Threshold: 0.5}
+	for v, yv := range y {
+		if yv > 0 {
+			inf.Scores[v], inf.Probability[v] = 1, 1
+			inf.Sources = append(inf.Sources, v)
+		}
+	}
+	return inf, nil
+}
+
+func (infectedAreSources) Close() error { return nil }
+
+// A Daemon runs in process with the embedded NATS server (state under a
+// temporary data_dir), a graph the caller already loaded and a Localizer
+// of the caller's own. One event in, one alert out; cancelling Run's
+// context shuts it down cleanly, and Run returns nil.
+func ExampleNew() {
+	dir, err := os.MkdirTemp("", "sourcewatch-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	g, err := graph.Read(strings.NewReader("a b\nb c\nc d\n"), "path.edges")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	cfg := monitor.DefaultConfig()
+	cfg.DataDir = dir
+	cfg.NATS.Listen = "127.0.0.1:0" // the embedded server, on a free port
+	cfg.HTTP.Addr = ""              // no HTTP endpoints
+	gc := monitor.DefaultGraphConfig("path")
+	// Edges and Bundle must be set; WithGraphs and the factory below
+	// mean neither file is read.
+	gc.Edges, gc.Bundle = "path.edges", "unused.swb"
+	gc.Interval = 20 * time.Millisecond
+	cfg.Graphs = []monitor.GraphConfig{gc}
+
+	d, err := monitor.New(cfg,
+		monitor.WithGraphs(map[string]*graph.Graph{"path": g}),
+		monitor.WithLocalizerFactory(func(context.Context, monitor.GraphConfig, *graph.Graph) (monitor.Localizer, error) {
+			return infectedAreSources{}, nil
+		}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	select {
+	case <-d.Ready():
+	case err := <-done:
+		log.Fatal(err)
+	}
+
+	nc, err := nats.Connect(d.ClientURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	event := fmt.Sprintf(`{"node":"c","state":"infected","ts":%q}`, time.Now().UTC().Format(time.RFC3339Nano))
+	if _, err := js.Publish(ctx, "sourcewatch.events.path", []byte(event)); err != nil {
+		log.Fatal(err)
+	}
+
+	tailCtx, stopTail := context.WithTimeout(ctx, 10*time.Second)
+	err = alerts.Tail(tailCtx, js, "sourcewatch", "path", func(a alerts.Alert) error {
+		var nodes []string
+		for _, src := range a.Sources {
+			nodes = append(nodes, src.Node)
+		}
+		fmt.Println(a.Status, a.Graph, nodes)
+		stopTail()
+		return nil
+	}, alerts.FromStart())
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	cancel()
+	fmt.Println("stopped:", <-done)
+	// Output:
+	// firing path [c]
+	// stopped: <nil>
+}
