@@ -144,30 +144,48 @@ func CheckForward(m *Manifest, o LaunchOptions) error {
 	return nil
 }
 
+// pinnedChecksum is the hex SHA-256 o holds m's plugin to: o.Checksum
+// when set, else the one the bundle records, when o runs the plugin the
+// bundle names; "" when nothing pins one.
+func (o LaunchOptions) pinnedChecksum(m *Manifest) string {
+	if o.Checksum != "" {
+		return o.Checksum
+	}
+	if o.Forward != "" && o.Forward != m.Forward.Name {
+		return ""
+	}
+	return m.Forward.SHA256
+}
+
+// Unverified reports whether LaunchForward (and CheckForward) run the
+// plugin of a bundle with manifest m with no checksum check: nothing pins
+// its SHA-256 (neither o.Checksum nor, for the plugin the bundle names,
+// the bundle's record) and o.AllowUnverified lets it run anyway. It is
+// the decision those make, not a copy of it; without AllowUnverified such
+// a launch fails with ErrUnverified instead.
+func (o LaunchOptions) Unverified(m *Manifest) bool {
+	return o.AllowUnverified && o.pinnedChecksum(m) == ""
+}
+
 // resolvePlugin returns the path of the plugin binary o runs for m and
-// the SHA-256 it must have: nil only where o allows an unverified plugin.
+// the SHA-256 it must have: nil only where o allows an unverified plugin
+// (o.Unverified).
 func resolvePlugin(m *Manifest, o LaunchOptions) (path string, want []byte, err error) {
 	name := o.PluginName(m)
 	path, err = forward.PluginPath(o.PluginDir, name)
 	if err != nil {
 		return "", nil, err
 	}
-	sum := m.Forward.SHA256
-	if o.Forward != "" && o.Forward != m.Forward.Name {
-		sum = ""
-	}
-	if o.Checksum != "" {
-		sum = o.Checksum
-	}
+	sum := o.pinnedChecksum(m)
 	switch {
+	case o.Unverified(m):
+		return path, nil, nil
 	case sum != "":
 		want, err = hex.DecodeString(sum)
 		if err != nil {
 			return "", nil, fmt.Errorf("forward plugin %s: recorded checksum %q is not hex: %w", path, sum, err)
 		}
 		return path, want, nil
-	case o.AllowUnverified:
-		return path, nil, nil
 	case name != m.Forward.Name && m.Forward.SHA256 != "":
 		return "", nil, fmt.Errorf("%w: bundle %s records the SHA-256 of %s, not of %s (the forward override): pin that build's SHA-256 with forward_checksum or --forward-checksum (plugin check it first), or set allow_unverified to run it unchecked", ErrUnverified, m.ID, m.Forward.Name, path)
 	default:

@@ -90,3 +90,44 @@ func TestLaunchForwardWarnsOfAPluginOthersCanReplace(t *testing.T) {
 	require.Equal(t, path, warned[0].ContextMap()["plugin"])
 	require.Contains(t, warned[0].ContextMap()["problems"], "plugin directory "+dir+" is writable by every user (mode 0777)")
 }
+
+// Unverified is what resolvePlugin decides for a launch: true exactly
+// where the plugin runs with no SHA-256 to check, so what a daemon reports
+// as unverified cannot drift from what it launched.
+func TestUnverifiedIsTheLaunchsDecision(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"icmf", "icmf2"} {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, forward.BinaryPrefix+name), []byte("#!/bin/sh\n"), 0o755))
+	}
+	const sum = "00ff"
+	for _, tc := range []struct {
+		name       string
+		recorded   string
+		o          LaunchOptions
+		unverified bool
+		err        error
+	}{
+		{"recorded", sum, LaunchOptions{}, false, nil},
+		{"recorded, allow_unverified", sum, LaunchOptions{AllowUnverified: true}, false, nil},
+		{"none recorded", "", LaunchOptions{}, false, ErrUnverified},
+		{"none recorded, allow_unverified", "", LaunchOptions{AllowUnverified: true}, true, nil},
+		{"none recorded, pinned", "", LaunchOptions{Checksum: sum, AllowUnverified: true}, false, nil},
+		{"the bundle's plugin named", sum, LaunchOptions{Forward: "icmf", AllowUnverified: true}, false, nil},
+		{"an override, allow_unverified", sum, LaunchOptions{Forward: "icmf2", AllowUnverified: true}, true, nil},
+		{"an override, pinned", sum, LaunchOptions{Forward: "icmf2", Checksum: sum, AllowUnverified: true}, false, nil},
+		{"an override", sum, LaunchOptions{Forward: "icmf2"}, false, ErrUnverified},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &Manifest{ID: "swb-1", Forward: ForwardRef{Name: "icmf", SHA256: tc.recorded}}
+			tc.o.PluginDir = dir
+			require.Equal(t, tc.unverified, tc.o.Unverified(m))
+			_, want, err := resolvePlugin(m, tc.o)
+			if tc.err != nil {
+				require.ErrorIs(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.unverified, want == nil, "the launch checks a checksum unless Unverified")
+		})
+	}
+}

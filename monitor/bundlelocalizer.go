@@ -24,7 +24,10 @@ type bundleLocalizer struct {
 	model  ModelInfo
 	// launch is how proc was launched, for Relaunch.
 	launch localize.LaunchOptions
-	name   string // the graph's
+	// unverified is launch.Unverified for the bundle: proc runs with no
+	// checksum check.
+	unverified bool
+	name       string // the graph's
 }
 
 // BundleLocalizers returns the daemon's LocalizerFactory for SL-VAE
@@ -104,6 +107,9 @@ func launchBundle(ctx context.Context, name string, b *localize.Bundle, o locali
 	return &bundleLocalizer{
 		bundle: b, proc: proc, opts: b.Options(), launch: o, name: name,
 		model: ModelInfo{Bundle: b.Manifest.ID, Forward: run, ForwardVersion: info.Version},
+		// The launch's own decision (LaunchForward skips the check where
+		// o.Unverified holds), so status cannot say otherwise.
+		unverified: o.Unverified(&b.Manifest),
 	}, nil
 }
 
@@ -161,6 +167,10 @@ func launchOptions(pluginDir string, gc GraphConfig) localize.LaunchOptions {
 
 // Model names the bundle and the forward plugin that answered Info.
 func (l *bundleLocalizer) Model() ModelInfo { return l.model }
+
+// Unverified reports whether the plugin was launched (and is relaunched)
+// with no checksum check: allow_unverified with no SHA-256 pinned.
+func (l *bundleLocalizer) Unverified() bool { return l.unverified }
 
 func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (Inference, error) {
 	l.mu.Lock()

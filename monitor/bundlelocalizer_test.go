@@ -101,11 +101,19 @@ func TestBundleLocalizers(t *testing.T) {
 
 // A graph run on a pinned build under another name (icmf2 beside icmf,
 // as UPGRADING describes) is named by that file in its alerts, though the
-// process reports icmf: the operator can tell which build answered.
+// process reports icmf: the operator can tell which build answered. And
+// its status says when the plugin runs with no checksum check: only where
+// the launch skipped it (allow_unverified with nothing pinned), not merely
+// because allow_unverified is set.
 func TestBundleLocalizerNamesThePluginRun(t *testing.T) {
 	plugin, sum, g, b, cs := karateICMFBundle(t)
 	bundle := filepath.Join(t.TempDir(), "karate.swb")
 	require.NoError(t, b.WriteFile(bundle))
+	// The same bundle recording no checksum for its plugin.
+	unrecorded := *b
+	unrecorded.Manifest.Forward.SHA256 = ""
+	bundleUnrecorded := filepath.Join(t.TempDir(), "karate-unrecorded.swb")
+	require.NoError(t, unrecorded.WriteFile(bundleUnrecorded))
 	dir := t.TempDir()
 	bin, err := os.ReadFile(plugin)
 	require.NoError(t, err)
@@ -116,11 +124,22 @@ func TestBundleLocalizerNamesThePluginRun(t *testing.T) {
 	for _, v := range cs[35].Infected {
 		y[v] = 1
 	}
-	for _, tc := range []struct{ forward, want string }{{"", "icmf"}, {"icmf2", "icmf2"}} {
-		t.Run(tc.want, func(t *testing.T) {
+	for _, tc := range []struct {
+		name, bundle, forward, want string
+		pin, allowUnverified        bool
+		unverified                  bool
+	}{
+		{name: "icmf", bundle: bundle, want: "icmf"},
+		{name: "icmf2", bundle: bundle, forward: "icmf2", want: "icmf2", pin: true},
+		{name: "allow_unverified, recorded", bundle: bundle, want: "icmf", allowUnverified: true},
+		{name: "allow_unverified, pinned", bundle: bundle, forward: "icmf2", want: "icmf2", pin: true, allowUnverified: true},
+		{name: "icmf2 unverified", bundle: bundle, forward: "icmf2", want: "icmf2", allowUnverified: true, unverified: true},
+		{name: "unrecorded unverified", bundle: bundleUnrecorded, want: "icmf", allowUnverified: true, unverified: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			gc := DefaultGraphConfig("karate")
-			gc.Bundle, gc.Forward = bundle, tc.forward
-			if tc.forward != "" {
+			gc.Bundle, gc.Forward, gc.AllowUnverified = tc.bundle, tc.forward, tc.allowUnverified
+			if tc.pin {
 				gc.ForwardChecksum = hex.EncodeToString(sum)
 			}
 			core, logs := observer.New(zapcore.InfoLevel)
@@ -130,12 +149,22 @@ func TestBundleLocalizerNamesThePluginRun(t *testing.T) {
 			inf, err := l.Localize(t.Context(), y)
 			require.NoError(t, err)
 			require.Equal(t, ModelInfo{Bundle: b.Manifest.ID, Forward: tc.want, ForwardVersion: icmf.Version}, inf.Model)
+			// What status reports, from the launch's own decision, which
+			// also logged its warning.
+			require.Equal(t, &GraphModel{ModelRef: alerts.ModelRef{Bundle: b.Manifest.ID, Forward: tc.want, ForwardVersion: icmf.Version}, Unverified: tc.unverified},
+				graphModel(l))
+			require.Equal(t, tc.unverified, logs.FilterMessageSnippet("without checksum verification").Len() == 1)
+			// A relaunch runs as unchecked as the launch did.
+			re, err := l.(*bundleLocalizer).Relaunch(t.Context())
+			require.NoError(t, err)
+			defer re.Close()
+			require.Equal(t, graphModel(l), graphModel(re))
 			renamed := logs.FilterMessageSnippet("reports another name than its file's").All()
 			if tc.forward == "" {
 				require.Empty(t, renamed)
 				return
 			}
-			require.Len(t, renamed, 1)
+			require.Len(t, renamed, 2, "the launch and the relaunch")
 			require.Equal(t, "icmf", renamed[0].ContextMap()["reported_name"])
 		})
 	}

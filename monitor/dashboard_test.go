@@ -272,4 +272,22 @@ func TestStatusNamesEachGraphsModel(t *testing.T) {
 	_, body := get(t, "http://"+r.d.HTTPAddr()+"/")
 	require.Contains(t, body, "<td>q-v2.swb, fake 1</td>")
 	require.Contains(t, body, "<td>p.swb, fake 1</td>")
+	require.NotContains(t, body, ">unverified<")
+}
+
+// A graph whose forward plugin runs with no checksum check is marked so,
+// in red, beside its model; a checked one is not.
+func TestDashboardMarksAnUnverifiedPlugin(t *testing.T) {
+	model := func(unverified bool) *GraphModel {
+		return &GraphModel{ModelRef: alerts.ModelRef{Bundle: "b.swb", Forward: "icmf2", ForwardVersion: "1"}, Unverified: unverified}
+	}
+	var buf bytes.Buffer
+	require.NoError(t, dashboardTmpl.Execute(&buf, dashboardData{
+		Status: Status{Graphs: []GraphStatus{{Name: "checked", Model: model(false)}, {Name: "unchecked", Model: model(true)}}},
+		Now:    time.Now(), MaxShown: dashboardSources,
+	}))
+	page := buf.String()
+	require.Contains(t, page, "<td>b.swb, icmf2 1</td>", "the checked graph, unmarked")
+	require.Contains(t, page, `<td>b.swb, icmf2 1 <span class="bad" title="the forward plugin was launched without checksum verification (allow_unverified)">unverified</span></td>`)
+	require.Equal(t, 1, strings.Count(page, ">unverified</span>"))
 }

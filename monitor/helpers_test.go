@@ -41,6 +41,9 @@ type fakeLocalizer struct {
 	// each VJP does (its supervisor brings it back between calls).
 	dieOnEveryCall atomic.Bool
 	tag            string
+	// unverified is what Unverified reports, as the bundle localizer of
+	// a plugin launched with no checksum check does.
+	unverified bool
 	// overlap counts calls made while another was running on the same
 	// localizer; the daemon promises none.
 	overlap atomic.Int32
@@ -81,8 +84,9 @@ func (f *fakeLocalizer) Close() error { f.closed.Store(true); return nil }
 func (f *fakeLocalizer) Model() ModelInfo {
 	return ModelInfo{Bundle: f.tag + f.version, Forward: "fake", ForwardVersion: "1"}
 }
-func (f *fakeLocalizer) Healthy() bool { return !f.sick.Load() }
-func (f *fakeLocalizer) Restarts() int { return int(f.restarts.Load()) }
+func (f *fakeLocalizer) Healthy() bool    { return !f.sick.Load() }
+func (f *fakeLocalizer) Unverified() bool { return f.unverified }
+func (f *fakeLocalizer) Restarts() int    { return int(f.restarts.Load()) }
 
 // infectedAreSources is a script that calls the lowest-indexed infected
 // node the source, with scores falling by index.

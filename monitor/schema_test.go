@@ -243,7 +243,7 @@ func TestServiceRepliesValidate(t *testing.T) {
 			inf.Note = "outside the training range"
 			return inf
 		}
-	}}
+	}, onMake: func(_ int, l *fakeLocalizer) { l.unverified = true }}
 	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory(f.factory),
 		WithReload(func(context.Context) (Config, error) { return cfg, nil }))
 
@@ -256,8 +256,10 @@ func TestServiceRepliesValidate(t *testing.T) {
 	require.Contains(t, string(m.Data), `"note"`)
 	require.NoError(t, validateJSON(t, localizeReply, m.Data), "%s", m.Data)
 
-	// An empty daemon's status, then one with an alert and a reload.
+	// An empty daemon's status (its plugin unverified), then one with an
+	// alert and a reload.
 	m = request(t, r.nc, "sourcewatch.svc.status", nil)
+	require.Contains(t, string(m.Data), `"model":{"bundle":"p.swb","forward":"fake","forward_version":"1","unverified":true}`)
 	require.NoError(t, validateJSON(t, statusReply, m.Data), "%s", m.Data)
 	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
 	require.Eventually(t, func() bool { return r.d.Status().Graphs[0].LastAlert != nil }, 10*time.Second, 5*time.Millisecond)
@@ -282,6 +284,7 @@ func TestServiceRepliesValidate(t *testing.T) {
 	var st Status
 	require.NoError(t, json.Unmarshal(m.Data, &st))
 	g := &st.Graphs[0]
+	require.True(t, g.Model.Unverified)
 	g.Replaying, g.LastError = true, "localizer: plugin exited"
 	g.PendingAlerts = []alerts.Alert{*g.LastAlert, *g.LastAlert}
 	st.LastReload = &ReloadStatus{At: time.Now(), OK: false, Error: "graphs[0].bundle: no such file"}
@@ -292,6 +295,15 @@ func TestServiceRepliesValidate(t *testing.T) {
 	require.Error(t, validateJSON(t, localizeReply, LocalizeResponse{Graph: "p", Threshold: 2, Sources: []alerts.Source{}, CredibleSet: []string{}}))
 	require.Error(t, validateJSON(t, reloadReply, map[string]any{"reloaded": false}))
 	require.Error(t, validateJSON(t, statusReply, map[string]any{"version": "x", "ready": true, "graphs": []any{}, "uptime": 1}), "strict")
+	// unverified is there when true, absent otherwise: never false.
+	var raw map[string]any
+	require.NoError(t, json.Unmarshal(m.Data, &raw))
+	model := raw["graphs"].([]any)[0].(map[string]any)["model"].(map[string]any)
+	require.Equal(t, true, model["unverified"])
+	model["unverified"] = false
+	require.Error(t, validateJSON(t, statusReply, raw), "unverified false")
+	delete(model, "unverified")
+	require.NoError(t, validateJSON(t, statusReply, raw), "unverified absent")
 }
 
 // A bad event is reported as an event, not also as a failed array (the

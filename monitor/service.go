@@ -127,7 +127,7 @@ type GraphStatus struct {
 	// many graphs, how to see which model each serves, and that a reload
 	// of one graph's bundle took, before the graph's next alert. Absent
 	// when its localizer does not say.
-	Model *alerts.ModelRef `json:"model,omitempty"`
+	Model *GraphModel `json:"model,omitempty"`
 	// Replaying is whether the window is still applying the events queued
 	// before this process bound its consumer; no alert is made meanwhile.
 	Replaying bool   `json:"replaying,omitempty"`
@@ -142,6 +142,35 @@ type GraphStatus struct {
 	// in an answer too large to send with them (Status.AlertsOmitted).
 	LastAlertID  string `json:"last_alert_id,omitempty"`
 	PendingCount int    `json:"pending_count,omitempty"`
+}
+
+// GraphModel is the model a graph runs, in its status: the bundle and
+// forward plugin as an alert names them, and whether that plugin runs
+// unchecked.
+type GraphModel struct {
+	alerts.ModelRef
+	// Unverified is true when the running forward plugin was launched
+	// with no checksum check (allow_unverified, and no SHA-256 recorded
+	// for it by the bundle or pinned by forward_checksum): whatever file
+	// was at its path ran. Absent (false) otherwise.
+	Unverified bool `json:"unverified,omitempty"`
+}
+
+// unverifiedReporter is the optional report of a Localizer whose plugin
+// may run with no checksum check (the bundle localizer's).
+type unverifiedReporter interface{ Unverified() bool }
+
+// graphModel is l's model for its graph's status, nil when l does not say.
+func graphModel(l Localizer) *GraphModel {
+	m := modelOf(l)
+	if m == (ModelInfo{}) {
+		return nil
+	}
+	gm := &GraphModel{ModelRef: alerts.ModelRef{Bundle: m.Bundle, Forward: m.Forward, ForwardVersion: m.ForwardVersion}}
+	if ur, ok := l.(unverifiedReporter); ok {
+		gm.Unverified = ur.Unverified()
+	}
+	return gm
 }
 
 // Status is the answer of <prefix>.svc.status.
@@ -225,9 +254,7 @@ func (d *Daemon) Status() Status {
 		if e := gr.lastErr.Load(); e != nil {
 			gs.LastError = *e
 		}
-		if m := modelOf(gr.loc.Load().localizer()); m != (ModelInfo{}) {
-			gs.Model = &alerts.ModelRef{Bundle: m.Bundle, Forward: m.Forward, ForwardVersion: m.ForwardVersion}
-		}
+		gs.Model = graphModel(gr.loc.Load().localizer())
 		st.Graphs = append(st.Graphs, gs)
 	}
 	return st
