@@ -132,7 +132,9 @@
 // The NATS micro service "sourcewatch" answers on <prefix>.svc.localize,
 // <prefix>.svc.window (the nodes a graph's window holds now),
 // <prefix>.svc.status and <prefix>.svc.reload; HTTP serves /healthz,
-// /readyz (NATS connected, consumers bound, localizers healthy), /status,
+// /readyz (NATS connected, consumers bound, localizers healthy; with
+// ?graph=NAME, that graph's localizer and consumer and the daemon's
+// problems that stop every graph, 404 for a graph it does not run), /status,
 // /metrics (Prometheus, on a registry of the daemon's own) and, at /, a
 // dashboard rendering /status and /readyz for a browser. An error answer
 // echoes at most 64 bytes of a caller's graph name or node id, and an

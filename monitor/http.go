@@ -2,6 +2,8 @@ package monitor
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/pprof"
 
@@ -125,14 +127,7 @@ func (d *Daemon) handler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		problems := d.readiness()
-		w.Header().Set("Content-Type", "application/json")
-		if len(problems) > 0 {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"ready": len(problems) == 0, "problems": problems})
-	})
+	mux.HandleFunc("GET /readyz", d.serveReadyz)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(d.Status())
@@ -156,4 +151,42 @@ func (d *Daemon) handler() http.Handler {
 		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// serveReadyz answers /readyz: 200 when the daemon is ready, 503 with the
+// problems otherwise. With ?graph=NAME it answers for that graph alone:
+// the daemon's problems that keep every graph from working (starting,
+// standby, NATS, the consumers, the state store) and the graph's own, so
+// one graph's unhealthy plugin does not fail the others' probes; 404 for
+// a graph the daemon does not run, 400 for an empty or repeated graph.
+func (d *Daemon) serveReadyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	names, perGraph := r.URL.Query()["graph"]
+	if !perGraph {
+		problems := d.readiness()
+		if len(problems) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"ready": len(problems) == 0, "problems": problems})
+		return
+	}
+	if len(names) != 1 {
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(map[string]any{"ready": false, "error": fmt.Sprintf("graph is given %d times: name one graph", len(names))})
+		return
+	}
+	problems, err := d.graphReadiness(names[0])
+	if err != nil {
+		code := http.StatusNotFound
+		if !errors.Is(err, ErrUnknownGraph) {
+			code = http.StatusBadRequest // an empty name
+		}
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(map[string]any{"ready": false, "error": err.Error()})
+		return
+	}
+	if len(problems) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(map[string]any{"ready": len(problems) == 0, "graph": names[0], "problems": problems})
 }

@@ -659,6 +659,133 @@ func TestLocalizeWithoutReplyIsSkipped(t *testing.T) {
 	require.EqualValues(t, 1, f.all()[0].calls.Load(), "only the request was localized")
 }
 
+// /readyz?graph=NAME answers for one graph: the daemon's problems that
+// keep every graph from working (standby, the state store, NATS) and that
+// graph's own, not another graph's; 404 naming an unknown graph, 400 for
+// an empty or repeated one. Two replicas of graphs p and q on a shared
+// server, a is active and b stands by.
+func TestReadyzForOneGraph(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	cfgFor := func(id string) Config {
+		cfg := testConfig(t, "p", "q")
+		cfg.NATS.URL = s.ClientURL()
+		// Long enough that a keeps its lease through the NATS outage
+		// below (it gives up two thirds of a TTL after its last renewal).
+		cfg.HA = HAConfig{Enabled: true, Replica: id, LeaseTTL: 30 * time.Second}
+		cfg.SnapshotInterval = 50 * time.Millisecond
+		for i := range cfg.Graphs {
+			cfg.Graphs[i].MinInfected = 1000 // no inference here
+		}
+		return cfg
+	}
+	a := runReplica(t, cfgFor("a"), preload(t, 6, "p", "q"))
+	require.Eventually(t, a.ready, 30*time.Second, 5*time.Millisecond, "the first replica becomes active")
+	b := runReplica(t, cfgFor("b"), preload(t, 6, "p", "q"))
+	localizerOf := func(graph string) *fakeLocalizer {
+		for _, l := range a.f.all() {
+			if l.tag == graph+".swb" {
+				return l
+			}
+		}
+		t.Fatalf("no localizer of graph %s", graph)
+		return nil
+	}
+
+	type probe struct {
+		r     *replica
+		query string
+		code  int
+		// problems are the answer's problems, each given by its start;
+		// err is what an error answer's error contains.
+		problems []string
+		err      string
+	}
+	unknown := `unknown graph: "nope" (graphs: p, q)`
+	for _, step := range []struct {
+		name   string
+		setup  func(t *testing.T)
+		probes []probe
+	}{
+		{name: "ready", probes: []probe{
+			{r: a, query: "", code: http.StatusOK},
+			{r: a, query: "?graph=p", code: http.StatusOK},
+			{r: a, query: "?graph=q", code: http.StatusOK},
+			{r: b, query: "", code: http.StatusServiceUnavailable, problems: []string{"standby: replica a is active"}},
+			{r: b, query: "?graph=p", code: http.StatusServiceUnavailable, problems: []string{"standby: replica a is active"}},
+			{r: b, query: "?graph=nope", code: http.StatusNotFound, err: unknown},
+		}},
+		{name: "q's plugin down", setup: func(*testing.T) { localizerOf("q").sick.Store(true) }, probes: []probe{
+			{r: a, query: "", code: http.StatusServiceUnavailable, problems: []string{"graph q: localizer unhealthy"}},
+			{r: a, query: "?graph=p", code: http.StatusOK},
+			{r: a, query: "?graph=q", code: http.StatusServiceUnavailable, problems: []string{"graph q: localizer unhealthy"}},
+		}},
+		{name: "no such graph", probes: []probe{
+			{r: a, query: "?graph=nope", code: http.StatusNotFound, err: unknown},
+			{r: a, query: "?graph=", code: http.StatusBadRequest, err: `"graph" is missing or empty: name one of p, q`},
+			{r: a, query: "?graph=p&graph=q", code: http.StatusBadRequest, err: "graph is given 2 times: name one graph"},
+		}},
+		{name: "the state store refuses writes", setup: func(t *testing.T) {
+			localizerOf("q").sick.Store(false)
+			require.NoError(t, js.DeleteKeyValue(t.Context(), StateBucket))
+			(&running{js: js}).publish(t, "p", Event{Node: "1", State: StateInfected}, "") // a window to save
+		}, probes: []probe{
+			{r: a, query: "?graph=p", code: http.StatusServiceUnavailable, problems: []string{"snapshots: the last write failed: "}},
+			{r: a, query: "?graph=q", code: http.StatusServiceUnavailable, problems: []string{"snapshots: the last write failed: "}},
+		}},
+		{name: "nats gone", setup: func(*testing.T) { s.Shutdown() }, probes: []probe{
+			{r: a, query: "?graph=p", code: http.StatusServiceUnavailable, problems: []string{"nats: not connected", "snapshots: the last write failed: "}},
+			{r: b, query: "?graph=q", code: http.StatusServiceUnavailable, problems: []string{"standby: replica a is active (as last seen)", "nats: not connected"}},
+			{r: a, query: "?graph=nope", code: http.StatusNotFound, err: unknown},
+		}},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			if step.setup != nil {
+				step.setup(t)
+			}
+			for _, p := range step.probes {
+				var (
+					code int
+					body string
+					got  struct {
+						Ready    bool     `json:"ready"`
+						Graph    string   `json:"graph"`
+						Problems []string `json:"problems"`
+						Error    string   `json:"error"`
+					}
+				)
+				matches := func() bool {
+					code, body = get(t, "http://"+p.r.d.HTTPAddr()+"/readyz"+p.query)
+					got.Problems = nil
+					if code != p.code || json.Unmarshal([]byte(body), &got) != nil || len(got.Problems) != len(p.problems) {
+						return false
+					}
+					for i, want := range p.problems {
+						if !strings.HasPrefix(got.Problems[i], want) {
+							return false
+						}
+					}
+					return true
+				}
+				// A setup takes effect within a snapshot interval or a
+				// reconnect attempt.
+				require.Eventually(t, matches, 10*time.Second, 10*time.Millisecond, "%s%s: %d %s", p.r.d.cfg.HA.Replica, p.query, code, body)
+				require.Equal(t, p.code == http.StatusOK, got.Ready, body)
+				require.Contains(t, got.Error, p.err, body)
+				if p.err != "" {
+					continue
+				}
+				require.Empty(t, got.Error, body)
+				if graph, ok := strings.CutPrefix(p.query, "?graph="); ok {
+					require.Equal(t, graph, got.Graph, "the answer names its graph")
+				} else {
+					require.Empty(t, got.Graph, "a daemon-wide answer names no graph")
+				}
+			}
+		})
+	}
+}
+
 // A dead plugin whose relaunch fails (a rebuilt binary, a missing file)
 // keeps the graph unready, and /readyz says why, until a relaunch works.
 func TestReadyzSaysWhyARelaunchFailed(t *testing.T) {
