@@ -56,6 +56,9 @@ type ModelInfo struct {
 //     file replaced since takes effect at a reload, not at a plugin's
 //     death. Without it the LocalizerFactory builds the replacement. The
 //     daemon closes the old one once the new one is in place.
+//   - Unverified() bool: whether its plugin runs with no checksum check,
+//     which the status endpoint marks on the graph's model
+//     (GraphModel.Unverified). Without it the model is not marked.
 //
 // The Model field of each Inference, not Model(), names the model in the
 // alerts.
