@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math"
 	"os"
@@ -436,6 +437,27 @@ func (b *Bundle) WriteFile(path string) error {
 // trained on (same fingerprint) and becomes the bundle's Graph; when g is
 // nil the bundle's own copy of the graph is used.
 func LoadBundle(path string, g *graph.Graph, opts ...LoadOption) (*Bundle, error) {
+	return loadBundle(path, g, nil, opts...)
+}
+
+// LoadBundleSHA256 is LoadBundle that also returns the SHA-256 of the
+// file it loaded. The file is hashed through the descriptor it is read
+// from, so a file replaced at path meanwhile (renamed over it, as
+// WriteFile does) cannot pair one file's bundle with another's sum; a
+// daemon compares the sum with the file's later to tell whether the
+// bundle it runs is still the one at path.
+func LoadBundleSHA256(path string, g *graph.Graph, opts ...LoadOption) (*Bundle, []byte, error) {
+	h := sha256.New()
+	b, err := loadBundle(path, g, h, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b, h.Sum(nil), nil
+}
+
+// loadBundle is LoadBundle, writing the whole file to sum first when sum
+// is not nil.
+func loadBundle(path string, g *graph.Graph, sum hash.Hash, opts ...LoadOption) (*Bundle, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("loading bundle %q: %w", path, err)
@@ -444,6 +466,13 @@ func LoadBundle(path string, g *graph.Graph, opts ...LoadOption) (*Bundle, error
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("loading bundle %q: %w", path, err)
+	}
+	if sum != nil {
+		// The size read below, not to EOF: the bytes hashed are the
+		// archive ReadBundle reads.
+		if _, err := io.Copy(sum, io.NewSectionReader(f, 0, fi.Size())); err != nil {
+			return nil, fmt.Errorf("loading bundle %q: hashing: %w", path, err)
+		}
 	}
 	// The archive is read in place: entries ReadBundle skips are never
 	// read at all.

@@ -55,6 +55,13 @@ func (o LaunchOptions) PluginName(m *Manifest) string {
 	return m.Forward.Name
 }
 
+// PluginPath is the plugin binary LaunchForward (and CheckForward) run
+// for a bundle with manifest m: PluginName(m) in PluginDir, which must
+// exist.
+func (o LaunchOptions) PluginPath(m *Manifest) (string, error) {
+	return forward.PluginPath(o.PluginDir, o.PluginName(m))
+}
+
 // LaunchForward starts the bundle's forward plugin, verifies its binary's
 // SHA-256 against the bundle (or o.Checksum) and configures it with the
 // bundle's graph, params and state. The plugin is supervised: a crashed or
@@ -172,7 +179,7 @@ func (o LaunchOptions) Unverified(m *Manifest) bool {
 // (o.Unverified).
 func resolvePlugin(m *Manifest, o LaunchOptions) (path string, want []byte, err error) {
 	name := o.PluginName(m)
-	path, err = forward.PluginPath(o.PluginDir, name)
+	path, err = o.PluginPath(m)
 	if err != nil {
 		return "", nil, err
 	}

@@ -1,9 +1,14 @@
 package monitor
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
+	"maps"
+	"os"
 	"runtime/debug"
 	"sync"
 
@@ -28,6 +33,18 @@ type bundleLocalizer struct {
 	// checksum check.
 	unverified bool
 	name       string // the graph's
+	// src is the bundle file l was loaded from, for Unchanged.
+	src bundleSource
+	// pluginSHA256 is the SHA-256 of the plugin binary, hashed before
+	// proc was launched from it, for Unchanged.
+	pluginSHA256 []byte
+}
+
+// bundleSource is where a bundleLocalizer's bundle came from: the
+// configured path and the SHA-256 of the file as it was loaded.
+type bundleSource struct {
+	path   string
+	sha256 []byte
 }
 
 // BundleLocalizers returns the daemon's LocalizerFactory for SL-VAE
@@ -58,7 +75,10 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		return true
 	}
 	return func(ctx context.Context, gc GraphConfig, g *graph.Graph) (Localizer, error) {
-		b, err := localize.LoadBundle(gc.Bundle, g, localize.WithoutVAE())
+		// The sum of the bytes loaded, not of the file read again
+		// after: a file replaced in between would pass for the one that
+		// runs at the next reload.
+		b, sum, err := localize.LoadBundleSHA256(gc.Bundle, g, localize.WithoutVAE())
 		if err != nil {
 			return nil, fmt.Errorf("graphs[%s].bundle: %w%s", gc.Name, err, relativePathHint(gc.Bundle, err))
 		}
@@ -82,12 +102,23 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		}
 		o := launchOptions(pluginDir, gc)
 		o.Logger = log.Named("plugin").With(zap.String("graph", gc.Name))
-		return launchBundle(ctx, gc.Name, b, o)
+		return launchBundle(ctx, gc.Name, b, bundleSource{path: gc.Bundle, sha256: sum}, o)
 	}
 }
 
-// launchBundle starts b's forward plugin as o says, for graph name.
-func launchBundle(ctx context.Context, name string, b *localize.Bundle, o localize.LaunchOptions) (*bundleLocalizer, error) {
+// launchBundle starts b's forward plugin as o says, for graph name; src
+// is where b was loaded from.
+func launchBundle(ctx context.Context, name string, b *localize.Bundle, src bundleSource, o localize.LaunchOptions) (*bundleLocalizer, error) {
+	// Hashed before the launch: a binary replaced in between then shows
+	// as changed at the next reload, which rebuilds the localizer, rather
+	// than as the one that runs. A binary LaunchForward cannot resolve
+	// fails it below with the better message.
+	var pluginSum []byte
+	if path, err := o.PluginPath(&b.Manifest); err == nil {
+		if pluginSum, err = forward.FileSHA256(path); err != nil {
+			return nil, fmt.Errorf("graphs[%s]: forward plugin: %w", name, err)
+		}
+	}
 	proc, err := localize.LaunchForward(ctx, b, o)
 	if err != nil {
 		return nil, fmt.Errorf("graphs[%s]: %w", name, err)
@@ -105,7 +136,7 @@ func launchBundle(ctx context.Context, name string, b *localize.Bundle, o locali
 			zap.String("plugin", run), zap.String("reported_name", info.Name), zap.String("version", info.Version))
 	}
 	return &bundleLocalizer{
-		bundle: b, proc: proc, opts: b.Options(), launch: o, name: name,
+		bundle: b, proc: proc, opts: b.Options(), launch: o, name: name, src: src, pluginSHA256: pluginSum,
 		model: ModelInfo{Bundle: b.Manifest.ID, Forward: run, ForwardVersion: info.Version},
 		// The launch's own decision (LaunchForward skips the check where
 		// o.Unverified holds), so status cannot say otherwise.
@@ -117,7 +148,74 @@ func launchBundle(ctx context.Context, name string, b *localize.Bundle, o locali
 // the file as it is now: replacing a bundle file takes effect at a
 // reload, not behind the operator's back when a plugin dies.
 func (l *bundleLocalizer) Relaunch(ctx context.Context) (Localizer, error) {
-	return launchBundle(ctx, l.name, l.bundle, l.launch)
+	return launchBundle(ctx, l.name, l.bundle, l.src, l.launch)
+}
+
+// Unchanged reports whether BundleLocalizers, building gc's localizer
+// now, would run the model l runs: the keys it reads (bundle, forward,
+// forward_params, forward_checksum, allow_unverified; plugin_dir is
+// read at start only) are the same, the bundle file has the SHA-256 of
+// the one l loaded, and the plugin binary those resolve to has the
+// SHA-256 of the one l launched. A reload then keeps l and its plugin
+// process. The files are hashed whole: a bundle retrained in place, or a
+// plugin rebuilt in place, keeps its path and often its size.
+func (l *bundleLocalizer) Unchanged(ctx context.Context, gc GraphConfig) (bool, error) {
+	now := launchOptions(l.launch.PluginDir, gc)
+	if gc.Bundle != l.src.path || !sameLaunch(now, l.launch) || l.src.sha256 == nil || l.pluginSHA256 == nil {
+		return false, nil
+	}
+	sum, err := fileSHA256(ctx, gc.Bundle)
+	if err != nil {
+		return false, fmt.Errorf("bundle: %w", err)
+	}
+	if !bytes.Equal(sum, l.src.sha256) {
+		return false, nil
+	}
+	path, err := now.PluginPath(&l.bundle.Manifest)
+	if err != nil {
+		return false, fmt.Errorf("forward plugin: %w", err)
+	}
+	if sum, err = fileSHA256(ctx, path); err != nil {
+		return false, fmt.Errorf("forward plugin: %w", err)
+	}
+	return bytes.Equal(sum, l.pluginSHA256), nil
+}
+
+// sameLaunch reports whether a and b launch the same plugin the same way:
+// the fields launchOptions sets from the config (Logger and the like are
+// the daemon's own). Params compare as the launch merges them: no
+// override is the same whether nil or empty.
+func sameLaunch(a, b localize.LaunchOptions) bool {
+	return a.PluginDir == b.PluginDir && a.Forward == b.Forward && maps.Equal(a.Params, b.Params) &&
+		a.Checksum == b.Checksum && a.AllowUnverified == b.AllowUnverified
+}
+
+// fileSHA256 hashes the file at path, giving up when ctx is done: a
+// reload hashes each graph's bundle, which can be hundreds of MB.
+func fileSHA256(ctx context.Context, path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
+		return nil, fmt.Errorf("hashing %s: %w", path, err)
+	}
+	return h.Sum(nil), nil
+}
+
+// ctxReader reads r until ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // BundlePreflight returns the cheap check of a graph's model for
@@ -155,11 +253,15 @@ func BundlePreflight(pluginDir string) func(GraphConfig, *graph.Graph) error {
 }
 
 // launchOptions is how the daemon runs gc's forward plugin from pluginDir.
+// A field set here from gc must be compared by sameLaunch too, or a
+// reload changing its key keeps the old plugin running.
 func launchOptions(pluginDir string, gc GraphConfig) localize.LaunchOptions {
 	return localize.LaunchOptions{
-		PluginDir:       pluginDir,
-		Forward:         gc.Forward,
-		Params:          gc.ForwardParams,
+		PluginDir: pluginDir,
+		Forward:   gc.Forward,
+		// A copy: the localizer keeps it to compare with the next
+		// config's at a reload.
+		Params:          maps.Clone(gc.ForwardParams),
 		Checksum:        gc.ForwardChecksum,
 		AllowUnverified: gc.AllowUnverified,
 	}

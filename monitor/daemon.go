@@ -2107,10 +2107,13 @@ func (d *Daemon) saveThrough(ctx context.Context, gr *graphRT, last uint64) erro
 	return nil
 }
 
-// Reload re-reads the configuration (WithReload), rebuilds every graph's
-// Localizer (bundles and plugins) and swaps them in atomically; the old
-// ones are closed once their in-flight inference is done. Events keep
-// flowing throughout. On any failure nothing changes. Per-graph settings
+// Reload re-reads the configuration (WithReload), rebuilds the Localizer
+// (bundle and plugin) of every graph whose model may have changed and
+// swaps them in atomically; the old ones are closed once their in-flight
+// inference is done. A graph whose Localizer is healthy and reports
+// itself unchanged for the new settings (Unchanged) keeps it, plugin
+// process and all. Events keep flowing throughout. On any failure
+// nothing changes. Per-graph settings
 // (bundle, forward plugin and params, window, decay, interval, min_changes,
 // min_infected, restarts) take effect; the graph set, edge files and the
 // daemon-wide settings (NATS, HTTP, workers, data dir) need a restart.
@@ -2167,8 +2170,37 @@ func boolGauge(ok bool) float64 {
 	return 0
 }
 
-// reload is Reload under reloadMu. It swaps in every graph's new
-// localizer and returns the ones it replaced, for Reload to close once
+// unchangedChecker is a Localizer that can tell whether building it
+// from gc now would give the model it runs (the same bundle file, plugin
+// binary and settings), so a reload keeps it and its plugin process
+// instead of starting another for nothing; one that cannot tell is
+// rebuilt. An error (a bundle file gone) means it cannot tell.
+type unchangedChecker interface {
+	Unchanged(ctx context.Context, gc GraphConfig) (bool, error)
+}
+
+// keeps reports whether a reload to gc keeps gr's running localizer: it
+// is healthy (a dead or hung plugin is rebuilt, as it was before
+// localizers could tell) and reports itself unchanged.
+func (d *Daemon) keeps(ctx context.Context, gr *graphRT, gc GraphConfig) bool {
+	if !gr.healthy() {
+		return false
+	}
+	uc, ok := gr.loc.Load().localizer().(unchangedChecker)
+	if !ok {
+		return false
+	}
+	same, err := uc.Unchanged(ctx, gc)
+	if err != nil {
+		// The factory gets to say what is wrong, or to build it anyway.
+		d.log.Warn("cannot tell whether the graph's model changed; building it again", zap.String("graph", gr.name), zap.Error(err))
+		return false
+	}
+	return same
+}
+
+// reload is Reload under reloadMu. It swaps in the new localizer of
+// every graph it does not keep and returns the ones it replaced, for Reload to close once
 // the lock is released: closing one waits for its graph's running
 // inference, which must not hold the other graphs on their old bundles
 // and settings meanwhile.
@@ -2213,28 +2245,45 @@ func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 	if err := d.preflightAll(cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrReload, err)
 	}
-	built := make([]Localizer, 0, len(cfg.Graphs))
+	// built[i] is graph i's new localizer, nil where the running one is
+	// kept. gr.loc cannot change meanwhile: a relaunch holds reloadMu.
+	built := make([]Localizer, len(cfg.Graphs))
+	var kept []string
 	for i, gc := range cfg.Graphs {
+		if d.keeps(ctx, d.order[i], gc) {
+			kept = append(kept, gc.Name)
+			continue
+		}
 		l, err := d.factory(ctx, gc, d.order[i].g)
 		if err != nil {
+			// Only those built here: the kept ones run on, as does
+			// every graph's current localizer.
 			for _, b := range built {
-				_ = b.Close()
+				if b != nil {
+					_ = b.Close()
+				}
 			}
 			return nil, fmt.Errorf("%w: graph %q: %w%s", ErrReload, gc.Name, err, edgesChangedHint(gc, d.order[i].g, err))
 		}
-		built = append(built, l)
+		built[i] = l
 	}
 	var changed []string
 	replaced := make([]replacedLocalizer, 0, len(d.order))
 	for i, gr := range d.order {
 		gc := cfg.Graphs[i]
 		changed = append(changed, changedKeys(fmt.Sprintf("graphs[%s].", gr.name), *gr.gc.Load(), gc)...)
+		gr.gc.Store(&gc)
+		gr.win.setParams(gc.Window, gc.Decay)
+		if built[i] == nil {
+			// Kept: the same model and plugin process, so its relaunch
+			// budget, its last relaunch error and the incident it has
+			// inferred stand.
+			continue
+		}
 		if was, now := modelOf(gr.loc.Load().localizer()), modelOf(built[i]); was != now {
 			// A bundle retrained in place changes no key.
 			changed = append(changed, fmt.Sprintf("graphs[%s].model", gr.name))
 		}
-		gr.gc.Store(&gc)
-		gr.win.setParams(gc.Window, gc.Decay)
 		gr.relaunchErr.Store(nil)
 		// A new localizer, maybe a fixed plugin: a full relaunch budget.
 		gr.relaunches.Store(0)
@@ -2246,7 +2295,7 @@ func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 		gr.inferred.Store(nil)
 	}
 	d.current.Store(d.keepStartOnly(cfg))
-	d.log.Info("reloaded", zap.Int("graphs", len(d.order)), zap.Strings("changed", changed), zap.Strings("models", d.models()))
+	d.log.Info("reloaded", zap.Int("graphs", len(d.order)), zap.Strings("changed", changed), zap.Strings("kept", kept), zap.Strings("models", d.models()))
 	return replaced, nil
 }
 
