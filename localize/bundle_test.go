@@ -3,6 +3,7 @@ package localize
 import (
 	"archive/zip"
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -692,4 +693,29 @@ func directedRingBundle(t *testing.T, w string) (ring *strings.Builder, path str
 	_, err := LoadBundle(path, g)
 	require.NoError(t, err)
 	return ring, path, read
+}
+
+// LoadBundleSHA256 loads as LoadBundle does and gives the SHA-256 of the
+// file it read; it refuses what LoadBundle refuses.
+func TestLoadBundleSHA256(t *testing.T) {
+	b := testBundle(t)
+	path := filepath.Join(t.TempDir(), "ring.swb")
+	require.NoError(t, b.WriteFile(path))
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	want := sha256.Sum256(raw)
+	got, sum, err := LoadBundleSHA256(path, b.Graph, WithoutVAE())
+	require.NoError(t, err)
+	require.Equal(t, want[:], sum)
+	require.Equal(t, b.Manifest.ID, got.Manifest.ID)
+	require.Nil(t, got.VAE)
+	require.Same(t, b.Graph, got.Graph)
+
+	cut := filepath.Join(t.TempDir(), "cut.swb")
+	require.NoError(t, os.WriteFile(cut, raw[:len(raw)-30], 0o644))
+	_, sum, err = LoadBundleSHA256(cut, nil)
+	require.ErrorIs(t, err, ErrBadBundle)
+	require.Nil(t, sum)
+	_, _, err = LoadBundleSHA256(filepath.Join(t.TempDir(), "none.swb"), nil)
+	require.ErrorIs(t, err, os.ErrNotExist)
 }

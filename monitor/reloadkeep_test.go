@@ -266,6 +266,15 @@ func TestBundleLocalizerUnchangedReadsTheFactoryKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, same)
 
+	// Relaunched on the bundle it loaded (its plugin died), it is as
+	// unchanged as before.
+	re, err := l.(relauncher).Relaunch(t.Context())
+	require.NoError(t, err)
+	defer re.Close()
+	same, err = re.(unchangedChecker).Unchanged(t.Context(), gc)
+	require.NoError(t, err)
+	require.True(t, same, "relaunched")
+
 	v := reflect.ValueOf(gc)
 	for i := range v.NumField() {
 		field := v.Type().Field(i)
