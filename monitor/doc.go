@@ -121,6 +121,17 @@
 // between inferences — at most restarts times between two successful
 // inferences.
 //
+// A reload (Daemon.Reload: SIGHUP, <prefix>.svc.reload) builds a new
+// Localizer only for the graphs whose model may have changed: one that is
+// healthy and reports itself Unchanged for the graph's new settings (for
+// BundleLocalizers, the same model keys, bundle file content and plugin
+// binary content) keeps running, plugin process included, with its
+// relaunch count and the incident it inferred; the new window, decay and
+// other settings apply to it all the same. The others are built, and
+// swapped in together once all are; a build that fails closes those
+// built and leaves everything as it ran. The reloaded log line lists the
+// graphs kept (kept) beside the keys that changed (changed).
+//
 // Dead letters are at least once: a message redelivered after a crash is
 // dead-lettered again, deduplicated by JetStream within two minutes (its
 // Nats-Msg-Id is derived from the stream sequence); an event that aged out

@@ -59,6 +59,15 @@ type ModelInfo struct {
 //   - Unverified() bool: whether its plugin runs with no checksum check,
 //     which the status endpoint marks on the graph's model
 //     (GraphModel.Unverified). Without it the model is not marked.
+//   - Unchanged(ctx context.Context, gc GraphConfig) (bool, error):
+//     whether the LocalizerFactory, given gc now, would build the model it
+//     runs (for BundleLocalizers: the same bundle, forward,
+//     forward_params, forward_checksum and allow_unverified, the bundle
+//     file and the plugin binary with the SHA-256s they had when it was
+//     built). A reload keeps a healthy one that reports true, plugin
+//     process, relaunch count and inferred incident included, and only
+//     applies gc's other settings; an error, false, or an unhealthy one
+//     is rebuilt. Without it every reload rebuilds it.
 //
 // The Model field of each Inference, not Model(), names the model in the
 // alerts.
