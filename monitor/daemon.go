@@ -2113,9 +2113,9 @@ func (d *Daemon) saveThrough(ctx context.Context, gr *graphRT, last uint64) erro
 // inference is done. A graph whose Localizer is healthy and reports
 // itself unchanged for the new settings (Unchanged) keeps it, plugin
 // process and all. Events keep flowing throughout. On any failure
-// nothing changes. Per-graph settings
-// (bundle, forward plugin and params, window, decay, interval, min_changes,
-// min_infected, restarts) take effect; the graph set, edge files and the
+// nothing changes. Per-graph settings (bundle, forward plugin and
+// params, window, decay, interval, min_changes, min_infected, restarts)
+// take effect; the graph set, edge files and the
 // daemon-wide settings (NATS, HTTP, workers, data dir) need a restart.
 //
 // The outcome is kept for /status (last_reload) and the metric
@@ -2200,10 +2200,10 @@ func (d *Daemon) keeps(ctx context.Context, gr *graphRT, gc GraphConfig) bool {
 }
 
 // reload is Reload under reloadMu. It swaps in the new localizer of
-// every graph it does not keep and returns the ones it replaced, for Reload to close once
-// the lock is released: closing one waits for its graph's running
-// inference, which must not hold the other graphs on their old bundles
-// and settings meanwhile.
+// every graph it does not keep and returns the ones it replaced, for
+// Reload to close once the lock is released: closing one waits for its
+// graph's running inference, which must not hold the other graphs on
+// their old bundles and settings meanwhile.
 func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 	select {
 	case <-d.ready:
