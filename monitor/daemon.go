@@ -2181,9 +2181,12 @@ type unchangedChecker interface {
 
 // keeps reports whether a reload to gc keeps gr's running localizer: it
 // is healthy (a dead or hung plugin is rebuilt, as it was before
-// localizers could tell) and reports itself unchanged.
+// localizers could tell), its last inference did not fail, and it
+// reports itself unchanged.
 func (d *Daemon) keeps(ctx context.Context, gr *graphRT, gc GraphConfig) bool {
-	if !gr.healthy() {
+	if !gr.healthy() || gr.failing.Load() {
+		// A plugin whose calls fail is healthy as a process; a reload
+		// is the operator's way to give it a fresh one.
 		return false
 	}
 	uc, ok := gr.loc.Load().localizer().(unchangedChecker)

@@ -123,9 +123,9 @@
 //
 // A reload (Daemon.Reload: SIGHUP, <prefix>.svc.reload) builds a new
 // Localizer only for the graphs whose model may have changed: one that is
-// healthy and reports itself Unchanged for the graph's new settings (for
-// BundleLocalizers, the same model keys, bundle file content and plugin
-// binary content) keeps running, plugin process included, with its
+// healthy, whose last inference did not fail, and that reports itself
+// Unchanged for the graph's new settings (for BundleLocalizers, the same
+// model keys, bundle file content and plugin binary content) keeps running, plugin process included, with its
 // relaunch count and the incident it inferred; the new window, decay and
 // other settings apply to it all the same. The others are built, and
 // swapped in together once all are; a build that fails closes those

@@ -52,7 +52,9 @@ func TestReloadKeepsUnchangedModels(t *testing.T) {
 		initial func(gc *GraphConfig, env reloadKeepEnv)
 		// change edits the config and the files before the reload.
 		change func(t *testing.T, gc *GraphConfig, env reloadKeepEnv, l *bundleLocalizer)
-		keep   bool
+		// failing marks the graph's last inference failed.
+		failing bool
+		keep    bool
 		// changed is the reload line's changed keys.
 		changed []string
 	}{
@@ -104,6 +106,11 @@ func TestReloadKeepsUnchangedModels(t *testing.T) {
 			},
 		},
 		{
+			// healthy as a process, but its calls fail: rebuilt
+			name:    "last inference failed",
+			failing: true,
+		},
+		{
 			name: "plugin died",
 			change: func(t *testing.T, _ *GraphConfig, _ reloadKeepEnv, l *bundleLocalizer) {
 				require.NoError(t, syscall.Kill(l.PluginPID(), syscall.SIGKILL))
@@ -148,6 +155,11 @@ func TestReloadKeepsUnchangedModels(t *testing.T) {
 			gr.relaunches.Store(1)
 			inferred := make([]bool, g.N())
 			gr.inferred.Store(&inferred)
+			if tc.failing {
+				msg := "forward plugin: predict: boom"
+				gr.lastErr.Store(&msg)
+				gr.failing.Store(true)
+			}
 			if tc.change != nil {
 				tc.change(t, &next.Graphs[0], env, l)
 			}
