@@ -2110,9 +2110,9 @@ func (d *Daemon) saveThrough(ctx context.Context, gr *graphRT, last uint64) erro
 // Reload re-reads the configuration (WithReload), rebuilds the Localizer
 // (bundle and plugin) of every graph whose model may have changed and
 // swaps them in atomically; the old ones are closed once their in-flight
-// inference is done. A graph whose Localizer is healthy and reports
-// itself unchanged for the new settings (Unchanged) keeps it, plugin
-// process and all. Events keep flowing throughout. On any failure
+// inference is done. A graph whose Localizer is healthy, whose last
+// inference did not fail and whose Localizer reports itself unchanged for
+// the new settings (Unchanged) keeps it, plugin process and all. Events keep flowing throughout. On any failure
 // nothing changes. Per-graph settings (bundle, forward plugin and
 // params, window, decay, interval, min_changes, min_infected, restarts)
 // take effect; the graph set, edge files and the
