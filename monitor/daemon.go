@@ -2472,9 +2472,10 @@ func (l *logLimiter) flushLoop(ctx context.Context) {
 	}
 }
 
-// ErrUnknownNode is returned by the localize endpoint for ids the graph
-// does not have.
-var ErrUnknownNode = errors.New("unknown node")
+// ErrUnknownNode is returned (wrapped) by the localize endpoint for ids
+// the graph does not have. It is graph.ErrUnknownNode, so a caller that
+// tests for either matches the graph package's errors and this one's.
+var ErrUnknownNode = graph.ErrUnknownNode
 
 // ctxMutex is a mutex whose waiters can give up when their ctx ends. The
 // zero value is unlocked.

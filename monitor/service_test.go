@@ -811,3 +811,15 @@ func TestReadyzSaysWhyARelaunchFailed(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 	require.Nil(t, r.d.graphs["p"].relaunchErr.Load())
 }
+
+// An id the graph lacks is ErrUnknownNode, which is graph.ErrUnknownNode:
+// a Go caller tests for one sentinel whichever package it came from.
+func TestLocalizeUnknownIDIsTheGraphPackagesSentinel(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	_, err := r.d.Localize(t.Context(), LocalizeRequest{Graph: "p", Infected: []string{"2", "nope"}})
+	require.ErrorIs(t, err, graph.ErrUnknownNode)
+	require.ErrorIs(t, err, ErrUnknownNode)
+	require.ErrorContains(t, err, `graph "p" has no node "nope"`)
+}
