@@ -34,6 +34,10 @@ type sim struct {
 	queue []int
 	chose []bool
 
+	// comp labels each node's weakly connected component and compSize
+	// counts them; set at the first failed draw (reach).
+	comp, compSize []int
+
 	infected int // currently infected (y = 1)
 	peak     int // largest infected count seen in this run
 

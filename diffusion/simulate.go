@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/sourcewatch/sourcewatch/graph"
@@ -183,6 +184,9 @@ func (s *sim) observe(i int, seed int64, stop func() bool) (Cascade, int, error)
 	rng := cascadeRNG(seed, i)
 	target, need := s.drawTarget(rng)
 	peak, capped := 0, false
+	// filled: every draw infected all its sources' components hold, so
+	// no model parameter could have taken it further.
+	filled := !s.g.Directed()
 	for attempt := 0; attempt < s.cfg.MaxRedraws; attempt++ {
 		if stop() {
 			return Cascade{}, attempt, context.Canceled
@@ -195,28 +199,54 @@ func (s *sim) observe(i int, seed int64, stop func() bool) (Cascade, int, error)
 		peak = max(peak, s.peak)
 		// still spreading when the step cap stopped it
 		capped = capped || (step == s.cfg.MaxSteps && len(s.active) > 0)
+		filled = filled && s.peak >= s.reach(sources)
+	}
+	suspects := s.cfg.suspects(s.g, capped, 10*peak >= 9*need)
+	if filled {
+		// Only other sources (another draw) or another target can help.
+		suspects = slices.DeleteFunc(suspects, func(x Suspect) bool { return x.Param != "MaxRedraws" && x.Param != "Observe" })
 	}
 	return Cascade{}, s.cfg.MaxRedraws, &UnreachableError{
 		Cascade: i, Draws: s.cfg.MaxRedraws, Need: need, Target: target, Peak: peak,
-		Suspects: s.cfg.suspects(s.g, capped, 10*peak >= 9*need), Directed: s.g.Directed(),
-		Largest: largestComponent(s.g),
+		Suspects: suspects, Directed: s.g.Directed(),
+		Largest: s.largestComponent(),
 	}
 }
 
-// largestComponent returns the node count of g's largest weakly
-// connected component. It runs only when a cascade has failed, so its
-// O(n + m) walk costs nothing on the happy path.
-func largestComponent(g *graph.Graph) int {
-	comp, count := g.Components()
-	size := make([]int, count)
-	for _, c := range comp {
-		size[c]++
+// components labels g's weakly connected components once per sim, at
+// the first failed draw: s.comp[v] is v's, s.compSize[c] its node count.
+func (s *sim) components() {
+	if s.comp != nil {
+		return
 	}
-	largest := 0
-	for _, n := range size {
-		largest = max(largest, n)
+	var count int
+	s.comp, count = s.g.Components()
+	s.compSize = make([]int, count)
+	for _, c := range s.comp {
+		s.compSize[c]++
 	}
-	return largest
+}
+
+// reach is the node count of the weakly connected components holding
+// sources, the most a spread from them can infect on an undirected graph.
+func (s *sim) reach(sources []int) int {
+	s.components()
+	total := 0
+	seen := make(map[int]bool, len(sources))
+	for _, v := range sources {
+		if c := s.comp[v]; !seen[c] {
+			seen[c] = true
+			total += s.compSize[c]
+		}
+	}
+	return total
+}
+
+// largestComponent is the node count of g's largest weakly connected
+// component.
+func (s *sim) largestComponent() int {
+	s.components()
+	return slices.Max(s.compSize)
 }
 
 // drawTarget draws an observation's target fraction f ~ U[ObserveMin,

@@ -199,7 +199,7 @@ func TestUnreachableNamesTheLargestComponentWhenTooSmall(t *testing.T) {
 	g := graph.New(20, edges, nil, false, false)
 	cfg := DefaultConfig()
 	cfg.Sources = SourceSpec{Count: 1}
-	cfg.Beta = 1
+	cfg.Beta = 0.5
 	cfg.ObserveMin, cfg.ObserveMax = 0.5, 0.5
 	cfg.MaxRedraws = 5
 	_, _, err := Simulate(context.Background(), g, cfg, 2, 3)
@@ -207,7 +207,34 @@ func TestUnreachableNamesTheLargestComponentWhenTooSmall(t *testing.T) {
 	require.ErrorAs(t, err, &ue)
 	require.Equal(t, 5, ue.Largest)
 	require.Equal(t, 10, ue.Need)
-	require.ErrorContains(t, err, "the graph's components too small (the largest has 5 nodes)")
+	// every draw filled its path: beta is not to blame, only the target
+	// or the graph
+	require.Equal(t, []Suspect{{"Observe", false}}, ue.Suspects)
+	require.ErrorContains(t, err, "the most infected at once was 5: the observation range ObserveMin-ObserveMax too high, or the graph's components too small (the largest has 5 nodes)")
+}
+
+func TestUnreachableStillBlamesTheModelWhenADrawFellShort(t *testing.T) {
+	// one path of five and one of twenty: a draw in the long path that
+	// stops short could have gone on with a higher beta
+	var edges []graph.Edge
+	for i := range 4 {
+		edges = append(edges, graph.Edge{From: i, To: i + 1, W: 1})
+	}
+	for i := 5; i < 24; i++ {
+		edges = append(edges, graph.Edge{From: i, To: i + 1, W: 1})
+	}
+	g := graph.New(25, edges, nil, false, false)
+	cfg := DefaultConfig()
+	cfg.Model, cfg.Beta, cfg.Gamma = SIR, 0.3, 0.9
+	cfg.Sources = SourceSpec{Count: 1}
+	cfg.ObserveMin, cfg.ObserveMax = 0.9, 0.9
+	cfg.MaxRedraws = 5
+	_, _, err := Simulate(context.Background(), g, cfg, 2, 3)
+	var ue *UnreachableError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, 20, ue.Largest)
+	require.Contains(t, ue.Suspects, Suspect{"Beta", true})
+	require.Contains(t, ue.Suspects, Suspect{"Gamma", false})
 }
 
 // weightAll gives every edge weight w.
