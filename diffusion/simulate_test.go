@@ -188,23 +188,33 @@ func TestSimulateNamesTheProblemWhenTheTargetIsUnreachable(t *testing.T) {
 	}
 }
 
-func TestUnreachableNamesTheLargestComponentWhenTooSmall(t *testing.T) {
-	// four disjoint paths of five nodes: one source reaches at most five
+// unreachableOnPaths simulates one-source cascades, observed at the
+// fraction observe, on disjoint paths of the given lengths, and returns
+// the UnreachableError they end in.
+func unreachableOnPaths(t *testing.T, lengths []int, observe float64, model func(*Config)) (*UnreachableError, error) {
+	t.Helper()
 	var edges []graph.Edge
-	for c := range 4 {
-		for i := range 4 {
-			edges = append(edges, graph.Edge{From: 5*c + i, To: 5*c + i + 1, W: 1})
+	n := 0
+	for _, l := range lengths {
+		for i := range l - 1 {
+			edges = append(edges, graph.Edge{From: n + i, To: n + i + 1, W: 1})
 		}
+		n += l
 	}
-	g := graph.New(20, edges, nil, false, false)
 	cfg := DefaultConfig()
+	model(&cfg)
 	cfg.Sources = SourceSpec{Count: 1}
-	cfg.Beta = 0.5
-	cfg.ObserveMin, cfg.ObserveMax = 0.5, 0.5
+	cfg.ObserveMin, cfg.ObserveMax = observe, observe
 	cfg.MaxRedraws = 5
-	_, _, err := Simulate(context.Background(), g, cfg, 2, 3)
+	_, _, err := Simulate(context.Background(), graph.New(n, edges, nil, false, false), cfg, 2, 3)
 	var ue *UnreachableError
 	require.ErrorAs(t, err, &ue)
+	return ue, err
+}
+
+func TestUnreachableNamesTheLargestComponentWhenTooSmall(t *testing.T) {
+	// four paths of five nodes: one source reaches at most five
+	ue, err := unreachableOnPaths(t, []int{5, 5, 5, 5}, 0.5, func(c *Config) { c.Beta = 0.5 })
 	require.Equal(t, 5, ue.Largest)
 	require.Equal(t, 10, ue.Need)
 	// every draw filled its path: beta is not to blame, only the target
@@ -214,24 +224,9 @@ func TestUnreachableNamesTheLargestComponentWhenTooSmall(t *testing.T) {
 }
 
 func TestUnreachableStillBlamesTheModelWhenADrawFellShort(t *testing.T) {
-	// one path of five and one of twenty: a draw in the long path that
+	// a path of five and one of twenty: a draw in the long path that
 	// stops short could have gone on with a higher beta
-	var edges []graph.Edge
-	for i := range 4 {
-		edges = append(edges, graph.Edge{From: i, To: i + 1, W: 1})
-	}
-	for i := 5; i < 24; i++ {
-		edges = append(edges, graph.Edge{From: i, To: i + 1, W: 1})
-	}
-	g := graph.New(25, edges, nil, false, false)
-	cfg := DefaultConfig()
-	cfg.Model, cfg.Beta, cfg.Gamma = SIR, 0.3, 0.9
-	cfg.Sources = SourceSpec{Count: 1}
-	cfg.ObserveMin, cfg.ObserveMax = 0.9, 0.9
-	cfg.MaxRedraws = 5
-	_, _, err := Simulate(context.Background(), g, cfg, 2, 3)
-	var ue *UnreachableError
-	require.ErrorAs(t, err, &ue)
+	ue, _ := unreachableOnPaths(t, []int{5, 20}, 0.9, func(c *Config) { c.Model, c.Beta, c.Gamma = SIR, 0.3, 0.9 })
 	require.Equal(t, 20, ue.Largest)
 	require.Contains(t, ue.Suspects, Suspect{"Beta", true})
 	require.Contains(t, ue.Suspects, Suspect{"Gamma", false})
