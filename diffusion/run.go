@@ -37,6 +37,8 @@ type sim struct {
 	// comp labels each node's weakly connected component and compSize
 	// counts them; set at the first failed draw (reach).
 	comp, compSize []int
+	// reachDist is reach's search buffer on a directed graph.
+	reachDist []int
 
 	infected int // currently infected (y = 1)
 	peak     int // largest infected count seen in this run

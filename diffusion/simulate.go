@@ -184,9 +184,9 @@ func (s *sim) observe(i int, seed int64, stop func() bool) (Cascade, int, error)
 	rng := cascadeRNG(seed, i)
 	target, need := s.drawTarget(rng)
 	peak, capped := 0, false
-	// filled: every draw infected all its sources' components hold, so
-	// no model parameter could have taken it further.
-	filled := !s.g.Directed()
+	// filled: every draw infected all a spread from its sources can
+	// reach, so no model parameter could have taken it further.
+	filled := true
 	for attempt := 0; attempt < s.cfg.MaxRedraws; attempt++ {
 		if stop() {
 			return Cascade{}, attempt, context.Canceled
@@ -227,9 +227,21 @@ func (s *sim) components() {
 	}
 }
 
-// reach is the node count of the weakly connected components holding
-// sources, the most a spread from them can infect on an undirected graph.
+// reach is the most nodes a spread from sources can infect: on an
+// undirected graph the node count of the components holding them, on a
+// directed one the nodes the out-arcs lead to from them (a search per
+// failed draw, which only a cascade about to fail pays for).
 func (s *sim) reach(sources []int) int {
+	if s.g.Directed() {
+		s.reachDist = s.g.BFS(sources, s.reachDist)
+		total := 0
+		for _, d := range s.reachDist {
+			if d >= 0 {
+				total++
+			}
+		}
+		return total
+	}
 	s.components()
 	total := 0
 	seen := make(map[int]bool, len(sources))

@@ -189,9 +189,10 @@ func TestSimulateNamesTheProblemWhenTheTargetIsUnreachable(t *testing.T) {
 }
 
 // unreachableOnPaths simulates one-source cascades, observed at the
-// fraction observe, on disjoint paths of the given lengths, and returns
-// the UnreachableError they end in.
-func unreachableOnPaths(t *testing.T, lengths []int, observe float64, model func(*Config)) (*UnreachableError, error) {
+// fraction observe, on disjoint paths of the given lengths (arcs from
+// each path's first node to its last when directed), and returns the
+// UnreachableError they end in.
+func unreachableOnPaths(t *testing.T, lengths []int, directed bool, observe float64, model func(*Config)) (*UnreachableError, error) {
 	t.Helper()
 	var edges []graph.Edge
 	n := 0
@@ -206,7 +207,7 @@ func unreachableOnPaths(t *testing.T, lengths []int, observe float64, model func
 	cfg.Sources = SourceSpec{Count: 1}
 	cfg.ObserveMin, cfg.ObserveMax = observe, observe
 	cfg.MaxRedraws = 5
-	_, _, err := Simulate(context.Background(), graph.New(n, edges, nil, false, false), cfg, 2, 3)
+	_, _, err := Simulate(context.Background(), graph.New(n, edges, nil, directed, false), cfg, 2, 3)
 	var ue *UnreachableError
 	require.ErrorAs(t, err, &ue)
 	return ue, err
@@ -214,7 +215,7 @@ func unreachableOnPaths(t *testing.T, lengths []int, observe float64, model func
 
 func TestUnreachableNamesTheLargestComponentWhenTooSmall(t *testing.T) {
 	// four paths of five nodes: one source reaches at most five
-	ue, err := unreachableOnPaths(t, []int{5, 5, 5, 5}, 0.5, func(c *Config) { c.Beta = 0.5 })
+	ue, err := unreachableOnPaths(t, []int{5, 5, 5, 5}, false, 0.5, func(c *Config) { c.Beta = 0.5 })
 	require.Equal(t, 5, ue.Largest)
 	require.Equal(t, 10, ue.Need)
 	// every draw filled its path: beta is not to blame, only the target
@@ -226,8 +227,21 @@ func TestUnreachableNamesTheLargestComponentWhenTooSmall(t *testing.T) {
 func TestUnreachableStillBlamesTheModelWhenADrawFellShort(t *testing.T) {
 	// a path of five and one of twenty: a draw in the long path that
 	// stops short could have gone on with a higher beta
-	ue, _ := unreachableOnPaths(t, []int{5, 20}, 0.9, func(c *Config) { c.Model, c.Beta, c.Gamma = SIR, 0.3, 0.9 })
+	ue, _ := unreachableOnPaths(t, []int{5, 20}, false, 0.9, func(c *Config) { c.Model, c.Beta, c.Gamma = SIR, 0.3, 0.9 })
 	require.Equal(t, 20, ue.Largest)
+	require.Contains(t, ue.Suspects, Suspect{"Beta", true})
+	require.Contains(t, ue.Suspects, Suspect{"Gamma", false})
+}
+
+func TestUnreachableOnArcsBlamesTheModelOnlyWhenASpreadFellShort(t *testing.T) {
+	// Directed paths: a source reaches only the nodes after it, so each
+	// draw's reach is its own. SI with beta 0.5 infects all of it.
+	ue, err := unreachableOnPaths(t, []int{5, 5, 5, 5}, true, 0.5, func(c *Config) { c.Beta = 0.5 })
+	require.True(t, ue.Directed)
+	require.Equal(t, []Suspect{{"Observe", false}}, ue.Suspects)
+	require.ErrorContains(t, err, "the observation range ObserveMin-ObserveMax too high, or too few nodes reachable from the sources along the arcs")
+	// SIR that recovers fast stops short of what its arcs reach
+	ue, _ = unreachableOnPaths(t, []int{5, 20}, true, 0.9, func(c *Config) { c.Model, c.Beta, c.Gamma = SIR, 0.3, 0.9 })
 	require.Contains(t, ue.Suspects, Suspect{"Beta", true})
 	require.Contains(t, ue.Suspects, Suspect{"Gamma", false})
 }
