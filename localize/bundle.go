@@ -60,6 +60,10 @@ var (
 	// ErrGraphMismatch is returned when a bundle is loaded for a graph other
 	// than the one it was trained on.
 	ErrGraphMismatch = errors.New("bundle trained on another graph")
+	// ErrIncompleteBundle is returned by Write for a bundle that lacks a
+	// part the file holds: its VAE (loaded WithoutVAE), its prior terms or
+	// its graph.
+	ErrIncompleteBundle = errors.New("bundle incomplete")
 )
 
 // Entry names inside the bundle archive.
@@ -362,8 +366,13 @@ func newBundleID() string {
 // prior and forward entries. It fills in the manifest's checksums and
 // drops its undefined (NaN or infinite) metrics.
 func (b *Bundle) Write(w io.Writer) error {
-	if b.VAE == nil || b.Terms == nil || b.Graph == nil {
-		panic("localize: writing a bundle without a prior or a graph")
+	switch {
+	case b.VAE == nil:
+		return fmt.Errorf("writing bundle: no VAE (a bundle loaded WithoutVAE cannot be written back; load it without that option): %w", ErrIncompleteBundle)
+	case b.Terms == nil:
+		return fmt.Errorf("writing bundle: no prior terms: %w", ErrIncompleteBundle)
+	case b.Graph == nil:
+		return fmt.Errorf("writing bundle: no graph: %w", ErrIncompleteBundle)
 	}
 	vae, err := b.VAE.MarshalBinary()
 	if err != nil {
@@ -553,7 +562,7 @@ type loadOptions struct{ withoutVAE bool }
 // gradient buffers) is the larger part of a loaded bundle, about 32·n·h
 // bytes for n nodes and hidden width h (200 MB of 310 at 50,000 nodes).
 // The VAE entry's checksum and header are still checked. Such a bundle
-// cannot be written back (Write panics, as for any bundle without a VAE).
+// cannot be written back: Write returns ErrIncompleteBundle.
 func WithoutVAE() LoadOption { return func(o *loadOptions) { o.withoutVAE = true } }
 
 func readBundle(r io.ReaderAt, size int64, lim readLimits, opts ...LoadOption) (*Bundle, error) {

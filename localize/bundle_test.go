@@ -96,7 +96,14 @@ func TestBundleRoundTrip(t *testing.T) {
 	require.Nil(t, lean.VAE)
 	require.Equal(t, got.Terms.Pred(x, nil), lean.Terms.Pred(x, nil))
 	require.Equal(t, got.Options(), lean.Options())
-	require.Panics(t, func() { _ = lean.Write(io.Discard) })
+	var sink bytes.Buffer
+	err = lean.Write(&sink)
+	require.ErrorIs(t, err, ErrIncompleteBundle)
+	require.ErrorContains(t, err, "WithoutVAE")
+	require.Zero(t, sink.Len(), "nothing written before the refusal")
+	noGraph := *got
+	noGraph.Graph = nil
+	require.ErrorIs(t, noGraph.Write(io.Discard), ErrIncompleteBundle)
 
 	// The manifest alone, as a daemon's preflight reads it.
 	m, err := ReadManifest(path)
