@@ -75,6 +75,9 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		return true
 	}
 	return func(ctx context.Context, gc GraphConfig, g *graph.Graph) (Localizer, error) {
+		if gc.Bundle == "" {
+			return nil, fmt.Errorf("graphs[%s].bundle: must be set", gc.Name)
+		}
 		// The sum of the bytes loaded, not of the file read again
 		// after: a file replaced in between would pass for the one that
 		// runs at the next reload.
@@ -233,6 +236,9 @@ func BundlePreflight(pluginDir string) func(GraphConfig, *graph.Graph) error {
 		pluginDir = "bin"
 	}
 	return func(gc GraphConfig, g *graph.Graph) error {
+		if gc.Bundle == "" {
+			return errors.New("bundle: must be set") // the daemon names the graph
+		}
 		m, err := localize.ReadManifest(gc.Bundle)
 		if err == nil {
 			err = m.CheckGraph(g)

@@ -693,8 +693,15 @@ var graphName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 const MaxGraphName = 255 - len("sourcewatch-")
 
 // Validate reports the first problem found, naming its key as in
-// "graphs[1].window: must be > 0".
-func (c Config) Validate() error {
+// "graphs[1].window: must be > 0". It checks a configuration as serve
+// runs it, where every graph names its edge file and its bundle; New
+// waives the edge file of a graph given WithGraphs, and the bundle when a
+// custom localizer factory is set (the daemon itself reads neither).
+func (c Config) Validate() error { return c.validate(nil, true) }
+
+// validate is Validate with a graph's edges optional when given(name)
+// and its bundle optional unless needBundle.
+func (c Config) validate(given func(graph string) bool, needBundle bool) error {
 	bad := func(key, format string, args ...any) error { return keyError(key, format, args...) }
 	if c.NATS.URL == "" {
 		if _, err := parseListen(c.NATS.Listen); err != nil {
@@ -789,10 +796,10 @@ func (c Config) Validate() error {
 			return bad(key("name"), "%q already used by graphs[%d]", g.Name, j)
 		}
 		seen[g.Name] = i
-		if g.Edges == "" {
+		if g.Edges == "" && (given == nil || !given(g.Name)) {
 			return bad(key("edges"), "must be set")
 		}
-		if g.Bundle == "" {
+		if g.Bundle == "" && needBundle {
 			return bad(key("bundle"), "must be set")
 		}
 		if g.ForwardChecksum != "" {

@@ -12,6 +12,9 @@ import (
 
 	"github.com/spf13/viper"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	"github.com/sourcewatch/sourcewatch/graph"
 )
 
 func loadYAML(t *testing.T, yaml string, env map[string]string) (Config, error) {
@@ -190,6 +193,45 @@ func withKey(key, val string) string {
 		}
 	}
 	return b.String() + " " + val + "\n" + minimalYAML
+}
+
+// New checks only what the daemon itself reads: a graph given WithGraphs
+// needs no edge file, and a custom factory no bundle; the bundle
+// factory and preflight refuse an empty bundle themselves.
+func TestNewWaivesWhatTheOptionsSupply(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.Graphs = []GraphConfig{DefaultGraphConfig("p")}
+	given := WithGraphs(map[string]*graph.Graph{"p": pathGraph(t, 4)})
+	factory := WithLocalizerFactory(func(context.Context, GraphConfig, *graph.Graph) (Localizer, error) {
+		return nil, errors.New("unused")
+	})
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		want string // "" for no error
+	}{
+		{"neither", nil, "graphs[0].edges: must be set"},
+		{"factory alone", []Option{factory}, "graphs[0].edges: must be set"},
+		{"graph alone", []Option{given}, "graphs[0].bundle: must be set"},
+		{"graph and factory", []Option{given, factory}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(cfg, tc.opts...)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	// Validate is a config file's check, for serve: both are needed.
+	require.ErrorContains(t, cfg.Validate(), "graphs[0].edges: must be set")
+
+	_, err := BundleLocalizers("", zap.NewNop())(context.Background(), cfg.Graphs[0], pathGraph(t, 4))
+	require.EqualError(t, err, "graphs[p].bundle: must be set")
+	require.EqualError(t, BundlePreflight("")(cfg.Graphs[0], pathGraph(t, 4)), "bundle: must be set")
 }
 
 // Every duration key with a value that is not a duration is an error

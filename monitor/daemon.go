@@ -367,9 +367,6 @@ type job struct {
 // New returns a Daemon for cfg. It validates cfg but touches nothing
 // until Run.
 func New(cfg Config, opts ...Option) (*Daemon, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	d := &Daemon{
 		cfg:       cfg,
 		log:       zap.NewNop(),
@@ -386,6 +383,10 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 	for _, o := range opts {
 		o(d)
 	}
+	if err := d.validate(cfg); err != nil {
+		d.stopIngest()
+		return nil, err
+	}
 	d.clientURL.Store("")
 	d.httpAddr.Store("")
 	d.limiter = newLogLimiter(DefaultInterval, d.now, d.log)
@@ -399,6 +400,15 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 			Help: "1 when this replica has started and does the work (holds the HA lease, or runs without HA), 0 while starting or standing by.",
 		}, func() float64 { return boolGauge(d.active()) }))
 	return d, nil
+}
+
+// validate checks cfg as Config.Validate does, less what the options
+// make the daemon's own business no longer: the edge file of a graph
+// given WithGraphs, and the bundle once a factory is set, since only the
+// factory reads it (BundleLocalizers and BundlePreflight refuse an empty
+// one themselves).
+func (d *Daemon) validate(cfg Config) error {
+	return cfg.validate(func(name string) bool { return d.preloaded[name] != nil }, d.factory == nil)
 }
 
 // active reports whether this replica has started and is not standing by.
@@ -1190,7 +1200,7 @@ func (d *Daemon) checkFile(ctx context.Context) (*Config, error) {
 func (d *Daemon) readAndCheck(ctx context.Context) (Config, error) {
 	cfg, err := d.reloadCfg(ctx)
 	if err == nil {
-		err = cfg.Validate()
+		err = d.validate(cfg)
 	}
 	if err == nil {
 		err = d.sameGraphs(&cfg)
@@ -2236,7 +2246,7 @@ func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 		if cfg, err = d.reloadCfg(ctx); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrReload, err)
 		}
-		if err := cfg.Validate(); err != nil {
+		if err := d.validate(cfg); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrReload, err)
 		}
 	}

@@ -53,10 +53,9 @@ func ExampleNew() {
 	cfg.DataDir = dir
 	cfg.NATS.Listen = "127.0.0.1:0" // the embedded server, on a free port
 	cfg.HTTP.Addr = ""              // no HTTP endpoints
+	// No edges or bundle: WithGraphs gives the graph, and the factory
+	// below reads no bundle.
 	gc := monitor.DefaultGraphConfig("path")
-	// Edges and Bundle must be set; WithGraphs and the factory below
-	// mean neither file is read.
-	gc.Edges, gc.Bundle = "path.edges", "unused.swb"
 	gc.Interval = 20 * time.Millisecond
 	cfg.Graphs = []monitor.GraphConfig{gc}
 
