@@ -236,12 +236,16 @@ func (man Manifest) checkGraph(g *graph.Graph, detail func() string) error {
 	if fp := g.Fingerprint(); fp != m.Fingerprint || g.N() != m.Nodes {
 		hint := ""
 		switch {
-		case g.Directed() != m.Directed:
-			// The usual cause: the same edge file read the other way.
+		case g.Directed() != m.Directed && g.N() == m.Nodes:
+			// The usual cause: the same edge file read the other way
+			// (which keeps its nodes).
 			hint = "; the bundle's graph is undirected, the given one directed: drop --directed (in a config file, directed: false for the graph)"
 			if m.Directed {
 				hint = "; the bundle's graph is directed, the given one undirected: pass --directed (in a config file, directed: true for the graph)"
 			}
+		case g.Directed() != m.Directed:
+			// Another edge file: the flag alone would not make it fit.
+			hint = fmt.Sprintf("; another graph, not only read the other way: the node counts differ, and the bundle's graph is %s, the given one %s", directedness(m.Directed), directedness(g.Directed()))
 		case detail != nil:
 			if d := detail(); d != "" {
 				hint = "; " + d
@@ -265,6 +269,13 @@ func (man Manifest) checkGraph(g *graph.Graph, detail func() string) error {
 			ErrGraphMismatch, man.ID, m.Name, m.Fingerprint, m.Nodes, fp, g.N(), hint)
 	}
 	return nil
+}
+
+func directedness(directed bool) string {
+	if directed {
+		return "directed"
+	}
+	return "undirected"
 }
 
 // GraphDifference says how got differs from want, two graphs read the

@@ -138,6 +138,16 @@ func TestBundleRoundTrip(t *testing.T) {
 	_, err = LoadBundle(path, directed)
 	require.ErrorIs(t, err, ErrGraphMismatch)
 	require.ErrorContains(t, err, "the bundle's graph is undirected, the given one directed: drop --directed")
+	// Another graph read directed: no flag would make it fit, so none
+	// is advised.
+	ring.WriteString("12 0\n")
+	other, err := graph.Read(strings.NewReader(ring.String()), "ring13.edges", graph.Directed(true))
+	require.NoError(t, err)
+	_, err = LoadBundle(path, other)
+	require.ErrorIs(t, err, ErrGraphMismatch)
+	require.ErrorContains(t, err, "12 nodes), given graph has fingerprint")
+	require.ErrorContains(t, err, "another graph, not only read the other way: the node counts differ, and the bundle's graph is undirected, the given one directed")
+	require.NotContains(t, err.Error(), "--directed")
 }
 
 // A node on no edge (named in the file only by a self-loop) is part of
