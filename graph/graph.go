@@ -38,6 +38,11 @@ type Stats struct {
 	SelfLoops int
 	// Duplicates is the number of repeated edges dropped (the first weight wins).
 	Duplicates int
+	// Reciprocal is, in an undirected graph, how many of the Duplicates
+	// repeated an edge the other way round (v u after u v). A file
+	// listing some edges both ways and the rest one way is often a
+	// directed graph read without Directed.
+	Reciprocal int
 }
 
 // Graph is an immutable graph in CSR form. The zero value is not usable;
@@ -90,7 +95,8 @@ func New(n int, edges []Edge, ids []string, directed, weighted bool) *Graph {
 	g := &Graph{ids: ids, index: index, directed: directed, weighted: weighted}
 
 	type key struct{ a, b int }
-	seen := make(map[key]struct{}, len(edges))
+	// Whether the edge kept was given as b a (undirected only).
+	seen := make(map[key]bool, len(edges))
 	kept := make([]Edge, 0, len(edges))
 	for _, e := range edges {
 		if e.From < 0 || e.From >= n || e.To < 0 || e.To >= n {
@@ -101,14 +107,18 @@ func New(n int, edges []Edge, ids []string, directed, weighted bool) *Graph {
 			continue
 		}
 		k := key{e.From, e.To}
-		if !directed && k.a > k.b {
+		swapped := !directed && k.a > k.b
+		if swapped {
 			k.a, k.b = k.b, k.a
 		}
-		if _, dup := seen[k]; dup {
+		if first, dup := seen[k]; dup {
 			g.stats.Duplicates++
+			if first != swapped {
+				g.stats.Reciprocal++
+			}
 			continue
 		}
-		seen[k] = struct{}{}
+		seen[k] = swapped
 		if !weighted {
 			e.W = 1
 		}

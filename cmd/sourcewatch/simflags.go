@@ -172,6 +172,14 @@ func (a *app) warnUnusedSettings(g *graph.Graph, cfg diffusion.Config) {
 				"which should sum to at most 1 (scale each node's in-weights, or drop the weights for LT's default 1/in-degree)", over, g.N()), graphFile)
 		}
 	}
+	switch st := g.Stats(); {
+	case !g.Weighted() && !g.Directed() && st.Reciprocal > 0 && st.Reciprocal < st.Edges:
+		// An undirected list gives each edge once, or every edge both
+		// ways; some both ways and the rest one way is what a directed
+		// graph (a follower or citation network) looks like.
+		a.log.Warn(fmt.Sprintf("%d of %d edges are listed both ways (u v and v u), the others one way only: read as an undirected graph, each pair is one edge; "+
+			"if the file lists arcs (a directed graph), pass --directed", st.Reciprocal, st.Edges), graphFile)
+	}
 	switch d := g.Stats().Duplicates; {
 	case !g.Weighted() || d == 0:
 	case !g.Directed():

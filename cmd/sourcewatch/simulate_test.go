@@ -323,6 +323,38 @@ func TestSimulateWarnsOfMergedWeightedArcs(t *testing.T) {
 	require.Contains(t, stderr, "1 repeated arc(s) of the weighted edge list dropped: the first weight of each arc is kept")
 }
 
+// An unweighted list read undirected with some edges given both ways and
+// the rest one way (a directed graph's arcs) is named with --directed as
+// the likely fix; one listing every edge once, or every edge both ways,
+// is an undirected list and is not.
+func TestSimulateWarnsOfAListThatLooksDirected(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, edges string
+		directed    bool
+		warns       bool
+	}{
+		{"some both ways", "0 1\n1 0\n1 2\n2 3\n3 4\n4 0\n", false, true},
+		{"read directed", "0 1\n1 0\n1 2\n2 3\n3 4\n4 0\n", true, false},
+		{"each once", "0 1\n1 2\n2 3\n3 4\n4 0\n", false, false},
+		{"each both ways", "0 1\n1 0\n1 2\n2 1\n2 3\n3 2\n3 4\n4 3\n4 0\n0 4\n", false, false},
+		{"one line twice", "0 1\n0 1\n1 2\n2 3\n3 4\n4 0\n", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".edges")
+			require.NoError(t, os.WriteFile(path, []byte(tc.edges), 0o600))
+			args := []string{"--graph", path, "--sources", "1", "--cascades", "2", "--observe", "0.2"}
+			if tc.directed {
+				args = append(args, "--directed")
+			}
+			_, stderr, err := runSimulateCmd(t, args...)
+			require.NoError(t, err)
+			require.Equal(t, tc.warns, strings.Contains(stderr, "1 of 5 edges are listed both ways (u v and v u), the others one way only"), stderr)
+			require.Equal(t, tc.warns, strings.Contains(stderr, "if the file lists arcs (a directed graph), pass --directed"), stderr)
+		})
+	}
+}
+
 // LT reads a node's in-weights as shares of influence: where they sum
 // above 1 for many nodes, that is said.
 func TestSimulateWarnsOfLTWeightsAboveOne(t *testing.T) {
