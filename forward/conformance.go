@@ -148,11 +148,23 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 
 	if !run("handshake", func() (CheckStatus, string, error) {
 		var err error
+		start := time.Now()
 		p, err = Launch(ctx, path, o.Launch...)
 		if err != nil {
 			return CheckFail, "", err
 		}
-		return CheckPass, fmt.Sprintf("protocol %d, gRPC, mTLS", ProtocolVersion), nil
+		detail := fmt.Sprintf("protocol %d, gRPC, mTLS", ProtocolVersion)
+		lo := launchOptions{startTimeout: DefaultStartTimeout}
+		for _, opt := range o.Launch {
+			opt(&lo)
+		}
+		if took := time.Since(start); took > lo.startTimeout/3 {
+			// It passes here, and fails on a machine busier or slower
+			// by a factor of three.
+			return CheckWarn, detail + fmt.Sprintf("; the start took %s, over a third of the %s a plugin has to its handshake line: call forward.Serve first and do slow work (loading weights or data) in Configure",
+				took.Round(time.Millisecond), lo.startTimeout), nil
+		}
+		return CheckPass, detail, nil
 	}) {
 		skipRest(all[1:]...)
 		return rep

@@ -47,6 +47,10 @@ var (
 	// ErrCallTimeout is returned by a call the plugin did not answer within
 	// its deadline. The plugin is presumed hung.
 	ErrCallTimeout = errors.New("forward plugin call timed out")
+	// ErrStartTimeout is returned by Launch when the plugin did not print
+	// its handshake line within the start timeout (DefaultStartTimeout
+	// unless WithStartTimeout): it does slow work before forward.Serve.
+	ErrStartTimeout = errors.New("forward plugin start timed out")
 )
 
 // handshakeError replaces go-plugin's error for a handshake line it could
@@ -308,13 +312,22 @@ func WithFitIdleTimeout(d time.Duration) LaunchOption {
 	return func(o *launchOptions) { o.fitIdle = d }
 }
 
-// WithStartTimeout bounds the handshake (default 30 s).
+// WithStartTimeout bounds the handshake (default DefaultStartTimeout).
 func WithStartTimeout(d time.Duration) LaunchOption {
 	return func(o *launchOptions) { o.startTimeout = d }
 }
 
-// DefaultCallTimeout is the fixed part of the default call deadline.
-const DefaultCallTimeout = 10 * time.Second
+const (
+	// DefaultCallTimeout is the fixed part of the default call deadline.
+	DefaultCallTimeout = 10 * time.Second
+	// DefaultStartTimeout is how long a plugin has from its exec to its
+	// handshake line: what it does before forward.Serve.
+	DefaultStartTimeout = 30 * time.Second
+)
+
+// goPluginStartTimeout is go-plugin's error when no handshake line came
+// within its StartTimeout.
+const goPluginStartTimeout = "timeout while waiting for plugin to start"
 
 // Process is a running plugin process. It implements Model; every call
 // carries a deadline, and the host checks every answer's shape and values,
@@ -329,6 +342,9 @@ type Process struct {
 
 	client *plugin.Client
 	cmd    *exec.Cmd
+	// cancelStart cancels cmd's context, which kills the process; Close
+	// calls it once the process has ended, to release the context.
+	cancelStart context.CancelFunc
 	// sockDir holds the plugin's unix socket; Close removes it, so a
 	// plugin that was killed (and never removed its socket) leaves nothing
 	// behind in a daemon that restarts crashed plugins for months.
@@ -424,7 +440,7 @@ func launchLogger(opts []LaunchOption) *zap.Logger {
 const textBusyAttempts = 10
 
 func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, error) {
-	o := launchOptions{log: zap.NewNop(), fitIdle: 10 * time.Minute, startTimeout: 30 * time.Second}
+	o := launchOptions{log: zap.NewNop(), fitIdle: 10 * time.Minute, startTimeout: DefaultStartTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -464,7 +480,17 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	if err != nil {
 		return nil, fmt.Errorf("forward plugin %s: socket directory: %w", name, err)
 	}
-	cmd := exec.Command(path)
+	// A cancelled ctx kills the child during the start: go-plugin's
+	// handshake ignores contexts and would otherwise wait out the start
+	// timeout (Ctrl-C on a plugin that loads for half a minute). The
+	// command's own context is cancelled only then, and once the process
+	// has ended (Close): a ctx cancelled after the start must not kill it.
+	startCtx, cancelStart := context.WithCancel(context.WithoutCancel(ctx))
+	cmd := exec.CommandContext(startCtx, path)
+	cmd.Cancel = func() error {
+		killProcessGroup(cmd)
+		return nil
+	}
 	cmd.Env = pluginEnv(os.Environ(), plugin.EnvUnixSocketDir+"="+sockDir)
 	isolateProcess(cmd)
 	var shared *hostShared
@@ -487,6 +513,7 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		cmd.ExtraFiles = append(cmd.ExtraFiles, bin)
 		exe := filepath.Join(sockDir, name)
 		if err := os.Symlink(fmt.Sprintf("/proc/self/fd/%d", 2+len(cmd.ExtraFiles)), exe); err != nil {
+			cancelStart()
 			_ = os.RemoveAll(sockDir)
 			if shared != nil {
 				shared.region.close()
@@ -536,9 +563,13 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		stopping.Store(true)
 		killProcessGroup(cmd)
 		client.Kill()
+		cancelStart()
 		_ = os.RemoveAll(sockDir)
 		if shared != nil {
 			shared.region.close()
+		}
+		if err.Error() == goPluginStartTimeout {
+			err = fmt.Errorf("%w: no handshake line within %s of its start: call forward.Serve first in main and do slow work (loading weights or data) in Configure, which gets the call deadline; in another language, print the handshake line before importing slow libraries", ErrStartTimeout, o.startTimeout)
 		}
 		err = handshakeError(err)
 		s := tail.String()
@@ -552,9 +583,9 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		return nil, fmt.Errorf("forward plugin %s: launch: %w", name, err)
 	}
 	// go-plugin's handshake ignores contexts, so it runs in a goroutine that
-	// this function always waits for. go-plugin holds its lock for the whole
-	// start, so a cancelled ctx cannot kill the child before the handshake
-	// or the start timeout ends it; it is killed then.
+	// this function always waits for; a cancelled ctx kills the child
+	// through cmd's context (go-plugin holds cmd.Process under its lock
+	// during the start), which ends the handshake at once.
 	var (
 		raw  any
 		done = make(chan error, 1)
@@ -569,6 +600,7 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	select {
 	case err = <-done:
 	case <-ctx.Done():
+		cancelStart()
 		<-done
 		return fail(ctx.Err())
 	}
@@ -579,7 +611,7 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 	if !ok {
 		return fail(fmt.Errorf("dispensed %T, not a forward client", raw))
 	}
-	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, sockDir: sockDir, rpc: rpc, shared: shared, stderr: tail, exitErr: &exitErr, stopping: &stopping, output: output}
+	p := &Process{path: path, name: name, log: o.log, opts: o, client: client, cmd: cmd, cancelStart: cancelStart, sockDir: sockDir, rpc: rpc, shared: shared, stderr: tail, exitErr: &exitErr, stopping: &stopping, output: output}
 	// The first call also sets up the TLS connection, so it gets the start
 	// timeout rather than the call timeout.
 	var info *forwardpb.InfoResponse
@@ -643,6 +675,9 @@ func (p *Process) Close() error {
 			killProcessGroup(p.cmd)
 			<-killed
 		}
+		// The process has ended: this releases the context and kills
+		// nothing.
+		p.cancelStart()
 		_ = os.RemoveAll(p.sockDir)
 		// what the last minute held back, which no later line reports
 		p.output.flush()

@@ -732,10 +732,37 @@ func TestWrapperScriptChildIsKilledOnFailedStart(t *testing.T) {
 	path, pidFile := wrapper(t, "sleep 300")
 	_, err := forward.Launch(t.Context(), path, forward.WithStartTimeout(500*time.Millisecond))
 	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-wrapped: launch")
-	require.ErrorContains(t, err, "timeout")
+	require.ErrorIs(t, err, forward.ErrStartTimeout)
+	require.ErrorContains(t, err, "no handshake line within 500ms of its start: call forward.Serve first in main")
 	pid := readPid(t, pidFile)
 	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond,
 		"the wrapper's child %d outlived the failed launch", pid)
+}
+
+// A launch cancelled while the plugin is still starting (Ctrl-C on a
+// plugin that loads for long) ends then, not at the start timeout, and
+// takes the plugin's process group down with it.
+func TestCancelledStartKillsThePlugin(t *testing.T) {
+	t.Parallel()
+	path, pidFile := wrapper(t, "sleep 300")
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := forward.Launch(ctx, path, forward.WithStartTimeout(time.Hour))
+		done <- err
+	}()
+	pid := readPid(t, pidFile) // the plugin is up, its handshake not
+	cancel()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("Launch still waiting a minute after its context was cancelled")
+	}
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-wrapped: launch")
+	require.Eventually(t, func() bool { return !alive(pid) }, 10*time.Second, 20*time.Millisecond,
+		"the wrapper's child %d outlived the cancelled launch", pid)
 }
 
 // A hung plugin behind a wrapper script is killed with the script on Close.
