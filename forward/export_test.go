@@ -36,3 +36,7 @@ func (c *forgingClient) SquaredErrorVJP(ctx context.Context, in *forwardpb.Squar
 // TLSHint is tlsHint, for a test of the texts no test plugin can provoke
 // reliably.
 var TLSHint = tlsHint
+
+// SharedRetired reports whether p has stopped passing batches through its
+// shared region.
+func SharedRetired(p *Process) bool { return p.shared != nil && p.shared.retired.Load() }

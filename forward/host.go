@@ -1073,15 +1073,23 @@ func (p *Process) fusedShared(ctx context.Context, sh *hostShared, x, target *ma
 	putDense(mem, targetOff, target)
 	req := &forwardpb.SquaredErrorVJPRequest{LossOnly: lossOnly, Shared: &forwardpb.SharedBatch{
 		Rows: uint32(r), Cols: uint32(c), TargetRows: uint32(tr)}}
+	var raw error
 	err = p.call(ctx, fusedOp, p.batchWork(r), func(ctx context.Context) (err error) {
 		resp, err = p.rpc.SquaredErrorVJP(ctx, req)
+		raw = err
 		return err
 	})
 	if err != nil {
-		// A call that timed out or was cancelled may still be running in
-		// the plugin, reading x or writing dx: no later call may write there.
-		sh.retired.Store(true)
+		if ctx.Err() != nil || !pluginAnswered(raw) {
+			// A call that timed out, was cancelled or lost its connection
+			// may still be running in the plugin, reading x or writing
+			// dx: no later call may write there. One the plugin answered
+			// with an error (unconfigured, a model's error, a panic it
+			// caught) has ended, and the region serves the next.
+			sh.retired.Store(true)
+		}
 		if errors.Is(err, ErrSharedMemory) {
+			sh.retired.Store(true)
 			// The plugin could not map the region and touched nothing in
 			// it: this call, and every later one, travels as bytes.
 			p.log.Warn("forward plugin batches travel through gRPC from now on", zap.String("plugin", p.name), zap.Error(err))
@@ -1095,6 +1103,25 @@ func (p *Process) fusedShared(ctx context.Context, sh *hostShared, x, target *ma
 		return resp, dx, true, err
 	}
 	return resp, denseAt(mem, dxOff, r, c), true, nil
+}
+
+// pluginAnswered reports whether err is an answer the plugin's handler
+// returned (forward.Serve's codes for a model's error, a panic it caught,
+// a call it lacks, a message over its limit), after which it touches
+// nothing of the call's, rather than a timeout, a cancellation or a
+// broken connection.
+func pluginAnswered(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.Unknown, codes.InvalidArgument, codes.FailedPrecondition, codes.Unimplemented, codes.ResourceExhausted:
+		return true
+	case codes.Internal:
+		return strings.HasPrefix(st.Message(), "plugin panic: ")
+	}
+	return false
 }
 
 // SharedCalls returns how many fused calls have passed their batches

@@ -1,12 +1,14 @@
 package forward_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"gonum.org/v1/gonum/mat"
@@ -112,10 +114,9 @@ func sharedICMF(t *testing.T) (p *forward.Process, g *graph.Graph, x, target *ma
 	return p, g, x, target, loss, dx
 }
 
-// After a call through the region fails, the process stops using it (the
-// plugin might still be reading or writing it, had the call timed out) and
-// its later calls travel as bytes.
-func TestSharedMemoryRetiredAfterFailure(t *testing.T) {
+// A call through the region that the plugin answered with an error has
+// ended, and the region serves the next call.
+func TestSharedMemoryKeptAfterAnAnsweredError(t *testing.T) {
 	t.Parallel()
 	p, g, x, target, want, wantDx := sharedICMF(t)
 
@@ -129,7 +130,34 @@ func TestSharedMemoryRetiredAfterFailure(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, loss)
 	require.Equal(t, wantDx.RawMatrix().Data, dx.RawMatrix().Data)
-	require.EqualValues(t, 1, p.SharedCalls(), "the retired region is not used again")
+	require.EqualValues(t, 2, p.SharedCalls(), "the region serves the call after the refused one")
+	require.False(t, forward.SharedRetired(p))
+}
+
+// After a call through the region is cancelled, the process stops using
+// it: the plugin may still be reading or writing it.
+func TestSharedMemoryRetiredAfterACancelledCall(t *testing.T) {
+	t.Parallel()
+	if runtime.GOOS != "linux" {
+		t.Skip("the shared region needs Linux's memfd")
+	}
+	g := karate(t)
+	p := launch(t, faulty)
+	// A fused call of this plugin is a Predict and a VJP: the second
+	// fused call hangs, ignoring its context.
+	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "hang", "fault_after": "3"}, nil))
+	x, _ := batch(g.N(), 3, 1)
+	target, _ := batch(g.N(), 1, 2)
+	_, _, err := p.SquaredErrorLoss(t.Context(), x, target)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, p.SharedCalls())
+	require.False(t, forward.SharedRetired(p))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, _, err = p.SquaredErrorLoss(ctx, x, target)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.True(t, forward.SharedRetired(p), "the region the hung call holds is not used again")
 }
 
 // Not parallel: it counts the test process's memory files, which the
