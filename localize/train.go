@@ -703,6 +703,13 @@ func sparsePoint(n int, pairs []forward.Pair, rng *rand.Rand) *mat.Dense {
 // the check could not tell a right VJP from a wrong one.
 const VJPFlatMetric = "forward_vjp_check_flat"
 
+// GradientWrong reports whether Train's spot check found the forward
+// model's VJP, or its fused data-term call, disagreeing with its own
+// Predict (a flat check, which proves nothing either way, is not).
+func (m *Manifest) GradientWrong() bool {
+	return m.Metrics[VJPCheckMetric] > 1 || m.Metrics[FusedCheckMetric] > 1
+}
+
 // VJPCheckFailure describes the failed (or flat) spot check Train recorded
 // under VJPCheckMetric, for a reader deciding whether to trust the
 // bundle's rankings; "" when it passed or the bundle does not record it.

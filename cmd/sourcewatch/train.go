@@ -75,6 +75,7 @@ metrics on the test split, and writes everything into one bundle file.`,
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
 	f.String("graph-name", "", "graph name recorded in the bundle (default: the edge file's base name)")
 	f.String("out", "", "bundle file to write (required)")
+	f.Bool("allow-bad-gradient", false, "exit 0 although the forward model's VJP or fused call failed train's spot check (the bundle is written either way; without this flag train then exits 1)")
 	return cmd
 }
 
@@ -330,6 +331,12 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		fmt.Fprintf(a.stdout, "note        %s\n", note)
 	}
 	fmt.Fprintf(a.stdout, "time        %s\n", time.Since(start).Round(100*time.Millisecond))
+	if b.Manifest.GradientWrong() && !v.GetBool("allow_bad_gradient") {
+		// A pipeline that retrains and deploys must not ship it on exit
+		// status 0; the bundle stays for the author to inspect.
+		return fmt.Errorf("bundle %s written, but the forward model's gradient failed train's spot check (the note above): inference descends along it, so its rankings cannot be trusted; fix the plugin (sourcewatch plugin check %s) and train again, or pass --allow-bad-gradient to accept the bundle as it is",
+			out, b.Manifest.Forward.Name)
+	}
 	return nil
 }
 

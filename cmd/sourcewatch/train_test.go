@@ -633,7 +633,8 @@ func TestTrainEveryNodeASource(t *testing.T) {
 // A plugin whose VJP disagrees with its own Predict, or whose own fused
 // data-term call disagrees with both, still trains, but the summary (and
 // bundle inspect, which prints it) and localize say so, naming the check
-// that finds where; a sound one says nothing.
+// that finds where, and train exits non-zero unless --allow-bad-gradient;
+// a sound one says nothing.
 func TestTrainSpotChecksTheVJP(t *testing.T) {
 	dir := t.TempDir()
 	tiny := filepath.Join(dir, "tiny.edges")
@@ -668,7 +669,17 @@ func TestTrainSpotChecksTheVJP(t *testing.T) {
 			"--forward", name, "--plugin-dir", filepath.Dir(tc.plugin), "--prior-epochs", "2", "--prototypes", "8",
 			"--test-solves", "4", "--restarts", "2", "--init-steps", "2", "--out", bundle, "--log-level", "error"}, tc.params...)
 		out, _, err := runCmd(t, "", args...)
-		require.NoError(t, err)
+		if tc.note == "" {
+			require.NoError(t, err)
+		} else {
+			require.ErrorContains(t, err, "bundle "+bundle+" written, but the forward model's gradient failed train's spot check")
+			require.ErrorContains(t, err, "or pass --allow-bad-gradient")
+			if strings.Contains(tc.params[1], "fused") {
+				// Accepted as it is: the same bundle, exit status 0.
+				_, _, err = runCmd(t, "", append(args, "--allow-bad-gradient")...)
+				require.NoError(t, err)
+			}
+		}
 		// localize answers, and warns on stderr of such a bundle.
 		obs := `{"infected":["b","c"]}`
 		if tc.edges == large {
