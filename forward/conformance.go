@@ -95,6 +95,28 @@ const AllCoordsNodes = 2048
 // 10 seeds, the default seed not among them.
 const CheckCornerRows = 4
 
+// samePanic shortens a check's error that is a plugin panic at a site an
+// earlier check's already quoted in full (a bug in Predict fails every
+// check after it, each with the same stack) to its message and the name
+// of that check; it records a site it sees first in sites.
+func samePanic(msg, check string, sites map[string]string) string {
+	i := strings.Index(msg, "plugin panic: ")
+	if i < 0 {
+		return msg
+	}
+	at := strings.Index(msg[i:], " (at ")
+	if at < 0 {
+		return msg
+	}
+	site := msg[i+at:]
+	first, seen := sites[site]
+	if !seen {
+		sites[site] = check
+		return msg
+	}
+	return fmt.Sprintf("%s (the same place as in %s, above)", msg[:i+at], first)
+}
+
 // CheckPlugin launches the plugin at path and checks it against the
 // contract on g: the handshake, Info, Configure, Fit on pairs (its state
 // must restore the same model through Configure), Predict shape and range,
@@ -115,6 +137,7 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		}
 	}
 	var p *Process
+	panics := map[string]string{} // a plugin panic's site -> the check that first hit it
 	run := func(name string, f func() (CheckStatus, string, error)) bool {
 		if p != nil && p.Exited() {
 			add(CheckResult{Name: name, Status: CheckSkip, Detail: "plugin process has exited"})
@@ -127,7 +150,7 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		start := time.Now()
 		st, detail, err := f()
 		if err != nil {
-			st, detail = CheckFail, err.Error()
+			st, detail = CheckFail, samePanic(err.Error(), name, panics)
 		}
 		add(CheckResult{Name: name, Status: st, Detail: detail, Duration: time.Since(start)})
 		return st != CheckFail

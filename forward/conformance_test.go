@@ -90,6 +90,9 @@ func TestCheckPlugin(t *testing.T) {
 		{"fatal", "fit", "its stderr ended: "},
 		{"crash", "fit", "forward plugin exited"},
 		{"hang", "fit", "fit: no progress within 2s"},
+		// A panic in Predict fails every check after it: the first
+		// quotes where, the next name the check that did.
+		{"panic", "predict", "plugin panic: runtime error: index out of range [4] with length 3 (at "},
 		// Predict and VJP right, the plugin's own fused call wrong.
 		{"fused", "fused call", "the fused data-term call's loss differs from Predict's by up to 0 and its dx from VJP(x, 2(f(x) - target)) by up to"},
 	} {
@@ -110,6 +113,11 @@ func TestCheckPlugin(t *testing.T) {
 			case "hang":
 				require.Equal(t, forward.CheckSkip, st["timing"])
 				require.Equal(t, "plugin is hung", detail(rep, "timing"))
+			case "panic":
+				require.Equal(t, forward.CheckFail, st["determinism"])
+				require.Contains(t, detail(rep, "determinism"), "plugin panic: runtime error: index out of range")
+				require.Contains(t, detail(rep, "determinism"), "with length 3 (the same place as in predict, above)")
+				require.NotContains(t, detail(rep, "determinism"), "(at ")
 			}
 			require.Contains(t, rep.String(), "FAIL: ")
 		})

@@ -47,6 +47,10 @@ var (
 	// ErrCallTimeout is returned by a call the plugin did not answer within
 	// its deadline. The plugin is presumed hung.
 	ErrCallTimeout = errors.New("forward plugin call timed out")
+	// ErrPluginPanic is matched (errors.Is) by a call in which the plugin
+	// panicked and forward.Serve caught it: the process lives on, and the
+	// error's text says where the panic happened.
+	ErrPluginPanic = errors.New("forward plugin panicked")
 	// ErrStartTimeout is returned by Launch when the plugin did not print
 	// its handshake line within the start timeout (DefaultStartTimeout
 	// unless WithStartTimeout): it does slow work before forward.Serve.
@@ -780,9 +784,12 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 			return fmt.Errorf("%s: %s: %w", prefix, strings.TrimSuffix(st.Message(), ": "+s.Error()), s)
 		}
 	}
-	if st.Code() == codes.Unknown || (st.Code() == codes.Internal && strings.HasPrefix(st.Message(), "plugin panic: ")) {
-		// A plain error the plugin returned, or a panic Serve caught:
-		// its text says it all.
+	if st.Code() == codes.Internal && strings.HasPrefix(st.Message(), "plugin panic: ") {
+		// A panic Serve caught: its text says where.
+		return &panicError{msg: prefix + ": " + st.Message()}
+	}
+	if st.Code() == codes.Unknown {
+		// A plain error the plugin returned: its text says it all.
 		return fmt.Errorf("%s: %s", prefix, st.Message())
 	}
 	return fmt.Errorf("%s: %s: %s%s", prefix, st.Code(), st.Message(), tlsHint(st.Message()))
@@ -1104,6 +1111,13 @@ func (p *Process) fusedShared(ctx context.Context, sh *hostShared, x, target *ma
 	}
 	return resp, denseAt(mem, dxOff, r, c), true, nil
 }
+
+// panicError is a call's plugin panic: its text is the plugin's, and it
+// matches ErrPluginPanic.
+type panicError struct{ msg string }
+
+func (e *panicError) Error() string        { return e.msg }
+func (e *panicError) Is(target error) bool { return target == ErrPluginPanic }
 
 // pluginAnswered reports whether err is an answer the plugin's handler
 // returned (forward.Serve's codes for a model's error, a panic it caught,

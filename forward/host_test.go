@@ -280,6 +280,7 @@ func TestPluginFailuresSayWhy(t *testing.T) {
 	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "fatal"}, nil))
 	_, err := p.Predict(t.Context(), x)
 	require.ErrorIs(t, err, forward.ErrPluginExited)
+	require.NotErrorIs(t, err, forward.ErrPluginPanic)
 	require.ErrorContains(t, err, "its stderr ended: ")
 	require.ErrorContains(t, err, "faulty: fatal as asked, at call 1")
 
@@ -287,6 +288,7 @@ func TestPluginFailuresSayWhy(t *testing.T) {
 	require.NoError(t, p.Configure(t.Context(), g, map[string]string{"fault": "panic"}, nil))
 	_, err = p.Predict(t.Context(), x)
 	require.ErrorContains(t, err, "plugin panic: runtime error: index out of range [4] with length 3 (at ")
+	require.ErrorIs(t, err, forward.ErrPluginPanic)
 	require.Regexp(t, `faulty/main\.go:\d+ \(main\.outOfRange\), called from .*faulty/main\.go:\d+ \(main\.\(\*model\)\.strike\)`, err.Error())
 	require.False(t, p.Exited(), "a panic is an answer")
 	require.NoError(t, p.Close())

@@ -695,7 +695,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	for _, gr := range d.order {
 		l, err := d.factory(launchCtx, *gr.gc.Load(), gr.g)
 		if err != nil {
-			return fmt.Errorf("graph %q: localizer: %w", gr.name, err)
+			return fmt.Errorf("%slocalizer: %w", graphPrefix(gr.name, err), err)
 		}
 		gr.loc.Store(&locHolder{l: l})
 	}
@@ -2212,6 +2212,16 @@ func (d *Daemon) keeps(ctx context.Context, gr *graphRT, gc GraphConfig) bool {
 	return same
 }
 
+// graphPrefix is the `graph "NAME": ` that names the graph of a
+// localizer factory's error, or "" where the error names it already as
+// its config key (BundleLocalizers' graphs[NAME]...).
+func graphPrefix(name string, err error) string {
+	if strings.HasPrefix(err.Error(), "graphs["+name+"]") {
+		return ""
+	}
+	return fmt.Sprintf("graph %q: ", name)
+}
+
 // reload is Reload under reloadMu. It swaps in the new localizer of
 // every graph it does not keep and returns the ones it replaced, for
 // Reload to close once the lock is released: closing one waits for its
@@ -2276,7 +2286,7 @@ func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 					_ = b.Close()
 				}
 			}
-			return nil, fmt.Errorf("%w: graph %q: %w%s", ErrReload, gc.Name, err, edgesChangedHint(gc, d.order[i].g, err))
+			return nil, fmt.Errorf("%w: %s%w%s", ErrReload, graphPrefix(gc.Name, err), err, edgesChangedHint(gc, d.order[i].g, err))
 		}
 		built[i] = l
 	}

@@ -838,3 +838,24 @@ func TestLocalizeUnknownIDIsTheGraphPackagesSentinel(t *testing.T) {
 	require.ErrorIs(t, err, ErrUnknownNode)
 	require.ErrorContains(t, err, `graph "p" has no node "nope"`)
 }
+
+// A localizer factory's error that names its graph by config key
+// (BundleLocalizers' graphs[NAME]...) is not prefixed with the graph's
+// name again; one that does not name it is.
+func TestStartNamesTheGraphOfAFailedLocalizerOnce(t *testing.T) {
+	for _, tc := range []struct{ factoryErr, want string }{
+		{"graphs[p].bundle: open p.swb: no such file", "localizer: graphs[p].bundle: open p.swb: no such file"},
+		{"bundle p.swb: broken", `graph "p": localizer: bundle p.swb: broken`},
+	} {
+		t.Run(tc.factoryErr, func(t *testing.T) {
+			cfg := testConfig(t, "p")
+			d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory(func(context.Context, GraphConfig, *graph.Graph) (Localizer, error) {
+				return nil, errors.New(tc.factoryErr)
+			}))
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			require.EqualError(t, d.Run(ctx), tc.want)
+		})
+	}
+}

@@ -80,13 +80,13 @@ func holdsPlugin(dir string) bool {
 }
 
 // withPluginCheckHint points a plugin's failure (an output of the wrong
-// shape or NaN, a crash, a call that never answered) at plugin check,
+// shape or NaN, a crash, a panic, a call that never answered) at plugin check,
 // which runs each call apart and says which one fails and how.
 func withPluginCheckHint(err error, name, dir string) error {
 	if err == nil || strings.Contains(err.Error(), "plugin check") {
 		return err
 	}
-	if !errors.Is(err, forward.ErrBadOutput) && !errors.Is(err, forward.ErrCallTimeout) && !errors.Is(err, forward.ErrPluginExited) {
+	if !errors.Is(err, forward.ErrBadOutput) && !errors.Is(err, forward.ErrCallTimeout) && !errors.Is(err, forward.ErrPluginExited) && !errors.Is(err, forward.ErrPluginPanic) {
 		return err
 	}
 	return fmt.Errorf("%w (sourcewatch plugin check %s --plugin-dir %s checks the plugin call by call)", err, name, dir)

@@ -703,6 +703,22 @@ func TestTrainSpotChecksTheVJP(t *testing.T) {
 	}
 }
 
+// A plugin that panics in a call fails train with the panic's site and
+// a pointer to plugin check, which runs the calls one by one.
+func TestTrainPointsAPanickingPluginAtPluginCheck(t *testing.T) {
+	dir := t.TempDir()
+	edges := filepath.Join(dir, "tiny.edges")
+	require.NoError(t, os.WriteFile(edges, []byte("a b\nb c\nc d\n"), 0o644))
+	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	_, _, err := runCmd(t, "", "train", "--graph", edges, "--diffusion", "SI", "--sources", "1", "--cascades", "30",
+		"--forward", "faulty", "--plugin-dir", filepath.Dir(faulty), "--forward-param", "fault=panic",
+		"--prior-epochs", "2", "--prototypes", "8", "--test-solves", "4", "--restarts", "2", "--init-steps", "2",
+		"--out", filepath.Join(dir, "panic.swb"), "--log-level", "error")
+	require.ErrorIs(t, err, forward.ErrPluginPanic)
+	require.ErrorContains(t, err, "plugin panic: runtime error: index out of range")
+	require.ErrorContains(t, err, "(sourcewatch plugin check faulty --plugin-dir "+filepath.Dir(faulty)+" checks the plugin call by call)")
+}
+
 // What a plugin's own reports cannot show is said, not printed as a
 // number: a NaN val_mse gives way to the host's own, another NaN metric
 // is warned of, and a spot check
