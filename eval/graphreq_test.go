@@ -2,6 +2,8 @@ package eval
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -111,5 +113,13 @@ func TestConfigPluginDir(t *testing.T) {
 	m, err := newSLVAE(Env{Graph: path(4), Params: cfg.paramsFor("slvae")}, "slvae", slvaeVariants["slvae"])
 	require.NoError(t, err)
 	require.Equal(t, "/opt/plugins", m.pluginDir)
+	// Validate finds the plugin there (without starting it), before any
+	// cascade is simulated.
+	err = cfg.Validate(path(4))
+	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorContains(t, err, `slvae: forward plugin "deepis": /opt/plugins/sourcewatch-forward-deepis does not exist`)
+	require.ErrorContains(t, err, "to look for this one's elsewhere: slvae.plugin_dir=DIR")
+	cfg.PluginDir = t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(cfg.PluginDir, "sourcewatch-forward-deepis"), []byte("#!/bin/sh\n"), 0o755))
 	require.NoError(t, cfg.Validate(path(4)), "plugin_dir is a parameter slvae knows")
 }

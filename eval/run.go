@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
 )
 
@@ -189,7 +190,9 @@ func (c Config) Validate(g *graph.Graph) error {
 	}
 	// Each method's constructor checks its parameters (unknown keys, bad
 	// values): build each once now, so a typo fails before any cascade is
-	// simulated rather than after. Constructors start no processes.
+	// simulated rather than after. Constructors start no processes. A
+	// method's forward plugin is found now too (not started), so a
+	// missing one fails here rather than at the fit after the simulation.
 	for _, m := range c.Methods {
 		f, _ := Lookup(m)
 		built, err := f(Env{Graph: g, Params: c.paramsFor(m), Logger: zap.NewNop()})
@@ -199,8 +202,22 @@ func (c Config) Validate(g *graph.Graph) error {
 		if cl, ok := built.(io.Closer); ok {
 			_ = cl.Close()
 		}
+		if pu, ok := built.(pluginUser); ok {
+			dir, name := pu.plugin()
+			if _, err := forward.PluginPath(dir, name); err != nil {
+				// --plugin-dir is every method's; one plugin kept
+				// elsewhere (your own beside the shipped ones) gets its own.
+				return fmt.Errorf("%w: %s: %w (one plugin dir serves every SL-VAE method; to look for this one's elsewhere: %s.plugin_dir=DIR)", ErrConfig, m, err, m)
+			}
+		}
 	}
 	return nil
+}
+
+// pluginUser is a method that runs a forward plugin: the binary's
+// directory and name.
+type pluginUser interface {
+	plugin() (dir, name string)
 }
 
 // paramsFor returns method m's parameters without their "m." prefix,

@@ -282,6 +282,8 @@ func (p *params) str(key, def string) string {
 
 func (m *slvae) Name() string { return m.name }
 
+func (m *slvae) plugin() (dir, name string) { return m.pluginDir, m.forward }
+
 func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.Cascade) error {
 	log := m.env.Logger
 	if log == nil {

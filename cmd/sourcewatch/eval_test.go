@@ -157,6 +157,9 @@ func TestEvalCommandErrors(t *testing.T) {
 // the error names the path the method looked at.)
 func TestEvalCommandPluginDir(t *testing.T) {
 	nowhere := filepath.Join(t.TempDir(), "nowhere")
+	// Found, not started: the missing one beside it fails the check first.
+	onlyDeepis := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(onlyDeepis, "sourcewatch-forward-deepis"), []byte("#!/bin/sh\nexit 1\n"), 0o755))
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -169,6 +172,10 @@ func TestEvalCommandPluginDir(t *testing.T) {
 			filepath.Join(nowhere, "sourcewatch-forward-deepis") + " does not exist"},
 		{"per-plugin expansion", []string{"--plugin-dir", nowhere, "--forward", "gat"},
 			filepath.Join(nowhere, "sourcewatch-forward-gat") + " does not exist"},
+		{"one of two plugins missing", []string{"--plugin-dir", onlyDeepis, "--forward", "deepis,mine"},
+			`slvae[mine]: forward plugin "mine": ` + filepath.Join(onlyDeepis, "sourcewatch-forward-mine") + " does not exist (the plugin dir holds deepis"},
+		{"one of two plugins missing, the way out", []string{"--plugin-dir", onlyDeepis, "--forward", "deepis,mine"},
+			"(one plugin dir serves every SL-VAE method; to look for this one's elsewhere: slvae[mine].plugin_dir=DIR)"},
 		{"method's own wins", []string{"--plugin-dir", nowhere, "--method-param", "slvae.plugin_dir=" + filepath.Join(nowhere, "own")},
 			filepath.Join(nowhere, "own", "sourcewatch-forward-deepis") + " does not exist"},
 	} {
