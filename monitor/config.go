@@ -643,6 +643,8 @@ func checkKeys(raw any, t reflect.Type, path string) error {
 				var e *KeyError
 				if u := strings.ReplaceAll(strings.ToLower(k), "-", "_"); fields[u] != nil {
 					e = keyError(path, "unknown key %q: config keys use underscores; did you mean %s?", k, u)
+				} else if near := NearestKey(strings.ToLower(k), known); near != "" {
+					e = keyError(path, "unknown key %q; did you mean %s? (known: %s)", k, near, strings.Join(known, ", "))
 				} else {
 					e = keyError(path, "unknown key %q (known: %s)", k, strings.Join(known, ", "))
 				}
@@ -655,6 +657,54 @@ func checkKeys(raw any, t reflect.Type, path string) error {
 		}
 	}
 	return nil
+}
+
+// NearestKey returns the one key of keys within two edits of k (one for
+// a key of four letters or fewer, where two edits reach too many, and
+// fewer than k has letters), or ""
+// where none is, or more than one is as near: the key a misspelt one
+// (cascdes, wrkers) was most likely meant as.
+func NearestKey(k string, keys []string) string {
+	limit := 2
+	if len(k) <= 4 {
+		limit = 1
+	}
+	best, bestD, ties := "", limit+1, 0
+	for _, c := range keys {
+		switch d := editDistance(k, c); {
+		case d < bestD:
+			best, bestD, ties = c, d, 0
+		case d == bestD:
+			ties++
+		}
+	}
+	if ties > 0 || bestD > limit || bestD >= len(k) {
+		// A guess that shares nothing with k (q for p) is no guess.
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, by bytes
+// (config keys are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // fillDefaults sets the keys absent from the raw map, so an explicit zero

@@ -93,10 +93,11 @@ graphs:
 // silent default.
 func TestLoadRefusesUnknownKeys(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"graph key", minimalYAML + "    intervall: 1s\n", `graphs[0]: unknown key "intervall" (known: name, edges`},
+		{"graph key", minimalYAML + "    intervall: 1s\n", `graphs[0]: unknown key "intervall"; did you mean interval? (known: name, edges`},
 		{"dashed graph key", minimalYAML + "    min-infected: 4\n", `graphs[0]: unknown key "min-infected": config keys use underscores; did you mean min_infected?`},
 		{"nested section", "nats:\n  tls:\n    cafile: ca.pem\n" + minimalYAML, `nats.tls: unknown key "cafile" (known: cert, key, ca)`},
-		{"section", "ha:\n  enable: true\n" + minimalYAML, `ha: unknown key "enable"`},
+		{"section", "ha:\n  enable: true\n" + minimalYAML, `ha: unknown key "enable"; did you mean enabled?`},
+		{"far from every key", "ha:\n  colour: red\n" + minimalYAML, `ha: unknown key "colour" (known: `},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadYAML(t, tc.yaml, nil)
@@ -387,4 +388,24 @@ func TestRelativePathHint(t *testing.T) {
 	require.Equal(t, " (a relative path is read from the working directory, "+wd+"; use an absolute path or start the daemon there)", relativePathHint("no-such.edges", err))
 	require.Empty(t, relativePathHint("/abs/no-such.edges", err), "an absolute path says it all")
 	require.Empty(t, relativePathHint("x.edges", errors.New("x.edges:3: want 2 or 3 fields")), "not a missing file")
+}
+
+func TestNearestKey(t *testing.T) {
+	keys := []string{"workers", "window", "restarts", "interval", "p", "beta", "gamma"}
+	for _, tc := range []struct{ k, want string }{
+		{"wrkers", "workers"},    // one deletion
+		{"restrats", "restarts"}, // a swap is two edits
+		{"intervall", "interval"},
+		{"bta", "beta"}, // short: one edit
+		{"btaa", ""},    // short: two edits is too far
+		{"q", ""},       // one edit from p, but sharing nothing with it
+		{"colour", ""},  // far from all
+		{"windows", "window"},
+	} {
+		t.Run(tc.k, func(t *testing.T) {
+			require.Equal(t, tc.want, NearestKey(tc.k, keys))
+		})
+	}
+	// Two keys as near: no guess.
+	require.Empty(t, NearestKey("ab", []string{"aa", "bb"}))
 }

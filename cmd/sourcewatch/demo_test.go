@@ -214,8 +214,7 @@ func TestDaemonConfigRefusesUnknownTopLevelKeys(t *testing.T) {
 		t.Run(cmdName, func(t *testing.T) {
 			config := configWithoutBundle(t, "log_level: warn\nwrkers: 3\n")
 			_, _, err := runCmd(t, "", cmdName, "--config", config)
-			require.ErrorContains(t, err, `unknown key "wrkers" (known: `)
-			require.ErrorContains(t, err, "workers")
+			require.ErrorContains(t, err, `unknown key "wrkers"; did you mean workers? (known: `)
 		})
 	}
 	// Without the typo the demo gets past the config (and stops at its

@@ -65,14 +65,14 @@ func TestServeConfigErrorNamesTheLine(t *testing.T) {
 	require.NoError(t, err)
 	line = slices.Index(strings.Split(string(data), "\n"), "wrkers: 3") + 1
 	_, _, err = runCmd(t, "", "serve", "--config", path)
-	require.ErrorContains(t, err, fmt.Sprintf("invalid config: %s:%d: unknown key \"wrkers\" (known: ", path, line))
+	require.ErrorContains(t, err, fmt.Sprintf("invalid config: %s:%d: unknown key \"wrkers\"; did you mean workers? (known: ", path, line))
 }
 
 // The "known:" list of an unknown key holds what a file may set, not the
 // flags it may not.
 func TestServeConfigUnknownKeyListsFileKeys(t *testing.T) {
-	_, _, err := runCmd(t, "", "serve", "--config", configWithoutBundle(t, "wrkers: 3\n"))
-	require.ErrorContains(t, err, `unknown key "wrkers" (known: `)
+	_, _, err := runCmd(t, "", "serve", "--config", configWithoutBundle(t, "colour: red\n"))
+	require.ErrorContains(t, err, `unknown key "colour" (known: `)
 	_, list, _ := strings.Cut(err.Error(), "(known: ")
 	known := strings.Split(strings.TrimSuffix(list, ")"), ", ")
 	require.Subset(t, known, []string{"workers", "http", "nats", "graphs", "log_level", "log_format", "data_dir", "plugin_dir"})
@@ -93,6 +93,8 @@ func TestFlagCommandConfigKeys(t *testing.T) {
 		{"a dashed key is refused", "cascades: 2\nsource-ratio: 0.3\n", `key "source-ratio": config keys use underscores; did you mean source_ratio?`, "", 0},
 		{"a dashed key with no value is refused", "cascades: 2\nsource-ratio:\n", `key "source-ratio": config keys use underscores; did you mean source_ratio?`, "", 0},
 		{"a key of no flag is named", "cascdes: 2\nlog_level: warn\n", "", `"keys":["cascdes"]`, 100},
+		{"a misspelt flag's key is named with the key meant", "cascdes: 2\nlog_level: warn\n", "", `"did_you_mean":["cascdes -> cascades"]`, 100},
+		{"a key far from every flag's has no guess", "colour: red\nlog_level: warn\n", "", `"keys":["colour"]}`, 100},
 		{"a key of no flag and no value is named", "cascdes:\nlog_level: warn\n", "", `"keys":["cascdes"]`, 100},
 		{"a flag-only key is refused", "help: true\n", `key "help": --help is a command-line flag only`, "", 0},
 		{"a section where a flag takes a value", "nats:\n  url: nats://127.0.0.1:4222\n", `key "nats" is a section, but sourcewatch simulate reads it as --nats, a string`, "", 0},

@@ -265,8 +265,25 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 		}
 	}
 	if len(ignored) > 0 {
-		log.Warn("config keys that "+cmd.CommandPath()+" does not read are ignored",
-			zap.String("config", file), zap.Strings("keys", ignored))
+		fields := []zap.Field{zap.String("config", file), zap.Strings("keys", ignored)}
+		// A key one edit or two from one the command reads is most
+		// likely that key misspelt, which leaves the command on its
+		// default; the others may belong to another command sharing the
+		// file.
+		var own []string
+		for k := range known {
+			own = append(own, k)
+		}
+		var meant []string
+		for _, k := range ignored {
+			if near := monitor.NearestKey(k, own); near != "" {
+				meant = append(meant, k+" -> "+near)
+			}
+		}
+		if len(meant) > 0 {
+			fields = append(fields, zap.Strings("did_you_mean", meant))
+		}
+		log.Warn("config keys that "+cmd.CommandPath()+" does not read are ignored", fields...)
 	}
 	return nil
 }

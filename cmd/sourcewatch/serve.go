@@ -217,7 +217,11 @@ func checkTopLevelKeys(cmd *cobra.Command, fv *viper.Viper) error {
 			e = monitor.TopLevelKeyError(k, k+": not a config key; "+hint)
 		} else {
 			names := slices.Sorted(maps.Keys(known))
-			e = monitor.TopLevelKeyError(k, fmt.Sprintf("unknown key %q (known: %s)", k, strings.Join(names, ", ")))
+			guess := ""
+			if near := monitor.NearestKey(flagKey(k), names); near != "" {
+				guess = "; did you mean " + near + "?"
+			}
+			e = monitor.TopLevelKeyError(k, fmt.Sprintf("unknown key %q%s (known: %s)", k, guess, strings.Join(names, ", ")))
 		}
 		return monitor.LocateKeyError(e, fv.ConfigFileUsed(), "")
 	}
