@@ -383,8 +383,13 @@ func readObservations(path string, stdin io.Reader, check func(*observationFile)
 	}
 	data = bytes.TrimPrefix(data, []byte("\ufeff"))
 	if json.Valid(data) {
-		// One JSON value (perhaps over many lines): one observation.
-		one, err := decodeObservation(data, path, check)
+		// One JSON value (perhaps over many lines): one observation. On
+		// one line its errors name that line, as a JSONL line's do.
+		where := path
+		if !bytes.Contains(bytes.TrimSpace(data), []byte("\n")) {
+			where += ":1"
+		}
+		one, err := decodeObservation(data, where, check)
 		if err != nil {
 			return nil, err
 		}

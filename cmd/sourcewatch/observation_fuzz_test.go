@@ -37,9 +37,11 @@ func TestReadObservationsRefusesMalformed(t *testing.T) {
 		{`{"infected":["a"]}]`, `stdin:1: want one {"infected":[ids...]} object per line, found more after it`},
 		{"{\"infected\":[\"a\"]}\n{\"infected\":[\"b\"]}]]\n", `stdin:2: want one {"infected":[ids...]} object per line`},
 		{`{"infected":["a"]} {"infected":["b"]}`, `stdin:1: want one {"infected":[ids...]} object per line`},
-		{`{"infected":[null]}`, `stdin: "infected"[0] is null; want node ids as strings`},
-		{`{"infected":["a",null]}`, `stdin: "infected"[1] is null`},
-		{`{"infected":[0]}`, `stdin: want {"infected":[ids...]}: "infected" holds a number: node ids are strings`},
+		{`{"infected":[null]}`, `stdin:1: "infected"[0] is null; want node ids as strings`},
+		{`{"infected":["a",null]}`, `stdin:1: "infected"[1] is null`},
+		{`{"infected":[0]}`, `stdin:1: want {"infected":[ids...]}: "infected" holds a number: node ids are strings`},
+		// Over many lines, one object: no one line to name.
+		{"{\n  \"infected\": [0]\n}\n", `stdin: want {"infected":[ids...]}: "infected" holds a number`},
 	} {
 		_, err := readObsBytes(g, []byte(tc.in))
 		require.ErrorContains(t, err, tc.want, "input %q", tc.in)

@@ -407,7 +407,7 @@ func TestTrainThenLocalize(t *testing.T) {
 
 	// Bad input is named.
 	_, _, err = runCmd(t, `{"infected":["0","nope"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
-	require.ErrorContains(t, err, `stdin: unknown node "nope"`)
+	require.ErrorContains(t, err, `stdin:1: unknown node "nope"`)
 	// Every line's ids are checked before the plugin starts: a bad id on
 	// line 3 is reported even with no plugin to start.
 	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\n\n{\"infected\":[\"1\",\"nope\"]}\n", "localize", "--bundle", bundle,
@@ -422,18 +422,18 @@ func TestTrainThenLocalize(t *testing.T) {
 	// An observation that says nothing is refused, not localized as
 	// "0 infected".
 	for _, tc := range []struct{ in, want string }{
-		{`{}`, `stdin: no "infected" field`},
-		{`null`, `stdin: no "infected" field`},
-		{`{"infected":[]}`, `stdin: "infected" is empty`},
-		{`{"infectd":["0"],"id":"a"}`, `stdin: no "infected" field (its keys: "id", "infectd")`},
-		{`{"infected":null}`, `stdin: "infected" is null`},
+		{`{}`, `stdin:1: no "infected" field`},
+		{`null`, `stdin:1: no "infected" field`},
+		{`{"infected":[]}`, `stdin:1: "infected" is empty`},
+		{`{"infectd":["0"],"id":"a"}`, `stdin:1: no "infected" field (its keys: "id", "infectd")`},
+		{`{"infected":null}`, `stdin:1: "infected" is null`},
 		{"{\n  \"infected\": []\n}\n", `stdin: "infected" is empty`},
 		// Type errors in the file's terms, not Go's.
-		{`["0","1"]`, `stdin: want {"infected":[ids...]}: found a JSON array, not an object`},
-		{`{"infected":"0"}`, `stdin: want {"infected":[ids...]}: "infected" holds a JSON string where it wants an array of node ids`},
-		{`{"infected":[0,1]}`, `stdin: want {"infected":[ids...]}: "infected" holds a number: node ids are strings ("7", not 7)`},
-		{`{"infected":["0"],"id":{"n":7}}`, `stdin: want {"infected":[ids...]}: "id" holds an object where it wants a string or a number`},
-		{`{"infected":["1"],"INFECTED":["5"]}`, `stdin: "INFECTED" is given twice (keys match in any case)`},
+		{`["0","1"]`, `stdin:1: want {"infected":[ids...]}: found a JSON array, not an object`},
+		{`{"infected":"0"}`, `stdin:1: want {"infected":[ids...]}: "infected" holds a JSON string where it wants an array of node ids`},
+		{`{"infected":[0,1]}`, `stdin:1: want {"infected":[ids...]}: "infected" holds a number: node ids are strings ("7", not 7)`},
+		{`{"infected":["0"],"id":{"n":7}}`, `stdin:1: want {"infected":[ids...]}: "id" holds an object where it wants a string or a number`},
+		{`{"infected":["1"],"INFECTED":["5"]}`, `stdin:1: "INFECTED" is given twice (keys match in any case)`},
 	} {
 		_, _, err = runCmd(t, tc.in, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 		require.ErrorContains(t, err, tc.want, "input %q", tc.in)
