@@ -406,12 +406,27 @@ func (g *Graph) UnknownNode(id, where string) error {
 	if match, how, ok := g.SameText(id); ok {
 		return fmt.Errorf("%w %q%s%s: the graph has %s, the same text %s; ids are compared byte for byte, so send the graph's", ErrUnknownNode, id, escapedID(id), where, strconv.QuoteToASCII(match), how)
 	}
-	escaped := escapedID(id)
+	return fmt.Errorf("%w %q%s%s (the graph's ids look like %s)", ErrUnknownNode, id, escapedID(id), where, g.idsLookLike())
+}
+
+// UnknownIDHint is what a message about id, an id g lacks, adds: the
+// SameTextHint where g has an id of the same text, and otherwise id
+// escaped where that shows more and what g's ids look like, for an id of
+// another naming scheme.
+func (g *Graph) UnknownIDHint(id string) string {
+	if h := g.SameTextHint(id); h != "" {
+		return h
+	}
+	return escapedID(id) + " (the graph's ids look like " + g.idsLookLike() + ")"
+}
+
+// idsLookLike quotes g's first three ids.
+func (g *Graph) idsLookLike() string {
 	var like []string
 	for _, x := range g.ids[:min(3, len(g.ids))] {
 		like = append(like, strconv.Quote(x))
 	}
-	return fmt.Errorf("%w %q%s%s (the graph's ids look like %s)", ErrUnknownNode, id, escaped, where, strings.Join(like, ", "))
+	return strings.Join(like, ", ")
 }
 
 // Names maps indices to external ids.

@@ -468,8 +468,9 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 	v, ok := gr.g.Index(el.ev.Node)
 	if !ok {
 		el.reason, el.detail = ReasonUnknownNode, fmt.Sprintf("graph %q has no node %q", gr.name, el.ev.Node)
-		// Invisible in a log: a decomposed "ë", a trailing space.
-		el.detail += gr.g.SameTextHint(el.ev.Node)
+		// Invisible in a log: a decomposed "ë", a trailing space; or
+		// ids of another naming scheme ("node-7" for "7").
+		el.detail += gr.g.UnknownIDHint(el.ev.Node)
 		return
 	}
 	st, ok := parseState(el.ev.State)

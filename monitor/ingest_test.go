@@ -102,6 +102,10 @@ func TestIngestDeadLettersEachReason(t *testing.T) {
 				}
 				require.Equal(t, wantSubject, g.subject)
 				require.NotEmpty(t, g.detail)
+				if w == want[0] {
+					// An id of another scheme: what the graph's look like.
+					require.Equal(t, `graph "p" has no node "ghost" (the graph's ids look like "0", "1", "2")`, g.detail)
+				}
 			}
 		}
 		require.True(t, found, "no dead letter %+v in %+v", w, got)

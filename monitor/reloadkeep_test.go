@@ -243,7 +243,8 @@ func TestReloadFailingKeepsKeptModels(t *testing.T) {
 	next.Graphs[1].ForwardParams = map[string]string{"steps": "0"}
 	err := r.d.Reload(t.Context())
 	require.ErrorIs(t, err, ErrReload)
-	require.ErrorContains(t, err, `graph "z"`)
+	// Named once, by its config key.
+	require.ErrorContains(t, err, `reload failed: graphs[z]: forward plugin sourcewatch-forward-icmf: configure: `)
 	require.Len(t, made, 3, "a was built")
 	require.False(t, made[2].(*bundleLocalizer).Healthy(), "and closed again")
 	require.Same(t, a, r.d.graphs["a"].loc.Load())

@@ -287,7 +287,7 @@ func (d *Daemon) localizeInput(req LocalizeRequest) (*graphRT, []float64, error)
 	for _, id := range req.Infected {
 		v, ok := gr.g.Index(id)
 		if !ok {
-			return nil, nil, fmt.Errorf("%w: graph %q has no node %q%s", ErrUnknownNode, req.Graph, clip(id), gr.g.SameTextHint(clip(id)))
+			return nil, nil, fmt.Errorf("%w: graph %q has no node %q%s", ErrUnknownNode, req.Graph, clip(id), gr.g.UnknownIDHint(clip(id)))
 		}
 		y[v] = 1
 	}
