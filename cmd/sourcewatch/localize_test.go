@@ -106,3 +106,15 @@ func TestLocalizeTableAlignsWideIDs(t *testing.T) {
 	require.True(t, sawWide, out)
 	require.True(t, sawLong, out)
 }
+
+// A negative size is refused, and the error says what 0 asks of that
+// flag: the default for most, none listed for --top.
+func TestLocalizeRefusesNegativeSizes(t *testing.T) {
+	for _, tc := range []struct{ flag, want string }{
+		{"--top", "--top: -1, want >= 0 (0: list no top-scored nodes)"},
+		{"--restarts", "--restarts: -1, want >= 0 (0: the default)"},
+	} {
+		_, _, err := runCmd(t, `{"infected":["1"]}`, "localize", "--bundle", filepath.Join(t.TempDir(), "none.swb"), tc.flag, "-1")
+		require.EqualError(t, err, tc.want)
+	}
+}

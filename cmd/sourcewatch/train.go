@@ -438,6 +438,12 @@ func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade
 	return cs, nil
 }
 
+// zeroMeans is what 0 asks of the size flags where it is not the default.
+var zeroMeans = map[string]string{
+	"top":         "list no top-scored nodes",
+	"test_solves": "every test cascade",
+}
+
 // checkSizes checks integer flags against their least allowed values,
 // naming the first one below, as its flag.
 func checkSizes(v *viper.Viper, least map[string]int) error {
@@ -446,6 +452,9 @@ func checkSizes(v *viper.Viper, least map[string]int) error {
 			hint := ""
 			if least[key] == 0 {
 				hint = " (0: the default)"
+				if z, ok := zeroMeans[key]; ok {
+					hint = " (0: " + z + ")"
+				}
 			}
 			return fmt.Errorf("--%s: %d, want >= %d%s", strings.ReplaceAll(key, "_", "-"), x, least[key], hint)
 		}
