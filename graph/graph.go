@@ -441,11 +441,12 @@ func (g *Graph) Names(idx []int) []string {
 // String describes the graph in one line.
 func (g *Graph) String() string {
 	var b strings.Builder
-	kind := "undirected"
+	kind, what := "undirected", "edges"
 	if g.directed {
-		kind = "directed"
+		// Arcs, as bundle inspect counts them.
+		kind, what = "directed", "arcs"
 	}
-	fmt.Fprintf(&b, "%s graph, %d nodes, %d edges", kind, g.N(), g.stats.Edges)
+	fmt.Fprintf(&b, "%s graph, %d nodes, %d %s", kind, g.N(), g.stats.Edges, what)
 	if g.weighted {
 		b.WriteString(", weighted")
 	}
@@ -455,7 +456,7 @@ func (g *Graph) String() string {
 		dropped = append(dropped, plural(s, "self-loop"))
 	}
 	if d := g.stats.Duplicates; d > 0 {
-		dropped = append(dropped, plural(d, "duplicate edge"))
+		dropped = append(dropped, plural(d, "duplicate "+strings.TrimSuffix(what, "s")))
 	}
 	if len(dropped) > 0 {
 		fmt.Fprintf(&b, " (%s dropped)", strings.Join(dropped, " and "))

@@ -248,6 +248,10 @@ func TestReadHeaderBOMAndDroppedEdges(t *testing.T) {
 	g, err = Read(strings.NewReader("0 1\n1 0\n1 1\n1 2\n"), "d.edges")
 	require.NoError(t, err)
 	require.Equal(t, "undirected graph, 3 nodes, 2 edges (1 self-loop and 1 duplicate edge dropped)", g.String())
+	// Read directed, the lines are arcs, and counted as such.
+	g, err = Read(strings.NewReader("0 1\n1 0\n1 0\n1 1\n1 2\n"), "d.edges", Directed(true))
+	require.NoError(t, err)
+	require.Equal(t, "directed graph, 3 nodes, 3 arcs (1 self-loop and 1 duplicate arc dropped)", g.String())
 }
 
 func TestLookupShowsInvisibleDifferences(t *testing.T) {
