@@ -735,6 +735,14 @@ func (p *Process) callError(ctx, cctx context.Context, op string, d time.Duratio
 	// The plugin's side of the stream can give up on the propagated
 	// deadline a moment before the host's timer fires.
 	if errors.Is(cctx.Err(), context.DeadlineExceeded) || (ok && st.Code() == codes.DeadlineExceeded) {
+		if dl, has := ctx.Deadline(); has {
+			if cdl, _ := cctx.Deadline(); !dl.After(cdl) {
+				// The caller's own deadline, shorter than the call's,
+				// ran out (its timer a moment behind): the caller's
+				// error, and no sign the plugin is hung.
+				return fmt.Errorf("%s: %w", prefix, context.DeadlineExceeded)
+			}
+		}
 		p.hung.Store(true)
 		return fmt.Errorf("%s: no answer within %v: %w", prefix, d, ErrCallTimeout)
 	}
