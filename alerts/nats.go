@@ -216,10 +216,32 @@ func (p *Publisher) Publish(ctx context.Context, a Alert) error {
 type TailOption func(*tailOptions)
 
 type tailOptions struct {
-	policy    jetstream.DeliverPolicy
-	since     time.Time
-	onReady   func()
-	onInvalid func(subject string, streamSeq uint64, err error)
+	policy      jetstream.DeliverPolicy
+	since       time.Time
+	onReady     func()
+	onInvalid   func(subject string, streamSeq uint64, err error)
+	onRecreated func()
+	// checkEvery is how long Tail waits for an alert before it asks
+	// whether the stream was made anew.
+	checkEvery time.Duration
+}
+
+// DefaultRecreationCheck is how long Tail goes without an alert before it
+// checks whether the alert stream was deleted and made anew.
+const DefaultRecreationCheck = 5 * time.Second
+
+// OnRecreated is called when Tail finds the alert stream deleted and made
+// anew (the daemon makes it again at its next publish), before it
+// delivers the new stream's alerts from its first.
+func OnRecreated(f func()) TailOption {
+	return func(o *tailOptions) { o.onRecreated = f }
+}
+
+// RecreationCheck sets how long Tail goes without an alert before it
+// checks whether the stream was made anew (default
+// DefaultRecreationCheck).
+func RecreationCheck(d time.Duration) TailOption {
+	return func(o *tailOptions) { o.checkEvery = d }
 }
 
 // FromStart replays every alert the stream still holds before following new
@@ -252,8 +274,16 @@ func OnInvalid(f func(subject string, streamSeq uint64, err error)) TailOption {
 // By default only alerts published from now on are delivered; see FromStart
 // and Since. It returns nil once ctx is done, and the (wrapped) error when
 // deliver fails.
+//
+// A stream deleted and made anew restarts its sequence numbers, and an
+// ordered consumer, which resumes after the last sequence it saw, would
+// wait past every alert of the new stream up to that number. So after
+// DefaultRecreationCheck without an alert Tail compares the stream's
+// creation time with the one it started on; when it changed, it calls
+// OnRecreated and delivers the new stream's alerts from its first (each
+// once: those already delivered from it are skipped).
 func Tail(ctx context.Context, js jetstream.JetStream, prefix, graph string, deliver func(Alert) error, opts ...TailOption) error {
-	o := tailOptions{policy: jetstream.DeliverNewPolicy}
+	o := tailOptions{policy: jetstream.DeliverNewPolicy, checkEvery: DefaultRecreationCheck}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -279,48 +309,142 @@ func Tail(ctx context.Context, js jetstream.JetStream, prefix, graph string, del
 	if subjects := stream.CachedInfo().Config.Subjects; !slices.ContainsFunc(subjects, func(s string) bool { return covers(s, filter) }) {
 		return fmt.Errorf("%w: stream %s holds %v, not %s (wrong prefix?)", ErrSubject, StreamName, subjects, filter)
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: o.policy}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: o.policy, MaxResetAttempts: tailResetAttempts}
 	if o.policy == jetstream.DeliverByStartTimePolicy {
 		since := o.since.UTC()
 		cfg.OptStartTime = &since
 	}
+	created := stream.CachedInfo().Created
+	var skip map[uint64]bool // seqs of the new stream already delivered
+	for ready := o.onReady; ; ready = nil {
+		next, err := tailOnce(ctx, stream, cfg, filter, created, skip, deliver, ready, o)
+		if err != nil || next == nil {
+			return err
+		}
+		if o.onRecreated != nil {
+			o.onRecreated()
+		}
+		created, skip = next.created, next.delivered
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverAllPolicy, nil
+	}
+}
+
+// tailResetAttempts bounds how often Tail's ordered consumer tries to
+// recreate itself (1 s, 2 s, 4 s apart) before its Next fails: while it
+// tries it holds a lock its Stop needs, so an unbounded number (the
+// default) on a deleted stream kept a cancelled Tail from returning.
+const tailResetAttempts = 3
+
+// awaitStream waits, every poll, for stream to exist again, and returns
+// its info; the error of a server that answers otherwise, or ctx's.
+func awaitStream(ctx context.Context, stream jetstream.Stream, poll time.Duration) (*jetstream.StreamInfo, error) {
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		info, err := stream.Info(ctx)
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return info, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// recreated is when the stream Tail found made anew was made, and the
+// sequences of it the old consumer delivered before Tail noticed.
+type recreated struct {
+	created   time.Time
+	delivered map[uint64]bool
+}
+
+// tailOnce follows stream, made at created, until ctx is done (nil, nil),
+// deliver fails, or the stream is found made anew.
+func tailOnce(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, filter string, created time.Time,
+	skip map[uint64]bool, deliver func(Alert) error, ready func(), o tailOptions) (*recreated, error) {
 	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil
+			return nil, nil
 		}
-		return fmt.Errorf("alerts: ordered consumer on %s: %w", filter, err)
+		return nil, fmt.Errorf("alerts: ordered consumer on %s: %w", filter, err)
 	}
 	it, err := cons.Messages()
 	if err != nil {
-		return fmt.Errorf("alerts: consuming %s: %w", filter, err)
+		return nil, fmt.Errorf("alerts: consuming %s: %w", filter, err)
 	}
 	defer it.Stop()
-	if o.onReady != nil {
-		o.onReady()
+	if ready != nil {
+		ready()
 	}
+	// When each sequence delivered since the last check was stored, to
+	// tell which of them a new stream holds once one is found.
+	stored := map[uint64]time.Time{}
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
+		wait, cancel := context.WithTimeout(ctx, o.checkEvery)
+		msg, err := it.Next(jetstream.NextContext(wait))
+		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return nil, nil
 			}
-			return fmt.Errorf("alerts: consuming %s: %w", filter, err)
+			failed := wait.Err() == nil
+			// Idle, or the consumer gave up recreating itself: was the
+			// stream deleted and made anew? (The handle names the stream;
+			// it serves the new one as well.)
+			now, serr := stream.Info(ctx)
+			if failed {
+				// Its resets failed: the stream is gone. Wait for the
+				// next one; an error of the stream as it was is Tail's.
+				now, serr = awaitStream(ctx, stream, o.checkEvery)
+				if serr == nil && now.Created.Equal(created) {
+					serr = err
+				}
+				if serr != nil {
+					if ctx.Err() != nil {
+						return nil, nil
+					}
+					return nil, fmt.Errorf("alerts: consuming %s: %w", filter, serr)
+				}
+			}
+			switch {
+			case serr != nil:
+				// Deleted and not yet made again, or the server is
+				// away: wait.
+				continue
+			case now.Created.Equal(created):
+				// What was delivered so far came from this stream.
+				clear(stored)
+				continue
+			}
+			delivered := map[uint64]bool{}
+			for seq, at := range stored {
+				if !at.Before(now.Created) {
+					delivered[seq] = true
+				}
+			}
+			return &recreated{created: now.Created, delivered: delivered}, nil
+		}
+		var seq uint64
+		if md, mdErr := msg.Metadata(); mdErr == nil {
+			seq = md.Sequence.Stream
+			if skip[seq] {
+				continue
+			}
+			stored[seq] = md.Timestamp
 		}
 		a, err := Decode(msg.Data())
 		if err != nil {
-			var seq uint64
-			if md, mdErr := msg.Metadata(); mdErr == nil {
-				seq = md.Sequence.Stream
-			}
 			if o.onInvalid == nil {
-				return fmt.Errorf("%s stream seq %d: %w", msg.Subject(), seq, err)
+				return nil, fmt.Errorf("%s stream seq %d: %w", msg.Subject(), seq, err)
 			}
 			o.onInvalid(msg.Subject(), seq, err)
 			continue
 		}
 		if err := deliver(a); err != nil {
-			return fmt.Errorf("alerts: delivering %s: %w", a.ID, err)
+			return nil, fmt.Errorf("alerts: delivering %s: %w", a.ID, err)
 		}
 	}
 }

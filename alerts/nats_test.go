@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode"
@@ -575,4 +576,81 @@ func TestFormatQuotesBidiControls(t *testing.T) {
 	}
 	// A joiner inside an emoji is no bidi control: shown as written.
 	require.Equal(t, "a\u200db", visible("a\u200db"))
+}
+
+// A stream deleted and made anew starts its sequence numbers again: Tail
+// notices the new stream when idle and delivers its alerts from its first,
+// each once, where the ordered consumer alone would wait past them for the
+// sequence after the last it saw.
+func TestTailFollowsARecreatedStream(t *testing.T) {
+	_, js := startJS(t)
+	ctx := ctxT(t)
+	_, err := EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	pub := NewPublisher(js, "sw")
+	tr := NewTracker(nil)
+	var recreated atomic.Int32
+	tl := startTail(t, js, "sw", "", RecreationCheck(200*time.Millisecond), OnRecreated(func() { recreated.Add(1) }))
+
+	var want []string
+	publish := func(graph, node string) {
+		a := fire(t, tr, graph, node)
+		require.NoError(t, pub.Publish(ctx, a))
+		want = append(want, a.ID)
+	}
+	for _, g := range []string{"a", "b", "c"} {
+		publish(g, "1")
+	}
+	require.Equal(t, want, tl.waitFor(t, 3))
+
+	require.NoError(t, js.DeleteStream(ctx, StreamName))
+	_, err = EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	// Two alerts below the old stream's last sequence, then, past it, three
+	// more, which the old consumer may deliver before Tail notices.
+	for _, g := range []string{"d", "e", "f", "g", "h"} {
+		publish(g, "1")
+	}
+	got := tl.waitFor(t, len(want))
+	require.ElementsMatch(t, want, got, "every alert, each once")
+	require.Equal(t, int32(1), recreated.Load())
+	time.Sleep(500 * time.Millisecond) // two more checks: nothing delivered twice
+	require.Len(t, tl.ids(), len(want))
+}
+
+// With the stream deleted and not made again for longer than the ordered
+// consumer's resets last, a cancelled Tail returns (the resets held a lock
+// its Stop needed, with no bound on their number), and one left running
+// waits for the next stream and delivers its alerts.
+func TestTailOutlivesADeletedStream(t *testing.T) {
+	_, js := startJS(t)
+	ctx := ctxT(t)
+	_, err := EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	pub := NewPublisher(js, "sw")
+	tr := NewTracker(nil)
+	first := fire(t, tr, "a", "1")
+	cancelled := startTail(t, js, "sw", "", RecreationCheck(200*time.Millisecond))
+	waiting := startTail(t, js, "sw", "", RecreationCheck(200*time.Millisecond))
+	require.NoError(t, pub.Publish(ctx, first))
+	cancelled.waitFor(t, 1)
+	waiting.waitFor(t, 1)
+
+	require.NoError(t, js.DeleteStream(ctx, StreamName))
+	time.Sleep(500 * time.Millisecond) // the consumers are resetting
+	cancelled.cancel()
+	select {
+	case err := <-cancelled.done:
+		require.NoError(t, err)
+		cancelled.done <- err // for the cleanup
+	case <-time.After(15 * time.Second):
+		t.Fatal("a cancelled Tail did not return while its stream was gone")
+	}
+
+	time.Sleep(9 * time.Second) // past the resets (1 s, 2 s, 4 s)
+	_, err = EnsureStream(t.Context(), js, "sw")
+	require.NoError(t, err)
+	next := fire(t, tr, "b", "1")
+	require.NoError(t, pub.Publish(t.Context(), next))
+	require.Equal(t, []string{first.ID, next.ID}, waiting.waitFor(t, 2))
 }

@@ -130,6 +130,10 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 			a.log.Warn("skipping a message that is not an alert", zap.String("subject", subject),
 				zap.Uint64("stream_seq", seq), zap.Error(err))
 		}),
+		alerts.OnRecreated(func() {
+			a.log.Warn("the alert stream was deleted and made anew: following the new one from its first alert (what the old one held after the last alert shown is gone)",
+				zap.String("stream", alerts.StreamName))
+		}),
 	)
 	first := true
 	return alerts.Tail(cmd.Context(), js, prefix, graph, func(al alerts.Alert) error {
