@@ -459,9 +459,9 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 	meta := map[string]map[string]string{
 		"localize": {
 			"request":  `{"graph": "<name>", "infected": ["<node id>", ...], "top": <n, optional>, "id": "<yours, optional>"}`,
-			"response": "graph, sources [{node, score, probability}], credible_set, threshold, model, inference_ms, note, ranked (with top), id",
+			"response": "graph, sources [{node, score, probability, floor}], credible_set, threshold, model, inference_ms, note, ranked [{node, score, probability}] (with top), id",
 		},
-		"status": {"request": "empty", "response": "version, commit, ready, graphs [...], last_reload"},
+		"status": {"request": "empty", "response": "version, commit, ready, not_ready, replica, active, graphs [...], last_reload, alerts_omitted"},
 		"reload": {"request": "empty: reads the whole config file again", "response": `{"reloaded": true}`},
 		"window": {"request": `{"graph": "<name>"}`, "response": "graph, infected [node ids], window {from, to}, seq, observed_at"},
 	}
@@ -731,7 +731,16 @@ func decodeLocalizeRequest(data []byte) (LocalizeRequest, error) {
 // null.
 func emptyBody(data []byte) bool {
 	body := bytes.TrimSpace(data)
-	return len(body) == 0 || bytes.Equal(body, []byte("{}")) || bytes.Equal(body, []byte("null"))
+	if len(body) == 0 || bytes.Equal(body, []byte("null")) {
+		return true
+	}
+	// {} however it is spaced ({ }, a pretty-printer's {\n}).
+	inner, ok := bytes.CutPrefix(body, []byte("{"))
+	if !ok {
+		return false
+	}
+	inner, ok = bytes.CutSuffix(inner, []byte("}"))
+	return ok && len(bytes.TrimSpace(inner)) == 0
 }
 
 // jsonKind names the JSON type of a value starting with c, as

@@ -152,6 +152,13 @@ func TestMicroEndpoints(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "400", m.Header.Get(micro.ErrorCodeHeader))
 	require.Contains(t, m.Header.Get(micro.ErrorHeader), "status takes no request body")
+	// An empty object however spaced, as a pretty-printing client sends
+	// it, asks for nothing.
+	for _, body := range []string{"{ }", "{\n}\n", " null "} {
+		m, err = r.nc.Request("sourcewatch.svc.status", []byte(body), 10*time.Second)
+		require.NoError(t, err)
+		require.Empty(t, m.Header.Get(micro.ErrorHeader), "%q", body)
+	}
 	m = request(t, r.nc, "sourcewatch.svc.status", nil)
 	var st Status
 	require.NoError(t, json.Unmarshal(m.Data, &st))
