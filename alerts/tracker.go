@@ -166,6 +166,25 @@ func (t *Tracker) Resolve(graph string, w Window, infected int) (Alert, bool) {
 	return t.resolve(graph, w, infected, "")
 }
 
+// ResolveBecause is Resolve with why appended to the alert's note (after
+// the latest inference's), for a resolve a consumer could not otherwise
+// tell from a mistake: one whose window still holds infected nodes.
+func (t *Tracker) ResolveBecause(graph string, w Window, infected int, why string) (Alert, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.init()
+	gs := t.graphs[graph]
+	if gs == nil || gs.Open == nil {
+		return Alert{}, false
+	}
+	// resolve puts the omitted sources' part back at the end.
+	note := why
+	if base := omittedNoteRE.ReplaceAllString(gs.Open.Note, ""); base != "" {
+		note = base + "; " + why
+	}
+	return t.resolve(graph, w, infected, note)
+}
+
 // resolve is Resolve, with note on the alert, under t.mu.
 func (t *Tracker) resolve(graph string, w Window, infected int, note string) (Alert, bool) {
 	t.init()

@@ -674,3 +674,32 @@ func TestRetiredFittedIncidentSaysWhatIsLeftOut(t *testing.T) {
 	require.True(t, strings.HasPrefix(res.Note, "resolved because graph g is no longer in the daemon's config; the "), res.Note)
 	require.Contains(t, res.Note, strconv.Itoa(a.SourcesOmitted)+" lowest-ranked of 40 sources are left out")
 }
+
+// A resolve with infected nodes left in the window says why after the
+// latest inference's note, with the left-out sources' part still last.
+func TestTrackerResolveBecause(t *testing.T) {
+	tr := NewTracker(nil)
+	_, ok := tr.ResolveBecause("g", Window{}, 3, "why")
+	require.False(t, ok, "nothing open: nothing resolved")
+
+	o := obs("g", "a")
+	o.Note = "observed early"
+	fire(t, tr, "g", "a")
+	_, publish := tr.Observe(o) // the same set with a note: no alert, but the latest note
+	require.False(t, publish)
+	r, ok := tr.ResolveBecause("g", o.Window, 21, "resolved with 21 infected in the window, under min_infected 100")
+	require.True(t, ok)
+	require.Equal(t, Resolved, r.Status)
+	require.Equal(t, 21, r.Infected)
+	require.Equal(t, "observed early; resolved with 21 infected in the window, under min_infected 100", r.Note)
+
+	big, lo := longSources(40)
+	lo.Note = "observed early"
+	lo.MaxBytes = 4000
+	a, publish := big.Observe(lo)
+	require.True(t, publish)
+	require.Positive(t, a.SourcesOmitted)
+	r, ok = big.ResolveBecause("g", lo.Window, 5, "why")
+	require.True(t, ok)
+	require.Regexp(t, `^observed early; why; the \d+ lowest-ranked of 40 sources are left out`, r.Note)
+}

@@ -1555,7 +1555,16 @@ func (d *Daemon) resolve(ctx context.Context, gr *graphRT) {
 		return
 	}
 	o := gr.win.observe(d.now(), nil)
-	if _, ok := d.tracker.Resolve(gr.name, alerts.Window{From: o.from, To: o.to}, o.infected); ok {
+	w := alerts.Window{From: o.from, To: o.to}
+	resolve := func() (alerts.Alert, bool) { return d.tracker.Resolve(gr.name, w, o.infected) }
+	if o.infected > 0 {
+		// Infected nodes left in the window: a subscriber could take the
+		// resolve for a mistake (and a reload that raised min_infected
+		// resolves an outbreak that is still growing), so it says why.
+		why := fmt.Sprintf("resolved with %d infected in the window, under min_infected %d", o.infected, gr.gc.Load().MinInfected)
+		resolve = func() (alerts.Alert, bool) { return d.tracker.ResolveBecause(gr.name, w, o.infected, why) }
+	}
+	if _, ok := resolve(); ok {
 		// The next outbreak is a new incident whatever nodes it holds:
 		// the same nodes infected again must be inferred again, though
 		// they differ from the last inferred set in none.

@@ -103,6 +103,8 @@ func TestAlertsOnSourceSetChangeOnlyAndResolve(t *testing.T) {
 	got = sink.wait(t, 3)
 	require.Equal(t, alerts.Resolved, got[2].Status)
 	require.Equal(t, 1, got[2].Infected)
+	// One node still infected: the note says why the incident closed.
+	require.Regexp(t, `resolved with 1 infected in the window, under min_infected 2$`, got[2].Note)
 	time.Sleep(100 * time.Millisecond)
 	require.Len(t, sink.all(), 3, "a resolved incident is published once")
 
