@@ -258,6 +258,12 @@ type graphRT struct {
 	// last value written, snapshot loop only.
 	through      atomic.Uint64
 	throughSaved uint64
+	// streamCreated is when the events stream the window's seq counts in
+	// was made (unix ns; 0 unknown), and streamRenewed tells the
+	// snapshot loop that it was made anew, so it drops the positions
+	// saved in the old one's numbers.
+	streamCreated atomic.Int64
+	streamRenewed atomic.Bool
 	// resumed is set when restore found a snapshot or through point of an
 	// earlier run: the window then continues one, and events the stream
 	// discarded since are a gap even if it had applied none of its own.
@@ -469,9 +475,15 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	cfg := d.cfg
 	// Whatever way Run returns, no consume callback goes on working.
 	cleanup := []func(){d.stopIngest}
+	// stopped is the last line of a clean stop, logged once the cleanup,
+	// plugins and embedded server included, is done.
+	var stopped func()
 	defer func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
 			cleanup[i]()
+		}
+		if stopped != nil {
+			stopped()
 		}
 	}()
 
@@ -700,13 +712,20 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		gr.loc.Store(&locHolder{l: l})
 	}
 	cleanup = append(cleanup, func() {
+		// Together: a plugin that does not exit gets a grace of its own
+		// (seconds), which one after another would add up past a
+		// service manager's stop timeout.
+		var closing sync.WaitGroup
 		for _, gr := range d.order {
 			if h := gr.loc.Load(); h != nil {
-				if err := h.close(); err != nil {
-					d.log.Warn("closing localizer", zap.String("graph", gr.name), zap.Error(err))
-				}
+				closing.Go(func() {
+					if err := h.close(); err != nil {
+						d.log.Warn("closing localizer", zap.String("graph", gr.name), zap.Error(err))
+					}
+				})
 			}
 		}
+		closing.Wait()
 	})
 
 	// Workers and scheduler run on their own context so that shutdown can
@@ -840,9 +859,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.log.Warn("nats not connected at shutdown: no final snapshot")
 	}
 	nc.Close()
-	// The embedded server and the data_dir lock go in the deferred
-	// cleanup, just after.
-	d.log.Info("sourcewatch stopped", zap.Bool("final_snapshot", finalSaved))
+	// The plugins, the embedded server and the data_dir lock go in the
+	// deferred cleanup, just after; the line says the stop is over.
+	d.log.Info("closing the forward plugins (and the embedded NATS server, if any)")
+	stopped = func() { d.log.Info("sourcewatch stopped", zap.Bool("final_snapshot", finalSaved)) }
 	return nil
 }
 
@@ -1986,6 +2006,9 @@ func (d *Daemon) restore(ctx context.Context) error {
 		gr.inferred.Store(nil)
 		gr.snapshotSeq = s.Seq
 		gr.resumed.Store(true)
+		if !s.StreamCreated.IsZero() {
+			gr.streamCreated.Store(s.StreamCreated.UnixNano())
+		}
 		d.log.Info("window restored", zap.String("graph", gr.name), zap.Uint64("seq", s.Seq), zap.Int("nodes", len(s.Nodes)),
 			zap.Int("infected", gr.win.observe(d.now(), nil).infected))
 	}
@@ -2051,8 +2074,21 @@ func (d *Daemon) maxBlobPart() int {
 // snapshotAll writes every window that moved since its last snapshot.
 func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 	var errs []error
+	info, infoErr := d.stream.Info(ctx)
 	for _, gr := range d.order {
+		if gr.streamRenewed.Swap(false) {
+			// The positions saved count in a deleted stream's numbers.
+			if err := d.voidThrough(ctx, gr); err != nil {
+				gr.streamRenewed.Store(true)
+				errs = append(errs, fmt.Errorf("graph %q: %w", gr.name, err))
+				continue
+			}
+			gr.snapshotSeq = 0
+		}
 		s := gr.win.snapshot(gr.name)
+		if c := gr.streamCreated.Load(); c != 0 {
+			s.StreamCreated = time.Unix(0, c).UTC()
+		}
 		if s.Seq == gr.snapshotSeq && !final {
 			continue
 		}
@@ -2071,7 +2107,7 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 		d.metrics.snapshots.WithLabelValues("ok").Inc()
 		gr.snapshotSeq = s.Seq
 	}
-	if info, err := d.stream.Info(ctx); err == nil {
+	if infoErr == nil {
 		for _, gr := range d.order {
 			if err := d.saveThrough(ctx, gr, info.State.LastSeq); err != nil {
 				errs = append(errs, fmt.Errorf("graph %q: %w", gr.name, err))

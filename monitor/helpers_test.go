@@ -41,6 +41,8 @@ type fakeLocalizer struct {
 	// each VJP does (its supervisor brings it back between calls).
 	dieOnEveryCall atomic.Bool
 	tag            string
+	// onClose, when set, is called by Close.
+	onClose func()
 	// unverified is what Unverified reports, as the bundle localizer of
 	// a plugin launched with no checksum check does.
 	unverified bool
@@ -80,7 +82,13 @@ func (f *fakeLocalizer) Localize(ctx context.Context, y []float64) (Inference, e
 	return f.script(y), nil
 }
 
-func (f *fakeLocalizer) Close() error { f.closed.Store(true); return nil }
+func (f *fakeLocalizer) Close() error {
+	if f.onClose != nil {
+		f.onClose()
+	}
+	f.closed.Store(true)
+	return nil
+}
 func (f *fakeLocalizer) Model() ModelInfo {
 	return ModelInfo{Bundle: f.tag + f.version, Forward: "fake", ForwardVersion: "1"}
 }

@@ -64,6 +64,9 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	if err := d.fenced(); err != nil {
 		return err
 	}
+	if err := d.checkEventsStream(ctx, gr); err != nil {
+		return err
+	}
 	name := consumerName(gr.name)
 	if err := d.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("%w: resetting consumer %s: %w", ErrNATS, name, err)
@@ -141,6 +144,41 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 		return fmt.Errorf("%w: consuming %s: %w", ErrNATS, name, err)
 	}
 	gr.cons.Store(&consHandle{run})
+	return nil
+}
+
+// checkEventsStream makes the events stream anew when it was deleted
+// under the daemon (an operator's nats stream rm), as the alert stream
+// is, and, when the stream gr's window applied its events from is not
+// the one there now (deleted and made anew, while the daemon ran or
+// between two runs), drops the window's stream position, keeping its
+// nodes: the new stream numbers its messages from 1 again, and a
+// consumer started after the old position would skip every event until
+// the new stream passed it, while /readyz said ready.
+func (d *Daemon) checkEventsStream(ctx context.Context, gr *graphRT) error {
+	info, err := d.stream.Info(ctx)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, cerr := d.js.CreateStream(ctx, eventsStreamConfig(d.cfg)); cerr != nil && !errors.Is(cerr, jetstream.ErrStreamNameAlreadyInUse) {
+			return fmt.Errorf("%w: making the deleted events stream %s anew: %w", ErrNATS, EventsStream, cerr)
+		} else if cerr == nil {
+			d.log.Warn("events stream was deleted; made it anew (the events it held are gone: publish them again if the windows need them)",
+				zap.String("stream", EventsStream))
+		}
+		info, err = d.stream.Info(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: events stream %s: %w", ErrNATS, EventsStream, err)
+	}
+	created := info.Created.UnixNano()
+	before := gr.streamCreated.Swap(created)
+	if _, _, seq := gr.win.counts(); seq > 0 && (seq > info.State.LastSeq || (before != 0 && before != created)) {
+		d.log.Warn("the window applied its events from an events stream since deleted and made anew: keeping its nodes, and reading the new stream from the window's start",
+			zap.String("graph", gr.name), zap.Uint64("applied_through_seq", seq), zap.Uint64("stream_last_seq", info.State.LastSeq),
+			zap.Time("stream_created", info.Created))
+		gr.win.forgetSeq()
+		gr.through.Store(0)
+		gr.streamRenewed.Store(true)
+	}
 	return nil
 }
 

@@ -271,6 +271,21 @@ func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func(), onC
 //
 // Changing the events stream's limits is logged: the stream is shared by
 // every replica, and the last one started sets them.
+// eventsStreamConfig is the events stream as cfg asks for it.
+func eventsStreamConfig(cfg Config) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        EventsStream,
+		Description: "sourcewatch node-state events",
+		Subjects:    []string{cfg.Subjects.Prefix + ".events.>"},
+		Storage:     jetstream.FileStorage,
+		Duplicates:  duplicateWindow,
+		MaxAge:      max(cfg.Events.MaxAge, 0),
+		MaxBytes:    unlimitedIfNotPositive(cfg.Events.MaxBytes),
+		MaxMsgs:     unlimitedIfNotPositive(cfg.Events.MaxMsgs),
+		Replicas:    max(cfg.Events.Replicas, 1),
+	}
+}
+
 func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, log *zap.Logger) (jetstream.Stream, jetstream.KeyValue, error) {
 	p := cfg.Subjects.Prefix
 	for _, want := range []struct {
@@ -285,18 +300,7 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 			return nil, nil, err
 		}
 	}
-	ev := jetstream.StreamConfig{
-		Name:        EventsStream,
-		Description: "sourcewatch node-state events",
-		Subjects:    []string{p + ".events.>"},
-		Storage:     jetstream.FileStorage,
-		Duplicates:  duplicateWindow,
-		MaxAge:      max(cfg.Events.MaxAge, 0),
-		MaxBytes:    unlimitedIfNotPositive(cfg.Events.MaxBytes),
-		MaxMsgs:     unlimitedIfNotPositive(cfg.Events.MaxMsgs),
-		Replicas:    max(cfg.Events.Replicas, 1),
-	}
-	stream, err := updateStream(ctx, js, ev, "events", log)
+	stream, err := updateStream(ctx, js, eventsStreamConfig(cfg), "events", log)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: stream %s: %w", ErrNATS, EventsStream, err)
 	}

@@ -186,6 +186,15 @@ func (w *window) rememberLocked(id string) {
 	w.ids[id] = struct{}{}
 }
 
+// forgetSeq drops the stream sequence the window has applied through,
+// keeping its nodes: that sequence belongs to an events stream since
+// deleted, and the new one numbers its messages from 1 again.
+func (w *window) forgetSeq() {
+	w.mu.Lock()
+	w.lastSeq = 0
+	w.mu.Unlock()
+}
+
 // markSeq records that every message up to stream sequence seq has been
 // applied.
 func (w *window) markSeq(seq uint64) {
@@ -264,12 +273,16 @@ func (w *window) counts() (infectedAnyAge int, changes, seq uint64) {
 // snapshot is a window as stored in KV: the nodes any event mentioned,
 // the change counter and the stream sequence the snapshot covers.
 type snapshot struct {
-	Graph       string          `json:"graph"`
-	Fingerprint string          `json:"fingerprint"`
-	Seq         uint64          `json:"seq"`
-	Changes     uint64          `json:"changes"`
-	Latest      int64           `json:"latest"`
-	Nodes       []snapshotEntry `json:"nodes"`
+	Graph       string `json:"graph"`
+	Fingerprint string `json:"fingerprint"`
+	Seq         uint64 `json:"seq"`
+	// StreamCreated is when the events stream Seq counts in was made, so
+	// a start finds a stream deleted and made anew since (zero in a
+	// snapshot of an earlier build).
+	StreamCreated time.Time       `json:"stream_created,omitzero"`
+	Changes       uint64          `json:"changes"`
+	Latest        int64           `json:"latest"`
+	Nodes         []snapshotEntry `json:"nodes"`
 	// IDs are the remembered event ids, oldest first.
 	IDs []string `json:"ids,omitempty"`
 }

@@ -1,0 +1,101 @@
+package monitor
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+)
+
+// infectedInWindow is how many nodes graph's window holds infected now.
+func infectedInWindow(d *Daemon, graphName string) int {
+	return d.graphs[graphName].win.observe(time.Now(), nil).infected
+}
+
+// An events stream deleted while no daemon ran, and made anew by the next
+// start, numbers its events from 1 again: the restored window keeps its
+// nodes and reads the new stream's events, where it skipped them until
+// the new stream passed the old position.
+func TestEventsStreamMadeAnewBetweenRuns(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000 // no inference here
+	r := start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	for v := range 5 {
+		r.publish(t, "p", Event{Node: strconv.Itoa(v), State: StateInfected, TS: time.Now()}, "")
+	}
+	waitSeq(t, r.d, "p", 5)
+	r.stop(t) // a final snapshot at seq 5
+
+	require.NoError(t, js.DeleteStream(t.Context(), EventsStream))
+	r = start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.Equal(t, 5, infectedInWindow(r.d, "p"), "the window's nodes are kept")
+	r.publish(t, "p", Event{Node: "5", State: StateInfected, TS: time.Now()}, "") // seq 1 of the new stream
+	require.Eventually(t, func() bool { return infectedInWindow(r.d, "p") == 6 }, 10*time.Second, 10*time.Millisecond,
+		"the new stream's first event is applied")
+	waitSeq(t, r.d, "p", 1)
+	// The snapshot records the new stream, and the next start takes it up
+	// where it left off.
+	r.stop(t)
+	r = start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	_, _, seq := r.d.graphs["p"].win.counts()
+	require.Equal(t, uint64(1), seq)
+	r.publish(t, "p", Event{Node: "6", State: StateInfected, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return infectedInWindow(r.d, "p") == 7 }, 10*time.Second, 10*time.Millisecond)
+}
+
+// An events stream deleted under a running daemon is made anew when the
+// graph's consumer is bound again, and the window reads it from its first
+// event, where the rebind failed on the missing stream at every tick.
+func TestEventsStreamDeletedUnderTheDaemon(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	for v := range 3 {
+		r.publish(t, "p", Event{Node: strconv.Itoa(v), State: StateInfected, TS: time.Now()}, "")
+	}
+	waitSeq(t, r.d, "p", 3)
+
+	require.NoError(t, js.DeleteStream(t.Context(), EventsStream))
+	require.Eventually(t, func() bool {
+		_, err := js.Stream(t.Context(), EventsStream)
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "the daemon makes the stream anew")
+	require.Eventually(t, func() bool {
+		_, _, seq := r.d.graphs["p"].win.counts()
+		return seq == 0
+	}, 10*time.Second, 10*time.Millisecond, "the old stream's position is dropped")
+	_, err := js.Publish(t.Context(), EventsSubject(DefaultPrefix, "p"), []byte(`{"node":"4","state":"infected"}`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return infectedInWindow(r.d, "p") == 4 }, 20*time.Second, 10*time.Millisecond,
+		"the new stream's first event is applied")
+}
+
+// A stop's last line comes after every plugin is closed (it came before,
+// and a stop waiting on plugins that would not exit went on unlogged).
+func TestStoppedIsTheLastLine(t *testing.T) {
+	cfg := testConfig(t, "p", "q")
+	cfg.Graphs[0].MinInfected, cfg.Graphs[1].MinInfected = 1000, 1000
+	core, logs := observer.New(zapcore.InfoLevel)
+	log := zap.New(core)
+	f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) {
+		l.onClose = func() { log.Info("fake closed") }
+	}}
+	r := start(t, cfg, preload(t, 4, "p", "q"), WithLocalizerFactory(f.factory), WithLogger(log))
+	r.stop(t)
+	var msgs []string
+	for _, e := range logs.All() {
+		msgs = append(msgs, e.Message)
+	}
+	require.Equal(t, "sourcewatch stopped", msgs[len(msgs)-1], msgs)
+	require.Equal(t, 2, logs.FilterMessage("fake closed").Len())
+}
