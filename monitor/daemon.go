@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"net"
 	"net/http"
 	"reflect"
@@ -565,7 +566,12 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 			// once it cannot open a file. The write timeout leaves room
 			// for pprof's 30 s profile.
 			ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
-			WriteTimeout: 2 * time.Minute, IdleTimeout: 90 * time.Second}
+			WriteTimeout: 2 * time.Minute, IdleTimeout: 90 * time.Second,
+			// net/http's own errors (accept failing on a process out of
+			// file descriptors, once a second while it lasts) go through
+			// the logger, rate-limited, not as plain lines on stderr
+			// among JSON ones.
+			ErrorLog: log.New(httpErrorLog{d.limiter}, "", 0)}
 		go func() {
 			defer close(httpDone)
 			if err := httpSrv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -2441,6 +2447,15 @@ type logLimiter struct {
 
 func newLogLimiter(interval time.Duration, now func() time.Time, log *zap.Logger) *logLimiter {
 	return &logLimiter{interval: interval, now: now, log: log, last: map[string]time.Time{}, held: map[string]int{}, msg: map[string]string{}}
+}
+
+// httpErrorLog is the HTTP server's ErrorLog output: each line a
+// rate-limited warning.
+type httpErrorLog struct{ l *logLimiter }
+
+func (w httpErrorLog) Write(p []byte) (int, error) {
+	w.l.warn("http.server", "http server error", zap.String("error", strings.TrimSpace(string(p))))
+	return len(p), nil
 }
 
 func (l *logLimiter) warn(kind, msg string, fields ...zap.Field) {

@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"log"
 	"strconv"
 	"testing"
 	"time"
@@ -98,4 +99,19 @@ func TestStoppedIsTheLastLine(t *testing.T) {
 	}
 	require.Equal(t, "sourcewatch stopped", msgs[len(msgs)-1], msgs)
 	require.Equal(t, 2, logs.FilterMessage("fake closed").Len())
+}
+
+// net/http's own error lines become rate-limited warnings of the logger.
+func TestHTTPErrorLogIsRateLimited(t *testing.T) {
+	core, logs := observer.New(zapcore.InfoLevel)
+	now := time.Unix(0, 0)
+	l := newLogLimiter(time.Minute, func() time.Time { return now }, zap.New(core))
+	w := log.New(httpErrorLog{l}, "", 0)
+	for range 5 {
+		w.Printf("http: Accept error: accept tcp 127.0.0.1:7070: accept4: too many open files; retrying in 1s")
+	}
+	require.Equal(t, 1, logs.Len())
+	e := logs.All()[0]
+	require.Equal(t, zapcore.WarnLevel, e.Level)
+	require.Equal(t, "http: Accept error: accept tcp 127.0.0.1:7070: accept4: too many open files; retrying in 1s", e.ContextMap()["error"])
 }
