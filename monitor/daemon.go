@@ -259,6 +259,9 @@ type graphRT struct {
 	// last value written, snapshot loop only.
 	through      atomic.Uint64
 	throughSaved uint64
+	// relaunchedAt holds the relaunches of the last minute; under
+	// reloadMu (relaunch).
+	relaunchedAt []time.Time
 	// streamCreated is when the events stream the window's seq counts in
 	// was made (unix ns; 0 unknown), and streamRenewed tells the
 	// snapshot loop that it was made anew, so it drops the positions
@@ -1362,7 +1365,12 @@ func (d *Daemon) worker(ctx context.Context) {
 			case jobResolve:
 				d.resolve(ctx, j.gr)
 			case jobRelaunch:
-				if err := d.relaunch(ctx, j.gr); err != nil && ctx.Err() == nil {
+				switch err := d.relaunch(ctx, j.gr); {
+				case err == nil, ctx.Err() != nil:
+				case errors.Is(err, errRelaunchRate):
+					// Asked again at every tick until the minute is up.
+					d.limiter.warn("relaunch_rate."+j.gr.name, "forward plugin not relaunched: it was relaunched too often", zap.String("graph", j.gr.name), zap.Error(err))
+				default:
 					d.log.Error("relaunching localizer", zap.String("graph", j.gr.name), zap.Error(err))
 				}
 			case jobFlush:
@@ -1472,6 +1480,18 @@ func (d *Daemon) relaunch(ctx context.Context, gr *graphRT) error {
 	if n := gr.relaunches.Load(); n >= int64(gc.Restarts) {
 		return fmt.Errorf("graph %q: localizer failed after %d relaunches (restarts: %d)", gr.name, n, gc.Restarts)
 	}
+	// Each relaunch builds a new localizer, whose supervisor starts with
+	// a fresh budget, and one that lives to the next tick resets the
+	// restarts count: so this is what holds a plugin that dies a moment
+	// after each start to the documented rate (seen: 18 a minute).
+	now := d.now()
+	gr.relaunchedAt = slices.DeleteFunc(gr.relaunchedAt, func(t time.Time) bool { return now.Sub(t) >= time.Minute })
+	if len(gr.relaunchedAt) >= relaunchesPerMinute {
+		msg := fmt.Sprintf("relaunched %d times within a minute; the next relaunch from %s", len(gr.relaunchedAt), gr.relaunchedAt[0].Add(time.Minute).UTC().Format(time.RFC3339))
+		gr.relaunchErr.Store(&msg)
+		return fmt.Errorf("graph %q: %w: %s", gr.name, errRelaunchRate, msg)
+	}
+	gr.relaunchedAt = append(gr.relaunchedAt, now)
 	gr.relaunches.Add(1)
 	var (
 		l   Localizer
@@ -2262,6 +2282,13 @@ func (d *Daemon) keeps(ctx context.Context, gr *graphRT, gc GraphConfig) bool {
 	}
 	return same
 }
+
+// relaunchesPerMinute bounds a graph's relaunches, as forward's
+// supervisor bounds its own.
+const relaunchesPerMinute = 5
+
+// errRelaunchRate is a relaunch refused for relaunchesPerMinute.
+var errRelaunchRate = errors.New("forward plugin relaunched too often")
 
 // graphPrefix is the `graph "NAME": ` that names the graph of a
 // localizer factory's error, or "" where the error names it already as

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"log"
+	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -114,4 +115,26 @@ func TestHTTPErrorLogIsRateLimited(t *testing.T) {
 	e := logs.All()[0]
 	require.Equal(t, zapcore.WarnLevel, e.Level)
 	require.Equal(t, "http: Accept error: accept tcp 127.0.0.1:7070: accept4: too many open files; retrying in 1s", e.ContextMap()["error"])
+}
+
+// A plugin that dies a moment after every start is relaunched at most
+// relaunchesPerMinute times a minute, though each relaunch is a new
+// localizer with a fresh supervisor and a plugin alive at a tick resets
+// the restarts count; /readyz says why it is not relaunched.
+func TestRelaunchesPerMinuteHold(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	cfg.Graphs[0].Restarts = 1000
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+	f.mu.Lock()
+	f.onMake = func(_ int, l *fakeLocalizer) { l.sick.Store(true) } // dead from the start
+	f.mu.Unlock()
+	f.all()[0].sick.Store(true)
+	require.Eventually(t, func() bool { return len(f.all()) == 1+relaunchesPerMinute }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // 15 ticks more
+	require.Len(t, f.all(), 1+relaunchesPerMinute, "no relaunch past the rate")
+	code, body := get(t, "http://"+r.d.HTTPAddr()+"/readyz?graph=p")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "relaunched 5 times within a minute; the next relaunch from ")
 }
