@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/sourcewatch/sourcewatch/forward"
@@ -36,8 +37,12 @@ type LaunchOptions struct {
 	Checksum string
 	// AllowUnverified launches a plugin whose checksum nobody recorded.
 	AllowUnverified bool
-	CallTimeout     time.Duration
-	Logger          *zap.Logger
+	// Relaunch marks a launch of a plugin launched before (the daemon's
+	// relaunch of a dead one): what its first launch warned of is logged
+	// at debug level.
+	Relaunch    bool
+	CallTimeout time.Duration
+	Logger      *zap.Logger
 	// OnRestart is called after the plugin was relaunched (it crashed or
 	// missed a deadline), with the cause.
 	OnRestart func(cause error)
@@ -91,7 +96,11 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 		if err != nil {
 			return nil, err
 		}
-		log.Warn("launching forward plugin without checksum verification (allow_unverified)",
+		level := zapcore.WarnLevel
+		if o.Relaunch {
+			level = zapcore.DebugLevel
+		}
+		log.Log(level, "launching forward plugin without checksum verification (allow_unverified)",
 			zap.String("plugin", path), zap.String("sha256", hex.EncodeToString(got)))
 	}
 	sup := []forward.SuperviseOption{forward.WithLaunchOptions(opts...), forward.WithSupervisorLogger(log)}

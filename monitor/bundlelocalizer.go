@@ -134,7 +134,7 @@ func launchBundle(ctx context.Context, name string, b *localize.Bundle, src bund
 	// Alerts name the binary run, which is what the operator configured
 	// and can act on; the version is the one the process reports.
 	run := o.PluginName(&b.Manifest)
-	if info.Name != run && o.Logger != nil {
+	if info.Name != run && o.Logger != nil && !o.Relaunch {
 		o.Logger.Info("the forward plugin reports another name than its file's; alerts name it by its file",
 			zap.String("plugin", run), zap.String("reported_name", info.Name), zap.String("version", info.Version))
 	}
@@ -151,7 +151,16 @@ func launchBundle(ctx context.Context, name string, b *localize.Bundle, src bund
 // the file as it is now: replacing a bundle file takes effect at a
 // reload, not behind the operator's back when a plugin dies.
 func (l *bundleLocalizer) Relaunch(ctx context.Context) (Localizer, error) {
-	return launchBundle(ctx, l.name, l.bundle, l.src, l.launch)
+	// What the first launch logged once (no checksum check, another
+	// name) is not news at every relaunch of a crash-looping plugin.
+	o := l.launch
+	o.Relaunch = true
+	nl, err := launchBundle(ctx, l.name, l.bundle, l.src, o)
+	if err != nil {
+		return nil, err
+	}
+	nl.launch.Relaunch = false // what Unchanged compares
+	return nl, nil
 }
 
 // Unchanged reports whether BundleLocalizers, building gc's localizer
