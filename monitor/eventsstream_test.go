@@ -4,6 +4,7 @@ import (
 	"log"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,4 +138,28 @@ func TestRelaunchesPerMinuteHold(t *testing.T) {
 	code, body := get(t, "http://"+r.d.HTTPAddr()+"/readyz?graph=p")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "relaunched 5 times within a minute; the next relaunch from ")
+}
+
+// A failed save of the stream positions kept with the snapshots counts as
+// a failed snapshot, though no window moved: /readyz and the metric the
+// snapshot alert reads agree.
+func TestSnapshotMetricCountsFailedPositions(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000
+	cfg.SnapshotInterval = 50 * time.Millisecond
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, js.DeleteKeyValue(t.Context(), StateBucket))
+	// An event of no graph moves the unrouted position alone.
+	_, err := js.Publish(t.Context(), EventsSubject(DefaultPrefix, "nope"), []byte(`{"node":"1","state":"infected"}`))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		return value(t, r.d.metrics.snapshots.WithLabelValues("error")) > 0
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		code, body := get(t, "http://"+r.d.HTTPAddr()+"/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "snapshots: the last write failed: ")
+	}, 10*time.Second, 20*time.Millisecond)
 }
