@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // connLimit is a listener that keeps at most max connections open, so
@@ -22,12 +23,17 @@ type connLimit struct {
 	net.Listener
 	max int
 
-	mu    sync.Mutex
-	open  int
-	idle  map[*limitedConn]uint64 // when each went idle, as seq counted then
-	seq   uint64                  // counts the transitions to idle
-	freed chan struct{}           // a slot came free; capacity 1
-	done  chan struct{}           // closed by Close
+	mu   sync.Mutex
+	open int
+	idle map[*limitedConn]uint64 // when each went idle, as seq counted then
+	seq  uint64                  // counts the transitions to idle
+	// fresh holds the connections that sent no request yet, with when
+	// they were accepted: one silent past newConnGrace is evicted as an
+	// idle one is (256 of them held /readyz 4.5 s, until the server's
+	// header timeout freed a slot).
+	fresh map[*limitedConn]time.Time
+	freed chan struct{} // a slot came free; capacity 1
+	done  chan struct{} // closed by Close
 	once  sync.Once
 }
 
@@ -38,6 +44,7 @@ func newConnLimit(ln net.Listener, max int) *connLimit {
 	return &connLimit{
 		Listener: ln, max: max,
 		idle:  map[*limitedConn]uint64{},
+		fresh: map[*limitedConn]time.Time{},
 		freed: make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
@@ -68,8 +75,12 @@ func (l *connLimit) acquire() error {
 			return nil
 		}
 		victim := l.longestIdleLocked()
+		if victim == nil {
+			victim = l.silentLocked(time.Now())
+		}
 		if victim != nil {
 			delete(l.idle, victim)
+			delete(l.fresh, victim)
 		}
 		l.mu.Unlock()
 		if victim != nil {
@@ -78,11 +89,15 @@ func (l *connLimit) acquire() error {
 			_ = victim.Close()
 			continue
 		}
+		t := time.NewTimer(newConnGrace)
 		select {
 		case <-l.freed:
+		case <-t.C: // a connection may have gone silent past its grace
 		case <-l.done:
+			t.Stop()
 			return net.ErrClosed
 		}
+		t.Stop()
 	}
 }
 
@@ -94,6 +109,26 @@ func (l *connLimit) longestIdleLocked() *limitedConn {
 	for c, seq := range l.idle {
 		if oldest == nil || seq < since {
 			oldest, since = c, seq
+		}
+	}
+	return oldest
+}
+
+// newConnGrace is how long a connection may stay open without sending a
+// request before a new one at the bound may evict it: a client's request
+// follows its connect at once.
+const newConnGrace = time.Second
+
+// silentLocked is the connection accepted longest ago that has sent no
+// request for newConnGrace, or nil.
+func (l *connLimit) silentLocked(now time.Time) *limitedConn {
+	var (
+		oldest *limitedConn
+		since  time.Time
+	)
+	for c, at := range l.fresh {
+		if now.Sub(at) >= newConnGrace && (oldest == nil || at.Before(since)) {
+			oldest, since = c, at
 		}
 	}
 	return oldest
@@ -118,12 +153,16 @@ func (l *connLimit) connState(nc net.Conn, state http.ConnState) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if state == http.StateIdle && !c.isClosed() {
+	delete(l.fresh, c)
+	switch {
+	case state == http.StateNew && !c.isClosed():
+		l.fresh[c] = time.Now()
+	case state == http.StateIdle && !c.isClosed():
 		l.seq++
 		l.idle[c] = l.seq
-		return
+	default:
+		delete(l.idle, c)
 	}
-	delete(l.idle, c)
 }
 
 // idleConns counts the connections idle between requests now.
@@ -163,6 +202,7 @@ func (c *limitedConn) Close() error {
 	if first {
 		c.l.mu.Lock()
 		delete(c.l.idle, c)
+		delete(c.l.fresh, c)
 		c.l.mu.Unlock()
 		c.l.release()
 	}
