@@ -272,13 +272,20 @@ func (tl *tailer) waitFor(t *testing.T, n int) []string {
 	return tl.ids()
 }
 
-func TestTail(t *testing.T) {
+// streamAndTracker starts a server with the alert stream of prefix "sw"
+// and returns its JetStream, a context for the test, a publisher and a
+// tracker.
+func streamAndTracker(t *testing.T) (jetstream.JetStream, context.Context, *Publisher, *Tracker) {
+	t.Helper()
 	_, js := startJS(t)
 	ctx := ctxT(t)
 	_, err := EnsureStream(ctx, js, "sw")
 	require.NoError(t, err)
-	pub := NewPublisher(js, "sw")
-	tr := NewTracker(nil)
+	return js, ctx, NewPublisher(js, "sw"), NewTracker(nil)
+}
+
+func TestTail(t *testing.T) {
+	js, ctx, pub, tr := streamAndTracker(t)
 
 	old := fire(t, tr, "g", "a")
 	require.NoError(t, pub.Publish(ctx, old))
@@ -583,12 +590,7 @@ func TestFormatQuotesBidiControls(t *testing.T) {
 // each once, where the ordered consumer alone would wait past them for the
 // sequence after the last it saw.
 func TestTailFollowsARecreatedStream(t *testing.T) {
-	_, js := startJS(t)
-	ctx := ctxT(t)
-	_, err := EnsureStream(ctx, js, "sw")
-	require.NoError(t, err)
-	pub := NewPublisher(js, "sw")
-	tr := NewTracker(nil)
+	js, ctx, pub, tr := streamAndTracker(t)
 	var recreated atomic.Int32
 	tl := startTail(t, js, "sw", "", RecreationCheck(200*time.Millisecond), OnRecreated(func() { recreated.Add(1) }))
 
@@ -604,7 +606,7 @@ func TestTailFollowsARecreatedStream(t *testing.T) {
 	require.Equal(t, want, tl.waitFor(t, 3))
 
 	require.NoError(t, js.DeleteStream(ctx, StreamName))
-	_, err = EnsureStream(ctx, js, "sw")
+	_, err := EnsureStream(ctx, js, "sw")
 	require.NoError(t, err)
 	// Two alerts below the old stream's last sequence, then, past it, three
 	// more, which the old consumer may deliver before Tail notices.
@@ -623,12 +625,7 @@ func TestTailFollowsARecreatedStream(t *testing.T) {
 // its Stop needed, with no bound on their number), and one left running
 // waits for the next stream and delivers its alerts.
 func TestTailOutlivesADeletedStream(t *testing.T) {
-	_, js := startJS(t)
-	ctx := ctxT(t)
-	_, err := EnsureStream(ctx, js, "sw")
-	require.NoError(t, err)
-	pub := NewPublisher(js, "sw")
-	tr := NewTracker(nil)
+	js, ctx, pub, tr := streamAndTracker(t)
 	first := fire(t, tr, "a", "1")
 	cancelled := startTail(t, js, "sw", "", RecreationCheck(200*time.Millisecond))
 	waiting := startTail(t, js, "sw", "", RecreationCheck(200*time.Millisecond))
@@ -648,7 +645,7 @@ func TestTailOutlivesADeletedStream(t *testing.T) {
 	}
 
 	time.Sleep(9 * time.Second) // past the resets (1 s, 2 s, 4 s)
-	_, err = EnsureStream(t.Context(), js, "sw")
+	_, err := EnsureStream(t.Context(), js, "sw")
 	require.NoError(t, err)
 	next := fire(t, tr, "b", "1")
 	require.NoError(t, pub.Publish(t.Context(), next))

@@ -24,61 +24,51 @@ func infectedInWindow(d *Daemon, graphName string) int {
 // nodes and reads the new stream's events, where it skipped them until
 // the new stream passed the old position.
 func TestEventsStreamMadeAnewBetweenRuns(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
-	cfg := testConfig(t, "p")
-	cfg.NATS.URL = s.ClientURL()
-	cfg.Graphs[0].MinInfected = 1000 // no inference here
-	r := start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory((&factoryOf{}).factory))
-	for v := range 5 {
+	r, restart := startOnOwnServer(t)
+	_, js := connectJS(t, r.d.cfg.NATS.URL)
+	for v := range 2 {
 		r.publish(t, "p", Event{Node: strconv.Itoa(v), State: StateInfected, TS: time.Now()}, "")
 	}
-	waitSeq(t, r.d, "p", 5)
-	r.stop(t) // a final snapshot at seq 5
+	waitSeq(t, r.d, "p", 2)
+	r.stop(t) // a final snapshot at seq 2
 
 	require.NoError(t, js.DeleteStream(t.Context(), EventsStream))
-	r = start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory((&factoryOf{}).factory))
-	require.Equal(t, 5, infectedInWindow(r.d, "p"), "the window's nodes are kept")
-	r.publish(t, "p", Event{Node: "5", State: StateInfected, TS: time.Now()}, "") // seq 1 of the new stream
-	require.Eventually(t, func() bool { return infectedInWindow(r.d, "p") == 6 }, 10*time.Second, 10*time.Millisecond,
+	r = restart()
+	require.Equal(t, 2, infectedInWindow(r.d, "p"), "the window's nodes are kept")
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "") // seq 1 of the new stream
+	require.Eventually(t, func() bool { return infectedInWindow(r.d, "p") == 3 }, 10*time.Second, 10*time.Millisecond,
 		"the new stream's first event is applied")
 	waitSeq(t, r.d, "p", 1)
 	// The snapshot records the new stream, and the next start takes it up
 	// where it left off.
 	r.stop(t)
-	r = start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r = restart()
 	_, _, seq := r.d.graphs["p"].win.counts()
 	require.Equal(t, uint64(1), seq)
-	r.publish(t, "p", Event{Node: "6", State: StateInfected, TS: time.Now()}, "")
-	require.Eventually(t, func() bool { return infectedInWindow(r.d, "p") == 7 }, 10*time.Second, 10*time.Millisecond)
+	r.publish(t, "p", Event{Node: "3", State: StateInfected, TS: time.Now()}, "")
+	require.Eventually(t, func() bool { return infectedInWindow(r.d, "p") == 4 }, 10*time.Second, 10*time.Millisecond)
 }
 
 // An events stream deleted under a running daemon is made anew when the
 // graph's consumer is bound again, and the window reads it from its first
 // event, where the rebind failed on the missing stream at every tick.
 func TestEventsStreamDeletedUnderTheDaemon(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
-	cfg := testConfig(t, "p")
-	cfg.NATS.URL = s.ClientURL()
-	cfg.Graphs[0].MinInfected = 1000
-	r := start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r, _ := startOnOwnServer(t)
 	for v := range 3 {
 		r.publish(t, "p", Event{Node: strconv.Itoa(v), State: StateInfected, TS: time.Now()}, "")
 	}
 	waitSeq(t, r.d, "p", 3)
 
-	require.NoError(t, js.DeleteStream(t.Context(), EventsStream))
+	require.NoError(t, r.js.DeleteStream(t.Context(), EventsStream))
 	require.Eventually(t, func() bool {
-		_, err := js.Stream(t.Context(), EventsStream)
+		_, err := r.js.Stream(t.Context(), EventsStream)
 		return err == nil
 	}, 20*time.Second, 20*time.Millisecond, "the daemon makes the stream anew")
 	require.Eventually(t, func() bool {
 		_, _, seq := r.d.graphs["p"].win.counts()
 		return seq == 0
 	}, 10*time.Second, 10*time.Millisecond, "the old stream's position is dropped")
-	_, err := js.Publish(t.Context(), EventsSubject(DefaultPrefix, "p"), []byte(`{"node":"4","state":"infected"}`))
-	require.NoError(t, err)
+	r.publish(t, "p", `{"node":"3","state":"infected"}`, "")
 	require.Eventually(t, func() bool { return infectedInWindow(r.d, "p") == 4 }, 20*time.Second, 10*time.Millisecond,
 		"the new stream's first event is applied")
 }
@@ -144,17 +134,13 @@ func TestRelaunchesPerMinuteHold(t *testing.T) {
 // a failed snapshot, though no window moved: /readyz and the metric the
 // snapshot alert reads agree.
 func TestSnapshotMetricCountsFailedPositions(t *testing.T) {
-	s := runServer(t)
-	_, js := connectJS(t, s.ClientURL())
 	cfg := testConfig(t, "p")
-	cfg.NATS.URL = s.ClientURL()
 	cfg.Graphs[0].MinInfected = 1000
 	cfg.SnapshotInterval = 50 * time.Millisecond
 	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
-	require.NoError(t, js.DeleteKeyValue(t.Context(), StateBucket))
+	require.NoError(t, r.js.DeleteKeyValue(t.Context(), StateBucket))
 	// An event of no graph moves the unrouted position alone.
-	_, err := js.Publish(t.Context(), EventsSubject(DefaultPrefix, "nope"), []byte(`{"node":"1","state":"infected"}`))
-	require.NoError(t, err)
+	r.publish(t, "nope", `{"node":"1","state":"infected"}`, "")
 	require.Eventually(t, func() bool {
 		return value(t, r.d.metrics.snapshots.WithLabelValues("error")) > 0
 	}, 10*time.Second, 20*time.Millisecond)
