@@ -238,7 +238,7 @@ func OnRecreated(f func()) TailOption {
 }
 
 // RecreationCheck sets how long Tail goes without an alert before it
-// checks whether the stream was made anew (default
+// checks whether the stream was made anew (default, and for d <= 0,
 // DefaultRecreationCheck).
 func RecreationCheck(d time.Duration) TailOption {
 	return func(o *tailOptions) { o.checkEvery = d }
@@ -286,6 +286,9 @@ func Tail(ctx context.Context, js jetstream.JetStream, prefix, graph string, del
 	o := tailOptions{policy: jetstream.DeliverNewPolicy, checkEvery: DefaultRecreationCheck}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.checkEvery <= 0 {
+		o.checkEvery = DefaultRecreationCheck
 	}
 	if err := checkTokens("prefix", prefix); err != nil {
 		return err
