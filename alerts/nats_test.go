@@ -284,6 +284,18 @@ func streamAndTracker(t *testing.T) (jetstream.JetStream, context.Context, *Publ
 	return js, ctx, NewPublisher(js, "sw"), NewTracker(nil)
 }
 
+// remake makes the alert stream of prefix "sw" anew after its deletion,
+// trying again while the server has not yet removed the deleted one's
+// store (it refuses a create meanwhile: error creating store for stream).
+func remake(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	var err error
+	require.Eventually(t, func() bool {
+		_, err = EnsureStream(t.Context(), js, "sw")
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "making the stream anew: %v", err)
+}
+
 func TestTail(t *testing.T) {
 	js, ctx, pub, tr := streamAndTracker(t)
 
@@ -606,8 +618,7 @@ func TestTailFollowsARecreatedStream(t *testing.T) {
 	require.Equal(t, want, tl.waitFor(t, 3))
 
 	require.NoError(t, js.DeleteStream(ctx, StreamName))
-	_, err := EnsureStream(ctx, js, "sw")
-	require.NoError(t, err)
+	remake(t, js)
 	// Two alerts below the old stream's last sequence, then, past it, three
 	// more, which the old consumer may deliver before Tail notices.
 	for _, g := range []string{"d", "e", "f", "g", "h"} {
@@ -645,8 +656,7 @@ func TestTailOutlivesADeletedStream(t *testing.T) {
 	}
 
 	time.Sleep(9 * time.Second) // past the resets (1 s, 2 s, 4 s)
-	_, err := EnsureStream(t.Context(), js, "sw")
-	require.NoError(t, err)
+	remake(t, js)
 	next := fire(t, tr, "b", "1")
 	require.NoError(t, pub.Publish(t.Context(), next))
 	require.Equal(t, []string{first.ID, next.ID}, waiting.waitFor(t, 2))

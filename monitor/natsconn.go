@@ -371,7 +371,7 @@ func updateStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		c := old.CachedInfo().Config
 		before = &c
 	}
-	s, err := js.CreateOrUpdateStream(ctx, want)
+	s, err := createOrUpdateStream(ctx, js, want)
 	if err != nil || before == nil {
 		return s, err
 	}
@@ -380,6 +380,34 @@ func updateStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 			append([]zap.Field{zap.String("stream", want.Name)}, changed...)...)
 	}
 	return s, nil
+}
+
+// jsStoreFailed is the server's refusal of a stream whose store it
+// cannot make, which it answers for a moment after the deletion of a
+// stream of that name, while it still removes the old one's files.
+const jsStoreFailed jetstream.ErrorCode = 10049
+
+// storeRetryFor bounds how long a create waits out that refusal.
+const storeRetryFor = 5 * time.Second
+
+// createOrUpdateStream is js.CreateOrUpdateStream, trying again for up to
+// storeRetryFor while the server refuses the store of a stream just
+// deleted (an operator's `nats stream rm` followed by a restart), which
+// would otherwise fail the start with "error creating store for stream".
+func createOrUpdateStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	deadline := time.Now().Add(storeRetryFor)
+	for {
+		s, err := js.CreateOrUpdateStream(ctx, want)
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != jsStoreFailed || time.Now().After(deadline) {
+			return s, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // streamChanges lists the settings that differ between two stream

@@ -333,3 +333,18 @@ func TestSecondDaemonOnAPrefixIsRefused(t *testing.T) {
 	r2 := start(t, second, opts...)
 	r2.stop(t)
 }
+
+// The server refuses, now and then, a stream made right after the
+// deletion of one of the same name (error creating store for stream):
+// createOrUpdateStream waits that out, so a start right after an
+// operator's `nats stream rm` does not fail. Without the retry, about
+// one cycle in two hundred failed here.
+func TestCreateOrUpdateStreamRightAfterDeletion(t *testing.T) {
+	_, js := connectJS(t, runServer(t).ClientURL())
+	cfg := jetstream.StreamConfig{Name: "X", Subjects: []string{"x.>"}, Storage: jetstream.FileStorage}
+	for i := range 400 {
+		_, err := createOrUpdateStream(t.Context(), js, cfg)
+		require.NoError(t, err, "cycle %d", i)
+		require.NoError(t, js.DeleteStream(t.Context(), "X"))
+	}
+}
