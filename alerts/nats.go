@@ -388,12 +388,13 @@ func tailOnce(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordere
 	for {
 		wait, cancel := context.WithTimeout(ctx, o.checkEvery)
 		msg, err := it.Next(jetstream.NextContext(wait))
+		// Read before cancel, after which wait.Err is never nil.
+		failed := wait.Err() == nil
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, nil
 			}
-			failed := wait.Err() == nil
 			// Idle, or the consumer gave up recreating itself: was the
 			// stream deleted and made anew? (The handle names the stream;
 			// it serves the new one as well.)

@@ -661,3 +661,37 @@ func TestTailOutlivesADeletedStream(t *testing.T) {
 	require.NoError(t, pub.Publish(t.Context(), next))
 	require.Equal(t, []string{first.ID, next.ID}, waiting.waitFor(t, 2))
 }
+
+// Once the ordered consumer's resets failed on a stream that stays gone,
+// Tail waits for the stream, asking about it once per check: its idle
+// test read its timer's context after cancelling it, so every failed Next
+// counted as idle and Tail asked the server for the stream's info in a
+// busy loop (thousands of requests a second) on an iterator that returns
+// at once.
+func TestTailWaitsForAGoneStreamWithoutSpinning(t *testing.T) {
+	js, ctx, pub, tr := streamAndTracker(t)
+	first := fire(t, tr, "a", "1")
+	tl := startTail(t, js, "sw", "", RecreationCheck(200*time.Millisecond))
+	require.NoError(t, pub.Publish(ctx, first))
+	tl.waitFor(t, 1)
+
+	// Every stream info request Tail makes, as the server sees it.
+	var infos atomic.Int64
+	nc := js.Conn()
+	sub, err := nc.Subscribe("$JS.API.STREAM.INFO."+StreamName, func(*nats.Msg) { infos.Add(1) })
+	require.NoError(t, err)
+	defer sub.Unsubscribe()
+	require.NoError(t, nc.Flush())
+
+	require.NoError(t, js.DeleteStream(ctx, StreamName))
+	time.Sleep(6 * time.Second) // past the resets (1 s, 2 s apart)
+	before := infos.Load()
+	time.Sleep(time.Second)
+	asked := infos.Load() - before
+	require.LessOrEqual(t, asked, int64(10), "stream info requests within a second while the stream is gone (one per 200 ms check expected)")
+
+	remake(t, js)
+	next := fire(t, tr, "b", "1")
+	require.NoError(t, pub.Publish(t.Context(), next))
+	require.Equal(t, []string{first.ID, next.ID}, tl.waitFor(t, 2))
+}
