@@ -2144,7 +2144,7 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 				errs = append(errs, fmt.Errorf("graph %q: %w", gr.name, err))
 			}
 		}
-		if err := d.saveUnroutedThrough(ctx, info.Created); err != nil {
+		if err := d.saveUnroutedThrough(ctx); err != nil {
 			d.metrics.snapshots.WithLabelValues("error").Inc()
 			errs = append(errs, err)
 		}

@@ -655,14 +655,20 @@ type unroutedRT struct {
 	// deletion neither skips an unrouted event nor sends the stream's
 	// older ones to the dead letters again.
 	through atomic.Uint64
+	// created is the creation time (Unix ns) of the events stream through
+	// counts in: a rebind onto a stream made anew since (its sequences
+	// start over) reads it from its start.
+	created atomic.Int64
 	// rebinds are the times of the rebinds within the last minute, and
 	// token names this process in the consumer's metadata (only the
 	// start, then watchUnrouted, touch them).
 	rebinds []time.Time
 	token   string
-	// saved is the position last stored in the state bucket (read at the
-	// start, then only by the snapshots, which run one at a time).
-	saved uint64
+	// saved is the position last stored in the state bucket, and
+	// savedCreated its stream's creation time (read at the start, then
+	// only by the snapshots, which run one at a time).
+	saved        uint64
+	savedCreated int64
 }
 
 // startUnrouted makes the unrouted consumer anew from the first message
@@ -682,6 +688,9 @@ func (d *Daemon) startUnrouted(ctx context.Context) error {
 		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
 	}
 	floor = max(floor, d.loadUnroutedThrough(ctx))
+	if info, err := d.stream.Info(ctx); err == nil {
+		d.unrouted.created.Store(info.Created.UnixNano())
+	}
 	cons, err := d.bindUnrouted(ctx, floor+1)
 	if err != nil {
 		return fmt.Errorf("%w: consumer %s: %w", ErrNATS, unroutedConsumer, err)
@@ -733,29 +742,34 @@ func (d *Daemon) loadUnroutedThrough(ctx context.Context) uint64 {
 			zap.Uint64("through", p.Through), zap.Time("stream_created", p.StreamCreated))
 		return 0
 	}
-	d.unrouted.saved = p.Through
+	d.unrouted.saved, d.unrouted.savedCreated = p.Through, p.StreamCreated.UnixNano()
 	return p.Through
 }
 
 // saveUnroutedThrough stores how far the unrouted consumer has handled
 // the stream, when it moved since the last save (with the snapshots, and
 // at a clean stop after the consumers drained).
-func (d *Daemon) saveUnroutedThrough(ctx context.Context, streamCreated time.Time) error {
+// The position is stored with the creation time of the stream it counts
+// in, which is the stream there now only once the consumer was rebound
+// onto a stream made anew.
+func (d *Daemon) saveUnroutedThrough(ctx context.Context) error {
 	if err := d.fenced(); err != nil {
 		return err
 	}
-	through := d.unrouted.through.Load()
-	if through <= d.unrouted.saved {
+	u := &d.unrouted
+	created := u.created.Load()
+	through := u.through.Load()
+	if created == 0 || (through <= u.saved && created == u.savedCreated) {
 		return nil
 	}
-	data, err := json.Marshal(unroutedPosition{Through: through, StreamCreated: streamCreated})
+	data, err := json.Marshal(unroutedPosition{Through: through, StreamCreated: time.Unix(0, created).UTC()})
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", unroutedKey, err)
 	}
 	if _, err := d.kv.Put(ctx, unroutedKey, data); err != nil {
 		return fmt.Errorf("saving %s: %w", unroutedKey, err)
 	}
-	d.unrouted.saved = through
+	u.saved, u.savedCreated = through, created
 	return nil
 }
 
@@ -772,11 +786,26 @@ func (d *Daemon) rebindUnrouted(ctx context.Context) {
 	if d.ingestCtx.Err() != nil {
 		return // stopping (or the lease lost): the consumer is another's now
 	}
-	from := d.unrouted.through.Load() + 1
 	// Not cut short by shutdown between the delete and the create, which
 	// would leave no consumer and the next start to scan the stream again.
 	bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
+	u := &d.unrouted
+	// A stream deleted and made anew numbers its messages from 1 again: a
+	// consumer started after the old position would skip the new
+	// stream's unknown-graph events until its sequence passed it.
+	if info, err := d.stream.Info(bctx); err == nil {
+		c, prev := info.Created.UnixNano(), u.created.Load()
+		if (prev != 0 && c != prev) || u.through.Load() > info.State.LastSeq {
+			if u.through.Load() > 0 {
+				d.log.Warn("the unrouted consumer read an events stream since deleted and made anew: reading the new stream from its start",
+					zap.Uint64("handled_through_seq", u.through.Load()), zap.Time("stream_created", info.Created))
+			}
+			u.through.Store(0)
+		}
+		u.created.Store(c)
+	}
+	from := u.through.Load() + 1
 	cons, err := d.bindUnrouted(bctx, from)
 	if err == nil {
 		err = d.consumeUnrouted(cons)
@@ -787,7 +816,6 @@ func (d *Daemon) rebindUnrouted(ctx context.Context) {
 	}
 	fields := []zap.Field{zap.String("consumer", unroutedConsumer), zap.Uint64("from_seq", from)}
 	now := d.now()
-	u := &d.unrouted
 	u.rebinds = append(slices.DeleteFunc(u.rebinds, func(t time.Time) bool { return now.Sub(t) > time.Minute }), now)
 	if len(u.rebinds) >= rebindsSuspect {
 		fields = append(fields, zap.Int("rebinds_last_minute", len(u.rebinds)), zap.String("hint", rebindHint))

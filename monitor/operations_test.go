@@ -149,3 +149,25 @@ func TestSnapshotMetricCountsFailedPositions(t *testing.T) {
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "snapshots: the last write failed: ")
 	}, 10*time.Second, 20*time.Millisecond)
 }
+
+// The unrouted consumer of an events stream deleted under the daemon and
+// made anew reads the new stream from its first event: it was rebound
+// after the old stream's position, and the new stream's events on
+// subjects no graph is configured for were never dead-lettered until its
+// sequence passed the old one's.
+func TestUnroutedFollowsAnEventsStreamMadeAnew(t *testing.T) {
+	r, _ := startOnOwnServer(t)
+	for v := range 5 {
+		r.publish(t, "p", Event{Node: strconv.Itoa(v % 4), State: StateInfected, TS: time.Now()}, "")
+	}
+	r.publish(t, "nope", Event{Node: "0", State: StateInfected, TS: time.Now()}, "")
+	expectUnknownGraphDeadLetters(t, r, 1, "")
+
+	require.NoError(t, r.js.DeleteStream(t.Context(), EventsStream))
+	require.Eventually(t, func() bool {
+		_, err := r.js.Stream(t.Context(), EventsStream)
+		return err == nil
+	}, 20*time.Second, 20*time.Millisecond, "the daemon makes the stream anew")
+	r.publish(t, "nope2", Event{Node: "0", State: StateInfected, TS: time.Now()}, "") // seq 1 of the new stream
+	expectUnknownGraphDeadLetters(t, r, 2, "the new stream's unknown-graph event is dead-lettered")
+}
