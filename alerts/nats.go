@@ -324,28 +324,41 @@ func Tail(ctx context.Context, js jetstream.JetStream, prefix, graph string, del
 		if err != nil || next == nil {
 			return err
 		}
+		if next.from > 0 {
+			// The same stream, back after the consumer gave up its
+			// resets: on from the alert after the last one seen.
+			cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, nil, next.from
+			continue
+		}
+		if next.created.Equal(created) {
+			continue // nothing seen yet: as first asked
+		}
 		if o.onRecreated != nil {
 			o.onRecreated()
 		}
 		created, skip = next.created, next.delivered
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverAllPolicy, nil
+		cfg.DeliverPolicy, cfg.OptStartTime, cfg.OptStartSeq = jetstream.DeliverAllPolicy, nil, 0
 	}
 }
 
 // tailResetAttempts bounds how often Tail's ordered consumer tries to
-// recreate itself (1 s, 2 s, 4 s apart) before its Next fails: while it
+// recreate itself (1 s, then 2 s apart) before its Next fails: while it
 // tries it holds a lock its Stop needs, so an unbounded number (the
 // default) on a deleted stream kept a cancelled Tail from returning.
 const tailResetAttempts = 3
 
-// awaitStream waits, every poll, for stream to exist again, and returns
-// its info; the error of a server that answers otherwise, or ctx's.
+// awaitStream waits, every poll, for stream to exist again and for a
+// server that can answer (one restarting, or without JetStream for now),
+// and returns its info; any other error of the server's, or ctx's.
 func awaitStream(ctx context.Context, stream jetstream.Stream, poll time.Duration) (*jetstream.StreamInfo, error) {
 	t := time.NewTicker(poll)
 	defer t.Stop()
 	for {
 		info, err := stream.Info(ctx)
-		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		if err == nil || !(errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, nats.ErrNoResponders) ||
+			errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrConnectionReconnecting) ||
+			errors.Is(err, nats.ErrDisconnected)) {
 			return info, err
 		}
 		select {
@@ -357,10 +370,13 @@ func awaitStream(ctx context.Context, stream jetstream.Stream, poll time.Duratio
 }
 
 // recreated is when the stream Tail found made anew was made, and the
-// sequences of it the old consumer delivered before Tail noticed.
+// sequences of it the old consumer delivered before Tail noticed; or,
+// with from above 0, the stream Tail followed, to be followed on from
+// that sequence.
 type recreated struct {
 	created   time.Time
 	delivered map[uint64]bool
+	from      uint64
 }
 
 // tailOnce follows stream, made at created, until ctx is done (nil, nil),
@@ -385,6 +401,7 @@ func tailOnce(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordere
 	// When each sequence delivered since the last check was stored, to
 	// tell which of them a new stream holds once one is found.
 	stored := map[uint64]time.Time{}
+	var last uint64 // the stream sequence of the last message seen
 	for {
 		wait, cancel := context.WithTimeout(ctx, o.checkEvery)
 		msg, err := it.Next(jetstream.NextContext(wait))
@@ -403,14 +420,20 @@ func tailOnce(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordere
 				// Its resets failed: the stream is gone. Wait for the
 				// next one; an error of the stream as it was is Tail's.
 				now, serr = awaitStream(ctx, stream, o.checkEvery)
-				if serr == nil && now.Created.Equal(created) {
-					serr = err
-				}
 				if serr != nil {
 					if ctx.Err() != nil {
 						return nil, nil
 					}
 					return nil, fmt.Errorf("alerts: consuming %s: %w", filter, serr)
+				}
+				if now.Created.Equal(created) {
+					// The same stream (the server was away): a new
+					// consumer, after the last alert seen.
+					r := &recreated{created: created, delivered: skip}
+					if last > 0 {
+						r.from = last + 1
+					}
+					return r, nil
 				}
 			}
 			switch {
@@ -434,6 +457,7 @@ func tailOnce(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordere
 		var seq uint64
 		if md, mdErr := msg.Metadata(); mdErr == nil {
 			seq = md.Sequence.Stream
+			last = seq
 			if skip[seq] {
 				continue
 			}

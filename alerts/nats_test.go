@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -694,4 +695,59 @@ func TestTailWaitsForAGoneStreamWithoutSpinning(t *testing.T) {
 	next := fire(t, tr, "b", "1")
 	require.NoError(t, pub.Publish(t.Context(), next))
 	require.Equal(t, []string{first.ID, next.ID}, tl.waitFor(t, 2))
+}
+
+// A server that comes back without JetStream for a while (a restart whose
+// JetStream is still recovering its store) outlasts the ordered
+// consumer's bounded resets: Tail waits for the stream as it does for a
+// deleted one, where it returned the server's answer as its error and
+// alerts tail exited, though the stream came back unchanged.
+func TestTailOutlivesAServerWithoutJetStreamForAWhile(t *testing.T) {
+	dir := t.TempDir()
+	opts := func(js bool, port int) *server.Options {
+		return &server.Options{Host: "127.0.0.1", Port: port, JetStream: js, StoreDir: dir, NoLog: true, NoSigs: true}
+	}
+	run := func(o *server.Options) *server.Server {
+		s, err := server.NewServer(o)
+		require.NoError(t, err)
+		go s.Start()
+		require.True(t, s.ReadyForConnections(10*time.Second), "nats-server not ready")
+		return s
+	}
+	s := run(opts(true, -1))
+	port := s.Addr().(*net.TCPAddr).Port
+	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	_, err = EnsureStream(ctx, js, "sw")
+	require.NoError(t, err)
+	pub, tr := NewPublisher(js, "sw"), NewTracker(nil)
+	first := fire(t, tr, "a", "1")
+	tl := startTail(t, js, "sw", "", RecreationCheck(200*time.Millisecond))
+	require.NoError(t, pub.Publish(ctx, first))
+	tl.waitFor(t, 1)
+
+	s.Shutdown()
+	s.WaitForShutdown()
+	s = run(opts(false, port))
+	time.Sleep(8 * time.Second) // past the resets (1 s, 2 s apart) on the server without JetStream
+	select {
+	case err := <-tl.done:
+		tl.done <- err // for the cleanup
+		t.Fatalf("Tail returned while JetStream was away: %v", err)
+	default:
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+	s = run(opts(true, port))
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+
+	next := fire(t, tr, "b", "1")
+	require.Eventually(t, func() bool { return pub.Publish(ctx, next) == nil }, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, []string{first.ID, next.ID}, tl.waitFor(t, 2))
+	time.Sleep(500 * time.Millisecond) // two more checks: nothing delivered twice
+	require.Len(t, tl.ids(), 2)
 }
