@@ -171,14 +171,21 @@ func (d *Daemon) checkEventsStream(ctx context.Context, gr *graphRT) error {
 	}
 	created := info.Created.UnixNano()
 	before := gr.streamCreated.Swap(created)
-	if _, _, seq := gr.win.counts(); seq > 0 && (seq > info.State.LastSeq || (before != 0 && before != created)) {
+	// The window's through point is a position too, also of a window
+	// that applied no events (the stream's last at the snapshots).
+	_, _, seq := gr.win.counts()
+	through, last := gr.through.Load(), info.State.LastSeq
+	if max(seq, through) == 0 || (seq <= last && through <= last && (before == 0 || before == created)) {
+		return nil
+	}
+	if seq > 0 {
 		d.log.Warn("the window applied its events from an events stream since deleted and made anew: keeping its nodes, and reading the new stream from the window's start",
-			zap.String("graph", gr.name), zap.Uint64("applied_through_seq", seq), zap.Uint64("stream_last_seq", info.State.LastSeq),
+			zap.String("graph", gr.name), zap.Uint64("applied_through_seq", seq), zap.Uint64("stream_last_seq", last),
 			zap.Time("stream_created", info.Created))
 		gr.win.forgetSeq()
-		gr.through.Store(0)
-		gr.streamRenewed.Store(true)
 	}
+	gr.through.Store(0)
+	gr.streamRenewed.Store(true)
 	return nil
 }
 

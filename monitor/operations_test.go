@@ -171,3 +171,34 @@ func TestUnroutedFollowsAnEventsStreamMadeAnew(t *testing.T) {
 	r.publish(t, "nope2", Event{Node: "0", State: StateInfected, TS: time.Now()}, "") // seq 1 of the new stream
 	expectUnknownGraphDeadLetters(t, r, 2, "the new stream's unknown-graph event is dead-lettered")
 }
+
+// A graph whose window applied no events has a stream position all the
+// same, its through point (the stream's last sequence at the snapshots):
+// an events stream deleted and made anew drops it too, where it stayed in
+// the old stream's numbers, and the replay-gap check at the next start
+// measured the new stream's discards from there, missing those below it.
+func TestEventsStreamMadeAnewDropsTheThroughPointOfAnEmptyWindow(t *testing.T) {
+	cfg := testConfig(t, "p", "q")
+	cfg.Graphs[0].MinInfected, cfg.Graphs[1].MinInfected = 1000, 1000
+	cfg.SnapshotInterval = 50 * time.Millisecond
+	r := start(t, cfg, preload(t, 4, "p", "q"), WithLocalizerFactory((&factoryOf{}).factory))
+	for v := range 3 {
+		r.publish(t, "p", Event{Node: strconv.Itoa(v), State: StateInfected, TS: time.Now()}, "")
+	}
+	waitSeq(t, r.d, "p", 3)
+	q := r.d.graphs["q"]
+	require.Eventually(t, func() bool { return q.through.Load() == 3 }, 10*time.Second, 10*time.Millisecond,
+		"q's window, without events, is complete through the stream's last")
+
+	require.NoError(t, r.js.DeleteStream(t.Context(), EventsStream))
+	require.Eventually(t, func() bool {
+		_, _, seq := r.d.graphs["p"].win.counts()
+		return seq == 0
+	}, 20*time.Second, 10*time.Millisecond, "the daemon makes the stream anew")
+	r.publish(t, "p", Event{Node: "3", State: StateInfected, TS: time.Now()}, "") // seq 1 of the new stream
+	waitSeq(t, r.d, "p", 1)
+	time.Sleep(300 * time.Millisecond) // snapshots
+	s, err := r.js.Stream(t.Context(), EventsStream)
+	require.NoError(t, err)
+	require.LessOrEqual(t, q.through.Load(), s.CachedInfo().State.LastSeq, "q's through point counts in the new stream")
+}
