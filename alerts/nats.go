@@ -222,8 +222,12 @@ type tailOptions struct {
 	onInvalid   func(subject string, streamSeq uint64, err error)
 	onRecreated func()
 	// checkEvery is how long Tail waits for an alert before it asks
-	// whether the stream was made anew.
+	// whether the stream was made anew, and how often it asks under
+	// steady traffic.
 	checkEvery time.Duration
+	// onCheck, for tests, is told before each wait for an alert how many
+	// delivered sequences Tail holds for the next check.
+	onCheck func(held int)
 }
 
 // DefaultRecreationCheck is how long Tail goes without an alert before it
@@ -238,8 +242,8 @@ func OnRecreated(f func()) TailOption {
 }
 
 // RecreationCheck sets how long Tail goes without an alert before it
-// checks whether the stream was made anew (default, and for d <= 0,
-// DefaultRecreationCheck).
+// checks whether the stream was made anew, and how often it checks while
+// alerts keep coming (default, and for d <= 0, DefaultRecreationCheck).
 func RecreationCheck(d time.Duration) TailOption {
 	return func(o *tailOptions) { o.checkEvery = d }
 }
@@ -401,8 +405,38 @@ func tailOnce(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordere
 	// When each sequence delivered since the last check was stored, to
 	// tell which of them a new stream holds once one is found.
 	stored := map[uint64]time.Time{}
+	// madeAnew compares the stream as it is now with the one followed:
+	// the same, what was delivered so far came from it (nil); made anew,
+	// what the new one holds of it.
+	madeAnew := func(now *jetstream.StreamInfo) *recreated {
+		if now.Created.Equal(created) {
+			clear(stored)
+			return nil
+		}
+		delivered := map[uint64]bool{}
+		for seq, at := range stored {
+			if !at.Before(now.Created) {
+				delivered[seq] = true
+			}
+		}
+		return &recreated{created: now.Created, delivered: delivered}
+	}
 	var last uint64 // the stream sequence of the last message seen
+	checked := time.Now()
 	for {
+		if o.onCheck != nil {
+			o.onCheck(len(stored))
+		}
+		if time.Since(checked) >= o.checkEvery {
+			// Never idle under steady traffic: check all the same, which
+			// also bounds stored to about one interval's alerts.
+			checked = time.Now()
+			if now, err := stream.Info(ctx); err == nil {
+				if r := madeAnew(now); r != nil {
+					return r, nil
+				}
+			}
+		}
 		wait, cancel := context.WithTimeout(ctx, o.checkEvery)
 		msg, err := it.Next(jetstream.NextContext(wait))
 		// Read before cancel, after which wait.Err is never nil.
@@ -436,23 +470,16 @@ func tailOnce(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordere
 					return r, nil
 				}
 			}
-			switch {
-			case serr != nil:
+			if serr != nil {
 				// Deleted and not yet made again, or the server is
 				// away: wait.
 				continue
-			case now.Created.Equal(created):
-				// What was delivered so far came from this stream.
-				clear(stored)
-				continue
 			}
-			delivered := map[uint64]bool{}
-			for seq, at := range stored {
-				if !at.Before(now.Created) {
-					delivered[seq] = true
-				}
+			checked = time.Now()
+			if r := madeAnew(now); r != nil {
+				return r, nil
 			}
-			return &recreated{created: now.Created, delivered: delivered}, nil
+			continue
 		}
 		var seq uint64
 		if md, mdErr := msg.Metadata(); mdErr == nil {

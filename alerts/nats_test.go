@@ -632,6 +632,35 @@ func TestTailFollowsARecreatedStream(t *testing.T) {
 	require.Len(t, tl.ids(), len(want))
 }
 
+// Under alerts steadier than the check interval Tail is never idle: it
+// checks for a stream made anew all the same, every interval, and so
+// holds the delivered sequences of one interval, where it held every
+// alert's since the last idle moment (a tail running for months on a busy
+// stream grew without bound).
+func TestTailChecksUnderSteadyTraffic(t *testing.T) {
+	js, ctx, pub, tr := streamAndTracker(t)
+	var mostHeld atomic.Int64
+	held := func(o *tailOptions) {
+		o.onCheck = func(n int) {
+			if int64(n) > mostHeld.Load() {
+				mostHeld.Store(int64(n))
+			}
+		}
+	}
+	tl := startTail(t, js, "sw", "", RecreationCheck(200*time.Millisecond), held)
+
+	const alerts = 80 // one every 20 ms: 1.6 s, eight intervals
+	var want []string
+	for i := range alerts {
+		a := fire(t, tr, fmt.Sprintf("g%d", i), "1")
+		require.NoError(t, pub.Publish(ctx, a))
+		want = append(want, a.ID)
+		time.Sleep(20 * time.Millisecond)
+	}
+	require.Equal(t, want, tl.waitFor(t, alerts))
+	require.Less(t, mostHeld.Load(), int64(alerts/2), "sequences held for the next check")
+}
+
 // With the stream deleted and not made again for longer than the ordered
 // consumer's resets last, a cancelled Tail returns (the resets held a lock
 // its Stop needed, with no bound on their number), and one left running
