@@ -1113,7 +1113,15 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 				zap.Int("suppressed", d.limiter.ended(budget)))
 		}
 		replaying := d.replaying(gr)
+		_, open := d.tracker.Open(gr.name)
 		switch {
+		case !healthy && open && o.infected < gc.MinInfected && !replaying && len(d.tracker.Pending(gr.name)) == 0:
+			// An outbreak now over resolves whether or not the plugin is
+			// up (a resolve needs none): a relaunch chosen first, and
+			// refused for the rest of the minute by the relaunch rate,
+			// held the incident open, and the next outbreak came as an
+			// update of it. The relaunch follows at the next tick.
+			kind = jobResolve
 		case !healthy && gr.relaunches.Load() < int64(gc.Restarts):
 			// The plugin died between inferences: bring it back before
 			// it is needed, so /readyz recovers too.
@@ -1135,7 +1143,7 @@ func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 			if gr.diedInCall.Swap(false) && healthy {
 				gr.relaunches.Store(0) // as the check above would have
 			}
-			if _, open := d.tracker.Open(gr.name); open {
+			if open {
 				kind = jobResolve
 			}
 		}

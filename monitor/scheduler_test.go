@@ -805,3 +805,36 @@ func TestReloadIsNotHeldBySlowGraph(t *testing.T) {
 	require.True(t, slowOld.closed.Load())
 	require.True(t, f.all()[1].closed.Load(), "the fast graph's first localizer is closed too")
 }
+
+// An incident whose window fell below min_infected resolves while its
+// plugin is down and held back by the relaunch rate: a resolve needs no
+// plugin. The tick chose a relaunch (refused for the rest of the minute)
+// over the resolve at every tick, so the incident stayed open and the
+// next outbreak was published as an update of it instead of firing.
+func TestResolveWhilePluginRelaunchIsHeldBack(t *testing.T) {
+	start0 := time.Now()
+	var offset atomic.Int64
+	clock := func() time.Time { return start0.Add(time.Duration(offset.Load())) }
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Window = 2 * time.Second
+	cfg.Graphs[0].MinInfected = 2
+	cfg.Graphs[0].Restarts = 1000
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 8, "p"), WithLocalizerFactory(f.factory), WithClock(clock))
+	sink := subscribeAlerts(t, r.nc, "p")
+	for _, v := range []int{1, 2, 3} {
+		r.publish(t, "p", Event{Node: strconv.Itoa(v), State: StateInfected, TS: start0}, "")
+	}
+	got := sink.wait(t, 1)
+	require.Equal(t, alerts.Firing, got[0].Status)
+
+	f.mu.Lock()
+	f.onMake = func(_ int, l *fakeLocalizer) { l.sick.Store(true) } // dead from the start
+	f.mu.Unlock()
+	f.all()[0].sick.Store(true)
+	require.Eventually(t, func() bool { return len(f.all()) == 1+relaunchesPerMinute }, 10*time.Second, 5*time.Millisecond)
+
+	offset.Store(int64(3 * time.Second)) // the window is empty; the minute is not up
+	got = sink.wait(t, 2)
+	require.Equal(t, alerts.Resolved, got[1].Status)
+}
