@@ -23,7 +23,8 @@
 //   - Supervised (supervise.go): a Model that relaunches a crashed or hung
 //     plugin with capped exponential backoff, re-Configures it and retries
 //     the interrupted call once, at most 5 relaunches a minute
-//     (ErrRelaunchLimit beyond).
+//     (ErrRelaunchLimit beyond), or as a RelaunchBudget shared with other
+//     supervisors allows (budget.go).
 //   - CheckVJP and CheckPlugin (check.go, conformance.go): the
 //     finite-difference check of a VJP and the conformance report behind
 //     `sourcewatch plugin check`.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -33,9 +32,11 @@ type superviseOptions struct {
 	minBackoff  time.Duration
 	maxBackoff  time.Duration
 	maxAttempts int
-	// maxRelaunches within relaunchSpan; 0 for no limit.
+	// maxRelaunches within relaunchSpan (0 for no limit), or budget,
+	// shared, when set.
 	maxRelaunches int
 	relaunchSpan  time.Duration
+	budget        *RelaunchBudget
 	onRestart     func(cause error)
 	version       string
 	sleep         func(ctx context.Context, d time.Duration) error
@@ -76,7 +77,17 @@ func WithRelaunchLimit(n int, span time.Duration) SuperviseOption {
 	return func(o *superviseOptions) { o.maxRelaunches, o.relaunchSpan = n, span }
 }
 
-// WithClock replaces time.Now for the relaunch limit, for tests.
+// WithRelaunchBudget takes the relaunches from b, which others may share,
+// instead of a limit of this supervisor's own (WithRelaunchLimit): a
+// caller that supervises one plugin after another for the same work, or
+// relaunches it itself too, holds them all to one rate. Only relaunches
+// that succeed are taken from it.
+func WithRelaunchBudget(b *RelaunchBudget) SuperviseOption {
+	return func(o *superviseOptions) { o.budget = b }
+}
+
+// WithClock replaces time.Now for the relaunch limit of the supervisor's
+// own (a budget given by WithRelaunchBudget reads its own clock), for tests.
 func WithClock(now func() time.Time) SuperviseOption {
 	return func(o *superviseOptions) { o.now = now }
 }
@@ -133,7 +144,6 @@ type Supervised struct {
 	g          *graph.Graph
 	params     map[string]string
 	state      []byte
-	relaunched []time.Time // the successful relaunches within the span
 
 	failures atomic.Int64 // consecutive, for the backoff
 	// brokenBinary is set when the last launch failed on the binary itself
@@ -157,6 +167,9 @@ func Supervise(ctx context.Context, path string, opts ...SuperviseOption) (*Supe
 		maxRelaunches: 5, relaunchSpan: time.Minute, sleep: sleepCtx, now: time.Now}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.budget == nil {
+		o.budget = NewRelaunchBudget(o.maxRelaunches, o.relaunchSpan, o.now)
 	}
 	p, err := launchVersion(ctx, path, o)
 	if err != nil {
@@ -260,12 +273,16 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 		s.proc = nil
 		s.live.Store(nil)
 	}
-	now := s.o.now()
-	s.relaunched = slices.DeleteFunc(s.relaunched, func(t time.Time) bool { return now.Sub(t) >= s.o.relaunchSpan })
-	if s.o.maxRelaunches > 0 && len(s.relaunched) >= s.o.maxRelaunches {
-		return nil, fmt.Errorf("%w (%d relaunches within %v; the next is allowed in %v), needed now for: %w",
-			ErrRelaunchLimit, len(s.relaunched), s.o.relaunchSpan, s.relaunched[0].Add(s.o.relaunchSpan).Sub(now).Round(time.Second), cause)
+	taken, err := s.o.budget.Take()
+	if err != nil {
+		return nil, fmt.Errorf("%w, needed now for: %w", err, cause)
 	}
+	relaunched := false
+	defer func() {
+		if !relaunched {
+			s.o.budget.Refund(taken)
+		}
+	}()
 	var last error
 	for attempt := 0; attempt < max(1, s.o.maxAttempts); attempt++ {
 		// A binary found broken last time is tried again at once: waiting
@@ -314,7 +331,7 @@ func (s *Supervised) relaunch(ctx context.Context, cause error) (*Process, error
 		s.live.Store(p)
 		s.healthy.Store(true)
 		s.restarts.Add(1)
-		s.relaunched = append(s.relaunched, s.o.now())
+		relaunched = true
 		if s.o.onRestart != nil {
 			s.o.onRestart(cause)
 		}

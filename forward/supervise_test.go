@@ -371,3 +371,68 @@ func TestSupervisedCloseInterruptsRelaunch(t *testing.T) {
 	require.ErrorIs(t, <-called, forward.ErrClosed)
 	require.False(t, s.Healthy())
 }
+
+// Supervisors given one RelaunchBudget share its limit: the relaunches of
+// one count against the other, where each had a limit of its own (a
+// daemon that replaces a failing graph's supervisor by a new one got a
+// fresh limit with each).
+func TestSupervisedShareARelaunchBudget(t *testing.T) {
+	t.Parallel()
+	g := karate(t)
+	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	budget := forward.NewRelaunchBudget(2, time.Minute, func() time.Time { return now })
+	bin := forwardtest.Build(t, faulty)
+	var sups []*forward.Supervised
+	for range 2 {
+		s := supervise(t, bin, forward.WithRelaunchBudget(budget), forward.WithSleep((&sleeps{}).sleep))
+		require.NoError(t, s.Configure(t.Context(), g, map[string]string{"fault": "crash"}, nil))
+		sups = append(sups, s)
+	}
+	x, _ := batch(g.N(), 1, 8)
+	for i, s := range sups { // one relaunch each, for the retry
+		_, err := s.Predict(t.Context(), x)
+		require.ErrorIs(t, err, forward.ErrPluginExited, "supervisor %d", i)
+		require.NotErrorIs(t, err, forward.ErrRelaunchLimit, "supervisor %d", i)
+	}
+	for i, s := range sups {
+		_, err := s.Predict(t.Context(), x)
+		require.ErrorIs(t, err, forward.ErrRelaunchLimit, "supervisor %d", i)
+		var limit *forward.RelaunchLimitError
+		require.ErrorAs(t, err, &limit)
+		require.Equal(t, 2, limit.Held)
+		require.Equal(t, now.Add(time.Minute), limit.Next)
+	}
+	require.EqualValues(t, 2, sups[0].Restarts()+sups[1].Restarts())
+}
+
+func TestRelaunchBudget(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	b := forward.NewRelaunchBudget(2, time.Minute, func() time.Time { return now })
+	first, err := b.Take()
+	require.NoError(t, err)
+	now = now.Add(10 * time.Second)
+	second, err := b.Take()
+	require.NoError(t, err)
+	_, err = b.Take()
+	require.ErrorIs(t, err, forward.ErrRelaunchLimit)
+	require.ErrorContains(t, err, "2 relaunches within 1m0s; the next is allowed in 50s")
+
+	b.Refund(second) // that relaunch did not happen
+	again, err := b.Take()
+	require.NoError(t, err, "a refunded relaunch frees its place")
+	_, err = b.Take()
+	require.ErrorIs(t, err, forward.ErrRelaunchLimit)
+
+	now = first.Add(time.Minute)
+	_, err = b.Take()
+	require.NoError(t, err, "the first has left the span")
+	_, err = b.Take()
+	require.ErrorIs(t, err, forward.ErrRelaunchLimit, "the refund's replacement, %v, is still within it", again)
+
+	unlimited := forward.NewRelaunchBudget(0, time.Minute, nil)
+	for range 100 {
+		_, err := unlimited.Take()
+		require.NoError(t, err)
+	}
+}

@@ -46,6 +46,11 @@ type LaunchOptions struct {
 	// OnRestart is called after the plugin was relaunched (it crashed or
 	// missed a deadline), with the cause.
 	OnRestart func(cause error)
+	// RelaunchBudget, when set, bounds the supervisor's relaunches in
+	// place of its own limit (forward.WithRelaunchBudget): a caller that
+	// launches the plugin again itself, say for a graph, shares it with
+	// every supervisor it starts for that graph.
+	RelaunchBudget *forward.RelaunchBudget
 }
 
 // PluginName is the name of the plugin binary o runs for a bundle with
@@ -113,6 +118,9 @@ func LaunchForward(ctx context.Context, b *Bundle, o LaunchOptions) (*forward.Su
 	}
 	if o.OnRestart != nil {
 		sup = append(sup, forward.WithOnRestart(o.OnRestart))
+	}
+	if o.RelaunchBudget != nil {
+		sup = append(sup, forward.WithRelaunchBudget(o.RelaunchBudget))
 	}
 	p, err := forward.Supervise(ctx, path, sup...)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -63,7 +64,19 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 	var (
 		warnedMu sync.Mutex
 		warned   = map[string]bool{}
+		// budgets holds each graph's relaunches, shared by every
+		// supervisor of its localizers and by the daemon's relaunches of
+		// them (relaunchBudget), so the rate holds whoever relaunches.
+		budgets = map[string]*forward.RelaunchBudget{}
 	)
+	budgetFor := func(graph string) *forward.RelaunchBudget {
+		warnedMu.Lock()
+		defer warnedMu.Unlock()
+		if budgets[graph] == nil {
+			budgets[graph] = forward.NewRelaunchBudget(relaunchesPerMinute, time.Minute, nil)
+		}
+		return budgets[graph]
+	}
 	firstWarning := func(graph, bundle, about string) bool {
 		warnedMu.Lock()
 		defer warnedMu.Unlock()
@@ -105,6 +118,7 @@ func BundleLocalizers(pluginDir string, log *zap.Logger) LocalizerFactory {
 		}
 		o := launchOptions(pluginDir, gc)
 		o.Logger = log.Named("plugin").With(zap.String("graph", gc.Name))
+		o.RelaunchBudget = budgetFor(gc.Name)
 		return launchBundle(ctx, gc.Name, b, bundleSource{path: gc.Bundle, sha256: sum}, o)
 	}
 }
@@ -281,6 +295,10 @@ func launchOptions(pluginDir string, gc GraphConfig) localize.LaunchOptions {
 		AllowUnverified: gc.AllowUnverified,
 	}
 }
+
+// relaunchBudget is the graph's relaunch budget, which l's supervisor
+// takes its relaunches from: the daemon takes its own from it too.
+func (l *bundleLocalizer) relaunchBudget() *forward.RelaunchBudget { return l.launch.RelaunchBudget }
 
 // Model names the bundle and the forward plugin that answered Info.
 func (l *bundleLocalizer) Model() ModelInfo { return l.model }

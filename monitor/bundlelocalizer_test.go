@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -279,4 +280,56 @@ func trainSmallICMFBundle(t *testing.T, g *graph.Graph, cfg diffusion.Config, su
 	}, nil)
 	require.NoError(t, err)
 	return b, cs
+}
+
+// A graph's localizers, built anew by the factory (a reload) or relaunched
+// by the daemon, take their supervisors' relaunches from one budget of
+// the graph's, which the daemon's relaunches share: a plugin killed as
+// soon as it appeared was launched 7 times in a minute, 5 by the daemon
+// and 2 by the supervisors, each with a limit of its own.
+func TestBundleLocalizersShareTheGraphsRelaunchBudget(t *testing.T) {
+	plugin, _, g, b, cs := karateICMFBundle(t)
+	bundle := filepath.Join(t.TempDir(), "karate.swb")
+	require.NoError(t, b.WriteFile(bundle))
+	gc := DefaultGraphConfig("karate")
+	gc.Bundle = bundle
+	other := gc
+	other.Name = "other"
+	factory := BundleLocalizers(filepath.Dir(plugin), zap.NewNop())
+	build := func(gc GraphConfig) *bundleLocalizer {
+		l, err := factory(t.Context(), gc, g)
+		require.NoError(t, err)
+		t.Cleanup(func() { l.Close() })
+		return l.(*bundleLocalizer)
+	}
+	first := build(gc)
+	relaunched, err := first.Relaunch(t.Context())
+	require.NoError(t, err)
+	t.Cleanup(func() { relaunched.Close() })
+	budget := first.relaunchBudget()
+	require.NotNil(t, budget)
+	require.Same(t, budget, relaunched.(*bundleLocalizer).relaunchBudget())
+	require.Same(t, budget, build(gc).relaunchBudget())
+	require.NotSame(t, budget, build(other).relaunchBudget())
+
+	// The daemon has spent the graph's relaunches: a plugin that dies now
+	// is not relaunched by its supervisor either.
+	for range relaunchesPerMinute {
+		_, err := budget.Take()
+		require.NoError(t, err)
+	}
+	p, err := os.FindProcess(first.PluginPID())
+	require.NoError(t, err)
+	require.NoError(t, p.Kill())
+	y := make([]float64, g.N())
+	for _, v := range cs[35].Infected {
+		y[v] = 1
+	}
+	require.Eventually(t, func() bool {
+		_, err = first.Localize(t.Context(), y)
+		return err != nil
+	}, 10*time.Second, 20*time.Millisecond)
+	require.ErrorIs(t, err, forward.ErrRelaunchLimit)
+	_, err = relaunched.Localize(t.Context(), y)
+	require.NoError(t, err, "a live plugin needs no relaunch")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
 )
 
@@ -43,6 +44,9 @@ type fakeLocalizer struct {
 	tag            string
 	// onClose, when set, is called by Close.
 	onClose func()
+	// budget is what relaunchBudget reports, as the bundle localizer's
+	// graph's relaunch budget (nil: the daemon's own).
+	budget *forward.RelaunchBudget
 	// unverified is what Unverified reports, as the bundle localizer of
 	// a plugin launched with no checksum check does.
 	unverified bool
@@ -94,7 +98,9 @@ func (f *fakeLocalizer) Model() ModelInfo {
 }
 func (f *fakeLocalizer) Healthy() bool    { return !f.sick.Load() }
 func (f *fakeLocalizer) Unverified() bool { return f.unverified }
-func (f *fakeLocalizer) Restarts() int    { return int(f.restarts.Load()) }
+
+func (f *fakeLocalizer) relaunchBudget() *forward.RelaunchBudget { return f.budget }
+func (f *fakeLocalizer) Restarts() int                           { return int(f.restarts.Load()) }
 
 // infectedAreSources is a script that calls the lowest-indexed infected
 // node the source, with scores falling by index.

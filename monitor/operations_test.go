@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/sourcewatch/sourcewatch/forward"
 )
 
 // infectedInWindow is how many nodes graph's window holds infected now.
@@ -125,6 +127,33 @@ func TestRelaunchesPerMinuteHold(t *testing.T) {
 	require.Eventually(t, func() bool { return len(f.all()) == 1+relaunchesPerMinute }, 10*time.Second, 5*time.Millisecond)
 	time.Sleep(300 * time.Millisecond) // 15 ticks more
 	require.Len(t, f.all(), 1+relaunchesPerMinute, "no relaunch past the rate")
+	code, body := get(t, "http://"+r.d.HTTPAddr()+"/readyz?graph=p")
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Contains(t, body, "relaunched 5 times within a minute; the next relaunch from ")
+}
+
+// The daemon takes its relaunches from the budget a localizer shares with
+// its plugin's supervisor: relaunches the supervisors made within the
+// minute leave the daemon fewer.
+func TestRelaunchesShareTheLocalizersBudget(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000
+	cfg.Graphs[0].Restarts = 1000
+	budget := forward.NewRelaunchBudget(relaunchesPerMinute, time.Minute, nil)
+	for range 2 { // the supervisors' relaunches
+		_, err := budget.Take()
+		require.NoError(t, err)
+	}
+	f := &factoryOf{}
+	f.onMake = func(_ int, l *fakeLocalizer) { l.budget = budget }
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+	f.mu.Lock()
+	f.onMake = func(_ int, l *fakeLocalizer) { l.budget = budget; l.sick.Store(true) } // dead from the start
+	f.mu.Unlock()
+	f.all()[0].sick.Store(true)
+	require.Eventually(t, func() bool { return len(f.all()) == 1+relaunchesPerMinute-2 }, 10*time.Second, 5*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // 15 ticks more
+	require.Len(t, f.all(), 1+relaunchesPerMinute-2, "no relaunch past the shared budget")
 	code, body := get(t, "http://"+r.d.HTTPAddr()+"/readyz?graph=p")
 	require.Equal(t, http.StatusServiceUnavailable, code)
 	require.Contains(t, body, "relaunched 5 times within a minute; the next relaunch from ")
