@@ -64,7 +64,8 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	if err := d.fenced(); err != nil {
 		return err
 	}
-	if err := d.checkEventsStream(ctx, gr); err != nil {
+	renewed, err := d.checkEventsStream(ctx, gr)
+	if err != nil {
 		return err
 	}
 	name := consumerName(gr.name)
@@ -114,8 +115,10 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 	} else {
 		cc.DeliverPolicy = jetstream.DeliverByStartTimePolicy
 		cc.OptStartTime = &start
-		d.log.Info("graph has applied no events yet; reading those stored since its window began",
-			zap.String("graph", gr.name), zap.Time("since", start))
+		if !renewed { // else checkEventsStream said why
+			d.log.Info("graph has applied no events yet; reading those stored since its window began",
+				zap.String("graph", gr.name), zap.Time("since", start))
+		}
 	}
 	// A window that continues an earlier run's, or this run's after a
 	// rebind, has a gap if the stream discarded what it had not applied,
@@ -154,12 +157,13 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 // between two runs), drops the window's stream position, keeping its
 // nodes: the new stream numbers its messages from 1 again, and a
 // consumer started after the old position would skip every event until
-// the new stream passed it, while /readyz said ready.
-func (d *Daemon) checkEventsStream(ctx context.Context, gr *graphRT) error {
+// the new stream passed it, while /readyz said ready. renewed reports a
+// window that kept its nodes so, which it logged.
+func (d *Daemon) checkEventsStream(ctx context.Context, gr *graphRT) (renewed bool, err error) {
 	info, err := d.stream.Info(ctx)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, cerr := d.js.CreateStream(ctx, eventsStreamConfig(d.cfg)); cerr != nil && !errors.Is(cerr, jetstream.ErrStreamNameAlreadyInUse) {
-			return fmt.Errorf("%w: making the deleted events stream %s anew: %w", ErrNATS, EventsStream, cerr)
+			return false, fmt.Errorf("%w: making the deleted events stream %s anew: %w", ErrNATS, EventsStream, cerr)
 		} else if cerr == nil {
 			d.log.Warn("events stream was deleted; made it anew (the events it held are gone: publish them again if the windows need them)",
 				zap.String("stream", EventsStream))
@@ -167,7 +171,7 @@ func (d *Daemon) checkEventsStream(ctx context.Context, gr *graphRT) error {
 		info, err = d.stream.Info(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: events stream %s: %w", ErrNATS, EventsStream, err)
+		return false, fmt.Errorf("%w: events stream %s: %w", ErrNATS, EventsStream, err)
 	}
 	created := info.Created.UnixNano()
 	before := gr.streamCreated.Swap(created)
@@ -176,7 +180,7 @@ func (d *Daemon) checkEventsStream(ctx context.Context, gr *graphRT) error {
 	_, _, seq := gr.win.counts()
 	through, last := gr.through.Load(), info.State.LastSeq
 	if max(seq, through) == 0 || (seq <= last && through <= last && (before == 0 || before == created)) {
-		return nil
+		return false, nil
 	}
 	if seq > 0 {
 		d.log.Warn("the window applied its events from an events stream since deleted and made anew: keeping its nodes, and reading the new stream from the window's start",
@@ -186,7 +190,7 @@ func (d *Daemon) checkEventsStream(ctx context.Context, gr *graphRT) error {
 	}
 	gr.through.Store(0)
 	gr.streamRenewed.Store(true)
-	return nil
+	return seq > 0, nil
 }
 
 // freshStartMargin covers a NATS server's clock running behind the
