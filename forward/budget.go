@@ -52,9 +52,12 @@ func (e *RelaunchLimitError) Unwrap() error { return ErrRelaunchLimit }
 // Take takes one relaunch from b and returns when it was taken, for
 // Refund; or, when the span already holds n, a *RelaunchLimitError.
 func (b *RelaunchBudget) Take() (time.Time, error) {
-	now := b.now()
+	// Read under the lock: a Take that read the clock first but locked
+	// second would put a relaunch behind a later one, and the refusal
+	// would name the later one's end of span as the next allowed.
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	now := b.now()
 	if b.n <= 0 {
 		return now, nil
 	}

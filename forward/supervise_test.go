@@ -436,3 +436,61 @@ func TestRelaunchBudget(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// Two relaunches taken at once keep the budget's order: one read its
+// clock first, but took the lock after the other, and the budget, holding
+// it after the later one, said the next relaunch was allowed only once
+// the later one had left the span.
+func TestRelaunchBudgetConcurrentTakesKeepTheOldestFirst(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2026, 11, 26, 0, 0, 0, 0, time.UTC)
+	var (
+		mu    sync.Mutex
+		calls int
+	)
+	entered, release := make(chan struct{}), make(chan struct{})
+	clock := func() time.Time {
+		mu.Lock()
+		calls++
+		n := calls
+		mu.Unlock()
+		switch n {
+		case 1: // the first Take reads the clock, then is held up
+			close(entered)
+			<-release
+			return base
+		case 2:
+			return base.Add(10 * time.Second)
+		default:
+			return base.Add(20 * time.Second)
+		}
+	}
+	b := forward.NewRelaunchBudget(2, time.Minute, clock)
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.Take()
+		first <- err
+	}()
+	<-entered
+	second := make(chan error, 1)
+	go func() {
+		_, err := b.Take()
+		second <- err
+	}()
+	secondDone := false
+	select {
+	case err := <-second:
+		require.NoError(t, err)
+		secondDone = true
+	case <-time.After(200 * time.Millisecond): // waiting for the first's lock
+	}
+	close(release)
+	require.NoError(t, <-first)
+	if !secondDone {
+		require.NoError(t, <-second)
+	}
+	_, err := b.Take()
+	var limit *forward.RelaunchLimitError
+	require.ErrorAs(t, err, &limit)
+	require.Equal(t, base.Add(time.Minute), limit.Next, "the oldest relaunch leaves the span first")
+}
