@@ -770,7 +770,9 @@ func (d *Daemon) saveUnroutedThrough(ctx context.Context) error {
 	u := &d.unrouted
 	created := u.created.Load()
 	through := u.through.Load()
-	if created == 0 || (through <= u.saved && created == u.savedCreated) {
+	if created == 0 || (through <= u.saved && created == u.savedCreated) || u.created.Load() != created {
+		// (A rebind onto a stream made anew between the two reads: the
+		// pair would mix the streams; the next snapshot saves it.)
 		return nil
 	}
 	data, err := json.Marshal(unroutedPosition{Through: through, StreamCreated: time.Unix(0, created).UTC()})
