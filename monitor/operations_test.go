@@ -113,50 +113,47 @@ func TestHTTPErrorLogIsRateLimited(t *testing.T) {
 // A plugin that dies a moment after every start is relaunched at most
 // relaunchesPerMinute times a minute, though each relaunch is a new
 // localizer with a fresh supervisor and a plugin alive at a tick resets
-// the restarts count; /readyz says why it is not relaunched.
+// the restarts count; /readyz says why it is not relaunched. A localizer
+// that shares its graph's budget with its plugin's supervisor leaves the
+// daemon what the supervisors did not take within the minute.
 func TestRelaunchesPerMinuteHold(t *testing.T) {
-	cfg := testConfig(t, "p")
-	cfg.Graphs[0].MinInfected = 1000
-	cfg.Graphs[0].Restarts = 1000
-	f := &factoryOf{}
-	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
-	f.mu.Lock()
-	f.onMake = func(_ int, l *fakeLocalizer) { l.sick.Store(true) } // dead from the start
-	f.mu.Unlock()
-	f.all()[0].sick.Store(true)
-	require.Eventually(t, func() bool { return len(f.all()) == 1+relaunchesPerMinute }, 10*time.Second, 5*time.Millisecond)
-	time.Sleep(300 * time.Millisecond) // 15 ticks more
-	require.Len(t, f.all(), 1+relaunchesPerMinute, "no relaunch past the rate")
-	code, body := get(t, "http://"+r.d.HTTPAddr()+"/readyz?graph=p")
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Contains(t, body, "relaunched 5 times within a minute; the next relaunch from ")
-}
-
-// The daemon takes its relaunches from the budget a localizer shares with
-// its plugin's supervisor: relaunches the supervisors made within the
-// minute leave the daemon fewer.
-func TestRelaunchesShareTheLocalizersBudget(t *testing.T) {
-	cfg := testConfig(t, "p")
-	cfg.Graphs[0].MinInfected = 1000
-	cfg.Graphs[0].Restarts = 1000
-	budget := forward.NewRelaunchBudget(relaunchesPerMinute, time.Minute, nil)
-	for range 2 { // the supervisors' relaunches
-		_, err := budget.Take()
-		require.NoError(t, err)
+	for _, tc := range []struct {
+		name string
+		// takenBySupervisors is taken from a budget the localizers share
+		// before the plugin dies (-1: the localizers share none).
+		takenBySupervisors int
+	}{
+		{"the daemon's own budget", -1},
+		{"a budget shared with the supervisors", 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "p")
+			cfg.Graphs[0].MinInfected = 1000
+			cfg.Graphs[0].Restarts = 1000
+			var budget *forward.RelaunchBudget
+			if tc.takenBySupervisors >= 0 {
+				budget = forward.NewRelaunchBudget(relaunchesPerMinute, time.Minute, nil)
+				for range tc.takenBySupervisors {
+					_, err := budget.Take()
+					require.NoError(t, err)
+				}
+			}
+			f := &factoryOf{}
+			f.onMake = func(_ int, l *fakeLocalizer) { l.budget = budget }
+			r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+			f.mu.Lock()
+			f.onMake = func(_ int, l *fakeLocalizer) { l.budget = budget; l.sick.Store(true) } // dead from the start
+			f.mu.Unlock()
+			f.all()[0].sick.Store(true)
+			want := 1 + relaunchesPerMinute - max(tc.takenBySupervisors, 0)
+			require.Eventually(t, func() bool { return len(f.all()) == want }, 10*time.Second, 5*time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // 15 ticks more
+			require.Len(t, f.all(), want, "no relaunch past the rate")
+			code, body := get(t, "http://"+r.d.HTTPAddr()+"/readyz?graph=p")
+			require.Equal(t, http.StatusServiceUnavailable, code)
+			require.Contains(t, body, "relaunched 5 times within a minute; the next relaunch from ")
+		})
 	}
-	f := &factoryOf{}
-	f.onMake = func(_ int, l *fakeLocalizer) { l.budget = budget }
-	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
-	f.mu.Lock()
-	f.onMake = func(_ int, l *fakeLocalizer) { l.budget = budget; l.sick.Store(true) } // dead from the start
-	f.mu.Unlock()
-	f.all()[0].sick.Store(true)
-	require.Eventually(t, func() bool { return len(f.all()) == 1+relaunchesPerMinute-2 }, 10*time.Second, 5*time.Millisecond)
-	time.Sleep(300 * time.Millisecond) // 15 ticks more
-	require.Len(t, f.all(), 1+relaunchesPerMinute-2, "no relaunch past the shared budget")
-	code, body := get(t, "http://"+r.d.HTTPAddr()+"/readyz?graph=p")
-	require.Equal(t, http.StatusServiceUnavailable, code)
-	require.Contains(t, body, "relaunched 5 times within a minute; the next relaunch from ")
 }
 
 // A failed save of the stream positions kept with the snapshots counts as
