@@ -162,7 +162,9 @@ func (d *Daemon) bindConsumer(ctx context.Context, gr *graphRT) error {
 func (d *Daemon) checkEventsStream(ctx context.Context, gr *graphRT) (renewed bool, err error) {
 	info, err := d.stream.Info(ctx)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, cerr := d.js.CreateStream(ctx, eventsStreamConfig(d.cfg)); cerr != nil && !errors.Is(cerr, jetstream.ErrStreamNameAlreadyInUse) {
+		// Created, not updated: another replica that made it first wins.
+		_, cerr := waitOutStoreRefusal(ctx, func() (jetstream.Stream, error) { return d.js.CreateStream(ctx, eventsStreamConfig(d.cfg)) })
+		if cerr != nil && !errors.Is(cerr, jetstream.ErrStreamNameAlreadyInUse) {
 			return false, fmt.Errorf("%w: making the deleted events stream %s anew: %w", ErrNATS, EventsStream, cerr)
 		} else if cerr == nil {
 			d.log.Warn("events stream was deleted; made it anew (the events it held are gone: publish them again if the windows need them)",

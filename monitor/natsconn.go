@@ -395,16 +395,23 @@ const storeRetryFor = 5 * time.Second
 // deleted (an operator's `nats stream rm` followed by a restart), which
 // would otherwise fail the start with "error creating store for stream".
 func createOrUpdateStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	return waitOutStoreRefusal(ctx, func() (jetstream.Stream, error) { return js.CreateOrUpdateStream(ctx, want) })
+}
+
+// waitOutStoreRefusal calls create until it succeeds or fails otherwise
+// than by the refusal of a just-deleted stream's store, for up to
+// storeRetryFor.
+func waitOutStoreRefusal(ctx context.Context, create func() (jetstream.Stream, error)) (jetstream.Stream, error) {
 	deadline := time.Now().Add(storeRetryFor)
 	for {
-		s, err := js.CreateOrUpdateStream(ctx, want)
+		s, err := create()
 		var apiErr *jetstream.APIError
 		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != jsStoreFailed || time.Now().After(deadline) {
 			return s, err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return nil, errors.Join(ctx.Err(), err)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
