@@ -355,7 +355,7 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	} else {
 		o.diffusion, _ = json.Marshal(map[string]any{"recorded": true})
 	}
-	o.keyTests = cfg.Recorded != nil
+	o.keyTests = len(cfg.Recorded) > 0
 	if err := cfg.Validate(g); err != nil {
 		return nil, err
 	}
@@ -852,7 +852,7 @@ func buildReport(g *graph.Graph, cfg Config, name string, redrawn int, results [
 		unitsFrom = 0
 	}
 	var units []string // nil: each cascade its own unit
-	if cfg.Recorded != nil {
+	if len(cfg.Recorded) > 0 {
 		if len(results) > 0 && unitsFrom < len(results[0]) {
 			distinct := map[string]bool{}
 			for run := range results {
