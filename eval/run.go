@@ -116,7 +116,10 @@ func Split(cs []diffusion.Cascade, ntrain, nval int, seed int64) (train, val, te
 	}
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x5b1175))
 	rng.Shuffle(len(cs), func(i, j int) { cs[i], cs[j] = cs[j], cs[i] })
-	return cs[:ntrain], cs[ntrain : ntrain+nval], cs[ntrain+nval:]
+	// Full slice expressions: methods run side by side on one split, and
+	// one that appended to its training set must not write over the
+	// validation cascades the others are reading.
+	return cs[:ntrain:ntrain], cs[ntrain : ntrain+nval : ntrain+nval], cs[ntrain+nval:]
 }
 
 // split returns the train, validation and test sizes.
