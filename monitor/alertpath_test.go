@@ -365,19 +365,20 @@ func TestReplayMakesNoFalseResolve(t *testing.T) {
 	cfg := testConfig(t, "p")
 	cfg.NATS.URL = s.ClientURL()
 	// A window long enough for the replay (slow under the race detector)
-	// to end inside it, and an infection at its far edge, so that it ages
-	// out while no daemon runs.
+	// to end inside it, and an infection 30 s from its far edge: the
+	// first daemon fires on it with time to spare on a loaded machine,
+	// and the second, whose clock runs 35 s ahead, finds it aged out, as
+	// if it had started after a long stop.
 	cfg.Graphs[0].Window = 2 * time.Minute
 	f := &factoryOf{}
 	opts := []Option{preload(t, 4, "p"), WithLocalizerFactory(f.factory)}
 
 	r1 := start(t, cfg, opts...)
-	r1.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now().Add(-2*time.Minute + 3*time.Second)}, "")
+	r1.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now().Add(-2*time.Minute + 30*time.Second)}, "")
 	fired := waitStored(t, r1.js, "p", 1)
 	waitAcknowledged(t, r1.d, "p")
 	r1.stop(t)
 
-	time.Sleep(3200 * time.Millisecond) // node 2's infection leaves the window
 	nc, js := connectJS(t, s.ClientURL())
 	defer nc.Close()
 	ctx := context.Background()
@@ -396,7 +397,7 @@ func TestReplayMakesNoFalseResolve(t *testing.T) {
 	_, err = js.Publish(ctx, EventsSubject(DefaultPrefix, "p"), refresh)
 	require.NoError(t, err)
 
-	r2 := start(t, cfg, opts...)
+	r2 := start(t, cfg, append(opts, WithClock(func() time.Time { return time.Now().Add(35 * time.Second) }))...)
 	require.Eventually(t, func() bool { return !r2.d.Status().Graphs[0].Replaying }, 90*time.Second, 10*time.Millisecond)
 	time.Sleep(300 * time.Millisecond) // ticks after the replay
 	got := storedAlerts(t, js, "p")
