@@ -2,9 +2,10 @@
 GO       ?= go
 BIN      := bin
 # Packages with goroutines of their own run their tests under the race
-# detector, the others without it. Each test runs once: the concurrent
-# packages also ran without -race before, which found nothing the race
-# run did not and cost CI 15.5 minutes from cold caches on 2 cores.
+# detector, the others without it. Each test runs once: running the
+# concurrent packages' tests a second time without -race took a fresh
+# clone's CI on 2 cores from 5:52 to 10:10 (warm caches) and from 12:03
+# to 15:29 (cold), against a 20-minute limit.
 RACE_DIRS := monitor alerts forward plugins cmd eval diffusion localize
 RACE_PKGS = $(foreach d,$(RACE_DIRS),$(if $(wildcard $(d)/*),./$(d)/...))
 MODULE    := github.com/sourcewatch/sourcewatch
