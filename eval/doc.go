@@ -60,7 +60,11 @@
 // and the controls (controls.go), reference points every table carries:
 // infected (the observation itself), degree (infected nodes by degree),
 // prior (training source frequency; never reads the observation) and
-// random. Methods whose answer is a ranking cut at k share one skeleton
+// random. One control is asked for by name only, since it refuses most
+// settings: bayes (bayes.go), the exact posterior marginal P(v in S | y)
+// of the SI simulation itself, summed over the subsets of the infected
+// nodes, a ceiling on the ROC-AUC any method can expect on small graphs.
+// Methods whose answer is a ranking cut at k share one skeleton
 // (topk.go) and ChooseK; ChooseThreshold serves score-threshold methods.
 //
 // netsleuth and ojc need an undirected graph (NeedsUndirected); on a

@@ -71,6 +71,10 @@ type Env struct {
 	// simulation's settings} or {"recorded": true}. A bundle reads from
 	// it whether nothing recovers and every infection is observed.
 	Diffusion json.RawMessage
+	// Simulation is the simulation that made the run's cascades, nil for
+	// recorded ones. A localizer must not need it; the bayes control, a
+	// ceiling told the truth of the model, reads it.
+	Simulation *diffusion.Config
 }
 
 // Factory builds a method.

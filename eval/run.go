@@ -75,7 +75,7 @@ func DefaultMethods() []string {
 	for _, n := range Names() {
 		// SL-VAE's ablations and its per-plugin expansions are asked for
 		// by name; "all" is the methods and the controls.
-		if (IsSLVAE(n) && n != "slvae") || strings.Contains(n, "[") {
+		if (IsSLVAE(n) && n != "slvae") || strings.Contains(n, "[") || optIn[n] {
 			continue
 		}
 		if !IsControl(n) {
@@ -88,7 +88,7 @@ func DefaultMethods() []string {
 		}
 	}
 	for _, n := range Names() {
-		if IsControl(n) && !contains(controlOrder, n) {
+		if IsControl(n) && !contains(controlOrder, n) && !optIn[n] {
 			out = append(out, n)
 		}
 	}
@@ -253,6 +253,8 @@ type runOptions struct {
 	spreadIgnoresWeights bool
 	// diffusion is Env.Diffusion (set by Run).
 	diffusion json.RawMessage
+	// simulation is Env.Simulation (set by Run).
+	simulation *diffusion.Config
 	// keyTests has runMethod record each test cascade's Key (set by Run
 	// for recorded cascades, the only ones whose keys are used).
 	keyTests bool
@@ -355,6 +357,8 @@ func Run(ctx context.Context, g *graph.Graph, cfg Config, opts ...Option) (*Repo
 	o.spreadIgnoresWeights = g.Weighted() && len(cfg.Recorded) == 0 && !cfg.Sim.Model.UsesWeights()
 	if len(cfg.Recorded) == 0 {
 		o.diffusion, _ = json.Marshal(map[string]any{"simulated": cfg.Sim.Record(g)})
+		sim := cfg.Sim
+		o.simulation = &sim
 	} else {
 		o.diffusion, _ = json.Marshal(map[string]any{"recorded": true})
 	}
@@ -664,7 +668,7 @@ func runMethod(ctx context.Context, g *graph.Graph, name string, params map[stri
 		return res, err
 	}
 	log := o.log.With(zap.String("method", name))
-	m, err := f(Env{Graph: g, Seed: seed, Logger: log, Params: params, SpreadIgnoresWeights: o.spreadIgnoresWeights, Diffusion: o.diffusion, Progress: func(note string) {
+	m, err := f(Env{Graph: g, Seed: seed, Logger: log, Params: params, SpreadIgnoresWeights: o.spreadIgnoresWeights, Diffusion: o.diffusion, Simulation: o.simulation, Progress: func(note string) {
 		log.Debug(note)
 		note = name + ": " + note
 		o.note(note)

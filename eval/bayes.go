@@ -1,0 +1,357 @@
+package eval
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/graph"
+)
+
+// The bayes control is the exact posterior of the simulation that made the
+// cascades. It is a ceiling, not a localizer: it is told the model and its
+// parameters, and it only runs where the posterior can be summed exactly.
+func init() {
+	register("bayes", newBayes, true)
+	optIn["bayes"] = true
+}
+
+// optIn holds the methods that "all" leaves out because they refuse most
+// settings: they are asked for by name.
+var optIn = map[string]bool{}
+
+// ErrNoExactPosterior is wrapped by the bayes control's errors for a
+// setting or an observation whose posterior it cannot sum exactly.
+var ErrNoExactPosterior = errors.New("no exact posterior")
+
+// DefaultBayesMaxInfected bounds the infected count the bayes control
+// sums over: its time and memory grow as 2^m in the m infected nodes
+// (2^24 float64s are 128 MiB).
+const DefaultBayesMaxInfected = 24
+
+// newBayes scores each node by its exact posterior probability of being a
+// source, P(v in S | y), under the SI simulation with uniformly placed
+// sources that made the cascades, and predicts the top k (k chosen on
+// validation). Ranking by these marginals maximises the expected ROC-AUC
+// of every observation when the source count is fixed, so no method
+// can beat it on average: the gap between a method and bayes is what is
+// left to find, and the gap between bayes and infected is the most any
+// method can lead the infected control by.
+func newBayes(env Env) (Method, error) {
+	p := newParams("bayes", env.Params)
+	m := &rankMethod{name: "bayes", env: env, usesY: true, fixed: p.count("k", 0)}
+	maxInfected := p.count("max_infected", DefaultBayesMaxInfected)
+	if err := p.done(); err != nil {
+		return nil, err
+	}
+	if maxInfected > 30 {
+		return nil, fmt.Errorf("%w: bayes.max_infected %d: at most 30 (the sum holds 2^max_infected numbers)", ErrBadParam, maxInfected)
+	}
+	var post *siPosterior
+	m.prepare = func([]diffusion.Cascade) error {
+		var err error
+		post, err = newSIPosterior(m.g, env.Simulation, maxInfected)
+		return err
+	}
+	m.rank = m.byScore(func(ctx context.Context, _ []float64, infected []int, scores []float64) error {
+		return post.marginals(ctx, infected, scores)
+	})
+	return m, nil
+}
+
+// siPosterior sums the posterior of SI cascades observed by
+// diffusion.Simulate's rule: the snapshot is the first step at which at
+// least need nodes are infected, need = ceil(f n), f ~ U[ObserveMin,
+// ObserveMax].
+//
+// For the observed infected set I the likelihood of sources S is a sum
+// over the paths S = A_0 ⊂ A_1 ⊂ ... ⊂ A_L ⊂ I of infected sets, the
+// last set before I being A_L, weighted by P(|A_L| < need <= |I|). In
+// one step from A a susceptible node v with k in-neighbours in A is
+// infected with probability 1 - (1-beta)^k, independently, so the
+// probability of moving from A to B (A ⊆ B ⊆ I) is
+//
+//	T(A, B) = prod_{v in B\A} (1 - q_v) prod_{v in I\B} q_v prod_{v not in I} q_v,  q_v = (1-beta)^{k_A(v)}.
+//
+// With h(A) the probability, from A, of the observation I (self-loops
+// summed as a geometric series),
+//
+//	h(A) = [ T(A, I) P(|A| < need <= |I|) + sum_{A ⊂ B ⊂ I} T(A, B) h(B) ] / (1 - T(A, A)),
+//
+// one pass over the subsets of I from the largest down gives h(S) =
+// P(I | S) for every candidate S at once. The posterior is P(S | I) ∝
+// P(S) h(S), P(S) = P(|S|) / C(n, |S|) for uniform sources, and the
+// marginals sum it over the S holding each node.
+type siPosterior struct {
+	g           *graph.Graph
+	minK, maxK  int
+	countProb   []float64 // P(|S| = j), j <= maxK
+	needProb    []float64 // P(need = t), t = 0..n
+	maxInfected int
+
+	// pow[c] = (1-beta)^c
+	pow []float64
+
+	// per observation, over the indices of the infected nodes: in[j] and
+	// weak[j] are the masks of j's in-neighbours and of all its
+	// neighbours among them, outside[j] the count of j's out-arcs to
+	// uninfected nodes
+	in, weak []uint32
+	outside  []int
+
+	// scratch, reused across observations
+	h     []float64
+	pos   []int
+	front []int
+	q     []float64
+}
+
+func newSIPosterior(g *graph.Graph, sim *diffusion.Config, maxInfected int) (*siPosterior, error) {
+	if sim == nil {
+		return nil, fmt.Errorf("%w: the cascades are recorded, and bayes needs the simulation that made them", ErrNoExactPosterior)
+	}
+	if sim.Model != diffusion.SI {
+		return nil, fmt.Errorf("%w: diffusion %s: bayes sums SI only", ErrNoExactPosterior, sim.Model)
+	}
+	if sim.Pattern != "" && sim.Pattern != diffusion.Uniform {
+		return nil, fmt.Errorf("%w: source pattern %s: bayes sums uniformly placed sources only", ErrNoExactPosterior, sim.Pattern)
+	}
+	n := g.N()
+	p := &siPosterior{g: g, maxInfected: maxInfected, pos: make([]int, n)}
+	p.pow = make([]float64, g.Arcs()+1)
+	for c := range p.pow {
+		p.pow[c] = math.Pow(1-sim.Beta, float64(c))
+	}
+	switch s := sim.Sources; {
+	case s.Count > 0:
+		p.minK, p.maxK = s.Count, s.Count
+	case s.Ratio > 0:
+		k := max(1, min(int(math.Round(s.Ratio*float64(n))), n))
+		p.minK, p.maxK = k, k
+	default:
+		p.minK, p.maxK = s.Min, s.Max
+	}
+	p.countProb = make([]float64, p.maxK+1)
+	for j := p.minK; j <= p.maxK; j++ {
+		p.countProb[j] = 1 / float64(p.maxK-p.minK+1)
+	}
+	p.needProb = needDistribution(n, sim.ObserveMin, sim.ObserveMax)
+	return p, nil
+}
+
+// needDistribution is P(need = t), t = 0..n, for need = max(1, min(n,
+// ceil(f n))) and f ~ U[lo, hi] (a point mass at lo when lo == hi), as
+// diffusion.Simulate draws it.
+func needDistribution(n int, lo, hi float64) []float64 {
+	need := func(f float64) int { return max(1, min(n, int(math.Ceil(f*float64(n)-1e-9)))) }
+	out := make([]float64, n+1)
+	if hi <= lo {
+		out[need(lo)] = 1
+		return out
+	}
+	for t := 1; t <= n; t++ {
+		// need(f) = t for f in ((t-1+1e-9)/n, (t+1e-9)/n], open below for t = 1, above for t = n
+		a, b := (float64(t-1)+1e-9)/float64(n), (float64(t)+1e-9)/float64(n)
+		if t == 1 {
+			a = math.Inf(-1)
+		}
+		if t == n {
+			b = math.Inf(1)
+		}
+		if w := math.Min(b, hi) - math.Max(a, lo); w > 0 {
+			out[t] = w / (hi - lo)
+		}
+	}
+	return out
+}
+
+// marginals writes P(v in S | I) into scores for the infected nodes I
+// (0 elsewhere: under SI a source is always infected).
+func (p *siPosterior) marginals(ctx context.Context, infected []int, scores []float64) error {
+	m := len(infected)
+	for i := range scores {
+		scores[i] = 0
+	}
+	if m == 0 {
+		return fmt.Errorf("%w: no node is infected", ErrNoExactPosterior)
+	}
+	if m > p.maxInfected {
+		return fmt.Errorf("%w: %d infected nodes, more than bayes.max_infected %d (the sum costs 2^%d)", ErrNoExactPosterior, m, p.maxInfected, m)
+	}
+	full := uint32(1)<<m - 1
+	if cap(p.h) < 1<<m {
+		p.h = make([]float64, 1<<m)
+	}
+	h := p.h[:1<<m]
+	for i := range p.pos {
+		p.pos[i] = -1
+	}
+	for i, v := range infected {
+		p.pos[v] = i
+	}
+	// last[a] = P(a < need <= m): the chance that a set of a nodes was the
+	// last one before the snapshot.
+	last := make([]float64, m+1)
+	for a := m - 1; a >= 0; a-- {
+		last[a] = last[a+1] + p.needProb[a+1]
+	}
+	p.q = growF(p.q, m)
+	p.in, p.weak, p.outside = growU(p.in, m), growU(p.weak, m), grow(p.outside, m)
+	for j := range m {
+		p.in[j], p.weak[j], p.outside[j] = 0, 0, 0
+	}
+	for j, u := range infected {
+		nbr, _ := p.g.Out(u)
+		for _, v := range nbr {
+			if i := p.pos[v]; i >= 0 {
+				p.in[i] |= 1 << j
+				p.weak[i] |= 1 << j
+				p.weak[j] |= 1 << i
+			} else {
+				p.outside[j]++
+			}
+		}
+	}
+	for mask := full - 1; mask > 0; mask-- {
+		if mask&0xffff == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		size := bits.OnesCount32(mask)
+		// Each component of an infected set holds a source: one with more
+		// components than sources is never reached.
+		if size < p.minK || p.components(mask, p.maxK) > p.maxK {
+			h[mask] = 0
+			continue
+		}
+		h[mask] = p.step(mask, full, last[size], h)
+	}
+	// A source set that is I itself is the snapshot at step 0, whenever
+	// need <= m.
+	h[full] = last[0]
+	prior := make([]float64, min(p.maxK, m)+1) // P(S) for |S| = j
+	for j := p.minK; j < len(prior); j++ {
+		prior[j] = p.countProb[j] / binomial(p.g.N(), j)
+	}
+	var z float64
+	for mask := uint32(1); mask <= full; mask++ {
+		j := bits.OnesCount32(mask)
+		if j < p.minK || j >= len(prior) || h[mask] == 0 {
+			continue
+		}
+		w := h[mask] * prior[j]
+		z += w
+		for b := mask; b != 0; b &= b - 1 {
+			scores[infected[bits.TrailingZeros32(b)]] += w
+		}
+	}
+	if !(z > 0) {
+		return fmt.Errorf("%w: the observation of %d infected nodes is impossible under the simulation (no source set of %d-%d of them reaches it)", ErrNoExactPosterior, m, p.minK, p.maxK)
+	}
+	for _, v := range infected {
+		scores[v] /= z
+	}
+	return nil
+}
+
+// step is h(A) for the set mask: the probability, from A, of observing
+// full, given h of every larger subset and lastA = P(|A| < need <= |I|).
+func (p *siPosterior) step(mask, full uint32, lastA float64, h []float64) float64 {
+	outside := 0 // arcs from A to nodes never infected
+	for b := mask; b != 0; b &= b - 1 {
+		outside += p.outside[bits.TrailingZeros32(b)]
+	}
+	escape := p.pow[outside]
+	stay := escape
+	p.front = p.front[:0]
+	for b := full &^ mask; b != 0; b &= b - 1 {
+		j := bits.TrailingZeros32(b)
+		if c := bits.OnesCount32(p.in[j] & mask); c > 0 {
+			p.q[j] = p.pow[c]
+			stay *= p.q[j]
+			p.front = append(p.front, j)
+		}
+	}
+	if len(p.front) == 0 || stay >= 1 {
+		return 0 // A can infect no node of I: the run stops short of it
+	}
+	sum := p.paths(0, mask, escape, mask, full, lastA, h)
+	return sum / (1 - stay)
+}
+
+// components counts the weakly connected components of the subgraph the
+// set mask induces, stopping once it passes limit.
+func (p *siPosterior) components(mask uint32, limit int) int {
+	n := 0
+	for rest := mask; rest != 0; n++ {
+		if n == limit {
+			return n + 1
+		}
+		comp := rest & -rest
+		for {
+			grown := comp
+			for b := comp; b != 0; b &= b - 1 {
+				grown |= p.weak[bits.TrailingZeros32(b)]
+			}
+			grown &= mask
+			if grown == comp {
+				break
+			}
+			comp = grown
+		}
+		rest &^= comp
+	}
+	return n
+}
+
+// paths sums T(A, B) h(B) (T(A, I) lastA for B = I) over the sets B that
+// add to A a subset of the frontier from index i on.
+func (p *siPosterior) paths(i int, b uint32, w float64, mask, full uint32, lastA float64, h []float64) float64 {
+	if w == 0 {
+		return 0
+	}
+	if i == len(p.front) {
+		switch b {
+		case mask:
+			return 0 // the self-loop, summed in step
+		case full:
+			return w * lastA
+		}
+		return w * h[b]
+	}
+	j := p.front[i]
+	q := p.q[j]
+	return p.paths(i+1, b, w*q, mask, full, lastA, h) + p.paths(i+1, b|1<<j, w*(1-q), mask, full, lastA, h)
+}
+
+func binomial(n, k int) float64 {
+	lg1, _ := math.Lgamma(float64(n + 1))
+	lg2, _ := math.Lgamma(float64(k + 1))
+	lg3, _ := math.Lgamma(float64(n - k + 1))
+	return math.Exp(lg1 - lg2 - lg3)
+}
+
+func grow(s []int, n int) []int {
+	if cap(s) < n {
+		return make([]int, n)
+	}
+	return s[:n]
+}
+
+func growU(s []uint32, n int) []uint32 {
+	if cap(s) < n {
+		return make([]uint32, n)
+	}
+	return s[:n]
+}
+
+func growF(s []float64, n int) []float64 {
+	if cap(s) < n {
+		return make([]float64, n)
+	}
+	return s[:n]
+}
