@@ -92,6 +92,10 @@ type siPosterior struct {
 	needProb    []float64 // P(need = t), t = 0..n
 	maxInfected int
 
+	// byProducts makes step take the product over each subset always
+	// (tests compare it with the sum by odds).
+	byProducts bool
+
 	// pow[c] = (1-beta)^c
 	pow []float64
 
@@ -107,6 +111,7 @@ type siPosterior struct {
 	pos   []int
 	front []int
 	q     []float64
+	odds  []float64
 }
 
 func newSIPosterior(g *graph.Graph, sim *diffusion.Config, maxInfected int) (*siPosterior, error) {
@@ -198,7 +203,7 @@ func (p *siPosterior) marginals(ctx context.Context, infected []int, scores []fl
 	for a := m - 1; a >= 0; a-- {
 		last[a] = last[a+1] + p.needProb[a+1]
 	}
-	p.q = growF(p.q, m)
+	p.q, p.odds = growF(p.q, m), growF(p.odds, m)
 	p.in, p.weak, p.outside = growU(p.in, m), growU(p.weak, m), grow(p.outside, m)
 	for j := range m {
 		p.in[j], p.weak[j], p.outside[j] = 0, 0, 0
@@ -228,6 +233,7 @@ func (p *siPosterior) marginals(ctx context.Context, infected []int, scores []fl
 			h[mask] = 0
 			continue
 		}
+		h[full] = last[size]
 		h[mask] = p.step(mask, full, last[size], h)
 	}
 	// A source set that is I itself is the snapshot at step 0, whenever
@@ -266,22 +272,51 @@ func (p *siPosterior) step(mask, full uint32, lastA float64, h []float64) float6
 		outside += p.outside[bits.TrailingZeros32(b)]
 	}
 	escape := p.pow[outside]
-	stay := escape
+	stay, minQ := escape, 1.0
 	p.front = p.front[:0]
 	for b := full &^ mask; b != 0; b &= b - 1 {
 		j := bits.TrailingZeros32(b)
 		if c := bits.OnesCount32(p.in[j] & mask); c > 0 {
 			p.q[j] = p.pow[c]
 			stay *= p.q[j]
+			minQ = min(minQ, p.q[j])
 			p.front = append(p.front, j)
 		}
 	}
 	if len(p.front) == 0 || stay >= 1 {
 		return 0 // A can infect no node of I: the run stops short of it
 	}
-	sum := p.paths(0, mask, escape, mask, full, lastA, h)
+	if minQ < minGrayQ || p.byProducts {
+		return p.paths(0, mask, escape, mask, full, lastA, h) / (1 - stay)
+	}
+	// The sum over the nonempty subsets C of the frontier in Gray-code
+	// order: each B = A ∪ C differs from the one before by one node, so
+	// its weight is the last one's times, or over, that node's odds
+	// (1-q)/q. h[full] holds lastA while A is summed (the caller sets it),
+	// so the loop needs no test for B = I.
+	for k, j := range p.front {
+		p.odds[k] = (1 - p.q[j]) / p.q[j]
+	}
+	var sum float64
+	w, b := stay, mask
+	for i := uint32(1); i < 1<<len(p.front); i++ {
+		k := bits.TrailingZeros32(i)
+		bit := uint32(1) << p.front[k]
+		if b&bit == 0 {
+			w *= p.odds[k]
+		} else {
+			w /= p.odds[k]
+		}
+		b ^= bit
+		sum += w * h[b]
+	}
 	return sum / (1 - stay)
 }
+
+// minGrayQ is the smallest chance of a frontier node staying uninfected
+// for which step sums by odds; below it (beta near 1) the odds would
+// lose precision, and it takes the slower product over each subset.
+const minGrayQ = 1e-6
 
 // components counts the weakly connected components of the subgraph the
 // set mask induces, stopping once it passes limit.

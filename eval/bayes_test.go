@@ -31,6 +31,9 @@ func TestBayesMatchesTheSimulator(t *testing.T) {
 		{name: "two sources", sources: diffusion.SourceSpec{Count: 2}, observe: [2]float64{0.4, 0.75}, beta: 0.3},
 		{name: "one to three sources", sources: diffusion.SourceSpec{Min: 1, Max: 3}, observe: [2]float64{0.3, 0.9}, beta: 0.5},
 		{name: "directed, fixed target", directed: true, sources: diffusion.SourceSpec{Ratio: 0.15}, observe: [2]float64{0.5, 0.5}, beta: 0.4},
+		// beta near 1: a node with two infected in-neighbours stays
+		// uninfected with chance below minGrayQ, so step sums products
+		{name: "beta near 1", sources: diffusion.SourceSpec{Count: 1}, observe: [2]float64{0.5, 0.9}, beta: 0.9995},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := graph.New(7, edges, nil, tc.directed, false)
@@ -79,6 +82,35 @@ func TestBayesMatchesTheSimulator(t *testing.T) {
 			}
 			require.GreaterOrEqual(t, checked, 3, "too few frequent observations to check against")
 		})
+	}
+}
+
+// TestBayesSumByOddsIsTheSumOfProducts: step's Gray-code sum by odds
+// gives the marginals the product over every subset gives.
+func TestBayesSumByOddsIsTheSumOfProducts(t *testing.T) {
+	g, err := graph.Load("../configs/demo/karate.edges")
+	require.NoError(t, err)
+	cfg := diffusion.DefaultConfig()
+	cs, _, err := diffusion.Simulate(context.Background(), g, cfg, 20, 5)
+	require.NoError(t, err)
+	byOdds, err := newSIPosterior(g, &cfg, DefaultBayesMaxInfected)
+	require.NoError(t, err)
+	byProducts, err := newSIPosterior(g, &cfg, DefaultBayesMaxInfected)
+	require.NoError(t, err)
+	byProducts.byProducts = true
+	a, b := make([]float64, g.N()), make([]float64, g.N())
+	for i, c := range cs {
+		if len(c.Infected) > 16 {
+			continue // the product sum is the slow one
+		}
+		require.NoError(t, byOdds.marginals(context.Background(), c.Infected, a))
+		require.NoError(t, byProducts.marginals(context.Background(), c.Infected, b))
+		require.InDeltaSlicef(t, b, a, 1e-9, "cascade %d", i)
+		var sum float64
+		for _, v := range a {
+			sum += v
+		}
+		require.InDeltaf(t, 3, sum, 1e-9, "cascade %d: the marginals add up to the source count", i)
 	}
 }
 
