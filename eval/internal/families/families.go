@@ -61,6 +61,17 @@ var families = []family{
 		build: func(rng *rand.Rand) []edge { return named(blocks(rng, 1, 600, 6.0/599, 0), itoa) }},
 	{name: "grid30", about: "30 x 30 lattice",
 		build: func(*rand.Rand) []edge { return named(lattice(30), itoa) }},
+
+	// Small enough for the bayes control's exact posterior (at most
+	// about 20 infected nodes a snapshot): the -ceiling runs.
+	{name: "ba2-30", about: "Barabási-Albert, 30 nodes, m = 2",
+		build: func(rng *rand.Rand) []edge { return named(barabasiAlbert(rng, 30, 2, 0), itoa) }},
+	{name: "tree-30", about: "random recursive tree, 30 nodes",
+		build: func(rng *rand.Rand) []edge { return named(randomTree(rng, 30), itoa) }},
+	{name: "grid6", about: "6 x 6 lattice",
+		build: func(*rand.Rand) []edge { return named(lattice(6), itoa) }},
+	{name: "er4-30", about: "Erdős-Rényi, 30 nodes, mean degree 4",
+		build: func(rng *rand.Rand) []edge { return named(blocks(rng, 1, 30, 4.0/29, 0), itoa) }},
 }
 
 // named writes index pairs with the ids id(i).

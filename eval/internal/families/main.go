@@ -12,6 +12,14 @@
 //
 // It is a measurement, not a test: nothing was tuned on its graphs, and it
 // takes about five minutes on two cores.
+//
+// With -ceiling it runs instead four graphs of 30-36 nodes under SI with
+// uniform sources, small enough for the bayes control (the exact
+// posterior of the simulation, the best ROC-AUC any method can expect),
+// 3 x 300 cascades each, and prints how much of the most any method can
+// lead the infected control by SL-VAE and local-mlp take:
+//
+//	make build && go run ./eval/internal/families -ceiling -json ceiling.json
 package main
 
 import (
@@ -58,6 +66,15 @@ var runs = []run{
 	{"grid30", "SI", "uniform", 7},
 }
 
+// ceilingRuns are the -ceiling settings: the small families, SI with
+// uniform sources (what the bayes control sums), seeds 2-5.
+var ceilingRuns = []run{
+	{"ba2-30", "SI", "uniform", 2},
+	{"tree-30", "SI", "uniform", 3},
+	{"grid6", "SI", "uniform", 4},
+	{"er4-30", "SI", "uniform", 5},
+}
+
 // row is what the table and the JSON report of one run.
 type row struct {
 	Family    string  `json:"family"`
@@ -75,6 +92,10 @@ type row struct {
 	LeadAUC     float64 `json:"slvae_minus_infected_auc,omitempty"`
 	LeadCI      float64 `json:"slvae_minus_infected_auc_ci95,omitempty"`
 	LocalMLPAUC float64 `json:"local_mlp_auc,omitempty"`
+	// BayesAUC is the bayes control's ROC-AUC (-ceiling runs), and
+	// MLPLeadAUC local-mlp's paired lead over infected.
+	BayesAUC   float64 `json:"bayes_auc,omitempty"`
+	MLPLeadAUC float64 `json:"local_mlp_minus_infected_auc,omitempty"`
 	// Best is the method, control or not, other than SL-VAE and
 	// local-mlp, with the highest ROC-AUC; BestF1 the same by F1.
 	Best      string  `json:"best_other"`
@@ -94,7 +115,15 @@ func main() {
 	only := flag.String("only", "", "run only the families whose name contains this")
 	jsonOut := flag.String("json", "", "also write the rows as JSON to this file")
 	table := flag.String("table", "", "print the table of an earlier run's JSON rows instead of running")
+	ceiling := flag.Bool("ceiling", false, "run the small graphs with the bayes control instead (3 runs of -cascades, default 300 there)")
 	flag.Parse()
+	set := sweepSet{runs: runs, evalRuns: 1, methods: "all", cascades: *cascades}
+	if *ceiling {
+		set = sweepSet{runs: ceilingRuns, evalRuns: 3, methods: "all,bayes", cascades: *cascades}
+		if !flagSet("cascades") {
+			set.cascades = 300
+		}
+	}
 	if *table != "" {
 		if err := reprint(*table); err != nil {
 			fmt.Fprintln(os.Stderr, "families:", err)
@@ -102,13 +131,28 @@ func main() {
 		}
 		return
 	}
-	if err := sweep(*out, *bin, *pluginDir, *only, *jsonOut, *cascades); err != nil {
+	if err := sweep(*out, *bin, *pluginDir, *only, *jsonOut, set); err != nil {
 		fmt.Fprintln(os.Stderr, "families:", err)
 		os.Exit(1)
 	}
 }
 
-func sweep(dir, bin, pluginDir, only, jsonOut string, cascades int) error {
+// sweepSet is what one sweep runs: the settings and eval's --runs,
+// --methods and --cascades.
+type sweepSet struct {
+	runs     []run
+	evalRuns int
+	methods  string
+	cascades int
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func sweep(dir, bin, pluginDir, only, jsonOut string, set sweepSet) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -121,15 +165,15 @@ func sweep(dir, bin, pluginDir, only, jsonOut string, cascades int) error {
 	}
 	progress := isTerminal(os.Stderr)
 	var rows []row
-	for i, r := range runs {
+	for i, r := range set.runs {
 		if only != "" && !strings.Contains(r.family, only) {
 			continue
 		}
 		f := byName[r.family]
 		if progress {
-			fmt.Fprintf(os.Stderr, "[%d/%d] %s %s %s seed %d ...", i+1, len(runs), r.family, r.diffusion, r.pattern, r.seed)
+			fmt.Fprintf(os.Stderr, "[%d/%d] %s %s %s seed %d ...", i+1, len(set.runs), r.family, r.diffusion, r.pattern, r.seed)
 		}
-		row, err := evalRun(dir, bin, pluginDir, f, r, cascades)
+		row, err := evalRun(dir, bin, pluginDir, f, r, set)
 		if err != nil {
 			return err
 		}
@@ -183,11 +227,11 @@ func writeFamily(path string, f family, seed uint64) error {
 
 // evalRun runs eval for r and reads its JSON report; a refusal is a row,
 // not an error.
-func evalRun(dir, bin, pluginDir string, f family, r run, cascades int) (row, error) {
+func evalRun(dir, bin, pluginDir string, f family, r run, set sweepSet) (row, error) {
 	report := filepath.Join(dir, fmt.Sprintf("%s-%s-%s-%d.json", r.family, r.diffusion, r.pattern, r.seed))
 	args := []string{"eval", "--graph", filepath.Join(dir, f.name+".edges"), "--diffusion", r.diffusion,
-		"--pattern", r.pattern, "--cascades", fmt.Sprint(cascades), "--runs", "1", "--seed", fmt.Sprint(r.seed),
-		"--methods", "all", "--plugin-dir", pluginDir, "--json", report, "--log-level", "error"}
+		"--pattern", r.pattern, "--cascades", fmt.Sprint(set.cascades), "--runs", fmt.Sprint(set.evalRuns), "--seed", fmt.Sprint(r.seed),
+		"--methods", set.methods, "--plugin-dir", pluginDir, "--json", report, "--log-level", "error"}
 	if f.directed {
 		args = append(args, "--directed")
 	}
@@ -253,6 +297,12 @@ func readReport(path string, out *row) error {
 			}
 		case "local-mlp":
 			out.LocalMLPAUC = m.AUC.Mean
+			if m.Paired != nil {
+				out.MLPLeadAUC = m.Paired.AUC.Mean
+			}
+		case "bayes":
+			// a ceiling, not a rival: never the best other
+			out.BayesAUC = m.AUC.Mean
 		default:
 			if m.Method == "infected" {
 				out.InfectedAUC = m.AUC.Mean
@@ -272,6 +322,10 @@ func readReport(path string, out *row) error {
 }
 
 func printTable(w io.Writer, rows []row) {
+	if slices.ContainsFunc(rows, func(r row) bool { return r.BayesAUC > 0 }) {
+		printCeiling(w, rows)
+		return
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "family\tnodes\tsetting\tseed\tSL-VAE AUC\t- infected\tlocal-mlp AUC\tbest other AUC\tSL-VAE F1\tbest other F1\tdeepis over floor\tseconds")
 	var refused []string
@@ -303,6 +357,35 @@ func printTable(w io.Writer, rows []row) {
 	}
 	fmt.Fprintf(w, "\n%d runs, %d refused; SL-VAE above infected on %d, local-mlp ranked better on %d\n",
 		len(rows), len(rows)-len(ok), above, mlp)
+}
+
+// printCeiling prints the -ceiling rows: the bayes control's ROC-AUC,
+// the most any method can lead infected by (bayes minus infected, on
+// average), and the share of it SL-VAE's and local-mlp's paired leads
+// take.
+func printCeiling(w io.Writer, rows []row) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "family\tnodes\tsetting\tseed\tbayes AUC\tinfected AUC\tmost lead\tSL-VAE AUC\tSL-VAE lead\tshare\tlocal-mlp AUC\tlocal-mlp lead\tshare\tbest other AUC\tseconds")
+	var refused []string
+	for _, r := range rows {
+		setting := r.Diffusion + " " + r.Pattern
+		if r.Refused != "" || r.BayesAUC == 0 {
+			why := r.Refused
+			if why == "" {
+				why = "no bayes row"
+			}
+			refused = append(refused, fmt.Sprintf("%s %s seed %d: %s", r.Family, setting, r.Seed, why))
+			continue
+		}
+		most := r.BayesAUC - r.InfectedAUC
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%.3f\t%.3f\t%+.3f\t%.3f\t%+.3f ± %.3f\t%.0f%%\t%.3f\t%+.3f\t%.0f%%\t%.3f %s\t%.0f\n",
+			r.Family, r.Nodes, setting, r.Seed, r.BayesAUC, r.InfectedAUC, most, r.SLVAEAUC, r.LeadAUC, r.LeadCI,
+			100*r.LeadAUC/most, r.LocalMLPAUC, r.MLPLeadAUC, 100*r.MLPLeadAUC/most, r.BestAUC, r.Best, r.Seconds)
+	}
+	tw.Flush()
+	for _, r := range refused {
+		fmt.Fprintln(w, r)
+	}
 }
 
 // isTerminal reports whether f is a character device, so progress goes
