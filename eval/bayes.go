@@ -32,6 +32,9 @@ var ErrNoExactPosterior = errors.New("no exact posterior")
 // (2^24 float64s are 128 MiB).
 const DefaultBayesMaxInfected = 24
 
+// maxBayesInfected is the largest bayes.max_infected accepted.
+const maxBayesInfected = 28
+
 // newBayes scores each node by its exact posterior probability of being a
 // source, P(v in S | y), under the SI simulation with uniformly placed
 // sources that made the cascades, and predicts the top k (k chosen on
@@ -47,8 +50,8 @@ func newBayes(env Env) (Method, error) {
 	if err := p.done(); err != nil {
 		return nil, err
 	}
-	if maxInfected > 30 {
-		return nil, fmt.Errorf("%w: bayes.max_infected %d: at most 30 (the sum holds 2^max_infected numbers)", ErrBadParam, maxInfected)
+	if maxInfected > maxBayesInfected {
+		return nil, fmt.Errorf("%w: bayes.max_infected %d: at most %d (the sum holds 2^max_infected numbers, 2 GiB at %d, and takes hours there)", ErrBadParam, maxInfected, maxBayesInfected, maxBayesInfected)
 	}
 	var post *siPosterior
 	m.prepare = func([]diffusion.Cascade) error {

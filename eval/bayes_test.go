@@ -163,6 +163,11 @@ func TestBayesRefusesWhatItCannotSum(t *testing.T) {
 	err = post.marginals(context.Background(), []int{0, 1, 2}, make([]float64, 3))
 	require.ErrorIs(t, err, ErrNoExactPosterior)
 	require.ErrorContains(t, err, "3 infected nodes, more than bayes.max_infected 2")
+	f, err := Lookup("bayes")
+	require.NoError(t, err)
+	_, err = f(Env{Graph: g, Params: map[string]string{"max_infected": "29"}})
+	require.ErrorIs(t, err, ErrBadParam)
+	require.ErrorContains(t, err, "at most 28")
 	require.NotContains(t, DefaultMethods(), "bayes", `"all" leaves bayes out: it refuses most settings`)
 }
 
