@@ -204,3 +204,37 @@ func TestBayesInRun(t *testing.T) {
 	require.Len(t, rep.Results, 1)
 	require.Equal(t, "infected", rep.Results[0].Method)
 }
+
+// TestBayesFallsBackAboveMaxInfected: a snapshot over max_infected is
+// ranked as the infected control ranks it and counted; a setting where
+// more than a tenth of the validation snapshots are over is refused.
+func TestBayesFallsBackAboveMaxInfected(t *testing.T) {
+	var e []graph.Edge
+	for v := 1; v < 12; v++ {
+		e = append(e, graph.Edge{From: v - 1, To: v})
+	}
+	g := graph.New(12, e, nil, false, false)
+	sim := diffusion.DefaultConfig()
+	sim.Sources = diffusion.SourceSpec{Count: 1}
+	f, err := Lookup("bayes")
+	require.NoError(t, err)
+	m, err := f(Env{Graph: g, Simulation: &sim, Params: map[string]string{"max_infected": "5"}})
+	require.NoError(t, err)
+	small := diffusion.Cascade{Sources: []int{4}, Infected: []int{3, 4, 5}}
+	large := diffusion.Cascade{Sources: []int{4}, Infected: []int{1, 2, 3, 4, 5, 6, 7}}
+	val := []diffusion.Cascade{small, small, small, small, small, small, small, small, small, large, large}
+	err = m.Fit(context.Background(), g, nil, val)
+	require.ErrorIs(t, err, ErrNoExactPosterior)
+	require.ErrorContains(t, err, "2 of the 11 validation snapshots hold more than bayes.max_infected 5")
+
+	require.NoError(t, m.Fit(context.Background(), g, nil, val[:10]), "one in ten over is accepted")
+	p, err := m.Localize(context.Background(), observe(12, small, nil))
+	require.NoError(t, err)
+	require.Greater(t, p.Scores[4], p.Scores[3], "the middle of a stretch of three on a path is the likeliest source")
+	p, err = m.Localize(context.Background(), observe(12, large, nil))
+	require.NoError(t, err)
+	require.Equal(t, observe(12, large, nil), p.Scores, "over max_infected: every infected node alike")
+	extra, err := m.(Diagnoser).Diagnose(context.Background(), nil)
+	require.NoError(t, err)
+	require.Equal(t, map[string]float64{"bayes_fallback_fraction": 0.5}, extra)
+}

@@ -34,9 +34,10 @@ Controls (marked *) are reference points: infected (the observation itself),
 degree, prior (training source frequency, never looks at the observation) and
 random. A method localizes only where it beats infected and prior. One more
 control is asked for by name: bayes, the exact posterior P(v is a source | y)
-of the simulation itself (SI with uniform sources, at most 24 infected nodes
-an observation: small graphs), the best ROC-AUC any method can expect; the
-distance from a method to it is what is left to find.
+of the simulation itself (SI with uniform sources; small graphs: a snapshot of
+more than bayes.max_infected, default 22, infected nodes is ranked as infected
+ranks it), the best ROC-AUC any method can expect; the distance from a method
+to it is what is left to find.
 
 Methods: all (` + strings.Join(eval.DefaultMethods(), ", ") + `),
 or a comma-separated list that may also name slvae-paper (SL-VAE with the
