@@ -11,8 +11,8 @@ import (
 // and the JSON holds them as "notes" (absent when there are none), so a
 // report read by a program says the same as the one read on a terminal.
 type Note struct {
-	// Kind says what the note is about: NoteEmptyPredictions or
-	// NoteBeatsSLVAE.
+	// Kind says what the note is about: NoteEmptyPredictions,
+	// NoteBeatsSLVAE or NoteCeiling.
 	Kind string `json:"kind"`
 	// Method is the row the note is about.
 	Method string `json:"method"`
@@ -30,7 +30,15 @@ const (
 	// NoteBeatsSLVAE: the method, a baseline or a control, has a higher
 	// mean ROC-AUC or F1 than slvae (or an slvae[plugin] row).
 	NoteBeatsSLVAE = "beats_slvae"
+	// NoteCeiling: with the bayes control and infected in the report, the
+	// most any method can lead infected by, and each method's share of it.
+	NoteCeiling = "ceiling"
 )
+
+// ceilingMethod is the control that is a ceiling, not a reference point
+// to beat: no method is expected to, and its lead over SL-VAE is the
+// ceiling note's, not a verdict on SL-VAE.
+const ceilingMethod = "bayes"
 
 // EmptyNoteShare is the share of test cascades on which a method named no
 // source from which the report says what that does to its F1. An empty
@@ -50,6 +58,9 @@ const EmptyNoteShare = 0.2
 func (r *Report) notes() []Note {
 	// What beats SL-VAE first: the most important thing to say.
 	out := r.beatsSLVAENotes()
+	if n, ok := r.ceilingNote(); ok {
+		out = append(out, n)
+	}
 	for _, res := range r.Results {
 		if n, ok := emptyNote(res); ok {
 			out = append(out, n)
@@ -100,7 +111,7 @@ func (r *Report) beatsSLVAENotes() []Note {
 		switch {
 		case res.Method == "slvae" || strings.HasPrefix(res.Method, "slvae["):
 			slvae = append(slvae, res)
-		case hasForwardModel(res.Method):
+		case hasForwardModel(res.Method), res.Method == ceilingMethod:
 		case res.Control:
 			controls = append(controls, res)
 		default:
@@ -198,6 +209,42 @@ func beatsNote(s, c Result) (Note, bool) {
 			c.Method, s.Method, lead, c.Method, is, what)
 	}
 	return Note{Kind: NoteBeatsSLVAE, Method: c.Method, Versus: s.Method, Text: text}, true
+}
+
+// ceilingNote says, when the report holds the bayes control (the exact
+// posterior, the best ROC-AUC any method can expect) and infected, how
+// far apart the two are, which is the most any method can lead infected
+// by on these cascades, and the share of it each method's lead takes.
+func (r *Report) ceilingNote() (Note, bool) {
+	var ceiling, infected *Result
+	for i, res := range r.Results {
+		switch res.Method {
+		case ceilingMethod:
+			ceiling = &r.Results[i]
+		case "infected":
+			infected = &r.Results[i]
+		}
+	}
+	if ceiling == nil || infected == nil || ceiling.AUC.N == 0 || infected.AUC.N == 0 {
+		return Note{}, false
+	}
+	most := ceiling.AUC.Mean - infected.AUC.Mean
+	text := fmt.Sprintf("%s, the exact posterior, is the ceiling: the most any method can lead infected by here is %+.3f ROC-AUC (%s %.3f, infected %.3f)",
+		ceilingMethod, most, ceilingMethod, ceiling.AUC.Mean, infected.AUC.Mean)
+	if most >= 0.0005 {
+		var shares []string
+		for _, res := range r.Results {
+			if res.Control || res.AUC.N == 0 {
+				continue
+			}
+			lead := res.AUC.Mean - infected.AUC.Mean
+			shares = append(shares, fmt.Sprintf("%s %+.3f (%.0f%%)", res.Method, lead, 100*lead/most))
+		}
+		if len(shares) > 0 {
+			text += "; of it " + strings.Join(shares, ", ")
+		}
+	}
+	return Note{Kind: NoteCeiling, Method: ceilingMethod, Text: text}, true
 }
 
 // pairedOf is the paired difference c - s of one metric where the report

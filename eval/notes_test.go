@@ -205,3 +205,33 @@ func TestBeatsSLVAENote(t *testing.T) {
 		})
 	}
 }
+
+// The bayes control is a ceiling: the report says how far it is above
+// infected and what share of that each method takes, and never that it
+// "beats" SL-VAE, as a control another method must beat would.
+func TestCeilingNote(t *testing.T) {
+	auc := func(v float64) Stat { return Stat{Mean: v, N: 180} }
+	r := &Report{Results: []Result{
+		{Method: "slvae", AUC: auc(0.874), F1: auc(0.412)},
+		{Method: "local-mlp", AUC: auc(0.885), F1: auc(0.407)},
+		{Method: "bayes", Control: true, AUC: auc(0.888), F1: auc(0.421)},
+		{Method: "infected", Control: true, AUC: auc(0.821), F1: auc(0.367)},
+	}}
+	var ceiling []Note
+	for _, n := range r.notes() {
+		if n.Kind == NoteBeatsSLVAE {
+			require.NotEqual(t, "bayes", n.Method, "bayes is not a rival: %s", n.Text)
+		}
+		if n.Kind == NoteCeiling {
+			ceiling = append(ceiling, n)
+		}
+	}
+	require.Len(t, ceiling, 1)
+	require.Equal(t, "bayes, the exact posterior, is the ceiling: the most any method can lead infected by here is +0.067 ROC-AUC (bayes 0.888, infected 0.821); "+
+		"of it slvae +0.053 (79%), local-mlp +0.064 (96%)", ceiling[0].Text)
+
+	r.Results = r.Results[:3] // no infected row: no ceiling note
+	for _, n := range r.notes() {
+		require.NotEqual(t, NoteCeiling, n.Kind)
+	}
+}
