@@ -192,6 +192,12 @@ func newSIPosterior(g *graph.Graph, sim *diffusion.Config, maxInfected int) (*si
 	if sim.Pattern != "" && sim.Pattern != diffusion.Uniform {
 		return nil, fmt.Errorf("%w: source pattern %s: bayes sums uniformly placed sources only", ErrNoExactPosterior, sim.Pattern)
 	}
+	if float64(sim.MaxSteps)*sim.Beta < minStepsTimesBeta {
+		// The sum runs every chain to its end; a cap that cuts runs
+		// short (and redraws them) would make it another distribution.
+		return nil, fmt.Errorf("%w: max_steps %d with beta %g could cut runs short, and bayes sums runs of any length (max_steps x beta at least %g)",
+			ErrNoExactPosterior, sim.MaxSteps, sim.Beta, float64(minStepsTimesBeta))
+	}
 	n := g.N()
 	p := &siPosterior{g: g, maxInfected: maxInfected, pos: make([]int, n)}
 	p.pow = make([]float64, g.Arcs()+1)
@@ -214,6 +220,11 @@ func newSIPosterior(g *graph.Graph, sim *diffusion.Config, maxInfected int) (*si
 	p.needProb = needDistribution(n, sim.ObserveMin, sim.ObserveMax)
 	return p, nil
 }
+
+// minStepsTimesBeta is the least max_steps x beta bayes accepts: a node
+// with an infected in-neighbour then stays uninfected through the cap
+// with chance about exp(-100).
+const minStepsTimesBeta = 100
 
 // needDistribution is P(need = t), t = 0..n, for need = max(1, min(n,
 // ceil(f n))) and f ~ U[lo, hi] (a point mass at lo when lo == hi), as
@@ -252,7 +263,7 @@ func (p *siPosterior) marginals(ctx context.Context, infected []int, scores []fl
 		return fmt.Errorf("%w: no node is infected", ErrNoExactPosterior)
 	}
 	if m > p.maxInfected {
-		return fmt.Errorf("%w: %d infected nodes, more than bayes.max_infected %d (the sum costs 2^%d)", ErrNoExactPosterior, m, p.maxInfected, m)
+		return fmt.Errorf("%w: %d infected nodes, more than bayes.max_infected %d (the sum takes about 3^m steps and 2^m numbers)", ErrNoExactPosterior, m, p.maxInfected)
 	}
 	full := uint32(1)<<m - 1
 	if cap(p.h) < 1<<m {

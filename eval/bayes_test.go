@@ -144,6 +144,8 @@ func TestBayesRefusesWhatItCannotSum(t *testing.T) {
 	sir.Model = diffusion.SIR
 	cluster := diffusion.DefaultConfig()
 	cluster.Pattern = diffusion.Cluster
+	capped := diffusion.DefaultConfig()
+	capped.MaxSteps = 50
 	for _, tc := range []struct {
 		name string
 		sim  *diffusion.Config
@@ -152,6 +154,7 @@ func TestBayesRefusesWhatItCannotSum(t *testing.T) {
 		{"recorded", nil, "recorded"},
 		{"SIR", &sir, "SI only"},
 		{"clustered", &cluster, "uniformly placed"},
+		{"a step cap that binds", &capped, "max_steps 50 with beta 0.1 could cut runs short"},
 	} {
 		_, err := newSIPosterior(g, tc.sim, 10)
 		require.ErrorIs(t, err, ErrNoExactPosterior, tc.name)
