@@ -7,6 +7,8 @@ import (
 	"math"
 	"math/bits"
 
+	"gonum.org/v1/gonum/stat/combin"
+
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
 )
@@ -282,8 +284,8 @@ func (p *siPosterior) marginals(ctx context.Context, infected []int, scores []fl
 	for a := m - 1; a >= 0; a-- {
 		last[a] = last[a+1] + p.needProb[a+1]
 	}
-	p.q, p.odds = growF(p.q, m), growF(p.odds, m)
-	p.in, p.weak, p.outside = growU(p.in, m), growU(p.weak, m), grow(p.outside, m)
+	p.q, p.odds = resized(p.q, m), resized(p.odds, m)
+	p.in, p.weak, p.outside = resized(p.in, m), resized(p.weak, m), resized(p.outside, m)
 	for j := range m {
 		p.in[j], p.weak[j], p.outside[j] = 0, 0, 0
 	}
@@ -320,7 +322,7 @@ func (p *siPosterior) marginals(ctx context.Context, infected []int, scores []fl
 	h[full] = last[0]
 	prior := make([]float64, min(p.maxK, m)+1) // P(S) for |S| = j
 	for j := p.minK; j < len(prior); j++ {
-		prior[j] = p.countProb[j] / binomial(p.g.N(), j)
+		prior[j] = p.countProb[j] / combin.GeneralizedBinomial(float64(p.g.N()), float64(j))
 	}
 	var z float64
 	for mask := uint32(1); mask <= full; mask++ {
@@ -440,32 +442,4 @@ func (p *siPosterior) paths(i int, b uint32, w float64, mask, full uint32, lastA
 	j := p.front[i]
 	q := p.q[j]
 	return p.paths(i+1, b, w*q, mask, full, lastA, h) + p.paths(i+1, b|1<<j, w*(1-q), mask, full, lastA, h)
-}
-
-func binomial(n, k int) float64 {
-	lg1, _ := math.Lgamma(float64(n + 1))
-	lg2, _ := math.Lgamma(float64(k + 1))
-	lg3, _ := math.Lgamma(float64(n - k + 1))
-	return math.Exp(lg1 - lg2 - lg3)
-}
-
-func grow(s []int, n int) []int {
-	if cap(s) < n {
-		return make([]int, n)
-	}
-	return s[:n]
-}
-
-func growU(s []uint32, n int) []uint32 {
-	if cap(s) < n {
-		return make([]uint32, n)
-	}
-	return s[:n]
-}
-
-func growF(s []float64, n int) []float64 {
-	if cap(s) < n {
-		return make([]float64, n)
-	}
-	return s[:n]
 }

@@ -141,8 +141,8 @@ func nodeFeatures(g *graph.Graph, y []float64, dst []float64, width int, s *node
 	if len(y) != n || (width != basicFeatures && width != fullFeatures) || len(dst) != n*width {
 		panic(fmt.Sprintf("eval: nodeFeatures: %d observations and %d features of width %d for %d nodes", len(y), len(dst), width, n))
 	}
-	s.frac = growFloats(s.frac, n)
-	s.count = growFloats(s.count, n)
+	s.frac = resized(s.frac, n)
+	s.count = resized(s.count, n)
 	if cap(s.depth) < n {
 		s.depth = make([]int, n)
 	}
@@ -239,7 +239,7 @@ func regionFeatures(g *graph.Graph, y []float64, dst []float64, s *nodeFeatureSc
 		}
 		return maxRegionDepth
 	}
-	s.mark = growInts(s.mark, n)
+	s.mark = resized(s.mark, n)
 	for v := range s.mark {
 		s.mark[v] = -1
 	}
@@ -329,20 +329,6 @@ func regionFeatures(g *graph.Graph, y []float64, dst []float64, s *nodeFeatureSc
 		f[18] = math.Log1p(in2)
 		f[19] = y[v] * f[10]
 	}
-}
-
-func growInts(s []int, n int) []int {
-	if cap(s) < n {
-		return make([]int, n)
-	}
-	return s[:n]
-}
-
-func growFloats(s []float64, n int) []float64 {
-	if cap(s) < n {
-		return make([]float64, n)
-	}
-	return s[:n]
 }
 
 // bceGrad returns the binary cross-entropy -[l log p + (1-l) log(1-p)] of

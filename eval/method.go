@@ -493,6 +493,15 @@ func infectedOf(y []float64) []int {
 	return out
 }
 
+// resized is s with length n, reusing its memory when its capacity
+// allows; the contents are not cleared.
+func resized[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}
+
 // checkY rejects an observation of the wrong length or with values outside
 // [0,1].
 func checkY(n int, y []float64) error {
