@@ -314,8 +314,10 @@ func (p *siPosterior) marginals(ctx context.Context, infected []int, scores []fl
 			h[mask] = 0
 			continue
 		}
+		// While A is summed, h[full] is the chance that the jump from A
+		// to I was the snapshot: P(|A| < need <= |I|).
 		h[full] = last[size]
-		h[mask] = p.step(mask, full, last[size], h)
+		h[mask] = p.step(mask, full, h)
 	}
 	// A source set that is I itself is the snapshot at step 0, whenever
 	// need <= m.
@@ -337,7 +339,14 @@ func (p *siPosterior) marginals(ctx context.Context, infected []int, scores []fl
 		}
 	}
 	if !(z > 0) {
-		return fmt.Errorf("%w: the observation of %d infected nodes is impossible under the simulation (no source set of %d-%d of them reaches it)", ErrNoExactPosterior, m, p.minK, p.maxK)
+		count := fmt.Sprintf("%d sources", p.minK)
+		switch {
+		case p.maxK > p.minK:
+			count = fmt.Sprintf("%d-%d sources", p.minK, p.maxK)
+		case p.minK == 1:
+			count = "1 source"
+		}
+		return fmt.Errorf("%w: the observation of %d infected nodes is impossible under the simulation (no set of %s among them reaches it)", ErrNoExactPosterior, m, count)
 	}
 	for _, v := range infected {
 		scores[v] /= z
@@ -346,8 +355,9 @@ func (p *siPosterior) marginals(ctx context.Context, infected []int, scores []fl
 }
 
 // step is h(A) for the set mask: the probability, from A, of observing
-// full, given h of every larger subset and lastA = P(|A| < need <= |I|).
-func (p *siPosterior) step(mask, full uint32, lastA float64, h []float64) float64 {
+// full, given h of every larger subset (h[full] holding P(|A| < need <=
+// |I|), set by the caller).
+func (p *siPosterior) step(mask, full uint32, h []float64) float64 {
 	outside := 0 // arcs from A to nodes never infected
 	for b := mask; b != 0; b &= b - 1 {
 		outside += p.outside[bits.TrailingZeros32(b)]
@@ -368,13 +378,12 @@ func (p *siPosterior) step(mask, full uint32, lastA float64, h []float64) float6
 		return 0 // A can infect no node of I: the run stops short of it
 	}
 	if minQ < minGrayQ || p.byProducts {
-		return p.paths(0, mask, escape, mask, full, lastA, h) / (1 - stay)
+		return p.paths(0, mask, escape, mask, h) / (1 - stay)
 	}
 	// The sum over the nonempty subsets C of the frontier in Gray-code
 	// order: each B = A ∪ C differs from the one before by one node, so
 	// its weight is the last one's times, or over, that node's odds
-	// (1-q)/q. h[full] holds lastA while A is summed (the caller sets it),
-	// so the loop needs no test for B = I.
+	// (1-q)/q.
 	for k, j := range p.front {
 		p.odds[k] = (1 - p.q[j]) / p.q[j]
 	}
@@ -424,22 +433,19 @@ func (p *siPosterior) components(mask uint32, limit int) int {
 	return n
 }
 
-// paths sums T(A, B) h(B) (T(A, I) lastA for B = I) over the sets B that
-// add to A a subset of the frontier from index i on.
-func (p *siPosterior) paths(i int, b uint32, w float64, mask, full uint32, lastA float64, h []float64) float64 {
+// paths sums T(A, B) h(B) over the sets B that add to A a nonempty
+// subset of the frontier from index i on.
+func (p *siPosterior) paths(i int, b uint32, w float64, mask uint32, h []float64) float64 {
 	if w == 0 {
 		return 0
 	}
 	if i == len(p.front) {
-		switch b {
-		case mask:
+		if b == mask {
 			return 0 // the self-loop, summed in step
-		case full:
-			return w * lastA
 		}
 		return w * h[b]
 	}
 	j := p.front[i]
 	q := p.q[j]
-	return p.paths(i+1, b, w*q, mask, full, lastA, h) + p.paths(i+1, b|1<<j, w*(1-q), mask, full, lastA, h)
+	return p.paths(i+1, b, w*q, mask, h) + p.paths(i+1, b|1<<j, w*(1-q), mask, h)
 }

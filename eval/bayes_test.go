@@ -161,8 +161,13 @@ func TestBayesRefusesWhatItCannotSum(t *testing.T) {
 		require.ErrorContains(t, err, tc.want, tc.name)
 	}
 	si := diffusion.DefaultConfig()
+	si.Sources = diffusion.SourceSpec{Count: 1}
 	post, err := newSIPosterior(g, &si, 2)
 	require.NoError(t, err)
+	// one source cannot infect 0 and 2 without 1
+	err = post.marginals(context.Background(), []int{0, 2}, make([]float64, 3))
+	require.ErrorIs(t, err, ErrNoExactPosterior)
+	require.ErrorContains(t, err, "the observation of 2 infected nodes is impossible under the simulation (no set of 1 source among them reaches it)")
 	err = post.marginals(context.Background(), []int{0, 1, 2}, make([]float64, 3))
 	require.ErrorIs(t, err, ErrNoExactPosterior)
 	require.ErrorContains(t, err, "3 infected nodes, more than bayes.max_infected 2")
