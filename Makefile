@@ -33,8 +33,7 @@ build:
 	$(GO) build $(BUILDFLAGS) -o $(BIN)/ ./cmd/sourcewatch-forward-...
 	$(GO) build $(BUILDFLAGS) -ldflags "-X 'main.commit=$(SOURCEWATCH_COMMIT)'" -o $(BIN)/sourcewatch ./cmd/sourcewatch
 
-test: build
-	$(GO) vet ./...
+test: build lint
 	$(if $(strip $(OTHER_PKGS)),$(GO) test $(OTHER_PKGS))
 	$(if $(strip $(RACE_PKGS)),$(GO) test -race $(RACE_PKGS))
 
@@ -95,9 +94,14 @@ ceiling: build
 proto:
 	sh forward/proto/gen.sh
 
+# staticcheck is pinned here and fetched by the go command like a module,
+# so it needs no install and stays out of go.mod.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
 
 clean:
 	rm -rf $(BIN)

@@ -226,7 +226,6 @@ func TestPublishTooLarge(t *testing.T) {
 type tailer struct {
 	mu     sync.Mutex
 	got    []Alert
-	bad    []string
 	done   chan error
 	cancel context.CancelFunc
 }

@@ -36,8 +36,9 @@ func (s *sim) sampleUniform(rng *rand.Rand, k int) []int {
 // sampleDegree draws k nodes without replacement with probability
 // proportional to degree (in + out for a directed graph), by the
 // Efraimidis-Spirakis method: the k smallest keys E_v / deg(v) with
-// E_v ~ Exp(1). Isolated nodes get key +Inf and are chosen only when
-// fewer than k nodes have edges.
+// E_v ~ Exp(1). Isolated nodes get keys above every other node's, random
+// among themselves, so they are chosen only when fewer than k nodes have
+// edges.
 func (s *sim) sampleDegree(rng *rand.Rand, k int) []int {
 	s.perm = s.perm[:0]
 	s.keys = s.keys[:0]
@@ -46,7 +47,7 @@ func (s *sim) sampleDegree(rng *rand.Rand, k int) []int {
 		if s.g.Directed() {
 			d += s.g.InDegree(v)
 		}
-		key := math.Inf(1)
+		var key float64
 		e := rng.ExpFloat64()
 		if d > 0 {
 			key = e / float64(d)

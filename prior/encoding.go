@@ -98,14 +98,6 @@ func (r *reader) take(k int, field string) []byte {
 	return b
 }
 
-func (r *reader) u32(field string) uint32 {
-	b := r.take(4, field)
-	if b == nil {
-		return 0
-	}
-	return binary.LittleEndian.Uint32(b)
-}
-
 func (r *reader) u64(field string) uint64 {
 	b := r.take(8, field)
 	if b == nil {
