@@ -214,3 +214,9 @@ func (c *limitedConn) isClosed() bool {
 	defer c.mu.Unlock()
 	return c.closed
 }
+
+// maxHTTPConns bounds the HTTP connections open at once; past it a new
+// one replaces the one idle longest, or waits for one to close when none
+// is idle (see connLimit). Health checks, scrapes and a few dashboards
+// need a handful.
+const maxHTTPConns = 256

@@ -809,3 +809,8 @@ func clipN(s string, n int) string {
 	}
 	return s[:cut] + ellipsis
 }
+
+// ErrUnknownNode is returned (wrapped) by the localize endpoint for ids
+// the graph does not have. It is graph.ErrUnknownNode, so a caller that
+// tests for either matches the graph package's errors and this one's.
+var ErrUnknownNode = graph.ErrUnknownNode
