@@ -71,7 +71,7 @@ func ExampleFormat() {
 	//   id            5d41402abc4b2a76b9719d911017c592-2
 	//   window        2026-11-23T11:00:00Z .. 2026-11-23T12:00:00Z
 	//   infected      57
-	//   credible set  12, 7, 150 (3 of 3 sources, marked *)
+	//   credible set  12, 7, 150 (3 of the 3 rows below, marked *)
 	//   model         bundle jazz-si-3f2a, forward si 1.0.0
 	//   threshold     0.5, inference 12.5 ms
 	//   note          8.1% of the nodes infected, outside the 20-62% the bundle's training snapshots held

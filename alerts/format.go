@@ -47,7 +47,16 @@ func Format(w io.Writer, a Alert) error {
 	fmt.Fprintf(tw, "  id\t%s\n", orDash(a.ID))
 	fmt.Fprintf(tw, "  window\t%s .. %s\n", ts(a.Window.From), ts(a.Window.To))
 	fmt.Fprintf(tw, "  infected\t%d\n", a.Infected)
-	fmt.Fprintf(tw, "  credible set\t%s (%d of %d sources, marked *)\n", credible, len(a.CredibleSet), len(a.Sources))
+	// The count is of the table's rows, said so: "2 of 3 sources" read as
+	// a count of the true sources.
+	switch len(a.Sources) {
+	case 0:
+		fmt.Fprintf(tw, "  credible set\t%s\n", credible)
+	case 1:
+		fmt.Fprintf(tw, "  credible set\t%s (%d of the 1 row below, marked *)\n", credible, len(a.CredibleSet))
+	default:
+		fmt.Fprintf(tw, "  credible set\t%s (%d of the %d rows below, marked *)\n", credible, len(a.CredibleSet), len(a.Sources))
+	}
 	fmt.Fprintf(tw, "  model\tbundle %s, forward %s %s\n", orDash(a.Model.Bundle), orDash(a.Model.Forward), orDash(a.Model.ForwardVersion))
 	fmt.Fprintf(tw, "  threshold\t%s, inference %s ms\n", num(a.Threshold), strconv.FormatFloat(a.InferenceMS, 'f', 1, 64))
 	if a.Note != "" {

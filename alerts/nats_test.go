@@ -432,7 +432,7 @@ func TestFormat(t *testing.T) {
 		"id            " + a.ID,
 		"window        2026-01-02T02:00:00Z .. 2026-01-02T03:00:00Z",
 		"infected      10",
-		"credible set  12, 7 (2 of 3 sources, marked *)",
+		"credible set  12, 7 (2 of the 3 rows below, marked *)",
 		"model         bundle b, forward si 1",
 		"inference 12.2 ms",
 	} {
@@ -498,6 +498,7 @@ func TestFormat(t *testing.T) {
 	require.NoError(t, Format(&buf, Alert{Status: Resolved}))
 	require.Contains(t, buf.String(), "RESOLVED - at - (seq 0)")
 	require.Contains(t, buf.String(), "no sources")
+	require.Contains(t, buf.String(), "credible set  -\n", "no count of rows where there are none")
 
 	require.ErrorContains(t, Format(failWriter{}, a), "writing "+a.ID)
 }
@@ -560,7 +561,7 @@ func TestFormatQuotesEachFieldUnambiguously(t *testing.T) {
 	var buf bytes.Buffer
 	require.NoError(t, Format(&buf, a))
 	out := buf.String()
-	require.Contains(t, out, `credible set  a, b, "12\x1b]0;owned\a" (2 of 3 sources, marked *)`)
+	require.Contains(t, out, `credible set  a, b, "12\x1b]0;owned\a" (2 of the 3 rows below, marked *)`)
 	rows := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 	require.Contains(t, rows[len(rows)-2], ` "12\x1b]0;owned\a"  `)
 	require.Contains(t, rows[len(rows)-1], ` "\"12\\x1b]0;owned\\a\""  `)
@@ -588,7 +589,7 @@ func TestFormatQuotesBidiControls(t *testing.T) {
 			require.NoError(t, Format(&buf, a))
 			out := buf.String()
 			require.False(t, strings.ContainsFunc(out, func(r rune) bool { return unicode.Is(unicode.Bidi_Control, r) }), "%q", out)
-			require.Contains(t, out, "credible set  "+tc.want+" (1 of 1 sources, marked *)")
+			require.Contains(t, out, "credible set  "+tc.want+" (1 of the 1 row below, marked *)")
 			require.Contains(t, out, `note          "see `+tc.want[1:])
 			require.Contains(t, out, " "+tc.want+"  ")
 		})
