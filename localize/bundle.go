@@ -36,15 +36,17 @@ import (
 // lone_infected_first, which a reader of format 3 would ignore; format 5
 // added calibration, which a reader of format 4 would ignore; format 6
 // added forward.ignore_weights, which a reader of format 5 would ignore
-// and so configure the forward model on weights it was not fitted on.
-const FormatVersion = 6
+// and so configure the forward model on weights it was not fitted on;
+// format 7 added source_chance, which a reader of format 6 would ignore
+// and so answer without the chances.
+const FormatVersion = 7
 
 // MinFormatVersion is the oldest format this package reads: format 1
-// bundles read as format 6 ones with the threshold rule and the descent's
+// bundles read as format 7 ones with the threshold rule and the descent's
 // ranking, format 2 ones with the descent's ranking, formats 1-3 without
-// lifting the lone infected nodes, formats 1-4 without a calibration and
+// lifting the lone infected nodes, formats 1-4 without a calibration,
 // formats 1-5 with the forward model on the graph's weights, as they were
-// fitted.
+// fitted, and formats 1-6 without a source chance.
 const MinFormatVersion = 1
 
 // Sentinel errors of bundle loading.
@@ -105,6 +107,11 @@ type Manifest struct {
 	// Calibration); chosen on the validation split instead of
 	// LoneInfectedFirst (see ChooseCalibration).
 	Calibration *Calibration `json:"calibration,omitempty"`
+	// SourceChance, when set, maps each node's final score to the chance
+	// that it is a source, measured on the validation split once every
+	// choice above was made (see SourceChance); absent from bundles of
+	// format 6 and older.
+	SourceChance *SourceChance `json:"source_chance,omitempty"`
 	// Solve holds the inference settings used when delta was chosen; a
 	// caller that changes them should choose delta again.
 	Solve SolveRef `json:"solve"`
@@ -776,6 +783,14 @@ func (m *Manifest) check() error {
 			return fmt.Errorf("calibration: set with lone_infected_first, which it replaces")
 		}
 		if err := c.check(); err != nil {
+			return err
+		}
+	}
+	if sc := m.SourceChance; sc != nil {
+		if m.Format < 7 {
+			return fmt.Errorf("source_chance: in a format %d manifest, which predates it (format 7)", m.Format)
+		}
+		if err := sc.check(); err != nil {
 			return err
 		}
 	}

@@ -93,18 +93,26 @@ func (c *Calibration) check() error {
 		return fmt.Errorf("calibration.classes: %d, want %d (one more than component_sizes)", len(c.Classes), len(c.ComponentSizes)+1)
 	}
 	for k, st := range c.Classes {
-		if len(st.Scores) == 0 || len(st.Scores) != len(st.Probabilities) {
-			return fmt.Errorf("calibration.classes[%d]: %d scores and %d probabilities, want as many and at least one", k, len(st.Scores), len(st.Probabilities))
+		if err := st.check(fmt.Sprintf("calibration.classes[%d]", k)); err != nil {
+			return err
 		}
-		for i, s := range st.Scores {
-			if math.IsNaN(s) || math.IsInf(s, 0) || (i > 0 && s <= st.Scores[i-1]) {
-				return fmt.Errorf("calibration.classes[%d].scores[%d]: %g, want finite and ascending", k, i, s)
-			}
+	}
+	return nil
+}
+
+// check reports the first malformed part of st, named as field.
+func (st CalibrationSteps) check(field string) error {
+	if len(st.Scores) == 0 || len(st.Scores) != len(st.Probabilities) {
+		return fmt.Errorf("%s: %d scores and %d probabilities, want as many and at least one", field, len(st.Scores), len(st.Probabilities))
+	}
+	for i, s := range st.Scores {
+		if math.IsNaN(s) || math.IsInf(s, 0) || (i > 0 && s <= st.Scores[i-1]) {
+			return fmt.Errorf("%s.scores[%d]: %g, want finite and ascending", field, i, s)
 		}
-		for i, p := range st.Probabilities {
-			if !(p >= 0 && p <= 1) || (i > 0 && p < st.Probabilities[i-1]) {
-				return fmt.Errorf("calibration.classes[%d].probabilities[%d]: %g, want in [0, 1] and nondecreasing", k, i, p)
-			}
+	}
+	for i, p := range st.Probabilities {
+		if !(p >= 0 && p <= 1) || (i > 0 && p < st.Probabilities[i-1]) {
+			return fmt.Errorf("%s.probabilities[%d]: %g, want in [0, 1] and nondecreasing", field, i, p)
 		}
 	}
 	return nil

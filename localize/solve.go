@@ -226,6 +226,12 @@ type Result struct {
 	// summaries, before the bundle's rules, hold the fraction with
 	// x_v >= delta.)
 	Probability []float64
+	// Chance is, per node, the chance that it is a source: its score's
+	// rate of sources among the validation nodes of its class (see
+	// SourceChance), so sum_v Chance_v estimates the observation's source
+	// count; nil for a bundle without a SourceChance (format 6 and
+	// older).
+	Chance []float64
 	// Predicted is f(Mean), the forward model's infection probability at
 	// the mean final x, when Options.Predict is set or the bundle's
 	// ranking reads it; nil otherwise.
@@ -432,6 +438,9 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	vote := voteAt(cut, res.Threshold, res.Sources[:ruled], res.Mean, rr, res.Predicted)
 	vote.floor = cut.floor
 	res.Probability = namedFraction(res.final, res.finalGrad, rr, vote, res.Predicted)
+	if sc := b.Manifest.SourceChance; sc != nil {
+		res.Chance = sc.apply(nil, res.Scores, y)
+	}
 	return res, nil
 }
 

@@ -88,10 +88,12 @@ type TrainConfig struct {
 
 // TrainProgress is one progress report from Train.
 type TrainProgress struct {
-	// Stage is "forward", "prior" or "threshold".
+	// Stage is "forward", "prior", "threshold" (and "threshold without
+	// the prior") or "source chance".
 	Stage       string
 	Done, Total int
-	// Loss is the stage's current training loss (NaN for "threshold").
+	// Loss is the stage's current training loss (NaN for "threshold" and
+	// "source chance").
 	Loss float64
 }
 
@@ -138,7 +140,11 @@ var Thresholds = []float64{0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5
 //  8. with cfg.ChoosePrior, steps 5-7 are made again on validation solves
 //     without the prior term (NoPrior), and the bundle takes that
 //     schedule and its choices when the chosen ranking's mean validation
-//     ROC-AUC is strictly higher without the prior.
+//     ROC-AUC is strictly higher without the prior;
+//  9. the same validation cascades (up to ValidationSolves) are solved
+//     again by the finished bundle, as localize would, and the chance
+//     that a node is a source is fitted on their final scores
+//     (SourceChance).
 func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []forward.Pair, cfg TrainConfig, progress func(TrainProgress)) (*Bundle, error) {
 	if len(train) == 0 {
 		return nil, fmt.Errorf("training: no training cascades")
@@ -398,12 +404,42 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	maps.Copy(metrics, chosen.metrics)
 	metrics["val_cascades"] = float64(limit)
 	metrics["threshold_seconds"] = time.Since(stageStart).Seconds()
+
+	// 5. The chance that a node is a source, measured on the same
+	// validation cascades solved by the finished bundle: its scores only
+	// take their final form once every choice above is made.
+	stageStart = time.Now()
+	if err := fitSourceChance(ctx, b, fm, val[:limit], solve.Seed, progress); err != nil {
+		return nil, err
+	}
+	metrics["chance_seconds"] = time.Since(stageStart).Seconds()
 	lo, hi := InfectedFractionRange(train, g.N())
 	metrics[TrainInfectedMinMetric], metrics[TrainInfectedMaxMetric] = lo, hi
 	if rate, ok := LoneSourceRate(g, train); ok {
 		metrics[LoneSourceRateMetric] = rate
 	}
 	return b, nil
+}
+
+// fitSourceChance solves val with the finished bundle b, as localize
+// would, and sets b's SourceChance from the scores.
+func fitSourceChance(ctx context.Context, b *Bundle, fm forward.Model, val []forward.Pair, seed uint64, progress func(TrainProgress)) error {
+	n := b.Manifest.Graph.Nodes
+	scores := make([][]float64, len(val))
+	y := make([]float64, n)
+	for i, p := range val {
+		observe(y, p.Infected)
+		opts := b.Options()
+		opts.Seed = seed + uint64(i)
+		res, err := Solve(ctx, b, fm, y, opts)
+		if err != nil {
+			return fmt.Errorf("measuring the source chance on validation cascade %d: %w", i, err)
+		}
+		scores[i] = res.Scores
+		progress(TrainProgress{Stage: "source chance", Done: i + 1, Total: len(val), Loss: math.NaN()})
+	}
+	b.Manifest.SourceChance = FitSourceChance(scores, val)
+	return nil
 }
 
 // LoneSourceRateMetric names the manifest metric holding the fraction of

@@ -144,6 +144,8 @@ func TestTrainChoosesOptSteps(t *testing.T) {
 	// cascades again with the bundle's settings reproduces its F1.
 	scores := make([][]float64, 6)
 	y := make([]float64, g.N())
+	var chanceSum float64
+	var sources int
 	for i := range scores {
 		clear(y)
 		for _, v := range pairs[30+i].Infected {
@@ -154,7 +156,17 @@ func TestTrainChoosesOptSteps(t *testing.T) {
 		res, err := localize.Solve(t.Context(), b, m, y, o)
 		require.NoError(t, err)
 		scores[i] = res.Scores
+		require.Len(t, res.Chance, g.N())
+		for _, c := range res.Chance {
+			chanceSum += c
+		}
+		sources += len(pairs[30+i].Sources)
 	}
+	// The source chance is fitted on those same solves, and the isotonic
+	// fit keeps each class's total: over them the chances add up to the
+	// sources there were.
+	require.Equal(t, localize.FitSourceChance(scores, pairs[30:36]), b.Manifest.SourceChance)
+	require.InDelta(t, float64(sources), chanceSum, 1e-9)
 	delta, f1 := localize.ChooseThreshold(scores, pairs[30:36], localize.Thresholds)
 	require.Equal(t, b.Manifest.Threshold, delta)
 	require.InDelta(t, bestF1, f1, 1e-12)
