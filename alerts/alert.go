@@ -34,7 +34,16 @@ const (
 type Source struct {
 	Node        string  `json:"node"`
 	Score       float64 `json:"score"`
+	// Probability is the share of the inference's restarts that named the
+	// node: how steady the answer is, not how often such an answer is
+	// right (see Chance).
 	Probability float64 `json:"probability"`
+	// Chance is the node's chance of being a source, as measured on the
+	// model's validation cascades: of the nodes there with a score like
+	// its own (and as it was observed, infected or not), the fraction
+	// that were sources. Absent when the model does not measure it (a
+	// bundle of format 6 or older).
+	Chance *float64 `json:"chance,omitempty"`
 	// Floor marks a source the model named below the threshold because
 	// the observation demands it: a lone infected node (no infected
 	// in-neighbour), a source where nothing recovers and every infection
@@ -74,6 +83,10 @@ type Alert struct {
 	// such as an observation far smaller than the model was trained on;
 	// absent when there is nothing to say.
 	Note string `json:"note,omitempty"`
+	// ExpectedSources is the sum over every node of the graph of its
+	// Chance: how many sources the model expects this observation to
+	// have, against the len(Sources) it names. Absent with Chance.
+	ExpectedSources *float64 `json:"expected_sources,omitempty"`
 	// SourcesOmitted is how many of the source set's lowest-ranked nodes
 	// were left out of Sources (and so of CredibleSet) for the alert to
 	// fit the largest message the server takes (Observation.MaxBytes);
@@ -95,6 +108,9 @@ type Observation struct {
 	Model       ModelRef
 	InferenceMS float64
 	Note        string
+	// ExpectedSources is Alert.ExpectedSources, nil when the model does
+	// not measure the chance.
+	ExpectedSources *float64
 	// MaxBytes is the largest alert, JSON-encoded, that can be published
 	// (the server's max_payload less room for headers); 0 for no limit.
 	// The lowest-ranked sources are left out until the alert fits, and

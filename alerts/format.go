@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -62,6 +63,9 @@ func Format(w io.Writer, a Alert) error {
 	if a.Note != "" {
 		fmt.Fprintf(tw, "  note\t%s\n", visible(a.Note))
 	}
+	if e := a.ExpectedSources; e != nil {
+		fmt.Fprintf(tw, "  expected\t%s sources (the sum of every node's chance of being one)\n", strconv.FormatFloat(*e, 'f', 1, 64))
+	}
 	if n := floorSources(a.Sources); n > 0 {
 		fmt.Fprintf(tw, "  floor\t%d below the threshold, as the observation demands: a lone infected node is a source, and every infected component holds one (marked +)\n", n)
 	}
@@ -73,7 +77,14 @@ func Format(w io.Writer, a Alert) error {
 		for _, n := range a.CredibleSet {
 			inSet[n] = true
 		}
-		rows := [][]string{{"rank", "node", "score", "probability", ""}}
+		// The chance column appears when any source has one: a model
+		// that measures it gives it to every node.
+		withChance := slices.ContainsFunc(a.Sources, func(s Source) bool { return s.Chance != nil })
+		header := []string{"rank", "node", "score", "probability"}
+		if withChance {
+			header = append(header, "chance")
+		}
+		rows := [][]string{append(header, "")}
 		for i, s := range a.Sources {
 			mark := ""
 			if inSet[s.Node] {
@@ -82,7 +93,15 @@ func Format(w io.Writer, a Alert) error {
 			if s.Floor {
 				mark += "+"
 			}
-			rows = append(rows, []string{strconv.Itoa(i + 1), visible(s.Node), num(s.Score), fmt.Sprintf("%.3f", s.Probability), mark})
+			row := []string{strconv.Itoa(i + 1), visible(s.Node), num(s.Score), fmt.Sprintf("%.3f", s.Probability)}
+			if withChance {
+				chance := "-"
+				if s.Chance != nil {
+					chance = fmt.Sprintf("%.3f", *s.Chance)
+				}
+				row = append(row, chance)
+			}
+			rows = append(rows, append(row, mark))
 		}
 		// Widths in terminal columns, so a node id in Chinese or Japanese
 		// keeps the columns after it in line, which text/tabwriter does not.

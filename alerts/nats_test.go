@@ -464,6 +464,21 @@ func TestFormat(t *testing.T) {
 		require.True(t, strings.HasSuffix(r, "0.500  *"), "%q", r)
 	}
 
+	// A model that measures the chance gets its column and the expected
+	// source count; one that does not (a, above) gets neither.
+	require.NotContains(t, out, "chance")
+	require.NotContains(t, out, "expected")
+	withChance := obs("jazz", "12", "7")
+	c0, c1, sum := 0.42, 0.07, 1.96
+	withChance.Sources[0].Chance, withChance.Sources[1].Chance, withChance.ExpectedSources = &c0, &c1, &sum
+	chanced, _ := NewTracker(nil).Observe(withChance)
+	buf.Reset()
+	require.NoError(t, Format(&buf, chanced))
+	require.Contains(t, buf.String(), "expected      2.0 sources (the sum of every node's chance of being one)")
+	require.Regexp(t, `(?m)^\s+rank\s+node\s+score\s+probability\s+chance$`, buf.String())
+	require.Regexp(t, `(?m)^\s+1\s+12\s+\S+\s+\S+\s+0\.420\s+\*$`, buf.String())
+	require.Regexp(t, `(?m)^\s+2\s+7\s+\S+\s+\S+\s+0\.070\s*\*?$`, buf.String())
+
 	// Sources the floor named are marked, and the header says why.
 	floored := obs("jazz", "12", "7", "150")
 	floored.Sources[0].Probability, floored.Sources[1].Probability, floored.Sources[2].Probability = 0.61, 0.3, 0.09

@@ -104,6 +104,8 @@ func TestPublishedAlertsValidate(t *testing.T) {
 	require.NoError(t, pub.Publish(ctx, first))
 	o := scaled("c")
 	o.Note = "outside the training range"
+	chance, expected := 0.25, 2.5
+	o.Sources[0].Chance, o.ExpectedSources = &chance, &expected
 	next, ok := tr.Observe(o)
 	require.True(t, ok)
 	require.NoError(t, pub.Publish(ctx, next))
@@ -121,6 +123,13 @@ func TestPublishedAlertsValidate(t *testing.T) {
 		var a Alert
 		require.NoError(t, json.Unmarshal(m.Data(), &a))
 		statuses = append(statuses, a.Status)
+		if a.Status == Updated {
+			require.Equal(t, 0.25, *a.Sources[0].Chance)
+			require.Equal(t, 2.5, *a.ExpectedSources)
+			overOne := bytes.Replace(m.Data(), []byte(`"chance":0.25`), []byte(`"chance":1.25`), 1)
+			require.NotEqual(t, m.Data(), overOne)
+			require.Error(t, validate(t, s, overOne), "a chance above 1")
+		}
 		if a.Status == Resolved {
 			bad := bytes.Replace(m.Data(), []byte(`"resolved"`), []byte(`"closed"`), 1)
 			require.Error(t, validate(t, s, bad))

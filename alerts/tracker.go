@@ -127,6 +127,10 @@ func (t *Tracker) Observe(o Observation) (Alert, bool) {
 		Note:        o.Note,
 		ObservedAt:  now,
 	}
+	if o.ExpectedSources != nil {
+		e := *o.ExpectedSources
+		a.ExpectedSources = &e
+	}
 	a = FitSources(a, o.MaxBytes)
 	if gs.Open == nil {
 		gs.Incidents++

@@ -73,6 +73,20 @@ func FitSourceChance(scores [][]float64, pairs []forward.Pair) *SourceChance {
 	return sc
 }
 
+// ExpectedSources returns the sum of an observation's chances, the
+// number of sources they expect it to have; nil for nil chances (a
+// bundle without a SourceChance).
+func ExpectedSources(chance []float64) *float64 {
+	if chance == nil {
+		return nil
+	}
+	var sum float64
+	for _, c := range chance {
+		sum += c
+	}
+	return &sum
+}
+
 // apply writes into dst (grown to len(scores)) each node's chance for
 // observation y.
 func (sc *SourceChance) apply(dst, scores, y []float64) []float64 {

@@ -638,6 +638,20 @@ const (
 	TestInfectedAUCMetric = "test_infected_auc"
 )
 
+// TestChanceBrierMetric, TestProbabilityBrierMetric and
+// TestExpectedSourcesMetric name the manifest metrics holding, on train's
+// test cascades, the Brier score of the source chance (the mean over
+// every node of (chance_v - [v is a source])^2), the same score of the
+// restarts' agreement read as a chance, for comparison, and the mean over
+// the cascades of sum_v chance_v, the source count the chance expects
+// (against TestSourcesMetric, the true one); absent from bundles without
+// a SourceChance.
+const (
+	TestChanceBrierMetric      = "test_chance_brier"
+	TestProbabilityBrierMetric = "test_probability_brier"
+	TestExpectedSourcesMetric  = "test_expected_sources"
+)
+
 // TestNamedMetric and TestSourcesMetric name the manifest metrics holding
 // the mean size of the source sets the bundle named on its test cascades
 // and the mean number of their true sources.

@@ -325,7 +325,7 @@ func (l *bundleLocalizer) Localize(ctx context.Context, y []float64) (Inference,
 		rule = localize.SourceRule{} // an explicit threshold overrides it, as in Solve
 	}
 	return Inference{
-		Scores: res.Scores, Probability: res.Probability, Sources: res.Sources, Floor: res.Floor,
+		Scores: res.Scores, Probability: res.Probability, Chance: res.Chance, Sources: res.Sources, Floor: res.Floor,
 		Threshold: res.Threshold, Model: l.model, Note: l.bundle.Manifest.AnswerNote(infected, len(res.Sources)-res.Floor, rule),
 	}, nil
 }

@@ -84,6 +84,7 @@ func TestBundleLocalizers(t *testing.T) {
 	inf, err := l.Localize(t.Context(), y)
 	require.NoError(t, err)
 	require.Len(t, inf.Scores, g.N())
+	require.Len(t, inf.Chance, g.N(), "a bundle Train wrote measures each node's chance")
 	require.Equal(t, "icmf", inf.Model.Forward)
 
 	// A relaunch starts a new plugin for the bundle loaded, not the file
@@ -203,6 +204,16 @@ func TestRankSourcesMarksTheFloor(t *testing.T) {
 	srcs, err := rankSources(g, inf)
 	require.NoError(t, err)
 	require.Equal(t, []alerts.Source{{Node: "a", Score: 0.9, Probability: 1}, {Node: "c", Score: 0.1, Probability: 1, Floor: true}}, srcs)
+	inf.Chance = []float64{0.6, 0, 0.3, 0}
+	srcs, err = rankSources(g, inf)
+	require.NoError(t, err)
+	require.Equal(t, 0.6, *srcs[0].Chance)
+	require.Equal(t, 0.3, *srcs[1].Chance)
+	inf.Chance = inf.Chance[:3]
+	_, err = rankSources(g, inf)
+	require.ErrorIs(t, err, ErrBadInference)
+	require.ErrorContains(t, err, "3 chances for 4 nodes")
+	inf.Chance = nil
 	inf.Floor = 3
 	_, err = rankSources(g, inf)
 	require.ErrorIs(t, err, ErrBadInference)

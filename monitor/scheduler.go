@@ -13,6 +13,7 @@ import (
 
 	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
 )
 
 // changedSince counts the nodes whose place in the observation's infected
@@ -236,6 +237,9 @@ func rankSources(g *graph.Graph, inf Inference) ([]alerts.Source, error) {
 	if len(inf.Scores) != n || len(inf.Probability) != n {
 		return nil, fmt.Errorf("%w: %d scores and %d probabilities for %d nodes", ErrBadInference, len(inf.Scores), len(inf.Probability), n)
 	}
+	if inf.Chance != nil && len(inf.Chance) != n {
+		return nil, fmt.Errorf("%w: %d chances for %d nodes", ErrBadInference, len(inf.Chance), n)
+	}
 	if inf.Floor < 0 || inf.Floor > len(inf.Sources) {
 		return nil, fmt.Errorf("%w: %d floor sources of %d", ErrBadInference, inf.Floor, len(inf.Sources))
 	}
@@ -250,10 +254,19 @@ func rankSources(g *graph.Graph, inf Inference) ([]alerts.Source, error) {
 			continue
 		}
 		seen[v] = true
-		srcs = append(srcs, alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v], Floor: i >= floorFrom})
+		srcs = append(srcs, alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v], Chance: chanceOf(inf, v), Floor: i >= floorFrom})
 	}
 	slices.SortStableFunc(srcs, byRank)
 	return srcs, nil
+}
+
+// chanceOf is node v's chance in inf, nil without one.
+func chanceOf(inf Inference, v int) *float64 {
+	if inf.Chance == nil {
+		return nil
+	}
+	c := inf.Chance[v]
+	return &c
 }
 
 // byRank orders sources by score, best first, node id breaking ties: the
@@ -327,15 +340,16 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		return
 	}
 	_, publish := d.tracker.Observe(alerts.Observation{
-		Graph:       gr.name,
-		Window:      alerts.Window{From: o.from, To: o.to},
-		Infected:    o.infected,
-		Sources:     srcs,
-		Threshold:   inf.Threshold,
-		Model:       alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
-		InferenceMS: float64(dur.Microseconds()) / 1000,
-		Note:        inf.Note,
-		MaxBytes:    d.alertMaxBytes(),
+		Graph:           gr.name,
+		Window:          alerts.Window{From: o.from, To: o.to},
+		Infected:        o.infected,
+		Sources:         srcs,
+		Threshold:       inf.Threshold,
+		Model:           alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
+		InferenceMS:     float64(dur.Microseconds()) / 1000,
+		Note:            inf.Note,
+		MaxBytes:        d.alertMaxBytes(),
+		ExpectedSources: localize.ExpectedSources(inf.Chance),
 	})
 	if publish {
 		d.flush(ctx, gr, d.publishAttempts)

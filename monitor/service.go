@@ -21,6 +21,7 @@ import (
 	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/graph"
+	"github.com/sourcewatch/sourcewatch/localize"
 )
 
 // LocalizeRequest is the body of a request to <prefix>.svc.localize.
@@ -47,6 +48,9 @@ type LocalizeResponse struct {
 	InferenceMS float64         `json:"inference_ms"`
 	// Note is the localizer's note, as in an alert.
 	Note string `json:"note,omitempty"`
+	// ExpectedSources is the sum of every node's chance, as in an alert;
+	// absent when the model does not measure it.
+	ExpectedSources *float64 `json:"expected_sources,omitempty"`
 	// Ranked is the request's Top highest-scored nodes, best first (node
 	// id breaking ties), sources or not; absent when Top is 0.
 	Ranked []alerts.Source `json:"ranked,omitempty"`
@@ -303,9 +307,10 @@ func (d *Daemon) localizeFor(ctx context.Context, gr *graphRT, y []float64, req 
 	return LocalizeResponse{
 		ID: req.ID, Graph: req.Graph, Sources: srcs, CredibleSet: alerts.CredibleSet(srcs, alerts.DefaultMass),
 		Threshold: inf.Threshold, InferenceMS: float64(dur.Microseconds()) / 1000,
-		Model:  alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
-		Note:   inf.Note,
-		Ranked: topScored(gr.g, inf, req.Top),
+		Model:           alerts.ModelRef{Bundle: inf.Model.Bundle, Forward: inf.Model.Forward, ForwardVersion: inf.Model.ForwardVersion},
+		Note:            inf.Note,
+		Ranked:          topScored(gr.g, inf, req.Top),
+		ExpectedSources: localize.ExpectedSources(inf.Chance),
 	}, nil
 }
 
@@ -319,7 +324,7 @@ func topScored(g *graph.Graph, inf Inference, k int) []alerts.Source {
 	}
 	all := make([]alerts.Source, g.N())
 	for v := range all {
-		all[v] = alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v]}
+		all[v] = alerts.Source{Node: g.ID(v), Score: inf.Scores[v], Probability: inf.Probability[v], Chance: chanceOf(inf, v)}
 	}
 	slices.SortStableFunc(all, byRank)
 	return all[:k:k]

@@ -405,6 +405,11 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 			fmt.Fprintf(w, "control     infected (every infected node named): F1 %s  ROC-AUC %s on the same cascades\n",
 				metric(m, localize.TestInfectedF1Metric), metric(m, localize.TestInfectedAUCMetric))
 		}
+		if _, ok := m.Metrics[localize.TestChanceBrierMetric]; ok {
+			fmt.Fprintf(w, "chance      a node's chance of being a source, measured on validation: test Brier score %s (the restarts' agreement read as one: %s); %s sources expected per cascade, %s true\n",
+				metric(m, localize.TestChanceBrierMetric), metric(m, localize.TestProbabilityBrierMetric),
+				oneDecimal(m, localize.TestExpectedSourcesMetric), oneDecimal(m, localize.TestSourcesMetric))
+		}
 		if n := int(m.Metrics["test_cascades"]); n > 0 && n < 10 {
 			fmt.Fprintf(w, "note        only %d held-out cascades: the test line is mostly noise at that size; more cascades (or a higher --test-solves, where it is the limit) give it more\n", n)
 		}
@@ -450,6 +455,16 @@ func metric(m localize.Manifest, key string) string {
 		return "n/a"
 	}
 	return strconv.FormatFloat(v, 'f', 3, 64)
+}
+
+// oneDecimal formats a manifest metric with one decimal, "n/a" where it
+// is absent.
+func oneDecimal(m localize.Manifest, key string) string {
+	v, ok := m.Metrics[key]
+	if !ok || math.IsNaN(v) {
+		return "n/a"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64)
 }
 
 // distinct formats a with three decimals, or with as many more (up to

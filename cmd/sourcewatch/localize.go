@@ -114,18 +114,25 @@ type localizeOutput struct {
 	// Note is what a reader of the answer should know, as an alert's note
 	// (localize.Manifest.AnswerNote): OutsideTraining, and that a count
 	// rule named every infected node.
-	Note    string              `json:"note,omitempty"`
-	Sources []rankedSource      `json:"sources"`
-	Top     []rankedSource      `json:"top"`
-	Bundle  string              `json:"bundle"`
-	Timing  localize.Timing     `json:"timing"`
-	Forward localize.ForwardRef `json:"forward"`
+	Note string `json:"note,omitempty"`
+	// ExpectedSources is the sum of every node's chance of being a
+	// source: the source count the bundle expects for this observation;
+	// absent with a bundle of format 6 or older.
+	ExpectedSources *float64            `json:"expected_sources,omitempty"`
+	Sources         []rankedSource      `json:"sources"`
+	Top             []rankedSource      `json:"top"`
+	Bundle          string              `json:"bundle"`
+	Timing          localize.Timing     `json:"timing"`
+	Forward         localize.ForwardRef `json:"forward"`
 }
 
 type rankedSource struct {
 	Node        string  `json:"node"`
 	Score       float64 `json:"score"`
 	Probability float64 `json:"probability"`
+	// Chance is the node's chance of being a source (localize.Result's
+	// Chance); absent with a bundle of format 6 or older.
+	Chance *float64 `json:"chance,omitempty"`
 }
 
 func runLocalize(cmd *cobra.Command, a *app) (err error) {
@@ -219,6 +226,7 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 			Timing:            res.Timing, Forward: b.Manifest.Forward,
 			Sources: ranked(b.Graph, res, res.Sources), Top: ranked(b.Graph, res, topByScore(res.Scores, v.GetInt("top"))),
 			OutsideTraining: b.Manifest.OutsideTraining(len(idx)),
+			ExpectedSources: localize.ExpectedSources(res.Chance),
 		}
 		rule := b.Manifest.SourceRule
 		if opts.Threshold > 0 {
@@ -273,9 +281,13 @@ func ranked(g *graph.Graph, res *localize.Result, nodes []int) []rankedSource {
 	out := make([]rankedSource, len(nodes))
 	for i, v := range nodes {
 		out[i] = rankedSource{Node: g.ID(v), Score: res.Scores[v], Probability: res.Probability[v]}
+		if res.Chance != nil {
+			out[i].Chance = &res.Chance[v]
+		}
 	}
 	return out
 }
+
 
 // topByScore returns the k highest-scored nodes, best first.
 func topByScore(scores []float64, k int) []int {
@@ -328,7 +340,11 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 		col = max(col, min(alerts.TextWidth(s.Node), 48))
 	}
 	// Four digits: scores of a large infected region often agree to three.
-	fmt.Fprintf(w, "%5s  %-*s %7s %12s\n", "rank", col, "node", "score", "probability")
+	fmt.Fprintf(w, "%5s  %-*s %7s %12s", "rank", col, "node", "score", "probability")
+	if o.ExpectedSources != nil {
+		fmt.Fprintf(w, " %7s", "chance")
+	}
+	fmt.Fprintln(w)
 	for i, s := range list {
 		score := s.Score
 		if score < 1 && score >= 0.99995 {
@@ -339,7 +355,14 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 		// Padded by terminal columns, not runes (%-16s), so a wide id
 		// (Chinese, Japanese) leaves the columns after it in line.
 		node := s.Node + strings.Repeat(" ", max(col-alerts.TextWidth(s.Node), 0))
-		fmt.Fprintf(w, "%5d  %s %7.4f %12.3f\n", i+1, node, score, s.Probability)
+		fmt.Fprintf(w, "%5d  %s %7.4f %12.3f", i+1, node, score, s.Probability)
+		if s.Chance != nil {
+			fmt.Fprintf(w, " %7.3f", *s.Chance)
+		}
+		fmt.Fprintln(w)
+	}
+	if e := o.ExpectedSources; e != nil {
+		fmt.Fprintf(w, "sources expected: %.1f (the sum of every node's chance of being one, measured on the bundle's validation cascades)\n", *e)
 	}
 	if n := o.FloorNamed; n > 0 && len(o.Sources) > 0 {
 		first := len(o.Sources) - n + 1

@@ -86,6 +86,15 @@ func TestServeEndToEnd(t *testing.T) {
 	require.Equal(t, len(c.Infected), first.Infected)
 	requireTrueSourceRanked(t, g, c, first, 5)
 	require.Equal(t, "icmf", first.Model.Forward)
+	// Each source carries its chance of being one, and the alert the
+	// source count those chances expect, all in range.
+	require.NotNil(t, first.ExpectedSources)
+	require.Greater(t, *first.ExpectedSources, 0.0)
+	require.LessOrEqual(t, *first.ExpectedSources, float64(g.N()))
+	for _, s := range first.Sources {
+		require.NotNil(t, s.Chance, "node %s", s.Node)
+		require.True(t, *s.Chance >= 0 && *s.Chance <= 1, "node %s: chance %g", s.Node, *s.Chance)
+	}
 
 	// 2. Kill the plugin process mid-stream; the incident resolves when
 	// the window clears (no inference needed), and the next incident needs

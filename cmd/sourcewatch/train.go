@@ -492,6 +492,8 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 	defer bar.Done()
 	n := b.Manifest.Graph.Nodes
 	var prec, rec, f1, topk, auc, ctlF1, ctlAUC, named, truth []float64
+	var chanceBrier, probBrier, expected []float64
+	isSource := make([]bool, n)
 	y := make([]float64, n)
 	opts := b.Options()
 	for i := 0; i < limit; i++ {
@@ -505,6 +507,24 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 		prec, rec, f1 = append(prec, m.Precision), append(rec, m.Recall), append(f1, m.F1)
 		topk, auc = append(topk, m.TopK), append(auc, m.AUC)
 		named, truth = append(named, float64(len(res.Sources))), append(truth, float64(len(test[i].Sources)))
+		if res.Chance != nil {
+			clear(isSource)
+			for _, v := range test[i].Sources {
+				isSource[v] = true
+			}
+			var cb, pb, sum float64
+			for v := range n {
+				hit := 0.0
+				if isSource[v] {
+					hit = 1
+				}
+				cb += (res.Chance[v] - hit) * (res.Chance[v] - hit)
+				pb += (res.Probability[v] - hit) * (res.Probability[v] - hit)
+				sum += res.Chance[v]
+			}
+			chanceBrier, probBrier = append(chanceBrier, cb/float64(n)), append(probBrier, pb/float64(n))
+			expected = append(expected, sum)
+		}
 		// The infected control on the same cascade, so the summary can
 		// say whether the bundle ranks better than the observation itself.
 		ctl := eval.Score(b.Graph, test[i].Sources, eval.Prediction{Scores: slices.Clone(y), Sources: test[i].Infected})
@@ -517,6 +537,11 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 		"test_topk": mean(topk), "test_auc": mean(auc), "test_cascades": float64(limit),
 		localize.TestInfectedF1Metric: mean(ctlF1), localize.TestInfectedAUCMetric: mean(ctlAUC),
 		localize.TestNamedMetric: mean(named), localize.TestSourcesMetric: mean(truth),
+	}
+	if len(chanceBrier) > 0 {
+		out[localize.TestChanceBrierMetric] = mean(chanceBrier)
+		out[localize.TestProbabilityBrierMetric] = mean(probBrier)
+		out[localize.TestExpectedSourcesMetric] = mean(expected)
 	}
 	// On every test cascade, not only the solved ones: one Predict per 64.
 	if mse, err := localize.ForwardMSE(ctx, f, n, toPairs(test)); err != nil {

@@ -54,6 +54,7 @@ func TestTrainSchedulePaper(t *testing.T) {
 	out, bundle, pluginDir := trainSmall(t, "--val-solves", "4", "--opt-steps", "10", "--schedule", "paper", "--prior", "on")
 	require.Contains(t, out, "schedule paper")
 	require.Contains(t, out, "control     infected (every infected node named): F1 ", "the test line has the infected control beside it")
+	require.Regexp(t, `\nchance      a node's chance of being a source, measured on validation: test Brier score 0\.\d{3} \(the restarts' agreement read as one: 0\.\d{3}\); \d+\.\d sources expected per cascade, \d+\.\d true\n`, out)
 	b, err := localize.LoadBundle(bundle, nil)
 	require.NoError(t, err)
 	require.Equal(t, localize.Full, b.Manifest.Solve.Variant)
@@ -72,6 +73,16 @@ func TestTrainSchedulePaper(t *testing.T) {
 	var got localizeOutput
 	require.NoError(t, json.Unmarshal([]byte(out), &got))
 	require.NotEmpty(t, got.Top)
+	// The answer carries each node's chance of being a source and their
+	// sum, the source count they expect.
+	require.NotNil(t, got.ExpectedSources)
+	for _, s := range got.Top {
+		require.NotNil(t, s.Chance, "node %s", s.Node)
+	}
+	out, _, err = runCmd(t, `{"infected":["0","1","2","3","7","13"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^ rank  node\s+score  probability  chance$`, out)
+	require.Regexp(t, `(?m)^sources expected: \d+\.\d \(the sum of every node's chance of being one, measured on the bundle's validation cascades\)$`, out)
 }
 
 // train chooses n_opt by default as the fewest steps within one standard
