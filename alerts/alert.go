@@ -32,8 +32,8 @@ const (
 
 // Source is one ranked suspect.
 type Source struct {
-	Node        string  `json:"node"`
-	Score       float64 `json:"score"`
+	Node  string  `json:"node"`
+	Score float64 `json:"score"`
 	// Probability is the share of the inference's restarts that named the
 	// node: how steady the answer is, not how often such an answer is
 	// right (see Chance).

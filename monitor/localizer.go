@@ -15,8 +15,8 @@ type Inference struct {
 	Scores, Probability []float64
 	// Chance is each node's chance of being a source
 	// (localize.Result.Chance); nil when the model does not measure it.
-	Chance []float64
-	Sources             []int
+	Chance  []float64
+	Sources []int
 	// Floor is how many of the last Sources were named below Threshold
 	// because the observation demands them (localize.Result.Floor).
 	Floor     int

@@ -288,7 +288,6 @@ func ranked(g *graph.Graph, res *localize.Result, nodes []int) []rankedSource {
 	return out
 }
 
-
 // topByScore returns the k highest-scored nodes, best first.
 func topByScore(scores []float64, k int) []int {
 	idx := make([]int, len(scores))
