@@ -79,6 +79,50 @@ func TestTrainCalibratesPriorWeight(t *testing.T) {
 	}
 }
 
+// Given cascades of its own, Train fits the source chance on them, not on
+// the validation cascades, and says so in the metrics; a malformed one is
+// refused by its index.
+func TestTrainFitsTheChanceOnItsOwnCascades(t *testing.T) {
+	g, pairs, pc := karateTraining(t)
+	m := deepis.New()
+	require.NoError(t, m.Configure(t.Context(), g, nil, nil))
+	opts := localize.DefaultOptions()
+	opts.Restarts, opts.InitSteps, opts.OptSteps = 2, 4, 6
+	cfg := localize.TrainConfig{
+		Fit: forward.FitOptions{Epochs: 2}, Prior: pc, Prototypes: 16,
+		Solve: opts, ValidationSolves: 4, Seed: 5, ChancePairs: pairs[:5],
+	}
+	b, err := localize.Train(t.Context(), g, m, pairs[5:30], pairs[30:], cfg, nil)
+	require.NoError(t, err)
+	require.Equal(t, 1.0, b.Manifest.Metrics[localize.ChanceFreshMetric])
+	require.Equal(t, 5.0, b.Manifest.Metrics[localize.ChanceCascadesMetric])
+	scores := make([][]float64, 5)
+	y := make([]float64, g.N())
+	for i := range scores {
+		clear(y)
+		for _, v := range pairs[i].Infected {
+			y[v] = 1
+		}
+		o := b.Options()
+		o.Seed += uint64(i)
+		res, err := localize.Solve(t.Context(), b, m, y, o)
+		require.NoError(t, err)
+		scores[i] = res.Scores
+	}
+	require.Equal(t, localize.FitSourceChance(scores, pairs[:5]), b.Manifest.SourceChance)
+
+	// Without them: the validation cascades solved, and the metric says so.
+	cfg.ChancePairs = nil
+	b, err = localize.Train(t.Context(), g, m, pairs[5:30], pairs[30:], cfg, nil)
+	require.NoError(t, err)
+	require.Equal(t, 0.0, b.Manifest.Metrics[localize.ChanceFreshMetric])
+	require.Equal(t, 4.0, b.Manifest.Metrics[localize.ChanceCascadesMetric])
+
+	cfg.ChancePairs = []forward.Pair{pairs[0], {Infected: []int{2}}}
+	_, err = localize.Train(t.Context(), g, m, pairs[5:30], pairs[30:], cfg, nil)
+	require.ErrorContains(t, err, "chance pair 1: no sources")
+}
+
 func TestTrainRejectsBadPriorWeightScale(t *testing.T) {
 	g, pairs, pc := karateTraining(t)
 	m := deepis.New()

@@ -406,8 +406,12 @@ func printBundleSummary(w io.Writer, path string, m localize.Manifest, cascades,
 				metric(m, localize.TestInfectedF1Metric), metric(m, localize.TestInfectedAUCMetric))
 		}
 		if _, ok := m.Metrics[localize.TestChanceBrierMetric]; ok {
-			fmt.Fprintf(w, "chance      a node's chance of being a source, measured on validation: test Brier score %s (the restarts' agreement read as one: %s); %s sources expected per cascade, %s true\n",
-				metric(m, localize.TestChanceBrierMetric), metric(m, localize.TestProbabilityBrierMetric),
+			on := fmt.Sprintf("%d fresh cascades", int(m.Metrics[localize.ChanceCascadesMetric]))
+			if m.Metrics[localize.ChanceFreshMetric] != 1 {
+				on = fmt.Sprintf("the %d validation cascades (no fresh ones to spare)", int(m.Metrics[localize.ChanceCascadesMetric]))
+			}
+			fmt.Fprintf(w, "chance      a node's chance of being a source, measured on %s: test Brier score %s (the restarts' agreement read as one: %s); %s sources expected per cascade, %s true\n",
+				on, metric(m, localize.TestChanceBrierMetric), metric(m, localize.TestProbabilityBrierMetric),
 				oneDecimal(m, localize.TestExpectedSourcesMetric), oneDecimal(m, localize.TestSourcesMetric))
 		}
 		if n := int(m.Metrics["test_cascades"]); n > 0 && n < 10 {

@@ -257,6 +257,23 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		ChoosePrior:            choosePrior,
 		Seed:                   seed,
 	}
+	if simCfg != nil {
+		// Fresh cascades for the source chance alone, as many as the
+		// validation solves: the validation cascades made every choice
+		// (see localize.TrainConfig.ChancePairs). Recorded cascades have
+		// none to spare, so the chance falls back to validation there.
+		k := len(val)
+		if n := v.GetInt("val_solves"); n > 0 {
+			k = min(k, n)
+		} else {
+			k = min(k, 64)
+		}
+		chance, _, err := diffusion.Simulate(ctx, g, *simCfg, k, chanceSeed(seed), diffusion.Workers(v.GetInt("workers")))
+		if err != nil {
+			return simulationError(err)
+		}
+		cfg.ChancePairs = toPairs(chance)
+	}
 	start := time.Now()
 	bars := map[string]*progress{}
 	b, err := localize.Train(ctx, g, proc, toPairs(train), toPairs(val), cfg, func(p localize.TrainProgress) {
@@ -461,6 +478,10 @@ func checkSizes(v *viper.Viper, least map[string]int) error {
 	}
 	return nil
 }
+
+// chanceSeed is the simulation seed of the cascades train measures the
+// source chance on: a stream of its own, apart from --seed's.
+func chanceSeed(seed int64) int64 { return seed ^ 0x63_68_61_6e_63_65 } // "chance"
 
 func toPairs(cs []diffusion.Cascade) []forward.Pair {
 	ps := make([]forward.Pair, len(cs))
