@@ -3,6 +3,7 @@ package monitor
 import (
 	"bytes"
 	_ "embed"
+	"fmt"
 	"html/template"
 	"net/http"
 	"time"
@@ -22,6 +23,13 @@ var dashboardTmpl = template.Must(template.New("dashboard").Funcs(template.FuncM
 		return now.Sub(t).Round(time.Second).String() + " ago"
 	},
 	"add": func(a, b int) int { return a + b },
+	// chance prints an optional chance or sum, "-" when absent.
+	"chance": func(format string, p *float64) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprintf(format, *p)
+	},
 }).Parse(dashboardHTML))
 
 // dashboardSources is how many ranked sources of a graph's last alert the

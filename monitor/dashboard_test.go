@@ -87,6 +87,20 @@ func TestDashboardEscapes(t *testing.T) {
 		Status: Status{Graphs: []GraphStatus{{Name: "g", LastAlert: a}}}, Now: time.Now(), MaxShown: dashboardSources,
 	}))
 	require.Equal(t, dashboardSources, bytes.Count(buf.Bytes(), []byte("<tr><td class=\"num\">")), "one row per shown source")
+	require.NotContains(t, buf.String(), "sources expected", "a model without the chance")
+
+	// The chance of each source and the sources expected, where the
+	// model measures them.
+	c, sum := 0.375, 2.25
+	withChance := &alerts.Alert{Graph: "g", Status: alerts.Firing, Infected: 5, ExpectedSources: &sum,
+		Sources: []alerts.Source{{Node: "a", Score: 0.5, Probability: 1, Chance: &c}, {Node: "b", Score: 0.25, Probability: 0.5}}}
+	buf.Reset()
+	require.NoError(t, dashboardTmpl.Execute(&buf, dashboardData{
+		Status: Status{Graphs: []GraphStatus{{Name: "g", LastAlert: withChance}}}, Now: time.Now(), MaxShown: dashboardSources,
+	}))
+	require.Contains(t, buf.String(), "5 infected; 2.2 sources expected;")
+	require.Contains(t, buf.String(), `<td class="num">1.000</td><td class="num">0.375</td></tr>`)
+	require.Contains(t, buf.String(), `<td class="num">0.500</td><td class="num">-</td></tr>`)
 }
 
 // Connections cannot take every file descriptor: at maxHTTPConns a new
