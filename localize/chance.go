@@ -18,8 +18,9 @@ import (
 // the fraction of validation nodes of its class with a score like its own
 // that were sources. Result.Probability, the share of restarts that name a
 // node, says how steady the descent is, not how often it is right (on
-// development Karate and Jazz SI cascades the nodes it gave 0.8 or more
-// were sources 29% of the time); the chance is that measured rate. The
+// development Karate and Jazz cascades, SI and SIR, the nodes it gave 0.8
+// or more were sources 25-29% of the time); the chance is that measured
+// rate. The
 // regression keeps each class's total, so over the validation nodes the
 // chances sum to the number of sources, and sum_v chance_v estimates an
 // observation's source count.
