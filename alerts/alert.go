@@ -38,11 +38,11 @@ type Source struct {
 	// node: how steady the answer is, not how often such an answer is
 	// right (see Chance).
 	Probability float64 `json:"probability"`
-	// Chance is the node's chance of being a source, as measured on the
-	// model's validation cascades: of the nodes there with a score like
-	// its own (and as it was observed, infected or not), the fraction
-	// that were sources. Absent when the model does not measure it (a
-	// bundle of format 6 or older).
+	// Chance is the node's chance of being a source, as the model
+	// measured it on cascades of its own: of the nodes there with a score
+	// like its own (and observed as it was, infected or not), the
+	// fraction that were sources. Absent when the model does not measure
+	// it (a bundle of format 6 or older).
 	Chance *float64 `json:"chance,omitempty"`
 	// Floor marks a source the model named below the threshold because
 	// the observation demands it: a lone infected node (no infected

@@ -108,9 +108,8 @@ type Manifest struct {
 	// LoneInfectedFirst (see ChooseCalibration).
 	Calibration *Calibration `json:"calibration,omitempty"`
 	// SourceChance, when set, maps each node's final score to the chance
-	// that it is a source, measured on the validation split once every
-	// choice above was made (see SourceChance); absent from bundles of
-	// format 6 and older.
+	// that it is a source, measured once every choice above was made
+	// (see SourceChance); absent from bundles of format 6 and older.
 	SourceChance *SourceChance `json:"source_chance,omitempty"`
 	// Solve holds the inference settings used when delta was chosen; a
 	// caller that changes them should choose delta again.

@@ -10,29 +10,28 @@ import (
 // the bundle's ranking rules applied, to the chance that the node is a
 // source: per class of node, observed infected or not, the isotonic
 // (pool-adjacent-violators) regression of the source indicator on the
-// score over the nodes of the validation cascades, solved by the finished
-// bundle (FitSourceChance). For a node v of class c with score s_v,
+// score over the nodes of cascades solved by the finished bundle
+// (FitSourceChance; Train's TrainConfig.ChancePairs, or else its
+// validation cascades). For a node v of class c with score s_v,
 //
 //	chance_v = p_c(s_v),  p_c nondecreasing,
 //
-// the fraction of validation nodes of its class with a score like its own
-// that were sources. Result.Probability, the share of restarts that name a
+// the fraction of those nodes of its class with a score like its own that
+// were sources. Result.Probability, the share of restarts that name a
 // node, says how steady the descent is, not how often it is right (on
 // development Karate and Jazz cascades, SI and SIR, the nodes it gave 0.8
 // or more were sources 25-29% of the time); the chance is that measured
-// rate. The
-// regression keeps each class's total, so over the validation nodes the
-// chances sum to the number of sources, and sum_v chance_v estimates an
-// observation's source count.
+// rate. The regression keeps each class's total, so over the cascades it
+// was fitted on the chances sum to the number of sources, and sum_v
+// chance_v estimates an observation's source count.
 type SourceChance struct {
 	Infected   CalibrationSteps `json:"infected"`
 	Uninfected CalibrationSteps `json:"uninfected"`
 }
 
 // FitSourceChance fits the chance of the final scores (scores[c] for
-// pairs[c], as Solve returned them) of validation cascades; nil when
-// there are none. A class no validation node fell in takes the fit of
-// both pooled.
+// pairs[c], as Solve returned them); nil when there are none. A class no
+// node fell in takes the fit of both pooled.
 func FitSourceChance(scores [][]float64, pairs []forward.Pair) *SourceChance {
 	if len(pairs) < len(scores) {
 		panic(fmt.Sprintf("localize: source chance: %d solves for %d pairs", len(scores), len(pairs)))

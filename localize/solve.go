@@ -227,10 +227,10 @@ type Result struct {
 	// x_v >= delta.)
 	Probability []float64
 	// Chance is, per node, the chance that it is a source: its score's
-	// rate of sources among the validation nodes of its class (see
-	// SourceChance), so sum_v Chance_v estimates the observation's source
-	// count; nil for a bundle without a SourceChance (format 6 and
-	// older).
+	// rate of sources among the nodes of its class in the cascades the
+	// bundle measured it on (see SourceChance), so sum_v Chance_v
+	// estimates the observation's source count; nil for a bundle without
+	// a SourceChance (format 6 and older).
 	Chance []float64
 	// Predicted is f(Mean), the forward model's infection probability at
 	// the mean final x, when Options.Predict is set or the bundle's

@@ -361,7 +361,7 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 		fmt.Fprintln(w)
 	}
 	if e := o.ExpectedSources; e != nil {
-		fmt.Fprintf(w, "sources expected: %.1f (the sum of every node's chance of being one, measured on the bundle's validation cascades)\n", *e)
+		fmt.Fprintf(w, "sources expected: %.1f (the sum of every node's chance of being one)\n", *e)
 	}
 	if n := o.FloorNamed; n > 0 && len(o.Sources) > 0 {
 		first := len(o.Sources) - n + 1
