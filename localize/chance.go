@@ -19,9 +19,9 @@ import (
 // the fraction of those nodes of its class with a score like its own that
 // were sources. Result.Probability, the share of restarts that name a
 // node, says how steady the descent is, not how often it is right (on
-// development Karate and Jazz cascades, SI and SIR, the nodes it gave 0.8
-// or more were sources 25-29% of the time); the chance is that measured
-// rate. The regression keeps each class's total, so over the cascades it
+// development cascades of the four graphs with uniform sources, the
+// nodes it gave 0.8 or more were sources 25-37% of the time); the chance
+// is that measured rate. The regression keeps each class's total, so over the cascades it
 // was fitted on the chances sum to the number of sources, and sum_v
 // chance_v estimates an observation's source count.
 type SourceChance struct {
