@@ -328,7 +328,9 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		ThresholdOnly:          m.thresholdOnly,
 		ScoreRankingOnly:       m.scoreRankingOnly,
 		ChoosePrior:            m.choosePrior,
-		Seed:                   m.env.Seed,
+		// eval scores the ranking and the source set alone.
+		NoSourceChance: true,
+		Seed:           m.env.Seed,
 	}
 	b, err := localize.Train(ctx, g, proc, cascadePairs(train), cascadePairs(val), cfg, func(p localize.TrainProgress) {
 		if m.env.Progress != nil && p.Done == p.Total {

@@ -90,7 +90,10 @@ type TrainConfig struct {
 	// and SIR bundles summed to 5-8% fewer sources than there were,
 	// against 0-1% when fitted on fresh cascades).
 	ChancePairs []forward.Pair
-	Seed        int64
+	// NoSourceChance leaves the source chance out, and its solves: for a
+	// caller that reads only the ranking and the source set (eval).
+	NoSourceChance bool
+	Seed           int64
 	// Now stamps the bundle; time.Now when nil.
 	Now func() time.Time
 }
@@ -417,23 +420,25 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	// 5. The chance that a node is a source, measured with the finished
 	// bundle (its scores take their final form only once every choice
 	// above is made) on cascades of its own, or else the validation ones.
-	stageStart = time.Now()
-	chancePairs := val[:limit]
-	metrics[ChanceFreshMetric] = 0
-	if len(cfg.ChancePairs) > 0 {
-		for i, p := range cfg.ChancePairs {
-			if err := checkPair(p, n); err != nil {
-				return nil, fmt.Errorf("chance pair %d: %w", i, err)
+	if !cfg.NoSourceChance {
+		stageStart = time.Now()
+		chancePairs := val[:limit]
+		metrics[ChanceFreshMetric] = 0
+		if len(cfg.ChancePairs) > 0 {
+			for i, p := range cfg.ChancePairs {
+				if err := checkPair(p, n); err != nil {
+					return nil, fmt.Errorf("chance pair %d: %w", i, err)
+				}
 			}
+			chancePairs = cfg.ChancePairs
+			metrics[ChanceFreshMetric] = 1
 		}
-		chancePairs = cfg.ChancePairs
-		metrics[ChanceFreshMetric] = 1
+		if err := fitSourceChance(ctx, b, fm, chancePairs, solve.Seed, progress); err != nil {
+			return nil, err
+		}
+		metrics[ChanceCascadesMetric] = float64(len(chancePairs))
+		metrics["chance_seconds"] = time.Since(stageStart).Seconds()
 	}
-	if err := fitSourceChance(ctx, b, fm, chancePairs, solve.Seed, progress); err != nil {
-		return nil, err
-	}
-	metrics[ChanceCascadesMetric] = float64(len(chancePairs))
-	metrics["chance_seconds"] = time.Since(stageStart).Seconds()
 	lo, hi := InfectedFractionRange(train, g.N())
 	metrics[TrainInfectedMinMetric], metrics[TrainInfectedMaxMetric] = lo, hi
 	if rate, ok := LoneSourceRate(g, train); ok {

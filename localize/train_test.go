@@ -118,6 +118,14 @@ func TestTrainFitsTheChanceOnItsOwnCascades(t *testing.T) {
 	require.Equal(t, 0.0, b.Manifest.Metrics[localize.ChanceFreshMetric])
 	require.Equal(t, 4.0, b.Manifest.Metrics[localize.ChanceCascadesMetric])
 
+	// Nor with NoSourceChance: no chance, no metric.
+	cfg.NoSourceChance = true
+	b, err = localize.Train(t.Context(), g, m, pairs[5:30], pairs[30:], cfg, nil)
+	require.NoError(t, err)
+	require.Nil(t, b.Manifest.SourceChance)
+	require.NotContains(t, b.Manifest.Metrics, localize.ChanceCascadesMetric)
+	cfg.NoSourceChance = false
+
 	cfg.ChancePairs = []forward.Pair{pairs[0], {Infected: []int{2}}}
 	_, err = localize.Train(t.Context(), g, m, pairs[5:30], pairs[30:], cfg, nil)
 	require.ErrorContains(t, err, "chance pair 1: no sources")
