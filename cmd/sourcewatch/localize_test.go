@@ -92,7 +92,8 @@ func TestLocalizeTableAlignsWideIDs(t *testing.T) {
 	require.NoError(t, err)
 	var rows []string
 	for line := range strings.Lines(out) {
-		if f := strings.Fields(line); len(f) == 4 && f[0] != "rank" {
+		// rank, node, score, probability, chance
+		if f := strings.Fields(line); len(f) == 5 && f[0] != "rank" {
 			rows = append(rows, strings.TrimRight(line, "\n"))
 		}
 	}
