@@ -241,6 +241,11 @@ func TestServiceRepliesValidate(t *testing.T) {
 		return func(y []float64) Inference {
 			inf := infectedAreSources(gc.Bundle)(y)
 			inf.Note = "outside the training range"
+			// A model that measures each node's chance of being a source.
+			inf.Chance = make([]float64, len(y))
+			for v := range y {
+				inf.Chance[v] = 0.25 * y[v]
+			}
 			return inf
 		}
 	}, onMake: func(_ int, l *fakeLocalizer) { l.unverified = true }}
@@ -254,7 +259,11 @@ func TestServiceRepliesValidate(t *testing.T) {
 	require.Empty(t, m.Header.Get(micro.ErrorHeader))
 	require.Contains(t, string(m.Data), `"ranked"`)
 	require.Contains(t, string(m.Data), `"note"`)
+	require.Contains(t, string(m.Data), `"chance":0.25`)
+	require.Contains(t, string(m.Data), `"expected_sources":0.5`)
 	require.NoError(t, validateJSON(t, localizeReply, m.Data), "%s", m.Data)
+	overOne := bytes.Replace(m.Data, []byte(`"chance":0.25`), []byte(`"chance":2`), 1)
+	require.Error(t, validateJSON(t, localizeReply, overOne), "a chance above 1")
 
 	// An empty daemon's status (its plugin unverified), then one with an
 	// alert and a reload.
