@@ -71,7 +71,7 @@ metrics on the test split, and writes everything into one bundle file.`,
 	f.String("ranking", "auto", "how nodes observed uninfected rank: auto (by validation ROC-AUC: the descent's scores, every uninfected node below every infected one, or that with the uninfected ordered by the forward model's prediction, which helps where sources recover, e.g. SIR; then whether the lone infected nodes, with no infected in-neighbour, go first, or, judged by cross-fitting, the infected nodes' scores are calibrated by the size of their infected component) or score (the descent's scores as they are)")
 	f.String("prior", "auto", "whether the bundle solves with the prior term: auto (makes every validation choice with and without it and drops it where the validation ROC-AUC is strictly higher without; doubles the validation solves) or on")
 	f.String("schedule", "datainit", "inference schedule recorded in the bundle: datainit (the data term alone, then L_pred) or paper (L_init, then L_pred: the paper's Algorithm 1)")
-	f.Int("val-solves", 64, "validation cascades solved to choose delta")
+	f.Int("val-solves", 64, "validation cascades solved to choose delta, and as many fresh ones simulated and solved to measure the source chance")
 	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
 	f.String("graph-name", "", "graph name recorded in the bundle (default: the edge file's base name)")
 	f.String("out", "", "bundle file to write (required)")
