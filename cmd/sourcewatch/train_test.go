@@ -899,6 +899,8 @@ func TestTrainCascadesFileWarnsOfSimulationFlags(t *testing.T) {
 	require.NotContains(t, stderr, warning)
 	require.NotContains(t, stderr, "every node infected")
 	require.NotContains(t, out, "(floor", "recorded cascades have no model to take a floor from")
+	require.Contains(t, out, "chance      a node's chance of being a source, measured on the 4 validation cascades (no fresh ones to spare): ",
+		"nor fresh cascades to fit the source chance on")
 	require.NotContains(t, stderr, `in neither \"infected\"`)
 
 	// Valid but suspect recorded cascades are named: every node infected,
