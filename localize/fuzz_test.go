@@ -52,6 +52,12 @@ func FuzzManifest(f *testing.F) {
 		}}
 		m.Solve = SolveRef{Restarts: 3, InitSteps: 2, OptSteps: 3, LearningRate: 0.05, PriorWeight: 0.5, Variant: NoPrior}
 	})
+	seed(func(m *Manifest) {
+		m.SourceChance = &SourceChance{
+			Infected:   CalibrationSteps{Scores: []float64{0.2, 0.9}, Probabilities: []float64{0.1, 0.7}},
+			Uninfected: CalibrationSteps{Scores: []float64{1}, Probabilities: []float64{0}},
+		}
+	})
 	p, fwd, _ := testProblem(12, 2, 4)
 	f.Fuzz(func(t *testing.T, manifest []byte) {
 		data := rewrite(t, good, func(name string, body []byte) []byte {
@@ -81,6 +87,16 @@ func FuzzManifest(f *testing.F) {
 		}
 		if len(res.Scores) != got.Graph.N() {
 			t.Fatalf("%d scores for %d nodes", len(res.Scores), got.Graph.N())
+		}
+		if got.Manifest.SourceChance != nil {
+			if len(res.Chance) != got.Graph.N() {
+				t.Fatalf("%d chances for %d nodes", len(res.Chance), got.Graph.N())
+			}
+			for v, c := range res.Chance {
+				if !(c >= 0 && c <= 1) {
+					t.Fatalf("node %d: chance %g, want in [0, 1]", v, c)
+				}
+			}
 		}
 	})
 }
