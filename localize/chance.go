@@ -59,18 +59,14 @@ func FitSourceChance(scores [][]float64, pairs []forward.Pair) *SourceChance {
 			}
 		}
 	}
-	if len(infected)+len(uninfected) == 0 {
+	switch {
+	case len(infected) == 0 && len(uninfected) == 0:
 		return nil
+	case len(infected) == 0 || len(uninfected) == 0:
+		pooled := isotonic(append(infected, uninfected...))
+		return &SourceChance{Infected: pooled, Uninfected: pooled}
 	}
-	pooled := isotonic(append(append([]calibrationPoint(nil), infected...), uninfected...))
-	sc := &SourceChance{Infected: pooled, Uninfected: pooled}
-	if len(infected) > 0 {
-		sc.Infected = isotonic(infected)
-	}
-	if len(uninfected) > 0 {
-		sc.Uninfected = isotonic(uninfected)
-	}
-	return sc
+	return &SourceChance{Infected: isotonic(infected), Uninfected: isotonic(uninfected)}
 }
 
 // ExpectedSources returns the sum of an observation's chances, the
