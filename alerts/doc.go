@@ -19,12 +19,13 @@
 //	  "graph": "jazz",
 //	  "window": {"from": "...Z", "to": "...Z"},
 //	  "infected": 57,                          infected nodes in the window
-//	  "sources": [{"node": "12", "score": 0.83, "probability": 0.41}, ...],
+//	  "sources": [{"node": "12", "score": 0.83, "probability": 0.41, "chance": 0.35}, ...],
 //	  "credible_set": ["12", "7"],             see CredibleSet, mass 0.9
 //	  "threshold": 0.5,                        score cut that chose the sources
 //	  "model": {"bundle": "...", "forward": "deepis", "forward_version": "1.1.0"},
 //	  "inference_ms": 12.5,
 //	  "note": "...",                           only when there is something to say
+//	  "expected_sources": 19.4,                sum of every node's chance (with chance)
 //	  "sources_omitted": 40,                   only when sources were left out to fit max_payload
 //	  "seq": 1,                                per incident: 1 = firing
 //	  "observed_at": "...Z"
@@ -34,7 +35,11 @@
 // credible set is the smallest prefix of the sources ranked by probability
 // holding 90% of their total probability. An alert that would not fit the
 // server's max_payload keeps its highest-ranked sources and the credible
-// set less the nodes it left out (FitSources).
+// set less the nodes it left out (FitSources). A source's probability is
+// the share of the inference's restarts that named it, how steady the
+// answer is; its chance, where the model measures it, is how often such a
+// node was a source on cascades the model solved for that, and
+// expected_sources the sum of every node's chance.
 //
 // # Lifecycle
 //

@@ -43,8 +43,9 @@
 //
 // The output is, per node, a score, the fraction of restarts that reach
 // the source set's cut on their own (the source probability: x_v >= delta
-// for the plain threshold rule; see Result.Probability), and the source set
-// {v : score_v >= delta}. delta is chosen on a validation split when the
+// for the plain threshold rule; see Result.Probability), with a bundle of
+// format 7 the chance that it is a source (Result.Chance, see
+// SourceChance), and the source set {v : score_v >= delta}. delta is chosen on a validation split when the
 // bundle is trained and stored in it. Train may record a count rule
 // instead (SourceRule): the first K nodes of the ranking, K fixed (at most
 // the infected count) or a fraction of the infected count, when that cut
