@@ -87,8 +87,8 @@ type TrainConfig struct {
 	// made on and the forward model and the prior stopped early by: it
 	// then reads them as a little more telling than fresh ones are (on
 	// 200 fresh development cascades the chances of Karate and Jazz SI
-	// and SIR bundles summed to 5-8% fewer sources than there were,
-	// against 0-1% when fitted on fresh cascades).
+	// and SIR bundles summed to 5-8% fewer sources than there were;
+	// fitted on fresh cascades, from 1% fewer to 4% more).
 	ChancePairs []forward.Pair
 	// NoSourceChance leaves the source chance out, and its solves: for a
 	// caller that reads only the ranking and the source set (eval).
@@ -455,24 +455,24 @@ const (
 	ChanceFreshMetric    = "chance_fresh"
 )
 
-// fitSourceChance solves val with the finished bundle b, as localize
+// fitSourceChance solves pairs with the finished bundle b, as localize
 // would, and sets b's SourceChance from the scores.
-func fitSourceChance(ctx context.Context, b *Bundle, fm forward.Model, val []forward.Pair, seed uint64, progress func(TrainProgress)) error {
+func fitSourceChance(ctx context.Context, b *Bundle, fm forward.Model, pairs []forward.Pair, seed uint64, progress func(TrainProgress)) error {
 	n := b.Manifest.Graph.Nodes
-	scores := make([][]float64, len(val))
+	scores := make([][]float64, len(pairs))
 	y := make([]float64, n)
-	for i, p := range val {
+	for i, p := range pairs {
 		observe(y, p.Infected)
 		opts := b.Options()
 		opts.Seed = seed + uint64(i)
 		res, err := Solve(ctx, b, fm, y, opts)
 		if err != nil {
-			return fmt.Errorf("measuring the source chance on validation cascade %d: %w", i, err)
+			return fmt.Errorf("measuring the source chance on cascade %d of %d: %w", i, len(pairs), err)
 		}
 		scores[i] = res.Scores
-		progress(TrainProgress{Stage: "source chance", Done: i + 1, Total: len(val), Loss: math.NaN()})
+		progress(TrainProgress{Stage: "source chance", Done: i + 1, Total: len(pairs), Loss: math.NaN()})
 	}
-	b.Manifest.SourceChance = FitSourceChance(scores, val)
+	b.Manifest.SourceChance = FitSourceChance(scores, pairs)
 	return nil
 }
 
