@@ -486,6 +486,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 				res.Method, r.pluginOf(res.Method), r.pluginDirOf(res.Method))
 		}
 	}
+	for _, res := range r.Results {
+		if line, ok := chanceLine(res); ok {
+			b.WriteString(line + "\n")
+		}
+	}
 	if r.ForwardFloorMSE != nil && *r.ForwardFloorMSE > 0 {
 		for _, res := range r.Results {
 			mse, ok := res.Extra["forward_test_mse"]
@@ -506,6 +511,22 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// chanceLine says, for a method run with chance=on, how its source chance
+// fared on the test cascades against the restarts' agreement read as one.
+func chanceLine(res Result) (string, bool) {
+	brier, ok := res.Extra["chance_brier"]
+	if !ok {
+		return "", false
+	}
+	on := fmt.Sprintf("%.0f fresh cascades", res.Extra["chance_fresh_cascades"])
+	if k, ok := res.Extra["chance_validation_cascades"]; ok {
+		on = fmt.Sprintf("the %.0f validation cascades (recorded cascades leave none fresh)", k)
+	}
+	return fmt.Sprintf("%s: a node's chance of being a source, fitted on %s: Brier %.3f, ECE %.3f (the restarts' agreement read as one: %.3f, %.3f); %.1f sources expected a test cascade, %.1f true",
+		res.Method, on, brier, res.Extra["chance_ece"], res.Extra["probability_brier"], res.Extra["probability_ece"],
+		res.Extra["chance_expected_sources"], res.Extra["true_sources"]), true
 }
 
 func cell(s Stat, prec int) string {

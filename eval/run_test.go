@@ -750,3 +750,21 @@ func TestRunGivesMethodsTheProvenance(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `{"recorded": true}`, provenance.Load().(string))
 }
+
+// A method run with chance=on gets a line on its source chance, saying
+// which cascades it was fitted on.
+func TestReportSaysHowTheChanceFared(t *testing.T) {
+	rep := &Report{Graph: "g", Results: []Result{
+		{Method: "slvae", Extra: map[string]float64{"chance_brier": 0.0682, "chance_ece": 0.0256, "probability_brier": 0.1504,
+			"probability_ece": 0.1462, "chance_expected_sources": 2.945, "true_sources": 3, "chance_fresh_cascades": 32}},
+		{Method: "slvae[icmf]", Extra: map[string]float64{"chance_brier": 0.1, "chance_ece": 0.05, "probability_brier": 0.2,
+			"probability_ece": 0.1, "chance_expected_sources": 2, "true_sources": 3, "chance_validation_cascades": 20}},
+		{Method: "slvae-noprior", Extra: map[string]float64{"forward_test_mse": 0.2}},
+	}}
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	out := buf.String()
+	require.Contains(t, out, "slvae: a node's chance of being a source, fitted on 32 fresh cascades: Brier 0.068, ECE 0.026 (the restarts' agreement read as one: 0.150, 0.146); 2.9 sources expected a test cascade, 3.0 true\n")
+	require.Contains(t, out, "slvae[icmf]: a node's chance of being a source, fitted on the 20 validation cascades (recorded cascades leave none fresh): Brier 0.100")
+	require.NotContains(t, out, "slvae-noprior: a node's chance")
+}

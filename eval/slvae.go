@@ -69,6 +69,13 @@ const DefaultForward = "deepis"
 //	prior        auto (with the prior or without it, by validation
 //	             ROC-AUC, as train's --prior) or on; default auto for
 //	             slvae, on for the others
+//	chance       on fits the source chance as train does (on fresh
+//	             cascades of the run's simulation, as many as the
+//	             validation solves, or on the validation cascades for
+//	             recorded ones) and reports how it fares on the test
+//	             cascades beside the restarts' agreement (see Diagnose);
+//	             off (the default) leaves it out and its solves: it
+//	             changes no ranking and no source set
 var slvaeVariants = map[string]localize.Variant{
 	// Stage 1 on the forward term alone, then L_pred: it does what the
 	// paper's schedule does where that works and reaches the sources its
@@ -190,6 +197,8 @@ type slvae struct {
 	scoreRankingOnly bool
 	// choosePrior is prior=auto.
 	choosePrior bool
+	// chance is chance=on.
+	chance bool
 
 	proc   *forward.Process
 	bundle *localize.Bundle
@@ -197,6 +206,10 @@ type slvae struct {
 	// found is, per Localize call in order, the lowest final objective
 	// over the restarts, for Diagnose.
 	found []float64
+	// chances and agreements are, per Localize call in order, the
+	// source chance and the restarts' agreement (Result.Probability) of
+	// every node, with chance=on, for Diagnose.
+	chances, agreements [][]float64
 }
 
 func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
@@ -242,6 +255,12 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	sourceRule := p.str("source_rule", defaultSourceRule(name))
 	ranking := p.str("ranking", defaultRanking(name))
 	priorChoice := p.str("prior", defaultPrior(name))
+	switch c := p.str("chance", "off"); c {
+	case "on", "off":
+		m.chance = c == "on"
+	default:
+		return nil, fmt.Errorf("%w %s.chance=%q: want on or off", ErrBadParam, name, c)
+	}
 	if err := p.done(); err != nil {
 		return nil, err
 	}
@@ -328,9 +347,23 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		ThresholdOnly:          m.thresholdOnly,
 		ScoreRankingOnly:       m.scoreRankingOnly,
 		ChoosePrior:            m.choosePrior,
-		// eval scores the ranking and the source set alone.
-		NoSourceChance: true,
+		// Unless asked, eval scores the ranking and the source set alone.
+		NoSourceChance: !m.chance,
 		Seed:           m.env.Seed,
+	}
+	if m.chance && m.env.Simulation != nil {
+		// As train does: fresh cascades, which made no choice, from a
+		// seed stream of their own. The chance ranks nothing, so no row
+		// but the chance's own numbers can gain from them.
+		k := len(val)
+		if m.valSolves > 0 {
+			k = min(k, m.valSolves)
+		}
+		fresh, _, err := diffusion.Simulate(ctx, g, *m.env.Simulation, k, localize.ChanceSeed(m.env.Seed))
+		if err != nil {
+			return fmt.Errorf("%s: simulating cascades for the source chance: %w", m.name, err)
+		}
+		cfg.ChancePairs = cascadePairs(fresh)
 	}
 	b, err := localize.Train(ctx, g, proc, cascadePairs(train), cascadePairs(val), cfg, func(p localize.TrainProgress) {
 		if m.env.Progress != nil && p.Done == p.Total {
@@ -407,6 +440,13 @@ func (m *slvae) Localize(ctx context.Context, y []float64) (Prediction, error) {
 		return Prediction{}, fmt.Errorf("%s: %w", m.name, err)
 	}
 	m.found = append(m.found, slices.Min(res.Objective))
+	if m.chance {
+		if res.Chance == nil {
+			return Prediction{}, fmt.Errorf("%s: chance=on, but the bundle has no source chance", m.name)
+		}
+		m.chances = append(m.chances, res.Chance)
+		m.agreements = append(m.agreements, res.Probability)
+	}
 	return Prediction{Scores: res.Scores, Sources: res.Sources}, nil
 }
 
@@ -420,7 +460,14 @@ func (m *slvae) Localize(ctx context.Context, y []float64) (Prediction, error) {
 //     best restart), and found_below_truth, the fraction of cascades where
 //     Solve found a lower objective than the truth's. Near 1, the
 //     optimiser does its job and the objective itself does not single out
-//     the true sources; near 0, the optimiser falls short.
+//     the true sources; near 0, the optimiser falls short;
+//   - with chance=on, how the source chance fares read as a forecast of
+//     which nodes are sources (ChanceScore): chance_brier and chance_ece,
+//     beside probability_brier and probability_ece, the same of the
+//     restarts' agreement; chance_expected_sources, the mean over the
+//     test cascades of sum_v chance_v, against true_sources; and
+//     chance_fresh_cascades or chance_validation_cascades, how many
+//     cascades, and which, the chance was fitted on.
 func (m *slvae) Diagnose(ctx context.Context, test []diffusion.Cascade) (map[string]float64, error) {
 	if m.bundle == nil {
 		return nil, fmt.Errorf("%s: Diagnose before Fit", m.name)
@@ -452,6 +499,22 @@ func (m *slvae) Diagnose(ctx context.Context, test []diffusion.Cascade) (map[str
 	out["objective_truth"] = truth / float64(count)
 	out["objective_found"] = found / float64(count)
 	out["found_below_truth"] = below / float64(count)
+	if len(m.chances) > 0 {
+		var chance, agreement ChanceScore
+		for i, c := range test[:min(count, len(m.chances))] {
+			chance.Add(m.chances[i], c.Sources)
+			agreement.Add(m.agreements[i], c.Sources)
+		}
+		expected, truth := chance.Expected()
+		out["chance_brier"], out["chance_ece"] = chance.Brier(), chance.ECE()
+		out["probability_brier"], out["probability_ece"] = agreement.Brier(), agreement.ECE()
+		out["chance_expected_sources"], out["true_sources"] = expected, truth
+		if m.bundle.Manifest.Metrics[localize.ChanceFreshMetric] == 1 {
+			out["chance_fresh_cascades"] = m.bundle.Manifest.Metrics[localize.ChanceCascadesMetric]
+		} else {
+			out["chance_validation_cascades"] = m.bundle.Manifest.Metrics[localize.ChanceCascadesMetric]
+		}
+	}
 	return out, nil
 }
 

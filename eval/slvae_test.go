@@ -52,3 +52,72 @@ func TestSLVAESolvesWithTheBundlesSchedule(t *testing.T) {
 		})
 	}
 }
+
+// chance=on fits the source chance as train does, on fresh cascades of the
+// run's simulation where there is one and on the validation cascades
+// where the cascades are recorded, and Diagnose scores it on the test
+// cascades; off, the default, leaves it out.
+func TestSLVAEChanceDiagnostics(t *testing.T) {
+	g, err := graph.Load("../configs/demo/karate.edges")
+	require.NoError(t, err)
+	sim := diffusion.DefaultConfig()
+	sim.Beta = 0.25
+	cs, _, err := diffusion.Simulate(t.Context(), g, sim, 44, 3, diffusion.Workers(1))
+	require.NoError(t, err)
+	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	for _, tc := range []struct {
+		name       string
+		chance     string
+		simulation *diffusion.Config
+		fittedOn   string
+	}{
+		{"fresh cascades", "on", &sim, "chance_fresh_cascades"},
+		{"recorded cascades", "on", nil, "chance_validation_cascades"},
+		{"off", "off", &sim, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := newSLVAE(Env{Graph: g, Seed: 5, Simulation: tc.simulation, Diffusion: json.RawMessage(`{"simulated":{"model":"SI"}}`), Params: map[string]string{
+				"forward": "icmf", "plugin_dir": pluginDir, "prior_epochs": "3", "prototypes": "32",
+				"val_solves": "6", "restarts": "4", "chance": tc.chance,
+			}}, "slvae", localize.DataInit)
+			require.NoError(t, err)
+			require.NoError(t, m.Fit(t.Context(), g, cs[:24], cs[24:32]))
+			defer m.Close()
+			test := cs[32:]
+			for _, c := range test {
+				_, err := m.Localize(t.Context(), c.Y(nil))
+				require.NoError(t, err)
+			}
+			d, err := m.Diagnose(t.Context(), test)
+			require.NoError(t, err)
+			if tc.fittedOn == "" {
+				require.Nil(t, m.bundle.Manifest.SourceChance)
+				require.NotContains(t, d, "chance_brier")
+				return
+			}
+			require.NotNil(t, m.bundle.Manifest.SourceChance)
+			require.Equal(t, 6.0, d[tc.fittedOn], "as many cascades as the validation solves")
+			var want ChanceScore
+			for i, c := range test {
+				want.Add(m.chances[i], c.Sources)
+			}
+			require.InDelta(t, want.Brier(), d["chance_brier"], 1e-12)
+			require.InDelta(t, want.ECE(), d["chance_ece"], 1e-12)
+			for _, k := range []string{"chance_brier", "chance_ece", "probability_brier", "probability_ece"} {
+				require.True(t, d[k] >= 0 && d[k] <= 1, "%s = %g", k, d[k])
+			}
+			var truth float64
+			for _, c := range test {
+				truth += float64(len(c.Sources))
+			}
+			require.InDelta(t, truth/float64(len(test)), d["true_sources"], 1e-12)
+			require.Greater(t, d["chance_expected_sources"], 0.0)
+		})
+	}
+}
+
+func TestSLVAEChanceParam(t *testing.T) {
+	_, err := newSLVAE(Env{Params: map[string]string{"chance": "yes"}}, "slvae", localize.DataInit)
+	require.ErrorIs(t, err, ErrBadParam)
+	require.ErrorContains(t, err, `slvae.chance="yes": want on or off`)
+}

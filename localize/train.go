@@ -455,6 +455,12 @@ const (
 	ChanceFreshMetric    = "chance_fresh"
 )
 
+// ChanceSeed is the simulation seed of the fresh cascades a bundle trained
+// with seed measures its source chance on (TrainConfig.ChancePairs, as
+// `sourcewatch train` and eval's chance=on draw them): a stream of its
+// own, apart from seed's, whose cascades made every other choice.
+func ChanceSeed(seed int64) int64 { return seed ^ 0x63_68_61_6e_63_65 } // "chance"
+
 // fitSourceChance solves pairs with the finished bundle b, as localize
 // would, and sets b's SourceChance from the scores.
 func fitSourceChance(ctx context.Context, b *Bundle, fm forward.Model, pairs []forward.Pair, seed uint64, progress func(TrainProgress)) error {

@@ -268,7 +268,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		} else {
 			k = min(k, 64)
 		}
-		chance, _, err := diffusion.Simulate(ctx, g, *simCfg, k, chanceSeed(seed), diffusion.Workers(v.GetInt("workers")))
+		chance, _, err := diffusion.Simulate(ctx, g, *simCfg, k, localize.ChanceSeed(seed), diffusion.Workers(v.GetInt("workers")))
 		if err != nil {
 			return simulationError(err)
 		}
@@ -479,10 +479,6 @@ func checkSizes(v *viper.Viper, least map[string]int) error {
 	return nil
 }
 
-// chanceSeed is the simulation seed of the cascades train measures the
-// source chance on: a stream of its own, apart from --seed's.
-func chanceSeed(seed int64) int64 { return seed ^ 0x63_68_61_6e_63_65 } // "chance"
-
 func toPairs(cs []diffusion.Cascade) []forward.Pair {
 	ps := make([]forward.Pair, len(cs))
 	for i, c := range cs {
@@ -513,8 +509,7 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 	defer bar.Done()
 	n := b.Manifest.Graph.Nodes
 	var prec, rec, f1, topk, auc, ctlF1, ctlAUC, named, truth []float64
-	var chanceBrier, probBrier, expected []float64
-	isSource := make([]bool, n)
+	var chance, agreement eval.ChanceScore
 	y := make([]float64, n)
 	opts := b.Options()
 	for i := 0; i < limit; i++ {
@@ -529,22 +524,8 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 		topk, auc = append(topk, m.TopK), append(auc, m.AUC)
 		named, truth = append(named, float64(len(res.Sources))), append(truth, float64(len(test[i].Sources)))
 		if res.Chance != nil {
-			clear(isSource)
-			for _, v := range test[i].Sources {
-				isSource[v] = true
-			}
-			var cb, pb, sum float64
-			for v := range n {
-				hit := 0.0
-				if isSource[v] {
-					hit = 1
-				}
-				cb += (res.Chance[v] - hit) * (res.Chance[v] - hit)
-				pb += (res.Probability[v] - hit) * (res.Probability[v] - hit)
-				sum += res.Chance[v]
-			}
-			chanceBrier, probBrier = append(chanceBrier, cb/float64(n)), append(probBrier, pb/float64(n))
-			expected = append(expected, sum)
+			chance.Add(res.Chance, test[i].Sources)
+			agreement.Add(res.Probability, test[i].Sources)
 		}
 		// The infected control on the same cascade, so the summary can
 		// say whether the bundle ranks better than the observation itself.
@@ -559,10 +540,10 @@ func heldOut(ctx context.Context, a *app, b *localize.Bundle, f localize.Forward
 		localize.TestInfectedF1Metric: mean(ctlF1), localize.TestInfectedAUCMetric: mean(ctlAUC),
 		localize.TestNamedMetric: mean(named), localize.TestSourcesMetric: mean(truth),
 	}
-	if len(chanceBrier) > 0 {
-		out[localize.TestChanceBrierMetric] = mean(chanceBrier)
-		out[localize.TestProbabilityBrierMetric] = mean(probBrier)
-		out[localize.TestExpectedSourcesMetric] = mean(expected)
+	if expected, _ := chance.Expected(); !math.IsNaN(expected) {
+		out[localize.TestChanceBrierMetric] = chance.Brier()
+		out[localize.TestProbabilityBrierMetric] = agreement.Brier()
+		out[localize.TestExpectedSourcesMetric] = expected
 	}
 	// On every test cascade, not only the solved ones: one Predict per 64.
 	if mse, err := localize.ForwardMSE(ctx, f, n, toPairs(test)); err != nil {
