@@ -65,6 +65,9 @@ type localMLP struct {
 	// feat is Localize's scratch: n x width.
 	feat *mat.Dense
 	work nodeFeatureScratch
+	// scored are the scores of every Localize call in order, for
+	// Diagnose: each is P(v is a source), a chance to score as one.
+	scored [][]float64
 }
 
 // Bounds of local-mlp's sizes: far above its defaults (32 and 512),
@@ -504,5 +507,23 @@ func (m *localMLP) Localize(ctx context.Context, y []float64) (Prediction, error
 			src = append(src, v)
 		}
 	}
+	m.scored = append(m.scored, s)
 	return Prediction{Scores: s, Sources: src}, nil
+}
+
+// Diagnose scores local-mlp's probabilities on the test cascades as
+// SL-VAE's chance=on scores its source chance (chance_brier, chance_ece,
+// chance_expected_sources, true_sources): a learned per-node chance to
+// read that one beside.
+func (m *localMLP) Diagnose(_ context.Context, test []diffusion.Cascade) (map[string]float64, error) {
+	var cs ChanceScore
+	for i, c := range test[:min(len(test), len(m.scored))] {
+		cs.Add(m.scored[i], c.Sources)
+	}
+	expected, truth := cs.Expected()
+	if math.IsNaN(expected) {
+		return nil, nil
+	}
+	return map[string]float64{"chance_brier": cs.Brier(), "chance_ece": cs.ECE(),
+		"chance_expected_sources": expected, "true_sources": truth}, nil
 }

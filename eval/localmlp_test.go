@@ -141,6 +141,17 @@ func testLocalMLPLearnsToRankSources(t *testing.T, features string) {
 	l, i := Summarize(learned).Mean, Summarize(control).Mean
 	t.Logf("local-mlp AUC %.3f, infected %.3f", l, i)
 	require.Greater(t, l, i+0.02)
+
+	// Its probabilities, read as chances, forecast better than the base
+	// rate does (every node at the share of sources, Brier r(1-r)), and
+	// expect about as many sources as there were.
+	d, err := m.(Diagnoser).Diagnose(ctx, cs[200:])
+	require.NoError(t, err)
+	r := d["true_sources"] / float64(g.N())
+	t.Logf("local-mlp Brier %.4f (base rate %.4f), ECE %.4f, sources expected %.2f of %.2f",
+		d["chance_brier"], r*(1-r), d["chance_ece"], d["chance_expected_sources"], d["true_sources"])
+	require.Less(t, d["chance_brier"], r*(1-r))
+	require.InDelta(t, d["true_sources"], d["chance_expected_sources"], 0.3*d["true_sources"])
 }
 
 func TestLocalMLPParams(t *testing.T) {

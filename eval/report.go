@@ -514,18 +514,24 @@ func (r *Report) WriteTable(w io.Writer) error {
 }
 
 // chanceLine says, for a method run with chance=on, how its source chance
-// fared on the test cascades against the restarts' agreement read as one.
+// fared on the test cascades against the restarts' agreement read as one,
+// and for local-mlp how its probabilities fared read as chances.
 func chanceLine(res Result) (string, bool) {
 	brier, ok := res.Extra["chance_brier"]
 	if !ok {
 		return "", false
 	}
-	on := fmt.Sprintf("%.0f fresh cascades", res.Extra["chance_fresh_cascades"])
-	if k, ok := res.Extra["chance_validation_cascades"]; ok {
-		on = fmt.Sprintf("the %.0f validation cascades (recorded cascades leave none fresh)", k)
+	what, beside := "its probabilities read as a chance", ""
+	if k, ok := res.Extra["chance_fresh_cascades"]; ok {
+		what = fmt.Sprintf("each node's chance of being a source, fitted on %.0f fresh cascades", k)
+	} else if k, ok := res.Extra["chance_validation_cascades"]; ok {
+		what = fmt.Sprintf("each node's chance of being a source, fitted on the %.0f validation cascades (recorded cascades leave none fresh)", k)
 	}
-	return fmt.Sprintf("%s: a node's chance of being a source, fitted on %s: Brier %.3f, ECE %.3f (the restarts' agreement read as one: %.3f, %.3f); %.1f sources expected a test cascade, %.1f true",
-		res.Method, on, brier, res.Extra["chance_ece"], res.Extra["probability_brier"], res.Extra["probability_ece"],
+	if pb, ok := res.Extra["probability_brier"]; ok {
+		beside = fmt.Sprintf(" (the restarts' agreement read as a chance: %.3f, %.3f)", pb, res.Extra["probability_ece"])
+	}
+	return fmt.Sprintf("%s: %s: Brier %.3f, ECE %.3f%s; %.1f sources expected a test cascade, %.1f true",
+		res.Method, what, brier, res.Extra["chance_ece"], beside,
 		res.Extra["chance_expected_sources"], res.Extra["true_sources"]), true
 }
 

@@ -760,11 +760,14 @@ func TestReportSaysHowTheChanceFared(t *testing.T) {
 		{Method: "slvae[icmf]", Extra: map[string]float64{"chance_brier": 0.1, "chance_ece": 0.05, "probability_brier": 0.2,
 			"probability_ece": 0.1, "chance_expected_sources": 2, "true_sources": 3, "chance_validation_cascades": 20}},
 		{Method: "slvae-noprior", Extra: map[string]float64{"forward_test_mse": 0.2}},
+		{Method: "local-mlp", Extra: map[string]float64{"chance_brier": 0.07, "chance_ece": 0.01, "chance_expected_sources": 3.1, "true_sources": 3}},
 	}}
 	var buf bytes.Buffer
 	require.NoError(t, rep.WriteTable(&buf))
 	out := buf.String()
-	require.Contains(t, out, "slvae: a node's chance of being a source, fitted on 32 fresh cascades: Brier 0.068, ECE 0.026 (the restarts' agreement read as one: 0.150, 0.146); 2.9 sources expected a test cascade, 3.0 true\n")
-	require.Contains(t, out, "slvae[icmf]: a node's chance of being a source, fitted on the 20 validation cascades (recorded cascades leave none fresh): Brier 0.100")
-	require.NotContains(t, out, "slvae-noprior: a node's chance")
+	require.Contains(t, out, "slvae: each node's chance of being a source, fitted on 32 fresh cascades: Brier 0.068, ECE 0.026 (the restarts' agreement read as a chance: 0.150, 0.146); 2.9 sources expected a test cascade, 3.0 true\n")
+	require.Contains(t, out, "slvae[icmf]: each node's chance of being a source, fitted on the 20 validation cascades (recorded cascades leave none fresh): Brier 0.100")
+	require.Contains(t, out, "local-mlp: its probabilities read as a chance: Brier 0.070, ECE 0.010; 3.1 sources expected a test cascade, 3.0 true\n",
+		"a learned probability, with no agreement to set beside it")
+	require.NotContains(t, out, "slvae-noprior: each node's chance")
 }
