@@ -23,7 +23,9 @@ import (
 // nodes it gave 0.8 or more were sources 25-37% of the time); the chance
 // is that measured rate. The regression keeps each class's total, so over the cascades it
 // was fitted on the chances sum to the number of sources, and sum_v
-// chance_v estimates an observation's source count.
+// chance_v estimates an observation's source count. Where every infected
+// component holds a source (Manifest.NamesInfectedComponents), Solve
+// raises a component's chances to sum to at least 1 (floorComponents).
 type SourceChance struct {
 	Infected   CalibrationSteps `json:"infected"`
 	Uninfected CalibrationSteps `json:"uninfected"`
@@ -101,6 +103,47 @@ func (sc *SourceChance) apply(dst, scores, y []float64) []float64 {
 		}
 	}
 	return dst
+}
+
+// floorComponents raises in place, for each infected component of comp
+// (InfectedComponents' labels) whose chances sum to less than 1, its
+// nodes' chances to sum to 1: where nothing recovers and every infection
+// is observed (Manifest.NamesInfectedComponents), every infected
+// component holds a source, so an expected count below 1 there is the
+// fit read outside what it saw (an outbreak smaller than the training
+// ones, whose scores it never met). The chances are scaled by 1/sum, which
+// keeps their order and leaves each at most 1, or where they are all 0
+// shared by score (equally where the scores are all 0 too).
+func floorComponents(chance, scores []float64, comp []int) {
+	if len(chance) != len(comp) || len(scores) != len(comp) {
+		panic(fmt.Sprintf("localize: source chance floor: %d chances, %d scores, %d labels", len(chance), len(scores), len(comp)))
+	}
+	k := 0
+	for _, c := range comp {
+		k = max(k, c+1)
+	}
+	if k == 0 {
+		return
+	}
+	chanceSum, scoreSum, size := make([]float64, k), make([]float64, k), make([]float64, k)
+	for v, c := range comp {
+		if c >= 0 {
+			chanceSum[c] += chance[v]
+			scoreSum[c] += scores[v]
+			size[c]++
+		}
+	}
+	for v, c := range comp {
+		switch {
+		case c < 0 || chanceSum[c] >= 1:
+		case chanceSum[c] > 0:
+			chance[v] = min(chance[v]/chanceSum[c], 1)
+		case scoreSum[c] > 0:
+			chance[v] = scores[v] / scoreSum[c]
+		default:
+			chance[v] = 1 / size[c]
+		}
+	}
 }
 
 // check reports the first malformed part of sc, naming its JSON field.

@@ -99,3 +99,99 @@ func TestSolveWithSourceChance(t *testing.T) {
 		})
 	}
 }
+
+func TestFloorComponents(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		chance, scores []float64
+		comp           []int
+		want           []float64
+	}{
+		{
+			name:   "a component short of one source is scaled to one",
+			chance: []float64{0.2, 0.3, 0.1, 0.4},
+			scores: []float64{0.5, 0.6, 0.2, 0.9},
+			comp:   []int{0, 0, -1, 1},
+			want:   []float64{0.4, 0.6, 0.1, 1},
+		},
+		{
+			name:   "one at or over one is left alone, as is every uninfected node",
+			chance: []float64{0.7, 0.6, 0.05},
+			scores: []float64{0.9, 0.8, 0.1},
+			comp:   []int{0, 0, -1},
+			want:   []float64{0.7, 0.6, 0.05},
+		},
+		{
+			// The fit read outside its range: every chance 0.
+			name:   "chances all 0 are shared by score",
+			chance: []float64{0, 0, 0, 0},
+			scores: []float64{0.3, 0.1, 0, 0.5},
+			comp:   []int{0, 0, 0, -1},
+			want:   []float64{0.75, 0.25, 0, 0},
+		},
+		{
+			name:   "and equally where the scores are all 0 too",
+			chance: []float64{0, 0, 0, 0},
+			scores: []float64{0, 0, 0, 0},
+			comp:   []int{-1, 0, 0, 0},
+			want:   []float64{0, 1.0 / 3, 1.0 / 3, 1.0 / 3},
+		},
+		{
+			name:   "no infected node",
+			chance: []float64{0.1, 0},
+			scores: []float64{0.2, 0},
+			comp:   []int{-1, -1},
+			want:   []float64{0.1, 0},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := append([]float64(nil), tc.chance...)
+			floorComponents(got, tc.scores, tc.comp)
+			require.InDeltaSlice(t, tc.want, got, 1e-12)
+		})
+	}
+	require.PanicsWithValue(t, "localize: source chance floor: 2 chances, 2 scores, 3 labels", func() {
+		floorComponents(make([]float64, 2), make([]float64, 2), make([]int, 3))
+	})
+}
+
+// Where every infected component holds a source (an SI bundle ranking the
+// infected first), Solve's chances give each infected component at least
+// one source, even where the fit, read outside what it saw, gives 0.
+func TestSolveFloorsTheChanceByComponent(t *testing.T) {
+	p, f, _ := testProblem(12, 2, 4)
+	b := testBundle(t)
+	b.Manifest.SourceChance = &SourceChance{
+		Infected:   CalibrationSteps{Scores: []float64{1}, Probabilities: []float64{0}},
+		Uninfected: CalibrationSteps{Scores: []float64{1}, Probabilities: []float64{0}},
+	}
+	res, err := Solve(t.Context(), b, f, p.Y, DefaultOptions())
+	require.NoError(t, err)
+	require.False(t, b.Manifest.NamesInfectedComponents())
+	require.Zero(t, *ExpectedSources(res.Chance), "no floor where components need not hold a source")
+
+	b.Manifest.Ranking = InfectedFirst
+	b.Manifest.Diffusion = []byte(`{"simulated":{"model":"SI"}}`)
+	require.True(t, b.Manifest.NamesInfectedComponents())
+	res, err = Solve(t.Context(), b, f, p.Y, DefaultOptions())
+	require.NoError(t, err)
+	comp := InfectedComponents(b.Graph, p.Y, nil)
+	sums := map[int]float64{}
+	for v, c := range comp {
+		if c < 0 {
+			require.Zero(t, res.Chance[v], "uninfected node %d", v)
+			continue
+		}
+		sums[c] += res.Chance[v]
+	}
+	require.NotEmpty(t, sums)
+	for c, s := range sums {
+		require.InDelta(t, 1, s, 1e-12, "infected component %d", c)
+	}
+	// Opts.Threshold skips the source floor, not the chance's.
+	opts := DefaultOptions()
+	opts.Threshold = 0.99
+	res2, err := Solve(t.Context(), b, f, p.Y, opts)
+	require.NoError(t, err)
+	require.InDelta(t, float64(len(sums)), *ExpectedSources(res2.Chance), 1e-12)
+}

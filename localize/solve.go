@@ -230,7 +230,9 @@ type Result struct {
 	// rate of sources among the nodes of its class in the cascades the
 	// bundle measured it on (see SourceChance), so sum_v Chance_v
 	// estimates the observation's source count; nil for a bundle without
-	// a SourceChance (format 6 and older).
+	// a SourceChance (format 6 and older). Where every infected component
+	// holds a source (Manifest.NamesInfectedComponents), a component's
+	// chances summing to less than 1 are raised to sum to 1.
 	Chance []float64
 	// Predicted is f(Mean), the forward model's infection probability at
 	// the mean final x, when Options.Predict is set or the bundle's
@@ -440,6 +442,13 @@ func Solve(ctx context.Context, b *Bundle, f Forward, y []float64, opts Options)
 	res.Probability = namedFraction(res.final, res.finalGrad, rr, vote, res.Predicted)
 	if sc := b.Manifest.SourceChance; sc != nil {
 		res.Chance = sc.apply(nil, res.Scores, y)
+		if b.Manifest.NamesInfectedComponents() {
+			comp := InfectedComponents(b.Graph, y, nil)
+			if cut.floor != nil {
+				comp = cut.floor.components
+			}
+			floorComponents(res.Chance, res.Scores, comp)
+		}
 	}
 	return res, nil
 }
