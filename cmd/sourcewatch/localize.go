@@ -45,7 +45,16 @@ them, one per line) and prints the suspected sources, ranked, with their score
 fraction of restarts whose own x, ranked the same way, reaches the source
 set's cut: delta, or under a count rule the K-th source's mean x).`,
 		Example: `  sourcewatch localize --bundle karate.swb --observation obs.json`,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return runLocalize(cmd, a) },
+		// A file named after the flags (localize --bundle b.swb obs.json)
+		// was ignored, and localize read stdin instead: nothing on a
+		// pipe, a wait for input on a terminal.
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("localize takes no arguments, got %q: give the observation file as --observation %s (stdin without it)", args[0], args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runLocalize(cmd, a) },
 	}
 	f := cmd.Flags()
 	f.String("bundle", "", "bundle file written by train (required)")

@@ -119,3 +119,13 @@ func TestLocalizeRefusesNegativeSizes(t *testing.T) {
 		require.EqualError(t, err, tc.want)
 	}
 }
+
+// An argument to localize or train is refused, naming the flag meant:
+// `localize --bundle b.swb obs.json` ignored obs.json and read stdin (a
+// wait for input on a terminal), and `train my.edges` ignored it.
+func TestLocalizeAndTrainRefuseArguments(t *testing.T) {
+	_, _, err := runCmd(t, `{"infected":["1"]}`, "localize", "--bundle", filepath.Join(t.TempDir(), "none.swb"), "obs.json")
+	require.EqualError(t, err, `localize takes no arguments, got "obs.json": give the observation file as --observation obs.json (stdin without it)`)
+	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--out", filepath.Join(t.TempDir(), "k.swb"), "my.edges")
+	require.EqualError(t, err, `train takes no arguments, got "my.edges": the edge list is --graph, recorded cascades --cascades-file, the bundle --out`)
+}

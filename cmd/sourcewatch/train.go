@@ -45,6 +45,13 @@ whether to keep the prior term: see the flags below), reports held-out
 metrics on the test split, and writes everything into one bundle file.`,
 		Example: `  sourcewatch train --graph configs/demo/karate.edges --diffusion SI --beta 0.2 \
     --cascades 300 --forward deepis --out karate.swb`,
+		// An argument (train my.edges) was ignored without a word.
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("train takes no arguments, got %q: the edge list is --graph, recorded cascades --cascades-file, the bundle --out", args[0])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withPluginCheckHint(runTrain(cmd, a), a.v.GetString("forward"), a.v.GetString("plugin_dir"))
 		},
