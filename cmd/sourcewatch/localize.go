@@ -337,7 +337,12 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	fmt.Fprintf(w, "%d infected; %s; %d suspected source(s); %s (forward %s)\n",
 		o.Infected, cut, len(o.Sources), time.Duration(o.Timing.TotalSeconds*float64(time.Second)).Round(time.Millisecond), o.Forward.Name)
 	list := o.Sources
-	if len(list) == 0 {
+	switch {
+	case len(list) == 0 && len(o.Top) == 0:
+		// --top 0: a table of no rows under "the top-scored nodes are"
+		// read as a listing that failed.
+		fmt.Fprintf(w, "no node is over delta (--top 0: no top-scored nodes listed)\n")
+	case len(list) == 0:
 		fmt.Fprintf(w, "no node is over delta; the top-scored nodes are:\n")
 		list = o.Top
 	}
@@ -347,12 +352,14 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	for _, s := range list {
 		col = max(col, min(alerts.TextWidth(s.Node), 48))
 	}
-	// Four digits: scores of a large infected region often agree to three.
-	fmt.Fprintf(w, "%5s  %-*s %7s %12s", "rank", col, "node", "score", "probability")
-	if o.ExpectedSources != nil {
-		fmt.Fprintf(w, " %7s", "chance")
+	if len(list) > 0 {
+		// Four digits: scores of a large infected region often agree to three.
+		fmt.Fprintf(w, "%5s  %-*s %7s %12s", "rank", col, "node", "score", "probability")
+		if o.ExpectedSources != nil {
+			fmt.Fprintf(w, " %7s", "chance")
+		}
+		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w)
 	for i, s := range list {
 		score := s.Score
 		if score < 1 && score >= 0.99995 {

@@ -129,3 +129,13 @@ func TestLocalizeAndTrainRefuseArguments(t *testing.T) {
 	_, _, err = runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--out", filepath.Join(t.TempDir(), "k.swb"), "my.edges")
 	require.EqualError(t, err, `train takes no arguments, got "my.edges": the edge list is --graph, recorded cascades --cascades-file, the bundle --out`)
 }
+
+// With --top 0 and no node over delta, localize says that nothing is
+// listed, not "the top-scored nodes are:" above a table of no rows.
+func TestPrintedNothingOverDeltaWithTopZero(t *testing.T) {
+	var out bytes.Buffer
+	printLocalized(&out, localizeOutput{Infected: 1, Threshold: 0.9}, false)
+	require.Contains(t, out.String(), "no node is over delta (--top 0: no top-scored nodes listed)\n")
+	require.NotContains(t, out.String(), "the top-scored nodes are")
+	require.NotContains(t, out.String(), "rank")
+}
