@@ -320,7 +320,13 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	cut := fmt.Sprintf("threshold delta %.2f", o.Threshold)
 	if o.SourceRule != "" {
 		// Three significant digits: a cut of 0.0003 is not 0.000.
-		cut = fmt.Sprintf("%s (down to %s)", o.SourceRule, strconv.FormatFloat(o.Threshold, 'g', 3, 64))
+		at := strconv.FormatFloat(o.Threshold, 'g', 3, 64)
+		if o.Threshold < 1 && at == "1" {
+			// A calibrated or lone node's score of 0.9996 would read "down
+			// to 1" above a table that prints it as 0.9999.
+			at = strconv.FormatFloat(min(o.Threshold, 0.9999), 'f', 4, 64)
+		}
+		cut = fmt.Sprintf("%s (down to %s)", o.SourceRule, at)
 	}
 	if o.Ranking != localize.RankByScore {
 		cut += "; " + string(o.Ranking)

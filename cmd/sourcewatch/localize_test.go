@@ -30,7 +30,9 @@ func TestPrintedCountCut(t *testing.T) {
 	for _, tc := range []struct {
 		at   float64
 		want string
-	}{{0.0003, "(down to 0.0003)"}, {0.22375, "(down to 0.224)"}, {0, "(down to 0)"}} {
+	}{{0.0003, "(down to 0.0003)"}, {0.22375, "(down to 0.224)"}, {0, "(down to 0)"}, {1, "(down to 1)"},
+		// Below 1 never reads 1, as the table's 0.9999 does not.
+		{0.9996, "(down to 0.9996)"}, {0.99996, "(down to 0.9999)"}} {
 		var out bytes.Buffer
 		printLocalized(&out, localizeOutput{Infected: 3, Threshold: tc.at, SourceRule: "the 7 highest scores"}, false)
 		require.Contains(t, out.String(), "the 7 highest scores "+tc.want)
