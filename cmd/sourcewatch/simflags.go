@@ -180,13 +180,21 @@ func (a *app) warnUnusedSettings(g *graph.Graph, cfg diffusion.Config) {
 		a.log.Warn(fmt.Sprintf("%d of %d edges are listed both ways (u v and v u), the others one way only: read as an undirected graph, each pair is one edge; "+
 			"if the file lists arcs (a directed graph), pass --directed", st.Reciprocal, st.Edges), graphFile)
 	}
-	switch d := g.Stats().Duplicates; {
+	st := g.Stats()
+	switch d := st.Duplicates; {
 	case !g.Weighted() || d == 0:
 	case !g.Directed():
 		// Reciprocal arcs of a directed file read as one undirected edge,
-		// whatever their weights.
-		a.log.Warn(fmt.Sprintf("%d repeated edges of the weighted edge list were merged into one, the first weight kept: "+
-			"if the file lists u v and v u as two arcs with weights of their own, pass --directed", d), graphFile)
+		// whatever their weights; --directed keeps them apart. An edge
+		// listed the same way twice is dropped either way, so --directed
+		// is no advice for it.
+		if r := st.Reciprocal; r > 0 {
+			a.log.Warn(fmt.Sprintf("%d repeated edges of the weighted edge list were merged into one, the first weight kept: "+
+				"if the file lists u v and v u as two arcs with weights of their own, pass --directed", r), graphFile)
+		}
+		if same := d - st.Reciprocal; same > 0 {
+			a.log.Warn(fmt.Sprintf("%d edge(s) of the weighted edge list listed again the same way (u v twice) dropped: the first weight of each is kept", same), graphFile)
+		}
 	default:
 		a.log.Warn(fmt.Sprintf("%d repeated arc(s) of the weighted edge list dropped: the first weight of each arc is kept", d), graphFile)
 	}

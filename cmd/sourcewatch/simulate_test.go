@@ -321,6 +321,13 @@ func TestSimulateWarnsOfMergedWeightedArcs(t *testing.T) {
 	_, stderr, err = runSimulateCmd(t, "--graph", path, "--directed", "--diffusion", "IC", "--sources", "1", "--cascades", "2", "--observe", "0.2")
 	require.NoError(t, err)
 	require.Contains(t, stderr, "1 repeated arc(s) of the weighted edge list dropped: the first weight of each arc is kept")
+	// Read undirected, the same edge listed the same way twice is not
+	// a pair of arcs, and --directed would not keep it: it is named as
+	// what it is.
+	_, stderr, err = runSimulateCmd(t, "--graph", path, "--diffusion", "IC", "--sources", "1", "--cascades", "2", "--observe", "0.2")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "1 edge(s) of the weighted edge list listed again the same way (u v twice) dropped: the first weight of each is kept")
+	require.NotContains(t, stderr, "pass --directed")
 }
 
 // An unweighted list read undirected with some edges given both ways and
