@@ -253,6 +253,15 @@ func (a *app) warnOvershoot(g *graph.Graph, cfg diffusion.Config, cs []diffusion
 			over, len(cs), 100*(cfg.ObserveMax+0.1), cfg.ObserveMax, bySources))
 		return
 	}
+	if math.Ceil(cfg.ObserveMin*float64(g.N())-1e-9) >= float64(g.N()) {
+		// Every target is every node (--observe 1, or near it on a small
+		// graph): the snapshots hold what was asked for, and no slower
+		// spread observes them earlier.
+		a.log.Warn(fmt.Sprintf("%d of %d snapshots hold every node, as --observe %g asks on this graph of %d nodes: "+
+			"a snapshot of every node infected says nothing of where the spread began; a lower --observe observes it earlier",
+			all, len(cs), cfg.ObserveMin, g.N()))
+		return
+	}
 	if cfg.ObserveMax+0.1 >= 1 {
 		// Nothing lies past the target but every node.
 		a.log.Warn(fmt.Sprintf("%d of %d snapshots hold every node: one step of the spread infects all of this graph at once; %s, "+

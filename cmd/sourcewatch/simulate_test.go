@@ -297,6 +297,14 @@ func TestSimulateWarnsOfOvershoot(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, stderr, "of 50 snapshots hold every node")
 	require.NotContains(t, stderr, "110%")
+	// With --observe 1 every target is every node: the snapshots hold
+	// what was asked for, and the advice is a lower --observe, not a
+	// slower spread that overshoots no target.
+	_, stderr, err = runSimulateCmd(t, "--graph", simKarate, "--sources", "2", "--cascades", "10", "--observe", "1")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "10 of 10 snapshots hold every node, as --observe 1 asks on this graph of 34 nodes")
+	require.Contains(t, stderr, "a lower --observe observes it earlier")
+	require.NotContains(t, stderr, "--beta")
 	_, stderr, err = runSimulateCmd(t, "--graph", simKarate, "--cascades", "50")
 	require.NoError(t, err)
 	require.NotContains(t, stderr, "snapshots hold over")
