@@ -443,3 +443,15 @@ func TestEvalWarnsOfRedrawnSources(t *testing.T) {
 	require.Contains(t, stderr, "draws were redrawn for 20 cascades, for dying out below their observation targets")
 	require.Contains(t, stderr, "no longer follow --pattern uniform")
 }
+
+// Test snapshots past the --observe maximum because the sources alone
+// are that many get the advice for it, fewer sources, not a lower --beta,
+// which cannot help a snapshot taken at the start.
+func TestEvalWarnsOfSourcesPastTheTarget(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "path5.edges")
+	require.NoError(t, os.WriteFile(path, []byte("0 1\n1 2\n2 3\n3 4\n"), 0o600))
+	_, stderr, err := runEvalCmd(t, "--graph", path, "--sources", "4", "--cascades", "20", "--runs", "1", "--methods", "infected")
+	require.NoError(t, err)
+	require.Contains(t, stderr, "past the --observe maximum 0.5: the sources alone are that many (4 of 5 nodes); fewer --sources")
+	require.NotContains(t, stderr, "--beta")
+}
