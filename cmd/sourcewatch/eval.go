@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -330,6 +331,9 @@ func (a *app) eval(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := checkSplit(cfg, recordedFile(a.v)); err != nil {
+		return err
+	}
 	if err := cfg.Validate(g); err != nil {
 		return err
 	}
@@ -443,4 +447,34 @@ func writeJSONFile(path string, rep *eval.Report) error {
 		return fmt.Errorf("--json: %w", err)
 	}
 	return nil
+}
+
+// checkSplit names the flags behind a split that cannot be made, as
+// train does: eval.Config.Validate speaks of "train fraction" and
+// "cascades 3: split 2/1/0", not of --train-frac or how many would do.
+func checkSplit(cfg eval.Config, recorded string) error {
+	tf, vf := cfg.TrainFrac, cfg.ValFrac
+	if !(tf > 0 && vf > 0 && tf+vf < 1) {
+		return fmt.Errorf("--train-frac %g, --val-frac %g: want both above 0 and their sum below 1 (the rest is test)", tf, vf)
+	}
+	parts := func(n int) (int, int, int) {
+		tr, va := int(math.Round(tf*float64(n))), int(math.Round(vf*float64(n)))
+		return tr, va, n - tr - va
+	}
+	tr, va, te := parts(cfg.Cascades)
+	if tr >= 1 && va >= 1 && te >= 1 {
+		return nil
+	}
+	least := cfg.Cascades + 1
+	for ; least < 1_000_000; least++ {
+		if a, b, c := parts(least); a >= 1 && b >= 1 && c >= 1 {
+			break
+		}
+	}
+	more := fmt.Sprintf("use --cascades %d or more", least)
+	if recorded != "" {
+		more = fmt.Sprintf("record %d or more in %s", least, recorded)
+	}
+	return fmt.Errorf("%d cascades give an empty train, validation or test split (%d/%d/%d at --train-frac %g, --val-frac %g; %d is the least that fills all three); %s",
+		cfg.Cascades, tr, va, te, tf, vf, least, more)
 }
