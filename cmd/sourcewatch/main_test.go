@@ -98,6 +98,8 @@ func TestFlagCommandConfigKeys(t *testing.T) {
 		{"a key of no flag and no value is named", "cascdes:\nlog_level: warn\n", "", `"keys":["cascdes"]`, 100},
 		{"a flag-only key is refused", "help: true\n", `key "help": --help is a command-line flag only`, "", 0},
 		{"a section where a flag takes a value", "nats:\n  url: nats://127.0.0.1:4222\n", `key "nats" is a section, but sourcewatch simulate reads it as --nats, a string`, "", 0},
+		{"a list where a flag takes a value", "sources: [2]\n", `key "sources" is a list, but sourcewatch simulate reads it as --sources, one string`, "", 0},
+		{"a list where a number flag takes a value", "seed: [5]\n", `key "seed" is a list, but sourcewatch simulate reads it as --seed, one int64`, "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := filepath.Join(t.TempDir(), "simulate.yaml")

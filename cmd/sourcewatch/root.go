@@ -250,6 +250,7 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 	for _, k := range topLevelKeys(fv) {
 		f := known[k]
 		_, section := fv.Get(k).(map[string]any)
+		_, list := fv.Get(k).([]any)
 		switch {
 		case k != flagKey(k) && known[flagKey(k)] != nil:
 			return fmt.Errorf("%s: key %q: config keys use underscores; did you mean %s?", file, k, flagKey(k))
@@ -259,6 +260,11 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 			return fmt.Errorf("%s: key %q: %s", file, k, flagOnlyKeys[k])
 		case f != nil && section && f.Value.Type() != "stringArray" && f.Value.Type() != "stringSlice":
 			return fmt.Errorf("%s: key %q is a section, but %s reads it as --%s, a %s (%s)",
+				file, k, cmd.CommandPath(), f.Name, f.Value.Type(), f.Usage)
+		case f != nil && list && f.Value.Type() != "stringArray" && f.Value.Type() != "stringSlice":
+			// Read as one value, a YAML list is "" or 0: sources: [2] ran
+			// on the default source ratio, seed: [5] on seed 0.
+			return fmt.Errorf("%s: key %q is a list, but %s reads it as --%s, one %s (%s): give it one value",
 				file, k, cmd.CommandPath(), f.Name, f.Value.Type(), f.Usage)
 		case f == nil:
 			ignored = append(ignored, k)
