@@ -272,3 +272,27 @@ func TestEnvironmentNamingASectionIsRefused(t *testing.T) {
 	t.Setenv("SOURCEWATCH_NATS", "")
 	require.NoError(t, envReplacesSection(os.Environ()))
 }
+
+// A config file or SOURCEWATCH_* value that the flag would refuse on the
+// command line is refused naming where it came from: viper read "abc" as
+// 0 and 2.7 as 2, so seed: abc ran on seed 0 without a word.
+func TestFlagCommandRefusesValuesOfTheWrongType(t *testing.T) {
+	for _, tc := range []struct{ file, want string }{
+		{"seed: abc\n", `key "seed": "abc" is not a whole number, as --seed wants`},
+		{"seed: 2.7\n", `key "seed": "2.7" is not a whole number, as --seed wants`},
+		{"beta: high\n", `key "beta": "high" is not a number, as --beta wants`},
+		{"directed: maybe\n", `key "directed": "maybe" is not true or false, as --directed wants`},
+	} {
+		cfg := filepath.Join(t.TempDir(), "simulate.yaml")
+		require.NoError(t, os.WriteFile(cfg, []byte("cascades: 2\n"+tc.file), 0o644))
+		_, _, err := runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--config", cfg)
+		require.ErrorContains(t, err, tc.want)
+	}
+	t.Setenv("SOURCEWATCH_SEED", "abc")
+	_, _, err := runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "2")
+	require.ErrorContains(t, err, `SOURCEWATCH_SEED: "abc" is not a whole number, as --seed wants`)
+	// On the command line the flag wins, and the environment is not read.
+	out, _, err := runCmd(t, "", "simulate", "--graph", "../../configs/demo/karate.edges", "--cascades", "2", "--seed", "3")
+	require.NoError(t, err)
+	require.Equal(t, 2, strings.Count(out, "\n"))
+}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -145,7 +146,61 @@ func (a *app) setup(cmd *cobra.Command) error {
 	}
 	a.log = log
 	checkEnvironment(cmd.Root(), os.Environ(), log)
-	return checkFlagKeys(cmd, v, log)
+	if err := checkFlagKeys(cmd, v, log); err != nil {
+		return err
+	}
+	return a.checkValueTypes(cmd)
+}
+
+// checkValueTypes refuses a value from SOURCEWATCH_* or the config file
+// that the flag it stands for would refuse on the command line: viper
+// reads "abc" as the number 0, 2.7 as 2 and "maybe" as false, so
+// SOURCEWATCH_SEED=abc or seed: abc ran on seed 0 without a word, and
+// beta: high failed as "--beta: 0 is not a probability". The daemon's
+// commands read their config through monitor's own checks and are left
+// to them.
+func (a *app) checkValueTypes(cmd *cobra.Command) error {
+	if daemonConfigCommands[cmd.Name()] {
+		return nil
+	}
+	for _, key := range slices.Sorted(maps.Keys(a.flags)) {
+		f := a.flags[key]
+		if f.Changed || !a.v.IsSet(key) {
+			continue
+		}
+		raw := a.v.Get(key)
+		if _, list := raw.([]any); list {
+			continue // refused or read as a list by checkFlagKeys
+		}
+		if _, section := raw.(map[string]any); section {
+			continue
+		}
+		text := fmt.Sprint(raw)
+		var err error
+		switch f.Value.Type() {
+		case "int", "int64":
+			_, err = strconv.ParseInt(text, 0, 64)
+		case "uint64":
+			_, err = strconv.ParseUint(text, 0, 64)
+		case "float64":
+			_, err = strconv.ParseFloat(text, 64)
+		case "bool":
+			_, err = strconv.ParseBool(text)
+		default:
+			continue // strings, durations and the commands' own types check themselves
+		}
+		if err == nil {
+			continue
+		}
+		from := fmt.Sprintf("config file %s: key %q", a.v.ConfigFileUsed(), key)
+		env := envPrefix + "_" + strings.ToUpper(key)
+		if _, ok := os.LookupEnv(env); ok {
+			from = env
+		}
+		want := map[string]string{"int": "a whole number", "int64": "a whole number", "uint64": "a whole number >= 0", "float64": "a number", "bool": "true or false"}[f.Value.Type()]
+		return fmt.Errorf("%s: %q is not %s, as --%s wants (%s)", from, text, want, f.Name, f.Usage)
+	}
+	return nil
 }
 
 // refuseInputAsOutput returns an error when out, the value of flag, is a
