@@ -79,7 +79,7 @@ metrics on the test split, and writes everything into one bundle file.`,
 	f.String("prior", "auto", "whether the bundle solves with the prior term: auto (makes every validation choice with and without it and drops it where the validation ROC-AUC is strictly higher without; doubles the validation solves) or on")
 	f.String("schedule", "datainit", "inference schedule recorded in the bundle: datainit (the data term alone, then L_pred) or paper (L_init, then L_pred: the paper's Algorithm 1)")
 	f.Int("val-solves", 64, "validation cascades solved to choose delta, and as many fresh ones simulated and solved to measure the source chance")
-	f.Int("test-solves", 64, "test cascades solved for the held-out summary")
+	f.Int("test-solves", 64, "test cascades solved for the held-out summary (0 = every test cascade)")
 	f.String("graph-name", "", "graph name recorded in the bundle (default: the edge file's base name)")
 	f.String("out", "", "bundle file to write (required)")
 	f.Bool("allow-bad-gradient", false, "exit 0 although the forward model's VJP or fused call failed train's spot check (the bundle is written either way; without this flag train then exits 1)")

@@ -1157,3 +1157,11 @@ func TestBundleSummaryFitLineWritesCountsWhole(t *testing.T) {
 	}}, "", "")
 	require.Contains(t, buf.String(), "\nfit         best_epoch 12345, edge_scale 0.6208, epochs 20000 (reported by the plugin)\n")
 }
+
+// --test-solves 0 solves every test cascade, as its error for -1 says;
+// --help says so too.
+func TestTrainHelpSaysWhatTestSolvesZeroDoes(t *testing.T) {
+	out, _, err := runCmd(t, "", "train", "--help")
+	require.NoError(t, err)
+	require.Contains(t, out, "test cascades solved for the held-out summary (0 = every test cascade)")
+}
