@@ -115,7 +115,7 @@ func TestLocalizeTableAlignsWideIDs(t *testing.T) {
 func TestLocalizeRefusesNegativeSizes(t *testing.T) {
 	for _, tc := range []struct{ flag, want string }{
 		{"--top", "--top: -1, want >= 0 (0: list no top-scored nodes)"},
-		{"--restarts", "--restarts: -1, want >= 0 (0: the default)"},
+		{"--restarts", "--restarts: -1, want >= 0 (0: the bundle's)"},
 	} {
 		_, _, err := runCmd(t, `{"infected":["1"]}`, "localize", "--bundle", filepath.Join(t.TempDir(), "none.swb"), tc.flag, "-1")
 		require.EqualError(t, err, tc.want)

@@ -466,6 +466,8 @@ func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade
 var zeroMeans = map[string]string{
 	"top":         "list no top-scored nodes",
 	"test_solves": "every test cascade",
+	// localize's: train's --restarts takes no 0.
+	"restarts": "the bundle's",
 }
 
 // checkSizes checks integer flags against their least allowed values,
