@@ -55,7 +55,9 @@ type VJPCheck struct {
 	DirectionsMaxErr float64
 	// Row and Node locate MaxErr; Analytic and Numeric are its two values.
 	// Rows from VJPCheckOptions.Rows on are the corner points. Node is -1
-	// when MaxErr is a direction's, which names no node.
+	// when MaxErr is a direction's, which names no node; where a
+	// coordinate fails too, MaxErr is the worst coordinate's instead
+	// (DirectionsMaxErr keeps the directions'), so a node is named.
 	Row, Node int
 	// Corner is whether Row is a corner point, x in {0, 1}^n.
 	Corner            bool
@@ -225,6 +227,10 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 		return VJPCheck{}, err
 	}
 	res := VJPCheck{AbsTol: o.AbsTol, RelTol: o.RelTol}
+	// worst is the worst coordinate alone: where one fails, the report
+	// names its node rather than a direction's error, which names none
+	// (a gradient wrong everywhere fails both by about as much).
+	var worst VJPCheck
 	for i := 0; i < rows; i++ {
 		for j := 0; j < n; j++ {
 			res.MaxYDiff = math.Max(res.MaxYDiff, math.Abs(y.At(i, j)-yp.At(i, j)))
@@ -282,6 +288,9 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 				if math.Abs(dx.At(i, j)) <= o.AbsTol && math.Abs(nums[k]) <= o.AbsTol {
 					res.Flat++
 				}
+				if errs[k] > worst.MaxErr || res.Checked == 1 {
+					worst.MaxErr, worst.Row, worst.Node, worst.Analytic, worst.Numeric, worst.Corner = errs[k], i, j, dx.At(i, j), nums[k], corner
+				}
 				if errs[k] > res.MaxErr || res.Checked == 1 {
 					res.MaxErr, res.Row, res.Node, res.Analytic, res.Numeric, res.Corner = errs[k], i, j, dx.At(i, j), nums[k], corner
 				}
@@ -292,6 +301,9 @@ func CheckVJP(ctx context.Context, m Model, n int, rng *rand.Rand, o VJPCheckOpt
 				return VJPCheck{}, err
 			}
 		}
+	}
+	if res.Node < 0 && worst.MaxErr > 1 {
+		res.MaxErr, res.Row, res.Node, res.Analytic, res.Numeric, res.Corner = worst.MaxErr, worst.Row, worst.Node, worst.Analytic, worst.Numeric, worst.Corner
 	}
 	return res, nil
 }

@@ -135,6 +135,28 @@ func TestCheckVJPAtClampKinks(t *testing.T) {
 	}
 }
 
+// A gradient wrong at every node fails the coordinates and the random
+// directions alike, each by about as much: the report names the worst
+// coordinate's node, which a direction cannot, rather than whichever of
+// the two came out a hair larger.
+func TestCheckVJPNamesAFailingNode(t *testing.T) {
+	const n = 40
+	nbr := make([][]int, n)
+	for v := range n {
+		nbr[v] = []int{(v + 1) % n, (v + n - 1) % n, (v + 7) % n}
+	}
+	closed := func(p float64) bool { return p >= 0 && p <= 1 }
+	for _, scale := range []float64{0.5, -1, 1.5} {
+		m := clampModel{nbr: nbr, a: 0.5, active: closed, scale: scale}
+		res, err := forward.CheckVJP(context.Background(), &m, n, rand.New(rand.NewPCG(1, 2)), forward.VJPCheckOptions{Rows: 2, CornerRows: 4})
+		require.NoError(t, err)
+		require.False(t, res.Pass(), "%s", res)
+		require.Greater(t, res.DirectionsMaxErr, 1.0, "%s", res)
+		require.GreaterOrEqual(t, res.Node, 0, "scale %v: every coordinate was checked and some failed, so a node is named: %s", scale, res)
+		require.NotContains(t, res.String(), "a random direction through every node")
+	}
+}
+
 // A VJP wrong at one node of many escapes a few sampled coordinates and
 // not the random directions, which read every coordinate at once; a
 // direction that crosses a clamp's kink at every node passes whichever
