@@ -82,6 +82,10 @@ type PluginCheckOptions struct {
 	OnFitProgress func(Progress)
 }
 
+// UnknownParamProbe is the param name CheckPlugin's configure check
+// passes to see that the plugin refuses a param it does not know.
+const UnknownParamProbe = "plugin_check_no_such_param"
+
 // AllCoordsNodes is the largest graph on which CheckPlugin compares every
 // coordinate of the VJP by default: 2n Predict rows per checked row, a few
 // seconds for a learned model at this size.
@@ -213,7 +217,29 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 	})
 
 	if !run("configure", func() (CheckStatus, string, error) {
-		return CheckPass, g.String(), p.Configure(ctx, g, o.Params, nil)
+		if err := p.Configure(ctx, g, o.Params, nil); err != nil {
+			return CheckFail, "", err
+		}
+		// No host checks a param's name against Info (a bundle may record
+		// params of an older build), so a misspelt train --forward-param
+		// is caught only where the plugin refuses a param it does not
+		// know, naming it, as the contract asks.
+		params := maps.Clone(o.Params)
+		if params == nil {
+			params = map[string]string{}
+		}
+		params[UnknownParamProbe] = "1"
+		err := p.Configure(ctx, g, params, nil)
+		if again := p.Configure(ctx, g, o.Params, nil); again != nil {
+			return CheckFail, "", fmt.Errorf("configure again after the unknown param %s: %w", UnknownParamProbe, again)
+		}
+		switch {
+		case err == nil:
+			return CheckWarn, g.String() + fmt.Sprintf("; an unknown param (%s=1) is accepted: refuse a param you do not know with an error naming it, or a misspelt --forward-param goes unnoticed", UnknownParamProbe), nil
+		case !strings.Contains(err.Error(), UnknownParamProbe):
+			return CheckWarn, g.String() + fmt.Sprintf("; the error refusing the unknown param %s=1 does not name it: %v", UnknownParamProbe, err), nil
+		}
+		return CheckPass, g.String(), nil
 	}) {
 		skipRest(all[3:]...)
 		return rep

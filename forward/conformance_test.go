@@ -172,6 +172,23 @@ func TestCheckPlugin(t *testing.T) {
 		}
 	})
 
+	// The host checks no param name against Info: a plugin that drops a
+	// param it does not know lets a misspelt --forward-param through.
+	t.Run("an unknown param accepted is warned of", func(t *testing.T) {
+		t.Parallel()
+		rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, faulty), g, pairs, forward.PluginCheckOptions{
+			Params: map[string]string{"fault": "lenient"}, Launch: []forward.LaunchOption{timeout},
+		})
+		require.True(t, rep.Passed(), "a warning, not a failure: %s", rep.String())
+		require.Equal(t, forward.CheckWarn, statuses(rep)["configure"], rep.String())
+		require.Contains(t, detail(rep, "configure"), "an unknown param (plugin_check_no_such_param=1) is accepted")
+		// The checks after it run on the configuration asked for.
+		require.Equal(t, forward.CheckPass, statuses(rep)["vjp"], rep.String())
+
+		rep = forward.CheckPlugin(t.Context(), forwardtest.Build(t, faulty), g, pairs, forward.PluginCheckOptions{Launch: []forward.LaunchOption{timeout}})
+		require.Equal(t, forward.CheckPass, statuses(rep)["configure"], "icmf refuses it by name: %s", rep.String())
+	})
+
 	t.Run("a binary named for another model is warned about", func(t *testing.T) {
 		src, err := os.ReadFile(forwardtest.Build(t, "icmf"))
 		require.NoError(t, err)

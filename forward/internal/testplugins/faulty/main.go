@@ -26,6 +26,8 @@
 //	       out (Configure with that state gives another model)
 //	fused  the fused data-term call's dx negated (Predict and VJP right:
 //	       a model whose own SquaredErrorVJP is wrong)
+//	lenient  Configure drops params it does not know instead of refusing
+//	       them (a misspelt --forward-param goes unnoticed)
 //
 // The fault strikes from the Nth Predict or VJP call (or Fit, for hang,
 // crash and fatal) of the process on
@@ -113,7 +115,7 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 		}
 	}
 	in.Params = append(in.Params,
-		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, full, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget or fused"},
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, full, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget, fused or lenient"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
 	return in, err
 }
@@ -125,10 +127,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		switch k {
 		case "fault":
 			switch v {
-			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "full", "state", "flat", "nanmetric", "valsum", "forget", "fused":
+			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "full", "state", "flat", "nanmetric", "valsum", "forget", "fused", "lenient":
 				m.fault = v
 			default:
-				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, full, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget or fused", v)
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, full, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget, fused or lenient", v)
 			}
 		case "fault_after":
 			n, err := strconv.Atoi(v)
@@ -143,6 +145,13 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 	if m.fault != "none" {
 		// Through go-plugin's stdio stream into the host's log.
 		fmt.Fprintf(os.Stderr, "faulty: fault %s from call %d\n", m.fault, m.after)
+	}
+	if m.fault == "lenient" {
+		for k := range rest {
+			if k != "steps" && k != "p" {
+				delete(rest, k)
+			}
+		}
 	}
 	m.nodes = g.N()
 	m.in = make([][]int, g.N())
