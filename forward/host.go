@@ -57,6 +57,10 @@ var (
 	ErrStartTimeout = errors.New("forward plugin start timed out")
 )
 
+// exitedBeforeHandshake starts the error of a plugin that ended (or closed
+// stdout) before printing its handshake line.
+const exitedBeforeHandshake = "the plugin exited before its handshake"
+
 // handshakeError replaces go-plugin's error for a handshake line it could
 // not read, whose text goes on to guess at architectures and libraries,
 // with the usual cause: a line printed to stdout before Serve, or a
@@ -89,7 +93,7 @@ func handshakeError(err error) error {
 	}
 	line, rest, _ := strings.Cut(msg[i+len(prefix):], "\n")
 	if line == "" && strings.HasPrefix(rest, "Failed to read any lines") {
-		return errors.New("the plugin exited before its handshake, printing nothing to stdout")
+		return errors.New(exitedBeforeHandshake + ", printing nothing to stdout")
 	}
 	return fmt.Errorf("the plugin wrote %q to stdout before its handshake line (in Go, before forward.Serve), where the host reads the handshake: write it to stderr", line)
 }
@@ -576,6 +580,12 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 			err = fmt.Errorf("%w: no handshake line within %s of its start: call forward.Serve first in main and do slow work (loading weights or data) in Configure, which gets the call deadline; in another language, print the handshake line before importing slow libraries", ErrStartTimeout, o.startTimeout)
 		}
 		err = handshakeError(err)
+		if e := exitErr.Load(); e != nil && *e != "signal: killed" && strings.HasPrefix(err.Error(), exitedBeforeHandshake) {
+			// client.Kill waited for go-plugin to see the end: how it
+			// ended (an exit status, a signal such as a segfault) is all
+			// a plugin that printed nothing leaves to go on.
+			err = fmt.Errorf("%w (%s)", err, *e)
+		}
 		s := tail.String()
 		if strings.Contains(s, cookieRefusal) {
 			err = fmt.Errorf("the plugin refused this host's handshake cookie %s=%s, printing go-plugin's %q: it was built with another HandshakeConfig than sourcewatch's; serve it with forward.Serve (in another language, check for exactly that variable and value, see forward/README.md)",

@@ -409,11 +409,18 @@ func TestLaunchErrors(t *testing.T) {
 	require.NoError(t, os.WriteFile(dies, []byte("#!/bin/sh\necho 'cannot open model.bin' >&2\nexit 2\n"), 0o755))
 	core, logs := observer.New(zapcore.InfoLevel)
 	_, err = forward.Launch(t.Context(), dies, forward.WithLogger(zap.New(core)))
-	require.ErrorContains(t, err, "launch: the plugin exited before its handshake, printing nothing to stdout; its stderr ended: cannot open model.bin")
+	require.ErrorContains(t, err, "launch: the plugin exited before its handshake, printing nothing to stdout (exit status 2); its stderr ended: cannot open model.bin")
 	require.NotContains(t, err.Error(), "wrote", "it wrote nothing to stdout")
 	// The error says it all; go-plugin's complaint that the process this
 	// host then stopped did not exit gracefully only confused.
 	require.Zero(t, logs.FilterMessage("plugin failed to exit gracefully").Len(), "%v", logs.All())
+
+	// One that dies printing nothing at all is told apart by how it
+	// ended: here a crash, as a native library's segfault would end it.
+	silent := filepath.Join(t.TempDir(), "sourcewatch-forward-silent")
+	require.NoError(t, os.WriteFile(silent, []byte("#!/bin/sh\nexec kill -SEGV $$\n"), 0o755))
+	_, err = forward.Launch(t.Context(), silent)
+	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-silent: launch: the plugin exited before its handshake, printing nothing to stdout (signal: segmentation fault)")
 
 	// Handshake lines go-plugin refuses are explained in this contract's
 	// terms, not go-plugin's ("Please report this to the plugin author").
