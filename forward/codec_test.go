@@ -1,6 +1,7 @@
 package forward_test
 
 import (
+	"context"
 	"encoding/binary"
 	"math"
 	"testing"
@@ -157,5 +158,68 @@ func BenchmarkMatrixCodec(b *testing.B) {
 		if _, err := forward.MatrixFromProto(forward.MatrixToProto(m), "x"); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// nilModel answers nil matrices and no error, as a newcomer's model
+// might on a path it forgot; which ones, by its fields.
+type nilModel struct {
+	*icmf.Model
+	y, dx bool
+}
+
+func (m nilModel) Predict(ctx context.Context, x *mat.Dense) (*mat.Dense, error) {
+	y, err := m.Model.Predict(ctx, x)
+	if m.y {
+		y = nil
+	}
+	return y, err
+}
+
+func (m nilModel) VJP(ctx context.Context, x, dy *mat.Dense) (*mat.Dense, *mat.Dense, error) {
+	y, dx, err := m.Model.VJP(ctx, x, dy)
+	if m.y {
+		y = nil
+	}
+	if m.dx {
+		dx = nil
+	}
+	return y, dx, err
+}
+
+// A model that returns a nil matrix and no error is a bad output of the
+// model, said so, not a panic in Serve's encoding that points at gonum.
+func TestServerRefusesNilOutputs(t *testing.T) {
+	g := karate(t)
+	ctx := t.Context()
+	x := forward.MatrixToProto(mat.NewDense(2, g.N(), nil))
+	dy := forward.MatrixToProto(mat.NewDense(2, g.N(), nil))
+	target := forward.MatrixToProto(mat.NewDense(1, g.N(), nil))
+	for _, tc := range []struct {
+		y, dx bool
+		want  string
+	}{{true, false, "nil y"}, {false, true, "nil dx"}, {true, true, "nil y and dx"}} {
+		s := forward.NewServer(nilModel{icmf.New(), tc.y, tc.dx})
+		_, err := s.Configure(ctx, &forwardpb.ConfigureRequest{Graph: forward.GraphToProto(g)})
+		require.NoError(t, err)
+		check := func(call string, err error, want string) {
+			t.Helper()
+			require.Error(t, err, call)
+			require.NotContains(t, err.Error(), "panic", call)
+			require.ErrorContains(t, err, "the model returned a "+want+" and no error", call)
+			require.ErrorContains(t, err, forward.ErrBadOutput.Error(), call)
+		}
+		if tc.y {
+			_, err = s.Predict(ctx, &forwardpb.PredictRequest{X: x})
+			check("predict", err, "nil y")
+		}
+		_, err = s.VJP(ctx, &forwardpb.VJPRequest{X: x, Dy: dy})
+		check("vjp", err, tc.want)
+		_, err = s.SquaredErrorVJP(ctx, &forwardpb.SquaredErrorVJPRequest{X: x, Target: target, LossOnly: true})
+		want := "nil y"
+		if !tc.y {
+			want = "nil dx"
+		}
+		check("squared-error vjp", err, want)
 	}
 }

@@ -153,6 +153,9 @@ func SquaredErrorVJP(ctx context.Context, m interface {
 		panic("forward: SquaredErrorVJP target shape does not match x")
 	}
 	y, err = m.Predict(ctx, x)
+	if err == nil {
+		err = nilOutput(y, nil, false)
+	}
 	if err != nil {
 		return nil, nil, err
 	}

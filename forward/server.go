@@ -256,6 +256,9 @@ func (s *server) Predict(ctx context.Context, req *forwardpb.PredictRequest) (_ 
 		return nil, toStatus(err)
 	}
 	y, err := s.m.Predict(ctx, x)
+	if err == nil {
+		err = nilOutput(y, nil, false)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -278,6 +281,9 @@ func (s *server) VJP(ctx context.Context, req *forwardpb.VJPRequest) (_ *forward
 		return nil, toStatus(fmt.Errorf("dy: %dx%d for x %dx%d: %w", r, c, x.RawMatrix().Rows, s.n, ErrBadMessage))
 	}
 	y, dx, err := s.m.VJP(ctx, x, dy)
+	if err == nil {
+		err = nilOutput(y, dx, true)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -308,6 +314,9 @@ func (s *server) SquaredErrorVJP(ctx context.Context, req *forwardpb.SquaredErro
 		return nil, toStatus(fmt.Errorf("target: %dx%d for x %dx%d: %w", r, c, rows, s.n, ErrBadMessage))
 	}
 	y, dx, err := SquaredErrorVJP(ctx, s.m, x, target)
+	if err == nil {
+		err = nilOutput(y, dx, true)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -315,6 +324,23 @@ func (s *server) SquaredErrorVJP(ctx context.Context, req *forwardpb.SquaredErro
 		return &forwardpb.VJPResponse{Loss: squaredErrors(y, target), Dx: MatrixToProto(dx)}, nil
 	}
 	return &forwardpb.VJPResponse{Y: MatrixToProto(y), Dx: MatrixToProto(dx)}, nil
+}
+
+// nilOutput is the error of a model call that returned a nil y (or, with
+// wantDx, a nil dx) and no error: the model's bad output, said so, rather
+// than a panic in the encoding that points at gonum.
+func nilOutput(y, dx *mat.Dense, wantDx bool) error {
+	var missing []string
+	if y == nil {
+		missing = append(missing, "y")
+	}
+	if wantDx && dx == nil {
+		missing = append(missing, "dx")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the model returned a nil %s and no error: %w", strings.Join(missing, " and "), ErrBadOutput)
 }
 
 // decodeX checks a request's x against the configured graph and decodes it.
@@ -354,6 +380,9 @@ func (s *server) sharedSquaredErrorVJP(ctx context.Context, sh *forwardpb.Shared
 	x := denseAt(mem, xOff, rows, cols)
 	target := denseAt(mem, targetOff, targetRows, cols)
 	y, dx, err := SquaredErrorVJP(ctx, s.m, x, target)
+	if err == nil {
+		err = nilOutput(y, dx, true)
+	}
 	if err != nil {
 		return nil, err
 	}
