@@ -39,7 +39,9 @@ func newPluginCheckCmd(a *app) *cobra.Command {
 		Long: `check launches a forward-model plugin (a path, or a name looked up as
 sourcewatch-forward-NAME in --plugin-dir; a bare name is a path only when a
 file of that name is in the working directory) and checks it against the contract:
-the handshake, Info, Configure, Fit on a small simulated set (and that the
+the handshake, Info, Configure (and that it refuses an unknown param, a
+WARN: no command checks a --forward-param's name against Info), Fit on a
+small simulated set (and that the
 fitted state restores the same model), Predict shape and range, behaviour on
 an empty and a full x, determinism, the VJP against finite differences
 (every coordinate of dx in two random rows inside [0.1, 0.9] and four at
