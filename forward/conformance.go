@@ -208,6 +208,18 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			return CheckFail, strings.TrimPrefix(err.Error(), ErrBadInfo.Error()+": "), nil
 		}
 		detail := fmt.Sprintf("%s %s, trainable %v, %d params", in.Name, in.Version, in.Trainable, len(in.Params))
+		// A bundle records the name and version, and localize, serve and
+		// every relaunch start the plugin anew and refuse one that reports
+		// others: a version made at start (a time, a random value, a
+		// process id) trains, and then no bundle of it ever runs.
+		again, err := infoOfNewProcess(ctx, path, o.Launch)
+		switch {
+		case err != nil:
+			return CheckWarn, detail + fmt.Sprintf("; a second process of the plugin, as serve starts one per graph, could not answer Info: %v", err), nil
+		case again.Name != in.Name || again.Version != in.Version:
+			return CheckFail, detail + fmt.Sprintf("; a second process of the plugin reports %s %s: a bundle records the name and version, and localize, serve and every relaunch refuse a plugin that reports others, so derive them from the model, not from the process (no time, random value or process id)",
+				again.Name, again.Version), nil
+		}
 		if file := filepath.Base(path); strings.HasPrefix(file, BinaryPrefix) && strings.TrimPrefix(file, BinaryPrefix) != in.Name {
 			// Legal (a renamed build), but --forward and bundles go by the
 			// file's name, so a train with this binary records that.
@@ -532,6 +544,17 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		return CheckPass, fmt.Sprintf("VJP batch %d: median %v, min %v over %d calls", o.Batch, times[reps/2], times[0], reps), nil
 	})
 	return rep
+}
+
+// infoOfNewProcess launches the plugin at path once more and returns its
+// Info.
+func infoOfNewProcess(ctx context.Context, path string, opts []LaunchOption) (Info, error) {
+	q, err := Launch(ctx, path, opts...)
+	if err != nil {
+		return Info{}, err
+	}
+	defer q.Close()
+	return q.Info(ctx)
 }
 
 func outOfUnit(y *mat.Dense) (int, int, bool) {

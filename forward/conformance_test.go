@@ -189,6 +189,21 @@ func TestCheckPlugin(t *testing.T) {
 		require.Equal(t, forward.CheckPass, statuses(rep)["configure"], "icmf refuses it by name: %s", rep.String())
 	})
 
+	// localize, serve and a relaunch start the plugin anew and refuse one
+	// reporting another version than the bundle's: a version made at
+	// start trains, and then never runs.
+	t.Run("a version that changes from process to process fails", func(t *testing.T) {
+		t.Parallel()
+		path := filepath.Join(t.TempDir(), "sourcewatch-forward-unstable")
+		require.NoError(t, os.Symlink(forwardtest.Build(t, faulty), path))
+		rep := forward.CheckPlugin(t.Context(), path, g, pairs, forward.PluginCheckOptions{Launch: []forward.LaunchOption{timeout}})
+		require.False(t, rep.Passed(), rep.String())
+		require.Equal(t, forward.CheckFail, statuses(rep)["info"], rep.String())
+		require.Contains(t, detail(rep, "info"), "; a second process of the plugin reports faulty 1.0.0+pid")
+		// The checks after it run.
+		require.Equal(t, forward.CheckPass, statuses(rep)["vjp"], rep.String())
+	})
+
 	t.Run("a binary named for another model is warned about", func(t *testing.T) {
 		src, err := os.ReadFile(forwardtest.Build(t, "icmf"))
 		require.NoError(t, err)

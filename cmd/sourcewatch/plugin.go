@@ -39,7 +39,8 @@ func newPluginCheckCmd(a *app) *cobra.Command {
 		Long: `check launches a forward-model plugin (a path, or a name looked up as
 sourcewatch-forward-NAME in --plugin-dir; a bare name is a path only when a
 file of that name is in the working directory) and checks it against the contract:
-the handshake, Info, Configure (and that it refuses an unknown param, a
+the handshake, Info (and that a second process reports the same name and
+version, as a bundle needs), Configure (and that it refuses an unknown param, a
 WARN: no command checks a --forward-param's name against Info), Fit on a
 small simulated set (and that the
 fitted state restores the same model), Predict shape and range, behaviour on

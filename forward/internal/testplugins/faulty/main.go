@@ -37,6 +37,9 @@
 // Started under the name sourcewatch-forward-misdefault its Info gives
 // steps another default than the one Configure uses.
 //
+// Started under the name sourcewatch-forward-unstable its Info version
+// holds its process id, so every process of it reports another.
+//
 // Started under the name sourcewatch-forward-othercookie it is a go-plugin
 // plugin of another application, with another magic cookie.
 //
@@ -105,6 +108,10 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 		if v, rerr := os.ReadFile(exe + ".version"); rerr == nil {
 			in.Version = strings.TrimSpace(string(v))
 		}
+	}
+	if filepath.Base(os.Args[0]) == "sourcewatch-forward-unstable" {
+		// A version made at start, which no relaunch reproduces.
+		in.Version = fmt.Sprintf("%s+pid%d", in.Version, os.Getpid())
 	}
 	if filepath.Base(os.Args[0]) == "sourcewatch-forward-misdefault" {
 		// Info's default for steps is not the one Configure uses.
