@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/exec"
@@ -56,6 +57,51 @@ var (
 	// unless WithStartTimeout): it does slow work before forward.Serve.
 	ErrStartTimeout = errors.New("forward plugin start timed out")
 )
+
+// execError explains an exec of the plugin's file that the kernel
+// refused, which os/exec reports as "fork/exec" of the link in the
+// plugin's socket directory that it ran: "no such file or directory" for
+// a file that is there means its #! line names an interpreter that is
+// not (a CR of Windows line endings ends up in the name), "exec format
+// error" a file this machine cannot run at all.
+func execError(err error, path string) error {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) || pe.Op != "fork/exec" {
+		return err
+	}
+	switch {
+	case errors.Is(err, syscall.ENOEXEC):
+		return fmt.Errorf("the kernel could not run %s (%w): not a program this machine runs (a binary built for another OS or architecture, or a script without a #! line)", path, pe.Err)
+	case errors.Is(err, fs.ErrNotExist):
+		line := shebang(path)
+		switch {
+		case line == "":
+			return err
+		case strings.HasSuffix(line, "\r"):
+			return fmt.Errorf("the kernel could not run %s (%w): its #! line %q ends in a carriage return (Windows line endings), which the kernel takes as part of the interpreter's name: save the script with Unix line endings", path, pe.Err, line)
+		default:
+			return fmt.Errorf("the kernel could not run %s (%w): the interpreter its #! line names does not exist: %q", path, pe.Err, line)
+		}
+	}
+	return err
+}
+
+// shebang is the #! line of the file at path, without its newline, or ""
+// when it has none.
+func shebang(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	n, _ := io.ReadFull(f, buf)
+	line, _, _ := strings.Cut(string(buf[:n]), "\n")
+	if !strings.HasPrefix(line, "#!") {
+		return ""
+	}
+	return line
+}
 
 // exitedBeforeHandshake starts the error of a plugin that ended (or closed
 // stdout) before printing its handshake line.
@@ -579,6 +625,7 @@ func launch(ctx context.Context, path string, opts ...LaunchOption) (*Process, e
 		if err.Error() == goPluginStartTimeout {
 			err = fmt.Errorf("%w: no handshake line within %s of its start: call forward.Serve first in main and do slow work (loading weights or data) in Configure, which gets the call deadline; in another language, print the handshake line before importing slow libraries", ErrStartTimeout, o.startTimeout)
 		}
+		err = execError(err, path)
 		err = handshakeError(err)
 		if e := exitErr.Load(); e != nil && *e != "signal: killed" && strings.HasPrefix(err.Error(), exitedBeforeHandshake) {
 			// client.Kill waited for go-plugin to see the end: how it

@@ -422,6 +422,20 @@ func TestLaunchErrors(t *testing.T) {
 	_, err = forward.Launch(t.Context(), silent)
 	require.ErrorContains(t, err, "forward plugin sourcewatch-forward-silent: launch: the plugin exited before its handshake, printing nothing to stdout (signal: segmentation fault)")
 
+	// Files the kernel will not run say why, not only "no such file or
+	// directory" about the link in the plugin's socket directory.
+	for _, tc := range []struct{ name, content, want string }{
+		{"crlf", "#!/bin/sh\r\nexec sleep 30\r\n", `its #! line "#!/bin/sh\r" ends in a carriage return (Windows line endings)`},
+		{"nointerp", "#!/nonexistent/python3\nprint(1)\n", `the interpreter its #! line names does not exist: "#!/nonexistent/python3"`},
+		{"noshebang", "echo hello\n", "not a program this machine runs"},
+	} {
+		bad := filepath.Join(t.TempDir(), "sourcewatch-forward-"+tc.name)
+		require.NoError(t, os.WriteFile(bad, []byte(tc.content), 0o755))
+		_, err = forward.Launch(t.Context(), bad)
+		require.ErrorContains(t, err, "forward plugin sourcewatch-forward-"+tc.name+": launch: the kernel could not run "+bad, tc.name)
+		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+
 	// Handshake lines go-plugin refuses are explained in this contract's
 	// terms, not go-plugin's ("Please report this to the plugin author").
 	for _, tc := range []struct{ line, want string }{
