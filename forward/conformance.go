@@ -322,7 +322,7 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 			return CheckFail, "", err
 		}
 		if d := maxAbsDiff(y0, y1); d > 1e-9 {
-			return CheckFail, fmt.Sprintf("predictions differ by up to %.3g after Configure with the fitted state: the state does not capture the model", d), nil
+			return CheckFail, fmt.Sprintf("predictions differ by up to %.3g after Configure with the fitted state: the state Fit returned does not give the model Fit left behind (it leaves out something Fit learned, or Fit did not leave the model in the state it returned); a bundle keeps the state, so localize and serve would run another model than the one train measured", d), nil
 		}
 		if _, err := p.Predict(ctx, x); err != nil {
 			return CheckFail, "", err

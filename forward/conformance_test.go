@@ -204,6 +204,18 @@ func TestCheckPlugin(t *testing.T) {
 		require.Equal(t, forward.CheckPass, statuses(rep)["vjp"], rep.String())
 	})
 
+	// Fit's model and its state's disagree: the line says it can be
+	// either side, a state that leaves something out or a Fit that did
+	// not keep what it returned.
+	t.Run("a state that is not Fit's model fails restore state", func(t *testing.T) {
+		t.Parallel()
+		rep := forward.CheckPlugin(t.Context(), forwardtest.Build(t, faulty), g, pairs, forward.PluginCheckOptions{
+			Params: map[string]string{"fault": "forget"}, Launch: []forward.LaunchOption{timeout},
+		})
+		require.Equal(t, forward.CheckFail, statuses(rep)["restore state"], rep.String())
+		require.Contains(t, detail(rep, "restore state"), "it leaves out something Fit learned, or Fit did not leave the model in the state it returned")
+	})
+
 	t.Run("a binary named for another model is warned about", func(t *testing.T) {
 		src, err := os.ReadFile(forwardtest.Build(t, "icmf"))
 		require.NoError(t, err)
