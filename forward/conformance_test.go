@@ -90,6 +90,8 @@ func TestCheckPlugin(t *testing.T) {
 		// 0.9] cannot see it; the corner point, where inference ends, does.
 		{"corner", "vjp", "(x in {0, 1}, one-sided differences)"},
 		{"fatal", "fit", "its stderr ended: "},
+		// A name that would break train's summary line and this report's.
+		{"metricname", "fit", `metric name "val\nmse": want a name that is not empty and holds no space or control character`},
 		{"crash", "fit", "forward plugin exited"},
 		{"hang", "fit", "fit: no progress within 2s"},
 		// A panic in Predict fails every check after it: the first

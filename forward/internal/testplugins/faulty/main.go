@@ -26,6 +26,7 @@
 //	       out (Configure with that state gives another model)
 //	fused  the fused data-term call's dx negated (Predict and VJP right:
 //	       a model whose own SquaredErrorVJP is wrong)
+//	metricname  Fit reports a metric whose name holds a newline
 //	lenient  Configure drops params it does not know instead of refusing
 //	       them (a misspelt --forward-param goes unnoticed)
 //
@@ -122,7 +123,7 @@ func (m *model) Info(ctx context.Context) (forward.Info, error) {
 		}
 	}
 	in.Params = append(in.Params,
-		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, full, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget, fused or lenient"},
+		forward.Param{Name: "fault", Default: "none", Help: "none, nan, range, grad, corner, full, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, metricname, valsum, forget, fused or lenient"},
 		forward.Param{Name: "fault_after", Default: "1", Help: "the first Predict/VJP call that fails"})
 	return in, err
 }
@@ -134,10 +135,10 @@ func (m *model) Configure(ctx context.Context, g *graph.Graph, params map[string
 		switch k {
 		case "fault":
 			switch v {
-			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "full", "state", "flat", "nanmetric", "valsum", "forget", "fused", "lenient":
+			case "none", "nan", "range", "grad", "inf", "short", "hang", "crash", "fatal", "panic", "corner", "full", "state", "flat", "nanmetric", "metricname", "valsum", "forget", "fused", "lenient":
 				m.fault = v
 			default:
-				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, full, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, valsum, forget, fused or lenient", v)
+				return fmt.Errorf("faulty: param fault=%q: want none, nan, range, grad, corner, full, inf, short, hang, crash, fatal, panic, state, flat, nanmetric, metricname, valsum, forget, fused or lenient", v)
 			}
 		case "fault_after":
 			n, err := strconv.Atoi(v)
@@ -237,6 +238,9 @@ func (m *model) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitO
 	if err == nil && m.fault == "nanmetric" {
 		res.Metrics["val_mse"] = math.NaN()
 		res.Metrics["train_mse"] = math.NaN()
+	}
+	if err == nil && m.fault == "metricname" {
+		res.Metrics["val\nmse"] = res.Metrics["val_mse"]
 	}
 	if err == nil && m.fault == "valsum" {
 		y, perr := m.Model.Predict(ctx, pairMatrix(opts.Validation, m.nodes, func(p forward.Pair) []int { return p.Sources }))
