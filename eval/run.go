@@ -56,6 +56,10 @@ type Config struct {
 	// "<method>.plugin_dir" parameter says otherwise; "" leaves each
 	// method's default (bin).
 	PluginDir string
+	// CallTimeout is the deadline of every forward plugin call of those
+	// methods unless their own "<method>.call_timeout" parameter says
+	// otherwise; 0 leaves the plugin host's default.
+	CallTimeout time.Duration
 }
 
 // DefaultConfig is 300 SI cascades with the diffusion defaults, 3 runs, a
@@ -235,6 +239,9 @@ func (c Config) paramsFor(m string) map[string]string {
 	}
 	if _, own := out["plugin_dir"]; !own && c.PluginDir != "" && hasForwardModel(m) {
 		out["plugin_dir"] = c.PluginDir
+	}
+	if _, own := out["call_timeout"]; !own && c.CallTimeout > 0 && hasForwardModel(m) {
+		out["call_timeout"] = c.CallTimeout.String()
 	}
 	return out
 }

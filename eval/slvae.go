@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 	"gonum.org/v1/gonum/mat"
@@ -31,6 +32,8 @@ const DefaultForward = "deepis"
 //	forward      forward-model plugin name (default deepis)
 //	plugin_dir   where sourcewatch-forward-<name> binaries live (default
 //	             Config.PluginDir, or bin when that is empty)
+//	call_timeout deadline of every plugin call, a Go duration (default
+//	             Config.CallTimeout, or the plugin host's when that is 0)
 //	forward.<k>  a parameter of the forward plugin; the paper's variants
 //	             (slvae-paper, slvae-a, slvae-b) default deepis's gate to
 //	             off, the paper's model, with which their rows were made
@@ -177,6 +180,8 @@ type slvae struct {
 	env       Env
 	forward   string
 	pluginDir string
+	// callTimeout is call_timeout; 0 leaves the host's default.
+	callTimeout time.Duration
 	fparams   map[string]string
 	fit       forward.FitOptions
 	prior     prior.Config
@@ -217,6 +222,13 @@ func newSLVAE(env Env, name string, variant localize.Variant) (*slvae, error) {
 	m := &slvae{name: name, variant: variant, env: env, fparams: map[string]string{}}
 	m.forward = p.str("forward", DefaultForward)
 	m.pluginDir = p.str("plugin_dir", "bin")
+	if s := p.str("call_timeout", ""); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("%w %s.call_timeout=%q: want a duration >= 0, e.g. 30s or 2m (0: the plugin host's default)", ErrBadParam, name, s)
+		}
+		m.callTimeout = d
+	}
 	for k, v := range env.Params {
 		if fk, ok := strings.CutPrefix(k, "forward."); ok {
 			p.used[k] = true
@@ -317,7 +329,11 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 		return fmt.Errorf("%s: %w", m.name, err)
 	}
 	sum := hex.EncodeToString(raw)
-	proc, err := forward.Launch(ctx, path, forward.WithLogger(log.Named("plugin")), forward.WithChecksum(raw))
+	launch := []forward.LaunchOption{forward.WithLogger(log.Named("plugin")), forward.WithChecksum(raw)}
+	if m.callTimeout > 0 {
+		launch = append(launch, forward.WithCallTimeout(m.callTimeout))
+	}
+	proc, err := forward.Launch(ctx, path, launch...)
 	if err != nil {
 		return fmt.Errorf("%s: %w", m.name, err)
 	}

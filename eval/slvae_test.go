@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -120,4 +121,21 @@ func TestSLVAEChanceParam(t *testing.T) {
 	_, err := newSLVAE(Env{Params: map[string]string{"chance": "yes"}}, "slvae", localize.DataInit)
 	require.ErrorIs(t, err, ErrBadParam)
 	require.ErrorContains(t, err, `slvae.chance="yes": want on or off`)
+}
+
+// call_timeout takes a duration, from the method's own param or else from
+// Config.CallTimeout, and refuses anything else.
+func TestSLVAECallTimeout(t *testing.T) {
+	m, err := newSLVAE(Env{Params: map[string]string{"call_timeout": "90s"}}, "slvae", localize.DataInit)
+	require.NoError(t, err)
+	require.Equal(t, 90*time.Second, m.callTimeout)
+	for _, bad := range []string{"soon", "-1s", "10"} {
+		_, err := newSLVAE(Env{Params: map[string]string{"call_timeout": bad}}, "slvae", localize.DataInit)
+		require.ErrorIs(t, err, ErrBadParam, bad)
+		require.ErrorContains(t, err, "slvae.call_timeout=")
+	}
+	cfg := Config{CallTimeout: time.Minute, Params: map[string]string{"slvae-paper.call_timeout": "2m"}}
+	require.Equal(t, "1m0s", cfg.paramsFor("slvae")["call_timeout"])
+	require.Equal(t, "2m", cfg.paramsFor("slvae-paper")["call_timeout"], "a method's own param wins")
+	require.NotContains(t, cfg.paramsFor("lpsi"), "call_timeout", "only methods with a forward model")
 }

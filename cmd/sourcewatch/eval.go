@@ -71,6 +71,7 @@ leaves them out (and says so), and a list naming them is refused.`,
 	f.String("paired-with", "infected", "method every other one is compared with cascade by cascade (95% intervals of the F1 and AUC differences)")
 	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries of every SL-VAE method (--method-param <method>.plugin_dir overrides it for one)"+pluginDirHelp)
 	f.String("cascades-file", "", "evaluate on recorded cascades instead of simulating (train's format); each run splits them anew with its own seed")
+	f.Duration("call-timeout", 0, "deadline of every forward plugin call of every SL-VAE method, Configure included (0 = the default: 10s plus 1µs per row × (nodes + arcs); --method-param <method>.call_timeout overrides it for one)")
 	return cmd
 }
 
@@ -100,6 +101,10 @@ func (a *app) evalConfig() (cfg eval.Config, implicit map[string]bool, err error
 	}
 	cfg.TrainFrac, cfg.ValFrac = a.v.GetFloat64("train_frac"), a.v.GetFloat64("val_frac")
 	cfg.PluginDir = a.v.GetString("plugin_dir")
+	if err := checkCallTimeout(a.v); err != nil {
+		return cfg, nil, err
+	}
+	cfg.CallTimeout = a.v.GetDuration("call_timeout")
 	cfg.Methods = nil
 	implicit, named := map[string]bool{}, map[string]bool{}
 	for _, m := range strings.Split(a.v.GetString("methods"), ",") {

@@ -35,6 +35,15 @@ func forwardChecksumFlag(v *viper.Viper) (string, error) {
 	return sum, nil
 }
 
+// checkCallTimeout refuses a negative --call-timeout (0 is the plugin
+// host's default deadline).
+func checkCallTimeout(v *viper.Viper) error {
+	if d := v.GetDuration("call_timeout"); d < 0 {
+		return fmt.Errorf("--call-timeout: %v is negative (0 = the production deadline)", d)
+	}
+	return nil
+}
+
 func newLocalizeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "localize",
@@ -64,6 +73,7 @@ set's cut: delta, or under a count rule the K-th source's mean x).`,
 	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries"+pluginDirHelp)
 	f.Bool("allow-unverified", false, "run a forward plugin whose checksum the bundle does not record")
 	f.String("forward-checksum", "", "hex SHA-256 the plugin binary must have, instead of the one the bundle records (a trusted rebuild of the same model)")
+	f.Duration("call-timeout", 0, "deadline of every forward plugin call, Configure included (0 = the default: 10s plus 1µs per row × (nodes + arcs)); raise it for a model that loads slowly")
 	f.Int("restarts", 0, "inference restarts R (0 = the bundle's)")
 	f.Float64("threshold", 0, "override the bundle's threshold delta (0 = the bundle's)")
 	f.Int("top", 10, "where no node is named, list this many top-scored nodes instead (the JSON's top holds them always)")
@@ -201,9 +211,13 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := checkCallTimeout(v); err != nil {
+		return err
+	}
 	defer func() { err = withPluginCheckHint(err, b.Manifest.Forward.Name, v.GetString("plugin_dir")) }()
 	proc, err := localize.LaunchForward(ctx, b, localize.LaunchOptions{
 		PluginDir: v.GetString("plugin_dir"), AllowUnverified: v.GetBool("allow_unverified"), Checksum: sum, Logger: a.log.Named("plugin"),
+		CallTimeout: v.GetDuration("call_timeout"),
 	})
 	if err != nil {
 		return err

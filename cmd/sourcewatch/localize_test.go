@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/forward"
 )
 
 // A score under 1 is never printed as 1.0000, which beside --threshold 1
@@ -140,4 +141,31 @@ func TestPrintedNothingOverDeltaWithTopZero(t *testing.T) {
 	require.Contains(t, out.String(), "no node is over delta (--top 0: no top-scored nodes listed)\n")
 	require.NotContains(t, out.String(), "the top-scored nodes are")
 	require.NotContains(t, out.String(), "rank")
+}
+
+// --call-timeout reaches the plugin host of train, localize and eval (a
+// model that loads for longer than the default deadline in Configure
+// could not run anywhere but plugin check): 1ns times out the first call,
+// and a generous one answers as the default does.
+func TestCallTimeoutReachesThePlugin(t *testing.T) {
+	_, bundle, pluginDir := trainSmall(t, "--val-solves", "4", "--opt-steps", "10", "--call-timeout", "1m")
+	obs := `{"infected":["0","1","2"]}`
+	out, _, err := runCmd(t, obs, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--call-timeout", "1m", "--log-level", "warn")
+	require.NoError(t, err)
+	require.Contains(t, out, "3 infected")
+	for _, args := range [][]string{
+		{"localize", "--bundle", bundle, "--plugin-dir", pluginDir},
+		{"train", "--graph", "../../configs/demo/karate.edges", "--cascades", "40", "--forward", "icmf", "--plugin-dir", pluginDir,
+			"--out", filepath.Join(t.TempDir(), "k.swb")},
+		{"eval", "--graph", "../../configs/demo/karate.edges", "--cascades", "40", "--runs", "1", "--methods", "slvae,infected",
+			"--method-param", "slvae.forward=icmf", "--plugin-dir", pluginDir},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			_, _, err := runCmd(t, obs, append(args, "--call-timeout", "1ns", "--log-level", "error")...)
+			require.ErrorIs(t, err, forward.ErrCallTimeout)
+			require.ErrorContains(t, err, "no answer within 1ns")
+			_, _, err = runCmd(t, obs, append(args, "--call-timeout", "-1s")...)
+			require.EqualError(t, err, "--call-timeout: -1s is negative (0 = the production deadline)")
+		})
+	}
 }

@@ -128,10 +128,10 @@ func (a *app) pluginCheck(cmd *cobra.Command, arg string) error {
 	if count < 2 {
 		return fmt.Errorf("--cascades: want at least 2, got %d", count)
 	}
-	timeout := v.GetDuration("call_timeout")
-	if timeout < 0 {
-		return fmt.Errorf("--call-timeout: %v is negative (0 = the production deadline)", timeout)
+	if err := checkCallTimeout(v); err != nil {
+		return err
 	}
+	timeout := v.GetDuration("call_timeout")
 	idle := v.GetDuration("fit_idle_timeout")
 	if idle <= 0 {
 		return fmt.Errorf("--fit-idle-timeout: %v is not positive", idle)

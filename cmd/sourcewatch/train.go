@@ -63,6 +63,7 @@ metrics on the test split, and writes everything into one bundle file.`,
 	f.StringArray("forward-param", nil, "forward-model parameter name=value (repeatable, or name=value,name=value)")
 	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries"+pluginDirHelp)
 	f.Duration("fit-idle-timeout", 10*time.Minute, "longest wait for the forward plugin's next Fit progress report before train gives up on it (a hung Fit)")
+	f.Duration("call-timeout", 0, "deadline of every forward plugin call, Configure included (0 = the default: 10s plus 1µs per row × (nodes + arcs)); raise it for a model that loads slowly")
 	f.Int("forward-epochs", 0, "forward-model training epochs (0 = the plugin's default)")
 	f.Float64("forward-lr", 0, "forward-model learning rate (0 = the plugin's default)")
 	f.Float64("lambda", 0, "weight of the monotonicity penalty (0 = the plugin's default)")
@@ -99,6 +100,9 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	}
 	if idle := v.GetDuration("fit_idle_timeout"); idle <= 0 {
 		return fmt.Errorf("--fit-idle-timeout: %v is not positive", idle)
+	}
+	if err := checkCallTimeout(v); err != nil {
+		return err
 	}
 	switch fi, err := os.Stat(filepath.Dir(out)); {
 	case errors.Is(err, fs.ErrNotExist):
@@ -502,8 +506,12 @@ func launchPlugin(ctx context.Context, a *app, path, sum string) (*forward.Proce
 	if err != nil {
 		return nil, fmt.Errorf("plugin checksum %q: %w", sum, err)
 	}
-	return forward.Launch(ctx, path, forward.WithLogger(a.log.Named("plugin")), forward.WithChecksum(raw),
-		forward.WithFitIdleTimeout(a.v.GetDuration("fit_idle_timeout")))
+	opts := []forward.LaunchOption{forward.WithLogger(a.log.Named("plugin")), forward.WithChecksum(raw),
+		forward.WithFitIdleTimeout(a.v.GetDuration("fit_idle_timeout"))}
+	if d := a.v.GetDuration("call_timeout"); d > 0 {
+		opts = append(opts, forward.WithCallTimeout(d))
+	}
+	return forward.Launch(ctx, path, opts...)
 }
 
 // heldOut solves up to limit test cascades with the bundle and returns
