@@ -182,11 +182,11 @@ type slvae struct {
 	pluginDir string
 	// callTimeout is call_timeout; 0 leaves the host's default.
 	callTimeout time.Duration
-	fparams   map[string]string
-	fit       forward.FitOptions
-	prior     prior.Config
-	solve     localize.Options
-	valSolves int
+	fparams     map[string]string
+	fit         forward.FitOptions
+	prior       prior.Config
+	solve       localize.Options
+	valSolves   int
 	// prototypes is N, the prototype latents of the prior term.
 	prototypes int
 	// weightScale multiplies the calibrated prior weight.
