@@ -449,15 +449,33 @@ func checkDurations(t reflect.Type, name string, get func(key string) any) error
 			if err := checkBool(path, get(key)); err != nil {
 				return err
 			}
+		case f.Type.Kind() == reflect.String:
+			switch raw := get(key); raw.(type) {
+			case []any, map[string]any:
+				return keyError(path, "want a string, got %s", kindOf(raw))
+			}
 		case f.Type.Kind() == reflect.Struct:
+			switch raw := get(key); raw.(type) {
+			case nil, map[string]any:
+			default:
+				return keyError(path, "want a section of keys (%s), got %s", strings.Join(fieldKeys(f.Type), ", "), kindOf(raw))
+			}
 			sub := func(k string) any { return get(key + "." + k) }
 			if err := checkDurations(f.Type, path, sub); err != nil {
 				return err
 			}
 		case f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct:
-			items, _ := get(key).([]any)
+			raw := get(key)
+			items, ok := raw.([]any)
+			if !ok && raw != nil {
+				// The decoder would take a map for a list of one item.
+				return keyError(path, "want a list of %s (each item - name: ...), got %s", key, kindOf(raw))
+			}
 			for j, item := range items {
-				m, _ := item.(map[string]any)
+				m, ok := item.(map[string]any)
+				if !ok {
+					return keyError(fmt.Sprintf("%s[%d]", path, j), "want a graph's keys (name, edges, bundle, ...), got %s", kindOf(item))
+				}
 				sub := func(k string) any { return lookup(m, k) }
 				if err := checkDurations(f.Type.Elem(), fmt.Sprintf("%s[%d]", path, j), sub); err != nil {
 					return err
@@ -468,11 +486,24 @@ func checkDurations(t reflect.Type, name string, get func(key string) any) error
 	return nil
 }
 
+// fieldKeys lists the keys of section type t, in their order.
+func fieldKeys(t reflect.Type) []string {
+	var keys []string
+	for i := 0; i < t.NumField(); i++ {
+		if tag := t.Field(i).Tag.Get("mapstructure"); tag != "" {
+			keys = append(keys, tag)
+		}
+	}
+	return keys
+}
+
 // checkWhole refuses a number an integer key would take wrongly: Unmarshal
 // truncates 1.5 to 1 and wraps 1e20 around to a negative value.
 func checkWhole(key string, raw any) error {
 	var x float64
 	switch v := raw.(type) {
+	case []any, map[string]any:
+		return keyError(key, "want a whole number, got %s", kindOf(raw))
 	case float64:
 		x = v
 	case float32:

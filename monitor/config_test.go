@@ -409,3 +409,34 @@ func TestNearestKey(t *testing.T) {
 	// Two keys as near: no guess.
 	require.Empty(t, NearestKey("ab", []string{"aa", "bb"}))
 }
+
+// A list or a map where a key takes one value, a section given one value,
+// and a graphs list given as a map are errors naming the key and what was
+// written, which LocateKeyError places in the file, not the decoder's
+// "decoding failed due to the following error(s): 'workers' expected type
+// 'int', got unconvertible type '[]interface {}'" with no file or line.
+func TestLoadNamesValuesOfTheWrongShape(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{withKey("workers", "[2]"), "workers: want a whole number, got a list"},
+		{withKey("max_event_bytes", "{a: 1}"), "max_event_bytes: want a whole number, got a map"},
+		{withKey("subjects.prefix", "[a]"), "subjects.prefix: want a string, got a list"},
+		{withKey("http.addr", "[x]"), "http.addr: want a string, got a list"},
+		{withKey("nats.listen", "{a: b}"), "nats.listen: want a string, got a map"},
+		{withKey("nats.tls.ca", "[a]"), "nats.tls.ca: want a string, got a list"},
+		{withKey("graphs[0].min_infected", "[3]"), "graphs[0].min_infected: want a whole number, got a list"},
+		{withKey("graphs[0].forward", "{a: b}"), "graphs[0].forward: want a string, got a map"},
+		{"workers: 2\nevents: 5\n" + minimalYAML, "events: want a section of keys (max_age, max_bytes, max_msgs, replicas), got 5"},
+		{"ha: true\n" + minimalYAML, "ha: want a section of keys (enabled, replica, lease_ttl), got true"},
+		{"alerts: [a]\n" + minimalYAML, "alerts: want a section of keys (max_age, max_bytes), got a list"},
+		{"graphs:\n  karate:\n    edges: karate.edges\n", "graphs: want a list of graphs (each item - name: ...), got a map"},
+		{"graphs: [karate]\n", "graphs[0]: want a graph's keys (name, edges, bundle, ...), got karate"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			_, err := loadYAML(t, tc.yaml, nil)
+			require.ErrorIs(t, err, ErrConfig)
+			require.EqualError(t, err, "invalid config: "+tc.want)
+			var ke *KeyError
+			require.ErrorAs(t, err, &ke, "a KeyError, so LocateKeyError adds the file and line")
+		})
+	}
+}
