@@ -296,3 +296,38 @@ func TestFlagCommandRefusesValuesOfTheWrongType(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, strings.Count(out, "\n"))
 }
+
+// A bad log_level or log_format names where it was set, as every other
+// key's error does: the file and line, the environment variable or the
+// flag; and a list or map given for one is refused, not read as the
+// default (info, auto) without a word.
+func TestLogSettingErrorsNameWhereTheyWereSet(t *testing.T) {
+	for _, tc := range []struct{ line, want string }{
+		{"log_level: verbose", `log_level: unrecognized level "verbose" (want debug, info, warn or error)`},
+		{"log_format: xml", `log_format: want auto, console or json, got "xml"`},
+		{"log_level: [debug]", "log_level: want a string, got a list"},
+		{"log_format:\n  json: true", "log_format: want a string, got a map"},
+	} {
+		path := configWithoutBundle(t, tc.line+"\nworkers: 0\n")
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		first, _, _ := strings.Cut(tc.line, "\n")
+		line := slices.Index(strings.Split(string(data), "\n"), first) + 1
+		require.Positive(t, line)
+		for _, cmdName := range []string{"serve", "simulate"} {
+			t.Run(cmdName+" "+first, func(t *testing.T) {
+				_, _, err := runCmd(t, "", cmdName, "--config", path)
+				require.EqualError(t, err, fmt.Sprintf("invalid config: %s:%d: %s", path, line, tc.want))
+			})
+		}
+	}
+	t.Run("environment", func(t *testing.T) {
+		t.Setenv("SOURCEWATCH_LOG_LEVEL", "verbose")
+		_, _, err := runCmd(t, "", "serve", "--config", configWithoutBundle(t, "workers: 0\n"))
+		require.EqualError(t, err, `invalid config: $SOURCEWATCH_LOG_LEVEL: log_level: unrecognized level "verbose" (want debug, info, warn or error)`)
+	})
+	t.Run("flag", func(t *testing.T) {
+		_, _, err := runCmd(t, "", "serve", "--config", configWithoutBundle(t, "log_level: verbose\n"), "--log-level", "loud")
+		require.EqualError(t, err, `--log-level: unrecognized level "loud" (want debug, info, warn or error)`)
+	})
+}

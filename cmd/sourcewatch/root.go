@@ -140,8 +140,22 @@ func (a *app) setup(cmd *cobra.Command) error {
 			return err
 		}
 	}
+	for _, key := range []string{"log_level", "log_format"} {
+		// GetString reads a list or a map as "", the default, without a
+		// word.
+		switch v.Get(key).(type) {
+		case []any:
+			return a.settingError(key, "want a string, got a list")
+		case map[string]any:
+			return a.settingError(key, "want a string, got a map")
+		}
+	}
 	log, err := newLogger(a.stderr, v.GetString("log_level"), v.GetString("log_format"), a.terminal)
 	if err != nil {
+		var se *settingErr
+		if errors.As(err, &se) {
+			return a.settingError(se.key, se.msg)
+		}
 		return err
 	}
 	a.log = log
@@ -349,10 +363,32 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 	return nil
 }
 
+// settingErr is a bad value of a setting read before the logger exists
+// (log_level, log_format), which setup places where it was set.
+type settingErr struct{ key, msg string }
+
+func (e *settingErr) Error() string { return e.key + ": " + e.msg }
+
+// settingError is msg about key's value, naming where that value came
+// from as the daemon's config errors do: the flag, the SOURCEWATCH_*
+// variable, or the config file and line.
+func (a *app) settingError(key, msg string) error {
+	if f := a.flags[key]; f != nil && f.Changed {
+		return fmt.Errorf("--%s: %s", f.Name, msg)
+	}
+	if name := envPrefix + "_" + strings.ToUpper(key); os.Getenv(name) != "" {
+		return &monitor.KeyError{Key: key, Msg: msg, File: "$" + name}
+	}
+	if file := a.v.ConfigFileUsed(); file != "" && a.v.InConfig(key) {
+		return monitor.LocateKeyError(&monitor.KeyError{Key: key, Msg: msg}, file, "")
+	}
+	return &settingErr{key: key, msg: msg}
+}
+
 func newLogger(w io.Writer, level, format string, terminal bool) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
-		return nil, fmt.Errorf("log_level: %w", err)
+		return nil, &settingErr{key: "log_level", msg: fmt.Sprintf("unrecognized level %q (want debug, info, warn or error)", level)}
 	}
 	var enc zapcore.Encoder
 	switch format {
@@ -374,7 +410,7 @@ func newLogger(w io.Writer, level, format string, terminal bool) (*zap.Logger, e
 	case "json":
 		enc = zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	default:
-		return nil, errors.New(`log_format: want auto, console or json, got "` + format + `"`)
+		return nil, &settingErr{key: "log_format", msg: `want auto, console or json, got "` + format + `"`}
 	}
 	// Locked: the daemon logs from many goroutines, and a writer that is
 	// not a file (a test's buffer, a pipe wrapper) is not safe for that.
