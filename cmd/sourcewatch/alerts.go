@@ -287,6 +287,12 @@ func tailPrefix(cmd *cobra.Command, v *viper.Viper) string {
 // parseSince reads an RFC 3339 time or a duration before now.
 func parseSince(s string, now time.Time) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		if t.After(now) {
+			// The stream would deliver from then: nothing, new alerts
+			// included, until that time comes.
+			return time.Time{}, fmt.Errorf("--since %q is in the future (now is %s): no alert would be shown before then, new ones included; leave --since out to follow new alerts",
+				s, now.UTC().Format(time.RFC3339))
+		}
 		return t, nil
 	}
 	d, err := time.ParseDuration(s)

@@ -334,4 +334,8 @@ func TestParseSince(t *testing.T) {
 	require.Error(t, err)
 	_, err = parseSince("0s", now)
 	require.ErrorContains(t, err, "a positive duration", "nothing is since now: new alerts are the default")
+	// A time to come (a mistyped year) would show nothing, new alerts
+	// included, until then, without a word.
+	_, err = parseSince("2062-01-02T03:04:05Z", now)
+	require.EqualError(t, err, `--since "2062-01-02T03:04:05Z" is in the future (now is 2026-01-02T03:04:05Z): no alert would be shown before then, new ones included; leave --since out to follow new alerts`)
 }
