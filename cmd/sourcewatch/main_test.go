@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -9,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
@@ -330,4 +334,46 @@ func TestLogSettingErrorsNameWhereTheyWereSet(t *testing.T) {
 		_, _, err := runCmd(t, "", "serve", "--config", configWithoutBundle(t, "log_level: verbose\n"), "--log-level", "loud")
 		require.EqualError(t, err, `--log-level: unrecognized level "loud" (want debug, info, warn or error)`)
 	})
+}
+
+// A reload reads log_level and log_format as the start does: a bad one
+// fails the reload, naming the file and line, where it passed unseen and
+// stopped the next start; a changed one is said to wait for a restart,
+// since the logger is built at start only.
+func TestReloadChecksLogSettings(t *testing.T) {
+	path := configWithoutBundle(t, "log_level: info\n")
+	orig, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var stderr bytes.Buffer
+	a := &app{v: viper.New(), stdout: io.Discard, stderr: &stderr, log: zap.NewNop()}
+	root := a.rootCmd()
+	ran := false
+	for _, c := range root.Commands() {
+		if c.Name() != "serve" {
+			continue
+		}
+		c.RunE = func(cmd *cobra.Command, _ []string) error {
+			ran = true
+			reload := configReloader(cmd, a)
+			_, err := reload(cmd.Context())
+			require.NoError(t, err)
+			require.NotContains(t, stderr.String(), "read at start only")
+
+			bad := strings.Replace(string(orig), "log_level: info", "log_level: verbose", 1)
+			require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
+			line := slices.Index(strings.Split(bad, "\n"), "log_level: verbose") + 1
+			_, err = reload(cmd.Context())
+			require.EqualError(t, err, fmt.Sprintf(`invalid config: %s:%d: log_level: unrecognized level "verbose" (want debug, info, warn or error)`, path, line))
+
+			debug := strings.Replace(string(orig), "log_level: info", "log_level: debug", 1)
+			require.NoError(t, os.WriteFile(path, []byte(debug), 0o600))
+			_, err = reload(cmd.Context())
+			require.NoError(t, err)
+			require.Contains(t, stderr.String(), `"msg":"config keys changed in the file are read at start only: restart to apply them; the running values stay","keys":["log_level"]`)
+			return nil
+		}
+	}
+	root.SetArgs([]string{"serve", "--config", path, "--log-format", "json"})
+	require.NoError(t, root.ExecuteContext(t.Context()))
+	require.True(t, ran)
 }

@@ -35,6 +35,9 @@ type app struct {
 	terminal bool // stderr is a terminal: show progress bars, console logs
 	// flags are the command's flags by config key, for settingLayer.
 	flags map[string]*pflag.Flag
+	// logLevel and logFormat are the logger's settings as setup read
+	// them: a reload does not rebuild the logger.
+	logLevel, logFormat string
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
@@ -42,6 +45,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	if f, ok := stderr.(*os.File); ok {
 		a.terminal = term.IsTerminal(int(f.Fd()))
 	}
+	return a.rootCmd()
+}
+
+// rootCmd is the sourcewatch command with its subcommands, run by a.
+func (a *app) rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "sourcewatch",
 		Short:         "Find where a spread started: SL-VAE source localization on live NATS event streams",
@@ -52,8 +60,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		},
 		PersistentPostRun: func(*cobra.Command, []string) { _ = a.log.Sync() },
 	}
-	root.SetOut(stdout) // help and usage go where the command's output goes
-	root.SetErr(stderr)
+	root.SetOut(a.stdout) // help and usage go where the command's output goes
+	root.SetErr(a.stderr)
 	// What an operator checks before an upgrade: which bundle formats this
 	// build reads, and which plugins it can talk to.
 	root.Version = monitor.Version
@@ -140,25 +148,15 @@ func (a *app) setup(cmd *cobra.Command) error {
 			return err
 		}
 	}
-	for _, key := range []string{"log_level", "log_format"} {
-		// GetString reads a list or a map as "", the default, without a
-		// word.
-		switch v.Get(key).(type) {
-		case []any:
-			return a.settingError(key, "want a string, got a list")
-		case map[string]any:
-			return a.settingError(key, "want a string, got a map")
-		}
-	}
-	log, err := newLogger(a.stderr, v.GetString("log_level"), v.GetString("log_format"), a.terminal)
+	level, format, err := a.logSettings()
 	if err != nil {
-		var se *settingErr
-		if errors.As(err, &se) {
-			return a.settingError(se.key, se.msg)
-		}
 		return err
 	}
-	a.log = log
+	log, err := newLogger(a.stderr, level, format, a.terminal)
+	if err != nil {
+		return err
+	}
+	a.log, a.logLevel, a.logFormat = log, level, format
 	checkEnvironment(cmd.Root(), os.Environ(), log)
 	if err := checkFlagKeys(cmd, v, log); err != nil {
 		return err
@@ -361,6 +359,31 @@ func checkFlagKeys(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) error {
 		log.Warn("config keys that "+cmd.CommandPath()+" does not read are ignored", fields...)
 	}
 	return nil
+}
+
+// logSettings returns log_level and log_format as the flags, environment
+// and config file set them, or the error of a bad one, naming where it was
+// set.
+func (a *app) logSettings() (level, format string, err error) {
+	for _, key := range []string{"log_level", "log_format"} {
+		// GetString reads a list or a map as "", the default, without a
+		// word.
+		switch a.v.Get(key).(type) {
+		case []any:
+			return "", "", a.settingError(key, "want a string, got a list")
+		case map[string]any:
+			return "", "", a.settingError(key, "want a string, got a map")
+		}
+	}
+	level, format = a.v.GetString("log_level"), a.v.GetString("log_format")
+	if _, err := newLogger(io.Discard, level, format, a.terminal); err != nil {
+		var se *settingErr
+		if errors.As(err, &se) {
+			return "", "", a.settingError(se.key, se.msg)
+		}
+		return "", "", err
+	}
+	return level, format, nil
 }
 
 // settingErr is a bad value of a setting read before the logger exists

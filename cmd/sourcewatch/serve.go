@@ -155,7 +155,29 @@ func configReloader(cmd *cobra.Command, a *app) func(context.Context) (monitor.C
 				return monitor.Config{}, err
 			}
 		}
-		return loadDaemonConfig(cmd, a.v)
+		// The logger is built at start only: a bad setting is refused as
+		// the start would refuse it, a changed one is said to wait for a
+		// restart, as the daemon says of its own start-only keys.
+		level, format, err := a.logSettings()
+		if err != nil {
+			return monitor.Config{}, err
+		}
+		cfg, err := loadDaemonConfig(cmd, a.v)
+		if err != nil {
+			return monitor.Config{}, err
+		}
+		var changed []string
+		if level != a.logLevel {
+			changed = append(changed, "log_level")
+		}
+		if format != a.logFormat {
+			changed = append(changed, "log_format")
+		}
+		if len(changed) > 0 {
+			a.log.Warn("config keys changed in the file are read at start only: restart to apply them; the running values stay",
+				zap.Strings("keys", changed))
+		}
+		return cfg, nil
 	}
 }
 
