@@ -33,6 +33,12 @@ func (d *Daemon) resolve(ctx context.Context, gr *graphRT) {
 		return
 	}
 	o := gr.win.observe(d.now(), nil)
+	if o.infected >= gr.gc.Load().MinInfected {
+		// Infections since the tick that queued this job (it can wait
+		// behind other graphs' inferences) brought the window back: the
+		// incident goes on, and the next tick infers it.
+		return
+	}
 	w := alerts.Window{From: o.from, To: o.to}
 	resolve := func() (alerts.Alert, bool) { return d.tracker.Resolve(gr.name, w, o.infected) }
 	if o.infected > 0 {

@@ -285,6 +285,12 @@ func (d *Daemon) infer(ctx context.Context, gr *graphRT) {
 		return
 	}
 	o := gr.win.observe(d.now(), nil)
+	if o.infected < gr.gc.Load().MinInfected {
+		// The window fell under min_infected since the tick that queued
+		// this job: no incident opens or updates on it, and the next tick
+		// resolves an open one.
+		return
+	}
 	inf, srcs, dur, err := d.localize(ctx, gr, o.y)
 	if err != nil && ctx.Err() == nil && !gr.healthy() {
 		// The plugin died under this inference: relaunch and retry once,

@@ -841,3 +841,68 @@ func TestResolveWhilePluginRelaunchIsHeldBack(t *testing.T) {
 	got = sink.wait(t, 2)
 	require.Equal(t, alerts.Resolved, got[1].Status)
 }
+
+// A job acts on the window as it is when it runs, not as the tick that
+// queued it saw it: queued behind other graphs' inferences (shared
+// workers, a plugin's relaunch backoff), a resolve can run after new
+// infections brought the window back over min_infected, and an
+// inference after the window fell under it. Neither publishes then:
+// the resolve would close a live incident ("resolved with 3 infected in
+// the window, under min_infected 2") for the next tick to fire it again
+// as a new one, and the inference would open one under min_infected.
+func TestJobsActOnTheWindowAsItIsWhenTheyRun(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 2
+	f := &factoryOf{}
+	r := start(t, cfg, preload(t, 6, "p"), WithLocalizerFactory(f.factory))
+	sink := subscribeAlerts(t, r.nc, "p")
+	infect := func(node int, state string, at time.Duration) {
+		r.publish(t, "p", Event{Node: strconv.Itoa(node), State: state, TS: now.Add(at)}, "")
+	}
+	gr := r.d.graphs["p"]
+	// hold runs job as a worker would, with the scheduler kept off the
+	// graph meanwhile.
+	hold := func(job func()) {
+		require.Eventually(t, func() bool { return gr.inflight.CompareAndSwap(false, true) }, 10*time.Second, time.Millisecond)
+		defer gr.inflight.Store(false)
+		job()
+	}
+
+	infect(3, StateInfected, 0)
+	infect(4, StateInfected, time.Second)
+	require.Equal(t, alerts.Firing, sink.wait(t, 1)[0].Status)
+
+	// A resolve queued when the window was under min_infected runs with
+	// three infected in it.
+	hold(func() {
+		infect(5, StateInfected, 2*time.Second)
+		waitSeq(t, r.d, "p", 3)
+		r.d.resolve(t.Context(), gr)
+	})
+	time.Sleep(100 * time.Millisecond) // several intervals
+	for _, a := range sink.all() {
+		require.NotEqual(t, alerts.Resolved, a.Status, "a live incident resolved: %s", a.Note)
+	}
+	_, open := r.d.tracker.Open("p")
+	require.True(t, open)
+
+	// Recoveries bring it under min_infected: resolved, once.
+	for _, v := range []int{3, 4, 5} {
+		infect(v, StateRecovered, 3*time.Second)
+	}
+	require.Eventually(t, func() bool {
+		all := sink.all()
+		return len(all) > 0 && all[len(all)-1].Status == alerts.Resolved
+	}, 10*time.Second, 5*time.Millisecond)
+	n := len(sink.all())
+
+	// An inference queued when the window held two runs with one.
+	hold(func() {
+		infect(1, StateInfected, 4*time.Second)
+		waitSeq(t, r.d, "p", 7)
+		r.d.infer(t.Context(), gr)
+	})
+	time.Sleep(100 * time.Millisecond)
+	require.Len(t, sink.all(), n, "an incident opened under min_infected")
+}
