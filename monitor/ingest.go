@@ -604,11 +604,35 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 		if cerr := d.ingestCtx.Err(); cerr != nil {
 			return fmt.Errorf("dead-lettering seq %d: %w", seq, cerr)
 		}
+		if attempt == 0 {
+			d.remakeDeadLetterStream()
+		}
 	}
 	d.metrics.deadLetters.WithLabelValues(reason).Inc()
 	d.metrics.dlFailed.Inc()
 	d.log.Error("dead letter lost", zap.String("reason", reason), zap.String("subject", subject), zap.Error(err))
 	return nil
+}
+
+// remakeDeadLetterStream makes the dead-letter stream anew, as the start
+// does, when a dead letter's publish failed because the stream is gone
+// (deleted under the daemon): a publish to a subject no stream keeps is
+// never acknowledged, and every dead letter would be lost until a
+// restart. The dead letters it held went with it.
+func (d *Daemon) remakeDeadLetterStream() {
+	ctx, cancel := context.WithTimeout(d.ingestCtx, 5*time.Second)
+	defer cancel()
+	if _, err := d.js.Stream(ctx, DeadLetterStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return
+	}
+	if d.fenced() != nil {
+		return
+	}
+	if _, err := updateStream(ctx, d.js, deadLetterStreamConfig(d.cfg), "dead-letter", d.log); err != nil {
+		d.limiter.warn("deadletter_stream", "dead-letter stream gone; making it anew failed", zap.Error(err))
+		return
+	}
+	d.log.Warn("dead-letter stream was deleted; made it anew (the dead letters it held are gone)", zap.String("stream", DeadLetterStream))
 }
 
 // deadLetterID is a dead letter's Nats-Msg-Id, sw-dl-<c>-<seq>[-<idx>]:

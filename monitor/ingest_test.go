@@ -895,3 +895,28 @@ func TestUnknownNodeNamesTheSameText(t *testing.T) {
 	require.Equal(t, ReasonUnknownNode, m.Header.Get(HeaderReason))
 	require.Equal(t, `graph "p" has no node "2 "; it has "2", the same text without the white space around it: ids are compared byte for byte`, m.Header.Get(HeaderDetail))
 }
+
+// The dead-letter stream deleted under a running daemon (an operator's
+// `nats stream rm`) is made anew at the next dead letter, which is
+// stored, as the alert stream is at the next alert: every dead letter
+// was "lost" until a restart, with the daemon ready all along.
+func TestDeadLetterStreamDeletedIsMadeAnew(t *testing.T) {
+	cfg := testConfig(t, "p")
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r.publish(t, "p", `{"node":"ghost","state":"infected"}`, "")
+	require.Eventually(t, func() bool { return value(t, r.d.metrics.deadLetters.WithLabelValues(ReasonUnknownNode)) == 1 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, r.js.DeleteStream(context.Background(), DeadLetterStream))
+
+	r.publish(t, "p", `{"node":"2","state":"sick"}`, "")
+	var dl jetstream.Stream
+	require.Eventually(t, func() bool {
+		var err error
+		dl, err = r.js.Stream(context.Background(), DeadLetterStream)
+		return err == nil && dl.CachedInfo().State.Msgs == 1
+	}, 30*time.Second, 20*time.Millisecond, "the dead letter is stored in a stream made anew")
+	m, err := dl.GetMsg(context.Background(), dl.CachedInfo().State.FirstSeq)
+	require.NoError(t, err)
+	require.Equal(t, ReasonBadState, m.Header.Get(HeaderReason))
+	require.Zero(t, value(t, r.d.metrics.dlFailed))
+	require.Equal(t, deadLetterStreamConfig(cfg).Subjects, dl.CachedInfo().Config.Subjects)
+}

@@ -304,22 +304,7 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: stream %s: %w", ErrNATS, EventsStream, err)
 	}
-	dl := jetstream.StreamConfig{
-		Name:        DeadLetterStream,
-		Description: "sourcewatch rejected events, with the reason in a header",
-		Subjects:    []string{DeadLetterSubject(p)},
-		Storage:     jetstream.FileStorage,
-		Duplicates:  deadLetterDuplicates,
-		MaxAge:      max(cfg.DeadLetters.MaxAge, 0),
-		MaxBytes:    unlimitedIfNotPositive(cfg.DeadLetters.MaxBytes),
-		Replicas:    max(cfg.Events.Replicas, 1),
-	}
-	if dl.MaxAge > 0 && dl.Duplicates > dl.MaxAge {
-		// JetStream refuses a duplicate window longer than the stream
-		// keeps messages.
-		dl.Duplicates = dl.MaxAge
-	}
-	if _, err := updateStream(ctx, js, dl, "dead-letter", log); err != nil {
+	if _, err := updateStream(ctx, js, deadLetterStreamConfig(cfg), "dead-letter", log); err != nil {
 		hint := ""
 		if strings.Contains(err.Error(), "insufficient storage") {
 			hint = fmt.Sprintf(" (the stream reserves deadletter.max_bytes, %d, on a server or account that limits JetStream storage: lower it, or give JetStream more)", cfg.DeadLetters.MaxBytes)
@@ -337,6 +322,26 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 		return nil, nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, StateBucket, err)
 	}
 	return stream, kv, nil
+}
+
+// deadLetterStreamConfig is the dead-letter stream as cfg sets it.
+func deadLetterStreamConfig(cfg Config) jetstream.StreamConfig {
+	dl := jetstream.StreamConfig{
+		Name:        DeadLetterStream,
+		Description: "sourcewatch rejected events, with the reason in a header",
+		Subjects:    []string{DeadLetterSubject(cfg.Subjects.Prefix)},
+		Storage:     jetstream.FileStorage,
+		Duplicates:  deadLetterDuplicates,
+		MaxAge:      max(cfg.DeadLetters.MaxAge, 0),
+		MaxBytes:    unlimitedIfNotPositive(cfg.DeadLetters.MaxBytes),
+		Replicas:    max(cfg.Events.Replicas, 1),
+	}
+	if dl.MaxAge > 0 && dl.Duplicates > dl.MaxAge {
+		// JetStream refuses a duplicate window longer than the stream
+		// keeps messages.
+		dl.Duplicates = dl.MaxAge
+	}
+	return dl
 }
 
 // unlimitedIfNotPositive is a stream limit from a config value, where zero
