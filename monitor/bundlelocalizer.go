@@ -179,7 +179,7 @@ func (l *bundleLocalizer) Relaunch(ctx context.Context) (Localizer, error) {
 
 // Unchanged reports whether BundleLocalizers, building gc's localizer
 // now, would run the model l runs: the keys it reads (bundle, forward,
-// forward_params, forward_checksum, allow_unverified; plugin_dir is
+// forward_params, forward_checksum, allow_unverified, call_timeout; plugin_dir is
 // read at start only) are the same, the bundle file has the SHA-256 of
 // the one l loaded, and the plugin binary those resolve to has the
 // SHA-256 of the one l launched. A reload then keeps l and its plugin
@@ -213,7 +213,7 @@ func (l *bundleLocalizer) Unchanged(ctx context.Context, gc GraphConfig) (bool, 
 // override is the same whether nil or empty.
 func sameLaunch(a, b localize.LaunchOptions) bool {
 	return a.PluginDir == b.PluginDir && a.Forward == b.Forward && maps.Equal(a.Params, b.Params) &&
-		a.Checksum == b.Checksum && a.AllowUnverified == b.AllowUnverified
+		a.Checksum == b.Checksum && a.AllowUnverified == b.AllowUnverified && a.CallTimeout == b.CallTimeout
 }
 
 // fileSHA256 hashes the file at path, giving up when ctx is done: a
@@ -293,6 +293,7 @@ func launchOptions(pluginDir string, gc GraphConfig) localize.LaunchOptions {
 		Params:          maps.Clone(gc.ForwardParams),
 		Checksum:        gc.ForwardChecksum,
 		AllowUnverified: gc.AllowUnverified,
+		CallTimeout:     gc.CallTimeout,
 	}
 }
 

@@ -344,3 +344,32 @@ func TestBundleLocalizersShareTheGraphsRelaunchBudget(t *testing.T) {
 	_, err = relaunched.Localize(t.Context(), y)
 	require.NoError(t, err, "a live plugin needs no relaunch")
 }
+
+// A graph's call_timeout is the deadline of its plugin's calls (1ns times
+// out the first), and a reload that changes it builds the localizer anew
+// rather than keeping a plugin launched with the old one.
+func TestBundleLocalizersCallTimeout(t *testing.T) {
+	plugin, _, g, b, _ := karateICMFBundle(t)
+	bundle := filepath.Join(t.TempDir(), "karate.swb")
+	require.NoError(t, b.WriteFile(bundle))
+	gc := DefaultGraphConfig("karate")
+	gc.Bundle = bundle
+	factory := BundleLocalizers(filepath.Dir(plugin), zap.NewNop())
+
+	gc.CallTimeout = time.Nanosecond
+	_, err := factory(t.Context(), gc, g)
+	require.ErrorIs(t, err, forward.ErrCallTimeout)
+	require.ErrorContains(t, err, "no answer within 1ns")
+
+	gc.CallTimeout = time.Minute
+	l, err := factory(t.Context(), gc, g)
+	require.NoError(t, err)
+	defer l.Close()
+	same, err := l.(*bundleLocalizer).Unchanged(t.Context(), gc)
+	require.NoError(t, err)
+	require.True(t, same)
+	gc.CallTimeout = 2 * time.Minute
+	same, err = l.(*bundleLocalizer).Unchanged(t.Context(), gc)
+	require.NoError(t, err)
+	require.False(t, same, "a new deadline needs a new launch")
+}

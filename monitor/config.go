@@ -155,6 +155,10 @@ type GraphConfig struct {
 	ForwardParams   map[string]string `mapstructure:"forward_params"`
 	ForwardChecksum string            `mapstructure:"forward_checksum"` // hex SHA-256 of the plugin binary
 	AllowUnverified bool              `mapstructure:"allow_unverified"`
+	// CallTimeout is the deadline of every call to the graph's forward
+	// plugin, Configure included; 0 is the host's default, 10 s plus 1 µs
+	// per row × (nodes + arcs) (forward.WithCallTimeout).
+	CallTimeout time.Duration `mapstructure:"call_timeout"`
 	// Window is how long an infection counts.
 	Window time.Duration `mapstructure:"window"`
 	// Decay, when > 0, weighs an infection of age a by exp(-a/Decay).
@@ -887,6 +891,9 @@ func (c Config) validate(given func(graph string) bool, needBundle bool) error {
 			if len(g.ForwardChecksum) != 64 || strings.Trim(strings.ToLower(g.ForwardChecksum), "0123456789abcdef") != "" {
 				return bad(key("forward_checksum"), "want 64 hex digits (SHA-256)")
 			}
+		}
+		if g.CallTimeout < 0 {
+			return bad(key("call_timeout"), "must be >= 0 (0: the default, 10s plus 1µs per row × (nodes + arcs)), got %v", g.CallTimeout)
 		}
 		if g.Window <= 0 {
 			return bad(key("window"), "must be > 0, got %v", g.Window)

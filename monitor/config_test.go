@@ -122,6 +122,7 @@ func TestValidateNamesTheKey(t *testing.T) {
 	}{
 		{"window zero", two + "    window: 0s\n", "graphs[1].window: must be > 0"},
 		{"negative decay", two + "    decay: -1s\n", "graphs[1].decay: must be >= 0"},
+		{"negative call_timeout", two + "    call_timeout: -1s\n", "graphs[1].call_timeout: must be >= 0 (0: the default, 10s plus 1µs per row × (nodes + arcs)), got -1s"},
 		{"interval", two + "    interval: 0s\n", "graphs[1].interval: must be >= 5ms, got 0s"},
 		{"fractional count", minimalYAML + "workers: 1.5\n", "workers: 1.5 is not a whole number"},
 		{"huge count", minimalYAML + "workers: 99999999999999999999\n", "workers: 1e+20 is out of range"},
