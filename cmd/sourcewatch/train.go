@@ -172,29 +172,10 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		name = strings.TrimSuffix(filepath.Base(v.GetString("graph")), filepath.Ext(v.GetString("graph")))
 	}
 	seed := v.GetInt64("seed")
-	cascades, provenance, simCfg, err := trainingCascades(ctx, a, g)
-	if err != nil {
-		return err
-	}
-	ntrain, nval := int(math.Round(0.6*float64(len(cascades)))), int(math.Round(0.2*float64(len(cascades))))
-	train, val, test := eval.Split(cascades, ntrain, nval, seed)
-	// Where more cascades come from: the flag, or more recorded lines.
-	more := "use --cascades 100 or more"
-	if path := recordedFile(v); path != "" {
-		more = fmt.Sprintf("record 100 or more in %s", path)
-	}
-	if len(train) == 0 || len(val) == 0 || len(test) == 0 {
-		return fmt.Errorf("%d cascades give an empty train, validation or test split (60/20/20; 4 is the least that fills all three); %s", len(cascades), more)
-	}
-	if len(val) < minValidation {
-		a.log.Warn("few validation cascades: delta, n_opt, the ranking and the prior are chosen on them, and the choices will be noisy; "+more,
-			zap.Int("validation", len(val)), zap.Int("cascades", len(cascades)))
-	}
-	if never, example := neverInfected(g, train); 20*never > g.N() {
-		a.log.Warn("nodes never infected in any training cascade: the bundle learns nothing of outbreaks there (a part of the graph the cascades do not reach, another component say); more cascades cover a part they reach rarely, and a component too small to hold --observe's lowest fraction of the graph never gets one (its cascades are redrawn): lower --observe, or train that component as a graph of its own",
-			zap.Int("nodes", never), zap.Int("of", g.N()), zap.String("for_example", example))
-	}
-
+	// The plugin is found, started and asked for its Info before any
+	// cascade is simulated: a misspelt --forward or --forward-param, or a
+	// binary that does not start, fails now rather than after minutes of
+	// simulation on a large graph.
 	fwdName := v.GetString("forward")
 	params, err := stringMap(v, "forward-param")
 	if err != nil {
@@ -225,6 +206,29 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		a.log.Warn("the plugin binary's name differs from the model it serves; the bundle records the binary's name",
 			zap.String("binary", filepath.Base(path)), zap.String("model", info.Name+" "+info.Version))
 	}
+	cascades, provenance, simCfg, err := trainingCascades(ctx, a, g)
+	if err != nil {
+		return err
+	}
+	ntrain, nval := int(math.Round(0.6*float64(len(cascades)))), int(math.Round(0.2*float64(len(cascades))))
+	train, val, test := eval.Split(cascades, ntrain, nval, seed)
+	// Where more cascades come from: the flag, or more recorded lines.
+	more := "use --cascades 100 or more"
+	if path := recordedFile(v); path != "" {
+		more = fmt.Sprintf("record 100 or more in %s", path)
+	}
+	if len(train) == 0 || len(val) == 0 || len(test) == 0 {
+		return fmt.Errorf("%d cascades give an empty train, validation or test split (60/20/20; 4 is the least that fills all three); %s", len(cascades), more)
+	}
+	if len(val) < minValidation {
+		a.log.Warn("few validation cascades: delta, n_opt, the ranking and the prior are chosen on them, and the choices will be noisy; "+more,
+			zap.Int("validation", len(val)), zap.Int("cascades", len(cascades)))
+	}
+	if never, example := neverInfected(g, train); 20*never > g.N() {
+		a.log.Warn("nodes never infected in any training cascade: the bundle learns nothing of outbreaks there (a part of the graph the cascades do not reach, another component say); more cascades cover a part they reach rarely, and a component too small to hold --observe's lowest fraction of the graph never gets one (its cascades are redrawn): lower --observe, or train that component as a graph of its own",
+			zap.Int("nodes", never), zap.Int("of", g.N()), zap.String("for_example", example))
+	}
+
 	// Cascades that spread along every arc alike leave a weighted graph's
 	// weights out of the data; a forward model would read them as
 	// infection probabilities all the same, and fit poorly.

@@ -1165,3 +1165,31 @@ func TestTrainHelpSaysWhatTestSolvesZeroDoes(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "test cascades solved for the held-out summary (0 = every test cascade)")
 }
+
+// The forward plugin is looked for, and --forward-param read, before any
+// cascade is simulated: a misspelt --forward or a malformed param fails at
+// once, not after minutes of simulation on a large graph. (The simulation
+// here would fail too, on an observation target it cannot reach: the
+// plugin's error comes first.)
+func TestTrainFindsThePluginBeforeSimulating(t *testing.T) {
+	icmfDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		want  string
+	}{
+		{"missing plugin", []string{"--forward", "nope", "--plugin-dir", icmfDir},
+			`forward plugin "nope": ` + filepath.Join(icmfDir, "sourcewatch-forward-nope") + " does not exist (the plugin dir holds "},
+		{"malformed param", []string{"--forward", "icmf", "--plugin-dir", icmfDir, "--forward-param", "steps"},
+			`--forward-param: want name=value[,name=value...], got "steps"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"train", "--graph", "../../configs/demo/karate.edges",
+				"--diffusion", "SI", "--beta", "0.01", "--max-steps", "1", "--observe", "0.9", "--max-redraws", "1", "--cascades", "10",
+				"--out", filepath.Join(t.TempDir(), "x.swb"), "--log-level", "warn"}, tc.flags...)
+			_, _, err := runCmd(t, "", args...)
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "observation target", "the simulation ran first")
+		})
+	}
+}
