@@ -139,3 +139,23 @@ func TestSLVAECallTimeout(t *testing.T) {
 	require.Equal(t, "2m", cfg.paramsFor("slvae-paper")["call_timeout"], "a method's own param wins")
 	require.NotContains(t, cfg.paramsFor("lpsi"), "call_timeout", "only methods with a forward model")
 }
+
+// A forward.<k> param the plugin's Info does not list is refused by Fit,
+// before the plugin fits, as train refuses its --forward-param: a lenient
+// plugin (faulty's fault=lenient) would ignore it without a word.
+func TestSLVAERefusesAForwardParamThePluginDoesNotList(t *testing.T) {
+	g, err := graph.Load("../configs/demo/karate.edges")
+	require.NoError(t, err)
+	cs, _, err := diffusion.Simulate(t.Context(), g, diffusion.DefaultConfig(), 20, 3, diffusion.Workers(1))
+	require.NoError(t, err)
+	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	m, err := newSLVAE(Env{Graph: g, Seed: 5, Params: map[string]string{
+		"forward": "faulty", "plugin_dir": filepath.Dir(faulty), "forward.fault": "lenient", "forward.stesp": "3",
+		"prior_epochs": "2", "prototypes": "8", "val_solves": "4", "restarts": "2", "opt_steps": "5",
+	}}, "slvae", localize.DataInit)
+	require.NoError(t, err)
+	defer m.Close()
+	err = m.Fit(t.Context(), g, cs[:12], cs[12:16])
+	require.ErrorIs(t, err, ErrBadParam)
+	require.EqualError(t, err, "bad method parameter slvae.forward.stesp: forward plugin faulty has no such param; did you mean steps? (known: steps, p, fault, fault_after)")
+}

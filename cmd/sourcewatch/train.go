@@ -200,6 +200,11 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	if err := info.Validate(); err != nil {
 		return fmt.Errorf("forward plugin %s: %w (sourcewatch plugin check %s runs this check)", path, err, fwdName)
 	}
+	// A plugin that ignores a param it does not know would fit without
+	// the setting meant, and say nothing.
+	if k, why := eval.UnknownForwardParam(fwdName, info, params); k != "" {
+		return fmt.Errorf("--forward-param %s: %s", k, why)
+	}
 	if info.Name != fwdName {
 		// Legal (a renamed build of a model), but the bundle records the
 		// binary's name, so say which model answered.

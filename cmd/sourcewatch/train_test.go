@@ -1193,3 +1193,24 @@ func TestTrainFindsThePluginBeforeSimulating(t *testing.T) {
 		})
 	}
 }
+
+// A --forward-param the plugin's Info does not list is refused before the
+// fit, naming it, its likely meaning and the known params: a plugin that
+// ignores a param it does not know (faulty's fault=lenient) would fit
+// without the setting meant, and say nothing.
+func TestTrainRefusesAParamThePluginDoesNotList(t *testing.T) {
+	dir := t.TempDir()
+	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	train := func(param string) error {
+		_, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--diffusion", "SI", "--cascades", "30",
+			"--forward", "faulty", "--plugin-dir", filepath.Dir(faulty), "--forward-param", "fault=lenient", "--forward-param", param,
+			"--prior-epochs", "2", "--prototypes", "8", "--test-solves", "4", "--val-solves", "4", "--restarts", "2", "--init-steps", "2", "--opt-steps", "5",
+			"--out", filepath.Join(dir, "x.swb"), "--log-level", "error")
+		return err
+	}
+	require.EqualError(t, train("stesp=3"),
+		"--forward-param stesp: forward plugin faulty has no such param; did you mean steps? (known: steps, p, fault, fault_after)")
+	require.EqualError(t, train("zzz=3"),
+		"--forward-param zzz: forward plugin faulty has no such param (known: steps, p, fault, fault_after)")
+	require.NoFileExists(t, filepath.Join(dir, "x.swb"))
+}
