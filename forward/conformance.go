@@ -12,7 +12,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-	"unicode"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -273,10 +272,8 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		state = res.State
 		keys := make([]string, 0, len(res.Metrics))
 		for k, v := range res.Metrics {
-			if k == "" || strings.IndexFunc(k, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
-				// train lists them as name value pairs and the bundle
-				// keeps them as forward_<name>.
-				return CheckFail, fmt.Sprintf("metric name %q: want a name that is not empty and holds no space or control character", k), nil
+			if err := CheckMetricName(k); err != nil {
+				return CheckFail, err.Error(), nil
 			}
 			if math.IsNaN(v) || math.IsInf(v, 0) {
 				return CheckFail, fmt.Sprintf("metric %s is %v", k, v), nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode"
 
 	"gonum.org/v1/gonum/mat"
 
@@ -104,6 +105,17 @@ type Progress struct {
 type FitResult struct {
 	State   []byte
 	Metrics map[string]float64
+}
+
+// CheckMetricName reports a Fit metric name a host cannot keep: an empty
+// one, or one holding a space or control character (train lists the
+// metrics as name value pairs, and a bundle keeps them as
+// forward_<name>). plugin check and train both apply it.
+func CheckMetricName(name string) error {
+	if name == "" || strings.IndexFunc(name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return fmt.Errorf("metric name %q: want a name that is not empty and holds no space or control character", name)
+	}
+	return nil
 }
 
 // Model is a differentiable forward model of a spread: it maps source

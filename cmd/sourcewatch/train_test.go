@@ -1214,3 +1214,21 @@ func TestTrainRefusesAParamThePluginDoesNotList(t *testing.T) {
 		"--forward-param zzz: forward plugin faulty has no such param (known: steps, p, fault, fault_after)")
 	require.NoFileExists(t, filepath.Join(dir, "x.swb"))
 }
+
+// A Fit metric whose name is empty or holds a space or control character
+// (faulty's fault=metricname reports "val\nmse") is refused, naming the
+// plugin and the metric, by the check plugin check applies: kept, it
+// broke the summary's fit line and the bundle's forward_<name> metrics.
+func TestTrainRefusesAMetricNameItCannotKeep(t *testing.T) {
+	dir := t.TempDir()
+	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	bundle := filepath.Join(dir, "x.swb")
+	_, _, err := runCmd(t, "", "train", "--graph", "../../configs/demo/karate.edges", "--diffusion", "SI", "--cascades", "30",
+		"--forward", "faulty", "--plugin-dir", filepath.Dir(faulty), "--forward-param", "fault=metricname",
+		"--prior-epochs", "2", "--prototypes", "8", "--test-solves", "4", "--val-solves", "4", "--restarts", "2", "--init-steps", "2", "--opt-steps", "5",
+		"--out", bundle, "--log-level", "error")
+	require.ErrorIs(t, err, forward.ErrBadOutput)
+	require.ErrorContains(t, err, `forward plugin faulty: fit: bad forward model output: metric name "val\nmse": want a name that is not empty and holds no space or control character`)
+	require.ErrorContains(t, err, "(sourcewatch plugin check faulty --plugin-dir "+filepath.Dir(faulty)+" checks the plugin call by call)")
+	require.NoFileExists(t, bundle)
+}
