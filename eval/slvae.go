@@ -151,21 +151,24 @@ func IsSLVAE(name string) bool {
 // RegisterSLVAEWith registers, once, the SL-VAE variant base with the
 // forward plugin forward under the name "base[forward]" and returns that
 // name; it is how eval compares forward models side by side.
-func RegisterSLVAEWith(base, forward string) (string, error) {
+func RegisterSLVAEWith(base, plugin string) (string, error) {
 	variant, ok := slvaeVariants[base]
 	if !ok {
 		return "", fmt.Errorf("%w %q: not an SL-VAE variant", ErrUnknownMethod, base)
 	}
-	if forward == "" || strings.ContainsAny(forward, "[]., /") {
-		return "", fmt.Errorf("%w: forward plugin name %q", ErrBadParam, forward)
+	if err := pluginNameError(plugin); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadParam, err)
 	}
-	name := base + "[" + forward + "]"
+	if strings.ContainsAny(plugin, "[]., ") {
+		return "", fmt.Errorf("%w: forward plugin name %q", ErrBadParam, plugin)
+	}
+	name := base + "[" + plugin + "]"
 	registry.Lock()
 	_, done := registry.m[name]
 	registry.Unlock()
 	if !done {
 		Register(name, func(env Env) (Method, error) {
-			params := map[string]string{"forward": forward}
+			params := map[string]string{"forward": plugin}
 			for k, v := range env.Params {
 				params[k] = v
 			}
@@ -174,6 +177,20 @@ func RegisterSLVAEWith(base, forward string) (string, error) {
 		})
 	}
 	return name, nil
+}
+
+// pluginNameError is forward.PluginPath's refusal of a plugin name that is
+// a path, or a binary's file name, which says what to pass instead (the
+// name, and the directory as the plugin dir), as train says it; nil for any
+// other name. PluginPath refuses such a name before it looks at a
+// directory.
+func pluginNameError(name string) error {
+	trimmed := strings.TrimPrefix(name, forward.BinaryPrefix)
+	if name != "" && name != "." && name != ".." && !strings.ContainsAny(name, `/\`) && (trimmed == name || trimmed == "") {
+		return nil
+	}
+	_, err := forward.PluginPath(".", name)
+	return err
 }
 
 type slvae struct {

@@ -457,3 +457,31 @@ func TestEvalWarnsOfSourcesPastTheTarget(t *testing.T) {
 	require.Contains(t, stderr, "past the --observe maximum 0.5: the sources alone are that many (4 of 5 nodes); fewer --sources")
 	require.NotContains(t, stderr, "--beta")
 }
+
+// A plugin's binary given where its name goes (--forward, or a method's
+// forward param) is refused saying what to pass instead, as train says it:
+// the name, and the directory as --plugin-dir.
+func TestEvalCommandPluginPathAsName(t *testing.T) {
+	const hint = `forward plugin name "myplugin/bin/sourcewatch-forward-nbor": want a plain name such as "icmf": for the binary myplugin/bin/sourcewatch-forward-nbor, pass "nbor" as the name and myplugin/bin as the plugin dir (--plugin-dir)`
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"--forward", []string{"--forward", "myplugin/bin/sourcewatch-forward-nbor"}, "--forward: bad method parameter: " + hint},
+		{"forward param", []string{"--method-param", "slvae.forward=myplugin/bin/sourcewatch-forward-nbor"},
+			"--method-param slvae.forward: bad method parameter: " + hint},
+		{"binary's name", []string{"--forward", "sourcewatch-forward-nbor"},
+			`--forward: bad method parameter: forward plugin name "sourcewatch-forward-nbor": name the plugin without the binary's prefix sourcewatch-forward-: "nbor"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--graph", evalKarate, "--cascades", "10", "--runs", "1", "--methods", "slvae,infected", "--log-level", "error"}, tc.args...)
+			_, _, err := runEvalCmd(t, args...)
+			require.EqualError(t, err, tc.want)
+		})
+	}
+	// train says the same of the same mistake.
+	_, _, err := runCmd(t, "", "train", "--graph", evalKarate, "--forward", "myplugin/bin/sourcewatch-forward-nbor",
+		"--out", filepath.Join(t.TempDir(), "x.swb"), "--log-level", "error")
+	require.EqualError(t, err, hint)
+}
