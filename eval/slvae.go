@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/localize"
-	"github.com/sourcewatch/sourcewatch/monitor"
 	"github.com/sourcewatch/sourcewatch/prior"
 )
 
@@ -330,36 +328,6 @@ func (p *params) str(key, def string) string {
 	return def
 }
 
-// UnknownForwardParam returns the first name of params, in sorted order,
-// that info, of the forward plugin named plugin, does not list, and why it
-// is refused: the plugin has no such param, the one within two edits it was likely meant as, and
-// the params it has. It returns "" where info lists every name, or lists
-// none (a plugin that describes no params is taken at its word by
-// Configure alone). A plugin that ignores a param it does not know would
-// otherwise fit without the setting meant, and say nothing; a new fit
-// checks, while a bundle's recorded params are not (an older build of the
-// plugin may have had others).
-func UnknownForwardParam(plugin string, info forward.Info, params map[string]string) (name, why string) {
-	if len(info.Params) == 0 {
-		return "", ""
-	}
-	known := make([]string, len(info.Params))
-	for i, q := range info.Params {
-		known[i] = q.Name
-	}
-	for _, k := range slices.Sorted(maps.Keys(params)) {
-		if slices.Contains(known, k) {
-			continue
-		}
-		why = fmt.Sprintf("forward plugin %s has no such param", plugin)
-		if near := monitor.NearestKey(k, known); near != "" {
-			why += "; did you mean " + near + "?"
-		}
-		return k, why + " (known: " + strings.Join(known, ", ") + ")"
-	}
-	return "", ""
-}
-
 func (m *slvae) Name() string { return m.name }
 
 func (m *slvae) plugin() (dir, name string) { return m.pluginDir, m.forward }
@@ -394,8 +362,10 @@ func (m *slvae) Fit(ctx context.Context, g *graph.Graph, train, val []diffusion.
 	if err := info.Validate(); err != nil {
 		return fmt.Errorf("%s: forward plugin %s: %w", m.name, path, err)
 	}
-	if k, why := UnknownForwardParam(m.forward, info, m.fparams); k != "" {
-		return fmt.Errorf("%w %s.forward.%s: %s", ErrBadParam, m.name, k, why)
+	if k, known := info.UnknownParam(m.fparams); k != "" {
+		// A plugin that ignores a param it does not know would fit
+		// without the setting meant, and say nothing.
+		return fmt.Errorf("%w %s.forward.%s: forward plugin %s has no such param (its params: %s)", ErrBadParam, m.name, k, m.forward, strings.Join(known, ", "))
 	}
 	ref := localize.ForwardRef{Name: m.forward, Version: info.Version, SHA256: sum, Params: m.fparams, IgnoreWeights: m.env.SpreadIgnoresWeights}
 	if err := proc.Configure(ctx, ref.ForwardGraph(g), m.fparams, nil); err != nil {

@@ -157,5 +157,5 @@ func TestSLVAERefusesAForwardParamThePluginDoesNotList(t *testing.T) {
 	defer m.Close()
 	err = m.Fit(t.Context(), g, cs[:12], cs[12:16])
 	require.ErrorIs(t, err, ErrBadParam)
-	require.EqualError(t, err, "bad method parameter slvae.forward.stesp: forward plugin faulty has no such param; did you mean steps? (known: steps, p, fault, fault_after)")
+	require.EqualError(t, err, "bad method parameter slvae.forward.stesp: forward plugin faulty has no such param (its params: steps, p, fault, fault_after)")
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -44,6 +46,29 @@ type Info struct {
 	Version   string  `json:"version"`
 	Trainable bool    `json:"trainable"`
 	Params    []Param `json:"params"`
+}
+
+// UnknownParam returns the first name of params, in sorted order, that in
+// does not list, with the names it does list; "" where in lists every
+// name, or lists none (a plugin that describes no params is taken at its
+// word by Configure alone). A plugin that ignores a param it does not
+// know would fit without the setting meant and say nothing, so a new fit
+// checks; a bundle's recorded params are not checked (an older build of
+// the plugin may have had others).
+func (in Info) UnknownParam(params map[string]string) (name string, known []string) {
+	if len(in.Params) == 0 {
+		return "", nil
+	}
+	known = make([]string, len(in.Params))
+	for i, q := range in.Params {
+		known[i] = q.Name
+	}
+	for _, k := range slices.Sorted(maps.Keys(params)) {
+		if !slices.Contains(known, k) {
+			return k, known
+		}
+	}
+	return "", known
 }
 
 // Validate reports what a host cannot accept in in: an empty name or

@@ -25,6 +25,7 @@ import (
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/localize"
+	"github.com/sourcewatch/sourcewatch/monitor"
 	"github.com/sourcewatch/sourcewatch/prior"
 )
 
@@ -202,8 +203,12 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	}
 	// A plugin that ignores a param it does not know would fit without
 	// the setting meant, and say nothing.
-	if k, why := eval.UnknownForwardParam(fwdName, info, params); k != "" {
-		return fmt.Errorf("--forward-param %s: %s", k, why)
+	if k, known := info.UnknownParam(params); k != "" {
+		why := fmt.Sprintf("forward plugin %s has no such param", fwdName)
+		if near := monitor.NearestKey(k, known); near != "" {
+			why += "; did you mean " + near + "?"
+		}
+		return fmt.Errorf("--forward-param %s: %s (known: %s)", k, why, strings.Join(known, ", "))
 	}
 	if info.Name != fwdName {
 		// Legal (a renamed build of a model), but the bundle records the
