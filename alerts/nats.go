@@ -287,6 +287,14 @@ func OnInvalid(f func(subject string, streamSeq uint64, err error)) TailOption {
 // OnRecreated and delivers the new stream's alerts from its first (each
 // once: those already delivered from it are skipped).
 func Tail(ctx context.Context, js jetstream.JetStream, prefix, graph string, deliver func(Alert) error, opts ...TailOption) error {
+	return TailRaw(ctx, js, prefix, graph, func(a Alert, _ []byte) error { return deliver(a) }, opts...)
+}
+
+// TailRaw is Tail that also hands deliver the message's body as the
+// stream holds it: the JSON Decode read a into, with any field this build
+// does not know (additive fields keep the version), for a consumer that
+// passes alerts on whole. The body is only valid during the call.
+func TailRaw(ctx context.Context, js jetstream.JetStream, prefix, graph string, deliver func(a Alert, data []byte) error, opts ...TailOption) error {
 	o := tailOptions{policy: jetstream.DeliverNewPolicy, checkEvery: DefaultRecreationCheck}
 	for _, opt := range opts {
 		opt(&o)
@@ -386,7 +394,7 @@ type recreated struct {
 // tailOnce follows stream, made at created, until ctx is done (nil, nil),
 // deliver fails, or the stream is found made anew.
 func tailOnce(ctx context.Context, stream jetstream.Stream, cfg jetstream.OrderedConsumerConfig, filter string, created time.Time,
-	skip map[uint64]bool, deliver func(Alert) error, ready func(), o tailOptions) (*recreated, error) {
+	skip map[uint64]bool, deliver func(Alert, []byte) error, ready func(), o tailOptions) (*recreated, error) {
 	cons, err := stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -498,7 +506,7 @@ func tailOnce(ctx context.Context, stream jetstream.Stream, cfg jetstream.Ordere
 			o.onInvalid(msg.Subject(), seq, err)
 			continue
 		}
-		if err := deliver(a); err != nil {
+		if err := deliver(a, msg.Data()); err != nil {
 			return nil, fmt.Errorf("alerts: delivering %s: %w", a.ID, err)
 		}
 	}

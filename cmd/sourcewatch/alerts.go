@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -54,7 +55,7 @@ func newAlertsTailCmd(a *app) *cobra.Command {
 	f.String("nats", defaultNATSURL, "NATS server URL(s), comma-separated")
 	f.String("creds", "", "NATS credentials file")
 	f.String("prefix", "sourcewatch", "subject prefix")
-	f.Bool("json", false, "print each alert as one JSON line")
+	f.Bool("json", false, "print each alert as one JSON line, as its message carried it (unknown fields kept)")
 	f.Bool("from-start", false, "replay every alert the stream holds first")
 	f.String("since", "", "replay alerts since an RFC 3339 time or a duration ago (e.g. 1h)")
 	return cmd
@@ -136,13 +137,18 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 		}),
 	)
 	first := true
-	return alerts.Tail(cmd.Context(), js, prefix, graph, func(al alerts.Alert) error {
+	var line bytes.Buffer
+	return alerts.TailRaw(cmd.Context(), js, prefix, graph, func(al alerts.Alert, data []byte) error {
 		if asJSON {
-			b, err := json.Marshal(al)
-			if err != nil {
+			// The message as published, not re-encoded from Alert: a
+			// field a newer build adds to v1 reaches the consumer too.
+			// Compacted, so that each alert is one line.
+			line.Reset()
+			if err := json.Compact(&line, data); err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(a.stdout, "%s\n", b)
+			line.WriteByte('\n')
+			_, err := a.stdout.Write(line.Bytes())
 			return err
 		}
 		if !first {

@@ -194,6 +194,38 @@ func TestAlertsTailJSONFromStart(t *testing.T) {
 	}
 }
 
+// TestAlertsTailJSONKeepsUnknownFields prints an alert as its message
+// carried it: a field a newer build adds to v1 (additive, so the same
+// schema) reaches the consumer, and a message published indented is
+// still one line.
+func TestAlertsTailJSONKeepsUnknownFields(t *testing.T) {
+	url, js := startAlertsNATS(t, "sourcewatch")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	a := observe(t, alerts.NewTracker(nil), "jazz", "5", "7")
+	b, err := json.Marshal(a)
+	require.NoError(t, err)
+	var fields map[string]any
+	require.NoError(t, json.Unmarshal(b, &fields))
+	fields["added_later"] = map[string]any{"region": "north", "n": 3.0}
+	data, err := json.MarshalIndent(fields, "", "  ")
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, alerts.Subject("sourcewatch", "jazz"), data)
+	require.NoError(t, err)
+
+	stdout, stderr, stop := runAlertsTail(t, "--nats", url, "--json", "--from-start")
+	require.Eventually(t, func() bool { return strings.Contains(stdout.String(), "\n") },
+		10*time.Second, 5*time.Millisecond, "stdout: %s\nstderr: %s", stdout.String(), stderr.String())
+	require.NoError(t, stop())
+
+	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	require.Len(t, lines, 1, "one line per alert: %s", stdout.String())
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &got))
+	require.Equal(t, fields, got, "every field the message carried")
+	require.Contains(t, lines[0], `"added_later":{"n":3,"region":"north"}`)
+}
+
 func TestAlertsTailErrors(t *testing.T) {
 	url, _ := startAlertsNATS(t, "sourcewatch")
 	badCreds := filepath.Join(t.TempDir(), "bad.creds")
