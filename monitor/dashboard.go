@@ -45,6 +45,10 @@ type dashboardData struct {
 	MaxShown  int
 	Refresh   int
 	Endpoints []string
+	// StandingBy is whether this replica stands by, and for nothing else
+	// (say, cut off from NATS): the page says so as a state, not a
+	// failure.
+	StandingBy bool
 }
 
 // serveDashboard renders the operator's page: the same facts as /status
@@ -58,6 +62,7 @@ func (d *Daemon) serveDashboard(w http.ResponseWriter, _ *http.Request) {
 		Refresh:   5,
 		Endpoints: []string{"/status", "/readyz", "/metrics", "/healthz"},
 	}
+	data.StandingBy = d.standby.Load() != nil && len(data.Problems) == 1
 	var buf bytes.Buffer
 	if err := dashboardTmpl.Execute(&buf, data); err != nil {
 		http.Error(w, "rendering the dashboard: "+err.Error(), http.StatusInternalServerError)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -310,4 +311,47 @@ func TestDashboardMarksAnUnverifiedPlugin(t *testing.T) {
 	require.Contains(t, page, "<td>b.swb, icmf2 1</td>", "the checked graph, unmarked")
 	require.Contains(t, page, `<td>b.swb, icmf2 1 <span class="bad" title="the forward plugin was launched without checksum verification (allow_unverified)">unverified</span></td>`)
 	require.Equal(t, 1, strings.Count(page, ">unverified</span>"))
+}
+
+// TestDashboardShowsAStandby: a standby replica launches no plugin by
+// design, so its page shows each graph's plugin as standing by, not
+// "down" in red, and /status says so beside localizer_healthy: false,
+// which a consumer of the schema is to read with it.
+func TestDashboardShowsAStandby(t *testing.T) {
+	_, cfgFor := activeAndConfig(t)
+	b := runReplica(t, cfgFor("b"))
+	require.Eventually(t, func() bool { return b.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+	base := "http://" + b.d.HTTPAddr()
+
+	code, body := get(t, base+"/")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, body, `<span class="standby" title="this replica stands by: it launches no plugin until it takes over">standby</span></td>`)
+	require.NotContains(t, body, `<span class="bad">down</span>`, "standing by is no failure")
+	require.Contains(t, body, `<span class="standby">standby</span>: standby: replica a is active`)
+	require.NotContains(t, body, `<span class="bad">not ready</span>`)
+
+	code, body = get(t, base+"/status")
+	require.Equal(t, http.StatusOK, code)
+	var st Status
+	require.NoError(t, json.Unmarshal([]byte(body), &st))
+	require.Len(t, st.Graphs, 1)
+	require.False(t, st.Graphs[0].LocalizerHealth, "no plugin runs here")
+	require.True(t, st.Graphs[0].Standby, "%s", body)
+	require.NoError(t, validateJSON(t, compileSchema(t, "urn:sourcewatch:schema:service.v1#/$defs/status_response", true), []byte(body)), "%s", body)
+
+	// A standby cut off from NATS is a failure again.
+	b.d.nc.Close()
+	_, body = get(t, base+"/")
+	require.Contains(t, body, `<span class="bad">not ready</span>: standby: replica a is active (as last seen); nats: not connected`)
+}
+
+// An active daemon's graphs are not marked standing by.
+func TestStatusOfAnActiveReplicaIsNoStandby(t *testing.T) {
+	a, _ := activeAndConfig(t)
+	code, body := get(t, "http://"+a.d.HTTPAddr()+"/status")
+	require.Equal(t, http.StatusOK, code)
+	require.NotContains(t, body, `"standby"`)
+	_, body = get(t, "http://"+a.d.HTTPAddr()+"/")
+	require.Contains(t, body, `<span class="ok">healthy</span>`)
+	require.NotContains(t, body, `class="standby"`)
 }

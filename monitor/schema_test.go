@@ -294,7 +294,7 @@ func TestServiceRepliesValidate(t *testing.T) {
 	require.NoError(t, json.Unmarshal(m.Data, &st))
 	g := &st.Graphs[0]
 	require.True(t, g.Model.Unverified)
-	g.Replaying, g.LastError = true, "localizer: plugin exited"
+	g.Replaying, g.LastError, g.Standby = true, "localizer: plugin exited", true
 	g.PendingAlerts = []alerts.Alert{*g.LastAlert, *g.LastAlert}
 	st.LastReload = &ReloadStatus{At: time.Now(), OK: false, Error: "graphs[0].bundle: no such file"}
 	require.NoError(t, validateJSON(t, statusReply, st))

@@ -126,6 +126,11 @@ type GraphStatus struct {
 	Seq                   uint64 `json:"seq"`
 	Inflight              bool   `json:"inflight"`
 	LocalizerHealth       bool   `json:"localizer_healthy"`
+	// Standby is true on an HA replica standing by while another holds
+	// the lease: it launches no plugin until it takes over, so
+	// LocalizerHealth is false by design there, not a failure. Absent
+	// (false) otherwise.
+	Standby bool `json:"standby,omitempty"`
 	// Model is the bundle and forward plugin the graph runs now (since
 	// the start, the last reload or relaunch), as an alert names them: with
 	// many graphs, how to see which model each serves, and that a reload
@@ -245,13 +250,14 @@ func (d *Daemon) Status() Status {
 		st.Replica, st.Active = d.cfg.HA.Replica, &active
 	}
 	now := d.now()
+	standby := d.standby.Load() != nil
 	for _, gr := range d.order {
 		o := gr.win.observe(now, nil)
 		_, ch, seq := gr.win.counts()
 		gs := GraphStatus{
 			Name: gr.name, Nodes: gr.g.N(), Fingerprint: gr.g.Fingerprint(), WindowInfected: o.infected, Changes: ch,
 			ChangedSinceInference: changedSince(gr.inferred.Load(), o.y), Seq: seq,
-			Inflight: gr.inflight.Load(), LocalizerHealth: gr.healthy(), LastAlert: gr.lastAlert.Load(),
+			Inflight: gr.inflight.Load(), LocalizerHealth: gr.healthy(), Standby: standby, LastAlert: gr.lastAlert.Load(),
 			Replaying:     gr.replayTo.Load() != 0,
 			PendingAlerts: d.tracker.Pending(gr.name),
 		}
