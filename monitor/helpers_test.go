@@ -41,7 +41,10 @@ type fakeLocalizer struct {
 	// dieOnEveryCall makes every call fail so, as a plugin that exits in
 	// each VJP does (its supervisor brings it back between calls).
 	dieOnEveryCall atomic.Bool
-	tag            string
+	// dieWith, when set, is the error of a call that dies (what a
+	// supervisor that may not relaunch the plugin returns).
+	dieWith func() error
+	tag     string
 	// onClose, when set, is called by Close.
 	onClose func()
 	// budget is what relaunchBudget reports, as the bundle localizer's
@@ -76,6 +79,9 @@ func (f *fakeLocalizer) Localize(ctx context.Context, y []float64) (Inference, e
 	}
 	if c := f.calls.Add(1); c == f.dieOnCall || f.dieOnEveryCall.Load() {
 		f.sick.Store(true)
+		if f.dieWith != nil {
+			return Inference{}, f.dieWith()
+		}
 		return Inference{}, fmt.Errorf("fake %s: plugin process exited", f.tag)
 	}
 	if f.delay > 0 {

@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"fmt"
 	"log"
 	"net/http"
 	"strconv"
@@ -154,6 +155,53 @@ func TestRelaunchesPerMinuteHold(t *testing.T) {
 			require.Contains(t, body, "relaunched 5 times within a minute; the next relaunch from ")
 		})
 	}
+}
+
+// A plugin down for good says why in /readyz, not only in the log: its
+// restarts used up, or its supervisor refused to relaunch it for the
+// graph's relaunch budget (a minute's relaunches spent), with when the
+// next relaunch is allowed.
+func TestReadyzSaysWhyAPluginIsNotRelaunched(t *testing.T) {
+	t.Run("restarts used up", func(t *testing.T) {
+		cfg := testConfig(t, "p")
+		cfg.Graphs[0].MinInfected = 1000
+		cfg.Graphs[0].Restarts = 1
+		f := &factoryOf{}
+		r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+		f.mu.Lock()
+		f.onMake = func(_ int, l *fakeLocalizer) { l.sick.Store(true) } // dead from the start
+		f.mu.Unlock()
+		f.all()[0].sick.Store(true)
+		require.Eventually(t, func() bool { return len(f.all()) == 2 }, 10*time.Second, 5*time.Millisecond)
+		require.Eventually(t, func() bool {
+			_, body := get(t, "http://"+r.d.HTTPAddr()+"/readyz?graph=p")
+			return strings.Contains(body, "graph p: localizer unhealthy; its relaunches are used up (relaunched 1 time in a row, restarts: 1); the next inference or localize request tries once more")
+		}, 10*time.Second, 5*time.Millisecond)
+	})
+	t.Run("relaunch budget spent by the supervisor", func(t *testing.T) {
+		cfg := testConfig(t, "p")
+		cfg.Graphs[0].Restarts = 0
+		budget := forward.NewRelaunchBudget(relaunchesPerMinute, time.Minute, nil)
+		for range relaunchesPerMinute {
+			_, err := budget.Take()
+			require.NoError(t, err)
+		}
+		f := &factoryOf{onMake: func(_ int, l *fakeLocalizer) {
+			l.budget, l.dieOnCall = budget, 1
+			l.dieWith = func() error {
+				_, err := budget.Take()
+				return fmt.Errorf("%w, needed now for: plugin exited", err)
+			}
+		}}
+		r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
+		r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+		var body string
+		require.Eventually(t, func() bool {
+			_, body = get(t, "http://"+r.d.HTTPAddr()+"/readyz?graph=p")
+			return strings.Contains(body, "localizer unhealthy")
+		}, 10*time.Second, 5*time.Millisecond)
+		require.Regexp(t, `graph p: localizer unhealthy; relaunching it failed: forward plugin relaunched 5 times within a minute; the next relaunch from \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ; not relaunched \(restarts: 0\)`, body)
+	})
 }
 
 // A failed save of the stream positions kept with the snapshots counts as

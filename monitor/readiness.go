@@ -101,6 +101,9 @@ func (d *Daemon) readinessOf() []notReady {
 			if re := gr.relaunchErr.Load(); re != nil {
 				msg += "; relaunching it failed: " + clipN(*re, 300)
 			}
+			if why := notRelaunchedWords(gr); why != "" {
+				msg += "; " + why
+			}
 			problems = append(problems, notReady{graph: gr.name, text: msg})
 		case e != nil && gr.failing.Load():
 			// A plugin that answers every call with an error is healthy

@@ -37,7 +37,7 @@ func (d *Daemon) relaunch(ctx context.Context, gr *graphRT) error {
 		if !errors.As(err, &limit) {
 			return fmt.Errorf("graph %q: %w", gr.name, err)
 		}
-		msg := fmt.Sprintf("relaunched %d times within %v; the next relaunch from %s", limit.Held, spanWords(limit.Span), limit.Next.UTC().Format(time.RFC3339))
+		msg := relaunchLimitWords(limit)
 		gr.relaunchErr.Store(&msg)
 		return fmt.Errorf("graph %q: %w: %s", gr.name, errRelaunchRate, msg)
 	}
@@ -85,6 +85,30 @@ func spanWords(d time.Duration) string {
 		return "a minute"
 	}
 	return d.String()
+}
+
+// relaunchLimitWords says a relaunch the graph's budget refused, as
+// /readyz has it.
+func relaunchLimitWords(limit *forward.RelaunchLimitError) string {
+	return fmt.Sprintf("forward plugin relaunched %d times within %v; the next relaunch from %s", limit.Held, spanWords(limit.Span), limit.Next.UTC().Format(time.RFC3339))
+}
+
+// notRelaunchedWords says why the daemon does not relaunch gr's dead
+// plugin at its ticks, "" when it does: its restarts are used up (or
+// none are allowed). The reason is otherwise only in the log.
+func notRelaunchedWords(gr *graphRT) string {
+	restarts := gr.gc.Load().Restarts
+	switch n := gr.relaunches.Load(); {
+	case restarts == 0:
+		return "not relaunched (restarts: 0)"
+	case n >= int64(restarts):
+		times := "times"
+		if n == 1 {
+			times = "time"
+		}
+		return fmt.Sprintf("its relaunches are used up (relaunched %d %s in a row, restarts: %d); the next inference or localize request tries once more", n, times, restarts)
+	}
+	return ""
 }
 
 // errRelaunchRate is a relaunch refused for relaunchesPerMinute.

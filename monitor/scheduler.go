@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
+	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/localize"
 )
@@ -221,7 +222,19 @@ func (d *Daemon) localize(ctx context.Context, gr *graphRT, y []float64) (Infere
 	inf, err := h.l.Localize(ctx, y)
 	dur := time.Since(start)
 	if err != nil {
+		// The plugin's supervisor refused to relaunch it for the graph's
+		// relaunch budget: /readyz says so beside "localizer unhealthy",
+		// as for a relaunch of the daemon's own.
+		if limit := (*forward.RelaunchLimitError)(nil); errors.As(err, &limit) {
+			msg := relaunchLimitWords(limit)
+			gr.relaunchErr.Store(&msg)
+		}
 		return Inference{}, nil, dur, fmt.Errorf("graph %q: localizing: %w", gr.name, err)
+	}
+	if gr.healthy() {
+		// The plugin is up: a relaunch refused earlier no longer says
+		// why it is down.
+		gr.relaunchErr.Store(nil)
 	}
 	srcs, err := rankSources(gr.g, inf)
 	if err != nil {
