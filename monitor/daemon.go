@@ -475,6 +475,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	// stopped is the last line of a clean stop, logged once the cleanup,
 	// plugins and embedded server included, is done.
 	var stopped func()
+	// stoppedUnstarted is it for a stop before the daemon started
+	// (waiting for NATS, or standing by), which has no state of its own
+	// to write.
+	stoppedUnstarted := func() { d.log.Info("sourcewatch stopped", zap.Bool("final_snapshot", false)) }
 	defer func() {
 		for i := len(cleanup) - 1; i >= 0; i-- {
 			cleanup[i]()
@@ -614,6 +618,9 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		// A daemon started before its cluster waits for it, as it would
 		// ride out a later outage, instead of failing its setup.
 		if err := d.waitConnected(ctx, nc, cfg.NATS.URL); err != nil {
+			// Asked to stop first: a clean stop, said as one.
+			d.log.Info("stopped while waiting for the first NATS connection")
+			stopped = stoppedUnstarted
 			return nil
 		}
 	}
@@ -651,6 +658,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		if err != nil {
 			if ctx.Err() != nil {
 				d.log.Info("stopped while standing by")
+				stopped = stoppedUnstarted
 				return nil
 			}
 			return err

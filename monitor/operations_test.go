@@ -3,6 +3,7 @@ package monitor
 import (
 	"fmt"
 	"log"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -94,6 +95,47 @@ func TestStoppedIsTheLastLine(t *testing.T) {
 	}
 	require.Equal(t, "sourcewatch stopped", msgs[len(msgs)-1], msgs)
 	require.Equal(t, 2, logs.FilterMessage("fake closed").Len())
+}
+
+// A stop before the daemon started, while it waits for its first NATS
+// connection or stands by, ends with the same last line as any clean
+// stop (it exited 0 without it).
+func TestStoppedBeforeTheStartIsLogged(t *testing.T) {
+	lastLines := func(logs *observer.ObservedLogs) []string {
+		var msgs []string
+		for _, e := range logs.All() {
+			msgs = append(msgs, e.Message)
+		}
+		return msgs
+	}
+	t.Run("waiting for NATS", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := ln.Addr().(*net.TCPAddr).Port
+		require.NoError(t, ln.Close())
+		cfg := testConfig(t, "p")
+		cfg.NATS.URL = fmt.Sprintf("nats://127.0.0.1:%d", port)
+		core, logs := observer.New(zapcore.InfoLevel)
+		d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory), WithLogger(zap.New(core)))
+		require.NoError(t, err)
+		_, stop := runInBackground(t, d)
+		require.Eventually(t, func() bool { return d.waiting.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+		stop()
+		msgs := lastLines(logs)
+		require.GreaterOrEqual(t, len(msgs), 2, msgs)
+		require.Equal(t, []string{"stopped while waiting for the first NATS connection", "sourcewatch stopped"}, msgs[len(msgs)-2:])
+		require.Equal(t, false, logs.FilterMessage("sourcewatch stopped").All()[0].ContextMap()["final_snapshot"])
+	})
+	t.Run("standing by", func(t *testing.T) {
+		_, cfgFor := activeAndConfig(t)
+		core, logs := observer.New(zapcore.InfoLevel)
+		b := runReplica(t, cfgFor("b"), WithLogger(zap.New(core)))
+		require.Eventually(t, func() bool { return b.d.standby.Load() != nil }, 10*time.Second, 5*time.Millisecond)
+		require.NoError(t, b.stop(t, false))
+		msgs := lastLines(logs)
+		require.GreaterOrEqual(t, len(msgs), 2, msgs)
+		require.Equal(t, []string{"stopped while standing by", "sourcewatch stopped"}, msgs[len(msgs)-2:])
+	})
 }
 
 // net/http's own error lines become rate-limited warnings of the logger.
