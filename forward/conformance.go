@@ -232,10 +232,11 @@ func CheckPlugin(ctx context.Context, path string, g *graph.Graph, pairs []Pair,
 		if err := p.Configure(ctx, g, o.Params, nil); err != nil {
 			return CheckFail, "", err
 		}
-		// No host checks a param's name against Info (a bundle may record
-		// params of an older build), so a misspelt train --forward-param
-		// is caught only where the plugin refuses a param it does not
-		// know, naming it, as the contract asks.
+		// A new fit's params are checked against Info (Info.UnknownParam),
+		// but a bundle's recorded ones are not (an older build may have
+		// taken others), nor anything a plugin that lists no params is
+		// given: there only the plugin itself, refusing a param it does
+		// not know and naming it, as the contract asks, catches a typo.
 		params := maps.Clone(o.Params)
 		if params == nil {
 			params = map[string]string{}

@@ -41,7 +41,8 @@ sourcewatch-forward-NAME in --plugin-dir; a bare name is a path only when a
 file of that name is in the working directory) and checks it against the contract:
 the handshake, Info (and that a second process reports the same name and
 version, as a bundle needs), Configure (and that it refuses an unknown param, a
-WARN: no command checks a --forward-param's name against Info), Fit on a
+WARN: train and eval check a new fit's params against Info, but a bundle's
+recorded params reach Configure unchecked), Fit on a
 small simulated set (and that the
 fitted state restores the same model), Predict shape and range, behaviour on
 an empty and a full x, determinism, the VJP against finite differences
