@@ -17,17 +17,25 @@ import (
 // TestMain removes the plugin binaries the tests build.
 func TestMain(m *testing.M) { forwardtest.Main(m) }
 
-// slvae solves the test cascades with the schedule its bundle chose: where
-// validation dropped the prior (prior=auto), without it. A prior weighted
-// a thousand times over drowns the data, so validation drops it here.
-func TestSLVAESolvesWithTheBundlesSchedule(t *testing.T) {
+// karateICMF returns the demo's Karate graph, count SI cascades on it
+// (beta 0.25, seed 3) with their simulation, and the directory of a built
+// icmf plugin: a cheap real setting for SL-VAE's tests.
+func karateICMF(t *testing.T, count int) (*graph.Graph, diffusion.Config, []diffusion.Cascade, string) {
+	t.Helper()
 	g, err := graph.Load("../configs/demo/karate.edges")
 	require.NoError(t, err)
 	sim := diffusion.DefaultConfig()
 	sim.Beta = 0.25
-	cs, _, err := diffusion.Simulate(t.Context(), g, sim, 40, 3, diffusion.Workers(1))
+	cs, _, err := diffusion.Simulate(t.Context(), g, sim, count, 3, diffusion.Workers(1))
 	require.NoError(t, err)
-	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	return g, sim, cs, filepath.Dir(forwardtest.Build(t, "icmf"))
+}
+
+// slvae solves the test cascades with the schedule its bundle chose: where
+// validation dropped the prior (prior=auto), without it. A prior weighted
+// a thousand times over drowns the data, so validation drops it here.
+func TestSLVAESolvesWithTheBundlesSchedule(t *testing.T) {
+	g, _, cs, pluginDir := karateICMF(t, 40)
 	for _, tc := range []struct {
 		prior string
 		want  localize.Variant
@@ -59,13 +67,7 @@ func TestSLVAESolvesWithTheBundlesSchedule(t *testing.T) {
 // where the cascades are recorded, and Diagnose scores it on the test
 // cascades; off, the default, leaves it out.
 func TestSLVAEChanceDiagnostics(t *testing.T) {
-	g, err := graph.Load("../configs/demo/karate.edges")
-	require.NoError(t, err)
-	sim := diffusion.DefaultConfig()
-	sim.Beta = 0.25
-	cs, _, err := diffusion.Simulate(t.Context(), g, sim, 44, 3, diffusion.Workers(1))
-	require.NoError(t, err)
-	pluginDir := filepath.Dir(forwardtest.Build(t, "icmf"))
+	g, sim, cs, pluginDir := karateICMF(t, 44)
 	for _, tc := range []struct {
 		name       string
 		chance     string
