@@ -154,7 +154,7 @@ func RegisterSLVAEWith(base, plugin string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w %q: not an SL-VAE variant", ErrUnknownMethod, base)
 	}
-	if err := pluginNameError(plugin); err != nil {
+	if err := forward.CheckPluginName(plugin); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrBadParam, err)
 	}
 	if strings.ContainsAny(plugin, "[]., ") {
@@ -175,20 +175,6 @@ func RegisterSLVAEWith(base, plugin string) (string, error) {
 		})
 	}
 	return name, nil
-}
-
-// pluginNameError is forward.PluginPath's refusal of a plugin name that is
-// a path, or a binary's file name, which says what to pass instead (the
-// name, and the directory as the plugin dir), as train says it; nil for any
-// other name. PluginPath refuses such a name before it looks at a
-// directory.
-func pluginNameError(name string) error {
-	trimmed := strings.TrimPrefix(name, forward.BinaryPrefix)
-	if name != "" && name != "." && name != ".." && !strings.ContainsAny(name, `/\`) && (trimmed == name || trimmed == "") {
-		return nil
-	}
-	_, err := forward.PluginPath(".", name)
-	return err
 }
 
 type slvae struct {

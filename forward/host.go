@@ -190,15 +190,8 @@ const BinaryPrefix = "sourcewatch-forward-"
 // executable exists: the name without its prefix, the directory rather
 // than the binary, or one of the plugins the directory holds.
 func PluginPath(dir, name string) (string, error) {
-	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
-		hint := ""
-		if base := filepath.Base(name); strings.HasPrefix(base, BinaryPrefix) && len(base) > len(BinaryPrefix) {
-			hint = fmt.Sprintf(": for the binary %s, pass %q as the name and %s as the plugin dir (--plugin-dir)", name, strings.TrimPrefix(base, BinaryPrefix), filepath.Dir(name))
-		}
-		return "", fmt.Errorf("forward plugin name %q: want a plain name such as \"icmf\"%s", name, hint)
-	}
-	if trimmed := strings.TrimPrefix(name, BinaryPrefix); trimmed != name && trimmed != "" {
-		return "", fmt.Errorf("forward plugin name %q: name the plugin without the binary's prefix %s: %q", name, BinaryPrefix, trimmed)
+	if err := CheckPluginName(name); err != nil {
+		return "", err
 	}
 	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
 		return "", fmt.Errorf("forward plugin %q: plugin dir %s is a file: pass the directory that holds %s%s", name, dir, BinaryPrefix, name)
@@ -223,6 +216,23 @@ func PluginPath(dir, name string) (string, error) {
 		return "", fmt.Errorf("forward plugin %q: %w", name, err)
 	}
 	return path, nil
+}
+
+// CheckPluginName refuses a plugin name that is a path, empty, or a
+// binary's file name (with BinaryPrefix), saying what to pass instead:
+// the name, and the binary's directory as the plugin dir.
+func CheckPluginName(name string) error {
+	if name == "" || strings.ContainsAny(name, `/\`) || name == "." || name == ".." {
+		hint := ""
+		if base := filepath.Base(name); strings.HasPrefix(base, BinaryPrefix) && len(base) > len(BinaryPrefix) {
+			hint = fmt.Sprintf(": for the binary %s, pass %q as the name and %s as the plugin dir (--plugin-dir)", name, strings.TrimPrefix(base, BinaryPrefix), filepath.Dir(name))
+		}
+		return fmt.Errorf("forward plugin name %q: want a plain name such as \"icmf\"%s", name, hint)
+	}
+	if trimmed := strings.TrimPrefix(name, BinaryPrefix); trimmed != name && trimmed != "" {
+		return fmt.Errorf("forward plugin name %q: name the plugin without the binary's prefix %s: %q", name, BinaryPrefix, trimmed)
+	}
+	return nil
 }
 
 // checkExecutable says why path cannot be started as a plugin: a
