@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -372,4 +373,36 @@ func TestBundleLocalizersCallTimeout(t *testing.T) {
 	same, err = l.(*bundleLocalizer).Unchanged(t.Context(), gc)
 	require.NoError(t, err)
 	require.False(t, same, "a new deadline needs a new launch")
+}
+
+// A Localizer of the caller's own that answers on another scale than the
+// alert schema's [0, 1], or with a NaN, is refused as a bad inference
+// rather than published as an alert consumers would refuse (a score of
+// 2), or sent with every source left out for a max_payload it is not
+// over (a NaN, which JSON cannot encode).
+func TestRankSourcesRefusesValuesOutsideTheUnitRange(t *testing.T) {
+	g, err := graph.Read(strings.NewReader("a b\nb c\nc d\n"), "path")
+	require.NoError(t, err)
+	good := func() Inference {
+		return Inference{Scores: []float64{0.9, 0.2, 0.1, 0}, Probability: []float64{1, 0.5, 1, 0}, Chance: []float64{0.5, 0, 0.25, 1}, Sources: []int{0, 2}, Threshold: 0.1}
+	}
+	_, err = rankSources(g, good())
+	require.NoError(t, err)
+	for name, tc := range map[string]struct {
+		edit func(*Inference)
+		want string
+	}{
+		"score above 1":     {func(i *Inference) { i.Scores[0] = 2 }, `node "a": score 2, want a number in [0, 1]`},
+		"score NaN":         {func(i *Inference) { i.Scores[3] = math.NaN() }, `node "d": score NaN`},
+		"negative prob":     {func(i *Inference) { i.Probability[1] = -0.1 }, `node "b": probability -0.1`},
+		"chance above 1":    {func(i *Inference) { i.Chance[2] = 1.5 }, `node "c": chance 1.5`},
+		"threshold above 1": {func(i *Inference) { i.Threshold = 1.5 }, "threshold 1.5, want a number in [0, 1]"},
+		"threshold NaN":     {func(i *Inference) { i.Threshold = math.NaN() }, "threshold NaN"},
+	} {
+		inf := good()
+		tc.edit(&inf)
+		_, err := rankSources(g, inf)
+		require.ErrorIs(t, err, ErrBadInference, name)
+		require.ErrorContains(t, err, tc.want, name)
+	}
 }

@@ -11,6 +11,13 @@ import (
 // of the nodes it calls sources, the score cut that selected them (the
 // bundle's delta, or the last source's score under a count rule), and
 // which model produced it.
+//
+// Scores and Probability hold one value per node of the graph, Chance one
+// per node or none, and Sources indices of the graph's nodes. Every score,
+// probability, chance and the Threshold lie in [0, 1], as the alert schema
+// (alerts.JSONSchema) has them: the daemon refuses an Inference with a
+// value outside that range or NaN, or of the wrong shape, as
+// ErrBadInference, a failed inference, rather than publish it.
 type Inference struct {
 	Scores, Probability []float64
 	// Chance is each node's chance of being a source

@@ -256,6 +256,23 @@ func rankSources(g *graph.Graph, inf Inference) ([]alerts.Source, error) {
 	if inf.Floor < 0 || inf.Floor > len(inf.Sources) {
 		return nil, fmt.Errorf("%w: %d floor sources of %d", ErrBadInference, inf.Floor, len(inf.Sources))
 	}
+	// Every value an alert or a localize reply can carry lies in [0, 1], as
+	// the alert schema says: one outside it (a score of another scale, a
+	// NaN JSON cannot encode) would be published to consumers that refuse
+	// it, or not published at all.
+	if !unit(inf.Threshold) {
+		return nil, fmt.Errorf("%w: threshold %v, want a number in [0, 1]", ErrBadInference, inf.Threshold)
+	}
+	for _, c := range []struct {
+		what string
+		xs   []float64
+	}{{"score", inf.Scores}, {"probability", inf.Probability}, {"chance", inf.Chance}} {
+		for v, x := range c.xs {
+			if !unit(x) {
+				return nil, fmt.Errorf("%w: node %q: %s %v, want a number in [0, 1]", ErrBadInference, g.ID(v), c.what, x)
+			}
+		}
+	}
 	srcs := make([]alerts.Source, 0, len(inf.Sources))
 	seen := map[int]bool{}
 	floorFrom := len(inf.Sources) - inf.Floor
@@ -272,6 +289,9 @@ func rankSources(g *graph.Graph, inf Inference) ([]alerts.Source, error) {
 	slices.SortStableFunc(srcs, byRank)
 	return srcs, nil
 }
+
+// unit reports whether x is a number in [0, 1] (not NaN).
+func unit(x float64) bool { return x >= 0 && x <= 1 }
 
 // chanceOf is node v's chance in inf, nil without one.
 func chanceOf(inf Inference, v int) *float64 {
