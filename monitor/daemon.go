@@ -424,7 +424,9 @@ func (d *Daemon) active() bool {
 	}
 }
 
-// Ready is closed once Run is consuming and serving.
+// Ready is closed once Run is consuming and serving. A Run that fails
+// before then (a port in use, a bundle refused) returns its error without
+// closing it, so wait for Ready and for Run's return together.
 func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
 // ClientURL is the NATS URL clients can use: the embedded server's
