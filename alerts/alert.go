@@ -32,7 +32,9 @@ const (
 
 // Source is one ranked suspect.
 type Source struct {
-	Node  string  `json:"node"`
+	Node string `json:"node"`
+	// Score is the model's ranking score, in [0, 1] as the schema has it;
+	// an alert's sources are ordered by it, best first.
 	Score float64 `json:"score"`
 	// Probability is the share of the inference's restarts that named the
 	// node: how steady the answer is, not how often such an answer is

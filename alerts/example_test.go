@@ -11,9 +11,9 @@ import (
 
 func ExampleCredibleSet() {
 	sources := []alerts.Source{
-		{Node: "7", Score: 2.0, Probability: 0.30},
-		{Node: "12", Score: 3.1, Probability: 0.55},
-		{Node: "150", Score: 0.4, Probability: 0.15},
+		{Node: "7", Score: 0.72, Probability: 0.30},
+		{Node: "12", Score: 0.91, Probability: 0.55},
+		{Node: "150", Score: 0.54, Probability: 0.15},
 	}
 	fmt.Println(alerts.CredibleSet(sources, 0.9))
 	fmt.Println(alerts.CredibleSet(sources, 0.5))
@@ -55,9 +55,9 @@ func ExampleFormat() {
 		Window:   alerts.Window{From: time.Date(2026, 11, 23, 11, 0, 0, 0, time.UTC), To: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)},
 		Infected: 57,
 		Sources: []alerts.Source{
-			{Node: "12", Score: 3.1, Probability: 0.55},
-			{Node: "7", Score: 2.0, Probability: 0.30},
-			{Node: "150", Score: 0.4, Probability: 0.15},
+			{Node: "12", Score: 0.91, Probability: 0.55},
+			{Node: "7", Score: 0.72, Probability: 0.30},
+			{Node: "150", Score: 0.54, Probability: 0.15},
 		},
 		CredibleSet: []string{"12", "7", "150"},
 		Threshold:   0.5,
@@ -76,9 +76,9 @@ func ExampleFormat() {
 	//   threshold     0.5, inference 12.5 ms
 	//   note          8.1% of the nodes infected, outside the 20-62% the bundle's training snapshots held
 	//       rank  node  score  probability
-	//          1    12    3.1        0.550  *
-	//          2     7      2        0.300  *
-	//          3   150    0.4        0.150  *
+	//          1    12   0.91        0.550  *
+	//          2     7   0.72        0.300  *
+	//          3   150   0.54        0.150  *
 }
 
 // A consumer reading the alert stream with its own NATS client decodes
