@@ -66,7 +66,9 @@ type WindowRequest struct {
 // service that wants to localize them itself (svc.localize with top).
 type WindowResponse struct {
 	Graph string `json:"graph"`
-	// Infected are the node ids, in the edge list's order.
+	// Infected are the node ids, in the graph's node order (the ids
+	// sorted, as numbers when every id is a non-negative integer without
+	// leading zeros or sign, else as strings), not the edge list's.
 	Infected []string `json:"infected"`
 	// Window is the events' own times of the oldest and newest infection
 	// counted (zero times when none is), as in an alert.
