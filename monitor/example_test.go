@@ -2,6 +2,7 @@ package monitor_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log"
 	"os"
@@ -104,9 +105,36 @@ func ExampleNew() {
 		log.Fatal(err)
 	}
 
+	// The service, with the package's request and answer types: a refused
+	// request has no body, only the error headers.
+	for _, req := range []monitor.LocalizeRequest{
+		{Graph: "path", Infected: []string{"a", "b"}, Top: 3},
+		{Graph: "path", Infected: []string{"e"}},
+	} {
+		body, err := json.Marshal(req)
+		if err != nil {
+			log.Fatal(err)
+		}
+		msg, err := nc.Request("sourcewatch.svc.localize", body, 2*time.Minute+5*time.Second)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if code := msg.Header.Get("Nats-Service-Error-Code"); code != "" {
+			fmt.Println("refused:", code, msg.Header.Get("Nats-Service-Error"))
+			continue
+		}
+		var res monitor.LocalizeResponse
+		if err := json.Unmarshal(msg.Data, &res); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("localized:", res.CredibleSet, len(res.Ranked), "ranked")
+	}
+
 	cancel()
 	fmt.Println("stopped:", <-done)
 	// Output:
 	// firing path [c]
+	// localized: [a b] 3 ranked
+	// refused: 400 unknown node: graph "path" has no node "e" (the graph's ids look like "a", "b", "c")
 	// stopped: <nil>
 }
