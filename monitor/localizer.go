@@ -42,7 +42,10 @@ type ModelInfo struct {
 
 // Localizer finds sources in an observation y in [0,1]^n of one graph. The
 // daemon calls Localize for one graph at a time and Close once, after the
-// last call.
+// last call. Localize should return soon after ctx is done: the daemon
+// cancels it when it stops, and Run waits for the call (one that ignores
+// ctx holds the stop back as long as it runs), and when a svc.localize
+// request's 2 minutes run out.
 //
 // A Localizer may also have any of these methods, which the daemon finds
 // by type assertion, so a stand-in for tests or another model needs none
