@@ -467,17 +467,7 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 			d.log.Error("service error response not sent", zap.String("subject", r.Subject()), zap.Error(ferr))
 		}
 	}
-	// Metadata that `nats micro info sourcewatch` and $SRV.INFO show, so
-	// a client in another language finds the request format there.
-	meta := map[string]map[string]string{
-		"localize": {
-			"request":  `{"graph": "<name>", "infected": ["<node id>", ...], "top": <n, optional>, "id": "<yours, optional>"}`,
-			"response": "graph, sources [{node, score, probability, floor}], credible_set, threshold, model, inference_ms, note, ranked [{node, score, probability}] (with top), id",
-		},
-		"status": {"request": "empty", "response": "version, commit, ready, not_ready, replica, active, graphs [...], last_reload, alerts_omitted"},
-		"reload": {"request": "empty: reads the whole config file again", "response": `{"reloaded": true}`},
-		"window": {"request": `{"graph": "<name>"}`, "response": "graph, infected [node ids], window {from, to}, seq, observed_at"},
-	}
+	meta := endpointMetadata
 	eps := []struct {
 		name string
 		h    micro.HandlerFunc
@@ -827,3 +817,16 @@ func clipN(s string, n int) string {
 // the graph does not have. It is graph.ErrUnknownNode, so a caller that
 // tests for either matches the graph package's errors and this one's.
 var ErrUnknownNode = graph.ErrUnknownNode
+
+// endpointMetadata is what `nats micro info sourcewatch` and $SRV.INFO
+// show of each endpoint, so a client in another language finds the
+// request format and the answer's fields there.
+var endpointMetadata = map[string]map[string]string{
+	"localize": {
+		"request":  `{"graph": "<name>", "infected": ["<node id>", ...], "top": <n, optional>, "id": "<yours, optional>"}`,
+		"response": "graph, sources [{node, score, probability, chance, floor}], credible_set, threshold, model, inference_ms, note, expected_sources, ranked [{node, score, probability, chance}] (with top), id",
+	},
+	"status": {"request": "empty", "response": "version, commit, ready, not_ready, replica, active, graphs [...], last_reload, alerts_omitted"},
+	"reload": {"request": "empty: reads the whole config file again", "response": `{"reloaded": true}`},
+	"window": {"request": `{"graph": "<name>"}`, "response": "graph, infected [node ids], window {from, to}, seq, observed_at"},
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sourcewatch/sourcewatch/alerts"
 	"github.com/sourcewatch/sourcewatch/diffusion"
 	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/graph"
@@ -864,5 +866,37 @@ func TestStartNamesTheGraphOfAFailedLocalizerOnce(t *testing.T) {
 			defer cancel()
 			require.EqualError(t, d.Run(ctx), tc.want)
 		})
+	}
+}
+
+// The endpoints' metadata, which a client in another language reads by
+// discovery, names every field of each answer (and of a source in it):
+// the localize answer left out chance and expected_sources.
+func TestEndpointMetadataNamesEveryAnswerField(t *testing.T) {
+	fields := func(v any) []string {
+		var names []string
+		rt := reflect.TypeOf(v)
+		for i := range rt.NumField() {
+			name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			if name != "" && name != "-" {
+				names = append(names, name)
+			}
+		}
+		return names
+	}
+	for endpoint, answers := range map[string][]any{
+		"localize": {LocalizeResponse{}, alerts.Source{}},
+		"window":   {WindowResponse{}},
+		"status":   {Status{}},
+	} {
+		meta := endpointMetadata[endpoint]["response"]
+		words := strings.FieldsFunc(meta, func(r rune) bool {
+			return !(r == '_' || r >= 'a' && r <= 'z')
+		})
+		for _, a := range answers {
+			for _, f := range fields(a) {
+				require.Contains(t, words, f, "svc.%s metadata %q lacks %s", endpoint, meta, f)
+			}
+		}
 	}
 }
