@@ -316,7 +316,7 @@ func TestServiceAnswersOversized(t *testing.T) {
 		{"unknown graph", LocalizeRequest{Graph: huge}, "400", "unknown graph"},
 		{"unknown node", LocalizeRequest{Graph: "p", Infected: []string{huge}}, "400", `graph "p" has no node`},
 		{"unknown node, the same text", LocalizeRequest{Graph: "p", Infected: []string{"1\u00a0"}}, "400", `graph "p" has no node "1\u00a0"; it has "1", the same text without the white space around it: ids are compared byte for byte`},
-		{"answer too large", LocalizeRequest{Graph: "big", Infected: []string{"1"}}, "500", "response too large"},
+		{"answer too large", LocalizeRequest{Graph: "big", Infected: []string{"1"}}, "500", `bytes): ask for fewer ranked nodes (a smaller "top"), or raise the server's max_payload`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

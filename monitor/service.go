@@ -462,6 +462,10 @@ func (d *Daemon) startService(ctx, setupCtx context.Context) (micro.Service, err
 		// micro wraps the client's error as text only.
 		if errors.Is(serr, nats.ErrMaxPayload) || strings.Contains(serr.Error(), nats.ErrMaxPayload.Error()) {
 			msg = fmt.Sprintf("response too large (max_payload %d bytes)", d.nc.MaxPayload())
+			if strings.HasSuffix(r.Subject(), ".svc.localize") {
+				// The one answer whose size the caller sets.
+				msg += `: ask for fewer ranked nodes (a smaller "top"), or raise the server's max_payload`
+			}
 		}
 		if ferr := r.Error("500", msg, nil); ferr != nil {
 			d.log.Error("service error response not sent", zap.String("subject", r.Subject()), zap.Error(ferr))
