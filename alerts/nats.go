@@ -555,9 +555,10 @@ func Last(ctx context.Context, s jetstream.Stream, prefix, graph string) (Alert,
 // Decode reads one alert as the alert stream holds it (the body of a
 // message on <prefix>.alerts.<graph>), for a consumer that reads the
 // stream with its own client rather than Tail; Tail and Last decode with
-// it. Data that is not a JSON object of Alert's fields is ErrInvalid; an
-// alert whose schema field is not Schema (another version, or none) is
-// ErrSchema, so that a consumer refuses what it would misread (see the
+// it. Data that is not a JSON object of Alert's fields is ErrInvalid
+// (JSON null aside, which decodes as an empty object and so has no
+// schema field); an alert whose schema field is not Schema (another
+// version, or none) is ErrSchema, so that a consumer refuses what it would misread (see the
 // package documentation's Versioning). Both are wrapped, for errors.Is.
 //
 // Decode checks the version, not every field against JSONSchema: fields

@@ -181,12 +181,16 @@ func (t *Tracker) ResolveBecause(graph string, w Window, infected int, why strin
 	if gs == nil || gs.Open == nil {
 		return Alert{}, false
 	}
-	// resolve puts the omitted sources' part back at the end.
-	note := why
-	if base := omittedNoteRE.ReplaceAllString(gs.Open.Note, ""); base != "" {
-		note = base + "; " + why
+	return t.resolve(graph, w, infected, because(gs.Open.Note, why))
+}
+
+// because is an incident's latest note with why appended, the part on
+// the sources it left out taken off (resolve puts it back at the end).
+func because(latest, why string) string {
+	if base := omittedNoteRE.ReplaceAllString(latest, ""); base != "" {
+		return base + "; " + why
 	}
-	return t.resolve(graph, w, infected, note)
+	return why
 }
 
 // resolve is Resolve, with note on the alert, under t.mu.
@@ -218,7 +222,8 @@ func (t *Tracker) resolve(graph string, w Window, infected int, note string) (Al
 
 // Retire closes the open incident of a graph that is no longer watched,
 // as Resolve does with the incident's last window and count, and note
-// saying why, and reports whether there was one to close. The resolve is
+// saying why after the latest inference's (as ResolveBecause), and
+// reports whether there was one to close. The resolve is
 // queued as pending like any other; Forget drops the graph once nothing
 // is.
 func (t *Tracker) Retire(graph, note string) bool {
@@ -228,7 +233,7 @@ func (t *Tracker) Retire(graph, note string) bool {
 	if gs == nil || gs.Open == nil {
 		return false
 	}
-	_, ok := t.resolve(graph, gs.Open.Window, gs.Open.Infected, note)
+	_, ok := t.resolve(graph, gs.Open.Window, gs.Open.Infected, because(gs.Open.Note, note))
 	return ok
 }
 

@@ -499,7 +499,9 @@ func TestTrackerNote(t *testing.T) {
 // resolve; Forget drops the graph only once nothing is open or pending.
 func TestTrackerRetireAndForget(t *testing.T) {
 	tr := NewTracker(func() time.Time { return time.Date(2026, 1, 2, 5, 0, 0, 0, time.UTC) })
-	fired, ok := tr.Observe(obs("g", "a"))
+	o := obs("g", "a")
+	o.Note = "observed early"
+	fired, ok := tr.Observe(o)
 	require.True(t, ok)
 	require.True(t, tr.Published("g", fired.ID))
 	_, ok = tr.Observe(obs("h", "b"))
@@ -516,7 +518,7 @@ func TestTrackerRetireAndForget(t *testing.T) {
 	require.Equal(t, fired.Seq+1, p[0].Seq)
 	require.Equal(t, fired.Window, p[0].Window, "the incident's last window")
 	require.Equal(t, fired.Infected, p[0].Infected)
-	require.Equal(t, "gone", p[0].Note)
+	require.Equal(t, "observed early; gone", p[0].Note, "why after the latest inference's note")
 
 	require.False(t, tr.Forget("g"), "its resolve is pending")
 	require.True(t, tr.Published("g", p[0].ID))
