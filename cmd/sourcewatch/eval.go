@@ -64,7 +64,7 @@ leaves them out (and says so), and a list naming them is refused.`,
 	f.Int("runs", 3, "repetitions with new seeds")
 	f.String("methods", "all", "methods to evaluate: all, or a comma-separated list")
 	f.String("forward", "", "forward plugins to run each SL-VAE method with, side by side: e.g. deepis,gat,monstor,icmf (default: deepis)")
-	f.StringSlice("method-param", nil, "method parameter method.key=value (repeatable)")
+	f.StringSlice("method-param", nil, "method parameter method.key=value (repeatable, or comma-separated; a piece with no = continues the value before it)")
 	f.Float64("train-frac", 0.6, "fraction of each run's cascades used for training")
 	f.Float64("val-frac", 0.2, "fraction used for validation (the rest is test)")
 	f.String("json", "", `also write the report as JSON to this file ("-": stdout, instead of the table)`)
@@ -127,7 +127,9 @@ func (a *app) evalConfig() (cfg eval.Config, implicit map[string]bool, err error
 	if err != nil {
 		return cfg, nil, err
 	}
-	for _, kv := range methodParams {
+	// The flag's list is split at every comma; a piece without "=" is
+	// the rest of the value before it (slvae.forward.layers=64,32).
+	for _, kv := range joinCommaValues(methodParams) {
 		k, val, ok := strings.Cut(kv, "=")
 		if !ok || !strings.Contains(k, ".") {
 			return cfg, nil, fmt.Errorf("--method-param: want method.key=value, got %q", kv)
@@ -136,6 +138,10 @@ func (a *app) evalConfig() (cfg eval.Config, implicit map[string]bool, err error
 			cfg.Params = map[string]string{}
 		}
 		k = strings.TrimSpace(k)
+		if _, dup := cfg.Params[k]; dup {
+			// The last would win without a word, hiding the other.
+			return cfg, nil, fmt.Errorf("--method-param: %s given twice", k)
+		}
 		cfg.Params[k] = strings.TrimSpace(val)
 		m, _, _ := strings.Cut(k, ".")
 		named[m] = true

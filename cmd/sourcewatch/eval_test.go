@@ -333,6 +333,30 @@ func TestMethodParamForms(t *testing.T) {
 	}
 }
 
+func TestJoinCommaValues(t *testing.T) {
+	for _, tc := range []struct {
+		in, want []string
+	}{
+		{[]string{"a=1", "b=2"}, []string{"a=1", "b=2"}},
+		{[]string{"layers=64", "32", "steps=3"}, []string{"layers=64,32", "steps=3"}},
+		{[]string{"x.y=1", "2", "3"}, []string{"x.y=1,2,3"}},
+		{[]string{"fault", "a=1"}, []string{"fault", "a=1"}}, // left for the caller's error
+		{[]string{"a=1", ""}, []string{"a=1", ""}},
+	} {
+		require.Equal(t, tc.want, joinCommaValues(tc.in), "%q", tc.in)
+	}
+}
+
+// A value with a comma reaches the method whole (its own parse names it),
+// and a parameter given twice is refused rather than the last one winning.
+func TestEvalMethodParamCommaAndTwice(t *testing.T) {
+	base := []string{"eval", "--graph", "../../configs/demo/karate.edges", "--cascades", "10", "--runs", "1", "--methods", "lpsi"}
+	_, _, err := runCmd(t, "", append(base, "--method-param", "lpsi.alpha=0.5,0.6")...)
+	require.ErrorContains(t, err, `lpsi.alpha="0.5,0.6"`)
+	_, _, err = runCmd(t, "", append(base, "--method-param", "lpsi.alpha=0.5", "--method-param", "lpsi.alpha=0.6")...)
+	require.ErrorContains(t, err, "--method-param: lpsi.alpha given twice")
+}
+
 // A --json file that cannot be written fails before the evaluation, and
 // the check leaves no file behind.
 func TestEvalChecksJSONPathFirst(t *testing.T) {

@@ -90,6 +90,9 @@ func TestPluginCheck(t *testing.T) {
 			{[]string{"--param", "steps=3", "--param", "steps=4"}, "--param: steps given twice"},
 			{[]string{"--param", "steps=3,steps=4"}, "--param: steps given twice"},
 			{[]string{"--param", "p=,steps=3"}, "--param: p has an empty value (leave it out for the plugin's default)"},
+			// A piece with no "=" is the rest of the value before it, which
+			// reaches the plugin whole.
+			{[]string{"--param", "p=0.1,0.2,steps=3"}, `param p="0.1,0.2": want a number in [0,1]`},
 		} {
 			_, _, err := runCmd(t, "", append([]string{"plugin", "check", icmf, "--log-level", "warn"}, tc.args...)...)
 			require.ErrorContains(t, err, tc.want, "%v", tc.args)

@@ -442,7 +442,8 @@ func newLogger(w io.Writer, level, format string, terminal bool) (*zap.Logger, e
 
 // stringMap reads a repeatable name=value flag (a StringArray) from viper
 // like every other flag: the flag when given, else SOURCEWATCH_<KEY> as
-// "name=value,name2=value2", else the config file's map of the key (dashes
+// "name=value,name2=value2" (a value may hold commas, see
+// joinCommaValues), else the config file's map of the key (dashes
 // as underscores), else the flag's default.
 func stringMap(v *viper.Viper, flag string) (map[string]string, error) {
 	key := strings.ReplaceAll(flag, "-", "_")
@@ -452,7 +453,7 @@ func stringMap(v *viper.Viper, flag string) (map[string]string, error) {
 	pairs := func(list []string) error {
 		for _, raw := range list {
 			s := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(raw), "["), "]")
-			for _, kv := range strings.Split(s, ",") {
+			for _, kv := range joinCommaValues(strings.Split(s, ",")) {
 				if strings.TrimSpace(kv) == "" {
 					continue
 				}
@@ -505,6 +506,23 @@ func stringMap(v *viper.Viper, flag string) (map[string]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// joinCommaValues joins each piece of a list split at commas that holds
+// no "=" to the piece before it, so "layers=64,32,steps=3" is the two
+// pairs layers=64,32 and steps=3: a plugin's list-valued param can be
+// given on one flag. A value cannot hold a comma followed by "name=";
+// a leading piece with no "=" stays on its own, for the caller's error.
+func joinCommaValues(pieces []string) []string {
+	out := make([]string, 0, len(pieces))
+	for _, p := range pieces {
+		if n := len(out); n > 0 && !strings.Contains(p, "=") && strings.TrimSpace(p) != "" && strings.Contains(out[n-1], "=") {
+			out[n-1] += "," + p
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // configFile reads v's config file on its own, without the environment

@@ -61,7 +61,7 @@ metrics on the test split, and writes everything into one bundle file.`,
 	f := cmd.Flags()
 	f.String("cascades-file", "", `train on recorded cascades instead of simulating: JSONL as simulate writes it, {"sources":[ids],"infected":[ids]} per line, "times" and "recovered" optional, other keys skipped (see the README)`)
 	f.String("forward", "deepis", "forward-model plugin name (bin/sourcewatch-forward-<name>)")
-	f.StringArray("forward-param", nil, "forward-model parameter name=value (repeatable, or name=value,name=value)")
+	f.StringArray("forward-param", nil, "forward-model parameter name=value (repeatable, or name=value,name=value; a piece with no = continues the value before it: widths=64,32)")
 	f.String("plugin-dir", defaultPluginDir(), "directory holding the forward-model plugin binaries"+pluginDirHelp)
 	f.Duration("fit-idle-timeout", 10*time.Minute, "longest wait for the forward plugin's next Fit progress report before train gives up on it (a hung Fit)")
 	f.Duration("call-timeout", 0, "deadline of every forward plugin call, Configure included (0 = the default: 10s plus 1µs per row × (nodes + arcs)); raise it for a model that loads slowly")
