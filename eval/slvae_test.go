@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sourcewatch/sourcewatch/diffusion"
+	"github.com/sourcewatch/sourcewatch/forward"
 	"github.com/sourcewatch/sourcewatch/forward/forwardtest"
 	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/localize"
@@ -160,4 +161,23 @@ func TestSLVAERefusesAForwardParamThePluginDoesNotList(t *testing.T) {
 	err = m.Fit(t.Context(), g, cs[:12], cs[12:16])
 	require.ErrorIs(t, err, ErrBadParam)
 	require.EqualError(t, err, "bad method parameter slvae.forward.stesp: forward plugin faulty has no such param (its params: steps, p, fault, fault_after)")
+}
+
+// A Fit metric name a bundle cannot keep is refused in eval's SL-VAE fit
+// as in train's (both through localize.Train), naming the metric.
+func TestSLVAERefusesAMetricNameItCannotKeep(t *testing.T) {
+	g, err := graph.Load("../configs/demo/karate.edges")
+	require.NoError(t, err)
+	cs, _, err := diffusion.Simulate(t.Context(), g, diffusion.DefaultConfig(), 20, 3, diffusion.Workers(1))
+	require.NoError(t, err)
+	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
+	m, err := newSLVAE(Env{Graph: g, Seed: 5, Params: map[string]string{
+		"forward": "faulty", "plugin_dir": filepath.Dir(faulty), "forward.fault": "metricname",
+		"prior_epochs": "2", "prototypes": "8", "val_solves": "4", "restarts": "2", "opt_steps": "5",
+	}}, "slvae", localize.DataInit)
+	require.NoError(t, err)
+	defer m.Close()
+	err = m.Fit(t.Context(), g, cs[:12], cs[12:16])
+	require.ErrorIs(t, err, forward.ErrBadOutput)
+	require.ErrorContains(t, err, `metric name "val\nmse": want a name that is not empty`)
 }

@@ -225,6 +225,14 @@ func Train(ctx context.Context, g *graph.Graph, fm forward.Model, train, val []f
 	if err != nil {
 		return nil, fmt.Errorf("training forward model %q: %w", cfg.Forward.Name, err)
 	}
+	// A metric name empty or holding a space or control character would
+	// break the summary's fit line and the bundle's forward_<name>
+	// metrics: refused, by the check plugin check applies.
+	for _, k := range slices.Sorted(maps.Keys(fres.Metrics)) {
+		if err := forward.CheckMetricName(k); err != nil {
+			return nil, fmt.Errorf("training forward model %q: fit: %w: %w", cfg.Forward.Name, forward.ErrBadOutput, err)
+		}
+	}
 	for k, v := range fres.Metrics {
 		key := "forward_" + k
 		// forward_val_mse is read as the plugin's just below, then

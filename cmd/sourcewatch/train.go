@@ -301,7 +301,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	}
 	start := time.Now()
 	bars := map[string]*progress{}
-	b, err := localize.Train(ctx, g, checkedFit{proc, fwdName}, toPairs(train), toPairs(val), cfg, func(p localize.TrainProgress) {
+	b, err := localize.Train(ctx, g, proc, toPairs(train), toPairs(val), cfg, func(p localize.TrainProgress) {
 		bar, ok := bars[p.Stage]
 		if !ok {
 			for _, old := range bars {
@@ -380,29 +380,6 @@ func runTrain(cmd *cobra.Command, a *app) error {
 			out, b.Manifest.Forward.Name)
 	}
 	return nil
-}
-
-// checkedFit is the plugin process with its Fit result's metric names
-// checked (forward.CheckMetricName, as plugin check does) before train
-// keeps them: a name empty or holding a space or control character breaks
-// the summary's fit line and the bundle's forward_<name> metrics. The
-// process's other methods, its fused calls included, are its own.
-type checkedFit struct {
-	*forward.Process
-	name string
-}
-
-func (c checkedFit) Fit(ctx context.Context, pairs []forward.Pair, opts forward.FitOptions, progress func(forward.Progress)) (forward.FitResult, error) {
-	res, err := c.Process.Fit(ctx, pairs, opts, progress)
-	if err != nil {
-		return res, err
-	}
-	for _, k := range slices.Sorted(maps.Keys(res.Metrics)) {
-		if err := forward.CheckMetricName(k); err != nil {
-			return forward.FitResult{}, fmt.Errorf("forward plugin %s: fit: %w: %w", c.name, forward.ErrBadOutput, err)
-		}
-	}
-	return res, nil
 }
 
 // largeStateBytes is the forward state past which train says what it

@@ -1228,7 +1228,7 @@ func TestTrainRefusesAMetricNameItCannotKeep(t *testing.T) {
 		"--prior-epochs", "2", "--prototypes", "8", "--test-solves", "4", "--val-solves", "4", "--restarts", "2", "--init-steps", "2", "--opt-steps", "5",
 		"--out", bundle, "--log-level", "error")
 	require.ErrorIs(t, err, forward.ErrBadOutput)
-	require.ErrorContains(t, err, `forward plugin faulty: fit: bad forward model output: metric name "val\nmse": want a name that is not empty and holds no space or control character`)
+	require.ErrorContains(t, err, `training forward model "faulty": fit: bad forward model output: metric name "val\nmse": want a name that is not empty and holds no space or control character`)
 	require.ErrorContains(t, err, "(sourcewatch plugin check faulty --plugin-dir "+filepath.Dir(faulty)+" checks the plugin call by call)")
 	require.NoFileExists(t, bundle)
 }
