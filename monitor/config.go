@@ -959,3 +959,30 @@ func relativePathHint(path string, err error) string {
 	}
 	return fmt.Sprintf(" (a relative path is read from the working directory, %s; use an absolute path or start the daemon there)", wd)
 }
+
+// MissingFiles returns an error for each graph's edge list or bundle that
+// cannot be opened, keyed graphs[i].edges or graphs[i].bundle, so the
+// reader of the config file can add the line that names it
+// (LocateKeyError) before the start or a reload gets to the file. A file
+// that opens but holds something wrong is the start's to refuse.
+func (c Config) MissingFiles() []*KeyError {
+	var errs []*KeyError
+	check := func(key, path string) {
+		if path == "" {
+			return
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			e := keyError(key, "%v%s", err, relativePathHint(path, err))
+			e.cause = err
+			errs = append(errs, e)
+			return
+		}
+		f.Close()
+	}
+	for i, g := range c.Graphs {
+		check(fmt.Sprintf("graphs[%d].edges", i), g.Edges)
+		check(fmt.Sprintf("graphs[%d].bundle", i), g.Bundle)
+	}
+	return errs
+}

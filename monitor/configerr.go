@@ -25,6 +25,9 @@ type KeyError struct {
 	// at is the key whose line locates the error where that is not Key:
 	// an unknown key is named by its section, and found by itself.
 	at string
+	// cause is the error under Msg, where there is one (a file that
+	// would not open), so errors.Is finds it as well as ErrConfig.
+	cause error
 }
 
 func keyError(key, format string, args ...any) *KeyError {
@@ -54,8 +57,14 @@ func (e *KeyError) Error() string {
 	return b.String()
 }
 
-// Unwrap makes errors.Is(err, ErrConfig) hold.
-func (e *KeyError) Unwrap() error { return ErrConfig }
+// Unwrap makes errors.Is(err, ErrConfig) hold, and errors.Is of the
+// cause under the message where there is one (fs.ErrNotExist).
+func (e *KeyError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{ErrConfig, e.cause}
+	}
+	return []error{ErrConfig}
+}
 
 // LocateKeyError returns err with the file and line of its key added
 // when err holds a KeyError: file is the config file read (a YAML file

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,6 +71,27 @@ func TestServeConfigErrorNamesTheLine(t *testing.T) {
 	line = slices.Index(strings.Split(string(data), "\n"), "wrkers: 3") + 1
 	_, _, err = runCmd(t, "", "serve", "--config", path)
 	require.ErrorContains(t, err, fmt.Sprintf("invalid config: %s:%d: unknown key \"wrkers\"; did you mean workers? (known: ", path, line))
+}
+
+// A missing edge list or bundle is named at its line in the config file,
+// every one at once, before anything starts.
+func TestServeConfigNamesMissingFilesAtTheirLines(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sw.yaml")
+	config := "graphs:\n" +
+		"  - name: a\n" +
+		"    edges: ../../configs/demo/karate.edges\n" +
+		"    bundle: " + filepath.Join(dir, "a.swb") + "\n" +
+		"  - name: b\n" +
+		"    edges: nope.edges\n" +
+		"    bundle: " + filepath.Join(dir, "b.swb") + "\n"
+	require.NoError(t, os.WriteFile(path, []byte(config), 0o644))
+	_, _, err := runCmd(t, "", "serve", "--config", path)
+	require.ErrorIs(t, err, monitor.ErrConfig)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	require.ErrorContains(t, err, fmt.Sprintf("invalid config: %s:4: graphs[0].bundle: open %s: no such file or directory", path, filepath.Join(dir, "a.swb")))
+	require.ErrorContains(t, err, fmt.Sprintf("invalid config: %s:6: graphs[1].edges: open nope.edges: no such file or directory (a relative path is read from the working directory", path))
+	require.ErrorContains(t, err, fmt.Sprintf("invalid config: %s:7: graphs[1].bundle: open %s", path, filepath.Join(dir, "b.swb")))
 }
 
 // The "known:" list of an unknown key holds what a file may set, not the
@@ -342,6 +364,9 @@ func TestLogSettingErrorsNameWhereTheyWereSet(t *testing.T) {
 // since the logger is built at start only.
 func TestReloadChecksLogSettings(t *testing.T) {
 	path := configWithoutBundle(t, "log_level: info\n")
+	// The reader checks that the bundle's file opens (its content is the
+	// daemon's to check, and this serve never starts it).
+	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(path), "missing.swb"), nil, 0o600))
 	orig, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var stderr bytes.Buffer

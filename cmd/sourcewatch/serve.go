@@ -208,6 +208,15 @@ func loadDaemonConfig(cmd *cobra.Command, v *viper.Viper) (monitor.Config, error
 		// Load names the key; the file and line are this reader's to add.
 		return monitor.Config{}, monitor.LocateKeyError(err, v.ConfigFileUsed(), envPrefix)
 	}
+	// Every missing edge list or bundle at once, each at its line: a
+	// fleet's paths are fixed in one edit, not one start at a time.
+	var missing []error
+	for _, e := range cfg.MissingFiles() {
+		missing = append(missing, monitor.LocateKeyError(e, v.ConfigFileUsed(), envPrefix))
+	}
+	if err := errors.Join(missing...); err != nil {
+		return monitor.Config{}, err
+	}
 	return cfg, nil
 }
 
