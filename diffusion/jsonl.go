@@ -108,11 +108,14 @@ func WriteJSONL(w io.Writer, g *graph.Graph, cs []Cascade) error {
 	return nil
 }
 
+// jsonCascade is one line as decoded. Pointers, so that a JSON null,
+// which encoding/json would decode as "" or 0, is told apart: a null id
+// is not the unknown node "", nor a null step step 0.
 type jsonCascade struct {
-	Sources   *[]string      `json:"sources"`
-	Infected  *[]string      `json:"infected"`
-	Times     map[string]int `json:"times"`
-	Recovered map[string]int `json:"recovered"`
+	Sources   *[]*string      `json:"sources"`
+	Infected  *[]*string      `json:"infected"`
+	Times     map[string]*int `json:"times"`
+	Recovered map[string]*int `json:"recovered"`
 }
 
 // RepeatedKey returns the first key of raw, one JSON object, that
@@ -291,7 +294,7 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 		return Cascade{}, fmt.Errorf("%q is given twice (keys match in any case): a cascade names each of sources, infected, times and recovered once", k)
 	}
 	if jc.Sources == nil {
-		return Cascade{}, errors.New(`missing "sources"`)
+		return Cascade{}, missing(text, "sources")
 	}
 	if len(*jc.Sources) == 0 {
 		// Every simulated cascade has one; a recorded cascade without
@@ -299,7 +302,7 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 		return Cascade{}, errors.New(`"sources" is empty: a cascade needs at least one source`)
 	}
 	if jc.Infected == nil {
-		return Cascade{}, errors.New(`missing "infected"`)
+		return Cascade{}, missing(text, "infected")
 	}
 	c := Cascade{N: n}
 	var err error
@@ -351,9 +354,27 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 	return c, nil
 }
 
-func indices(g *graph.Graph, key string, ids []string) ([]int, error) {
+// missing is the error for a required key that decoded as nothing:
+// absent, or given as null.
+func missing(text []byte, key string) error {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(text, &m) == nil {
+		for k, v := range m {
+			if strings.EqualFold(k, key) && string(v) == "null" {
+				return fmt.Errorf(`%q is null: want an array of node ids`, k)
+			}
+		}
+	}
+	return fmt.Errorf("missing %q", key)
+}
+
+func indices(g *graph.Graph, key string, ids []*string) ([]int, error) {
 	idx := make([]int, len(ids))
-	for k, id := range ids {
+	for k, p := range ids {
+		if p == nil {
+			return nil, fmt.Errorf(`%s[%d] is null: node ids are strings`, key, k)
+		}
+		id := *p
 		v, ok := g.Index(id)
 		if !ok {
 			return nil, g.UnknownNode(id, " in "+key)
@@ -369,7 +390,7 @@ func indices(g *graph.Graph, key string, ids []string) ([]int, error) {
 	return idx, nil
 }
 
-func stepMap(g *graph.Graph, key string, m map[string]int, step int) ([]int, int, error) {
+func stepMap(g *graph.Graph, key string, m map[string]*int, step int) ([]int, int, error) {
 	if m == nil {
 		return nil, step, nil
 	}
@@ -380,11 +401,14 @@ func stepMap(g *graph.Graph, key string, m map[string]int, step int) ([]int, int
 	// Sorted, so a file with several bad entries always reports the same one.
 	ids := slices.Sorted(maps.Keys(m))
 	for _, id := range ids {
-		t := m[id]
 		v, ok := g.Index(id)
 		if !ok {
 			return nil, 0, g.UnknownNode(id, " in "+key)
 		}
+		if m[id] == nil {
+			return nil, 0, fmt.Errorf("node %q has step null in %s: want a whole step", id, key)
+		}
+		t := *m[id]
 		if t < 0 {
 			return nil, 0, fmt.Errorf("node %q has negative step %d in %s", id, t, key)
 		}

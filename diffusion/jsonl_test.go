@@ -124,6 +124,13 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 		{"infected without time", `{"sources":["a"],"infected":["a","c"],"times":{"a":0}}`, `c.jsonl:2: infected node "c" has no time`},
 		{"source not at zero", `{"sources":["a"],"infected":["a"],"times":{"a":3}}`, `c.jsonl:2: source "a" has step 3 in "times", want 0`},
 		{"infected and recovered", `{"sources":["a"],"infected":["a","b"],"recovered":{"b":2}}`, `c.jsonl:2: node "b" is in both "infected" and "recovered"`},
+		// A null decoded as "" or 0 read as the unknown node "" or a
+		// step 0 that the file never gave.
+		{"null id", `{"sources":["a"],"infected":["a",null]}`, `c.jsonl:2: infected[1] is null: node ids are strings`},
+		{"null source", `{"sources":[null],"infected":["a"]}`, `c.jsonl:2: sources[0] is null`},
+		{"null step", `{"sources":["a"],"infected":["a","b"],"times":{"a":0,"b":null}}`, `c.jsonl:2: node "b" has step null in times`},
+		{"null recovery", `{"sources":["a"],"infected":["a"],"recovered":{"b":null}}`, `c.jsonl:2: node "b" has step null in recovered`},
+		{"null infected", `{"sources":["a"],"Infected":null}`, `c.jsonl:2: "Infected" is null: want an array of node ids`},
 		{"time of an uninfected node", `{"sources":["a"],"infected":["a"],"times":{"a":0,"c":1}}`, `c.jsonl:2: node "c" has a time in "times" but is neither infected nor recovered`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
