@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/sourcewatch/sourcewatch/graph"
 )
@@ -230,11 +231,26 @@ func ReadJSONL(r io.Reader, g *graph.Graph, name string, opts ...ReadOption) ([]
 		if readErr != nil && !errors.Is(readErr, io.EOF) {
 			return nil, fmt.Errorf("%s:%d: %w", name, lineNo, readErr)
 		}
-		if lineNo == 1 {
-			text = bytes.TrimPrefix(text, []byte("\ufeff"))
-		}
+		// A byte-order mark on any line: the first, or that of a file
+		// joined to the one before (cat a.jsonl b.jsonl), which,
+		// outside every JSON value, cannot change one.
+		text = bytes.TrimPrefix(text, []byte("\ufeff"))
 		if text = bytes.TrimSpace(text); len(text) > 0 {
-			c, err := parseCascade(text, g, n)
+			msg, stop := TextProblem(text, lineNo == 1)
+			if stop {
+				// Every line would fail alike: one error says it.
+				return nil, errors.Join(append(bad, fmt.Errorf("%s:%d: %s", name, lineNo, msg))...)
+			}
+			var c Cascade
+			var err error
+			if msg != "" {
+				// Said plainly, where the JSON error would name a byte,
+				// or, for text that is not UTF-8, none at all: encoding/json
+				// reads each bad byte as U+FFFD.
+				err = errors.New(msg)
+			} else if c, err = parseCascade(text, g, n); err != nil && readErr != nil && strings.HasSuffix(err.Error(), "unexpected end of JSON input") {
+				err = fmt.Errorf("%w (the file's last line, which has no newline: cut short by an interrupted write or copy?)", err)
+			}
 			switch {
 			case err != nil && len(bad) == maxReadErrors:
 				bad = append(bad, fmt.Errorf("%s: more than %d bad lines; stopped reading at line %d", name, maxReadErrors, lineNo))
@@ -256,6 +272,38 @@ func ReadJSONL(r io.Reader, g *graph.Graph, name string, opts ...ReadOption) ([]
 			return out, nil
 		}
 	}
+}
+
+// TextProblem says what is wrong with text, one line of a JSONL file
+// (the first when first), where it is not UTF-8 JSON text for a reason a
+// JSON error would not name plainly, or returns "". stop reports that
+// every line of the file will be wrong alike (UTF-16, lines ended with CR
+// alone), so a reader should say it once and stop.
+func TextProblem(text []byte, first bool) (msg string, stop bool) {
+	switch {
+	case first && (bytes.HasPrefix(text, []byte("\xff\xfe")) || bytes.HasPrefix(text, []byte("\xfe\xff"))) || looksUTF16(text):
+		return "UTF-16 text (what Windows tools call Unicode, and PowerShell 5's > writes): JSON lines are UTF-8; convert the file (iconv -f utf-16 -t utf-8)", true
+	case bytes.IndexByte(text, 0) >= 0:
+		return "NUL bytes: binary data, not a JSON line", false
+	case bytes.IndexByte(text, '\r') >= 0 && bytes.Count(text, []byte("{")) > 1 && !json.Valid(text):
+		return "carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')", true
+	case !utf8.Valid(text):
+		return "not valid UTF-8 (node ids would read as U+FFFD, matching none of the graph's): convert the file, e.g. iconv -f latin1 -t utf-8", false
+	}
+	return "", false
+}
+
+// looksUTF16 reports whether text reads as UTF-16: NUL bytes in every
+// other place (the high bytes of ASCII characters) and nowhere else.
+func looksUTF16(text []byte) bool {
+	var nul [2]int
+	for i, b := range text {
+		if b == 0 {
+			nul[i%2]++
+		}
+	}
+	half := len(text) / 2
+	return half > 0 && (nul[0] == 0) != (nul[1] == 0) && max(nul[0], nul[1]) >= half*3/4
 }
 
 // withoutTimes is c without its per-node steps, for DropTimes.

@@ -66,6 +66,43 @@ func TestReadJSONLReportsEveryBadLine(t *testing.T) {
 	require.Len(t, cs, 1)
 }
 
+// A file in another encoding, or with CR alone ending its lines, is
+// refused once, saying so, not ten times as the byte JSON trips on;
+// text that is not UTF-8, which encoding/json would read as U+FFFD, is
+// named; a byte-order mark on a later line (two files joined) is
+// skipped; a last line cut short says so.
+func TestReadJSONLNamesTheEncoding(t *testing.T) {
+	g := graph.New(3, nil, []string{"a", "b", "c"}, false, false)
+	good := `{"sources":["a"],"infected":["a","b"]}`
+	utf16 := func(bom bool) string {
+		var b []byte
+		if bom {
+			b = append(b, 0xff, 0xfe)
+		}
+		for _, r := range good + "\r\n" + good + "\r\n" {
+			b = append(b, byte(r), 0)
+		}
+		return string(b)
+	}
+	for _, tc := range []struct{ name, in, want string }{
+		{"utf-16", utf16(true), "c.jsonl:1: UTF-16 text (what Windows tools call Unicode, and PowerShell 5's > writes): JSON lines are UTF-8; convert the file (iconv -f utf-16 -t utf-8)"},
+		{"utf-16 without a mark", utf16(false), "c.jsonl:1: UTF-16 text"},
+		{"CR line ends", good + "\r" + good + "\r" + good + "\r", "c.jsonl:1: carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')"},
+		{"latin-1", good + "\n" + `{"sources":["a"],"infected":["Zo` + "\xeb" + `"]}` + "\n", "c.jsonl:2: not valid UTF-8"},
+		{"NUL bytes", good + "\n\x00\x00\x00\n", "c.jsonl:2: NUL bytes"},
+		{"cut short", good + "\n" + `{"sources":["a"],"infe`, "c.jsonl:2: bad JSON: unexpected end of JSON input (the file's last line, which has no newline: cut short"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadJSONL(strings.NewReader(tc.in), g, "c.jsonl")
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "\n", "one error, not one per line")
+		})
+	}
+	cs, err := ReadJSONL(strings.NewReader("\ufeff"+good+"\n\ufeff"+good+"\r\n"), g, "c.jsonl")
+	require.NoError(t, err, "a byte-order mark where a joined file began")
+	require.Len(t, cs, 2)
+}
+
 func TestReadJSONLWithoutTimes(t *testing.T) {
 	g := graph.New(3, nil, nil, false, false)
 	cs, err := ReadJSONL(strings.NewReader("\n{\"sources\":[\"2\"],\"infected\":[\"2\",\"0\"]}\n\n"), g, "obs")

@@ -447,6 +447,9 @@ func readObservations(path string, stdin io.Reader, check func(*observationFile)
 		if !bytes.Contains(bytes.TrimSpace(data), []byte("\n")) {
 			where += ":1"
 		}
+		if msg, _ := diffusion.TextProblem(data, true); msg != "" {
+			return nil, fmt.Errorf("%s: %s", where, msg)
+		}
 		one, err := decodeObservation(data, where, check)
 		if err != nil {
 			return nil, err
@@ -459,9 +462,16 @@ func readObservations(path string, stdin io.Reader, check func(*observationFile)
 	line := 0
 	for sc.Scan() {
 		line++
-		text := bytes.TrimSpace(sc.Bytes())
+		// A byte-order mark on a later line too: a file joined to the
+		// one before it, outside every JSON value.
+		text := bytes.TrimSpace(bytes.TrimPrefix(sc.Bytes(), []byte("\ufeff")))
 		if len(text) == 0 {
 			continue
+		}
+		if msg, _ := diffusion.TextProblem(text, line == 1); msg != "" {
+			// UTF-16, CR line ends, NUL bytes or another encoding, said
+			// as such rather than as the byte JSON trips on.
+			return nil, fmt.Errorf("%s:%d: %s", path, line, msg)
 		}
 		o, err := decodeObservation(text, fmt.Sprintf("%s:%d", path, line), check)
 		if err != nil {
@@ -548,6 +558,9 @@ func decodeObservation(data []byte, where string, check func(*observationFile) e
 			default:
 				err = fmt.Errorf("%q holds a JSON %s, not what it should", field, typeErr.Value)
 			}
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = fmt.Errorf("%w: the line ends inside the object (cut short by an interrupted write or copy?)", err)
 		}
 		return observationFile{}, fmt.Errorf(`%s: want {"infected":[ids...]}: %v`, where, err)
 	}

@@ -52,6 +52,31 @@ func TestReadObservationsRefusesMalformed(t *testing.T) {
 	require.Equal(t, "7", obs[1].ID)
 }
 
+// A file in another encoding, or with CR alone ending its lines, is
+// refused saying so, not as the byte JSON trips on ('ÿ' for UTF-16's
+// byte-order mark); a byte-order mark on a later line (two files
+// joined) and a last line cut short are read and named as such.
+func TestReadObservationsNamesTheEncoding(t *testing.T) {
+	g := obsGraph()
+	utf16 := []byte{0xff, 0xfe}
+	for _, r := range "{\"infected\":[\"a\"]}\r\n{\"infected\":[\"b\"]}\r\n" {
+		utf16 = append(utf16, byte(r), 0)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{string(utf16), "stdin:1: UTF-16 text"},
+		{"{\"infected\":[\"a\"]}\r{\"infected\":[\"b\"]}\r", "stdin:1: carriage returns inside the line: the file ends its lines with CR alone"},
+		{"{\"infected\":[\"Zo\xebe\"]}\n", "stdin:1: not valid UTF-8"},
+		{"{\"infected\":[\"a\"]}\n{\"infected\":[\"Zo\xebe\"]}\n", "stdin:2: not valid UTF-8"},
+		{"{\"infected\":[\"a\"]}\n{\"infected\":[\"b\",", "stdin:2: want {\"infected\":[ids...]}: unexpected EOF: the line ends inside the object (cut short"},
+	} {
+		_, err := readObsBytes(g, []byte(tc.in))
+		require.ErrorContains(t, err, tc.want, "input %q", tc.in)
+	}
+	obs, err := readObsBytes(g, []byte("\ufeff{\"infected\":[\"a\"]}\n\ufeff{\"infected\":[\"b\"]}\n"))
+	require.NoError(t, err, "a byte-order mark on a joined file's first line")
+	require.Len(t, obs, 2)
+}
+
 func FuzzReadObservations(f *testing.F) {
 	for _, seed := range []string{
 		`{"infected":["a","b"]}`,
