@@ -410,6 +410,11 @@ func TestEvalCommandOnRecordedCascades(t *testing.T) {
 	require.NoError(t, os.WriteFile(recorded, []byte(`{"sources":["0"],"infected":["0","nobody"]}`+"\n"), 0o644))
 	_, _, err = runEvalCmd(t, "--graph", evalKarate, "--cascades-file", recorded, "--methods", "lpsi,infected")
 	require.ErrorContains(t, err, `incidents.jsonl:1: unknown node "nobody" in infected`)
+
+	// An empty file is called that, not a split too small.
+	require.NoError(t, os.WriteFile(recorded, []byte("\n\r\n"), 0o644))
+	_, _, err = runEvalCmd(t, "--graph", evalKarate, "--cascades-file", recorded, "--methods", "lpsi,infected")
+	require.ErrorContains(t, err, `incidents.jsonl holds no cascade (empty, or blank lines only)`)
 }
 
 // eval's SL-VAE gives its forward model the graph without the weights SI

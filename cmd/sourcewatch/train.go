@@ -476,6 +476,11 @@ func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade
 	if err != nil {
 		return nil, err
 	}
+	if len(cs) == 0 {
+		// Not "0 cascades give an empty split": the wrong file, or one
+		// whose writer failed.
+		return nil, fmt.Errorf(`%s holds no cascade (empty, or blank lines only): want one {"sources":[ids],"infected":[ids]} per line`, path)
+	}
 	a.warnRecorded(g, cs, path)
 	return cs, nil
 }
