@@ -381,7 +381,7 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 	if c.Times != nil {
 		for _, v := range c.Infected {
 			if c.Times[v] < 0 {
-				return Cascade{}, fmt.Errorf("infected node %q has no time", g.ID(v))
+				return Cascade{}, fmt.Errorf("infected node %q has no time%s", g.ID(v), timesOptional)
 			}
 		}
 		for v, t := range c.Times {
@@ -395,7 +395,7 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 			case t < 0:
 				return Cascade{}, fmt.Errorf(`source %q is not in "times" (a source is infected at step 0)`, g.ID(v))
 			case t != 0:
-				return Cascade{}, fmt.Errorf(`source %q has step %d in "times", want 0`, g.ID(v), t)
+				return Cascade{}, fmt.Errorf(`source %q has step %d in "times", want 0%s`, g.ID(v), t, timesOptional)
 			}
 		}
 	}
@@ -415,6 +415,11 @@ func missing(text []byte, key string) error {
 	}
 	return fmt.Errorf("missing %q", key)
 }
+
+// timesOptional ends the errors a recorded file's own clock meets in
+// "times" (a timestamp where a step goes, a time known for some nodes
+// only): what train and eval read needs none.
+const timesOptional = ` (times are steps counted from the spread's start, every source at 0; train and eval read none, so a recorded file may leave "times" out)`
 
 func indices(g *graph.Graph, key string, ids []*string) ([]int, error) {
 	idx := make([]int, len(ids))

@@ -160,6 +160,8 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 		{"negative step", `{"sources":["a"],"infected":["a"],"times":{"a":-2}}`, `c.jsonl:2: node "a" has negative step -2 in times`},
 		{"infected without time", `{"sources":["a"],"infected":["a","c"],"times":{"a":0}}`, `c.jsonl:2: infected node "c" has no time`},
 		{"source not at zero", `{"sources":["a"],"infected":["a"],"times":{"a":3}}`, `c.jsonl:2: source "a" has step 3 in "times", want 0`},
+		{"a timestamp for a step", `{"sources":["a"],"infected":["a","b"],"times":{"a":1700000000,"b":1700000042}}`, `c.jsonl:2: source "a" has step 1700000000 in "times", want 0 (times are steps counted from the spread's start, every source at 0; train and eval read none, so a recorded file may leave "times" out)`},
+		{"some times unknown", `{"sources":["a"],"infected":["a","b"],"times":{"a":0}}`, `c.jsonl:2: infected node "b" has no time (times are steps`},
 		{"infected and recovered", `{"sources":["a"],"infected":["a","b"],"recovered":{"b":2}}`, `c.jsonl:2: node "b" is in both "infected" and "recovered"`},
 		// A null decoded as "" or 0 read as the unknown node "" or a
 		// step 0 that the file never gave.
