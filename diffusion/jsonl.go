@@ -406,14 +406,21 @@ func parseCascade(text []byte, g *graph.Graph, n int) (Cascade, error) {
 // absent, or given as null.
 func missing(text []byte, key string) error {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(text, &m) == nil {
-		for k, v := range m {
-			if strings.EqualFold(k, key) && string(v) == "null" {
-				return fmt.Errorf(`%q is null: want an array of node ids`, k)
-			}
+	if json.Unmarshal(text, &m) != nil || len(m) == 0 {
+		return fmt.Errorf("missing %q", key)
+	}
+	keys := slices.Sorted(maps.Keys(m))
+	for _, k := range keys {
+		if strings.EqualFold(k, key) && string(m[k]) == "null" {
+			return fmt.Errorf(`%q is null: want an array of node ids`, k)
 		}
 	}
-	return fmt.Errorf("missing %q", key)
+	// The keys found, so that a misspelt one ("infected " or "infect")
+	// is plain to see.
+	for i, k := range keys {
+		keys[i] = strconv.Quote(k)
+	}
+	return fmt.Errorf("missing %q (its keys: %s)", key, strings.Join(keys, ", "))
 }
 
 // timesOptional ends the errors a recorded file's own clock meets in

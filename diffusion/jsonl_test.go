@@ -51,7 +51,7 @@ func TestReadJSONLReportsEveryBadLine(t *testing.T) {
 	good := `{"sources":["a"],"infected":["a","b"],"id":"incident-7"}` // an extra key is skipped
 	in := "\ufeff" + good + "\n" + `{"sources":["x"],"infected":["a"]}` + "\n" + good + "\n" + `{"infected":["a"]}` + "\n"
 	_, err := ReadJSONL(strings.NewReader(in), g, "c.jsonl")
-	require.EqualError(t, err, "c.jsonl:2: unknown node \"x\" in sources (the graph's ids look like \"a\", \"b\", \"c\")\nc.jsonl:4: missing \"sources\"")
+	require.EqualError(t, err, "c.jsonl:2: unknown node \"x\" in sources (the graph's ids look like \"a\", \"b\", \"c\")\nc.jsonl:4: missing \"sources\" (its keys: \"infected\")")
 
 	var many strings.Builder
 	for range 2 * maxReadErrors {
@@ -155,6 +155,7 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 		{"missing sources", `{"infected":["a"]}`, `c.jsonl:2: missing "sources"`},
 		{"empty sources", `{"sources":[],"infected":["a"]}`, `c.jsonl:2: "sources" is empty`},
 		{"missing infected", `{"sources":["a"]}`, `c.jsonl:2: missing "infected"`},
+		{"misspelt infected", `{"sources":["a"],"infected ":["a"],"id":7}`, `c.jsonl:2: missing "infected" (its keys: "id", "infected ", "sources")`},
 		{"duplicate", `{"sources":["a","a"],"infected":["a"]}`, `c.jsonl:2: node "a" listed twice in sources`},
 		{"key twice", `{"sources":["a"],"infected":["a","b"],"Sources":["b"]}`, `c.jsonl:2: "Sources" is given twice (keys match in any case)`},
 		{"negative step", `{"sources":["a"],"infected":["a"],"times":{"a":-2}}`, `c.jsonl:2: node "a" has negative step -2 in times`},
