@@ -285,12 +285,28 @@ func TextProblem(text []byte, first bool) (msg string, stop bool) {
 		return "UTF-16 text (what Windows tools call Unicode, and PowerShell 5's > writes): JSON lines are UTF-8; convert the file (iconv -f utf-16 -t utf-8)", true
 	case bytes.IndexByte(text, 0) >= 0:
 		return "NUL bytes: binary data, not a JSON line", false
-	case bytes.IndexByte(text, '\r') >= 0 && bytes.Count(text, []byte("{")) > 1 && !json.Valid(text):
+	case crLines(text):
 		return "carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')", true
 	case !utf8.Valid(text):
 		return "not valid UTF-8 (node ids would read as U+FFFD, matching none of the graph's): convert the file, e.g. iconv -f latin1 -t utf-8", false
 	}
 	return "", false
+}
+
+// crLines reports whether text is lines ended with CR alone: two JSON
+// objects or more, each starting a CR-separated part, where a CR inside
+// one object (a raw one in a string) is not.
+func crLines(text []byte) bool {
+	if bytes.IndexByte(text, '\r') < 0 || json.Valid(text) {
+		return false
+	}
+	objects := 0
+	for part := range bytes.SplitSeq(text, []byte("\r")) {
+		if bytes.HasPrefix(bytes.TrimSpace(part), []byte("{")) {
+			objects++
+		}
+	}
+	return objects > 1
 }
 
 // looksUTF16 reports whether text reads as UTF-16: NUL bytes in every
