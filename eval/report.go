@@ -85,13 +85,15 @@ type Settings struct {
 	// and gamma, IC p, unless a weighted graph's weights replace it, LT
 	// threshold); Threshold is LT's node threshold, negative for
 	// theta_v ~ U[0,1] per node.
-	Beta      *float64          `json:"beta,omitempty"`
-	Gamma     *float64          `json:"gamma,omitempty"`
-	P         *float64          `json:"p,omitempty"`
-	Threshold *float64          `json:"threshold,omitempty"`
-	Observe   [2]float64        `json:"observe"`
-	Methods   []string          `json:"methods"`
-	Params    map[string]string `json:"params,omitempty"`
+	Beta      *float64 `json:"beta,omitempty"`
+	Gamma     *float64 `json:"gamma,omitempty"`
+	P         *float64 `json:"p,omitempty"`
+	Threshold *float64 `json:"threshold,omitempty"`
+	// Observe is left out for recorded cascades, which no target chose:
+	// [0, 0] would read as snapshots taken before anything spread.
+	Observe [2]float64        `json:"observe,omitzero"`
+	Methods []string          `json:"methods"`
+	Params  map[string]string `json:"params,omitempty"`
 	// DistinctTest, for recorded cascades, counts the distinct test
 	// cascades over all runs (each run splits the same file anew, and
 	// a file can hold copies): the unit of the paired intervals.

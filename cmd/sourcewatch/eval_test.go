@@ -396,6 +396,12 @@ func TestEvalCommandOnRecordedCascades(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &rep))
 	require.Equal(t, "recorded", rep.Diffusion)
 	require.Equal(t, "incidents.jsonl", rep.Settings.Recorded)
+	var settings map[string]json.RawMessage
+	require.NoError(t, json.Unmarshal(data, &struct {
+		Settings *map[string]json.RawMessage `json:"settings"`
+	}{&settings}))
+	require.NotContains(t, settings, "observe", "no target chose recorded snapshots; [0,0] read as one")
+	require.Contains(t, settings, "recorded")
 	require.Equal(t, 40, rep.Settings.Cascades)
 
 	// --cascades given a file, not a count, reads it the same way.
