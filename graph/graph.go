@@ -372,7 +372,24 @@ func (g *Graph) sameText(id string) (match, how string, ok bool) {
 			return c.id, c.how, true
 		}
 	}
+	// A whole number written as a float ("7.0"): what an integer id
+	// column becomes in pandas once it has a gap, and str() then writes.
+	if whole, frac, ok := strings.Cut(trimmed, "."); ok && frac != "" && strings.Trim(frac, "0") == "" && isWhole(whole) {
+		if _, found := g.index[whole]; found {
+			how := `without its ".` + frac + `" (a whole number written as a float, as pandas writes an integer column with a gap)`
+			if trimmed != id {
+				how = "without the white space around it and " + how
+			}
+			return whole, how, true
+		}
+	}
 	return "", "", false
+}
+
+// isWhole reports whether s is a whole number's digits, perhaps signed.
+func isWhole(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // SameTextHint is what a message about id, an id g lacks, adds where g

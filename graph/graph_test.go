@@ -285,11 +285,17 @@ func TestWithoutWeights(t *testing.T) {
 // An id that differs from one of the graph's only invisibly (Unicode
 // normalization, white space around it) is named beside the graph's.
 func TestSameText(t *testing.T) {
-	g, err := Read(strings.NewReader("Zoe\u0308 b\nsão c\n"), "u.edges")
+	g, err := Read(strings.NewReader("Zoe\u0308 b\nsão c\n7 -3\n"), "u.edges")
 	require.NoError(t, err)
 	for _, tc := range []struct {
 		id, match, how string
 	}{
+		// An integer id column turned float (pandas, where it has a gap).
+		{"7.0", "7", `without its ".0" (a whole number written as a float, as pandas writes an integer column with a gap)`},
+		{"-3.00 ", "-3", `without the white space around it and without its ".00" (a whole number written as a float, as pandas writes an integer column with a gap)`},
+		{"7.5", "", ""},
+		{"7.", "", ""},
+		{"b.0", "", ""},
 		{"Zo\u00eb", "Zoe\u0308", "decomposed (NFD)"},
 		{" b\t", "b", "without the white space around it"},
 		{"sa\u0303o ", "são", "composed (NFC) and without the white space around it"},
