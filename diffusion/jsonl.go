@@ -281,10 +281,14 @@ func ReadJSONL(r io.Reader, g *graph.Graph, name string, opts ...ReadOption) ([]
 // alone), so a reader should say it once and stop.
 func TextProblem(text []byte, first bool) (msg string, stop bool) {
 	switch {
+	case first && bytes.HasPrefix(text, []byte("\x1f\x8b")):
+		return "gzip-compressed: decompress it first (gunzip -k)", true
+	case first && bytes.HasPrefix(text, []byte("PK\x03\x04")):
+		return "a zip archive: unzip it first, and give the JSON lines file inside", true
 	case first && (bytes.HasPrefix(text, []byte("\xff\xfe")) || bytes.HasPrefix(text, []byte("\xfe\xff"))) || looksUTF16(text):
 		return "UTF-16 text (what Windows tools call Unicode, and PowerShell 5's > writes): JSON lines are UTF-8; convert the file (iconv -f utf-16 -t utf-8)", true
 	case bytes.IndexByte(text, 0) >= 0:
-		return "NUL bytes: binary data, not a JSON line", false
+		return "NUL bytes: binary data, not JSON lines", true
 	case crLines(text):
 		return "carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')", true
 	case !utf8.Valid(text):

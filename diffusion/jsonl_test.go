@@ -90,7 +90,9 @@ func TestReadJSONLNamesTheEncoding(t *testing.T) {
 		{"CR line ends", good + "\r" + good + "\r" + good + "\r", "c.jsonl:1: carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')"},
 		{"a raw CR in an id", good + "\n" + `{"sources":["a"],"infected":["a` + "\r" + `b"],"times":{"a":0}}` + "\n" + good + "\n" + `{}` + "\n", "c.jsonl:2: bad JSON: invalid character '\\r' in string literal\nc.jsonl:4: missing"},
 		{"latin-1", good + "\n" + `{"sources":["a"],"infected":["Zo` + "\xeb" + `"]}` + "\n", "c.jsonl:2: not valid UTF-8"},
-		{"NUL bytes", good + "\n\x00\x00\x00\n", "c.jsonl:2: NUL bytes"},
+		{"NUL bytes", good + "\n\x00\x00\x00\n\x00\n", "c.jsonl:2: NUL bytes: binary data, not JSON lines"},
+		{"gzip", "\x1f\x8b\x08\x08\x00\x00\nbinary\x00\n\x00", "c.jsonl:1: gzip-compressed: decompress it first (gunzip -k)"},
+		{"zip", "PK\x03\x04\x14\x00\nbinary\x00\n", "c.jsonl:1: a zip archive: unzip it first"},
 		{"cut short", good + "\n" + `{"sources":["a"],"infe`, "c.jsonl:2: bad JSON: unexpected end of JSON input (the file's last line, which has no newline: cut short"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -42,6 +42,9 @@ func TestReadErrorsNameFileAndLine(t *testing.T) {
 		{"one field in a weighted list", "0 1 0.5\n7\n", "g.edges:2: want 2 or 3 fields, got 1 (a node without edges is listed as a self-loop, in a weighted list with a weight too, `v v 1`"},
 		{"empty", "# nothing\n\n", "g.edges: graph has no nodes"},
 		{"UTF-16", "\xff\xfe0\x00 \x001\x00\n", "g.edges:1: not valid UTF-8: node ids are text (convert the file, e.g. iconv -f utf-16 -t utf-8)"},
+		// Not "not valid UTF-8 ... iconv -f latin1": a compressed file.
+		{"gzip", "\x1f\x8b\x08\x00\x00\x00\r\x00\nzz\n", "g.edges:1: gzip-compressed: decompress it first (gunzip -k)"},
+		{"zip", "PK\x03\x04\x14\x00\x00\n", "g.edges:1: a zip archive: unzip it first, and give the edge list inside"},
 		{"quoted ids", "\"New York\" \"Los Angeles\"\n", "g.edges:1: want 2 or 3 fields, got 4 (quotes do not group: a node id cannot hold a space"},
 		{"long line", "0 1\n" + strings.Repeat("x", 17<<20) + " y\n", "g.edges:2: line longer than 16 MiB"},
 		{"comma and space", "0, 1\n1, 2\n", `g.edges:1: node id "0," ends with ",": fields are separated by spaces or tabs`},

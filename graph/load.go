@@ -82,6 +82,13 @@ func Read(r io.Reader, name string, opts ...Option) (*Graph, error) {
 			// Windows write one) would otherwise become part of the
 			// first node's id.
 			text = strings.TrimPrefix(text, "\ufeff")
+			// Compressed or archived: not "not valid UTF-8 ... latin1".
+			if strings.HasPrefix(text, "\x1f\x8b") {
+				return nil, fmt.Errorf("%s:1: gzip-compressed: decompress it first (gunzip -k)", name)
+			}
+			if strings.HasPrefix(text, "PK\x03\x04") {
+				return nil, fmt.Errorf("%s:1: a zip archive: unzip it first, and give the edge list inside", name)
+			}
 		}
 		if strings.Contains(strings.TrimRight(text, "\r"), "\r") {
 			// Checked before the comment is cut: a comment on the first
