@@ -486,7 +486,11 @@ func stepMap(g *graph.Graph, key string, m map[string]*int, step int) ([]int, in
 			return nil, 0, g.UnknownNode(id, " in "+key)
 		}
 		if m[id] == nil {
-			return nil, 0, fmt.Errorf("node %q has step null in %s: want a whole step", id, key)
+			why := timesOptional
+			if key == "recovered" {
+				why = " (train and eval read only which nodes recovered: any step >= 0 does)"
+			}
+			return nil, 0, fmt.Errorf("node %q has step null in %s: want a whole step%s", id, key, why)
 		}
 		t := *m[id]
 		if t < 0 {

@@ -173,8 +173,8 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 		// step 0 that the file never gave.
 		{"null id", `{"sources":["a"],"infected":["a",null]}`, `c.jsonl:2: infected[1] is null: node ids are strings`},
 		{"null source", `{"sources":[null],"infected":["a"]}`, `c.jsonl:2: sources[0] is null`},
-		{"null step", `{"sources":["a"],"infected":["a","b"],"times":{"a":0,"b":null}}`, `c.jsonl:2: node "b" has step null in times`},
-		{"null recovery", `{"sources":["a"],"infected":["a"],"recovered":{"b":null}}`, `c.jsonl:2: node "b" has step null in recovered`},
+		{"null step", `{"sources":["a"],"infected":["a","b"],"times":{"a":0,"b":null}}`, `c.jsonl:2: node "b" has step null in times: want a whole step (times are steps counted from the spread's start`},
+		{"null recovery", `{"sources":["a"],"infected":["a"],"recovered":{"b":null}}`, `c.jsonl:2: node "b" has step null in recovered: want a whole step (train and eval read only which nodes recovered: any step >= 0 does)`},
 		{"null infected", `{"sources":["a"],"Infected":null}`, `c.jsonl:2: "Infected" is null: want an array of node ids`},
 		{"time of an uninfected node", `{"sources":["a"],"infected":["a"],"times":{"a":0,"c":1}}`, `c.jsonl:2: node "c" has a time in "times" but is neither infected nor recovered`},
 	} {
