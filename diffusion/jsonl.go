@@ -485,16 +485,18 @@ func stepMap(g *graph.Graph, key string, m map[string]*int, step int) ([]int, in
 		if !ok {
 			return nil, 0, g.UnknownNode(id, " in "+key)
 		}
+		why := timesOptional
+		if key == "recovered" {
+			why = " (train and eval read only which nodes recovered: any step >= 0 does)"
+		}
 		if m[id] == nil {
-			why := timesOptional
-			if key == "recovered" {
-				why = " (train and eval read only which nodes recovered: any step >= 0 does)"
-			}
 			return nil, 0, fmt.Errorf("node %q has step null in %s: want a whole step%s", id, key, why)
 		}
 		t := *m[id]
 		if t < 0 {
-			return nil, 0, fmt.Errorf("node %q has negative step %d in %s", id, t, key)
+			// A recovery logged before the first infection report (a
+			// clock's skew) is the likely one in a recorded file.
+			return nil, 0, fmt.Errorf("node %q has negative step %d in %s%s", id, t, key, why)
 		}
 		at[v] = t
 		step = max(step, t)

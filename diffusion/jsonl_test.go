@@ -164,6 +164,7 @@ func TestReadJSONLErrorsNameTheLine(t *testing.T) {
 		{"duplicate", `{"sources":["a","a"],"infected":["a"]}`, `c.jsonl:2: node "a" listed twice in sources`},
 		{"key twice", `{"sources":["a"],"infected":["a","b"],"Sources":["b"]}`, `c.jsonl:2: "Sources" is given twice (keys match in any case)`},
 		{"negative step", `{"sources":["a"],"infected":["a"],"times":{"a":-2}}`, `c.jsonl:2: node "a" has negative step -2 in times`},
+		{"negative recovery", `{"sources":["a"],"infected":["a"],"recovered":{"b":-2}}`, `c.jsonl:2: node "b" has negative step -2 in recovered (train and eval read only which nodes recovered: any step >= 0 does)`},
 		{"infected without time", `{"sources":["a"],"infected":["a","c"],"times":{"a":0}}`, `c.jsonl:2: infected node "c" has no time`},
 		{"source not at zero", `{"sources":["a"],"infected":["a"],"times":{"a":3}}`, `c.jsonl:2: source "a" has step 3 in "times", want 0`},
 		{"a timestamp for a step", `{"sources":["a"],"infected":["a","b"],"times":{"a":1700000000,"b":1700000042}}`, `c.jsonl:2: source "a" has step 1700000000 in "times", want 0 (times are steps counted from the spread's start, every source at 0; train and eval read none, so a recorded file may leave "times" out)`},
