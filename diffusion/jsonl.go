@@ -241,14 +241,15 @@ func ReadJSONL(r io.Reader, g *graph.Graph, name string, opts ...ReadOption) ([]
 				// Every line would fail alike: one error says it.
 				return nil, errors.Join(append(bad, fmt.Errorf("%s:%d: %s", name, lineNo, msg))...)
 			}
-			var c Cascade
-			var err error
-			if msg != "" {
-				// Said plainly, where the JSON error would name a byte,
-				// or, for text that is not UTF-8, none at all: encoding/json
-				// reads each bad byte as U+FFFD.
-				err = errors.New(msg)
-			} else if c, err = parseCascade(text, g, n); err != nil && readErr != nil && strings.HasSuffix(err.Error(), "unexpected end of JSON input") {
+			c, err := parseCascade(text, g, n)
+			switch {
+			case err != nil && msg != "":
+				// Text that is not UTF-8: encoding/json reads each bad
+				// byte as U+FFFD, so an id holding one is unknown, and
+				// the error alone would not say why. In a key the
+				// reader skips it is harmless, and read as before.
+				err = fmt.Errorf("%w (%s)", err, msg)
+			case err != nil && readErr != nil && strings.HasSuffix(err.Error(), "unexpected end of JSON input"):
 				err = fmt.Errorf("%w (the file's last line, which has no newline: cut short by an interrupted write or copy?)", err)
 			}
 			switch {
@@ -277,8 +278,10 @@ func ReadJSONL(r io.Reader, g *graph.Graph, name string, opts ...ReadOption) ([]
 // TextProblem says what is wrong with text, one line of a JSONL file
 // (the first when first), where it is not UTF-8 JSON text for a reason a
 // JSON error would not name plainly, or returns "". stop reports that
-// every line of the file will be wrong alike (UTF-16, lines ended with CR
-// alone), so a reader should say it once and stop.
+// the file is not JSON lines at all (compressed, binary, UTF-16, lines
+// ended with CR alone), so a reader should say it once and stop; without
+// stop (text that is not UTF-8), msg is for the error the line meets, if
+// it meets one: a bad byte in a key the reader skips is harmless.
 func TextProblem(text []byte, first bool) (msg string, stop bool) {
 	switch {
 	case first && bytes.HasPrefix(text, []byte("\x1f\x8b")):
@@ -292,7 +295,7 @@ func TextProblem(text []byte, first bool) (msg string, stop bool) {
 	case crLines(text):
 		return "carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')", true
 	case !utf8.Valid(text):
-		return "not valid UTF-8 (node ids would read as U+FFFD, matching none of the graph's): convert the file, e.g. iconv -f latin1 -t utf-8", false
+		return "the line is not valid UTF-8, whose bad bytes read as U+FFFD: convert the file, e.g. iconv -f latin1 -t utf-8", false
 	}
 	return "", false
 }

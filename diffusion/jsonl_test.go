@@ -89,7 +89,7 @@ func TestReadJSONLNamesTheEncoding(t *testing.T) {
 		{"utf-16 without a mark", utf16(false), "c.jsonl:1: UTF-16 text"},
 		{"CR line ends", good + "\r" + good + "\r" + good + "\r", "c.jsonl:1: carriage returns inside the line: the file ends its lines with CR alone, as old Mac tools did; convert them to newlines (tr '\\r' '\\n')"},
 		{"a raw CR in an id", good + "\n" + `{"sources":["a"],"infected":["a` + "\r" + `b"],"times":{"a":0}}` + "\n" + good + "\n" + `{}` + "\n", "c.jsonl:2: bad JSON: invalid character '\\r' in string literal\nc.jsonl:4: missing"},
-		{"latin-1", good + "\n" + `{"sources":["a"],"infected":["Zo` + "\xeb" + `"]}` + "\n", "c.jsonl:2: not valid UTF-8"},
+		{"latin-1", good + "\n" + `{"sources":["a"],"infected":["Zo` + "\xeb" + `"]}` + "\n", "c.jsonl:2: unknown node \"Zo\ufffd\" (\"Zo\\ufffd\") in infected" + ` (the graph's ids look like "a", "b", "c") (the line is not valid UTF-8, whose bad bytes read as U+FFFD: convert the file, e.g. iconv -f latin1 -t utf-8)`},
 		{"NUL bytes", good + "\n\x00\x00\x00\n\x00\n", "c.jsonl:2: NUL bytes: binary data, not JSON lines"},
 		{"gzip", "\x1f\x8b\x08\x08\x00\x00\nbinary\x00\n\x00", "c.jsonl:1: gzip-compressed: decompress it first (gunzip -k)"},
 		{"zip", "PK\x03\x04\x14\x00\nbinary\x00\n", "c.jsonl:1: a zip archive: unzip it first"},
@@ -106,6 +106,9 @@ func TestReadJSONLNamesTheEncoding(t *testing.T) {
 	cs, err := ReadJSONL(strings.NewReader("\ufeff"+good+"\n\ufeff"+good+"\r\n"), g, "c.jsonl")
 	require.NoError(t, err, "a byte-order mark where a joined file began")
 	require.Len(t, cs, 2)
+	cs, err = ReadJSONL(strings.NewReader(`{"sources":["a"],"infected":["a"],"region":"Z`+"\xfc"+`rich"}`+"\n"), g, "c.jsonl")
+	require.NoError(t, err, "Latin-1 in a key that is skipped is read as before")
+	require.Len(t, cs, 1)
 }
 
 func TestReadJSONLWithoutTimes(t *testing.T) {

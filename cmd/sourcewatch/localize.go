@@ -447,11 +447,13 @@ func readObservations(path string, stdin io.Reader, check func(*observationFile)
 		if !bytes.Contains(bytes.TrimSpace(data), []byte("\n")) {
 			where += ":1"
 		}
-		if msg, _ := diffusion.TextProblem(data, true); msg != "" {
-			return nil, fmt.Errorf("%s: %s", where, msg)
-		}
+		msg, _ := diffusion.TextProblem(data, true)
 		one, err := decodeObservation(data, where, check)
 		if err != nil {
+			if msg != "" {
+				// Not UTF-8: why an id is unknown.
+				err = fmt.Errorf("%w (%s)", err, msg)
+			}
 			return nil, err
 		}
 		return []observationFile{one}, nil
@@ -468,13 +470,18 @@ func readObservations(path string, stdin io.Reader, check func(*observationFile)
 		if len(text) == 0 {
 			continue
 		}
-		if msg, _ := diffusion.TextProblem(text, line == 1); msg != "" {
-			// UTF-16, CR line ends, NUL bytes or another encoding, said
+		msg, stop := diffusion.TextProblem(text, line == 1)
+		if stop {
+			// UTF-16, CR line ends, a compressed or binary file, said
 			// as such rather than as the byte JSON trips on.
 			return nil, fmt.Errorf("%s:%d: %s", path, line, msg)
 		}
 		o, err := decodeObservation(text, fmt.Sprintf("%s:%d", path, line), check)
 		if err != nil {
+			if msg != "" {
+				// Not UTF-8: why an id is unknown.
+				err = fmt.Errorf("%w (%s)", err, msg)
+			}
 			return nil, err
 		}
 		out = append(out, o)

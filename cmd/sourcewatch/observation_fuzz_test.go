@@ -65,8 +65,8 @@ func TestReadObservationsNamesTheEncoding(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{string(utf16), "stdin:1: UTF-16 text"},
 		{"{\"infected\":[\"a\"]}\r{\"infected\":[\"b\"]}\r", "stdin:1: carriage returns inside the line: the file ends its lines with CR alone"},
-		{"{\"infected\":[\"Zo\xebe\"]}\n", "stdin:1: not valid UTF-8"},
-		{"{\"infected\":[\"a\"]}\n{\"infected\":[\"Zo\xebe\"]}\n", "stdin:2: not valid UTF-8"},
+		{"{\"infected\":[\"Zo\xebe\"]}\n", "stdin:1: unknown node \"Zo\ufffde\" (\"Zo\\ufffde\")" + ` (the graph's ids look like "a", "b", "c") (the line is not valid UTF-8, whose bad bytes read as U+FFFD: convert the file, e.g. iconv -f latin1 -t utf-8)`},
+		{"{\"infected\":[\"a\"]}\n{\"infected\":[\"Zo\xebe\"]}\n", "stdin:2: unknown node \"Zo\ufffde\" (\"Zo\\ufffde\") (the graph's ids look like \"a\", \"b\", \"c\") (the line is not valid UTF-8"},
 		{"{\"infected\":[\"a\"]}\n{\"infected\":[\"b\",", "stdin:2: want {\"infected\":[ids...]}: unexpected EOF: the line ends inside the object (cut short"},
 	} {
 		_, err := readObsBytes(g, []byte(tc.in))
@@ -75,6 +75,9 @@ func TestReadObservationsNamesTheEncoding(t *testing.T) {
 	obs, err := readObsBytes(g, []byte("\ufeff{\"infected\":[\"a\"]}\n\ufeff{\"infected\":[\"b\"]}\n"))
 	require.NoError(t, err, "a byte-order mark on a joined file's first line")
 	require.Len(t, obs, 2)
+	obs, err = readObsBytes(g, []byte("{\"infected\":[\"a\"],\"region\":\"Z\xfcrich\"}\n"))
+	require.NoError(t, err, "Latin-1 in a key that is skipped is read as before")
+	require.Len(t, obs, 1)
 }
 
 func FuzzReadObservations(f *testing.F) {
