@@ -224,8 +224,9 @@ func TestDaemonConfigRefusesUnknownTopLevelKeys(t *testing.T) {
 }
 
 // configWithoutBundle writes a daemon config for the demo graph whose
-// bundle does not exist, with extra top-level lines, for tests that stop
-// before the daemon starts.
+// bundle is an empty file, with extra top-level lines, for tests that
+// stop before the daemon starts: the config's reader finds the file
+// there (it checks that each opens), and a start would refuse it.
 func configWithoutBundle(t *testing.T, extra string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -234,7 +235,8 @@ func configWithoutBundle(t *testing.T, extra string) string {
 	config := filepath.Join(dir, "c.yaml")
 	require.NoError(t, os.WriteFile(config, []byte(fmt.Sprintf(
 		"nats:\n  listen: 127.0.0.1:0\nhttp:\n  addr: \"\"\ndata_dir: %s\n%sgraphs:\n  - name: club\n    edges: %s\n    bundle: %s\n",
-		filepath.Join(dir, "data"), extra, edges, filepath.Join(dir, "missing.swb"))), 0o644))
+		filepath.Join(dir, "data"), extra, edges, filepath.Join(dir, "empty.swb"))), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "empty.swb"), nil, 0o644))
 	return config
 }
 

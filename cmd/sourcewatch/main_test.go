@@ -364,9 +364,6 @@ func TestLogSettingErrorsNameWhereTheyWereSet(t *testing.T) {
 // since the logger is built at start only.
 func TestReloadChecksLogSettings(t *testing.T) {
 	path := configWithoutBundle(t, "log_level: info\n")
-	// The reader checks that the bundle's file opens (its content is the
-	// daemon's to check, and this serve never starts it).
-	require.NoError(t, os.WriteFile(filepath.Join(filepath.Dir(path), "missing.swb"), nil, 0o600))
 	orig, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var stderr bytes.Buffer
