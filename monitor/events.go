@@ -203,9 +203,12 @@ func decodeMessage(dst []decoded, data []byte) ([]decoded, bool) {
 		// Fast path: a well-formed array decodes in one pass; only a bad
 		// one is split into elements to find and keep the bad ones.
 		if evs, ok := fastArray(out, data); ok {
+			// An element without a node (or with an empty one) is
+			// bad_json as a lone event is, which decodeOne says: taken as
+			// it is, it was dead-lettered as unknown_node "".
 			good := true
 			for k := range evs {
-				if evs[k].ev == (wireEvent{}) {
+				if evs[k].ev.Node == "" {
 					good = false
 					break
 				}

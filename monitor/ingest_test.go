@@ -920,3 +920,33 @@ func TestDeadLetterStreamDeletedIsMadeAnew(t *testing.T) {
 	require.Zero(t, value(t, r.d.metrics.dlFailed))
 	require.Equal(t, deadLetterStreamConfig(cfg).Subjects, dl.CachedInfo().Config.Subjects)
 }
+
+// An array element without a node is bad_json, as a lone event without
+// one is, not unknown_node "": the one-pass decode of a well-formed array
+// took it as an event of node "".
+func TestArrayElementWithoutNodeIsBadJSON(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000 // no inference here
+	r := start(t, cfg, preload(t, 5, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	got := make(chan dead, 10)
+	sub, err := r.nc.Subscribe(DeadLetterSubject(DefaultPrefix), func(m *nats.Msg) {
+		got <- dead{m.Header.Get(HeaderReason), m.Header.Get(HeaderSubject), m.Header.Get(HeaderIndex), m.Header.Get(HeaderDetail), string(m.Data)}
+	})
+	require.NoError(t, err)
+	require.NoError(t, r.nc.Flush())
+	defer sub.Unsubscribe()
+
+	r.publish(t, "p", `[{"state":"infected"},{"node":"1","state":"infected"},{"node":"","state":"infected"}]`, "")
+	for _, idx := range []string{"0", "2"} {
+		select {
+		case g := <-got:
+			require.Equal(t, ReasonBadJSON, g.reason, "%+v", g)
+			require.Equal(t, idx, g.index)
+			require.Contains(t, g.detail, `no "node"`)
+		case <-time.After(20 * time.Second):
+			t.Fatal("no dead letter")
+		}
+	}
+	waitSeq(t, r.d, "p", lastSeq(t, r.js))
+	require.Equal(t, []float64{0, 1, 0, 0, 0}, r.d.graphs["p"].win.observe(time.Now(), nil).y, "the good element applied")
+}

@@ -138,6 +138,9 @@ func TestEventSchemaAgreesWithTheDaemon(t *testing.T) {
 		{`{"node":"1","state":"infected","ts":"2026-11-27T06:06:56.5-01:30"}`, true},
 		{`{"node":"1","NODE":"2","state":"infected"}`, false},
 		{`[{"node":"1","state":"infected"},{"node":"2","state":"gone"}]`, false},
+		// An element without a node is refused as a lone event is.
+		{`[{"state":"infected"}]`, false},
+		{`[{"node":"","state":"infected"},{"node":"1","state":"infected"}]`, false},
 		{`"infected"`, false},
 	} {
 		t.Run(tc.body, func(t *testing.T) {
