@@ -527,6 +527,9 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 	st, ok := parseState(el.ev.State)
 	if !ok {
 		el.reason, el.detail = ReasonBadState, fmt.Sprintf("state %q: want infected, recovered or susceptible", el.ev.State)
+		if el.ev.State == "" {
+			el.detail = `"state" is missing or empty: want infected, recovered or susceptible`
+		}
 		return
 	}
 	t := arrival
@@ -539,14 +542,45 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 	}
 	switch {
 	case t.After(maxT):
-		el.reason, el.detail = ReasonFutureTS, fmt.Sprintf("ts %s is beyond max_future_skew", t.UTC().Format(time.RFC3339Nano))
+		// How far ahead, so a producer can tell a clock that runs
+		// ahead from a local time written as UTC (hours ahead).
+		now := maxT.Add(-d.cfg.MaxFutureSkew)
+		el.reason, el.detail = ReasonFutureTS, fmt.Sprintf("ts %s is %s ahead of the daemon's clock (%s), beyond max_future_skew %s%s",
+			t.UTC().Format(time.RFC3339Nano), skewText(t, now), now.UTC().Format(time.RFC3339), d.cfg.MaxFutureSkew, zoneHint(t, now))
 		return
 	case t.Before(minT):
-		el.reason, el.detail = ReasonTooOld, fmt.Sprintf("ts %s is older than the window", t.UTC().Format(time.RFC3339Nano))
+		now := maxT.Add(-d.cfg.MaxFutureSkew)
+		el.reason, el.detail = ReasonTooOld, fmt.Sprintf("ts %s is %s behind the daemon's clock (%s), older than the window %s",
+			t.UTC().Format(time.RFC3339Nano), skewText(now, t), now.UTC().Format(time.RFC3339), now.Sub(minT))
 		return
 	}
 	// Within [minT, maxT], both near the clock: UnixNano cannot wrap.
 	el.node, el.state, el.ts = v, st, t.UnixNano()
+}
+
+// skewText is how far later is than earlier, for a dead letter's detail:
+// rounded to the millisecond, or "over 100 years" (a time.Duration holds
+// at most 292 years, and a year-1 or year-9999 stamp is a bug, not skew).
+func skewText(later, earlier time.Time) string {
+	const century = 100 * 365 * 24 * time.Hour
+	if later.After(earlier.Add(century)) {
+		return "over 100 years"
+	}
+	return later.Sub(earlier).Round(time.Millisecond).String()
+}
+
+// zoneHint suggests a time zone mistake when t is ahead of now by about a
+// whole number of hours (or half hours), as a local time written with a
+// "Z" is: the commonest way for a producer's stamps to be far ahead.
+func zoneHint(t, now time.Time) string {
+	ahead := t.Sub(now)
+	if ahead < 30*time.Minute || ahead > 15*time.Hour {
+		return ""
+	}
+	if off := ahead % (30 * time.Minute); off > 2*time.Minute && off < 28*time.Minute {
+		return ""
+	}
+	return ": about a whole number of hours, as a local time written as UTC is (give the offset, e.g. +02:00, or stamp in UTC)"
 }
 
 // deadLetter republishes a rejected message or array element with the
@@ -1006,3 +1040,4 @@ func (d *Daemon) deadLetterUnrouted(subject string, seq uint64) error {
 	}
 	return d.deadLetter(nil, subject, data, ReasonUnknownGraph, "no graph is configured for this subject", seq, -1)
 }
+

@@ -950,3 +950,32 @@ func TestArrayElementWithoutNodeIsBadJSON(t *testing.T) {
 	waitSeq(t, r.d, "p", lastSeq(t, r.js))
 	require.Equal(t, []float64{0, 1, 0, 0, 0}, r.d.graphs["p"].win.observe(time.Now(), nil).y, "the good element applied")
 }
+
+// A producer whose clock is off learns from the dead letter by how much,
+// against which clock and bound, and, for stamps whole hours ahead, that
+// it likely wrote a local time as UTC: "beyond max_future_skew" alone
+// sent it looking for the setting.
+func TestFarOffTimestampDetailSaysByHowMuch(t *testing.T) {
+	cfg := testConfig(t, "p")
+	d, err := New(cfg)
+	require.NoError(t, err)
+	gr := &graphRT{name: "p", g: pathGraph(t, 3)}
+	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	minT, maxT := now.Add(-10*time.Minute), now.Add(cfg.MaxFutureSkew)
+	for _, tc := range []struct{ ts, reason, detail string }{
+		{"2026-11-29T18:02:30Z", ReasonFutureTS, "ts 2026-11-29T18:02:30Z is 2m30s ahead of the daemon's clock (2026-11-29T18:00:00Z), beyond max_future_skew 1m0s"},
+		{"2026-11-29T20:00:01Z", ReasonFutureTS, "ts 2026-11-29T20:00:01Z is 2h0m1s ahead of the daemon's clock (2026-11-29T18:00:00Z), beyond max_future_skew 1m0s: about a whole number of hours, as a local time written as UTC is (give the offset, e.g. +02:00, or stamp in UTC)"},
+		{"2611-01-01T00:00:00Z", ReasonFutureTS, "ts 2611-01-01T00:00:00Z is over 100 years ahead of the daemon's clock (2026-11-29T18:00:00Z), beyond max_future_skew 1m0s"},
+		{"2026-11-29T17:45:00.5Z", ReasonTooOld, "ts 2026-11-29T17:45:00.5Z is 14m59.5s behind the daemon's clock (2026-11-29T18:00:00Z), older than the window 10m0s"},
+		{"0001-01-01T00:00:00Z", ReasonTooOld, "ts 0001-01-01T00:00:00Z is over 100 years behind the daemon's clock (2026-11-29T18:00:00Z), older than the window 10m0s"},
+	} {
+		el := decoded{ev: wireEvent{Node: "1", State: StateInfected, TS: tc.ts}}
+		d.check(gr, &el, now, minT, maxT)
+		require.Equal(t, tc.reason, el.reason, tc.ts)
+		require.Equal(t, tc.detail, el.detail)
+	}
+	el := decoded{ev: wireEvent{Node: "1"}}
+	d.check(gr, &el, now, minT, maxT)
+	require.Equal(t, ReasonBadState, el.reason)
+	require.Equal(t, `"state" is missing or empty: want infected, recovered or susceptible`, el.detail)
+}
