@@ -1038,6 +1038,26 @@ func (d *Daemon) deadLetterUnrouted(subject string, seq uint64) error {
 	default:
 		d.log.Warn("fetching unrouted message", zap.Uint64("seq", seq), zap.Error(err))
 	}
-	return d.deadLetter(nil, subject, data, ReasonUnknownGraph, "no graph is configured for this subject", seq, -1)
+	return d.deadLetter(nil, subject, data, ReasonUnknownGraph, d.unknownGraphDetail(subject), seq, -1)
 }
 
+// unknownGraphDetail says which graph an event's subject names and which
+// are configured, with the likely mistake: a name in another case, or
+// more tokens after a graph's name.
+func (d *Daemon) unknownGraphDetail(subject string) string {
+	name := strings.TrimPrefix(subject, d.cfg.Subjects.Prefix+".events.")
+	names := make([]string, 0, len(d.order))
+	for _, gr := range d.order {
+		names = append(names, gr.name)
+	}
+	detail := fmt.Sprintf("no graph %q is configured (graphs: %s)", name, strings.Join(names, ", "))
+	for _, n := range names {
+		switch {
+		case strings.EqualFold(n, name):
+			return detail + fmt.Sprintf("; graph names are case-sensitive: its events go on %s", EventsSubject(d.cfg.Subjects.Prefix, n))
+		case strings.HasPrefix(name, n+"."):
+			return detail + fmt.Sprintf("; graph %q takes its events on %s, with no token after its name", n, EventsSubject(d.cfg.Subjects.Prefix, n))
+		}
+	}
+	return detail
+}

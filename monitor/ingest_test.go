@@ -979,3 +979,33 @@ func TestFarOffTimestampDetailSaysByHowMuch(t *testing.T) {
 	require.Equal(t, ReasonBadState, el.reason)
 	require.Equal(t, `"state" is missing or empty: want infected, recovered or susceptible`, el.detail)
 }
+
+// An event on a subject no graph is configured for is dead-lettered with
+// the name it gave, the graphs there are, and the likely slip: a name in
+// another case, or a token after the graph's name. "no graph is
+// configured for this subject" named neither.
+func TestUnknownGraphDetailNamesTheGraphs(t *testing.T) {
+	cfg := testConfig(t, "karate", "jazz")
+	for i := range cfg.Graphs {
+		cfg.Graphs[i].MinInfected = 1000 // no inference here
+	}
+	r := start(t, cfg, preload(t, 4, "karate", "jazz"), WithLocalizerFactory((&factoryOf{}).factory))
+	r.publish(t, "Karate", `{"node":"1","state":"infected"}`, "")
+	r.publish(t, "karate.events", `{"node":"1","state":"infected"}`, "")
+	r.publish(t, "chess", `{"node":"1","state":"infected"}`, "")
+	stream, err := r.js.Stream(context.Background(), DeadLetterStream)
+	require.NoError(t, err)
+	for i, want := range []string{
+		`no graph "Karate" is configured (graphs: karate, jazz); graph names are case-sensitive: its events go on sourcewatch.events.karate`,
+		`no graph "karate.events" is configured (graphs: karate, jazz); graph "karate" takes its events on sourcewatch.events.karate, with no token after its name`,
+		`no graph "chess" is configured (graphs: karate, jazz)`,
+	} {
+		var m *jetstream.RawStreamMsg
+		require.Eventually(t, func() bool {
+			m, err = stream.GetMsg(context.Background(), uint64(i+1))
+			return err == nil
+		}, 10*time.Second, 10*time.Millisecond, "no dead letter %d", i+1)
+		require.Equal(t, ReasonUnknownGraph, m.Header.Get(HeaderReason))
+		require.Equal(t, want, m.Header.Get(HeaderDetail))
+	}
+}
