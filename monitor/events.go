@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/nats-io/nats.go"
@@ -238,6 +239,14 @@ func decodeOne(raw []byte) decoded {
 	d := decoded{raw: raw}
 	ev, ok := fastDecode(raw)
 	if !ok {
+		// encoding/json reads invalid UTF-8 as U+FFFD: a Latin-1 "Zoë"
+		// was dead-lettered as unknown_node "Zo\ufffd", which names
+		// neither the node meant nor the mistake, and two such names
+		// were one. (The fast path takes ASCII only.)
+		if at := invalidUTF8(raw); at >= 0 {
+			d.reason, d.detail = ReasonBadJSON, fmt.Sprintf("not valid UTF-8 at byte %d (0x%02x): JSON text is UTF-8; was it written in Latin-1, or another encoding?", at, raw[at])
+			return d
+		}
 		// Only this path allocates: the event escapes into encoding/json.
 		slow := new(wireEvent)
 		dec := json.NewDecoder(bytes.NewReader(raw))
@@ -280,6 +289,22 @@ func decodeOne(raw []byte) decoded {
 		d.reason, d.detail = ReasonBadJSON, `no "node": an event names the node it is about`
 	}
 	return d
+}
+
+// invalidUTF8 is the offset of the first byte of b that is not valid
+// UTF-8, or -1.
+func invalidUTF8(b []byte) int {
+	if utf8.Valid(b) {
+		return -1
+	}
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 // failedTS says how raw, one event object that decoded, holds a "ts" key

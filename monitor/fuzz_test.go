@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+	"unicode/utf8"
 )
 
 // FuzzDecodeMessage drives an event message body, whatever it holds,
@@ -26,6 +27,11 @@ func FuzzDecodeMessage(f *testing.F) {
 		// A stray bracket after the object is bad JSON, not an event.
 		`{"node":"1","state":"infected"}}`,
 		`{"node":"1", "state":"infected"}]`,
+		// Not UTF-8 (Latin-1 "Zoë"): bad_json, not the node "Zo\ufffd".
+		"{\"node\":\"Zo\xeb\",\"state\":\"infected\"}",
+		"[{\"node\":\"1\",\"state\":\"infected\"},{\"node\":\"Zo\xeb\",\"state\":\"infected\"}]",
+		// An array element without a node is bad_json, as a lone event.
+		`[{"state":"infected"}]`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -49,6 +55,12 @@ func FuzzDecodeMessage(f *testing.F) {
 		for k, el := range els {
 			if el.reason == "" && el.ev == (wireEvent{}) {
 				t.Fatalf("element %d of %q: neither an event nor a reason", k, data)
+			}
+			if el.reason == "" && el.ev.Node == "" {
+				t.Fatalf("element %d of %q: an event without a node, not bad_json", k, data)
+			}
+			if el.reason == "" && !utf8.Valid(el.raw) {
+				t.Fatalf("element %d of %q: not UTF-8, taken as the event %+v", k, data, el.ev)
 			}
 			if el.reason != "" && el.detail == "" {
 				t.Fatalf("element %d of %q: reason %s without detail", k, data, el.reason)

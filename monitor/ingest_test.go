@@ -1009,3 +1009,31 @@ func TestUnknownGraphDetailNamesTheGraphs(t *testing.T) {
 		require.Equal(t, want, m.Header.Get(HeaderDetail))
 	}
 }
+
+// An event that is not UTF-8 (a Latin-1 producer's "Zoë") is bad_json
+// naming the byte, not unknown_node "Zo\ufffd" (encoding/json's
+// replacement), which named neither the node meant nor the mistake; the
+// good elements of its array still apply.
+func TestEventNotUTF8IsBadJSON(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000 // no inference here
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r.publish(t, "p", "{\"node\":\"Zo\xeb\",\"state\":\"infected\"}", "")
+	_, m := firstDeadLetter(t, r)
+	require.Equal(t, ReasonBadJSON, m.Header.Get(HeaderReason))
+	require.Equal(t, "not valid UTF-8 at byte 11 (0xeb): JSON text is UTF-8; was it written in Latin-1, or another encoding?", m.Header.Get(HeaderDetail))
+	require.Equal(t, "{\"node\":\"Zo\xeb\",\"state\":\"infected\"}", string(m.Data), "the body as sent")
+
+	r.publish(t, "p", "[{\"node\":\"1\",\"state\":\"infected\"},{\"node\":\"2\xff\",\"state\":\"infected\"}]", "")
+	stream, err := r.js.Stream(context.Background(), DeadLetterStream)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		m, err = stream.GetMsg(context.Background(), 2)
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, ReasonBadJSON, m.Header.Get(HeaderReason))
+	require.Equal(t, "1", m.Header.Get(HeaderIndex))
+	require.Contains(t, m.Header.Get(HeaderDetail), "not valid UTF-8 at byte 10 (0xff)", "the offset in the element, its dead letter's body")
+	waitSeq(t, r.d, "p", lastSeq(t, r.js))
+	require.Equal(t, []float64{0, 1, 0, 0}, r.d.graphs["p"].win.observe(time.Now(), nil).y)
+}
