@@ -545,17 +545,28 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 		// How far ahead, so a producer can tell a clock that runs
 		// ahead from a local time written as UTC (hours ahead).
 		now := maxT.Add(-d.cfg.MaxFutureSkew)
-		el.reason, el.detail = ReasonFutureTS, fmt.Sprintf("ts %s is %s ahead of the daemon's clock (%s), beyond max_future_skew %s%s",
-			t.UTC().Format(time.RFC3339Nano), skewText(t, now), now.UTC().Format(time.RFC3339), d.cfg.MaxFutureSkew, zoneHint(t, now))
+		el.reason, el.detail = ReasonFutureTS, fmt.Sprintf("%s is %s ahead of the daemon's clock (%s), beyond max_future_skew %s%s",
+			timeText(el, t), skewText(t, now), now.UTC().Format(time.RFC3339), d.cfg.MaxFutureSkew, zoneHint(t, now))
 		return
 	case t.Before(minT):
 		now := maxT.Add(-d.cfg.MaxFutureSkew)
-		el.reason, el.detail = ReasonTooOld, fmt.Sprintf("ts %s is %s behind the daemon's clock (%s), older than the window %s",
-			t.UTC().Format(time.RFC3339Nano), skewText(now, t), now.UTC().Format(time.RFC3339), now.Sub(minT))
+		el.reason, el.detail = ReasonTooOld, fmt.Sprintf("%s is %s behind the daemon's clock (%s), older than the window %s",
+			timeText(el, t), skewText(now, t), now.UTC().Format(time.RFC3339), now.Sub(minT))
 		return
 	}
 	// Within [minT, maxT], both near the clock: UnixNano cannot wrap.
 	el.node, el.state, el.ts = v, st, t.UnixNano()
+}
+
+// timeText names the time t an event was judged by in a dead letter's
+// detail: its ts, or, without one, its arrival, the NATS server's stamp,
+// so the producer does not look for a ts it never sent (a server clock
+// ahead of the daemon's; a backlog after an outage).
+func timeText(el *decoded, t time.Time) string {
+	if el.ev.TS == "" {
+		return "the arrival time " + t.UTC().Format(time.RFC3339Nano) + " (no ts: the NATS server's clock)"
+	}
+	return "ts " + t.UTC().Format(time.RFC3339Nano)
 }
 
 // skewText is how far later is than earlier, for a dead letter's detail:

@@ -974,7 +974,12 @@ func TestFarOffTimestampDetailSaysByHowMuch(t *testing.T) {
 		require.Equal(t, tc.reason, el.reason, tc.ts)
 		require.Equal(t, tc.detail, el.detail)
 	}
-	el := decoded{ev: wireEvent{Node: "1"}}
+	// Without ts, the arrival time is judged, and named as such.
+	el := decoded{ev: wireEvent{Node: "1", State: StateInfected}}
+	d.check(gr, &el, now.Add(-time.Hour), minT, maxT)
+	require.Equal(t, ReasonTooOld, el.reason)
+	require.Equal(t, "the arrival time 2026-11-29T17:00:00Z (no ts: the NATS server's clock) is 1h0m0s behind the daemon's clock (2026-11-29T18:00:00Z), older than the window 10m0s", el.detail)
+	el = decoded{ev: wireEvent{Node: "1"}}
 	d.check(gr, &el, now, minT, maxT)
 	require.Equal(t, ReasonBadState, el.reason)
 	require.Equal(t, `"state" is missing or empty: want infected, recovered or susceptible`, el.detail)
