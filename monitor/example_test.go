@@ -3,6 +3,7 @@ package monitor_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -137,4 +138,48 @@ func ExampleNew() {
 	// localized: [a b] 3 ranked
 	// refused: 400 unknown node: graph "path" has no node "e" (the graph's ids look like "a", "b", "c")
 	// stopped: <nil>
+}
+
+// A producer publishes each event through JetStream, with Nats-Msg-Id
+// set to the event's id, and retries until the events stream acknowledges
+// it: a publish while the server is down (the embedded one is, while the
+// daemon restarts) is otherwise lost, and a retry within the stream's
+// 2-minute duplicate window is stored once (later ones the daemon drops by
+// the event's id). Compiled only: it needs a daemon running.
+func ExampleEvent() {
+	nc, err := nats.Connect("nats://127.0.0.1:4222",
+		nats.RetryOnFailedConnect(true), // wait for a server not up yet
+		nats.MaxReconnects(-1))          // and through the daemon's restarts
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	// "host-17 went down": ts is when it happened, by a clock kept in
+	// sync (leave it zero for the arrival time); id is unique per event.
+	ev := monitor.Event{Node: "host-17", State: monitor.StateInfected, TS: time.Now().UTC(), ID: "host-17-down-1"}
+	data, err := json.Marshal(ev) // {"node":"host-17","state":"infected","ts":"...","id":"host-17-down-1"}
+	if err != nil {
+		log.Fatal(err)
+	}
+	msg := nats.NewMsg(monitor.EventsSubject("sourcewatch", "karate"))
+	msg.Data = data
+	msg.Header.Set(jetstream.MsgIDHeader, ev.ID)
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = js.PublishMsg(pctx, msg)
+		cancel()
+		if err == nil || errors.Is(err, nats.ErrMaxPayload) {
+			break // stored (a bad event is then dead-lettered, with the reason), or never will be
+		}
+		time.Sleep(backoff) // no server, no stream yet, or a timeout: the same message again
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
 }
