@@ -459,7 +459,10 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 				continue
 			}
 			if bad++; bad > maxBadElements {
-				continue // dead-lettered with the whole message below
+				// Dead-lettered with the whole message below, but an
+				// event all the same: events_total counts each.
+				gr.outcomes["deadletter"].Inc()
+				continue
 			}
 			idx := -1
 			if array {
@@ -610,7 +613,11 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 	graphName := ""
 	if gr != nil {
 		graphName = gr.name
-		gr.outcomes["deadletter"].Inc()
+		// The whole message of too_many_bad is no event of its own:
+		// each of its bad elements was counted.
+		if reason != ReasonTooManyBad {
+			gr.outcomes["deadletter"].Inc()
+		}
 	}
 	d.limiter.warn("deadletter."+reason, "event dead-lettered",
 		zap.String("reason", reason), zap.String("detail", detail), zap.String("subject", subject), zap.String("graph", graphName))

@@ -317,6 +317,11 @@ func TestIngestCapsBadElements(t *testing.T) {
 	m := r.d.metrics
 	require.Equal(t, float64(maxBadElements), value(t, m.deadLetters.WithLabelValues(ReasonUnknownNode)))
 	require.Equal(t, 1.0, value(t, m.deadLetters.WithLabelValues(ReasonTooManyBad)))
+	// events_total counts every element once: each bad one, also past
+	// the cap (they were not counted at all), and the whole message's
+	// dead letter as no event of its own (it counted as one).
+	require.Equal(t, 3.0, value(t, m.events.WithLabelValues("p", "applied")))
+	require.Equal(t, float64(bad), value(t, m.events.WithLabelValues("p", "deadletter")))
 }
 
 // TestStopAbandonsStuckDeadLetter: a dead letter that the server never
