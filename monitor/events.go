@@ -355,6 +355,25 @@ func eventJSONError(err error) string {
 	return err.Error()
 }
 
+var errOffsetRange = errors.New("its offset is out of range: -23:59 to +23:59")
+
+// parseEventTime reads an event's ts: RFC 3339 as Go's time.RFC3339Nano
+// reads it, but for an offset whose hours pass 23 or minutes 59, which
+// Go takes (+24:00 a day off) and RFC 3339, and so the event schema,
+// does not.
+func parseEventTime(s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return t, err
+	}
+	if n := len(s); n >= 6 && (s[n-6] == '+' || s[n-6] == '-') && s[n-3] == ':' {
+		if s[n-5:n-3] > "23" || s[n-2:] > "59" {
+			return time.Time{}, errOffsetRange
+		}
+	}
+	return t, nil
+}
+
 // parseState maps an event state to the window's.
 func parseState(s string) (nodeState, bool) {
 	switch s {

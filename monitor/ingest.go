@@ -538,8 +538,11 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 	t := arrival
 	if el.ev.TS != "" {
 		var err error
-		if t, err = time.Parse(time.RFC3339Nano, el.ev.TS); err != nil {
+		if t, err = parseEventTime(el.ev.TS); err != nil {
 			el.reason, el.detail = ReasonBadJSON, fmt.Sprintf("ts %q: want RFC 3339", el.ev.TS)
+			if errors.Is(err, errOffsetRange) {
+				el.detail += " (" + err.Error() + ")"
+			}
 			return
 		}
 	}

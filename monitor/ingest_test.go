@@ -979,8 +979,14 @@ func TestFarOffTimestampDetailSaysByHowMuch(t *testing.T) {
 		require.Equal(t, tc.reason, el.reason, tc.ts)
 		require.Equal(t, tc.detail, el.detail)
 	}
+	// An offset past 23:59 is no RFC 3339 time (Go reads +24:00 as a
+	// day off, and applied it).
+	el := decoded{ev: wireEvent{Node: "1", State: StateInfected, TS: "2026-11-30T18:00:00+24:00"}}
+	d.check(gr, &el, now, minT, maxT)
+	require.Equal(t, ReasonBadJSON, el.reason)
+	require.Equal(t, `ts "2026-11-30T18:00:00+24:00": want RFC 3339 (its offset is out of range: -23:59 to +23:59)`, el.detail)
 	// Without ts, the arrival time is judged, and named as such.
-	el := decoded{ev: wireEvent{Node: "1", State: StateInfected}}
+	el = decoded{ev: wireEvent{Node: "1", State: StateInfected}}
 	d.check(gr, &el, now.Add(-time.Hour), minT, maxT)
 	require.Equal(t, ReasonTooOld, el.reason)
 	require.Equal(t, "the arrival time 2026-11-29T17:00:00Z (no ts: the NATS server's clock) is 1h0m0s behind the daemon's clock (2026-11-29T18:00:00Z), older than the window 10m0s", el.detail)

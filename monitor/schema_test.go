@@ -94,7 +94,7 @@ func accepted(body string) bool {
 			return false
 		}
 		if el.ev.TS != "" {
-			if _, err := time.Parse(time.RFC3339Nano, el.ev.TS); err != nil {
+			if _, err := parseEventTime(el.ev.TS); err != nil {
 				return false
 			}
 		}
@@ -136,6 +136,10 @@ func TestEventSchemaAgreesWithTheDaemon(t *testing.T) {
 		{`{"node":"1","state":"infected","ts":"2026-11-27 06:06:56Z"}`, false},
 		{`{"node":"1","state":"infected","ts":"2026-11-27T06:06:56+0100"}`, false},
 		{`{"node":"1","state":"infected","ts":"2026-11-27T06:06:56.5-01:30"}`, true},
+		// Go takes an offset past 23:59; RFC 3339 does not.
+		{`{"node":"1","state":"infected","ts":"2026-11-27T06:06:56+24:00"}`, false},
+		{`{"node":"1","state":"infected","ts":"2026-11-27T06:06:56-05:60"}`, false},
+		{`{"node":"1","state":"infected","ts":"2026-11-27T06:06:56+23:59"}`, true},
 		{`{"node":"1","NODE":"2","state":"infected"}`, false},
 		{`[{"node":"1","state":"infected"},{"node":"2","state":"gone"}]`, false},
 		// An element without a node is refused as a lone event is.
