@@ -12,7 +12,8 @@
 //
 // state is infected, recovered or susceptible; ts is event time (missing:
 // the JetStream arrival time, so replays see the same time). Any other key
-// makes the event bad_json, as does a missing node. Every bad
+// makes the event bad_json, as does a missing node (in an array too) and
+// a body that is not UTF-8. Every bad
 // message or array element is republished to <prefix>.deadletter with the
 // header Sourcewatch-Reason (bad_json, unknown_graph, unknown_node,
 // bad_state, future_ts, too_old, too_large, too_many_bad) and
@@ -133,8 +134,10 @@
 // graphs kept (kept) beside the keys that changed (changed).
 //
 // Dead letters are at least once: a message redelivered after a crash is
-// dead-lettered again, deduplicated by JetStream within two minutes (its
-// Nats-Msg-Id is derived from the stream sequence); an event that aged out
+// dead-lettered again, deduplicated by JetStream within the dead-letter
+// stream's 24-hour duplicate window (or deadletter.max_age, if shorter;
+// its Nats-Msg-Id is derived from the events stream's creation and the
+// message's sequence); an event that aged out
 // of the window while the daemon was down is dead-lettered as too_old on
 // replay, where it would have counted for nothing anyway.
 //
