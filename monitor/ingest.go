@@ -436,6 +436,20 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 		return
 	}
 	seq := meta.Sequence.Stream
+	if _, _, applied := gr.win.counts(); seq <= applied {
+		// A redelivery of a message handled already: its AckWait ran out
+		// while it waited behind slow dead letters (the unrouted
+		// consumer skips these too). Handled again, it was dead-lettered
+		// again (one publish per bad element, stored once) and counted
+		// again in events_total, which made the wait behind it longer
+		// still. Acknowledged, unless a later pending ack covers it.
+		if gr.pendingAck == nil {
+			if err := m.Ack(); err != nil {
+				d.limiter.warn("ack."+gr.name, "ack failed", zap.String("graph", gr.name), zap.Error(err))
+			}
+		}
+		return
+	}
 	data := m.Data()
 	if len(data) > d.cfg.MaxEventBytes {
 		if d.deadLetter(gr, m.Subject(), data, ReasonTooLarge, fmt.Sprintf("%d bytes > max_event_bytes %d", len(data), d.cfg.MaxEventBytes), seq, -1) != nil {

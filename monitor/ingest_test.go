@@ -1053,3 +1053,40 @@ func TestEventNotUTF8IsBadJSON(t *testing.T) {
 	waitSeq(t, r.d, "p", lastSeq(t, r.js))
 	require.Equal(t, []float64{0, 1, 0, 0}, r.d.graphs["p"].win.observe(time.Now(), nil).y)
 }
+
+// A message delivered again after it was handled (its AckWait ran out
+// while it waited behind slow dead letters) is acknowledged and skipped,
+// as the unrouted consumer skips its redeliveries: handled again, each of
+// its bad elements was published to the dead letters again and every
+// element counted again in events_total, making the wait behind it longer.
+func TestRedeliveryOfAHandledMessageIsSkipped(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].MinInfected = 1000 // no inference here
+	cfg.Graphs[0].Interval = time.Hour // nor a rebind of the consumer stopped below
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	gr := r.d.graphs["p"]
+	// The test takes the consumer's place, so that it alone calls handle.
+	h := gr.cons.Load()
+	h.cc.Stop()
+	<-h.cc.Closed()
+
+	var publishes atomic.Int32
+	sub, err := r.nc.Subscribe(DeadLetterSubject(DefaultPrefix), func(*nats.Msg) { publishes.Add(1) })
+	require.NoError(t, err)
+	require.NoError(t, r.nc.Flush())
+	defer sub.Unsubscribe()
+
+	r.publish(t, "p", `[{"node":"1","state":"infected"},{"node":"ghost","state":"infected"}]`, "")
+	cons, err := r.js.OrderedConsumer(context.Background(), EventsStream, jetstream.OrderedConsumerConfig{})
+	require.NoError(t, err)
+	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	require.NoError(t, err)
+	r.d.handle(gr, m)
+	r.d.handle(gr, m) // the redelivery
+	require.NoError(t, r.nc.Flush())
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, int32(1), publishes.Load(), "the bad element dead-lettered once")
+	require.Equal(t, 1.0, value(t, r.d.metrics.events.WithLabelValues("p", "applied")))
+	require.Equal(t, 0.0, value(t, r.d.metrics.events.WithLabelValues("p", "unchanged")), "applied once")
+	require.Equal(t, 1.0, value(t, r.d.metrics.events.WithLabelValues("p", "deadletter")))
+}
