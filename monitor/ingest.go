@@ -556,6 +556,8 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 			el.reason, el.detail = ReasonBadJSON, fmt.Sprintf("ts %q: want RFC 3339", el.ev.TS)
 			if errors.Is(err, errOffsetRange) {
 				el.detail += " (" + err.Error() + ")"
+			} else {
+				el.detail += tsHint(el.ev.TS)
 			}
 			return
 		}
@@ -576,6 +578,28 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 	}
 	// Within [minT, maxT], both near the clock: UnixNano cannot wrap.
 	el.node, el.state, el.ts = v, st, t.UnixNano()
+}
+
+// tsHint names the commonest slips of a ts that is no RFC 3339 time:
+// no offset (Python's isoformat() of a naive datetime, a local time
+// formatted without its zone), a space or a lower-case t between date and
+// time, or a lower-case z; "" otherwise.
+func tsHint(ts string) string {
+	const local = "2006-01-02T15:04:05.999999999"
+	switch {
+	case isTime(local, ts):
+		return " (no offset: end it in Z for UTC, or give the zone's, e.g. +02:00)"
+	case len(ts) > 10 && (ts[10] == ' ' || ts[10] == 't') && isTime(time.RFC3339Nano, ts[:10]+"T"+strings.ToUpper(ts[11:])):
+		return " (an upper-case T between date and time)"
+	case strings.HasSuffix(ts, "z") && isTime(time.RFC3339Nano, ts[:len(ts)-1]+"Z"):
+		return " (an upper-case Z)"
+	}
+	return ""
+}
+
+func isTime(layout, s string) bool {
+	_, err := time.Parse(layout, s)
+	return err == nil
 }
 
 // timeText names the time t an event was judged by in a dead letter's

@@ -985,6 +985,23 @@ func TestFarOffTimestampDetailSaysByHowMuch(t *testing.T) {
 	d.check(gr, &el, now, minT, maxT)
 	require.Equal(t, ReasonBadJSON, el.reason)
 	require.Equal(t, `ts "2026-11-30T18:00:00+24:00": want RFC 3339 (its offset is out of range: -23:59 to +23:59)`, el.detail)
+	// The commonest slips are named.
+	for ts, hint := range map[string]string{
+		"2026-11-29T18:00:00.123456": "no offset: end it in Z for UTC, or give the zone's, e.g. +02:00",
+		"2026-11-29 18:00:00Z":       "an upper-case T between date and time",
+		"2026-11-29t18:00:00z":       "an upper-case T between date and time",
+		"2026-11-29T18:00:00z":       "an upper-case Z",
+		"yesterday":                  "",
+	} {
+		el = decoded{ev: wireEvent{Node: "1", State: StateInfected, TS: ts}}
+		d.check(gr, &el, now, minT, maxT)
+		require.Equal(t, ReasonBadJSON, el.reason)
+		want := fmt.Sprintf("ts %q: want RFC 3339", ts)
+		if hint != "" {
+			want += " (" + hint + ")"
+		}
+		require.Equal(t, want, el.detail)
+	}
 	// Without ts, the arrival time is judged, and named as such.
 	el = decoded{ev: wireEvent{Node: "1", State: StateInfected}}
 	d.check(gr, &el, now.Add(-time.Hour), minT, maxT)
@@ -1061,7 +1078,7 @@ func TestEventNotUTF8IsBadJSON(t *testing.T) {
 // element counted again in events_total, making the wait behind it longer.
 func TestRedeliveryOfAHandledMessageIsSkipped(t *testing.T) {
 	cfg := testConfig(t, "p")
-	cfg.Graphs[0].MinInfected = 1000 // no inference here
+	cfg.Graphs[0].MinInfected = 1000   // no inference here
 	cfg.Graphs[0].Interval = time.Hour // nor a rebind of the consumer stopped below
 	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
 	gr := r.d.graphs["p"]
