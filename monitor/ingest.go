@@ -568,7 +568,7 @@ func (d *Daemon) check(gr *graphRT, el *decoded, arrival, minT, maxT time.Time) 
 		// ahead from a local time written as UTC (hours ahead).
 		now := maxT.Add(-d.cfg.MaxFutureSkew)
 		el.reason, el.detail = ReasonFutureTS, fmt.Sprintf("%s is %s ahead of the daemon's clock (%s), beyond max_future_skew %s%s",
-			timeText(el, t), skewText(t, now), now.UTC().Format(time.RFC3339), d.cfg.MaxFutureSkew, zoneHint(t, now))
+			timeText(el, t), skewText(t, now), now.UTC().Format(time.RFC3339), d.cfg.MaxFutureSkew, zoneHint(el, t, now))
 		return
 	case t.Before(minT):
 		now := maxT.Add(-d.cfg.MaxFutureSkew)
@@ -624,10 +624,14 @@ func skewText(later, earlier time.Time) string {
 	return later.Sub(earlier).Round(time.Millisecond).String()
 }
 
-// zoneHint suggests a time zone mistake when t is ahead of now by about a
-// whole number of hours (or half hours), as a local time written with a
-// "Z" is: the commonest way for a producer's stamps to be far ahead.
-func zoneHint(t, now time.Time) string {
+// zoneHint suggests a time zone mistake when el's ts, t, is ahead of now
+// by about a whole number of hours (or half hours), as a local time
+// written with a "Z" is: the commonest way for a producer's stamps to be
+// far ahead. An event without ts (its arrival time) gets none.
+func zoneHint(el *decoded, t, now time.Time) string {
+	if el.ev.TS == "" {
+		return "" // the server's clock, not a producer's stamp
+	}
 	ahead := t.Sub(now)
 	if ahead < 30*time.Minute || ahead > 15*time.Hour {
 		return ""

@@ -1007,6 +1007,11 @@ func TestFarOffTimestampDetailSaysByHowMuch(t *testing.T) {
 	d.check(gr, &el, now.Add(-time.Hour), minT, maxT)
 	require.Equal(t, ReasonTooOld, el.reason)
 	require.Equal(t, "the arrival time 2026-11-29T17:00:00Z (no ts: the NATS server's clock) is 1h0m0s behind the daemon's clock (2026-11-29T18:00:00Z), older than the window 10m0s", el.detail)
+	// A server clock two hours ahead is no local time written as UTC.
+	el = decoded{ev: wireEvent{Node: "1", State: StateInfected}}
+	d.check(gr, &el, now.Add(2*time.Hour), minT, maxT)
+	require.Equal(t, ReasonFutureTS, el.reason)
+	require.Equal(t, "the arrival time 2026-11-29T20:00:00Z (no ts: the NATS server's clock) is 2h0m0s ahead of the daemon's clock (2026-11-29T18:00:00Z), beyond max_future_skew 1m0s", el.detail)
 	el = decoded{ev: wireEvent{Node: "1"}}
 	d.check(gr, &el, now, minT, maxT)
 	require.Equal(t, ReasonBadState, el.reason)
