@@ -442,12 +442,20 @@ func (d *Daemon) handle(gr *graphRT, m jetstream.Msg) {
 		// consumer skips these too). Handled again, it was dead-lettered
 		// again (one publish per bad element, stored once) and counted
 		// again in events_total, which made the wait behind it longer
-		// still. Acknowledged, unless a later pending ack covers it.
-		if gr.pendingAck == nil {
-			if err := m.Ack(); err != nil {
-				d.limiter.warn("ack."+gr.name, "ack failed", zap.String("graph", gr.name), zap.Error(err))
-			}
+		// still. Acknowledged (AckAll: with all before it, handled too),
+		// or, when a later message's ack is pending, by that one, at
+		// once when nothing more is to come.
+		ack := m
+		switch {
+		case gr.pendingAck != nil && meta.NumPending == 0:
+			ack = gr.pendingAck
+		case gr.pendingAck != nil:
+			return
 		}
+		if err := ack.Ack(); err != nil {
+			d.limiter.warn("ack."+gr.name, "ack failed", zap.String("graph", gr.name), zap.Error(err))
+		}
+		gr.pendingAck, gr.sinceAck = nil, 0
 		return
 	}
 	data := m.Data()

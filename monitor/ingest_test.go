@@ -1111,4 +1111,12 @@ func TestRedeliveryOfAHandledMessageIsSkipped(t *testing.T) {
 	require.Equal(t, 1.0, value(t, r.d.metrics.events.WithLabelValues("p", "applied")))
 	require.Equal(t, 0.0, value(t, r.d.metrics.events.WithLabelValues("p", "unchanged")), "applied once")
 	require.Equal(t, 1.0, value(t, r.d.metrics.events.WithLabelValues("p", "deadletter")))
+
+	// A later message's pending ack is sent when the redelivery comes
+	// with nothing more pending, rather than left for AckWait to run out.
+	later := &ackCounter{Msg: m}
+	gr.pendingAck, gr.sinceAck = later, 5
+	r.d.handle(gr, m)
+	require.Equal(t, int32(1), later.acks.Load())
+	require.Nil(t, gr.pendingAck)
 }
