@@ -35,7 +35,10 @@
 // it dead-letters. A graph may therefore not be named unrouted. Acks are
 // AckAll: a graph consumer acks the last message it has applied every 64
 // messages and whenever nothing more is pending, so an acknowledged event
-// has always been applied to the window. On shutdown the consumers drain
+// has always been applied to the window; a message delivered again after
+// it was handled (its AckWait ran out while it waited behind slow dead
+// letters) is acknowledged and skipped, by both kinds of consumer. On
+// shutdown the consumers drain
 // for up to 10 s; a callback still busy then (dead-lettering into an
 // unresponsive server) gives up and leaves its message unacknowledged, to
 // be applied again, idempotently, by the next run.
