@@ -937,18 +937,26 @@ func (d *Daemon) rebindUnrouted(ctx context.Context) {
 	u := &d.unrouted
 	// A stream deleted and made anew numbers its messages from 1 again: a
 	// consumer started after the old position would skip the new
-	// stream's unknown-graph events until its sequence passed it.
-	if info, err := d.stream.Info(bctx); err == nil {
-		c, prev := info.Created.UnixNano(), u.created.Load()
-		if (prev != 0 && c != prev) || u.through.Load() > info.State.LastSeq {
-			if u.through.Load() > 0 {
-				d.log.Warn("the unrouted consumer read an events stream since deleted and made anew: reading the new stream from its start",
-					zap.Uint64("handled_through_seq", u.through.Load()), zap.Time("stream_created", info.Created))
-			}
-			u.through.Store(0)
-		}
-		u.created.Store(c)
+	// stream's unknown-graph events until its sequence passed it. So a
+	// stream that cannot be read is not bound to: it may be made anew
+	// (by a graph's rebind) before the bind, which would then start the
+	// new stream at the old position. The next check tries again (the
+	// consuming stays stopped).
+	info, err := d.stream.Info(bctx)
+	if err != nil {
+		d.limiter.warn("rebind.unrouted", "consumer stopped; reading the events stream failed, rebinding at the next check",
+			zap.String("consumer", unroutedConsumer), zap.Error(err))
+		return
 	}
+	c, prev := info.Created.UnixNano(), u.created.Load()
+	if (prev != 0 && c != prev) || u.through.Load() > info.State.LastSeq {
+		if u.through.Load() > 0 {
+			d.log.Warn("the unrouted consumer read an events stream since deleted and made anew: reading the new stream from its start",
+				zap.Uint64("handled_through_seq", u.through.Load()), zap.Time("stream_created", info.Created))
+		}
+		u.through.Store(0)
+	}
+	u.created.Store(c)
 	from := u.through.Load() + 1
 	cons, err := d.bindUnrouted(bctx, from)
 	if err == nil {

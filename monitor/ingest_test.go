@@ -3,6 +3,7 @@ package monitor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -876,6 +877,80 @@ func TestBindUnroutedDoesNotShareAnotherReplicasConsumer(t *testing.T) {
 	require.True(t, mine.Created.After(race.theirs.Created), "a consumer of its own, not the other replica's")
 	require.Equal(t, d.unrouted.token, mine.Config.Metadata["sourcewatch_process"])
 	require.NotEmpty(t, d.unrouted.token)
+}
+
+// staleStreamInfo is the events stream as the unrouted rebind sees it
+// when the stream is made anew between its Info and its bind: the Info
+// finds no stream, and the stream is there again by the time the
+// consumer is created (the graph path makes it anew meanwhile).
+type staleStreamInfo struct {
+	jetstream.Stream
+	js  jetstream.JetStream
+	cfg jetstream.StreamConfig
+}
+
+func (s *staleStreamInfo) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
+	info, err := s.Stream.Info(ctx, opts...)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, cerr := s.js.CreateStream(ctx, s.cfg); cerr != nil {
+			return nil, cerr
+		}
+	}
+	return info, err
+}
+
+// closedConsume is a consuming that stopped on its own, as one does when
+// its consumer is deleted with its stream.
+type closedConsume struct{ jetstream.ConsumeContext }
+
+func (closedConsume) Closed() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// The unrouted rebind that cannot read the events stream does not bind:
+// it cannot tell the stream it handled from one made anew, and bound at
+// the old position on a new stream, whose sequences start over, it
+// skipped every unknown-graph event until the new stream passed that
+// position (seen under load: the deleted stream's Info failed, the graph
+// path made the stream anew, and the bind then succeeded from seq 7).
+// The next check reads the stream and binds from the new one's start.
+func TestRebindUnroutedDoesNotBindOnAStreamItCouldNotRead(t *testing.T) {
+	s := runServer(t)
+	_, js := connectJS(t, s.ClientURL())
+	ctx := t.Context()
+	scfg := jetstream.StreamConfig{Name: EventsStream, Subjects: []string{DefaultPrefix + ".events.>"}}
+	stream, err := js.CreateStream(ctx, scfg)
+	require.NoError(t, err)
+	old, err := stream.Info(ctx)
+	require.NoError(t, err)
+	d, err := New(testConfig(t, "p"), preload(t, 4, "p"))
+	require.NoError(t, err)
+	t.Cleanup(d.stopIngest)
+	// The unrouted consumer handled the old stream through seq 6, then
+	// the stream was deleted under it.
+	d.unrouted.created.Store(old.Created.UnixNano())
+	d.unrouted.through.Store(6)
+	d.unrouted.cons.Store(&consHandle{closedConsume{}})
+	require.NoError(t, js.DeleteStream(ctx, EventsStream))
+	d.stream = &staleStreamInfo{Stream: stream, js: js, cfg: scfg}
+
+	d.rebindUnrouted(ctx)
+	if c, err := stream.Consumer(ctx, unroutedConsumer); err == nil {
+		cfg := c.CachedInfo().Config
+		require.NotEqual(t, jetstream.DeliverByStartSequencePolicy, cfg.DeliverPolicy,
+			"bound at the old stream's position (from seq %d) on the stream made anew", cfg.OptStartSeq)
+	}
+
+	d.rebindUnrouted(ctx) // the next check reads the new stream
+	c, err := stream.Consumer(ctx, unroutedConsumer)
+	require.NoError(t, err)
+	require.Equal(t, jetstream.DeliverAllPolicy, c.CachedInfo().Config.DeliverPolicy, "the new stream read from its start")
+	require.Zero(t, d.unrouted.through.Load())
+	if h := d.unrouted.cons.Load(); h != nil {
+		h.cc.Stop()
+	}
 }
 
 // expectUnknownGraphDeadLetters waits until r has dead-lettered want
