@@ -561,14 +561,17 @@ func TestLeaseKeepAdoptsALostRenewal(t *testing.T) {
 	ctx := context.Background()
 	rev, err := kv.Create(ctx, leaseKey, []byte("a"))
 	require.NoError(t, err)
-	l := &lease{kv: kv, id: "a", ttl: 600 * time.Millisecond, rev: rev}
+	// A TTL that a loaded CI machine's stalls do not outlast: at 600 ms a
+	// 400 ms stall under -race lost the lease, which is the keeper
+	// working, not the adoption failing.
+	l := &lease{kv: kv, id: "a", ttl: 1200 * time.Millisecond, rev: rev}
 	l.wrote(time.Now()) // created just above
 	// The renewal whose reply never came.
 	_, err = kv.Update(ctx, leaseKey, []byte("a"), rev)
 	require.NoError(t, err)
 	lost := make(chan error, 1)
 	l.startKeeping(ctx, lost)
-	time.Sleep(1500 * time.Millisecond) // several renewals
+	time.Sleep(2 * time.Second) // several renewals, one every 400 ms
 	require.Empty(t, lost, "still this replica's lease")
 	e, err := kv.Get(ctx, leaseKey)
 	require.NoError(t, err)
