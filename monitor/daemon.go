@@ -208,6 +208,9 @@ type graphRT struct {
 	win  *window
 	gc   atomic.Pointer[GraphConfig]
 	loc  atomic.Pointer[locHolder]
+	// retime tells the scheduler loop that a reload changed the graph's
+	// interval, so the tick it waits for is timed anew (setConfig).
+	retime chan struct{}
 
 	inflight atomic.Bool
 	// checkConsumer is set by a consume error that can mean the consumer
@@ -295,6 +298,7 @@ type counter interface{ Inc() }
 func (d *Daemon) newGraphRT(gc GraphConfig, g *graph.Graph) *graphRT {
 	gr := &graphRT{name: gc.Name, g: g, win: newWindow(g, gc.Window, gc.Decay), outcomes: map[outcome]counter{},
 		localizeTurn: make(chan struct{}, 1),
+		retime:       make(chan struct{}, 1),
 		budget:       forward.NewRelaunchBudget(relaunchesPerMinute, time.Minute, func() time.Time { return d.now() })}
 	gr.gc.Store(&gc)
 	for _, o := range []outcome{outApplied, outRefreshed, outUnchanged, outStale, outDuplicate, "deadletter"} {
@@ -303,6 +307,22 @@ func (d *Daemon) newGraphRT(gc GraphConfig, g *graph.Graph) *graphRT {
 	gr.backlog = d.metrics.backlog.WithLabelValues(gc.Name)
 	gr.lastApplied = d.metrics.lastApplied.WithLabelValues(gc.Name)
 	return gr
+}
+
+// setConfig puts gc in place of the graph's settings (a reload's) and,
+// when it changes the interval, wakes the scheduler loop to time its next
+// tick by the new one: a tick already waited for under the old interval
+// held every new setting back that long (an interval cut from 1h to 10s
+// took effect up to an hour later).
+func (gr *graphRT) setConfig(gc GraphConfig) {
+	old := gr.gc.Swap(&gc)
+	gr.win.setParams(gc.Window, gc.Decay)
+	if old != nil && old.Interval != gc.Interval {
+		select {
+		case gr.retime <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // localizer is h's Localizer (nil for a nil h).

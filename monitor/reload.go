@@ -170,8 +170,7 @@ func (d *Daemon) rereadAtTakeover(ctx context.Context) {
 	apply := func(cfg *Config) {
 		for i, gr := range d.order {
 			gc := cfg.Graphs[i]
-			gr.gc.Store(&gc)
-			gr.win.setParams(gc.Window, gc.Decay)
+			gr.setConfig(gc)
 		}
 		d.current.Store(d.keepStartOnly(*cfg))
 	}
@@ -364,8 +363,7 @@ func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 	for i, gr := range d.order {
 		gc := cfg.Graphs[i]
 		changed = append(changed, changedKeys(fmt.Sprintf("graphs[%s].", gr.name), *gr.gc.Load(), gc)...)
-		gr.gc.Store(&gc)
-		gr.win.setParams(gc.Window, gc.Decay)
+		gr.setConfig(gc)
 		if built[i] == nil {
 			// Kept: the same model and plugin process, so its relaunch
 			// budget, its last relaunch error and the incident it has

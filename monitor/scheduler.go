@@ -55,15 +55,22 @@ func infectedSet(y []float64) *[]bool {
 // resolution when it fell below min_infected.
 func (d *Daemon) schedule(ctx context.Context, gr *graphRT) {
 	var buf []float64
+	last := time.Now() // the last tick (or the start)
 	for {
 		gc := gr.gc.Load()
-		t := time.NewTimer(gc.Interval)
+		t := time.NewTimer(gc.Interval - time.Since(last))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-gr.retime:
+			// A reload changed the interval: the next tick comes the new
+			// interval after the last one, or now if that is past.
+			t.Stop()
+			continue
 		case <-t.C:
 		}
+		last = time.Now()
 		d.countRestarts(gr)
 		d.rebindIfStopped(ctx, gr)
 		if gr.inflight.Load() {

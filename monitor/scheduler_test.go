@@ -906,3 +906,27 @@ func TestJobsActOnTheWindowAsItIsWhenTheyRun(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	require.Len(t, sink.all(), n, "an incident opened under min_infected")
 }
+
+// A reload that shortens a graph's interval takes effect at once, not
+// once the tick already waited for under the old interval comes: an
+// operator who cut an interval of an hour to 20ms waited up to the hour
+// for the graph's next alert (and for every other setting reloaded with
+// it).
+func TestReloadShortenedIntervalTicksByTheNewOne(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Interval = time.Hour
+	next := cfg
+	next.Graphs = append([]GraphConfig(nil), cfg.Graphs...)
+	next.Graphs[0].Interval = 20 * time.Millisecond
+	core, logs := observer.New(zapcore.InfoLevel)
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory), WithLogger(zap.New(core)),
+		WithReload(func(context.Context) (Config, error) { return next, nil }))
+	sink := subscribeAlerts(t, r.nc, "p")
+	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
+	waitSeq(t, r.d, "p", 1)
+	require.NoError(t, r.d.Reload(context.Background()))
+	require.Equal(t, []any{"graphs[p].interval"}, logs.FilterMessage("reloaded").All()[0].ContextMap()["changed"])
+	got := sink.wait(t, 1)
+	require.Equal(t, alerts.Firing, got[0].Status)
+	require.Equal(t, "2", got[0].Sources[0].Node)
+}
