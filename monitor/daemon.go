@@ -325,6 +325,16 @@ func (gr *graphRT) setConfig(gc GraphConfig) {
 	}
 }
 
+// warnShortInterval warns of a graph's interval below a second, at a
+// start and at a reload that sets one: more often a slip (1ms for 1m)
+// than meant.
+func (d *Daemon) warnShortInterval(graph string, iv time.Duration) {
+	if iv < time.Second {
+		d.log.Warn("interval below a second: the graph is considered for inference that often (1m is a minute, 1ms a millisecond)",
+			zap.String("graph", graph), zap.Duration("interval", iv))
+	}
+}
+
 // localizer is h's Localizer (nil for a nil h).
 func (h *locHolder) localizer() Localizer {
 	if h == nil {
@@ -809,10 +819,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	close(d.ready)
 	loops.Go(func() { d.reloadIfRequestedDuringStart(loopCtx) })
 	for _, gr := range d.order {
-		if iv := gr.gc.Load().Interval; iv < time.Second {
-			d.log.Warn("interval below a second: the graph is considered for inference that often (1m is a minute, 1ms a millisecond)",
-				zap.String("graph", gr.name), zap.Duration("interval", iv))
-		}
+		d.warnShortInterval(gr.name, gr.gc.Load().Interval)
 	}
 	d.log.Info("sourcewatch serving", zap.Int("graphs", len(d.order)), zap.Strings("models", d.models()),
 		zap.String("nats", RedactURLs(d.ClientURL())), zap.String("http", d.HTTPAddr()))

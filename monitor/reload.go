@@ -363,6 +363,10 @@ func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 	for i, gr := range d.order {
 		gc := cfg.Graphs[i]
 		changed = append(changed, changedKeys(fmt.Sprintf("graphs[%s].", gr.name), *gr.gc.Load(), gc)...)
+		if gr.gc.Load().Interval != gc.Interval {
+			// As the start warns of one.
+			d.warnShortInterval(gr.name, gc.Interval)
+		}
 		gr.setConfig(gc)
 		if built[i] == nil {
 			// Kept: the same model and plugin process, so its relaunch

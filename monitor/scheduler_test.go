@@ -930,3 +930,25 @@ func TestReloadShortenedIntervalTicksByTheNewOne(t *testing.T) {
 	require.Equal(t, alerts.Firing, got[0].Status)
 	require.Equal(t, "2", got[0].Sources[0].Node)
 }
+
+// A reload that sets an interval below a second warns of it, as a start
+// does: `interval: 10ms` meant for ten minutes ran a tick every 10ms
+// with nothing in the log.
+func TestReloadWarnsOfSubSecondInterval(t *testing.T) {
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Interval = 10 * time.Second
+	next := cfg
+	next.Graphs = append([]GraphConfig(nil), cfg.Graphs...)
+	next.Graphs[0].Interval = 10 * time.Millisecond
+	core, logs := observer.New(zapcore.WarnLevel)
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory), WithLogger(zap.New(core)),
+		WithReload(func(context.Context) (Config, error) { return next, nil }))
+	require.Empty(t, logs.FilterMessageSnippet("interval below a second").All(), "10s at start")
+	require.NoError(t, r.d.Reload(context.Background()))
+	warned := logs.FilterMessageSnippet("interval below a second").All()
+	require.Len(t, warned, 1)
+	require.Equal(t, "p", warned[0].ContextMap()["graph"])
+	// Reloading the same interval again says nothing more.
+	require.NoError(t, r.d.Reload(context.Background()))
+	require.Len(t, logs.FilterMessageSnippet("interval below a second").All(), 1)
+}
