@@ -73,6 +73,7 @@ func (d *Daemon) checkOnStandby(ctx context.Context) error {
 		return err
 	}
 	d.checked.Store(cfg)
+	d.warnEdgesChanged(*cfg)
 	d.log.Info("standby: config file checked; this replica applies it when it takes over")
 	return nil
 }
@@ -137,6 +138,31 @@ func edgesChangedHint(gc GraphConfig, running *graph.Graph, err error) string {
 	}
 	return fmt.Sprintf(" (the edge file %s has changed since the daemon started, %d nodes then, %d now: edge files are read at start only, so restart to serve the new graph)",
 		gc.Edges, running.N(), now.N())
+}
+
+// warnEdgesChanged warns of each graph of cfg whose edge file no longer
+// holds the graph read at start: edge files are read at start only, so
+// the reload goes on serving the old graph, and the next start reads the
+// new one, which the bundle trained on the old one does not fit (a start
+// refuses it). An edge file edited in place and signalled was otherwise
+// "reloaded" with nothing said, and the daemon failed its next restart,
+// perhaps months later.
+func (d *Daemon) warnEdgesChanged(cfg Config) {
+	for i, gc := range cfg.Graphs {
+		gr := d.order[i]
+		if gc.Edges == "" || d.preloaded[gc.Name] != nil {
+			continue
+		}
+		now, err := graph.Load(gc.Edges, graph.Directed(gc.Directed))
+		switch {
+		case err != nil:
+			d.log.Warn("the graph's edge file no longer loads: the daemon serves the graph read at start, and the next start fails on it",
+				zap.String("graph", gr.name), zap.String("edges", gc.Edges), zap.Error(err))
+		case now.Fingerprint() != gr.g.Fingerprint():
+			d.log.Warn("the graph's edge file has changed since the start: edge files are read at start only, so the daemon serves the graph read then; the next start reads the new one and refuses a bundle trained on the old one (retrain on the new file, then restart)",
+				zap.String("graph", gr.name), zap.String("edges", gc.Edges), zap.Int("nodes_running", gr.g.N()), zap.Int("nodes_in_file", now.N()))
+		}
+	}
 }
 
 // reloadIfRequestedDuringStart runs the reload a request before the start
@@ -389,6 +415,7 @@ func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 		gr.inferred.Store(nil)
 	}
 	d.current.Store(d.keepStartOnly(cfg))
+	d.warnEdgesChanged(cfg)
 	d.log.Info("reloaded", zap.Int("graphs", len(d.order)), zap.Strings("changed", changed), zap.Strings("kept", kept), zap.Strings("models", d.models()))
 	return replaced, nil
 }

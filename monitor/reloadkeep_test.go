@@ -333,3 +333,34 @@ func copyFile(t *testing.T, src, dst string) {
 	require.NoError(t, os.WriteFile(tmp, data, 0o600))
 	require.NoError(t, os.Rename(tmp, dst))
 }
+
+// A reload warns of an edge file edited in place since the start (and of
+// one that no longer loads): edge files are read at start only, so the
+// daemon goes on serving the old graph, and its next start reads the new
+// one and refuses the bundle trained on the old. Such a reload said
+// "reloaded" and nothing else, and the next restart failed.
+func TestReloadWarnsOfAnEdgeFileChangedInPlace(t *testing.T) {
+	edges := filepath.Join(t.TempDir(), "p.edges")
+	require.NoError(t, os.WriteFile(edges, []byte("0 1\n1 2\n2 3\n"), 0o644))
+	cfg := testConfig(t, "p")
+	cfg.Graphs[0].Edges = edges
+	core, logs := observer.New(zapcore.WarnLevel)
+	r := start(t, cfg, WithLocalizerFactory((&factoryOf{}).factory), WithLogger(zap.New(core)),
+		WithReload(func(context.Context) (Config, error) { return cfg, nil }))
+	require.NoError(t, r.d.Reload(context.Background()))
+	require.Empty(t, logs.FilterMessageSnippet("edge file").All(), "the file is as it was")
+
+	require.NoError(t, os.WriteFile(edges, []byte("0 1\n1 2\n2 3\n3 4\n"), 0o644))
+	require.NoError(t, r.d.Reload(context.Background()), "a warning, not a refusal: the running graph is fine")
+	warned := logs.FilterMessageSnippet("edge file has changed since the start").All()
+	require.Len(t, warned, 1)
+	m := warned[0].ContextMap()
+	require.Equal(t, "p", m["graph"])
+	require.EqualValues(t, 4, m["nodes_running"])
+	require.EqualValues(t, 5, m["nodes_in_file"])
+	require.Equal(t, 4, r.d.graphs["p"].g.N(), "the daemon serves the graph read at start")
+
+	require.NoError(t, os.Remove(edges))
+	require.NoError(t, r.d.Reload(context.Background()))
+	require.Len(t, logs.FilterMessageSnippet("edge file no longer loads").All(), 1)
+}
