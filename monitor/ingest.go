@@ -320,12 +320,17 @@ func (d *Daemon) consumingStopped(ctx context.Context, h *consHandle, check *ato
 }
 
 // consumerGone asks the server whether the durable consumer exists; false
-// when it does, or when the server cannot say.
+// when it does, or when the server cannot say. A stream that is gone took
+// its consumers with it: a server restarted on an empty store (its store
+// lost, or a new server in its place) has neither, and the consumer,
+// found gone only as a consumer of a stream still there, was never bound
+// again (nor the stream made anew), while /readyz said ready and every
+// producer's publish failed.
 func (d *Daemon) consumerGone(ctx context.Context, durable string) bool {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := d.stream.Consumer(cctx, durable)
-	return errors.Is(err, jetstream.ErrConsumerNotFound)
+	return errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // rebindsSuspect rebinds of one graph's consumer within a minute suggest

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -579,6 +580,47 @@ func TestConsumerDeletedWhileDisconnectedIsRebound(t *testing.T) {
 	// Rebound from the stream sequence it had applied: event 2 arrives.
 	waitSeq(t, r.d, "p", 2)
 	require.Equal(t, []float64{0, 1, 1, 0}, r.d.graphs["p"].win.observe(now, nil).y)
+}
+
+// A NATS server restarted on an empty store (its store lost, or a new
+// server in its place) has no events stream and no consumers: the daemon
+// makes the stream anew and binds its consumers again, so the events
+// published then are applied. It found the consumers gone only as
+// consumers of a stream still there, and so stayed ready, consuming
+// nothing, while every producer's publish failed.
+func TestServerRestartedOnAnEmptyStoreIsConsumedAgain(t *testing.T) {
+	now := time.Now()
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true}
+	s1, err := server.NewServer(opts)
+	require.NoError(t, err)
+	go s1.Start()
+	require.True(t, s1.ReadyForConnections(10*time.Second))
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = s1.ClientURL()
+	cfg.Graphs[0].MinInfected = 1000
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: now}, "")
+	waitSeq(t, r.d, "p", 1)
+
+	port := s1.Addr().(*net.TCPAddr).Port
+	s1.Shutdown()
+	s1.WaitForShutdown()
+	empty := *opts
+	empty.Port, empty.StoreDir = port, t.TempDir()
+	s2 := runServerWith(t, &empty)
+	_, js2 := connectJS(t, s2.ClientURL())
+	require.Eventually(t, func() bool {
+		_, err := js2.Stream(context.Background(), EventsStream)
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the events stream is made anew")
+	require.Eventually(t, func() bool {
+		_, err := js2.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), []byte(`{"node":"2","state":"infected"}`))
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return slices.Equal([]float64{0, 1, 1, 0}, r.d.graphs["p"].win.observe(time.Now(), nil).y)
+	}, 20*time.Second, 10*time.Millisecond, "node 1 kept, node 2 applied from the new stream")
+	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
 }
 
 // The consumer of events for unknown graphs, deleted under the daemon, is
