@@ -2,9 +2,12 @@ package monitor
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 )
 
 // fencedContext is ctx bounded by timeout and, while an HA replica holds
@@ -54,14 +57,45 @@ func writeTimeout(ctx context.Context) time.Duration {
 	return fencedWriteTimeout
 }
 
-// write runs one write of the bucket under fencedContext.
+// write runs one write of the bucket under fencedContext. A write that
+// finds the bucket gone (deleted under the daemon, or a server restarted
+// on an empty store) makes it anew and is tried once more: the windows
+// and the alert state live in the daemon and are written again, where
+// every snapshot and alert state save failed until a restart, and so
+// every alert was held back.
 func (k fencedKV) write(ctx context.Context, f func(context.Context) error) error {
 	wctx, cancel, err := k.d.fencedContext(ctx, writeTimeout(ctx))
 	if err != nil {
 		return err
 	}
 	defer cancel()
-	return f(wctx)
+	err = f(wctx)
+	if err != nil && k.d.remakeStateBucket(wctx, err) {
+		err = f(wctx)
+	}
+	return err
+}
+
+// remakeStateBucket makes the state bucket anew when err, a write's, came
+// of its stream being gone, and reports whether it is there now.
+func (d *Daemon) remakeStateBucket(ctx context.Context, err error) bool {
+	if d.js == nil || !(errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) {
+		return false
+	}
+	if _, gerr := d.js.KeyValue(ctx, StateBucket); !errors.Is(gerr, jetstream.ErrBucketNotFound) {
+		return false
+	}
+	switch _, cerr := d.js.CreateKeyValue(ctx, stateBucketConfig(d.cfg)); {
+	case cerr == nil:
+		d.log.Warn("state bucket was deleted; made it anew (the windows and the alert state are written again from this daemon's; another replica's stored state is gone)",
+			zap.String("bucket", StateBucket))
+		return true
+	case errors.Is(cerr, jetstream.ErrBucketExists):
+		return true
+	default:
+		d.log.Warn("state bucket was deleted; making it anew failed", zap.String("bucket", StateBucket), zap.Error(cerr))
+		return false
+	}
 }
 
 func (k fencedKV) Put(ctx context.Context, key string, value []byte) (rev uint64, err error) {

@@ -62,3 +62,35 @@ func TestFencedKVStopsAtTheLeasesPoint(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.Equal(t, int32(2), kv.puts.Load())
 }
+
+// The state bucket deleted under the daemon (an operator's nats kv rm, or
+// a server restarted on an empty store) is made anew by the next write,
+// which is tried again: the windows and the alert state live in the
+// daemon. Every snapshot and alert state save failed until a restart,
+// the daemon not ready and every alert held back.
+func TestStateBucketDeletedIsMadeAnew(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p")
+	cfg.SnapshotInterval = 20 * time.Millisecond
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	sink := subscribeAlerts(t, r.nc, "p")
+	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: now}, "")
+	sink.wait(t, 1)
+	ctx := context.Background()
+	require.NoError(t, r.js.DeleteKeyValue(ctx, StateBucket))
+
+	// A new outbreak: the snapshot and the alert state are saved again.
+	r.publish(t, "p", Event{Node: "1", State: StateRecovered, TS: now.Add(time.Second)}, "")
+	r.publish(t, "p", Event{Node: "0", State: StateInfected, TS: now.Add(2 * time.Second)}, "")
+	got := sink.wait(t, 2)
+	require.Equal(t, "0", got[len(got)-1].Sources[0].Node)
+	require.Eventually(t, func() bool {
+		kv, err := r.js.KeyValue(ctx, StateBucket)
+		if err != nil {
+			return false
+		}
+		_, werr := kv.Get(ctx, "window.p")
+		return werr == nil
+	}, 10*time.Second, 10*time.Millisecond, "the bucket made anew holds the window")
+	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
+}

@@ -311,17 +311,22 @@ func ensureJetStream(ctx context.Context, js jetstream.JetStream, cfg Config, lo
 		}
 		return nil, nil, fmt.Errorf("%w: stream %s: %w%s", ErrNATS, DeadLetterStream, err, hint)
 	}
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	kv, err := js.CreateOrUpdateKeyValue(ctx, stateBucketConfig(cfg))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, StateBucket, err)
+	}
+	return stream, kv, nil
+}
+
+// stateBucketConfig is the state bucket as cfg sets it.
+func stateBucketConfig(cfg Config) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
 		Bucket:      StateBucket,
 		Description: "sourcewatch window snapshots and alert state",
 		History:     1,
 		Storage:     jetstream.FileStorage,
 		Replicas:    max(cfg.Events.Replicas, 1),
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: kv %s: %w", ErrNATS, StateBucket, err)
 	}
-	return stream, kv, nil
 }
 
 // deadLetterStreamConfig is the dead-letter stream as cfg sets it.
