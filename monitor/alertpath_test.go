@@ -190,7 +190,7 @@ func TestPendingAlertIsSentAfterRestart(t *testing.T) {
 	require.Equal(t, fired.Fingerprint, got[0].Fingerprint)
 }
 
-// TestAlertWaitsForItsStateToBeSaved removes the state bucket: an alert is
+// TestAlertWaitsForItsStateToBeSaved makes the state bucket refuse writes: an alert is
 // not published before the state holding it is saved (write-ahead), and
 // goes out once saving works again.
 func TestAlertWaitsForItsStateToBeSaved(t *testing.T) {
@@ -198,7 +198,7 @@ func TestAlertWaitsForItsStateToBeSaved(t *testing.T) {
 	f := &factoryOf{}
 	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory(f.factory))
 	ctx := context.Background()
-	require.NoError(t, r.js.DeleteKeyValue(ctx, StateBucket))
+	refuseStateWrites(t, r.js)
 
 	r.publish(t, "p", Event{Node: "2", State: StateInfected, TS: time.Now()}, "")
 	require.Eventually(t, func() bool { return len(r.d.tracker.Pending("p")) == 1 }, 10*time.Second, 5*time.Millisecond)
@@ -208,9 +208,10 @@ func TestAlertWaitsForItsStateToBeSaved(t *testing.T) {
 		return strings.HasPrefix(p, "alerts: saving the alert state failed, so none is published: ")
 	}), "%v", r.d.readiness())
 
-	kv, err := r.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
-	require.NoError(t, err)
+	require.NoError(t, r.js.DeleteStream(ctx, "KV_"+StateBucket)) // made anew by the next write
 	require.Equal(t, []string{"firing/1/2"}, summary(waitStored(t, r.js, "p", 1)))
+	kv, err := r.js.KeyValue(ctx, StateBucket)
+	require.NoError(t, err)
 	// The saved state holds the incident, no longer pending.
 	require.Eventually(t, func() bool {
 		e, err := kv.Get(ctx, "tracker")

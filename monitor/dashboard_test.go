@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sourcewatch/sourcewatch/alerts"
@@ -203,7 +202,7 @@ func TestFailedSnapshotIsNotReady(t *testing.T) {
 	code, _ := get(t, ready)
 	require.Equal(t, http.StatusOK, code)
 
-	require.NoError(t, r.js.DeleteKeyValue(t.Context(), StateBucket))
+	refuseStateWrites(t, r.js)
 	r.publish(t, "p", Event{Node: "1", State: StateInfected}, "") // a window to save
 	var body string
 	require.Eventually(t, func() bool {
@@ -211,8 +210,7 @@ func TestFailedSnapshotIsNotReady(t *testing.T) {
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "snapshots: the last write failed")
 	}, 10*time.Second, 20*time.Millisecond, body)
 
-	_, err := r.js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: StateBucket, History: 1})
-	require.NoError(t, err)
+	require.NoError(t, r.js.DeleteStream(t.Context(), "KV_"+StateBucket)) // made anew by the next write
 	r.publish(t, "p", Event{Node: "2", State: StateInfected}, "")
 	require.Eventually(t, func() bool {
 		code, body = get(t, ready)

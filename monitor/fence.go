@@ -76,10 +76,36 @@ func (k fencedKV) write(ctx context.Context, f func(context.Context) error) erro
 	return err
 }
 
+// stateBucketMaybeGone reports whether err, of a write or read of the
+// state bucket, can mean that the bucket is gone.
+func stateBucketMaybeGone(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrBucketNotFound)
+}
+
+// Get reads key; one that finds the bucket gone makes it anew, as a write
+// does, and reads again: a save reads what it replaces first (putValue),
+// and so failed on a missing bucket before its write could make it.
+func (k fencedKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	e, err := k.KeyValue.Get(ctx, key)
+	if err == nil || !stateBucketMaybeGone(err) {
+		return e, err
+	}
+	wctx, cancel, ferr := k.d.fencedContext(ctx, writeTimeout(ctx))
+	if ferr != nil {
+		return e, err
+	}
+	defer cancel()
+	if !k.d.remakeStateBucket(wctx, err) {
+		return e, err
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
 // remakeStateBucket makes the state bucket anew when err, a write's, came
 // of its stream being gone, and reports whether it is there now.
 func (d *Daemon) remakeStateBucket(ctx context.Context, err error) bool {
-	if d.js == nil || !(errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)) {
+	if d.js == nil || !stateBucketMaybeGone(err) {
 		return false
 	}
 	if _, gerr := d.js.KeyValue(ctx, StateBucket); !errors.Is(gerr, jetstream.ErrBucketNotFound) {

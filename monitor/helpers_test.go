@@ -307,3 +307,18 @@ func newKV(t *testing.T, bucket string) jetstream.KeyValue {
 	require.NoError(t, err)
 	return kv
 }
+
+// refuseStateWrites puts a sealed stream in the state bucket's place,
+// which refuses every write, as a full store does (a bucket deleted
+// outright is made anew by the next write).
+func refuseStateWrites(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, js.DeleteKeyValue(ctx, StateBucket))
+	cfg := jetstream.StreamConfig{Name: "KV_" + StateBucket, Subjects: []string{"$KV." + StateBucket + ".>"}, MaxMsgsPerSubject: 1, AllowDirect: true}
+	_, err := js.CreateStream(ctx, cfg)
+	require.NoError(t, err)
+	cfg.Sealed = true
+	_, err = js.UpdateStream(ctx, cfg)
+	require.NoError(t, err)
+}

@@ -254,7 +254,7 @@ func TestSnapshotMetricCountsFailedPositions(t *testing.T) {
 	cfg.Graphs[0].MinInfected = 1000
 	cfg.SnapshotInterval = 50 * time.Millisecond
 	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
-	require.NoError(t, r.js.DeleteKeyValue(t.Context(), StateBucket))
+	refuseStateWrites(t, r.js)
 	// An event of no graph moves the unrouted position alone.
 	r.publish(t, "nope", `{"node":"1","state":"infected"}`, "")
 	require.Eventually(t, func() bool {

@@ -744,7 +744,7 @@ func TestReadyzForOneGraph(t *testing.T) {
 		}},
 		{name: "the state store refuses writes", setup: func(t *testing.T) {
 			localizerOf("q").sick.Store(false)
-			require.NoError(t, js.DeleteKeyValue(t.Context(), StateBucket))
+			refuseStateWrites(t, js)
 			(&running{js: js}).publish(t, "p", Event{Node: "1", State: StateInfected}, "") // a window to save
 		}, probes: []probe{
 			{r: a, query: "?graph=p", code: http.StatusServiceUnavailable, problems: []string{"snapshots: the last write failed: "}},
