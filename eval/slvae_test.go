@@ -2,6 +2,7 @@ package eval
 
 import (
 	"encoding/json"
+	"maps"
 	"path/filepath"
 	"testing"
 	"time"
@@ -143,41 +144,40 @@ func TestSLVAECallTimeout(t *testing.T) {
 	require.NotContains(t, cfg.paramsFor("lpsi"), "call_timeout", "only methods with a forward model")
 }
 
-// A forward.<k> param the plugin's Info does not list is refused by Fit,
-// before the plugin fits, as train refuses its --forward-param: a lenient
-// plugin (faulty's fault=lenient) would ignore it without a word.
-func TestSLVAERefusesAForwardParamThePluginDoesNotList(t *testing.T) {
+// What a faulty plugin's Fit would slip past is refused by eval's SL-VAE
+// fit as by train's: a forward.<k> param the plugin's Info does not list,
+// before the plugin fits (a lenient plugin, faulty's fault=lenient, would
+// ignore it without a word), and a Fit metric name a bundle cannot keep
+// (both checks are localize.Train's or shared with train).
+func TestSLVAEFitRefusesWhatTrainRefuses(t *testing.T) {
 	g, err := graph.Load("../configs/demo/karate.edges")
 	require.NoError(t, err)
 	cs, _, err := diffusion.Simulate(t.Context(), g, diffusion.DefaultConfig(), 20, 3, diffusion.Workers(1))
 	require.NoError(t, err)
 	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
-	m, err := newSLVAE(Env{Graph: g, Seed: 5, Params: map[string]string{
-		"forward": "faulty", "plugin_dir": filepath.Dir(faulty), "forward.fault": "lenient", "forward.stesp": "3",
-		"prior_epochs": "2", "prototypes": "8", "val_solves": "4", "restarts": "2", "opt_steps": "5",
-	}}, "slvae", localize.DataInit)
-	require.NoError(t, err)
-	defer m.Close()
-	err = m.Fit(t.Context(), g, cs[:12], cs[12:16])
-	require.ErrorIs(t, err, ErrBadParam)
-	require.EqualError(t, err, "bad method parameter slvae.forward.stesp: forward plugin faulty has no such param (its params: steps, p, fault, fault_after)")
-}
-
-// A Fit metric name a bundle cannot keep is refused in eval's SL-VAE fit
-// as in train's (both through localize.Train), naming the metric.
-func TestSLVAERefusesAMetricNameItCannotKeep(t *testing.T) {
-	g, err := graph.Load("../configs/demo/karate.edges")
-	require.NoError(t, err)
-	cs, _, err := diffusion.Simulate(t.Context(), g, diffusion.DefaultConfig(), 20, 3, diffusion.Workers(1))
-	require.NoError(t, err)
-	faulty := forwardtest.Build(t, "./forward/internal/testplugins/faulty")
-	m, err := newSLVAE(Env{Graph: g, Seed: 5, Params: map[string]string{
-		"forward": "faulty", "plugin_dir": filepath.Dir(faulty), "forward.fault": "metricname",
-		"prior_epochs": "2", "prototypes": "8", "val_solves": "4", "restarts": "2", "opt_steps": "5",
-	}}, "slvae", localize.DataInit)
-	require.NoError(t, err)
-	defer m.Close()
-	err = m.Fit(t.Context(), g, cs[:12], cs[12:16])
-	require.ErrorIs(t, err, forward.ErrBadOutput)
-	require.ErrorContains(t, err, `metric name "val\nmse": want a name that is not empty`)
+	for _, tc := range []struct {
+		name   string
+		params map[string]string
+		is     error
+		want   string
+	}{
+		{"a param the plugin does not list", map[string]string{"forward.fault": "lenient", "forward.stesp": "3"}, ErrBadParam,
+			"bad method parameter slvae.forward.stesp: forward plugin faulty has no such param (its params: steps, p, fault, fault_after)"},
+		{"a metric name a bundle cannot keep", map[string]string{"forward.fault": "metricname"}, forward.ErrBadOutput,
+			`metric name "val\nmse": want a name that is not empty`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			params := map[string]string{
+				"forward": "faulty", "plugin_dir": filepath.Dir(faulty),
+				"prior_epochs": "2", "prototypes": "8", "val_solves": "4", "restarts": "2", "opt_steps": "5",
+			}
+			maps.Copy(params, tc.params)
+			m, err := newSLVAE(Env{Graph: g, Seed: 5, Params: params}, "slvae", localize.DataInit)
+			require.NoError(t, err)
+			defer m.Close()
+			err = m.Fit(t.Context(), g, cs[:12], cs[12:16])
+			require.ErrorIs(t, err, tc.is)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
 }
