@@ -866,6 +866,11 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 	loops.Wait()
 	d.stopConsumers(connected)
 	stopWork()
+	if connected && !nc.IsConnected() {
+		// Lost while the consumers drained (a server stopped just before
+		// the daemon): the final snapshot would wait out its deadline.
+		connected, finalSaved = false, false
+	}
 	if connected {
 		// One more try at alerts still pending (stopWork may have cut a
 		// publish short); what stays pending is saved by the final

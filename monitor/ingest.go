@@ -364,14 +364,23 @@ func (d *Daemon) stopConsumers(drain bool) {
 			cc.Stop()
 		}
 	}
+	// A drain needs the server: with the connection lost meanwhile (the
+	// server stopped just before the daemon), waiting out drainTimeout
+	// for it only delays the stop.
+	lost := func() bool { return drain && d.nc != nil && !d.nc.IsConnected() }
 	ctx, cancel := context.WithTimeout(context.Background(), d.drainTimeout)
 	defer cancel()
-	if !waitClosed(ctx, all) {
-		d.log.Warn("consumers did not drain in time; abandoning their messages", zap.Duration("waited", d.drainTimeout))
+	start := time.Now()
+	if !waitClosed(ctx, all, lost) {
+		if lost() {
+			d.log.Warn("nats connection lost while the consumers drained; abandoning their messages", zap.Duration("waited", time.Since(start).Round(time.Millisecond)))
+		} else {
+			d.log.Warn("consumers did not drain in time; abandoning their messages", zap.Duration("waited", d.drainTimeout))
+		}
 		d.stopIngest()
 		actx, acancel := context.WithTimeout(context.Background(), d.abandonTimeout)
 		defer acancel()
-		waitClosed(actx, all)
+		waitClosed(actx, all, nil)
 	}
 	for _, gr := range d.order {
 		h := gr.cons.Load()
@@ -392,14 +401,28 @@ func (d *Daemon) stopConsumers(drain bool) {
 	}
 }
 
-// waitClosed waits until every one of ccs has closed or ctx ends, and
-// reports whether all closed.
-func waitClosed(ctx context.Context, ccs []jetstream.ConsumeContext) bool {
+// waitClosed waits until every one of ccs has closed, ctx ends or lost
+// (when not nil, polled) reports true, and reports whether all closed.
+func waitClosed(ctx context.Context, ccs []jetstream.ConsumeContext, lost func() bool) bool {
+	var poll <-chan time.Time
+	if lost != nil {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		poll = t.C
+	}
 	for _, cc := range ccs {
-		select {
-		case <-cc.Closed():
-		case <-ctx.Done():
-			return false
+	wait:
+		for {
+			select {
+			case <-cc.Closed():
+				break wait
+			case <-ctx.Done():
+				return false
+			case <-poll:
+				if lost() {
+					return false
+				}
+			}
 		}
 	}
 	return true

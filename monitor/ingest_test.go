@@ -1237,3 +1237,121 @@ func TestRedeliveryOfAHandledMessageIsSkipped(t *testing.T) {
 	require.Equal(t, int32(1), later.acks.Load())
 	require.Nil(t, gr.pendingAck)
 }
+
+// freezableProxy forwards TCP connections to a server until frozen (bytes
+// stop flowing both ways, the sockets stay open: a client still thinks
+// itself connected) or cut (every socket closed, no new one taken).
+type freezableProxy struct {
+	ln     net.Listener
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newFreezableProxy(t *testing.T, target string) *freezableProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &freezableProxy{ln: ln}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				buf := make([]byte, 32<<10)
+				for {
+					n, err := src.Read(buf)
+					if err != nil {
+						dst.Close()
+						return
+					}
+					if p.frozen.Load() {
+						continue // dropped: a stalled link
+					}
+					if _, err := dst.Write(buf[:n]); err != nil {
+						src.Close()
+						return
+					}
+				}
+			}
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	t.Cleanup(p.cut)
+	return p
+}
+
+func (p *freezableProxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *freezableProxy) cut() {
+	p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// A connection lost while the consumers drain at a stop (the server went
+// away just before the daemon was stopped, and the client had not yet
+// noticed) ends the drain at once, and the stop skips the final snapshot
+// it could not write: it waited out the drain's 10 s and then the final
+// snapshot's 10 s deadline, 20-25 s in all.
+func TestStopWhenTheConnectionIsLostWhileDraining(t *testing.T) {
+	s := runServer(t)
+	proxy := newFreezableProxy(t, s.Addr().String())
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL = proxy.url()
+	cfg.Graphs[0].MinInfected = 1000
+	core, logs := observer.New(zapcore.InfoLevel)
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory), WithLogger(zap.New(core)))
+	_, js := connectJS(t, s.ClientURL())
+	_, err := js.Publish(context.Background(), EventsSubject(DefaultPrefix, "p"), []byte(`{"node":"1","state":"infected"}`))
+	require.NoError(t, err)
+	waitSeq(t, r.d, "p", 1)
+
+	proxy.frozen.Store(true)
+	began := time.Now()
+	r.cancel()
+	r.cancel = nil
+	time.Sleep(300 * time.Millisecond) // the drain has begun, and cannot finish
+	proxy.cut()
+	select {
+	case err := <-r.done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("daemon did not stop")
+	}
+	require.Less(t, time.Since(began), 5*time.Second, "the stop waited on a drain or snapshot that could not succeed")
+	stopped := logs.FilterMessage("sourcewatch stopped").All()
+	require.Len(t, stopped, 1)
+	require.Equal(t, false, stopped[0].ContextMap()["final_snapshot"])
+}
+
+// waitClosed gives up on a drain as soon as lost says the connection it
+// needs is gone, where a consume context that never closes (the server
+// went away before its unsubscribe was answered) held it to the deadline.
+func TestWaitClosedEndsWhenTheConnectionIsLost(t *testing.T) {
+	stuck := &stuckConsume{closed: make(chan struct{})}
+	var gone atomic.Bool
+	time.AfterFunc(100*time.Millisecond, func() { gone.Store(true) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	began := time.Now()
+	require.False(t, waitClosed(ctx, []jetstream.ConsumeContext{stuck}, gone.Load))
+	require.Less(t, time.Since(began), 5*time.Second)
+	close(stuck.closed)
+	require.True(t, waitClosed(ctx, []jetstream.ConsumeContext{stuck}, func() bool { return false }))
+}
