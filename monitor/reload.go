@@ -124,6 +124,19 @@ func (d *Daemon) preflightAll(cfg Config) error {
 	return errors.Join(errs...)
 }
 
+// pluginDirChangedHint explains a reload refused while the file names
+// another plugin_dir than the running one: plugin_dir is read at start
+// only, so the reload looked for every plugin in the running directory,
+// and the refusal's own advice (point plugin_dir at the build the bundle
+// was trained with) reads as if the edit had been ignored. "" otherwise.
+func (d *Daemon) pluginDirChangedHint(file Config) string {
+	running := d.Config().PluginDir
+	if file.PluginDir == running {
+		return ""
+	}
+	return fmt.Sprintf(" (plugin_dir changed in the file, %q -> %q, but it is read at start only: this reload looked for the plugins in %q; restart the daemon to use the new directory)", running, file.PluginDir, running)
+}
+
 // edgesChangedHint explains a bundle refused at a reload for another
 // graph when the edge file itself has changed since the start: the
 // daemon serves the graph it read then, so a bundle retrained on the new
@@ -360,7 +373,7 @@ func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 	// The cheap checks of every graph first, so a reload names each graph
 	// it refuses, as the start does, rather than the first one built.
 	if err := d.preflightAll(cfg); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrReload, err)
+		return nil, fmt.Errorf("%w: %w%s", ErrReload, err, d.pluginDirChangedHint(cfg))
 	}
 	// built[i] is graph i's new localizer, nil where the running one is
 	// kept. gr.loc cannot change meanwhile: a relaunch holds reloadMu.
@@ -380,7 +393,7 @@ func (d *Daemon) reload(ctx context.Context) ([]replacedLocalizer, error) {
 					_ = b.Close()
 				}
 			}
-			return nil, fmt.Errorf("%w: %s%w%s", ErrReload, graphPrefix(gc.Name, err), err, edgesChangedHint(gc, d.order[i].g, err))
+			return nil, fmt.Errorf("%w: %s%w%s%s", ErrReload, graphPrefix(gc.Name, err), err, edgesChangedHint(gc, d.order[i].g, err), d.pluginDirChangedHint(cfg))
 		}
 		built[i] = l
 	}

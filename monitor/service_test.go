@@ -523,6 +523,36 @@ func TestReloadReportsEveryRefusedGraph(t *testing.T) {
 	require.Len(t, f.all(), built, "no localizer built for a refused reload")
 }
 
+// A reload refused while the file names another plugin_dir says that
+// plugin_dir is read at start only: the refusal's own advice is to point
+// plugin_dir at the right build, which the operator has just done.
+func TestReloadRefusedSaysPluginDirWaitsForRestart(t *testing.T) {
+	cfg := testConfig(t, "a")
+	cfg.PluginDir = "/old/plugins"
+	file := cfg
+	file.PluginDir = "/new/plugins"
+	var broken atomic.Bool
+	r := start(t, cfg, preload(t, 4, "a"), WithLocalizerFactory((&factoryOf{}).factory),
+		WithReload(func(context.Context) (Config, error) { return file, nil }),
+		WithPreflight(func(gc GraphConfig, _ *graph.Graph) error {
+			if broken.Load() {
+				return fmt.Errorf("bundle of %s: %w", gc.Name, forward.ErrChecksum)
+			}
+			return nil
+		}))
+	broken.Store(true)
+	err := r.d.Reload(t.Context())
+	require.ErrorIs(t, err, ErrReload)
+	require.ErrorIs(t, err, forward.ErrChecksum)
+	require.ErrorContains(t, err, `plugin_dir changed in the file, "/old/plugins" -> "/new/plugins", but it is read at start only`)
+
+	// The same directory in the file: nothing said of it.
+	file.PluginDir = cfg.PluginDir
+	err = r.d.Reload(t.Context())
+	require.ErrorIs(t, err, forward.ErrChecksum)
+	require.NotContains(t, err.Error(), "plugin_dir")
+}
+
 // Go's profiles are served only when http.pprof asks for them.
 func TestPprofOnlyWhenAsked(t *testing.T) {
 	for _, on := range []bool{false, true} {
