@@ -176,6 +176,10 @@ type Daemon struct {
 	requests    sync.WaitGroup
 	reqMu       sync.Mutex
 	reqStopping bool
+	// stateRemade is set when this daemon made the state bucket anew: the
+	// next snapshot writes every window, position and the alert state
+	// again, not only what moved since the bucket was lost.
+	stateRemade atomic.Bool
 	// snapshotErr is the last periodic snapshot's error, nil once one
 	// succeeds: /readyz reports it.
 	snapshotErr atomic.Pointer[string]

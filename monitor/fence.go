@@ -113,15 +113,38 @@ func (d *Daemon) remakeStateBucket(ctx context.Context, err error) bool {
 	}
 	switch _, cerr := d.js.CreateKeyValue(ctx, stateBucketConfig(d.cfg)); {
 	case cerr == nil:
-		d.log.Warn("state bucket was deleted; made it anew (the windows and the alert state are written again from this daemon's; another replica's stored state is gone)",
+		d.log.Warn("state bucket was deleted; made it anew (the windows and the alert state are written again from this daemon's at the next snapshot; another replica's stored state is gone)",
 			zap.String("bucket", StateBucket))
+		d.stateRemade.Store(true)
 		return true
 	case errors.Is(cerr, jetstream.ErrBucketExists):
+		// Made by a concurrent write of this daemon's, most likely.
+		d.stateRemade.Store(true)
 		return true
 	default:
 		d.log.Warn("state bucket was deleted; making it anew failed", zap.String("bucket", StateBucket), zap.Error(cerr))
 		return false
 	}
+}
+
+// checkStateBucket makes the state bucket anew when it is gone. The
+// periodic snapshot calls it: a daemon whose windows do not move writes
+// nothing, so no write of its would find the bucket gone, and a crash
+// meanwhile lost every window and open incident it held.
+func (d *Daemon) checkStateBucket(ctx context.Context) {
+	if d.js == nil {
+		return
+	}
+	_, err := d.js.KeyValue(ctx, StateBucket)
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return
+	}
+	wctx, cancel, ferr := d.fencedContext(ctx, writeTimeout(ctx))
+	if ferr != nil {
+		return
+	}
+	defer cancel()
+	d.remakeStateBucket(wctx, err)
 }
 
 func (k fencedKV) Put(ctx context.Context, key string, value []byte) (rev uint64, err error) {

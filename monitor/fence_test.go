@@ -94,3 +94,48 @@ func TestStateBucketDeletedIsMadeAnew(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "the bucket made anew holds the window")
 	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
 }
+
+// The state bucket deleted under a daemon whose windows do not move is
+// made anew too, and every window, position and the alert state written
+// into it again: no write found the bucket gone (an unmoved window is not
+// written), so it stayed gone, and a crash meanwhile lost every window and
+// open incident. Likewise, a bucket made anew by one graph's write gets
+// the other graphs' unmoved windows back.
+func TestStateBucketDeletedUnderIdleDaemonIsWrittenAgain(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "p", "q")
+	cfg.SnapshotInterval = 20 * time.Millisecond
+	r := start(t, cfg, preload(t, 4, "p", "q"), WithLocalizerFactory((&factoryOf{}).factory))
+	sinkP, sinkQ := subscribeAlerts(t, r.nc, "p"), subscribeAlerts(t, r.nc, "q")
+	r.publish(t, "p", Event{Node: "1", State: StateInfected, TS: now}, "")
+	r.publish(t, "q", Event{Node: "2", State: StateInfected, TS: now}, "")
+	sinkP.wait(t, 1)
+	sinkQ.wait(t, 1)
+	ctx := context.Background()
+	keys := []string{"window.p", "window.q", "through.p", "through.q", "tracker"}
+	holds := func(keys ...string) func() bool {
+		return func() bool {
+			kv, err := r.js.KeyValue(ctx, StateBucket)
+			if err != nil {
+				return false
+			}
+			for _, k := range keys {
+				if _, err := kv.Get(ctx, k); err != nil {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	require.Eventually(t, holds(keys...), 10*time.Second, 10*time.Millisecond)
+
+	require.NoError(t, r.js.DeleteKeyValue(ctx, StateBucket))
+	require.Eventually(t, holds(keys...), 10*time.Second, 10*time.Millisecond,
+		"an idle daemon makes the bucket anew and writes its state again")
+
+	// Made anew by p's write: q's window comes back as well.
+	require.NoError(t, r.js.DeleteKeyValue(ctx, StateBucket))
+	r.publish(t, "p", Event{Node: "0", State: StateInfected, TS: now.Add(time.Second)}, "")
+	require.Eventually(t, holds(keys...), 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 10*time.Millisecond)
+}

@@ -311,6 +311,18 @@ func (d *Daemon) maxBlobPart() int {
 // snapshotAll writes every window that moved since its last snapshot.
 func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 	var errs []error
+	if !final {
+		d.checkStateBucket(ctx)
+	}
+	// A bucket made anew holds only what was written since: everything
+	// is written again (a failure leaves the flag for the next snapshot).
+	rewrite := d.stateRemade.Swap(false)
+	if rewrite {
+		for _, gr := range d.order {
+			gr.throughSaved = 0
+		}
+		d.unrouted.saved, d.unrouted.savedCreated = 0, 0
+	}
 	info, infoErr := d.stream.Info(ctx)
 	for _, gr := range d.order {
 		if gr.streamRenewed.Swap(false) {
@@ -326,7 +338,7 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 		if c := gr.streamCreated.Load(); c != 0 {
 			s.StreamCreated = time.Unix(0, c).UTC()
 		}
-		if s.Seq == gr.snapshotSeq && !final {
+		if s.Seq == gr.snapshotSeq && !final && !rewrite {
 			continue
 		}
 		if err := d.fenced(); err != nil {
@@ -360,10 +372,13 @@ func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 			errs = append(errs, err)
 		}
 	}
-	if final {
+	if final || rewrite {
 		if err := d.saveTracker(ctx); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if rewrite && len(errs) > 0 {
+		d.stateRemade.Store(true)
 	}
 	return errors.Join(errs...)
 }
