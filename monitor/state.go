@@ -308,7 +308,9 @@ func (d *Daemon) maxBlobPart() int {
 	return max(mp-blobPayloadMargin, 4<<10)
 }
 
-// snapshotAll writes every window that moved since its last snapshot.
+// snapshotAll writes every window that moved since its last snapshot,
+// every one (with the positions and the alert state) when final or when
+// the state bucket was made anew since the last snapshot.
 func (d *Daemon) snapshotAll(ctx context.Context, final bool) error {
 	var errs []error
 	if !final {
