@@ -331,3 +331,45 @@ func TestPermissionViolationIsLogged(t *testing.T) {
 	e := logs.FilterMessage("error from the NATS server").All()[0]
 	require.Contains(t, strings.ToLower(e.ContextMap()["error"].(string)), `permissions violation for publish to "sourcewatch.alerts.p"`)
 }
+
+// An operator who pastes the secret itself where a file's path belongs
+// (an nkey seed as nats.nkey or nats.creds, a PEM key as nats.tls.key)
+// gets an error that says so without the secret: before, the error was
+// the open's, "open SUAM...: no such file or directory", seed and all,
+// printed at start and kept by the journal.
+func TestSecretGivenForItsPathStaysOutOfTheError(t *testing.T) {
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	seed, err := user.Seed()
+	require.NoError(t, err)
+	pemKey := "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIBb0secretsecretsecret\n-----END EC PRIVATE KEY-----\n"
+	pki := newTestPKI(t)
+	for _, tc := range []struct {
+		name, key, secret string
+		set               func(*NATSConfig, string)
+	}{
+		{"nkey", "nats.nkey", string(seed), func(n *NATSConfig, v string) { n.NKey = v }},
+		{"nkey with a typo", "nats.nkey", "SUA" + strings.Repeat("B", 55), func(n *NATSConfig, v string) { n.NKey = v }},
+		{"creds", "nats.creds", string(seed), func(n *NATSConfig, v string) { n.Creds = v }},
+		{"tls key", "nats.tls.key", pemKey, func(n *NATSConfig, v string) { n.TLS.Cert, n.TLS.Key = pki.clientCert, v }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "p")
+			cfg.NATS.URL = "nats://127.0.0.1:1"
+			tc.set(&cfg.NATS, tc.secret)
+			_, err := ClientAuth(cfg.NATS)
+			require.ErrorIs(t, err, ErrConfig)
+			require.ErrorContains(t, err, tc.key+" holds what looks like")
+			require.NotContains(t, err.Error(), strings.TrimSpace(tc.secret)[:20])
+
+			d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+			require.NoError(t, err)
+			err = d.Run(t.Context())
+			require.ErrorContains(t, err, tc.key+" holds what looks like")
+			require.NotContains(t, err.Error(), strings.TrimSpace(tc.secret)[:20])
+		})
+	}
+	// A path that does not open is still named, as before.
+	_, err = ClientAuth(NATSConfig{NKey: "/nonexistent/user.nk"})
+	require.ErrorContains(t, err, "/nonexistent/user.nk")
+}

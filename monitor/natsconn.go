@@ -169,10 +169,56 @@ func CheckCredsFile(path string) error {
 	return nil
 }
 
+// CheckSecretPath refuses a key (nats.creds, nats.nkey, nats.tls.key) that
+// should name a file but holds the secret itself, an nkey seed or a PEM
+// private key pasted in: the file would not open, and the error that says
+// so ("open SUAM...: no such file or directory") would put the secret in
+// the log and the journal. The value is left out of the error.
+func CheckSecretPath(key, path string) error {
+	if path == "" {
+		return nil
+	}
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	what := ""
+	switch v := strings.TrimSpace(path); {
+	case looksLikeSeed(v):
+		what = "an nkey seed"
+	case strings.Contains(v, "PRIVATE KEY") || strings.Contains(v, "NKEY SEED") || strings.Contains(v, "-----BEGIN"):
+		what = "a key or credentials in PEM form"
+	default:
+		return nil // a path that does not open: named by whoever opens it
+	}
+	return fmt.Errorf("%w: %s holds what looks like %s itself, not the path of a file holding it (its value is left out of this message): write it to a file readable by the daemon's user alone (mode 0600) and give that file's path", ErrConfig, key, what)
+}
+
+// looksLikeSeed reports v as an nkey seed: 58 base32 characters starting
+// with S, whether or not its checksum holds (a seed with a typo is a
+// secret still).
+func looksLikeSeed(v string) bool {
+	if len(v) != 58 || v[0] != 'S' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !(c >= 'A' && c <= 'Z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
 // ClientAuth is the credentials and TLS of n (creds file, nkey seed,
 // user and password, CA and client certificate) as connection options,
 // for another client of the daemon's server, such as demo's own.
 func ClientAuth(n NATSConfig) ([]nats.Option, error) {
+	for _, f := range []struct{ key, path string }{
+		{"nats.creds", n.Creds}, {"nats.nkey", n.NKey}, {"nats.tls.key", n.TLS.Key},
+	} {
+		if err := CheckSecretPath(f.key, f.path); err != nil {
+			return nil, err
+		}
+	}
 	var opts []nats.Option
 	if n.Creds != "" {
 		// nats.go reads the file at every attempt and retries a bad one

@@ -254,6 +254,13 @@ func tailConnection(cmd *cobra.Command, v *viper.Viper) (string, []nats.Option, 
 	if creds == "" {
 		creds = nv.GetString("creds")
 	}
+	for _, f := range []struct{ key, path string }{
+		{"creds", creds}, {"nats.nkey", nv.GetString("nkey")}, {"nats.tls.key", nv.GetString("tls.key")},
+	} {
+		if err := monitor.CheckSecretPath(f.key, f.path); err != nil {
+			return "", nil, err
+		}
+	}
 	if creds != "" {
 		if err := monitor.CheckCredsFile(creds); err != nil {
 			return "", nil, fmt.Errorf("creds: %w", err)
@@ -263,7 +270,7 @@ func tailConnection(cmd *cobra.Command, v *viper.Viper) (string, []nats.Option, 
 	if seed := nv.GetString("nkey"); seed != "" {
 		o, err := nats.NkeyOptionFromSeed(seed)
 		if err != nil {
-			return "", nil, fmt.Errorf("nats.nkey %q: %w", seed, err)
+			return "", nil, fmt.Errorf("nats.nkey: %w", err)
 		}
 		opts = append(opts, o)
 	}

@@ -230,6 +230,7 @@ func TestAlertsTailErrors(t *testing.T) {
 	url, _ := startAlertsNATS(t, "sourcewatch")
 	badCreds := filepath.Join(t.TempDir(), "bad.creds")
 	require.NoError(t, os.WriteFile(badCreds, []byte("not a creds file\n"), 0o600))
+	pastedSeed := "SUA" + strings.Repeat("Q", 55)
 	tests := []struct {
 		name string
 		args []string
@@ -241,6 +242,8 @@ func TestAlertsTailErrors(t *testing.T) {
 		{"no server", []string{"--nats", "nats://127.0.0.1:1"}, "connecting to NATS at nats://127.0.0.1:1"},
 		{"wrong prefix", []string{"--nats", url, "--prefix", "other"}, "wrong prefix"},
 		{"creds without a seed", []string{"--nats", url, "--creds", badCreds}, "creds: " + badCreds + ": no nkey seed (a .creds file holds a user JWT and its seed)"},
+		// A seed pasted where the file's path belongs is not echoed.
+		{"seed for creds", []string{"--nats", url, "--creds", pastedSeed}, "creds holds what looks like an nkey seed itself"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -251,6 +254,7 @@ func TestAlertsTailErrors(t *testing.T) {
 			defer cancel()
 			err := root.ExecuteContext(ctx)
 			require.ErrorContains(t, err, tt.want)
+			require.NotContains(t, err.Error(), pastedSeed)
 			require.Empty(t, stdout.String())
 		})
 	}
