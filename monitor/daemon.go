@@ -170,6 +170,13 @@ type Daemon struct {
 	// lastConnErr why the last attempt to connect failed, if it did.
 	waiting     atomic.Pointer[string]
 	lastConnErr atomic.Pointer[string]
+	// lastPermErr is the server's last permissions violation, for the
+	// setup's error: a JetStream request the user may not make gets no
+	// answer, only its timeout.
+	lastPermErr atomic.Pointer[string]
+	// setupFor bounds the setup's NATS work (streams, bucket, restore);
+	// zero is 30 s. Tests shorten it.
+	setupFor time.Duration
 	// requests are the service requests answered on goroutines of their
 	// own (localize); Run waits for them at shutdown. reqMu guards adding
 	// to it against reqStopping, so none is added once Run waits.
@@ -643,6 +650,10 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		// (an alert "not published ... context deadline exceeded"): this
 		// line names the subject and the reason.
 		d.limiter.warn("nats_async."+asyncErrKind(err), "error from the NATS server", zap.Error(err))
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			msg := err.Error()
+			d.lastPermErr.Store(&msg)
+		}
 	})
 	if err != nil {
 		return err
@@ -669,20 +680,20 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("%w: %w", ErrNATS, err)
 	}
 	d.js = js
-	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
+	setupCtx, cancelSetup := context.WithTimeout(ctx, d.setupTimeout())
 	defer cancelSetup()
 	// Before anything is written: the streams' limits are the running
 	// daemon's to keep.
 	if err := d.checkNoOtherDaemon(setupCtx); err != nil {
-		return err
+		return d.withPermissionRefusal(err)
 	}
 	d.stream, d.kv, err = ensureJetStream(setupCtx, js, cfg, d.log)
 	if err != nil {
-		return err
+		return d.withPermissionRefusal(err)
 	}
 	d.kv = fencedKV{KeyValue: d.kv, d: d}
 	if err := ensureAlertStream(setupCtx, js, cfg, d.log); err != nil {
-		return err
+		return d.withPermissionRefusal(err)
 	}
 	d.pub = alerts.NewPublisher(js, cfg.Subjects.Prefix)
 
@@ -722,7 +733,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		// The lease is held from here: restore what the previous active
 		// replica snapshotted, with a fresh setup deadline.
 		cancelSetup()
-		setupCtx, cancelSetup = context.WithTimeout(ctx, 30*time.Second)
+		setupCtx, cancelSetup = context.WithTimeout(ctx, d.setupTimeout())
 		defer cancelSetup()
 		// A daemon without HA may have started while this one stood by
 		// (with no replica active, nothing refused it): this one gives
@@ -733,7 +744,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		d.rereadAtTakeover(setupCtx)
 	}
 	if err := d.restore(setupCtx); err != nil {
-		return err
+		return d.withPermissionRefusal(err)
 	}
 	if !d.keepUnconfigured {
 		// Deadlines of their own: a slow alerts stream must not eat the
@@ -948,4 +959,26 @@ func (d *Daemon) waitConnected(ctx context.Context, nc *nats.Conn, url string) e
 		}
 	}
 	return nil
+}
+
+// withPermissionRefusal adds to a setup error that timed out the server's
+// last permissions violation, if there was one: a JetStream request the
+// user may not make is refused only asynchronously, so the setup's own
+// error would say no more than "context deadline exceeded".
+func (d *Daemon) withPermissionRefusal(err error) error {
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if why := d.lastPermErr.Load(); why != nil {
+		return fmt.Errorf("%w (the NATS server refused this user a permission: %s; the permissions the daemon needs are in README, Security)", err, *why)
+	}
+	return err
+}
+
+// setupTimeout is how long the setup's NATS work may take.
+func (d *Daemon) setupTimeout() time.Duration {
+	if d.setupFor > 0 {
+		return d.setupFor
+	}
+	return 30 * time.Second
 }

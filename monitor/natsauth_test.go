@@ -373,3 +373,110 @@ func TestSecretGivenForItsPathStaysOutOfTheError(t *testing.T) {
 	_, err = ClientAuth(NATSConfig{NKey: "/nonexistent/user.nk"})
 	require.ErrorContains(t, err, "/nonexistent/user.nk")
 }
+
+// A user the server denies a JetStream API subject the setup needs gets
+// no answer to that request, only its timeout: the start's error names
+// the refusal (the subject and the permission), where it said only
+// "stream SOURCEWATCH_EVENTS: context deadline exceeded".
+func TestSetupTimeoutNamesThePermissionRefused(t *testing.T) {
+	s := runServerWith(t, &server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "sw", Password: "pw", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.*.SOURCEWATCH_EVENTS"}},
+		}}},
+	})
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL, cfg.NATS.User, cfg.NATS.Password = s.ClientURL(), "sw", "pw"
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	d.setupFor = 3 * time.Second
+	err = d.Run(t.Context())
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorContains(t, err, "the NATS server refused this user a permission")
+	require.ErrorContains(t, err, `Publish to "$JS.API.STREAM.INFO.SOURCEWATCH_EVENTS"`)
+}
+
+// leastPrivilege is the permissions README's Security section lists for
+// the daemon's NATS user, for prefix (HA's lease bucket included).
+func leastPrivilege(prefix string) *server.Permissions {
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: []string{
+			prefix + ".alerts.>", prefix + ".deadletter", "$SRV.PING.sourcewatch",
+			"$KV.sourcewatch_state.>", "$KV.sourcewatch_lease.>",
+			"$JS.API.INFO",
+			"$JS.API.STREAM.*.SOURCEWATCH_EVENTS", "$JS.API.STREAM.*.SOURCEWATCH_ALERTS", "$JS.API.STREAM.*.SOURCEWATCH_DEADLETTER",
+			"$JS.API.STREAM.*.KV_sourcewatch_state", "$JS.API.STREAM.*.KV_sourcewatch_lease",
+			"$JS.API.STREAM.MSG.GET.SOURCEWATCH_EVENTS", "$JS.API.STREAM.MSG.GET.SOURCEWATCH_ALERTS",
+			"$JS.API.DIRECT.GET.KV_sourcewatch_state.>", "$JS.API.DIRECT.GET.KV_sourcewatch_lease.>",
+			"$JS.API.CONSUMER.*.SOURCEWATCH_EVENTS", "$JS.API.CONSUMER.*.SOURCEWATCH_EVENTS.>",
+			"$JS.API.CONSUMER.MSG.NEXT.SOURCEWATCH_EVENTS.*",
+			"$JS.API.CONSUMER.*.KV_sourcewatch_state.>", "$JS.API.CONSUMER.*.KV_sourcewatch_lease.>",
+			"$JS.ACK.SOURCEWATCH_EVENTS.>", "$JS.FC.>",
+		}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", prefix + ".svc.>", "$SRV.>"}},
+		Response:  &server.ResponsePermission{MaxMsgs: 1, Expires: time.Minute},
+	}
+}
+
+// The daemon runs on a user with only the permissions README lists:
+// it starts (twice: the second restores what the first snapshotted),
+// ingests, dead-letters, alerts and answers its service, and the server
+// refuses it nothing. With or without HA.
+func TestDaemonWithLeastPrivilegeUser(t *testing.T) {
+	for _, ha := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "ha"}[ha], func(t *testing.T) {
+			s := runServerWith(t, &server.Options{
+				Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+				Users: []*server.User{
+					{Username: "sw", Password: "pw", Permissions: leastPrivilege(DefaultPrefix)},
+					{Username: "client", Password: "pw"},
+				},
+			})
+			cfg := testConfig(t, "p")
+			cfg.NATS.URL, cfg.NATS.User, cfg.NATS.Password = s.ClientURL(), "sw", "pw"
+			cfg.Graphs[0].MinInfected = 1
+			cfg.HA.Enabled = ha
+			nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("client", "pw"))
+			require.NoError(t, err)
+			defer nc.Close()
+			js, err := jetstream.New(nc)
+			require.NoError(t, err)
+			for run := range 2 {
+				core, logs := observer.New(zapcore.WarnLevel)
+				d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory), WithLogger(zap.New(core)))
+				require.NoError(t, err)
+				_, stop := runInBackground(t, d)
+				select {
+				case <-d.Ready():
+				case <-time.After(30 * time.Second):
+					t.Fatalf("run %d: daemon never ready: %v", run, logs.All())
+				}
+				publishInfected(t, js, "p", 3, 3)
+				_, err = js.Publish(t.Context(), EventsSubject(DefaultPrefix, "p"), []byte(`{"node":"99","state":"infected"}`))
+				require.NoError(t, err)
+				_, err = js.Publish(t.Context(), EventsSubject(DefaultPrefix, "nope"), []byte(`{"node":"1","state":"infected"}`))
+				require.NoError(t, err)
+				if run == 0 { // run 1 continues the incident, which may need no new alert
+					require.Eventually(t, func() bool {
+						st, err := js.Stream(t.Context(), "SOURCEWATCH_ALERTS")
+						return err == nil && st.CachedInfo().State.Msgs > 0
+					}, 20*time.Second, 20*time.Millisecond, "no alert")
+				}
+				seq := lastSeq(t, js)
+				waitSeq(t, d, "p", seq-2)
+				require.Eventually(t, func() bool {
+					st, err := js.Stream(t.Context(), DeadLetterStream)
+					return err == nil && st.CachedInfo().State.Msgs >= 2*uint64(run+1)
+				}, 20*time.Second, 20*time.Millisecond, "run %d: no dead letters", run)
+				if !ha || run == 0 {
+					msg, err := nc.Request(DefaultPrefix+".svc.status", nil, 10*time.Second)
+					require.NoError(t, err)
+					require.Contains(t, string(msg.Data), `"ready":true`)
+				}
+				stop()
+				require.Empty(t, logs.FilterMessage("error from the NATS server").All(), "run %d", run)
+				require.Empty(t, logs.FilterMessageSnippet("snapshot").All(), "run %d", run)
+			}
+		})
+	}
+}
