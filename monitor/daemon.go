@@ -708,7 +708,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 				stopped = stoppedUnstarted
 				return nil
 			}
-			return err
+			return d.withPermissionRefusal(err)
 		}
 		held = l
 		d.held.Store(l)

@@ -378,22 +378,34 @@ func TestSecretGivenForItsPathStaysOutOfTheError(t *testing.T) {
 // no answer to that request, only its timeout: the start's error names
 // the refusal (the subject and the permission), where it said only
 // "stream SOURCEWATCH_EVENTS: context deadline exceeded".
+// With HA, the lease bucket's likewise.
 func TestSetupTimeoutNamesThePermissionRefused(t *testing.T) {
-	s := runServerWith(t, &server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		Users: []*server.User{{Username: "sw", Password: "pw", Permissions: &server.Permissions{
-			Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.*.SOURCEWATCH_EVENTS"}},
-		}}},
-	})
-	cfg := testConfig(t, "p")
-	cfg.NATS.URL, cfg.NATS.User, cfg.NATS.Password = s.ClientURL(), "sw", "pw"
-	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
-	require.NoError(t, err)
-	d.setupFor = 3 * time.Second
-	err = d.Run(t.Context())
-	require.ErrorIs(t, err, context.DeadlineExceeded)
-	require.ErrorContains(t, err, "the NATS server refused this user a permission")
-	require.ErrorContains(t, err, `Publish to "$JS.API.STREAM.INFO.SOURCEWATCH_EVENTS"`)
+	for _, tc := range []struct {
+		name, deny string
+		ha         bool
+	}{
+		{"events stream", "SOURCEWATCH_EVENTS", false},
+		{"lease bucket", "KV_sourcewatch_lease", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := runServerWith(t, &server.Options{
+				Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+				Users: []*server.User{{Username: "sw", Password: "pw", Permissions: &server.Permissions{
+					Publish: &server.SubjectPermission{Allow: []string{">"}, Deny: []string{"$JS.API.STREAM.*." + tc.deny}},
+				}}},
+			})
+			cfg := testConfig(t, "p")
+			cfg.NATS.URL, cfg.NATS.User, cfg.NATS.Password = s.ClientURL(), "sw", "pw"
+			cfg.HA.Enabled = tc.ha
+			d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+			require.NoError(t, err)
+			d.setupFor = 3 * time.Second
+			err = d.Run(t.Context()) // the lease's requests time out by jetstream's default, 5 s
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.ErrorContains(t, err, "the NATS server refused this user a permission")
+			require.ErrorContains(t, err, `Publish to "$JS.API.STREAM.INFO.`+tc.deny+`"`)
+		})
+	}
 }
 
 // leastPrivilege is the permissions README's Security section lists for
