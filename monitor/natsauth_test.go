@@ -129,6 +129,23 @@ func TestDaemonOverTLSWithNKey(t *testing.T) {
 	// ("tls: certificate required") or as the connection closed after
 	// the handshake ("tls error: ..."); either way a TLS failure.
 	require.Regexp(t, `last attempt: [^"]*(tls: certificate required|nats: tls error: )`, body)
+	// ... and says what to set, where the TLS error alone may say only
+	// "connection closed by remote after TLS handshake: broken pipe".
+	require.Contains(t, body, "the server likely wants a client certificate: set nats.tls.cert and nats.tls.key")
+	stop()
+
+	// Without nats.tls.ca the server's certificate is not trusted: the
+	// refusal says which key to set.
+	cfg = testConfig(t, "p")
+	cfg.NATS.URL = s.ClientURL()
+	cfg.NATS.NKey = seedFile
+	cfg.NATS.TLS = TLSConfig{Cert: pki.clientCert, Key: pki.clientKey}
+	d, err = New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	_, stop = runInBackground(t, d)
+	defer stop()
+	body = readyzRefusal(t, d)
+	require.Contains(t, body, "certificate signed by unknown authority (set nats.tls.ca to the CA that signed the server's certificate)")
 }
 
 // readyAndIngesting runs a daemon of cfg (graph p) until the test ends,

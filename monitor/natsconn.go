@@ -247,6 +247,24 @@ func ClientAuth(n NATSConfig) ([]nats.Option, error) {
 	return opts, nil
 }
 
+// tlsHint is what a failed connection's TLS error means for the config
+// n, when the error alone does not say: a server that wants a client
+// certificate closes the connection after the handshake ("tls error:
+// connection closed by remote after TLS handshake: ... broken pipe"),
+// and one whose certificate no configured CA signed fails verification.
+func tlsHint(n NATSConfig, err error) string {
+	msg := err.Error()
+	switch {
+	case n.TLS.Cert == "" && (strings.Contains(msg, "certificate required") || strings.Contains(msg, "closed by remote after TLS handshake")):
+		return " (the server likely wants a client certificate: set nats.tls.cert and nats.tls.key)"
+	case strings.Contains(msg, "certificate signed by unknown authority") && n.TLS.CA == "":
+		return " (set nats.tls.ca to the CA that signed the server's certificate)"
+	case strings.Contains(msg, "certificate signed by unknown authority"):
+		return " (nats.tls.ca " + n.TLS.CA + " holds no CA that signed the server's certificate)"
+	}
+	return ""
+}
+
 // connect opens the daemon's connection: in-process to the embedded server
 // s, or to cfg.NATS.URL with credentials, reconnecting forever.
 //
