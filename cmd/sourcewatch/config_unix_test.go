@@ -36,4 +36,11 @@ func TestConfigMustBeARegularFile(t *testing.T) {
 	_, _, err = runCmd(t, "", "serve", "--config", conf)
 	require.ErrorContains(t, err, `parsing config "`+conf+`": yaml: `)
 	require.NotContains(t, err.Error(), "While parsing")
+
+	// A password starting with * left unquoted is a YAML alias: the
+	// parser's error quoted it ("unknown anchor 'S3cret' referenced").
+	require.NoError(t, os.WriteFile(conf, []byte("nats:\n  url: nats://127.0.0.1:1\n  user: sw\n  password: *S3cret\n"), 0o600))
+	_, _, err = runCmd(t, "", "serve", "--config", conf)
+	require.ErrorContains(t, err, "an unquoted value starts with * (a YAML alias)")
+	require.NotContains(t, err.Error(), "S3cret")
 }

@@ -591,7 +591,13 @@ func readConfigFile(v *viper.Viper, path string) error {
 		if errors.As(err, &parse) && parse.Unwrap() != nil {
 			// viper's own text ("While parsing config: yaml: ...") would
 			// say "reading config" twice over.
-			return fmt.Errorf("parsing config %q: %w", path, parse.Unwrap())
+			perr := parse.Unwrap()
+			if strings.Contains(perr.Error(), "unknown anchor") {
+				// yaml quotes the alias's name: an unquoted value starting
+				// with *, as a password may, would be printed.
+				return fmt.Errorf("parsing config %q: yaml: an unquoted value starts with * (a YAML alias) and names no anchor: put it in quotes (the value is left out of this message: it may be a password)", path)
+			}
+			return fmt.Errorf("parsing config %q: %w", path, perr)
 		}
 		return fmt.Errorf("reading config %q: %w", path, err)
 	}
