@@ -459,6 +459,16 @@ func TestDaemonWithLeastPrivilegeUser(t *testing.T) {
 				Users: []*server.User{
 					{Username: "sw", Password: "pw", Permissions: leastPrivilege(DefaultPrefix)},
 					{Username: "client", Password: "pw"},
+					// A producer as README has it: events, and its acks.
+					{Username: "producer", Password: "pw", Permissions: &server.Permissions{
+						Publish:   &server.SubjectPermission{Allow: []string{DefaultPrefix + ".events.>"}},
+						Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+					}},
+					// A caller of the service as README has it.
+					{Username: "caller", Password: "pw", Permissions: &server.Permissions{
+						Publish:   &server.SubjectPermission{Allow: []string{DefaultPrefix + ".svc.>"}},
+						Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+					}},
 				},
 			})
 			cfg := testConfig(t, "p")
@@ -470,6 +480,14 @@ func TestDaemonWithLeastPrivilegeUser(t *testing.T) {
 			defer nc.Close()
 			js, err := jetstream.New(nc)
 			require.NoError(t, err)
+			pnc, err := nats.Connect(s.ClientURL(), nats.UserInfo("producer", "pw"))
+			require.NoError(t, err)
+			defer pnc.Close()
+			pjs, err := jetstream.New(pnc)
+			require.NoError(t, err)
+			cnc, err := nats.Connect(s.ClientURL(), nats.UserInfo("caller", "pw"))
+			require.NoError(t, err)
+			defer cnc.Close()
 			for run := range 2 {
 				core, logs := observer.New(zapcore.WarnLevel)
 				d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory), WithLogger(zap.New(core)))
@@ -480,7 +498,7 @@ func TestDaemonWithLeastPrivilegeUser(t *testing.T) {
 				case <-time.After(30 * time.Second):
 					t.Fatalf("run %d: daemon never ready: %v", run, logs.All())
 				}
-				publishInfected(t, js, "p", 3, 3)
+				publishInfected(t, pjs, "p", 3, 3)
 				_, err = js.Publish(t.Context(), EventsSubject(DefaultPrefix, "p"), []byte(`{"node":"99","state":"infected"}`))
 				require.NoError(t, err)
 				_, err = js.Publish(t.Context(), EventsSubject(DefaultPrefix, "nope"), []byte(`{"node":"1","state":"infected"}`))
@@ -498,7 +516,7 @@ func TestDaemonWithLeastPrivilegeUser(t *testing.T) {
 					return err == nil && st.CachedInfo().State.Msgs >= 2*uint64(run+1)
 				}, 20*time.Second, 20*time.Millisecond, "run %d: no dead letters", run)
 				if !ha || run == 0 {
-					msg, err := nc.Request(DefaultPrefix+".svc.status", nil, 10*time.Second)
+					msg, err := cnc.Request(DefaultPrefix+".svc.status", nil, 10*time.Second)
 					require.NoError(t, err)
 					require.Contains(t, string(msg.Data), `"ready":true`)
 				}
