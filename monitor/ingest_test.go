@@ -934,7 +934,19 @@ type staleStreamInfo struct {
 func (s *staleStreamInfo) Info(ctx context.Context, opts ...jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
 	info, err := s.Stream.Info(ctx, opts...)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, cerr := s.js.CreateStream(ctx, s.cfg); cerr != nil {
+		// Made anew at once after the deletion, the server may still be
+		// removing the old stream's store and refuse ("error creating
+		// store for stream", 500): under load that left the stream
+		// missing, so the next check found no stream either and bound to
+		// none. Tried again until the stream is there, as it is in the
+		// case this fakes.
+		var cerr error
+		for end := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if _, cerr = s.js.CreateStream(ctx, s.cfg); cerr == nil || time.Now().After(end) {
+				break
+			}
+		}
+		if cerr != nil {
 			return nil, cerr
 		}
 	}
