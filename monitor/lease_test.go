@@ -500,7 +500,13 @@ func (k *slowKV) Update(ctx context.Context, key string, value []byte, rev uint6
 func TestLeaseKeepRidesOutSlowRenewals(t *testing.T) {
 	kv := newKV(t, LeaseBucket)
 	ctx := context.Background()
-	const ttl, delay = 1200 * time.Millisecond, 250 * time.Millisecond
+	// Each renewal ends delay after its send and must land within two
+	// thirds of the TTL of the last one's send, a third of the TTL later:
+	// the slack is ttl/3 - delay. At 1.2 s and 250 ms, 150 ms, which the
+	// renewal's own round trip and a late timer under -race on a loaded
+	// machine outlasted (1 failure in 3 monitor runs); at 3 s and 600 ms,
+	// 400 ms, and the delay is still over a sixth of the TTL.
+	const ttl, delay = 3 * time.Second, 600 * time.Millisecond
 	// Taken as slowly: the first renewal is timed from the take's start,
 	// not from the keeper's (which lost the lease at the first renewal).
 	sent := time.Now()
