@@ -235,7 +235,11 @@ func TestLeaseTakeOwn(t *testing.T) {
 			require.NoError(t, err)
 			e, err := kv.Get(ctx, leaseKey)
 			require.NoError(t, err)
-			l := &lease{kv: kv, id: "a", instance: "mine", ttl: 400 * time.Millisecond}
+			// A TTL whose quarter-TTL looks a loaded machine's stalls do
+			// not push past the 3/4 bound below: at 400 ms a stall of
+			// 200 ms around the first look (100 ms in) fails a case
+			// that did end at a look, as it should.
+			l := &lease{kv: kv, id: "a", instance: "mine", ttl: 1200 * time.Millisecond}
 			// The change comes after the entry takeOwn was given was read
 			// and before its first look: made from a goroutine 50 ms into
 			// the watch, a loaded machine could delay it past the last
