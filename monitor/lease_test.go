@@ -465,7 +465,13 @@ func TestLeaseKeepGivesUpBeforeExpiry(t *testing.T) {
 	ctx := context.Background()
 	rev, err := kv.Create(ctx, leaseKey, []byte("a"))
 	require.NoError(t, err)
-	const ttl = 1200 * time.Millisecond
+	// The report comes at two thirds of the TTL and must come before the
+	// TTL less 100 ms: the keeper's wakeup at its deadline and this
+	// goroutine's have ttl/3 - 100 ms between them, 300 ms at a 1.2 s
+	// TTL, about the stalls seen under -race on a loaded machine (the
+	// same slack lapsed TestLeaseKeepRidesOutSlowRenewals at 150 ms); at
+	// 3 s, 900 ms.
+	const ttl = 3 * time.Second
 	hung := &hungKV{KeyValue: kv}
 	l := &lease{kv: hung, id: "a", ttl: ttl, rev: rev}
 	l.wrote(time.Now()) // created just above
