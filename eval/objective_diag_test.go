@@ -3,6 +3,7 @@
 package eval
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -259,22 +260,12 @@ func ranked(v []float64) []float64 {
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortFunc(idx, func(a, b int) int { return cmpFloat(v[a], v[b]) })
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(v[a], v[b]) })
 	out := make([]float64, len(v))
 	for r, i := range idx {
 		out[i] = float64(r)
 	}
 	return out
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // bernoulliLog is log P(y | p), p kept inside [1e-3, 1 - 1e-3] so that a

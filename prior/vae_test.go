@@ -1,6 +1,7 @@
 package prior
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"math"
@@ -53,20 +54,10 @@ func clusterSets(g *graph.Graph, count int, frac float64, rng *rand.Rand) [][]in
 			}
 			key[i] = d + rng.Float64()*0.5
 		}
-		slices.SortFunc(nodes, func(a, b int) int { return cmpFloat(key[a], key[b]) })
+		slices.SortFunc(nodes, func(a, b int) int { return cmp.Compare(key[a], key[b]) })
 		sets[s] = slices.Clone(nodes[:size])
 	}
 	return sets
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // uniformSets draws count sets of frac*n distinct uniformly random nodes.
