@@ -210,6 +210,17 @@ type Daemon struct {
 	// after them it stays pending and every scheduler tick tries once
 	// more. Tests lower it.
 	publishAttempts int
+	// dlTimeout bounds each of a dead letter's three publish attempts.
+	// Once one is lost, the dead-letter stream is taken to be down (a
+	// JetStream cluster without quorum, a store that refuses writes) for
+	// dlCooldown: each dead letter then gets one attempt of dlProbeTimeout,
+	// so a trickle of bad events does not hold its graph's ingest 15 s
+	// apiece, and the first that is stored ends the outage. Tests shorten
+	// them.
+	dlTimeout, dlProbeTimeout, dlCooldown time.Duration
+	// dlLostAt is when the last dead letter was lost (unix ns, 0 when the
+	// last one was stored).
+	dlLostAt atomic.Int64
 }
 
 // graphRT is one graph at run time.
@@ -422,6 +433,9 @@ func New(cfg Config, opts ...Option) (*Daemon, error) {
 		drainTimeout:    drainTimeout,
 		abandonTimeout:  abandonTimeout,
 		publishAttempts: 5,
+		dlTimeout:       5 * time.Second,
+		dlProbeTimeout:  500 * time.Millisecond,
+		dlCooldown:      30 * time.Second,
 	}
 	d.ingestCtx, d.stopIngest = context.WithCancel(context.Background())
 	for _, o := range opts {

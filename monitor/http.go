@@ -49,7 +49,7 @@ func newMetrics() *metrics {
 		}, []string{"reason"}),
 		dlFailed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sourcewatch_deadletter_publish_failures_total",
-			Help: "Dead letters that could not be published after retries.",
+			Help: "Dead letters that could not be published (after three tries, or one while the dead-letter stream is down).",
 		}),
 		infected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sourcewatch_window_infected",

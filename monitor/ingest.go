@@ -683,9 +683,11 @@ func zoneHint(el *decoded, t, now time.Time) string {
 // so a redelivery after a crash does not dead-letter it twice, nor count
 // it twice in sourcewatch_deadletters_total. A dead
 // letter that cannot be published after retries is counted and logged,
-// and nil returned: the message goes on. Only when the ingest context is
-// cancelled (shutdown) does it give up early and return its error, and the
-// caller must then leave the message unacknowledged.
+// and nil returned: the message goes on. Within dlCooldown of a lost dead
+// letter, one short attempt replaces the retries (see Daemon.dlTimeout).
+// Only when the ingest context is cancelled (shutdown) does it give up
+// early and return its error, and the caller must then leave the message
+// unacknowledged.
 func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, detail string, seq uint64, idx int) error {
 	if err := d.fenced(); err != nil {
 		return err // left unacknowledged, for the active replica
@@ -714,14 +716,20 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 	}
 	msg.Header.Set(jetstream.MsgIDHeader, d.deadLetterID(seq, idx))
 	clipDeadLetter(msg, d.nc.MaxPayload())
+	attempts, timeout := 3, d.dlTimeout
+	lostAt := d.dlLostAt.Load()
+	down := lostAt != 0 && d.now().Sub(time.Unix(0, lostAt)) < d.dlCooldown
+	if down {
+		attempts, timeout = 1, d.dlProbeTimeout
+	}
 	var err error
-	for attempt := range 3 {
+	for attempt := range attempts {
 		if attempt > 0 {
 			if serr := SleepContext(d.ingestCtx, time.Duration(attempt)*100*time.Millisecond); serr != nil {
 				return fmt.Errorf("dead-lettering seq %d: %w", seq, serr)
 			}
 		}
-		ctx, cancel := context.WithTimeout(d.ingestCtx, 5*time.Second)
+		ctx, cancel := context.WithTimeout(d.ingestCtx, timeout)
 		var ack *jetstream.PubAck
 		ack, err = d.js.PublishMsg(ctx, msg)
 		cancel()
@@ -732,18 +740,28 @@ func (d *Daemon) deadLetter(gr *graphRT, subject string, data []byte, reason, de
 			if !ack.Duplicate {
 				d.metrics.deadLetters.WithLabelValues(reason).Inc()
 			}
+			if lostAt != 0 && d.dlLostAt.CompareAndSwap(lostAt, 0) {
+				d.log.Info("dead letters are stored again", zap.String("subject", msg.Subject))
+			}
 			return nil
 		}
 		if cerr := d.ingestCtx.Err(); cerr != nil {
 			return fmt.Errorf("dead-lettering seq %d: %w", seq, cerr)
 		}
-		if attempt == 0 {
+		if attempt == 0 && !down {
 			d.remakeDeadLetterStream()
 		}
 	}
 	d.metrics.deadLetters.WithLabelValues(reason).Inc()
 	d.metrics.dlFailed.Inc()
-	d.log.Error("dead letter lost", zap.String("reason", reason), zap.String("subject", subject), zap.Error(err))
+	d.dlLostAt.Store(d.now().UnixNano())
+	if down {
+		d.limiter.warn("deadletter.lost", "dead letter lost while the dead-letter stream is down",
+			zap.String("reason", reason), zap.String("subject", subject), zap.Error(err))
+		return nil
+	}
+	d.log.Error("dead letter lost; until one is stored, or for "+d.dlCooldown.String()+", each dead letter gets one try of "+d.dlProbeTimeout.String()+" so that ingest goes on",
+		zap.String("reason", reason), zap.String("subject", subject), zap.Error(err))
 	return nil
 }
 

@@ -487,6 +487,64 @@ func TestDeadLetterDeliveredAgainIsCountedOnce(t *testing.T) {
 	require.Equal(t, uint64(2), info.State.Msgs)
 }
 
+// While the dead-letter stream does not answer (here: it no longer keeps
+// the subject, and a silent subscriber takes the publishes, as a
+// JetStream cluster without quorum leaves them unanswered), the first
+// dead letter is tried three times and lost; those after it get one short
+// try each, so ingest is not held for the retries of every one. The first
+// stored dead letter ends it: the next lost one is retried in full again.
+func TestDeadLettersGetOneTryWhileTheStreamIsDown(t *testing.T) {
+	cfg := testConfig(t, "p")
+	r := start(t, cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	r.d.dlTimeout, r.d.dlProbeTimeout, r.d.dlCooldown = 300*time.Millisecond, 100*time.Millisecond, time.Hour
+	ctx := context.Background()
+	stream, err := r.js.Stream(ctx, DeadLetterStream)
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	working := info.Config
+	subject := DeadLetterSubject(DefaultPrefix)
+	var tries atomic.Int32
+	breakStream := func() *nats.Subscription {
+		moved := working
+		moved.Subjects = []string{subject + ".moved"}
+		_, err := r.js.UpdateStream(ctx, moved)
+		require.NoError(t, err)
+		sub, err := r.nc.Subscribe(subject, func(*nats.Msg) { tries.Add(1) })
+		require.NoError(t, err)
+		require.NoError(t, r.nc.Flush())
+		return sub
+	}
+	events := EventsSubject(DefaultPrefix, "p")
+	deadLetter := func(seq uint64) {
+		require.NoError(t, r.d.deadLetter(r.d.graphs["p"], events, []byte("{"), ReasonBadJSON, "unexpected end", seq, -1))
+	}
+
+	sub := breakStream()
+	for seq := range uint64(3) {
+		deadLetter(seq + 1)
+	}
+	require.Equal(t, int32(3+1+1), tries.Load(), "three tries for the first, one for each after it")
+	require.Equal(t, 3.0, value(t, r.d.metrics.dlFailed))
+	require.NotZero(t, r.d.dlLostAt.Load())
+
+	require.NoError(t, sub.Unsubscribe())
+	_, err = r.js.UpdateStream(ctx, working)
+	require.NoError(t, err)
+	deadLetter(4)
+	require.Equal(t, 3.0, value(t, r.d.metrics.dlFailed), "the one try stored it")
+	require.Zero(t, r.d.dlLostAt.Load(), "a stored dead letter ends the outage")
+	info, err = stream.Info(ctx)
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), info.State.Msgs)
+
+	tries.Store(0)
+	breakStream()
+	deadLetter(5)
+	require.Equal(t, int32(3), tries.Load(), "retried in full once the stream had answered")
+	require.Equal(t, 4.0, value(t, r.d.metrics.dlFailed))
+}
+
 // firstDeadLetter waits for the first message of r's dead-letter stream.
 func firstDeadLetter(t *testing.T, r *running) (jetstream.Stream, *jetstream.RawStreamMsg) {
 	t.Helper()
