@@ -89,6 +89,9 @@ type observationFile struct {
 	ID string `json:"id,omitempty"`
 	// where is "file" or "file:line", for errors.
 	where string
+	// n is the observation's number in its file, counting the bad
+	// lines too (not the blank ones), as the output numbers it.
+	n int
 	// nodes are Infected as the graph's indices, set by the check.
 	nodes []int
 }
@@ -186,10 +189,17 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 			fmt.Fprintf(a.stderr, "warning: %s: %s\n", path, s)
 		}
 	}
-	// Every line is checked, ids included, before the plugin starts, so a
-	// typo in the last line of a JSONL fails at once; the first bad line
-	// is the one named.
-	obs, err := readObservations(v.GetString("observation"), cmd.InOrStdin(), func(o *observationFile) error {
+	// Every line is checked, ids included, before the plugin starts, so
+	// a typo in the last line of a JSONL is named at once. A bad line
+	// loses only itself: it is named on stderr now, the good lines are
+	// answered, and the exit status says how many were bad. Not as an
+	// object in the --json stream, whose every line stays an answer:
+	// its "observation" number skips the bad one.
+	obsName := v.GetString("observation")
+	if obsName == "-" || obsName == "" {
+		obsName = stdinName
+	}
+	obs, bad, err := readObservations(v.GetString("observation"), cmd.InOrStdin(), func(o *observationFile) error {
 		var err error
 		if o.nodes, err = b.Graph.Lookup(o.Infected); err != nil {
 			return fmt.Errorf("%s: %w (the bundle's graph: %s)", o.where, err, b.Graph)
@@ -198,6 +208,13 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 	})
 	if err != nil {
 		return err
+	}
+	for _, e := range bad {
+		fmt.Fprintln(a.stderr, e)
+	}
+	total := len(obs) + len(bad)
+	if len(obs) == 0 {
+		return fmt.Errorf("%s: all %d observations are bad (each named above); nothing to localize", obsName, total)
 	}
 	infected := make([][]int, len(obs))
 	for i, o := range obs {
@@ -240,7 +257,7 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 			return fmt.Errorf("%s: %w", obs[i].where, err)
 		}
 		out := localizeOutput{
-			Observation: i + 1, ID: obs[i].ID, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
+			Observation: obs[i].n, ID: obs[i].ID, Infected: len(idx), Threshold: res.Threshold, Bundle: b.Manifest.ID,
 			SourceRule: sourceRuleUsed(b, opts), Ranking: b.Manifest.Ranking, LoneInfectedFirst: b.Manifest.LoneInfectedFirst,
 			Calibrated:        b.Manifest.Calibration != nil,
 			LoneInfectedNamed: opts.Threshold == 0 && b.Manifest.NamesInfectedComponents(),
@@ -265,7 +282,10 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 			}
 			continue
 		}
-		printLocalized(a.stdout, out, len(obs) > 1)
+		printLocalized(a.stdout, out, total > 1)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%s: %d of %d observations bad (each named above), not localized; the other %d answered", obsName, len(bad), total, len(obs))
 	}
 	return nil
 }
@@ -419,6 +439,10 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 	}
 }
 
+// stdinName is how errors name standard input read for "-": as
+// `<stdin>:3: ...`, never mistaken for a file named "stdin".
+const stdinName = "<stdin>"
+
 // readObservations reads one JSON object or JSONL of them from path ("-"
 // is stdin). Each object must have a non-empty "infected" list and no
 // other field (a misspelt key would otherwise read as nothing infected)
@@ -426,18 +450,23 @@ func printLocalized(w io.Writer, o localizeOutput, numbered bool) {
 // file (sources, times, recovered), which are ignored, so `simulate`'s
 // output and a recorded cascade file can be localized as they are.
 // A byte-order mark is skipped.
-// Errors name the file and line.
-func readObservations(path string, stdin io.Reader, check func(*observationFile) error) ([]observationFile, error) {
+//
+// A bad line of a JSONL file loses only itself: it is returned in bad,
+// as `file:line: reason`, and the good ones in obs, each numbered (n) as
+// the observation it is among all of them, bad ones included. err is
+// what fails the whole input: one it cannot read, one not JSON lines
+// (UTF-16, CR line ends, binary), a single object that is bad, or none
+// at all. Errors name the file and line.
+func readObservations(path string, stdin io.Reader, check func(*observationFile) error) (obs []observationFile, bad []error, err error) {
 	var data []byte
-	var err error
 	if path == "-" || path == "" {
-		path = "stdin"
+		path = stdinName
 		data, err = io.ReadAll(stdin)
 	} else {
 		data, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading observation %q: %w", path, err)
+		return nil, nil, fmt.Errorf("reading observation %q: %w", path, err)
 	}
 	data = bytes.TrimPrefix(data, []byte("\ufeff"))
 	if json.Valid(data) {
@@ -454,14 +483,14 @@ func readObservations(path string, stdin io.Reader, check func(*observationFile)
 				// Not UTF-8: why an id is unknown.
 				err = fmt.Errorf("%w (%s)", err, msg)
 			}
-			return nil, err
+			return nil, nil, err
 		}
-		return []observationFile{one}, nil
+		one.n = 1
+		return []observationFile{one}, nil, nil
 	}
-	var out []observationFile
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 1<<20), 1<<30)
-	line := 0
+	line, n := 0, 0
 	for sc.Scan() {
 		line++
 		// A byte-order mark on a later line too: a file joined to the
@@ -473,26 +502,35 @@ func readObservations(path string, stdin io.Reader, check func(*observationFile)
 		msg, stop := diffusion.TextProblem(text, line == 1)
 		if stop {
 			// UTF-16, CR line ends, a compressed or binary file, said
-			// as such rather than as the byte JSON trips on.
-			return nil, fmt.Errorf("%s:%d: %s", path, line, msg)
+			// as such rather than as the byte JSON trips on: every line
+			// would fail alike.
+			return nil, nil, fmt.Errorf("%s:%d: %s", path, line, msg)
 		}
+		n++
 		o, err := decodeObservation(text, fmt.Sprintf("%s:%d", path, line), check)
 		if err != nil {
 			if msg != "" {
 				// Not UTF-8: why an id is unknown.
 				err = fmt.Errorf("%w (%s)", err, msg)
 			}
-			return nil, err
+			bad = append(bad, err)
+			continue
 		}
-		out = append(out, o)
+		o.n = n
+		obs = append(obs, o)
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s:%d: %w", path, line+1, err)
+		return nil, nil, fmt.Errorf("%s:%d: %w", path, line+1, err)
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf(`%s: no observation; want {"infected":[ids...]} or JSONL of them`, path)
+	switch {
+	case n == 0:
+		return nil, nil, fmt.Errorf(`%s: no observation; want {"infected":[ids...]} or JSONL of them`, path)
+	case n == 1 && len(bad) == 1:
+		// The only line: its error is the input's, as a single
+		// object's is.
+		return nil, nil, bad[0]
 	}
-	return out, nil
+	return obs, bad, nil
 }
 
 // observationID is an observation's optional id, echoed with its answer:

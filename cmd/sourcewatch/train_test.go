@@ -418,33 +418,62 @@ func TestTrainThenLocalize(t *testing.T) {
 
 	// Bad input is named.
 	_, _, err = runCmd(t, `{"infected":["0","nope"]}`, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
-	require.ErrorContains(t, err, `stdin:1: unknown node "nope"`)
+	require.ErrorContains(t, err, `<stdin>:1: unknown node "nope"`)
 	// Every line's ids are checked before the plugin starts: a bad id on
-	// line 3 is reported even with no plugin to start.
-	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\n\n{\"infected\":[\"1\",\"nope\"]}\n", "localize", "--bundle", bundle,
+	// line 3 is named on stderr even with no plugin to start.
+	_, stderr, err := runCmd(t, "{\"infected\":[\"0\"]}\n\n{\"infected\":[\"1\",\"nope\"]}\n", "localize", "--bundle", bundle,
 		"--plugin-dir", t.TempDir(), "--log-level", "warn")
-	require.ErrorContains(t, err, `stdin:3: unknown node "nope" (the graph's ids look like "0", "1", "2") (the bundle's graph: `)
-	// The first bad line is the one named, whatever is wrong with a later one.
-	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\n{\"infected\":[\"5OO\"]}\n{\"infected\":[]}\n", "localize", "--bundle", bundle,
-		"--plugin-dir", t.TempDir(), "--log-level", "warn")
-	require.ErrorContains(t, err, `stdin:2: unknown node "5OO"`)
-	_, _, err = runCmd(t, "{\"infected\":[\"0\"]}\nnot json\n", "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
-	require.ErrorContains(t, err, "stdin:2")
+	require.Error(t, err)
+	require.Contains(t, stderr, `<stdin>:3: unknown node "nope" (the graph's ids look like "0", "1", "2") (the bundle's graph: `)
+	// A bad line loses only itself: each is named on stderr, every good
+	// one is answered in order, and the exit fails at the end saying how
+	// many were bad. The --json stream holds answers only, numbered as
+	// the observations they answer (the bad ones leave gaps).
+	batch := "{\"infected\":[\"0\",\"1\"]}\n{\"infected\":[\"5OO\"]}\nnot json\n\n{\"infected\":[]}\n{\"infected\":[\"33\",\"32\"],\"id\":\"last\"}\n"
+	out, stderr, err = runCmd(t, batch, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--json", "--log-level", "warn")
+	require.EqualError(t, err, "<stdin>: 3 of 5 observations bad (each named above), not localized; the other 2 answered")
+	require.Contains(t, stderr, "<stdin>:2: unknown node \"5OO\"")
+	require.Contains(t, stderr, "<stdin>:3: want {\"infected\":[ids...]}: invalid character 'o'")
+	require.Contains(t, stderr, "<stdin>:5: \"infected\" is empty")
+	answers := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, answers, 2)
+	for i, want := range []struct {
+		n  int
+		id string
+	}{{1, ""}, {5, "last"}} {
+		var got localizeOutput
+		require.NoError(t, json.Unmarshal([]byte(answers[i]), &got))
+		require.Equal(t, want.n, got.Observation)
+		require.Equal(t, want.id, got.ID)
+		require.Equal(t, 2, got.Infected)
+	}
+	out, _, err = runCmd(t, batch, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.ErrorContains(t, err, "3 of 5 observations bad")
+	require.Contains(t, out, "observation 1\n2 infected;")
+	require.Contains(t, out, "observation 5 (last)\n2 infected;")
+	// Every line bad: nothing to answer, and no plugin is started.
+	_, stderr, err = runCmd(t, "{\"infected\":[\"5OO\"]}\nnot json\n", "localize", "--bundle", bundle, "--plugin-dir", t.TempDir(), "--log-level", "warn")
+	require.EqualError(t, err, "<stdin>: all 2 observations are bad (each named above); nothing to localize")
+	require.Contains(t, stderr, "<stdin>:1: unknown node \"5OO\"")
+	require.Contains(t, stderr, "<stdin>:2: want")
+	// A JSONL of one line fails with that line's error, as one object does.
+	_, _, err = runCmd(t, "not json\n", "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
+	require.ErrorContains(t, err, "<stdin>:1: want")
 	// An observation that says nothing is refused, not localized as
 	// "0 infected".
 	for _, tc := range []struct{ in, want string }{
-		{`{}`, `stdin:1: no "infected" field`},
-		{`null`, `stdin:1: no "infected" field`},
-		{`{"infected":[]}`, `stdin:1: "infected" is empty`},
-		{`{"infectd":["0"],"id":"a"}`, `stdin:1: no "infected" field (its keys: "id", "infectd")`},
-		{`{"infected":null}`, `stdin:1: "infected" is null`},
-		{"{\n  \"infected\": []\n}\n", `stdin: "infected" is empty`},
+		{`{}`, `<stdin>:1: no "infected" field`},
+		{`null`, `<stdin>:1: no "infected" field`},
+		{`{"infected":[]}`, `<stdin>:1: "infected" is empty`},
+		{`{"infectd":["0"],"id":"a"}`, `<stdin>:1: no "infected" field (its keys: "id", "infectd")`},
+		{`{"infected":null}`, `<stdin>:1: "infected" is null`},
+		{"{\n  \"infected\": []\n}\n", `<stdin>: "infected" is empty`},
 		// Type errors in the file's terms, not Go's.
-		{`["0","1"]`, `stdin:1: want {"infected":[ids...]}: found a JSON array, not an object`},
-		{`{"infected":"0"}`, `stdin:1: want {"infected":[ids...]}: "infected" holds a JSON string where it wants an array of node ids`},
-		{`{"infected":[0,1]}`, `stdin:1: want {"infected":[ids...]}: "infected" holds a number: node ids are strings ("7", not 7)`},
-		{`{"infected":["0"],"id":{"n":7}}`, `stdin:1: want {"infected":[ids...]}: "id" holds an object where it wants a string or a number`},
-		{`{"infected":["1"],"INFECTED":["5"]}`, `stdin:1: "INFECTED" is given twice (keys match in any case)`},
+		{`["0","1"]`, `<stdin>:1: want {"infected":[ids...]}: found a JSON array, not an object`},
+		{`{"infected":"0"}`, `<stdin>:1: want {"infected":[ids...]}: "infected" holds a JSON string where it wants an array of node ids`},
+		{`{"infected":[0,1]}`, `<stdin>:1: want {"infected":[ids...]}: "infected" holds a number: node ids are strings ("7", not 7)`},
+		{`{"infected":["0"],"id":{"n":7}}`, `<stdin>:1: want {"infected":[ids...]}: "id" holds an object where it wants a string or a number`},
+		{`{"infected":["1"],"INFECTED":["5"]}`, `<stdin>:1: "INFECTED" is given twice (keys match in any case)`},
 	} {
 		_, _, err = runCmd(t, tc.in, "localize", "--bundle", bundle, "--plugin-dir", pluginDir, "--log-level", "warn")
 		require.ErrorContains(t, err, tc.want, "input %q", tc.in)
