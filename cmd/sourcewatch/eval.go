@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -57,7 +58,7 @@ leaves them out (and says so), and a list naming them is refused.`,
 		Example: `  sourcewatch eval --graph karate.edges --diffusion SI --methods all --cascades 200 --runs 3
   sourcewatch eval --graph jazz.edges --diffusion SIR --pattern cluster --methods lpsi,infected,prior --json out.json`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return a.eval(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return a.eval(cmd.Context(), cmd.InOrStdin()) },
 	}
 	addSimulationFlags(cmd)
 	f := cmd.Flags()
@@ -319,7 +320,7 @@ func expandForwards(cfg *eval.Config, list string) error {
 	return nil
 }
 
-func (a *app) eval(ctx context.Context) error {
+func (a *app) eval(ctx context.Context, stdin io.Reader) error {
 	g, err := loadGraph(a.v)
 	if err != nil {
 		return err
@@ -332,17 +333,17 @@ func (a *app) eval(ctx context.Context) error {
 		return err
 	}
 	if path := recordedFile(a.v); path != "" {
-		if cfg.Recorded, err = a.recordedCascades(g, path); err != nil {
+		if cfg.Recorded, err = a.recordedCascades(g, path, stdin); err != nil {
 			return err
 		}
-		cfg.Cascades, cfg.RecordedFrom = len(cfg.Recorded), filepath.Base(path)
+		cfg.Cascades, cfg.RecordedFrom = len(cfg.Recorded), filepath.Base(inputName(path))
 	}
 	if cfg.Recorded == nil {
 		if err := sourcesFit(cfg.Sim.Sources, g); err != nil {
 			return err
 		}
 	}
-	if err := checkSplit(cfg, recordedFile(a.v)); err != nil {
+	if err := checkSplit(cfg, inputName(recordedFile(a.v))); err != nil {
 		return err
 	}
 	if err := cfg.Validate(g); err != nil {

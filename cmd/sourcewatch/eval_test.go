@@ -520,3 +520,34 @@ func TestEvalCommandPluginPathAsName(t *testing.T) {
 		"--out", filepath.Join(t.TempDir(), "x.swb"), "--log-level", "error")
 	require.EqualError(t, err, hint)
 }
+
+// --cascades-file - (or --cascades -) reads the recorded cascades from
+// standard input, for train and eval alike, naming it <stdin> in errors;
+// --graph - is refused, stdin carrying the other input (localize's
+// observations too).
+func TestCascadesFileFromStdin(t *testing.T) {
+	recorded := filepath.Join(t.TempDir(), "incidents.jsonl")
+	_, _, err := runCmd(t, "", "simulate", "--graph", evalKarate, "--cascades", "40", "--seed", "5", "--out", recorded)
+	require.NoError(t, err)
+	data, err := os.ReadFile(recorded)
+	require.NoError(t, err)
+	for _, flag := range []string{"--cascades-file", "--cascades"} {
+		stdout, _, err := runCmd(t, string(data), "eval", "--graph", evalKarate, flag, "-", "--runs", "1", "--methods", "infected,prior")
+		require.NoError(t, err, flag)
+		require.Contains(t, stdout, "cascades recorded in <stdin>", flag)
+		require.Contains(t, stdout, "1 run x 40 cascades", flag)
+	}
+	bad := string(data) + `{"sources":["0"],"infected":["0","nobody"]}` + "\n"
+	_, _, err = runCmd(t, bad, "eval", "--graph", evalKarate, "--cascades-file", "-", "--methods", "infected")
+	require.ErrorContains(t, err, `<stdin>:41: unknown node "nobody" in infected`)
+	_, _, err = runCmd(t, "\n", "eval", "--graph", evalKarate, "--cascades-file", "-", "--methods", "infected")
+	require.ErrorContains(t, err, `<stdin> holds no cascade (empty, or blank lines only)`)
+	train := []string{"train", "--graph", evalKarate, "--cascades-file", "-", "--forward", "icmf", "--plugin-dir", filepath.Dir(forwardtest.Build(t, "icmf")),
+		"--out", filepath.Join(t.TempDir(), "b.swb"), "--log-level", "warn"}
+	_, _, err = runCmd(t, bad, train...)
+	require.ErrorContains(t, err, `<stdin>:41: unknown node "nobody" in infected`)
+	_, _, err = runCmd(t, bad, "train", "--graph", "-", "--cascades-file", "-", "--out", filepath.Join(t.TempDir(), "b.swb"))
+	require.ErrorContains(t, err, "--graph -: the graph is read from a file, not standard input")
+	_, _, err = runCmd(t, `{"infected":["1"]}`, "localize", "--bundle", filepath.Join(t.TempDir(), "none.swb"), "--graph", "-")
+	require.ErrorContains(t, err, "--graph -: the graph is read from a file, not standard input")
+}

@@ -175,6 +175,9 @@ func runLocalize(cmd *cobra.Command, a *app) (err error) {
 	}
 	var g *graph.Graph
 	if gp := v.GetString("graph"); gp != "" {
+		if gp == "-" {
+			return errGraphStdin
+		}
 		var err error
 		if g, err = graph.Load(gp, graph.Directed(v.GetBool("directed"))); err != nil {
 			return err

@@ -97,6 +97,11 @@ func recordedFile(v *viper.Viper) string {
 	return ""
 }
 
+// errGraphStdin refuses --graph -: standard input carries the other input
+// (localize's observations, train's and eval's --cascades-file -), and
+// "-" would otherwise fail as a file named "-" that is missing.
+var errGraphStdin = errors.New("--graph -: the graph is read from a file, not standard input (save it to a file, or pass /dev/stdin where nothing else reads it)")
+
 // loadGraph loads --graph (with --directed).
 func loadGraph(v *viper.Viper) (*graph.Graph, error) {
 	path := v.GetString("graph")
@@ -104,9 +109,7 @@ func loadGraph(v *viper.Viper) (*graph.Graph, error) {
 		return nil, errors.New("--graph: an edge list file is required")
 	}
 	if path == "-" {
-		// Standard input carries other input (localize's observations);
-		// "-" would otherwise fail as a file named "-" that is missing.
-		return nil, errors.New("--graph -: the graph is read from a file, not standard input (save it to a file, or pass /dev/stdin where nothing else reads it)")
+		return nil, errGraphStdin
 	}
 	// A directory opens fine and fails only on the first read, as
 	// "tmp:1: read /tmp: is a directory": say what is wrong instead.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"math"
@@ -216,7 +217,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 		a.log.Warn("the plugin binary's name differs from the model it serves; the bundle records the binary's name",
 			zap.String("binary", filepath.Base(path)), zap.String("model", info.Name+" "+info.Version))
 	}
-	cascades, provenance, simCfg, err := trainingCascades(ctx, a, g)
+	cascades, provenance, simCfg, err := trainingCascades(ctx, a, g, cmd.InOrStdin())
 	if err != nil {
 		return err
 	}
@@ -225,7 +226,7 @@ func runTrain(cmd *cobra.Command, a *app) error {
 	// Where more cascades come from: the flag, or more recorded lines.
 	more := "use --cascades 100 or more"
 	if path := recordedFile(v); path != "" {
-		more = fmt.Sprintf("record 100 or more in %s", path)
+		more = fmt.Sprintf("record 100 or more in %s", inputName(path))
 	}
 	if len(train) == 0 || len(val) == 0 || len(test) == 0 {
 		return fmt.Errorf("%d cascades give an empty train, validation or test split (60/20/20; 4 is the least that fills all three); %s", len(cascades), more)
@@ -406,14 +407,14 @@ var simulationKeys = []string{"diffusion", "beta", "gamma", "p", "lt_threshold",
 // trainingCascades simulates cascades from the simulation flags, or reads
 // them from --cascades-file, and returns a description for the manifest
 // and, for simulated ones, the simulation's config (nil for recorded).
-func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.Cascade, json.RawMessage, *diffusion.Config, error) {
+func trainingCascades(ctx context.Context, a *app, g *graph.Graph, stdin io.Reader) ([]diffusion.Cascade, json.RawMessage, *diffusion.Config, error) {
 	v := a.v
 	if path := recordedFile(v); path != "" {
-		cs, err := a.recordedCascades(g, path)
+		cs, err := a.recordedCascades(g, path, stdin)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		prov, _ := json.Marshal(map[string]any{"file": filepath.Base(path), "cascades": len(cs)})
+		prov, _ := json.Marshal(map[string]any{"file": filepath.Base(inputName(path)), "cascades": len(cs)})
 		return cs, prov, nil, nil
 	}
 	cfg, err := a.simulationConfig()
@@ -441,9 +442,10 @@ func trainingCascades(ctx context.Context, a *app, g *graph.Graph) ([]diffusion.
 	return cs, prov, &cfg, nil
 }
 
-// recordedCascades reads --cascades-file, warning of the simulation flags
-// set that it makes unused and of suspect cascades (warnRecorded).
-func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade, error) {
+// recordedCascades reads --cascades-file ("-": stdin), warning of the
+// simulation flags set that it makes unused and of suspect cascades
+// (warnRecorded).
+func (a *app) recordedCascades(g *graph.Graph, path string, stdin io.Reader) ([]diffusion.Cascade, error) {
 	fileFlag := a.v.GetString("cascades_file") != ""
 	if s := a.v.GetString("cascades"); fileFlag && !isCount(s) {
 		return nil, fmt.Errorf("--cascades %q and --cascades-file %q: name the file of recorded cascades once", s, path)
@@ -461,28 +463,43 @@ func (a *app) recordedCascades(g *graph.Graph, path string) ([]diffusion.Cascade
 		a.log.Warn("simulation flags are not used with recorded cascades, which are already spread and observed: "+strings.Join(unused, ", "),
 			zap.String("cascades_file", path))
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		flag := "--cascades-file"
-		if !fileFlag {
-			flag = "--cascades" // given a file name, not a count
+	// "-" is standard input (nothing else of train's or eval's reads it:
+	// --graph - is refused), named <stdin> in errors.
+	name, r := inputName(path), stdin
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			flag := "--cascades-file"
+			if !fileFlag {
+				flag = "--cascades" // given a file name, not a count
+			}
+			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
-		return nil, fmt.Errorf("%s: %w", flag, err)
+		defer f.Close()
+		r = f
 	}
-	defer f.Close()
 	// Train and eval read no per-node steps: kept, they cost a step per
 	// node of the graph for every cascade with "times" or "recovered".
-	cs, err := diffusion.ReadJSONL(f, g, path, diffusion.DropTimes())
+	cs, err := diffusion.ReadJSONL(r, g, name, diffusion.DropTimes())
 	if err != nil {
 		return nil, err
 	}
 	if len(cs) == 0 {
 		// Not "0 cascades give an empty split": the wrong file, or one
 		// whose writer failed.
-		return nil, fmt.Errorf(`%s holds no cascade (empty, or blank lines only): want one {"sources":[ids],"infected":[ids]} per line`, path)
+		return nil, fmt.Errorf(`%s holds no cascade (empty, or blank lines only): want one {"sources":[ids],"infected":[ids]} per line`, name)
 	}
-	a.warnRecorded(g, cs, path)
+	a.warnRecorded(g, cs, name)
 	return cs, nil
+}
+
+// inputName is how messages name an input file: standard input for "-"
+// as <stdin>, a file by its path.
+func inputName(path string) string {
+	if path == "-" {
+		return stdinName
+	}
+	return path
 }
 
 // zeroMeans is what 0 asks of the size flags where it is not the default.
