@@ -316,6 +316,7 @@ func connect(cfg Config, s *server.Server, log *zap.Logger, onChange func(), onC
 		if err != nil {
 			return nil, err
 		}
+		WarnReadableSecrets(log, NATSSecretFiles(cfg.NATS)...)
 		// A daemon started before its cluster keeps trying instead of
 		// exiting, as it would after a later disconnect.
 		opts = append(append(opts, auth...), nats.RetryOnFailedConnect(true))

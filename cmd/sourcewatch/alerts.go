@@ -79,7 +79,7 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 		opts, from = append(opts, alerts.Since(t)), "alerts since "+t.UTC().Format(time.RFC3339)
 	}
 
-	url, copts, err := tailConnection(cmd, v)
+	url, copts, err := tailConnection(cmd, v, a.log)
 	if err != nil {
 		return err
 	}
@@ -217,7 +217,7 @@ func natsSection(v *viper.Viper) (*viper.Viper, error) {
 // an explicit --nats, else nats.url (file or SOURCEWATCH_NATS_URL), else
 // the embedded server's nats.listen, else the default address. --creds, or
 // nats.creds / nkey / user / password / tls from the config, authenticate.
-func tailConnection(cmd *cobra.Command, v *viper.Viper) (string, []nats.Option, error) {
+func tailConnection(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) (string, []nats.Option, error) {
 	nv, err := natsSection(v)
 	if err != nil {
 		return "", nil, err
@@ -261,6 +261,12 @@ func tailConnection(cmd *cobra.Command, v *viper.Viper) (string, []nats.Option, 
 			return "", nil, err
 		}
 	}
+	credsKey := "nats.creds"
+	if v.GetString("creds") != "" {
+		credsKey = "--creds"
+	}
+	monitor.WarnReadableSecrets(log, monitor.SecretFile{Key: credsKey, Path: creds},
+		monitor.SecretFile{Key: "nats.nkey", Path: nv.GetString("nkey")}, monitor.SecretFile{Key: "nats.tls.key", Path: nv.GetString("tls.key")})
 	if creds != "" {
 		if err := monitor.CheckCredsFile(creds); err != nil {
 			return "", nil, fmt.Errorf("creds: %w", err)
