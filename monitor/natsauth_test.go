@@ -184,11 +184,12 @@ func mustNkey(t *testing.T, seedFile string) nats.Option {
 	return o
 }
 
-// TestDaemonWithCredsInOperatorMode runs the daemon against a server in
-// operator mode (accounts and users as JWTs, as NGS or a Synadia-managed
-// cluster issue them), authenticated by a .creds file (nats.creds): it
-// connects, makes its streams and buckets in its account, and ingests.
-func TestDaemonWithCredsInOperatorMode(t *testing.T) {
+// operatorServer runs a server in operator mode (accounts and users as
+// JWTs, as NGS or a Synadia-managed cluster issue them) with one account
+// that may use JetStream; creds writes a .creds file of a new user of
+// that account whose JWT expires at exp (Unix seconds; 0: never).
+func operatorServer(t *testing.T) (s *server.Server, creds func(exp int64) string) {
+	t.Helper()
 	operator, err := nkeys.CreateOperator()
 	require.NoError(t, err)
 	opub, err := operator.PublicKey()
@@ -216,24 +217,35 @@ func TestDaemonWithCredsInOperatorMode(t *testing.T) {
 	}
 	_, sysPub := account(false)
 	acct, _ := account(true)
-
-	user, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	upub, err := user.PublicKey()
-	require.NoError(t, err)
-	ujwt, err := jwt.NewUserClaims(upub).Encode(acct)
-	require.NoError(t, err)
-	seed, err := user.Seed()
-	require.NoError(t, err)
-	creds, err := jwt.FormatUserConfig(ujwt, seed)
-	require.NoError(t, err)
-	credsFile := filepath.Join(t.TempDir(), "sourcewatch.creds")
-	require.NoError(t, os.WriteFile(credsFile, creds, 0o600))
-
-	s := runServerWith(t, &server.Options{
+	s = runServerWith(t, &server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 		TrustedOperators: []*jwt.OperatorClaims{oclaims}, AccountResolver: resolver, SystemAccount: sysPub,
 	})
+	return s, func(exp int64) string {
+		user, err := nkeys.CreateUser()
+		require.NoError(t, err)
+		upub, err := user.PublicKey()
+		require.NoError(t, err)
+		uc := jwt.NewUserClaims(upub)
+		uc.Expires = exp
+		ujwt, err := uc.Encode(acct)
+		require.NoError(t, err)
+		seed, err := user.Seed()
+		require.NoError(t, err)
+		creds, err := jwt.FormatUserConfig(ujwt, seed)
+		require.NoError(t, err)
+		credsFile := filepath.Join(t.TempDir(), "sourcewatch.creds")
+		require.NoError(t, os.WriteFile(credsFile, creds, 0o600))
+		return credsFile
+	}
+}
+
+// TestDaemonWithCredsInOperatorMode runs the daemon against a server in
+// operator mode, authenticated by a .creds file (nats.creds): it
+// connects, makes its streams and buckets in its account, and ingests.
+func TestDaemonWithCredsInOperatorMode(t *testing.T) {
+	s, creds := operatorServer(t)
+	credsFile := creds(0)
 
 	cfg := testConfig(t, "p")
 	cfg.NATS.URL = s.ClientURL()
@@ -241,7 +253,7 @@ func TestDaemonWithCredsInOperatorMode(t *testing.T) {
 	readyAndIngesting(t, cfg, nats.UserCredentials(credsFile))
 	// Without credentials the server refuses the connection: the creds
 	// file is what let the daemon in.
-	_, err = nats.Connect(s.ClientURL())
+	_, err := nats.Connect(s.ClientURL())
 	require.Error(t, err)
 
 	// A creds file without its seed fails the start at once, as a
@@ -255,6 +267,23 @@ func TestDaemonWithCredsInOperatorMode(t *testing.T) {
 	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
 	require.NoError(t, err)
 	require.ErrorContains(t, d.Run(t.Context()), "no nkey seed")
+}
+
+// A creds file whose user JWT has expired is refused by the server as
+// "Authorization Violation" and nothing more; /readyz (and the waiting
+// log, from the same text) says it expired, and when.
+func TestExpiredCredsAreNamedWhenRefused(t *testing.T) {
+	s, creds := operatorServer(t)
+	expired := time.Now().Add(-time.Hour).Truncate(time.Second)
+	cfg := testConfig(t, "p")
+	cfg.NATS.URL, cfg.NATS.Creds = s.ClientURL(), creds(expired.Unix())
+	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+	require.NoError(t, err)
+	_, stop := runInBackground(t, d)
+	defer stop()
+	body := readyzRefusal(t, d)
+	require.Contains(t, strings.ToLower(body), "authorization violation")
+	require.Contains(t, body, "(the user JWT in nats.creds "+cfg.NATS.Creds+" expired at "+expired.UTC().Format(time.RFC3339)+", 1h0m")
 }
 
 // TestDaemonWithUserPassword runs the daemon against a server that wants

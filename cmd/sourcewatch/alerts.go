@@ -79,7 +79,7 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 		opts, from = append(opts, alerts.Since(t)), "alerts since "+t.UTC().Format(time.RFC3339)
 	}
 
-	url, copts, err := tailConnection(cmd, v, a.log)
+	url, copts, creds, err := tailConnection(cmd, v, a.log)
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,8 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 	)
 	nc, err := nats.Connect(url, copts...)
 	if err != nil {
-		return fmt.Errorf("connecting to NATS at %s: %w", monitor.RedactURLs(url), monitor.RedactError(err, url))
+		return fmt.Errorf("connecting to NATS at %s: %w%s", monitor.RedactURLs(url), monitor.RedactError(err, url),
+			monitor.ExpiredCredsHint(creds.Key, creds.Path, err, time.Now()))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -216,11 +217,12 @@ func natsSection(v *viper.Viper) (*viper.Viper, error) {
 // that `alerts tail --config the-serve-config.yaml` reaches its server:
 // an explicit --nats, else nats.url (file or SOURCEWATCH_NATS_URL), else
 // the embedded server's nats.listen, else the default address. --creds, or
-// nats.creds / nkey / user / password / tls from the config, authenticate.
-func tailConnection(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) (string, []nats.Option, error) {
+// nats.creds / nkey / user / password / tls from the config, authenticate;
+// creds is the creds file used and its key, for ExpiredCredsHint.
+func tailConnection(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) (string, []nats.Option, monitor.SecretFile, error) {
 	nv, err := natsSection(v)
 	if err != nil {
-		return "", nil, err
+		return "", nil, monitor.SecretFile{}, err
 	}
 	url := nv.GetString("url")
 	if f := cmd.Flags().Lookup("nats"); f != nil && f.Changed {
@@ -238,9 +240,9 @@ func tailConnection(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) (string
 			host, port, err := net.SplitHostPort(listen)
 			switch {
 			case listen == "-1" || port == "-1":
-				return "", nil, fmt.Errorf("nats.listen %q: serve's embedded server takes no clients; set one or give --nats", listen)
+				return "", nil, monitor.SecretFile{}, fmt.Errorf("nats.listen %q: serve's embedded server takes no clients; set one or give --nats", listen)
 			case err != nil:
-				return "", nil, fmt.Errorf("nats.listen %q: want host:port: %w", listen, err)
+				return "", nil, monitor.SecretFile{}, fmt.Errorf("nats.listen %q: want host:port: %w", listen, err)
 			case port != "0":
 				if host == "" {
 					host = "127.0.0.1"
@@ -258,7 +260,7 @@ func tailConnection(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) (string
 		{"creds", creds}, {"nats.nkey", nv.GetString("nkey")}, {"nats.tls.key", nv.GetString("tls.key")},
 	} {
 		if err := monitor.CheckSecretPath(f.key, f.path); err != nil {
-			return "", nil, err
+			return "", nil, monitor.SecretFile{}, err
 		}
 	}
 	credsKey := "nats.creds"
@@ -269,14 +271,14 @@ func tailConnection(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) (string
 		monitor.SecretFile{Key: "nats.nkey", Path: nv.GetString("nkey")}, monitor.SecretFile{Key: "nats.tls.key", Path: nv.GetString("tls.key")})
 	if creds != "" {
 		if err := monitor.CheckCredsFile(creds); err != nil {
-			return "", nil, fmt.Errorf("creds: %w", err)
+			return "", nil, monitor.SecretFile{}, fmt.Errorf("creds: %w", err)
 		}
 		opts = append(opts, nats.UserCredentials(creds))
 	}
 	if seed := nv.GetString("nkey"); seed != "" {
 		o, err := nats.NkeyOptionFromSeed(seed)
 		if err != nil {
-			return "", nil, fmt.Errorf("nats.nkey: %w", err)
+			return "", nil, monitor.SecretFile{}, fmt.Errorf("nats.nkey: %w", err)
 		}
 		opts = append(opts, o)
 	}
@@ -289,7 +291,7 @@ func tailConnection(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) (string
 	if cert, key := nv.GetString("tls.cert"), nv.GetString("tls.key"); cert != "" || key != "" {
 		opts = append(opts, nats.ClientCert(cert, key))
 	}
-	return url, opts, nil
+	return url, opts, monitor.SecretFile{Key: credsKey, Path: creds}, nil
 }
 
 // tailPrefix is --prefix when given, else serve's subjects.prefix (file or

@@ -3,9 +3,14 @@
 package main
 
 import (
+	"bufio"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
@@ -47,4 +52,33 @@ func TestAlertsTailWarnsOfReadableCreds(t *testing.T) {
 	_, stderr, err = runCmd(t, "", "alerts", "tail", "--creds", path, "--nats", "nats://127.0.0.1:1")
 	require.ErrorContains(t, err, "no servers available")
 	require.NotContains(t, stderr, "is readable by")
+}
+
+// alerts tail refused by a server for an expired user JWT says it
+// expired, and when, where the server says only "Authorization
+// Violation" (a fake server that refuses every connection so).
+func TestAlertsTailNamesExpiredCreds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				fmt.Fprintf(c, "INFO {\"server_id\":\"fake\",\"version\":\"2.10.0\",\"auth_required\":true,\"nonce\":\"abc\",\"max_payload\":1048576}\r\n")
+				line, _ := bufio.NewReader(c).ReadString('\n') // CONNECT
+				if strings.HasPrefix(line, "CONNECT") {
+					fmt.Fprintf(c, "-ERR 'Authorization Violation'\r\n")
+				}
+			}()
+		}
+	}()
+	expired := time.Now().Add(-48 * time.Hour).Truncate(time.Second)
+	path := writeCreds(t, expired.Unix(), 0o600)
+	_, _, err = runCmd(t, "", "alerts", "tail", "--creds", path, "--nats", "nats://"+ln.Addr().String())
+	require.ErrorContains(t, err, "Authorization Violation (the user JWT in --creds "+path+" expired at "+expired.UTC().Format(time.RFC3339)+", 48h0m")
 }

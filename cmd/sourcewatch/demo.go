@@ -184,7 +184,8 @@ func runDemo(cmd *cobra.Command, a *app) error {
 	if err != nil {
 		cancel()
 		wg.Wait()
-		return fmt.Errorf("connecting to %s: %w", monitor.RedactURLs(url), monitor.RedactError(err, url))
+		return fmt.Errorf("connecting to %s: %w%s", monitor.RedactURLs(url), monitor.RedactError(err, url),
+			monitor.ExpiredCredsHint("nats.creds", cfg.NATS.Creds, err, time.Now()))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
