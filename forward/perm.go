@@ -38,7 +38,7 @@ func ReplaceableBy(path string) []string {
 		case sticky:
 		case perm&0o002 != 0:
 			problems = append(problems, fmt.Sprintf("%s %s is writable by every user (mode %04o)", what, p, perm))
-		case perm&0o020 != 0 && !ownPrivateGroup(fi):
+		case perm&0o020 != 0 && !OwnPrivateGroup(fi):
 			problems = append(problems, fmt.Sprintf("%s %s is writable by its group (mode %04o)", what, p, perm))
 		}
 		if uid, ok := fileOwner(fi); ok && uid != 0 && uid != os.Geteuid() {
@@ -74,11 +74,12 @@ func ReplaceableBy(path string) []string {
 	return problems
 }
 
-// ownPrivateGroup reports whether fi's group is this process's user
+// OwnPrivateGroup reports whether fi's group is this process's user
 // private group: its effective group, named as its user, as distributions
 // with umask 002 make for each user, so a group-writable file there is
-// writable by that user alone.
-func ownPrivateGroup(fi os.FileInfo) bool {
+// writable by that user alone (and a group-readable one readable by that
+// user alone: the daemon's check of credential files uses it too).
+func OwnPrivateGroup(fi os.FileInfo) bool {
 	gid, ok := fileGroup(fi)
 	if !ok {
 		return false

@@ -13,6 +13,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/sourcewatch/sourcewatch/forward"
 )
 
 // A credentials file other users may read is warned of, naming the key,
@@ -40,8 +42,10 @@ func TestWarnReadableSecrets(t *testing.T) {
 	require.Empty(t, warned(0o400))
 	// Group-readable: said unless the group is this user's own private
 	// group (root's "root" here, or the systemd unit's sourcewatch).
-	if privateGID() >= 0 {
-		require.NoError(t, os.Chown(path, -1, privateGID()))
+	require.NoError(t, os.Chown(path, -1, os.Getegid()))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	if forward.OwnPrivateGroup(fi) {
 		require.Empty(t, warned(0o640), "this user's own group")
 	}
 	if os.Geteuid() == 0 {
