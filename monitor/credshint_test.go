@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 )
@@ -15,26 +14,9 @@ import (
 // ExpiredCredsHint names an expired user JWT's expiry when the server
 // refused the connection, and says nothing otherwise.
 func TestExpiredCredsHint(t *testing.T) {
-	write := func(exp int64) string {
-		t.Helper()
-		user, err := nkeys.CreateUser()
-		require.NoError(t, err)
-		upub, err := user.PublicKey()
-		require.NoError(t, err)
-		acct, err := nkeys.CreateAccount()
-		require.NoError(t, err)
-		uc := jwt.NewUserClaims(upub)
-		uc.Expires = exp
-		ujwt, err := uc.Encode(acct)
-		require.NoError(t, err)
-		seed, err := user.Seed()
-		require.NoError(t, err)
-		creds, err := jwt.FormatUserConfig(ujwt, seed)
-		require.NoError(t, err)
-		path := filepath.Join(t.TempDir(), "u.creds")
-		require.NoError(t, os.WriteFile(path, creds, 0o600))
-		return path
-	}
+	acct, err := nkeys.CreateAccount()
+	require.NoError(t, err)
+	write := func(exp int64) string { return writeUserCreds(t, acct, exp) }
 	now := time.Date(2026, 11, 29, 21, 0, 0, 0, time.UTC)
 	refused := errors.New("nats: Authorization Violation")
 	expired := write(now.Add(-26 * time.Hour).Unix())

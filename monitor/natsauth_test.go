@@ -221,23 +221,7 @@ func operatorServer(t *testing.T) (s *server.Server, creds func(exp int64) strin
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 		TrustedOperators: []*jwt.OperatorClaims{oclaims}, AccountResolver: resolver, SystemAccount: sysPub,
 	})
-	return s, func(exp int64) string {
-		user, err := nkeys.CreateUser()
-		require.NoError(t, err)
-		upub, err := user.PublicKey()
-		require.NoError(t, err)
-		uc := jwt.NewUserClaims(upub)
-		uc.Expires = exp
-		ujwt, err := uc.Encode(acct)
-		require.NoError(t, err)
-		seed, err := user.Seed()
-		require.NoError(t, err)
-		creds, err := jwt.FormatUserConfig(ujwt, seed)
-		require.NoError(t, err)
-		credsFile := filepath.Join(t.TempDir(), "sourcewatch.creds")
-		require.NoError(t, os.WriteFile(credsFile, creds, 0o600))
-		return credsFile
-	}
+	return s, func(exp int64) string { return writeUserCreds(t, acct, exp) }
 }
 
 // TestDaemonWithCredsInOperatorMode runs the daemon against a server in
@@ -555,4 +539,26 @@ func TestDaemonWithLeastPrivilegeUser(t *testing.T) {
 			}
 		})
 	}
+}
+
+// writeUserCreds writes a .creds file (mode 0600) for a new user of the
+// account acct signs, whose JWT expires at exp (Unix seconds; 0: never),
+// and returns its path.
+func writeUserCreds(t *testing.T, acct nkeys.KeyPair, exp int64) string {
+	t.Helper()
+	user, err := nkeys.CreateUser()
+	require.NoError(t, err)
+	upub, err := user.PublicKey()
+	require.NoError(t, err)
+	uc := jwt.NewUserClaims(upub)
+	uc.Expires = exp
+	ujwt, err := uc.Encode(acct)
+	require.NoError(t, err)
+	seed, err := user.Seed()
+	require.NoError(t, err)
+	creds, err := jwt.FormatUserConfig(ujwt, seed)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "sourcewatch.creds")
+	require.NoError(t, os.WriteFile(path, creds, 0o600))
+	return path
 }

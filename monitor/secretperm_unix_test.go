@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -63,20 +62,9 @@ func TestWarnReadableSecrets(t *testing.T) {
 // The daemon warns of a readable credentials file when it connects at
 // start, before the server is even reached.
 func TestConnectWarnsOfReadableCreds(t *testing.T) {
-	user, err := nkeys.CreateUser()
-	require.NoError(t, err)
-	upub, err := user.PublicKey()
-	require.NoError(t, err)
 	acct, err := nkeys.CreateAccount()
 	require.NoError(t, err)
-	ujwt, err := jwt.NewUserClaims(upub).Encode(acct)
-	require.NoError(t, err)
-	seed, err := user.Seed()
-	require.NoError(t, err)
-	creds, err := jwt.FormatUserConfig(ujwt, seed)
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "sourcewatch.creds")
-	require.NoError(t, os.WriteFile(path, creds, 0o600))
+	path := writeUserCreds(t, acct, 0)
 	require.NoError(t, os.Chmod(path, 0o644))
 
 	cfg := testConfig(t, "p")
