@@ -406,6 +406,11 @@ func TestPluginThatDiedOnceInACallIsForgivenLaterDeaths(t *testing.T) {
 	require.Eventually(t, func() bool { return len(f.all()) == 2 && f.all()[1].calls.Load() >= 1 }, 10*time.Second, 5*time.Millisecond)
 	r.publish(t, "p", Event{Node: "2", State: StateRecovered, TS: time.Now()}, "")
 	require.Eventually(t, func() bool { return len(r.d.readiness()) == 0 }, 10*time.Second, 5*time.Millisecond)
+	// The first death is one after a tick that found the plugin up and
+	// forgave the relaunch (/readyz can be empty before the failed retry
+	// has even marked the graph failing; a kill then spends the one
+	// relaunch, and the outbreak, now over, asks for no other).
+	require.Eventually(t, func() bool { return r.d.graphs["p"].relaunches.Load() == 0 }, 10*time.Second, 5*time.Millisecond)
 	for kill := 1; kill <= 3; kill++ {
 		f.all()[kill].sick.Store(true)
 		require.Eventually(t, func() bool { return len(f.all()) == kill+2 }, 10*time.Second, 5*time.Millisecond,
