@@ -1,6 +1,8 @@
 package graph
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -350,4 +352,33 @@ func TestUnknownNodeWrapsErrUnknownNode(t *testing.T) {
 	_, err = Read(strings.NewReader("# nothing\n"), "e.edges")
 	require.ErrorIs(t, err, ErrEmpty)
 	require.NotErrorIs(t, err, ErrUnknownNode)
+}
+
+// The fingerprint is the SHA-256 of the canonical text doc.go spells out,
+// which bundles and the events' checks compare: written out here by hand
+// from that description, not from the code.
+func TestFingerprintIsTheDocumentedHash(t *testing.T) {
+	hash := func(text string) string { s := sha256.Sum256([]byte(text)); return hex.EncodeToString(s[:]) }
+	for _, tt := range []struct {
+		name, edges string
+		directed    bool
+		canonical   string
+	}{
+		// u <= v for undirected edges, weights by 'g' -1, the node named
+		// only by a self-loop as a node line, all lines sorted together.
+		{"undirected weighted", "c b 0.00001\nb a 0.5\nd d 1\n", false,
+			"undirected\na\tb\t0.5\nb\tc\t1e-05\nnode\td\n"},
+		// Arcs keep their direction; no weight column, no tab before it.
+		{"directed", "y x\nx y\nz x\n", true,
+			"directed\nx\ty\ny\tx\nz\tx\n"},
+		// Sorted as strings: "10" before "9".
+		{"numeric ids", "9 10\n", false,
+			"undirected\n10\t9\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g, err := Read(strings.NewReader(tt.edges), tt.name, Directed(tt.directed))
+			require.NoError(t, err)
+			require.Equal(t, hash(tt.canonical), g.Fingerprint())
+		})
+	}
 }
