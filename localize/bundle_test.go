@@ -521,6 +521,17 @@ func TestBundleEntryLimits(t *testing.T) {
 
 	dup := withEntry(t, good, &zip.FileHeader{Name: entryManifest, Method: zip.Store}, nil)
 
+	// The bytes the format's entries hold, from the archive's headers: a
+	// bundle of exactly that many is within a limit of that many.
+	var held int64
+	zg, err := zip.NewReader(bytes.NewReader(good), int64(len(good)))
+	require.NoError(t, err)
+	for _, f := range zg.File {
+		if _, ok := defaultReadLimits().entry[f.Name]; ok {
+			held += int64(f.UncompressedSize64)
+		}
+	}
+
 	limits := func(total int64, entry map[string]int64) readLimits {
 		l := defaultReadLimits()
 		l.total = total
@@ -541,6 +552,9 @@ func TestBundleEntryLimits(t *testing.T) {
 			"entry forward/state.bin holds 4194304 bytes, over the"},
 		{"over an entry's limit", good, limits(maxBundleBytes, map[string]int64{entryForward: 4}),
 			"entry forward/state.bin holds 5 bytes, over its limit of 4"},
+		{"at an entry's limit", good, limits(maxBundleBytes, map[string]int64{entryForward: 5}), ""},
+		{"at the bundle's limit", good, limits(held, nil), ""},
+		{"a byte over the bundle's limit", good, limits(held-1, nil), "bytes, over the"},
 		{"manifest over its limit", paddedData, defaultReadLimits(),
 			fmt.Sprintf("entry manifest.json holds %d bytes, over its limit of 1048576", paddedManifest)},
 		{"duplicate entry", dup, defaultReadLimits(), "entry manifest.json appears twice"},

@@ -111,3 +111,17 @@ func TestSolveTakesBundlePriorWeight(t *testing.T) {
 	b.Manifest.Solve.PriorWeight = 0
 	require.Equal(t, run(1), run(0), "a bundle without a weight gets the paper's 1")
 }
+
+// Under the threshold rule a restart votes for the nodes its own x, tie-
+// broken by its own gradient as Result.Scores are, puts at delta or over.
+// By hand, with n = 3 and eps = 1e-3: restart 0 has every x at 0.5 and
+// gradient (-1, 0, 1), so -g ranks the nodes 3, 2, 1 and scores them
+// 0.4995 + 0.001·(3, 2, 1)/4 = (0.50025, 0.5, 0.49975): a cut at 0.4999
+// takes nodes 0 and 1. Restart 1, x = (1, 0, 0.2) with a flat gradient,
+// names node 0 alone. So the fractions are (1, 1/2, 0).
+func TestNamedFractionTieBreaksEachRestartByItsGradient(t *testing.T) {
+	x := mat.NewDense(2, 3, []float64{0.5, 0.5, 0.5, 1, 0, 0.2})
+	grad := mat.NewDense(2, 3, []float64{-1, 0, 1, 0, 0, 0})
+	got := namedFraction(x, grad, reranking{}, restartVote{at: 0.4999, tieBreak: true}, nil)
+	require.InDeltaSlice(t, []float64{1, 0.5, 0}, got, 1e-12)
+}

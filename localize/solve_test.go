@@ -251,6 +251,14 @@ func TestOptionsValidate(t *testing.T) {
 		{"negative prior weight", func(o *Options) { o.PriorWeight = -0.5 }, "prior_weight: -0.5"},
 		{"NaN prior weight", func(o *Options) { o.PriorWeight = math.NaN() }, "prior_weight: NaN"},
 		{"variant", func(o *Options) { o.Variant = "fast" }, `variant: want full, a, b, noprior or datainit, got "fast"`},
+		{"too many init steps", func(o *Options) { o.InitSteps = maxSteps + 1 }, "init_steps: 100001 outside 0..100000"},
+		{"negative restarts", func(o *Options) { o.Restarts = -1 }, "restarts: -1 outside 0..4096"},
+		{"threshold above 1", func(o *Options) { o.Threshold = 1.01 }, "threshold: 1.01 outside [0, 1]"},
+		{"negative threshold", func(o *Options) { o.Threshold = -0.01 }, "threshold: -0.01 outside [0, 1]"},
+		{"prior weight above the bound", func(o *Options) { o.PriorWeight = 2 * MaxPriorWeight }, "prior_weight: 2e+06"},
+		{"learning rate above 1", func(o *Options) { o.LearningRate = 1.5 }, "learning_rate: 1.5"},
+		{"negative learning rate", func(o *Options) { o.LearningRate = -0.1 }, "learning_rate: -0.1"},
+		{"start", func(o *Options) { o.Start = "uniform" }, `start: want "bernoulli" or "sigmoid", got "uniform"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := DefaultOptions()
@@ -260,6 +268,9 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	require.NoError(t, DefaultOptions().Validate())
 	require.NoError(t, Options{}.Validate(), "zero fields take the defaults")
+	// Each bound itself is in range, as the manifest's are.
+	require.NoError(t, Options{Restarts: MaxRestarts, InitSteps: maxSteps, OptSteps: maxSteps, Threshold: 1,
+		PriorWeight: MaxPriorWeight, LearningRate: MaxLearningRate}.Validate())
 }
 
 func TestChooseThresholdUsesOnlyGivenPairs(t *testing.T) {
@@ -369,4 +380,38 @@ func TestCheckpointsMatchShorterSolves(t *testing.T) {
 	opts.Checkpoints = []int{51}
 	_, err := solve(context.Background(), n, 0.5, pr, f, p.Y, opts)
 	require.ErrorContains(t, err, "checkpoints: 51 outside 1..opt_steps (50)")
+}
+
+// Options.Start picks the restarts' starting x: Bernoulli at 0 or 1,
+// SigmoidNoise strictly inside (0, 1). One step of 1e-9 (Adam moves each
+// entry by about the learning rate) leaves the final x where it started,
+// and NoInit runs a single stage, so nothing binarises it.
+func TestSolveStarts(t *testing.T) {
+	const n = 12
+	_, f, pr := testProblem(n, 4, 17)
+	y := make([]float64, n)
+	y[3] = 1
+	for _, start := range []Start{Bernoulli, SigmoidNoise} {
+		t.Run(string(start), func(t *testing.T) {
+			opts := Options{Restarts: 4, OptSteps: 1, LearningRate: 1e-9, Variant: NoInit, Start: start, Seed: 23}
+			res, err := solve(context.Background(), n, 0.5, pr, f, y, opts)
+			require.NoError(t, err)
+			var zeros, ones int
+			for _, x := range res.final.RawMatrix().Data {
+				switch {
+				case x < 1e-8:
+					zeros++
+				case x > 1-1e-8:
+					ones++
+				}
+			}
+			if start == Bernoulli {
+				require.Equal(t, 4*n, zeros+ones)
+				require.Positive(t, zeros)
+				require.Positive(t, ones)
+			} else {
+				require.Zero(t, zeros+ones)
+			}
+		})
+	}
 }
