@@ -415,3 +415,40 @@ func TestSolveStarts(t *testing.T) {
 		})
 	}
 }
+
+// badShape is meanField whose fused loss call answers with a loss or
+// gradient of another shape than asked, as a broken plugin might.
+type badShape struct {
+	meanField
+	lossRows, gradRows, gradCols int // added to the right sizes
+}
+
+func (b badShape) SquaredErrorLoss(ctx context.Context, x, target *mat.Dense) ([]float64, *mat.Dense, error) {
+	r, n := x.Dims()
+	return make([]float64, r+b.lossRows), mat.NewDense(r+b.gradRows, n+b.gradCols, nil), nil
+}
+
+// The data term refuses a forward answer of the wrong shape, whichever
+// part is wrong.
+func TestDataTermRefusesWrongShapes(t *testing.T) {
+	const n = 6
+	p, f, pr := testProblem(n, 3, 29)
+	x := mat.NewDense(2, n, nil)
+	for _, tt := range []struct {
+		name string
+		bad  badShape
+	}{
+		{"losses", badShape{f, 1, 0, 0}},
+		{"gradient rows", badShape{f, 0, 1, 0}},
+		{"gradient columns", badShape{f, 0, 0, -1}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			q := &Problem{Forward: tt.bad, Prior: pr, Y: p.Y, PriorWeight: 1}
+			_, err := q.dataTerm(context.Background(), x, mat.NewDense(2, n, nil))
+			require.ErrorIs(t, err, errShape)
+		})
+	}
+	ok := &Problem{Forward: badShape{meanField: f}, Prior: pr, Y: p.Y, PriorWeight: 1}
+	_, err := ok.dataTerm(context.Background(), x, mat.NewDense(2, n, nil))
+	require.NoError(t, err)
+}
