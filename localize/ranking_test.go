@@ -330,6 +330,16 @@ func TestChooseLoneFirst(t *testing.T) {
 	require.False(t, lift)
 	require.Greater(t, without, with)
 
+	// Over several cascades the means are the cascades' means, counting
+	// only those with a source to judge: (7/8 + 1)/2 without the lift;
+	// with it the stray lone node outranks the source 0, which then beats
+	// 4 of its 5 negatives, so (1 + 4/5)/2.
+	lift, without, with = ChooseLoneFirst(g, [][]float64{scores, scores, scores}, []forward.Pair{
+		{Sources: []int{0, 4}, Infected: infected}, {Infected: infected}, {Sources: []int{0}, Infected: infected}})
+	require.False(t, lift)
+	require.InDelta(t, 15.0/16, without, 1e-12)
+	require.InDelta(t, 9.0/10, with, 1e-12)
+
 	// Nothing to judge (no source): no lift.
 	lift, _, _ = ChooseLoneFirst(g, [][]float64{scores}, []forward.Pair{{Infected: infected}})
 	require.False(t, lift)
