@@ -128,6 +128,7 @@ func TestFitLearnsClusteredSources(t *testing.T) {
 	require.InDelta(t, m["val_bce"], bce, 1e-9)
 	require.InDelta(t, m["val_kl"], kl, 1e-9)
 	require.Equal(t, m["val_loss"], calls[int(m["best_epoch"])-1].ValLoss)
+	require.InDelta(t, m["val_bce"]+m["val_kl"], m["val_loss"], 1e-12, "the loss is the negative ELBO, BCE + KL")
 
 	// The terms prefer a held-out cluster to a scattered set of the same size.
 	terms := v.Terms(train, 256, rand.New(rand.NewPCG(1, 1)))
@@ -510,4 +511,61 @@ func floatsEqual(a, b []float64) bool {
 		}
 	}
 	return true
+}
+
+// The encoder's first layer takes ReLU's derivative at 0 as 0, as nn's
+// ReLU does: an empty source set with the initial zero bias sits at z = 0
+// exactly, and passes no gradient to the bias.
+func TestSparseDenseReLUAtZero(t *testing.T) {
+	l := newSparseDense(4, 3, rand.New(rand.NewPCG(41, 41)))
+	y := l.forward([][]int{{}, {1, 2}})
+	require.Equal(t, []float64{0, 0, 0}, y.RawRowView(0))
+	l.backward(mat.NewDense(2, 3, []float64{1, 1, 1, 0, 0, 0}))
+	require.Equal(t, []float64{0, 0, 0}, l.gb)
+	require.Equal(t, make([]float64, 12), l.gw)
+}
+
+// train_loss is the epoch's mean negative ELBO, BCE + KL per set. With the
+// decoder's first layer zeroed the logits do not depend on z, so the
+// training noise does not matter, and at a learning rate of 1e-12 the one
+// epoch leaves the parameters where they were: the metric is then the
+// mean of BCE + KL at z = mu, computed by evaluate.
+func TestFitTrainLossIsTheNegativeELBO(t *testing.T) {
+	cfg := tinyConfig()
+	cfg.Epochs, cfg.LearningRate = 1, 1e-12
+	v := NewVAE(9, cfg)
+	v.dec.Layers[0].W.Zero()
+	train := [][]int{{0, 3}, {8}, {1, 2, 4, 5}, {6}, {2, 7}}
+	m, err := v.Fit(context.Background(), train, nil, nil)
+	require.NoError(t, err)
+	bce, kl := v.evaluate(train, nil)
+	require.Greater(t, kl, 0.0)
+	require.InDelta(t, bce+kl, m["train_loss"], 1e-6)
+}
+
+// evaluate takes the sets 256 at a time: exactly 256 sets are one full
+// chunk, with the means of the sets' own losses (computed one by one).
+func TestEvaluateOnAFullChunk(t *testing.T) {
+	v := NewVAE(11, tinyConfig())
+	rng := rand.New(rand.NewPCG(37, 37))
+	sets := uniformSets(11, 256, 0.3, rng)
+	eps := randDense(rng, 256, 3, 1)
+	bce, kl := v.evaluate(sets, eps)
+	var wantB, wantK float64
+	for s, set := range sets {
+		b, k := v.loss([][]int{set}, mat.NewDense(1, 3, slices.Clone(eps.RawRowView(s))), false)
+		wantB += b / 256
+		wantK += k / 256
+	}
+	require.InDelta(t, wantB, bce, 1e-9)
+	require.InDelta(t, wantK, kl, 1e-9)
+}
+
+// frequencyBCE by hand: on the training sets {0} and {0, 1} the Laplace-
+// smoothed frequencies (count + 1)/(2 + 2) are 3/4, 1/2, 1/4, so the set
+// {1} costs -log(1/4 · 1/2 · 3/4) = log(32/3) and {0} costs
+// -log(3/4 · 1/2 · 3/4) = log(32/9); the metric is their mean.
+func TestFrequencyBCE(t *testing.T) {
+	got := frequencyBCE([][]int{{0}, {0, 1}}, [][]int{{1}, {0}}, 3)
+	require.InDelta(t, (math.Log(32.0/3)+math.Log(32.0/9))/2, got, 1e-12)
 }
