@@ -543,16 +543,21 @@ func TestFitTrainLossIsTheNegativeELBO(t *testing.T) {
 	require.InDelta(t, bce+kl, m["train_loss"], 1e-6)
 }
 
-// evaluate takes the sets 256 at a time: exactly 256 sets are one full
-// chunk, with the means of the sets' own losses (computed one by one).
+// evaluate and encode take the sets 256 at a time: exactly 256 sets are
+// one full chunk, with the means of the sets' own losses and their own
+// encodings (computed one by one).
 func TestEvaluateOnAFullChunk(t *testing.T) {
 	v := NewVAE(11, tinyConfig())
 	rng := rand.New(rand.NewPCG(37, 37))
 	sets := uniformSets(11, 256, 0.3, rng)
 	eps := randDense(rng, 256, 3, 1)
 	bce, kl := v.evaluate(sets, eps)
+	mu, lv := v.encode(sets)
 	var wantB, wantK float64
 	for s, set := range sets {
+		m1, l1 := v.encode([][]int{set})
+		require.InDeltaSlice(t, m1.RawRowView(0), mu.RawRowView(s), 1e-12)
+		require.InDeltaSlice(t, l1.RawRowView(0), lv.RawRowView(s), 1e-12)
 		b, k := v.loss([][]int{set}, mat.NewDense(1, 3, slices.Clone(eps.RawRowView(s))), false)
 		wantB += b / 256
 		wantK += k / 256
