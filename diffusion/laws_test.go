@@ -413,3 +413,27 @@ func TestWeightedOneStepMatchesTheExactExpectation(t *testing.T) {
 		})
 	}
 }
+
+// RunFull runs until nothing changes when MaxSteps is 0, and its Step is
+// the last step that changed anything, a recovery included. By hand, on
+// the path 0 - 1 - 2 - 3 from 0: SI with beta 1 infects node t at step t,
+// and step 4 changes nothing, so Step is 3. SIR with beta 1 and gamma 1
+// on the path 0 - 1: at step 1 node 0 infects 1 and recovers; at step 2
+// node 1 only recovers, which is still a change, so Step is 2.
+func TestRunFullStepIsTheLastChange(t *testing.T) {
+	path := graph.New(4, []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}, {From: 2, To: 3}}, nil, false, false)
+	cfg := DefaultConfig()
+	cfg.Beta, cfg.MaxSteps = 1, 0
+	c := RunFull(path, cfg, []int{0}, rand.New(rand.NewPCG(43, 43)))
+	require.Equal(t, 3, c.Step)
+	require.Equal(t, []int{0, 1, 2, 3}, c.Times)
+	require.Equal(t, []int{0, 1, 2, 3}, c.Infected)
+
+	pair := graph.New(2, []graph.Edge{{From: 0, To: 1}}, nil, false, false)
+	cfg.Model, cfg.Gamma = SIR, 1
+	c = RunFull(pair, cfg, []int{0}, rand.New(rand.NewPCG(43, 43)))
+	require.Equal(t, 2, c.Step)
+	require.Equal(t, []int{0, 1}, c.Times)
+	require.Equal(t, []int{1, 2}, c.Recovered)
+	require.Empty(t, c.Infected)
+}
