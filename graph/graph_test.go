@@ -170,6 +170,16 @@ func TestNewPanicsWithPrefix(t *testing.T) {
 	require.PanicsWithValue(t, "graph: edge 0-5 out of range for 2 nodes", func() {
 		New(2, []Edge{{0, 5, 1}}, nil, false, false)
 	})
+	// n itself is out of range, at either end.
+	require.PanicsWithValue(t, "graph: edge 2-0 out of range for 2 nodes", func() {
+		New(2, []Edge{{2, 0, 1}}, nil, false, false)
+	})
+	require.PanicsWithValue(t, "graph: edge 0-2 out of range for 2 nodes", func() {
+		New(2, []Edge{{0, 2, 1}}, nil, false, false)
+	})
+	require.PanicsWithValue(t, "graph: edge -1-0 out of range for 2 nodes", func() {
+		New(2, []Edge{{-1, 0, 1}}, nil, false, false)
+	})
 }
 
 func TestLookupAndEdges(t *testing.T) {
@@ -366,8 +376,8 @@ func TestFingerprintIsTheDocumentedHash(t *testing.T) {
 	}{
 		// u <= v for undirected edges, weights by 'g' -1, the node named
 		// only by a self-loop as a node line, all lines sorted together.
-		{"undirected weighted", "c b 0.00001\nb a 0.5\nd d 1\n", false,
-			"undirected\na\tb\t0.5\nb\tc\t1e-05\nnode\td\n"},
+		{"undirected weighted", "c b 0.00001\nb a 0.125\nd d 1\n", false,
+			"undirected\na\tb\t0.125\nb\tc\t1e-05\nnode\td\n"},
 		// Arcs keep their direction; no weight column, no tab before it.
 		{"directed", "y x\nx y\nz x\n", true,
 			"directed\nx\ty\ny\tx\nz\tx\n"},
