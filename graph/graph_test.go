@@ -235,6 +235,7 @@ func TestReadHeaderBOMAndDroppedEdges(t *testing.T) {
 	}{
 		{"header", "src dst\n0 1\n1 2\n", `h.edges:1: "src dst" looks like a header, every other node id being a number: comment it out with #`},
 		{"header after a comment", "# exported\nfrom to\n0 1\n", `h.edges:2: "from to" looks like a header`},
+		{"header with one number", "weight 9\n0 1\n1 2\n", `h.edges:1: "weight 9" looks like a header, every other node id being a number`},
 		{"header above text ids", "Source\tTarget\nalice bob\nbob carol\n", `h.edges:1: "Source Target" looks like a header (column names, linked to no other node)`},
 		{"weighted header", "src dst weight\n0 1 0.5\n", `h.edges:1: weight "weight" is not a number (a header line? comment it out with #)`},
 	} {
