@@ -39,6 +39,15 @@ func TestChanceScore(t *testing.T) {
 			brier:   (0.81 + 1) / 4, ece: 0.9/4 + 1.0/4, expected: 0.9, trueCounts: 1,
 		},
 		{
+			// Bins [0, 0.1) (0.05, no source) and [0.1, 0.2) (0.15, a
+			// source), by hand: ECE |0.05-0|/2 + |0.15-1|/2 = 0.45 (one
+			// bin would be |0.2-1|/2 = 0.4); Brier (0.05^2 + 0.85^2)/2.
+			name:    "the lowest tenth is a bin of its own",
+			chances: [][]float64{{0.05, 0.15}},
+			sources: [][]int{{1}},
+			brier:   (0.0025 + 0.7225) / 2, ece: 0.45, expected: 0.2, trueCounts: 1,
+		},
+		{
 			name:    "a repeated source counts once",
 			chances: [][]float64{{0.5, 0.5}},
 			sources: [][]int{{0, 0}},

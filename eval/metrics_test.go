@@ -30,6 +30,10 @@ func TestPRF(t *testing.T) {
 		{"empty prediction is precision 0", []int{1}, nil, 0, 0, 0},
 		{"disjoint", []int{1}, []int{2}, 0, 0, 0},
 		{"duplicates count once", []int{1, 2}, []int{1, 1}, 1, 0.5, 2.0 / 3},
+		// p + r below 1 (by hand: p = 1/4, r = 1/2, F1 = 2(1/8)/(3/4) = 1/3):
+		// F1 is not 0 just because p + r is small
+		{"low precision and recall", []int{1, 2}, []int{2, 3, 4, 5}, 0.25, 0.5, 1.0 / 3},
+		{"empty truth is recall 0", nil, []int{1}, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, r, f1 := PRF(tc.truth, tc.pred)
@@ -70,6 +74,10 @@ func TestTopK(t *testing.T) {
 	require.InDelta(t, 1.0/6, TopK([]float64{3, 2, 2, 2, 1}, []int{1, 4}), 1e-12)
 	require.InDelta(t, 1, TopK([]float64{3, 2, 0, 0, 1}, []int{0, 1}), 1e-12)
 	require.InDelta(t, 0.5, TopK([]float64{3, 2, 0, 0, 1}, []int{0, 4}), 1e-12)
+	// scores not in order: the 2 highest are nodes 1 and 2 (3 and 2), so
+	// of the sources 0 and 2 one is found, 1/2; the 2nd score in node
+	// order (3) is not the cut
+	require.InDelta(t, 0.5, TopK([]float64{1, 3, 2}, []int{0, 2}), 1e-12)
 	require.True(t, math.IsNaN(TopK([]float64{1}, nil)))
 }
 
@@ -178,7 +186,14 @@ func TestSummarize(t *testing.T) {
 
 	st = Summarize([]float64{math.NaN()})
 	require.True(t, math.IsNaN(st.Mean))
+	require.True(t, math.IsNaN(st.SD), "no defined value: SD is NaN, not 0")
 	require.Equal(t, 1, st.Undefined)
+
+	// two values are enough for a sample SD: by hand, mean 2, squares
+	// 1 + 1 over n - 1 = 1, SD sqrt(2)
+	st = Summarize([]float64{1, 3})
+	require.InDelta(t, 2, st.Mean, 1e-12)
+	require.InDelta(t, math.Sqrt2, st.SD, 1e-12)
 }
 
 func TestChooseK(t *testing.T) {
@@ -197,6 +212,38 @@ func TestChooseK(t *testing.T) {
 	require.Equal(t, 1, rule.K(5))
 	require.Equal(t, 4, rule.K(20))
 	require.Equal(t, 1, rule.K(0))
+
+	// the edges, by hand: F1 of the top k of {1, 2} against {1, 2} is
+	// 2/3 at k = 1 and 1 at k = 2
+	for _, tc := range []struct {
+		name string
+		maxK int
+		want KRule
+		f1   float64
+	}{
+		{"the largest k is tried", 2, KRule{Fixed: 2}, 1},
+		{"no k above maxK", 1, KRule{Fixed: 1}, 2.0 / 3},
+		{"maxK 0 tries k = 1", 0, KRule{Fixed: 1}, 2.0 / 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rule, f1 := ChooseK([][]int{{1, 2}}, [][]int{{1, 2}}, nil, tc.maxK)
+			require.Equal(t, tc.want, rule)
+			require.InDelta(t, tc.f1, f1, 1e-12)
+		})
+	}
+	rule, f1 = ChooseK(nil, nil, nil, 3)
+	require.Equal(t, KRule{Fixed: 1}, rule)
+	require.True(t, math.IsNaN(f1), "no validation cascade: F1 undefined")
+	// ties, by hand: F1 of the top k of {1, 2, 3, 4} against {1, 4} is
+	// 2/3 at k = 1 and again at k = 4 (2·2/(4+2)), and at 0.1·10
+	// infected (k = 1): the smaller fixed k wins, then fixed over ratio
+	rule, f1 = ChooseK([][]int{{1, 2, 3, 4}}, [][]int{{1, 4}}, nil, 4)
+	require.Equal(t, KRule{Fixed: 1}, rule)
+	require.InDelta(t, 2.0/3, f1, 1e-12)
+	rule, _ = ChooseK([][]int{{1, 2, 3, 4}}, [][]int{{1, 4}}, []int{10}, 4)
+	require.Equal(t, KRule{Fixed: 1}, rule)
+	require.Panics(t, func() { ChooseK([][]int{{1}}, nil, nil, 1) })
+	require.Panics(t, func() { ChooseK([][]int{{1}}, [][]int{{1}}, []int{1, 2}, 1) })
 }
 
 func TestChooseThreshold(t *testing.T) {
@@ -206,4 +253,43 @@ func TestChooseThreshold(t *testing.T) {
 	require.InDelta(t, 1, f1, 1e-12)
 	require.Greater(t, th, 0.3)
 	require.LessOrEqual(t, th, 0.8)
+
+	// a tie, by hand: against {0, 3}, t = 0.9 predicts {0} (F1 2/3) and
+	// t = 0.1 all four (p 1/2, r 1: F1 2/3 too); the larger t wins
+	th, f1 = ChooseThreshold([][]float64{{0.9, 0.8, 0.5, 0.1}}, [][]int{{0, 3}})
+	require.InDelta(t, 0.9, th, 0)
+	require.InDelta(t, 2.0/3, f1, 1e-12)
+
+	th, f1 = ChooseThreshold(nil, nil)
+	require.InDelta(t, 0.5, th, 0)
+	require.True(t, math.IsNaN(f1), "no score: F1 undefined")
+	require.Panics(t, func() { ChooseThreshold([][]float64{{1}}, nil) })
+
+	// 1000 distinct scores i/1000, the largest moved to node 500: more
+	// than the 200 candidates, so only sorted quantiles are sure to hold
+	// the extremes. One source, the top node: the cut is the top score.
+	// Every node a source: the cut is the lowest score (F1 1 only there).
+	big := make([]float64, 1000)
+	for i := range big {
+		big[i] = float64(i) / 1000
+	}
+	big[500], big[999] = big[999], big[500]
+	all := make([]int, len(big))
+	for i := range all {
+		all[i] = i
+	}
+	for _, tc := range []struct {
+		name  string
+		truth []int
+		want  float64
+	}{
+		{"the top score", []int{500}, 0.999},
+		{"the lowest score", all, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			th, f1 := ChooseThreshold([][]float64{big}, [][]int{tc.truth})
+			require.InDelta(t, tc.want, th, 0)
+			require.InDelta(t, 1, f1, 1e-12)
+		})
+	}
 }
