@@ -2,11 +2,13 @@ package eval
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -723,5 +725,290 @@ func TestOJCWarnsOfALargeDistanceMatrix(t *testing.T) {
 		}
 		require.Len(t, warnings, 1)
 		require.Contains(t, warnings[0].Message, "up to 8200 infected nodes here, 0.3 GB")
+	}
+}
+
+// TestRankMethodFitChoosesKOnValidation runs the rank skeleton's Fit with a
+// fake ranking (the infected nodes, highest index first, then the rest in
+// index order) and checks the rule it keeps. Expected rules by hand: the
+// sources are the first few of that order, so a rule is right on a cascade
+// when it predicts exactly their count.
+func TestRankMethodFitChoosesKOnValidation(t *testing.T) {
+	ctx := context.Background()
+	order := func(y []float64) []int {
+		var inf, rest []int
+		for i := len(y) - 1; i >= 0; i-- {
+			if y[i] >= 0.5 {
+				inf = append(inf, i)
+			}
+		}
+		for i := range y {
+			if y[i] < 0.5 {
+				rest = append(rest, i)
+			}
+		}
+		return append(inf, rest...)
+	}
+	upTo := func(n int) []int {
+		var s []int
+		for i := range n {
+			s = append(s, i)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name  string
+		n     int
+		fixed int
+		val   []diffusion.Cascade
+		want  KRule
+	}{
+		{
+			// 3 sources of 5 and of 11 infected: k = 3 fits both; no
+			// fraction does (round(5r) = 3 needs r = 0.5, and round(5.5)
+			// = 6), so k is tried up to the infected counts, beyond 1
+			name: "a count", n: 12,
+			val: []diffusion.Cascade{
+				{Sources: []int{2, 3, 4}, Infected: upTo(5)},
+				{Sources: []int{8, 9, 10}, Infected: upTo(11)},
+			},
+			want: KRule{Fixed: 3},
+		},
+		{
+			// 1 source of 10 infected, 2 of 20: only 0.1·infected fits both
+			// (k = 1: F1 1 and 2/3; k = 2: 2/3 and 1)
+			name: "a fraction of the infected", n: 21,
+			val: []diffusion.Cascade{
+				{Sources: []int{9}, Infected: upTo(10)},
+				{Sources: []int{19, 18}, Infected: upTo(20)},
+			},
+			want: KRule{Ratio: 0.1},
+		},
+		{
+			// the source 5 was not infected (recovered): k = 6 would find
+			// it, but k goes no further than the 2 infected, and every k
+			// up to 2 scores 0, so the first, 1, stays
+			name: "no k above the largest infected count", n: 6,
+			val:  []diffusion.Cascade{{Sources: []int{5}, Infected: []int{0, 1}}},
+			want: KRule{Fixed: 1},
+		},
+		{
+			name: "a fixed k is kept", n: 12, fixed: 1,
+			val: []diffusion.Cascade{
+				{Sources: []int{2, 3, 4}, Infected: upTo(5)},
+				{Sources: []int{8, 9, 10}, Infected: upTo(11)},
+			},
+			want: KRule{Fixed: 1},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var seen [][]int
+			m := &rankMethod{name: "fake", env: Env{Seed: 7, Logger: zap.NewNop()}, usesY: true, fixed: tc.fixed}
+			m.rank = func(_ context.Context, y []float64, infected []int, _ int, _ []float64) ([]int, error) {
+				// what the method is shown is the cascade's observation
+				require.Equal(t, infectedOf(y), infected)
+				seen = append(seen, infected)
+				return order(y), nil
+			}
+			require.NoError(t, m.Fit(ctx, path(tc.n), nil, tc.val))
+			require.Equal(t, tc.want, m.rule)
+			if tc.fixed == 0 {
+				require.Len(t, seen, len(tc.val))
+				for i, c := range tc.val {
+					require.Equal(t, c.Infected, seen[i], "validation cascade %d", i)
+				}
+			}
+		})
+	}
+}
+
+// TestRankMethodErrors checks that the rank skeleton passes on its
+// ranking's errors and a cancelled context, and predicts no more nodes
+// than the ranking returned.
+func TestRankMethodErrors(t *testing.T) {
+	boom := errors.New("boom")
+	g := path(4)
+	val := []diffusion.Cascade{{Sources: []int{1}, Infected: []int{0, 1}}}
+	newFake := func(fixed int, rank func() ([]int, error)) *rankMethod {
+		m := &rankMethod{name: "fake", env: Env{Seed: 7, Logger: zap.NewNop()}, usesY: true, fixed: fixed}
+		m.rank = func(context.Context, []float64, []int, int, []float64) ([]int, error) { return rank() }
+		return m
+	}
+	fail := func() ([]int, error) { return nil, boom }
+	two := func() ([]int, error) { return []int{3, 1}, nil }
+
+	require.ErrorIs(t, newFake(0, fail).Fit(context.Background(), g, nil, val), boom)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, newFake(0, two).Fit(ctx, g, nil, val), context.Canceled)
+
+	m := newFake(2, fail)
+	require.NoError(t, m.Fit(context.Background(), g, nil, val))
+	_, err := m.Localize(context.Background(), yOf(4, 0, 1))
+	require.ErrorIs(t, err, boom)
+
+	// k = 3 but the ranking names two nodes: those two
+	m = newFake(3, two)
+	require.NoError(t, m.Fit(context.Background(), g, nil, val))
+	p, err := m.Localize(context.Background(), yOf(4, 0, 1))
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 3}, p.Sources)
+
+	m = newFake(0, two)
+	m.rk = newRanker(4, 7)
+	_, err = m.byScore(func(context.Context, []float64, []int, []float64) error { return boom })(context.Background(), yOf(4), nil, 0, make([]float64, 4))
+	require.ErrorIs(t, err, boom)
+}
+
+// TestControlsChooseKAndCheckParams: degree, prior and random choose k on
+// validation unless given one, refuse an unknown parameter, and score as
+// their documentation says at the edges.
+func TestControlsChooseKAndCheckParams(t *testing.T) {
+	ctx := context.Background()
+	// star with centre 0 and leaves 1..6, plus a tail 6-7 (degrees 6, 1,
+	// ..., 1, 2, 1)
+	e := []graph.Edge{{From: 6, To: 7}}
+	for i := 1; i <= 6; i++ {
+		e = append(e, graph.Edge{From: 0, To: i})
+	}
+	star := graph.New(8, e, nil, false, false)
+	for _, name := range []string{"degree", "prior", "random"} {
+		t.Run(name+" refuses an unknown parameter", func(t *testing.T) {
+			f, err := Lookup(name)
+			require.NoError(t, err)
+			_, err = f(Env{Graph: star, Seed: 7, Logger: zap.NewNop(), Params: map[string]string{"bogus": "1"}})
+			require.ErrorIs(t, err, ErrBadParam)
+		})
+	}
+	for _, tc := range []struct {
+		name        string
+		train, val  []diffusion.Cascade
+		y           []float64
+		wantSources []int
+	}{
+		// the two highest degrees among the infected are the sources: k = 2
+		{"degree", nil, []diffusion.Cascade{{Sources: []int{0, 6}, Infected: []int{0, 1, 2, 6}}}, yOf(8, 0, 1, 2, 6), []int{0, 6}},
+		// each validation cascade ranked on its own: in the second, the
+		// centre 0 is not infected and must not keep the first's score
+		// (it would take k = 1's place: k = 2 would win with F1 2/3 + 2/3
+		// over k = 1's 1 + 0); k = 1 is right on both
+		{"degree, one cascade after another", nil, []diffusion.Cascade{
+			{Sources: []int{0}, Infected: []int{0, 1, 2}},
+			{Sources: []int{6}, Infected: []int{6, 7}},
+		}, yOf(8, 0, 1, 2), []int{0}},
+		// the two training sources are the validation's: k = 2
+		{"prior", []diffusion.Cascade{{Sources: []int{1, 2}}, {Sources: []int{1, 2}}},
+			[]diffusion.Cascade{{Sources: []int{1, 2}, Infected: []int{1, 2}}}, yOf(8), []int{1, 2}},
+		// every node a source: only k = 8 has F1 1, whatever the order
+		{"random", nil, []diffusion.Cascade{{Sources: []int{0, 1, 2, 3, 4, 5, 6, 7}, Infected: []int{0, 1, 2, 3, 4, 5, 6, 7}}},
+			yOf(8, 0, 1, 2, 3, 4, 5, 6, 7), []int{0, 1, 2, 3, 4, 5, 6, 7}},
+	} {
+		t.Run(tc.name+" chooses k", func(t *testing.T) {
+			method, _, _ := strings.Cut(tc.name, ",")
+			m := newMethod(t, method, star, nil)
+			require.NoError(t, m.Fit(ctx, star, tc.train, tc.val))
+			p, err := m.Localize(ctx, tc.y)
+			require.NoError(t, err)
+			require.Equal(t, tc.wantSources, p.Sources)
+		})
+	}
+	t.Run("prior without training cascades scores 0", func(t *testing.T) {
+		m := newMethod(t, "prior", star, map[string]string{"k": "1"})
+		require.NoError(t, m.Fit(ctx, star, nil, nil))
+		p, err := m.Localize(ctx, yOf(8, 1))
+		require.NoError(t, err)
+		require.Equal(t, make([]float64, 8), p.Scores)
+	})
+	t.Run("random draws scores anew for each observation", func(t *testing.T) {
+		m := newMethod(t, "random", star, map[string]string{"k": "1"})
+		require.NoError(t, m.Fit(ctx, star, nil, nil))
+		a, err := m.Localize(ctx, yOf(8, 1))
+		require.NoError(t, err)
+		b, err := m.Localize(ctx, yOf(8, 1))
+		require.NoError(t, err)
+		require.Len(t, a.Scores, 8)
+		require.NotEqual(t, a.Scores, b.Scores)
+		require.NotEqual(t, make([]float64, 8), a.Scores)
+	})
+	t.Run("degree counts y = 0.5 as infected", func(t *testing.T) {
+		// as infectedOf does: node 6 (degree 2) scores 1 + 2
+		m := newMethod(t, "degree", star, map[string]string{"k": "1"})
+		require.NoError(t, m.Fit(ctx, star, nil, nil))
+		y := yOf(8, 0)
+		y[6] = 0.5
+		p, err := m.Localize(ctx, y)
+		require.NoError(t, err)
+		require.Equal(t, []float64{7, 0, 0, 0, 0, 0, 3, 0}, p.Scores)
+	})
+}
+
+// TestParamsRefuseBadValues: each kind of parameter refuses what it cannot
+// read, and an unknown key is named (the first in sorted order) with the
+// known ones, sorted.
+func TestParamsRefuseBadValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		val  string
+		read func(p *params)
+	}{
+		{"float not a number", "x", func(p *params) { p.float("a", 1) }},
+		{"float -Inf", "-Inf", func(p *params) { p.float("a", 1) }},
+		{"float +Inf", "+Inf", func(p *params) { p.float("a", 1) }},
+		{"float NaN", "NaN", func(p *params) { p.float("a", 1) }},
+		{"int not an integer", "1.5", func(p *params) { p.int("a", 1) }},
+		{"count negative", "-1", func(p *params) { p.count("a", 1) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newParams("m", map[string]string{"a": tc.val})
+			tc.read(p)
+			require.ErrorIs(t, p.done(), ErrBadParam)
+		})
+	}
+	p := newParams("m", map[string]string{"c": "1", "b": "1", "k": "2"})
+	require.Equal(t, 2, p.count("k", 0))
+	p.int("j", 0)
+	require.EqualError(t, p.done(), "bad method parameter m.b: unknown (known: [j k])")
+}
+
+// TestInfectedOfIsHalfOrMore: a node is infected at y >= 0.5.
+func TestInfectedOfIsHalfOrMore(t *testing.T) {
+	require.Equal(t, []int{0, 2, 4}, infectedOf([]float64{0.5, 0.49, 1, 0, 0.6}))
+	require.Nil(t, infectedOf([]float64{0, 0.25}))
+}
+
+// LPSI names infected nodes only, keeps a given alpha, and checks its
+// iteration parameters.
+func TestLPSIEdges(t *testing.T) {
+	ctx := context.Background()
+	// the path 0-1-2 infected, node 3 alone and not: a node without
+	// neighbours outranks them all, yet is no source
+	g := graph.New(4, []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}}, nil, false, false)
+	m := newMethod(t, "lpsi", g, map[string]string{"alpha": "0.42"})
+	val := []diffusion.Cascade{{Sources: []int{0}, Infected: []int{0, 1}}}
+	require.NoError(t, m.Fit(ctx, g, nil, val))
+	require.InDelta(t, 0.42, m.(*lpsi).alpha, 0, "a given alpha is not chosen again on validation")
+	p, err := m.Localize(ctx, yOf(4, 0, 1, 2))
+	require.NoError(t, err)
+	require.Equal(t, []int{1}, p.Sources)
+
+	for _, tc := range []struct {
+		params map[string]string
+		ok     bool
+	}{
+		{map[string]string{"max_iter": "1"}, true},
+		{map[string]string{"max_iter": "0"}, false},
+		{map[string]string{"tol": "0"}, false},
+		{map[string]string{"alpha": "1"}, false},
+		{map[string]string{"alpha": "0"}, false},
+	} {
+		f, err := Lookup("lpsi")
+		require.NoError(t, err)
+		_, err = f(Env{Graph: g, Seed: 7, Logger: zap.NewNop(), Params: tc.params})
+		if tc.ok {
+			require.NoError(t, err, "%v", tc.params)
+		} else {
+			require.ErrorIs(t, err, ErrBadParam, "%v", tc.params)
+		}
 	}
 }
