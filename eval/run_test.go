@@ -96,6 +96,11 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown method", func(c *Config) { c.Methods = []string{"lpsi", "magic"} }, `unknown method "magic"`},
 		{"duplicate", func(c *Config) { c.Methods = []string{"lpsi", "lpsi"} }, "twice"},
 		{"param form", func(c *Config) { c.Params = map[string]string{"alpha": "1"} }, "want method.key=value"},
+		{"param without key", func(c *Config) { c.Params = map[string]string{"lpsi.": "1"} }, "want method.key=value"},
+		{"empty validation", func(c *Config) { c.Cascades, c.ValFrac = 10, 0.04 }, "cascades 10"},
+		{"recorded count", func(c *Config) {
+			c.Recorded = []diffusion.Cascade{{N: 50, Sources: []int{1}, Infected: []int{1}}}
+		}, "cascades 40: 1 recorded cascades given"},
 		{"param method", func(c *Config) { c.Methods = []string{"jordan"}; c.Params = map[string]string{"lpsi.alpha": "1"} }, "not being evaluated"},
 		{"simulation", func(c *Config) { c.Sim.Beta = 2 }, ""},
 	} {
@@ -106,6 +111,16 @@ func TestConfigValidate(t *testing.T) {
 			require.ErrorIs(t, err, ErrConfig)
 			require.ErrorContains(t, err, tc.want)
 		})
+	}
+	// the edges that are allowed: MaxRuns runs, one cascade in each part
+	// (by hand: round(0.34·3) = round(0.33·3) = 1, leaving 1)
+	for _, edit := range []func(*Config){
+		func(c *Config) { c.Runs = MaxRuns },
+		func(c *Config) { c.Cascades, c.TrainFrac, c.ValFrac = 3, 0.34, 0.33 },
+	} {
+		cfg := testConfig()
+		edit(&cfg)
+		require.NoError(t, cfg.Validate(g))
 	}
 }
 
@@ -385,6 +400,15 @@ func TestUndefinedNumbersAreNull(t *testing.T) {
 	require.NoError(t, json.Unmarshal(raw, &back))
 	require.True(t, math.IsNaN(back.S.Mean) && math.IsNaN(back.S.SD) && math.IsNaN(back.D.Mean) && math.IsNaN(back.D.CI95))
 	require.Equal(t, 3, back.S.Undefined)
+
+	// -Inf too (an SD can be any of them)
+	raw, err = json.Marshal(Stat{Mean: math.Inf(-1), SD: 1, N: 2})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"mean":null,"sd":1,"n":2}`, string(raw))
+
+	// a value of the wrong type is an error, not a zero
+	require.Error(t, json.Unmarshal([]byte(`{"mean":"x"}`), &back.S))
+	require.Error(t, json.Unmarshal([]byte(`{"mean":"x"}`), &back.D))
 }
 
 // A renamed method keeps the seed of the name its published numbers were
@@ -704,6 +728,12 @@ func TestPairedDifferenceUnits(t *testing.T) {
 	sd := math.Sqrt((math.Pow(0.2-d.Mean, 2) + math.Pow(0-d.Mean, 2) + math.Pow(0.3-d.Mean, 2)) / 2)
 	require.InDelta(t, 4.302652729911275*sd/math.Sqrt(3), d.CI95, 1e-9, "t with 2 degrees of freedom")
 
+	// An undefined value leaves out its pair, not its unit: a's one
+	// defined difference 0.1 and c's 0.3, mean 0.2 over 2 units.
+	d = pairedDifference([]float64{0.6, math.NaN(), 0.4}, []float64{0.5, 0.5, 0.1}, []string{"a", "a", "c"})
+	require.Equal(t, 2, d.N)
+	require.InDelta(t, 0.2, d.Mean, 1e-12)
+
 	rep := &Report{Graph: "g", Settings: Settings{Runs: 1, Test: 1}, Results: []Result{
 		{Method: "jordan", AUC: Stat{Mean: 0.5, N: 1}, Paired: &Paired{Reference: "infected", F1: one, AUC: one}},
 	}}
@@ -770,4 +800,154 @@ func TestReportSaysHowTheChanceFared(t *testing.T) {
 	require.Contains(t, out, "local-mlp: its probabilities read as a chance: Brier 0.070, ECE 0.010; 3.1 sources expected a test cascade, 3.0 true\n",
 		"a learned probability, with no agreement to set beside it")
 	require.NotContains(t, out, "slvae-noprior: each node's chance")
+}
+
+// spyMethod is the infected control recording what Run shows it: the
+// sources of the cascades it is fitted on, and the infected nodes of
+// each observation it localizes.
+type spyMethod struct {
+	infectedMethod
+	rec *spyRecord
+}
+
+type spyRecord struct {
+	mu                 sync.Mutex
+	train, val, tested []int
+}
+
+var spyParts spyRecord
+
+func (m *spyMethod) Name() string { return "test-spy-parts" }
+
+func (m *spyMethod) Fit(ctx context.Context, g *graph.Graph, tr, va []diffusion.Cascade) error {
+	m.rec.mu.Lock()
+	defer m.rec.mu.Unlock()
+	for _, c := range tr {
+		m.rec.train = append(m.rec.train, c.Sources...)
+	}
+	for _, c := range va {
+		m.rec.val = append(m.rec.val, c.Sources...)
+	}
+	return m.infectedMethod.Fit(ctx, g, tr, va)
+}
+
+func (m *spyMethod) Localize(ctx context.Context, y []float64) (Prediction, error) {
+	m.rec.mu.Lock()
+	m.rec.tested = append(m.rec.tested, infectedOf(y)...)
+	m.rec.mu.Unlock()
+	return m.infectedMethod.Localize(ctx, y)
+}
+
+func init() {
+	Register("test-spy-parts", func(Env) (Method, error) { return &spyMethod{rec: &spyParts}, nil })
+}
+
+// TestRunFitsOnTrainAndValidationOnly: the cascades a method is fitted on
+// (training and validation, 60% and 20%) and those it is tested on (the
+// rest) are the run's cascades, each in one part. Recorded cascade i
+// infects node i alone, so what a method was shown names the cascade.
+func TestRunFitsOnTrainAndValidationOnly(t *testing.T) {
+	const n = 20
+	g := path(n)
+	var cs []diffusion.Cascade
+	for i := range n {
+		cs = append(cs, diffusion.Cascade{N: n, Sources: []int{i}, Infected: []int{i}})
+	}
+	cfg := testConfig()
+	cfg.Runs, cfg.Methods = 1, []string{"test-spy-parts"}
+	cfg.Recorded, cfg.Cascades = cs, n
+	spyParts = spyRecord{}
+	rep, err := Run(context.Background(), g, cfg)
+	require.NoError(t, err)
+	require.Equal(t, 4, rep.Settings.Test)
+	require.Len(t, spyParts.train, 12)
+	require.Len(t, spyParts.val, 4)
+	require.Len(t, spyParts.tested, 4)
+	seen := map[int]string{}
+	for part, nodes := range map[string][]int{"train": spyParts.train, "val": spyParts.val, "test": spyParts.tested} {
+		for _, v := range nodes {
+			require.Empty(t, seen[v], "cascade %d in %s and %s", v, seen[v], part)
+			seen[v] = part
+		}
+	}
+	require.Len(t, seen, n)
+}
+
+// A malformed prediction is refused before it is scored.
+func TestCheckPrediction(t *testing.T) {
+	require.NoError(t, checkPrediction(3, Prediction{Scores: []float64{0, 1, 2}, Sources: []int{0, 2}}))
+	for _, tc := range []struct {
+		name string
+		p    Prediction
+	}{
+		{"too few scores", Prediction{Scores: []float64{0, 1}}},
+		{"NaN score", Prediction{Scores: []float64{0, math.NaN(), 2}}},
+		{"+Inf score", Prediction{Scores: []float64{0, math.Inf(1), 2}}},
+		{"-Inf score", Prediction{Scores: []float64{0, math.Inf(-1), 2}}},
+		{"negative source", Prediction{Scores: []float64{0, 1, 2}, Sources: []int{-1}}},
+		{"source n", Prediction{Scores: []float64{0, 1, 2}, Sources: []int{3}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.ErrorIs(t, checkPrediction(3, tc.p), ErrBadPrediction)
+		})
+	}
+}
+
+// The report's settings carry the parameters the simulation's model reads,
+// and no others.
+func TestReportSettingsNameTheModelsParameters(t *testing.T) {
+	plain := path(4)
+	weighted := graph.New(3, []graph.Edge{{From: 0, To: 1, W: 0.5}, {From: 1, To: 2, W: 0.25}}, nil, false, true)
+	for _, tc := range []struct {
+		model                 diffusion.Model
+		g                     *graph.Graph
+		beta, gamma, p, theta bool
+	}{
+		{diffusion.SI, plain, true, false, false, false},
+		{diffusion.SIR, plain, true, true, false, false},
+		{diffusion.IC, plain, false, false, true, false},
+		{diffusion.IC, weighted, false, false, false, false},
+		{diffusion.LT, plain, false, false, false, true},
+	} {
+		t.Run(string(tc.model), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Methods = nil
+			cfg.Sim.Model, cfg.Sim.Pattern = tc.model, ""
+			cfg.Sim.Beta, cfg.Sim.Gamma, cfg.Sim.P, cfg.Sim.Threshold = 0.1, 0.2, 0.3, 0.4
+			s := buildReport(tc.g, cfg, "g", 0, nil).Settings
+			require.Equal(t, "uniform", s.Pattern, "the empty pattern is uniform")
+			for _, f := range []struct {
+				name string
+				want bool
+				got  *float64
+				v    float64
+			}{{"beta", tc.beta, s.Beta, 0.1}, {"gamma", tc.gamma, s.Gamma, 0.2}, {"p", tc.p, s.P, 0.3}, {"threshold", tc.theta, s.Threshold, 0.4}} {
+				if !f.want {
+					require.Nil(t, f.got, f.name)
+					continue
+				}
+				require.NotNil(t, f.got, f.name)
+				require.InDelta(t, f.v, *f.got, 0, f.name)
+			}
+		})
+	}
+	// recorded cascades, even one: no simulation settings, and a name
+	cfg := testConfig()
+	cfg.Methods, cfg.Recorded = nil, []diffusion.Cascade{{N: 4, Sources: []int{1}, Infected: []int{1}}}
+	rep := buildReport(plain, cfg, "g", 0, nil)
+	require.Equal(t, "recorded", rep.Diffusion)
+	require.Equal(t, "recorded cascades", rep.Settings.Recorded)
+	require.Nil(t, rep.Settings.Beta)
+	require.Empty(t, rep.Settings.Pattern)
+}
+
+// mix is SplitMix64: mix(seed, salt) is the generator's output after
+// salt + 1 steps from seed. Expected values are the published reference
+// outputs (seed 0: 0xe220a8397b1dcdaf; seed 1234567: 6457827717110365317,
+// 3203168211198807973), so a seed names the same split and fits as in
+// the numbers published before.
+func TestMixIsSplitMix64(t *testing.T) {
+	require.Equal(t, int64(-0x1ddf57c684e23251), mix(0, 0)) // 0xe220a8397b1dcdaf
+	require.Equal(t, int64(6457827717110365317), mix(1234567, 0))
+	require.Equal(t, int64(3203168211198807973), mix(1234567, 1))
 }
