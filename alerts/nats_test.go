@@ -118,6 +118,8 @@ func TestEnsureStreamLimits(t *testing.T) {
 
 	require.Equal(t, 3, StreamConfig("sw", WithReplicas(3)).Replicas)
 	require.Equal(t, 1, StreamConfig("sw", WithReplicas(0)).Replicas)
+	// the last option wins, back to no cap
+	require.Equal(t, int64(-1), StreamConfig("sw", WithMaxBytes(5), WithMaxBytes(0)).MaxBytes)
 }
 
 func TestPublishDeduplicatesRepublish(t *testing.T) {
@@ -410,6 +412,8 @@ func TestCovers(t *testing.T) {
 		{"p.alerts.*", "p.alerts.g.h", false},
 		{"p.alerts.g", "p.alerts.*", false},
 		{"p.alerts.g", "p.alerts.g", true},
+		{"p.alerts.g", "p.alerts", false},
+		{"p.alerts.*", "p.alerts", false},
 	}
 	for _, tt := range tests {
 		require.Equal(t, tt.want, covers(tt.pattern, tt.filter), "%s covers %s", tt.pattern, tt.filter)

@@ -203,6 +203,103 @@ func TestTrackerTimesUTC(t *testing.T) {
 	require.Len(t, m, 14)
 	require.Equal(t, map[string]any{"bundle": "b", "forward": "si", "forward_version": "1"}, m["model"])
 	require.Equal(t, map[string]any{"node": "a", "score": 1.0, "probability": 1.0}, m["sources"].([]any)[0])
+
+	// the same answer again, an update and the resolve (stamped by the
+	// same clock, its window given in another zone): UTC throughout
+	o := obs("g", "a")
+	same, publish := tr.Observe(o)
+	require.False(t, publish)
+	upd, publish := tr.Observe(obs("g", "a", "b"))
+	require.True(t, publish)
+	r, ok := tr.Resolve("g", o.Window, 0)
+	require.True(t, ok)
+	for _, al := range []Alert{same, upd, r} {
+		for _, tm := range []time.Time{al.ObservedAt, al.Window.From, al.Window.To} {
+			require.Equal(t, time.UTC, tm.Location(), "%s", al.Status)
+		}
+	}
+	require.Equal(t, "2026-01-01T05:00:00Z", r.ObservedAt.Format(time.RFC3339))
+
+	// no source: [] for the lists, not null
+	none := obs("g")
+	none.Sources = nil
+	e, ok := tr.Observe(none)
+	require.True(t, ok)
+	b, err = json.Marshal(e)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"sources":[],"credible_set":[]`)
+}
+
+// The fingerprint is the documented hash; expected values computed apart
+// from the package, with
+// printf 'jazz\0002026-01-02T03:04:05.123456789Z\0003' | sha256sum | cut -c1-32
+// (the time in UTC, nanoseconds as RFC 3339 writes them, n in decimal).
+func TestFingerprintIsTheDocumentedHash(t *testing.T) {
+	at := time.Date(2026, 1, 2, 4, 4, 5, 123456789, time.FixedZone("Z+1", 3600))
+	require.Equal(t, "df9ad5191774a327c49324f4e1ec73b4", Fingerprint("jazz", at, 3))
+	require.Equal(t, "da393cfb5b67d66b9f426cdda1d3ade8", Fingerprint("jazz", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), 12))
+	require.Equal(t, "da393cfb5b67d66b9f426cdda1d3ade8-12", ID("da393cfb5b67d66b9f426cdda1d3ade8", 12))
+}
+
+// A Tracker without a clock uses time.Now; the zero Tracker (as JSON
+// decodes into) is ready to use.
+func TestTrackerDefaults(t *testing.T) {
+	before := time.Now()
+	a, ok := NewTracker(nil).Observe(obs("g", "a"))
+	require.True(t, ok)
+	require.False(t, a.ObservedAt.Before(before.Truncate(time.Second)))
+	require.False(t, a.ObservedAt.After(time.Now()))
+
+	var zero Tracker
+	a, ok = zero.Observe(obs("g", "a"))
+	require.True(t, ok)
+	require.False(t, a.ObservedAt.IsZero())
+	var restored Tracker
+	require.NoError(t, restored.UnmarshalJSON([]byte(`{"schema":"sourcewatch.alert-tracker.v1"}`)))
+	_, ok = restored.Observe(obs("g", "a"))
+	require.True(t, ok)
+}
+
+// FitSources over every limit, byte by byte, of an alert that has its id:
+// the fitted alert is never over the limit; the count of kept sources
+// grows with the limit, and where it grows the alert is exactly the limit
+// (at one byte less it did not fit), so no room is wasted or overrun; and
+// fitted again to less room, it keeps one count and one sentence.
+func TestFitSourcesEveryLimit(t *testing.T) {
+	const n = 30
+	nodes := make([]string, n)
+	for i := range nodes {
+		nodes[i] = fmt.Sprintf("node-%02d-%s", i, strings.Repeat("x", i%7))
+	}
+	a := Alert{Schema: Schema, ID: "f-1", Fingerprint: "f", Status: Firing, Graph: "g", Sources: src(nodes...), Seq: 1}
+	a.CredibleSet = CredibleSet(a.Sources, DefaultMass)
+	full, err := json.Marshal(a)
+	require.NoError(t, err)
+	prevKept := -1
+	for limit := 200; limit <= len(full)+5; limit++ {
+		f := FitSources(a, limit)
+		data, err := json.Marshal(f)
+		require.NoError(t, err)
+		kept := len(f.Sources)
+		require.Equal(t, n, kept+f.SourcesOmitted, "limit %d", limit)
+		if kept > 0 {
+			require.LessOrEqual(t, len(data), limit, "limit %d", limit)
+		}
+		require.GreaterOrEqual(t, kept, prevKept, "limit %d", limit)
+		if kept > prevKept && prevKept >= 0 {
+			require.Equal(t, limit, len(data), "limit %d: %d kept", limit, kept)
+		}
+		prevKept = kept
+		if f.SourcesOmitted == 0 {
+			require.Equal(t, a, f, "limit %d: it fits as it is", limit)
+			continue
+		}
+		require.True(t, strings.HasPrefix(f.Note, fmt.Sprintf("the %d lowest-ranked of %d sources are left out", f.SourcesOmitted, n)), f.Note)
+		g := FitSources(f, limit-200)
+		require.Equal(t, n, len(g.Sources)+g.SourcesOmitted, "limit %d, fitted again", limit)
+		require.Equal(t, 1, strings.Count(g.Note, "lowest-ranked"), g.Note)
+	}
+	require.Equal(t, n, prevKept)
 }
 
 func TestTrackerDoesNotAlias(t *testing.T) {
@@ -212,9 +309,12 @@ func TestTrackerDoesNotAlias(t *testing.T) {
 	require.True(t, ok)
 	o.Sources[0].Node = "z"
 	a.Sources[1].Node = "y"
+	a.CredibleSet[0] = "y"
 	got, open := tr.Open("g")
 	require.True(t, open)
 	require.Equal(t, []string{"a", "b"}, nodeIDs(got.Sources))
+	require.Equal(t, []string{"a", "b"}, got.CredibleSet)
+	require.Equal(t, []string{"a", "b"}, tr.Pending("g")[0].CredibleSet)
 }
 
 func TestTrackerSnapshotRestart(t *testing.T) {
@@ -315,6 +415,10 @@ func TestTrackerPending(t *testing.T) {
 			{resolve: true, want: []string{"firing/1", "updated/2", "resolved/3"}},
 			{observe: []string{"c"}, want: []string{"firing/1", "updated/2", "resolved/3", "firing/1"}},
 			{observe: []string{"c"}, ack: 2, want: []string{"resolved/3", "firing/1"}},
+		}},
+		{"acknowledging all but one keeps the one", []step{
+			{observe: []string{"a"}, want: []string{"firing/1"}},
+			{observe: []string{"b"}, ack: 1, want: []string{"updated/2"}},
 		}},
 		{"a pending resolve outlives the incident", []step{
 			{observe: []string{"a"}, ack: 1},
@@ -704,4 +808,30 @@ func TestTrackerResolveBecause(t *testing.T) {
 	r, ok = big.ResolveBecause("g", lo.Window, 5, "why")
 	require.True(t, ok)
 	require.Regexp(t, `^observed early; why; the \d+ lowest-ranked of 40 sources are left out`, r.Note)
+}
+
+// An incident that left exactly one source out is not updated by the same
+// answer again (sameAnswer compares the kept ones and the count), and
+// fitted again it keeps one sentence on what it leaves out.
+func TestOneSourceLeftOutIsNoUpdate(t *testing.T) {
+	for maxBytes := 15000; maxBytes > 1000; maxBytes -= 10 {
+		tr, o := longSources(20)
+		o.MaxBytes = maxBytes
+		a, publish := tr.Observe(o)
+		require.True(t, publish)
+		if a.SourcesOmitted != 1 {
+			continue
+		}
+		// fitted again to less room: the one sentence, made anew
+		b := FitSources(a, maxBytes-1000)
+		require.Equal(t, 20, len(b.Sources)+b.SourcesOmitted)
+		require.Equal(t, 1, strings.Count(b.Note, "lowest-ranked"), b.Note)
+		_, publish = tr.Observe(o)
+		require.False(t, publish, "the same 20 sources, one left out")
+		o.Sources = o.Sources[:19]
+		_, publish = tr.Observe(o)
+		require.True(t, publish, "19 sources are another answer")
+		return
+	}
+	t.Fatal("no limit left exactly one source out")
 }
