@@ -99,8 +99,69 @@ func TestMatrixRoundTrip(t *testing.T) {
 	require.ErrorContains(t, err, "y: 2147483648x1073741824 matrix needs 2305843009213693952 float64 values, 8 bytes each, got 0 bytes")
 	_, err = forward.MatrixFromProto(&forwardpb.Matrix{}, "x")
 	require.ErrorContains(t, err, "x: empty 0x0 matrix")
+	_, err = forward.MatrixFromProto(&forwardpb.Matrix{Rows: 0, Cols: 3}, "x")
+	require.ErrorContains(t, err, "x: empty 0x3 matrix")
+	_, err = forward.MatrixFromProto(&forwardpb.Matrix{Rows: 2, Cols: 0}, "x")
+	require.ErrorContains(t, err, "x: empty 2x0 matrix")
+	// one row, one column: matrices like any other
+	for _, rc := range [][2]uint32{{1, 3}, {3, 1}, {1, 1}} {
+		m, err := forward.MatrixFromProto(&forwardpb.Matrix{Rows: rc[0], Cols: rc[1], Data: make([]byte, 8*rc[0]*rc[1])}, "x")
+		require.NoError(t, err, "%v", rc)
+		r, c := m.Dims()
+		require.Equal(t, [2]int{int(rc[0]), int(rc[1])}, [2]int{r, c})
+	}
 	_, err = forward.MatrixFromProto(nil, "y")
 	require.ErrorContains(t, err, "y: missing matrix")
+}
+
+// The wire layout plugins in other languages read: float64 row-major,
+// little-endian (1 = 0x3FF0000000000000, 2 = 0x4000..., 3 = 0x4008...,
+// 4 = 0x4010..., written out byte by byte here), and indices as
+// little-endian uint32. A strided view packs its own elements only.
+func TestWireLayoutIsLittleEndian(t *testing.T) {
+	one, two, three, four := []byte{0, 0, 0, 0, 0, 0, 0xf0, 0x3f}, []byte{0, 0, 0, 0, 0, 0, 0, 0x40},
+		[]byte{0, 0, 0, 0, 0, 0, 0x08, 0x40}, []byte{0, 0, 0, 0, 0, 0, 0x10, 0x40}
+	var want []byte
+	for _, b := range [][]byte{one, two, three, four} {
+		want = append(want, b...)
+	}
+	big := mat.NewDense(3, 3, []float64{9, 9, 9, 9, 1, 2, 9, 3, 4})
+	for _, m := range []*mat.Dense{mat.NewDense(2, 2, []float64{1, 2, 3, 4}), big.Slice(1, 3, 1, 3).(*mat.Dense)} {
+		p := forward.MatrixToProto(m)
+		require.Equal(t, uint32(2), p.GetRows())
+		require.Equal(t, uint32(2), p.GetCols())
+		require.Equal(t, want, p.GetData())
+	}
+	back, err := forward.MatrixFromProto(&forwardpb.Matrix{Rows: 1, Cols: 4, Data: want}, "x")
+	require.NoError(t, err)
+	require.Equal(t, []float64{1, 2, 3, 4}, back.RawRowView(0))
+
+	// 1 and 258 = 0x0102
+	ps := forward.PairsToProto([]forward.Pair{{Sources: []int{1}, Infected: []int{1, 258}}})
+	require.Equal(t, []byte{1, 0, 0, 0}, ps[0].GetSources())
+	require.Equal(t, []byte{1, 0, 0, 0, 2, 1, 0, 0}, ps[0].GetInfected())
+	got, err := forward.PairsFromProto([]*forwardpb.Pair{{Sources: []byte{2, 1, 0, 0}, Infected: []byte{2, 1, 0, 0, 0, 0, 0, 0}}}, 259, "pairs")
+	require.NoError(t, err)
+	require.Equal(t, []forward.Pair{{Sources: []int{258}, Infected: []int{258, 0}}}, got)
+	_, err = forward.PairsFromProto([]*forwardpb.Pair{{Sources: []byte{2, 1, 0, 0}}}, 258, "pairs")
+	require.ErrorIs(t, err, forward.ErrBadMessage, "258 is no node of 258")
+}
+
+// A plugin in another language may send a graph of up to
+// MaxNodesWithoutIDs nodes without ids: its nodes get the default ids.
+func TestGraphFromProtoWithoutIDs(t *testing.T) {
+	le := func(v ...uint32) []byte {
+		var b []byte
+		for _, x := range v {
+			b = binary.LittleEndian.AppendUint32(b, x)
+		}
+		return b
+	}
+	g, err := forward.GraphFromProto(&forwardpb.Graph{Nodes: 3, Src: le(0, 1), Dst: le(1, 2)})
+	require.NoError(t, err)
+	require.Equal(t, 3, g.N())
+	require.Equal(t, 2, g.Degree(1))
+	require.Equal(t, graph.New(3, []graph.Edge{{From: 0, To: 1}, {From: 1, To: 2}}, nil, false, false).Fingerprint(), g.Fingerprint())
 }
 
 func TestPairsRoundTrip(t *testing.T) {
