@@ -41,6 +41,50 @@ func TestCascadeEvents(t *testing.T) {
 	require.Equal(t, t0, evs[1].TS)
 }
 
+// Under SIR, events at one step come in node order, a node's infection
+// before its recovery, and a recovery at the snapshot step is in;
+// expected order written out by hand.
+func TestCascadeEventsOrderUnderSIR(t *testing.T) {
+	g := pathGraph(t, 5)
+	c := diffusion.Cascade{
+		Times:     []int{1, 0, 1, 2, -1},
+		Recovered: []int{2, 1, -1, 2, 3},
+		Step:      2,
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var got []string
+	for _, e := range CascadeEvents(g, c, t0, time.Minute) {
+		got = append(got, e.TS.Sub(t0).String()+" "+e.Node+" "+e.State)
+	}
+	require.Equal(t, []string{
+		"0s 1 infected",
+		"1m0s 0 infected", "1m0s 1 recovered", "1m0s 2 infected",
+		"2m0s 0 recovered", "2m0s 3 infected", "2m0s 3 recovered",
+	}, got, "node 4 recovers after the snapshot")
+}
+
+// parseEventTime takes RFC 3339 and refuses offsets past 23:59, which Go
+// would take.
+func TestParseEventTime(t *testing.T) {
+	for _, tc := range []struct {
+		ts string
+		ok bool
+	}{
+		{"2026-11-22T23:59:59Z", true},
+		{"2026-11-22T23:59:59.999Z", true},
+		{"2026-11-22T10:00:00+23:59", true},
+		{"2026-11-22T10:00:00-00:00", true},
+		{"2026-11-22T10:00:00+24:00", false},
+		{"2026-11-22T10:00:00-05:60", false},
+		{"2026-11-22 10:00:00Z", false},
+	} {
+		_, err := parseEventTime(tc.ts)
+		require.Equal(t, tc.ok, err == nil, "%s: %v", tc.ts, err)
+	}
+	_, err := parseEventTime("2026-11-22T10:00:00+24:00")
+	require.ErrorIs(t, err, errOffsetRange)
+}
+
 func TestDecodeMessage(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -75,24 +119,33 @@ func TestDecodeMessage(t *testing.T) {
 		{"empty message", ``, []string{ReasonBadJSON}},
 		{"only spaces", " \n ", []string{ReasonBadJSON}},
 		{"not json", `not json`, []string{ReasonBadJSON}},
+		{"empty array, no spaces", `[]`, []string{ReasonBadJSON}},
+		{"only an opening bracket", `[`, []string{ReasonBadJSON}},
+		{"an array cut after an element", `[7`, []string{ReasonBadJSON}},
+		{"not UTF-8 at byte 0", "\xff{\"node\":\"1\",\"state\":\"infected\"}", []string{ReasonBadJSON}},
 	}
 	details := map[string]string{
-		"unknown key":              `json: unknown field "timestamp" (an event has node, state, ts and id)`,
-		"unknown key in an array":  `json: unknown field "extra" (an event has node, state, ts and id)`,
-		"no node":                  `no "node": an event names the node it is about`,
-		"empty object":             "an empty event: an event needs node and state",
-		"a number":                 "not an event: a JSON number, want an object (or an array of them)",
-		"empty message":            "an empty message: want an event object (or an array of them)",
-		"only spaces":              "an empty message: want an event object (or an array of them)",
-		"not json":                 "not valid JSON at byte 2: invalid character 'o' in literal null (expecting 'u')",
-		"broken array":             "the JSON ends early (cut off?): unexpected end of JSON input",
-		"garbage":                  "the JSON ends early (cut off?): unexpected EOF",
-		"a number node":            `"node" is a JSON number, want a string`,
-		"empty array":              "an empty array: a batch holds at least one event",
-		"empty ts":                 `"ts" is empty: give an RFC 3339 time, or leave "ts" out for the arrival time`,
-		"null ts":                  `"ts" is null: give an RFC 3339 time, or leave "ts" out for the arrival time`,
-		"a key twice":              `"node" is given twice (keys match in any case): an event names each of node, state, ts and id once`,
-		"a key twice in two cases": `"NODE" is given twice (keys match in any case): an event names each of node, state, ts and id once`,
+		"unknown key":             `json: unknown field "timestamp" (an event has node, state, ts and id)`,
+		"unknown key in an array": `json: unknown field "extra" (an event has node, state, ts and id)`,
+		"no node":                 `no "node": an event names the node it is about`,
+		"empty object":            "an empty event: an event needs node and state",
+		"a number":                "not an event: a JSON number, want an object (or an array of them)",
+		"empty message":           "an empty message: want an event object (or an array of them)",
+		"only spaces":             "an empty message: want an event object (or an array of them)",
+		"not json":                "not valid JSON at byte 2: invalid character 'o' in literal null (expecting 'u')",
+		"broken array":            "the JSON ends early (cut off?): unexpected end of JSON input",
+		"garbage":                 "the JSON ends early (cut off?): unexpected EOF",
+		"a number node":           `"node" is a JSON number, want a string`,
+		"empty array":             "an empty array: a batch holds at least one event",
+		"empty array, no spaces":  "an empty array: a batch holds at least one event",
+		// not an empty array: one that ends early
+		"only an opening bracket":       "the JSON ends early (cut off?): unexpected end of JSON input",
+		"an array cut after an element": "the JSON ends early (cut off?): unexpected end of JSON input",
+		"not UTF-8 at byte 0":           "not valid UTF-8 at byte 0 (0xff): JSON text is UTF-8; was it written in Latin-1, or another encoding?",
+		"empty ts":                      `"ts" is empty: give an RFC 3339 time, or leave "ts" out for the arrival time`,
+		"null ts":                       `"ts" is null: give an RFC 3339 time, or leave "ts" out for the arrival time`,
+		"a key twice":                   `"node" is given twice (keys match in any case): an event names each of node, state, ts and id once`,
+		"a key twice in two cases":      `"NODE" is given twice (keys match in any case): an event names each of node, state, ts and id once`,
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
