@@ -187,3 +187,115 @@ func permutations(s []nodeState) [][]nodeState {
 	}
 	return out
 }
+
+// The window's counters by hand: infected of any age, changes applied,
+// the newest event time and the sequence applied through.
+func TestWindowCounts(t *testing.T) {
+	w := newWindow(pathGraph(t, 4), time.Hour, 0)
+	steps := []struct {
+		v        int
+		s        nodeState
+		ts       int64
+		want     outcome
+		infected int
+		changes  uint64
+	}{
+		{0, infected, 10, outApplied, 1, 1},
+		{1, infected, 12, outApplied, 2, 2},
+		{0, recovered, 11, outApplied, 1, 3},
+		{1, infected, 13, outRefreshed, 1, 3},
+		{2, susceptible, 5, outRefreshed, 1, 3}, // never seen: susceptible already
+		{0, infected, 14, outApplied, 2, 4},
+		{3, infected, 9, outApplied, 3, 5},
+		{3, susceptible, 20, outApplied, 2, 6},
+	}
+	for i, st := range steps {
+		require.Equal(t, st.want, w.apply(st.v, st.s, st.ts, ""), "step %d", i)
+		infected, changes, _ := w.counts()
+		require.Equal(t, st.infected, infected, "step %d", i)
+		require.Equal(t, st.changes, changes, "step %d", i)
+	}
+	require.Equal(t, int64(20), w.snapshot("g").Latest, "the newest event time, not the last applied")
+	w.markSeq(5)
+	w.markSeq(3)
+	_, _, seq := w.counts()
+	require.Equal(t, uint64(5), seq)
+	w.forgetSeq()
+	_, _, seq = w.counts()
+	require.Zero(t, seq)
+}
+
+// Event ids deduplicate for the last recentIDs ids, a long id by its key;
+// the key of a 65-byte id is sha256: and the hex of its SHA-256 (printf
+// 'a%.0s' $(seq 65) | sha256sum).
+func TestWindowRemembersIDs(t *testing.T) {
+	long := strings.Repeat("a", 65)
+	key := "sha256:635361c48bb9eab14198e76ea8ab7f1a41685d6ad62aa9146d301d4f17eb0ae0"
+	require.Equal(t, key, idKey(long))
+	require.Equal(t, key, idKey(key), "a key is its own key")
+	require.Equal(t, strings.Repeat("a", 64), idKey(strings.Repeat("a", 64)))
+	for _, notKey := range []string{key[:len(key)-1], strings.ToUpper(key), "sha256:" + strings.Repeat("g", 64), "md5:" + key[7:]} {
+		require.False(t, isIDHash(notKey), notKey)
+	}
+
+	w := newWindow(pathGraph(t, 2), time.Hour, 0)
+	require.Equal(t, outApplied, w.apply(0, infected, 1, long))
+	require.Equal(t, outDuplicate, w.apply(1, infected, 2, long))
+	require.Equal(t, outDuplicate, w.apply(1, infected, 2, key), "a long id and its key are one id")
+	for i := range recentIDs - 1 {
+		require.Equal(t, outStale, w.apply(0, infected, 0, "id-"+itoa(i)))
+	}
+	require.Equal(t, outDuplicate, w.apply(1, infected, 2, long), "still among the last recentIDs")
+	require.Equal(t, outStale, w.apply(0, infected, 0, "one more"))
+	require.Equal(t, outApplied, w.apply(1, infected, 2, long), "pushed out: not a duplicate any more")
+	require.Equal(t, outDuplicate, w.apply(1, infected, 2, "id-5"))
+
+	// a restored window remembers the same ids and counts the same
+	// infected nodes; a reset one neither
+	r := newWindow(pathGraph(t, 2), time.Hour, 0)
+	_, err := r.restore(w.snapshot("g"))
+	require.NoError(t, err)
+	require.Equal(t, outDuplicate, r.apply(1, infected, 3, long))
+	require.Equal(t, outDuplicate, r.apply(1, infected, 3, "id-5"))
+	require.Equal(t, outStale, r.apply(0, infected, 0, "id-0"), "pushed out before the snapshot")
+	infectedNow, _, _ := r.counts()
+	require.Equal(t, 2, infectedNow)
+	r.reset()
+	infectedNow, changes, _ := r.counts()
+	require.Zero(t, infectedNow)
+	require.Zero(t, changes)
+	require.Equal(t, outApplied, r.apply(1, infected, 3, long), "a reset window forgets the ids")
+}
+
+// observe reuses dst without keeping what it held, counts an infection
+// exactly at the window's edge, names the oldest and newest infection
+// counted, and follows setParams; values by hand (no decay: 1 inside the
+// window, 0 outside).
+func TestWindowObserveEdges(t *testing.T) {
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	at := func(m int) int64 { return t0.Add(time.Duration(m) * time.Minute).UnixNano() }
+	w := newWindow(pathGraph(t, 4), 10*time.Minute, 0)
+	w.apply(0, infected, at(0), "")
+	w.apply(1, infected, at(5), "")
+	w.apply(2, infected, at(7), "")
+	now := t0.Add(10 * time.Minute) // node 0 is exactly 10 minutes old: in
+	dst := []float64{9, 9, 9, 9, 9}
+	o := w.observe(now, dst)
+	require.Equal(t, []float64{1, 1, 1, 0}, o.y)
+	require.Equal(t, 3, o.infected)
+	require.Equal(t, t0, o.from)
+	require.Equal(t, t0.Add(7*time.Minute), o.to)
+
+	w.setParams(4*time.Minute, 0) // node 2 alone within 4 minutes
+	o = w.observe(now, o.y)
+	require.Equal(t, []float64{0, 0, 1, 0}, o.y)
+	require.Equal(t, 1, o.infected)
+	require.Equal(t, t0.Add(7*time.Minute), o.from)
+	require.Equal(t, o.from, o.to)
+
+	w.setParams(time.Minute, 0)
+	o = w.observe(now, o.y)
+	require.Equal(t, []float64{0, 0, 0, 0}, o.y)
+	require.Zero(t, o.infected)
+	require.True(t, o.from.IsZero() && o.to.IsZero())
+}
