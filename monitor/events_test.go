@@ -241,3 +241,19 @@ func TestFastDecodeAgreesWithEncodingJSON(t *testing.T) {
 	_, ok := fastDecode([]byte(seeds[0]))
 	require.True(t, ok)
 }
+
+// tsHint names the slip of a ts that is no RFC 3339 time, and takes any
+// string, a date alone (10 bytes) included.
+func TestTSHint(t *testing.T) {
+	for ts, want := range map[string]string{
+		"2026-11-22T10:00:00":  " (no offset: end it in Z for UTC, or give the zone's, e.g. +02:00)",
+		"2026-11-22 10:00:00Z": " (an upper-case T between date and time)",
+		"2026-11-22t10:00:00z": " (an upper-case T between date and time)",
+		"2026-11-22T10:00:00z": " (an upper-case Z)",
+		"2026-11-22":           "",
+		"2026-11-22 ":          "",
+		"":                     "",
+	} {
+		require.Equal(t, want, tsHint(ts), "%q", ts)
+	}
+}
