@@ -1,6 +1,7 @@
 package icmf_test
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -188,7 +189,9 @@ func TestConfigureErrors(t *testing.T) {
 		{"unknown param", map[string]string{"beta": "1"}, nil, `unknown param "beta"`, nil},
 		{"steps not int", map[string]string{"steps": "x"}, nil, `steps="x"`, nil},
 		{"steps zero", map[string]string{"steps": "0"}, nil, `steps="0"`, nil},
+		{"steps above MaxSteps", map[string]string{"steps": "1001"}, nil, `steps="1001": want an integer in 1..1000`, nil},
 		{"p above 1", map[string]string{"p": "1.5"}, nil, `p="1.5"`, nil},
+		{"p below 0", map[string]string{"p": "-0.1"}, nil, `p="-0.1": want a number in [0,1]`, nil},
 		{"p NaN", map[string]string{"p": "NaN"}, nil, `p="NaN"`, nil},
 		{"state", nil, []byte{1}, "1-byte state", forward.ErrBadState},
 	} {
@@ -200,6 +203,22 @@ func TestConfigureErrors(t *testing.T) {
 			}
 		})
 	}
+	// The ends of both ranges are taken (a mutation audit: steps >=
+	// MaxSteps or p > 0 refused them and no case failed).
+	for _, params := range []map[string]string{{"steps": "1"}, {"steps": "1000"}, {"p": "0"}, {"p": "1"}} {
+		require.NoError(t, icmf.New().Configure(t.Context(), g, params, nil), "%v", params)
+	}
+}
+
+// With p = 0 no arc passes anything: f(x) = x whatever the steps.
+func TestPredictAtZeroP(t *testing.T) {
+	m := configured(t, karate(t), map[string]string{"p": "0", "steps": "3"})
+	x := mat.NewDense(1, 34, nil)
+	x.Set(0, 0, 1)
+	x.Set(0, 5, 0.25)
+	y, err := m.Predict(t.Context(), x)
+	require.NoError(t, err)
+	require.Equal(t, x.RawMatrix().Data, y.RawMatrix().Data)
 }
 
 func TestNotConfigured(t *testing.T) {
@@ -210,6 +229,21 @@ func TestNotConfigured(t *testing.T) {
 	require.ErrorIs(t, err, forward.ErrNotConfigured)
 	_, err = m.Fit(t.Context(), nil, forward.FitOptions{}, nil)
 	require.ErrorIs(t, err, forward.ErrNotConfigured)
+}
+
+// A cancelled context stops Predict, VJP and Fit with its error (a
+// mutation audit: dropping the check in VJP or in Fit's pass passed).
+func TestCancelled(t *testing.T) {
+	m := configured(t, karate(t), nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	x := mat.NewDense(2, 34, nil)
+	_, err := m.Predict(ctx, x)
+	require.ErrorIs(t, err, context.Canceled)
+	_, _, err = m.VJP(ctx, x, x)
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{0}}}, forward.FitOptions{}, nil)
+	require.ErrorIs(t, err, context.Canceled)
 }
 
 func TestShapePanics(t *testing.T) {
@@ -253,9 +287,19 @@ func TestFitReportsMSEOfFixedModel(t *testing.T) {
 	require.InDelta(t, mse(val), res.Metrics["val_mse"], 1e-12)
 	require.Len(t, reports, 1)
 	require.InDelta(t, res.Metrics["train_mse"], reports[0].TrainLoss, 0)
+	// The one report is epoch 1 of 1 and carries the validation MSE (a
+	// mutation audit: ValLoss: train or Epoch: 0 passed).
+	require.Equal(t, 1, reports[0].Epoch)
+	require.Equal(t, 1, reports[0].Epochs)
+	require.InDelta(t, res.Metrics["val_mse"], reports[0].ValLoss, 0)
+	require.NotEqual(t, reports[0].TrainLoss, reports[0].ValLoss)
 
 	_, err = m.Fit(t.Context(), []forward.Pair{{Sources: []int{34}}}, forward.FitOptions{}, nil)
 	require.ErrorContains(t, err, "pairs[0].sources: node 34 out of range")
+	// A bad validation pair is refused too, naming it; a negative index
+	// as well as one past the end.
+	_, err = m.Fit(t.Context(), pairs, forward.FitOptions{Validation: []forward.Pair{{Sources: []int{1}}, {Infected: []int{-1}}}}, nil)
+	require.ErrorContains(t, err, "validation[1].infected: node -1 out of range for 34 nodes")
 	res, err = m.Fit(t.Context(), pairs, forward.FitOptions{}, nil)
 	require.NoError(t, err)
 	require.NotContains(t, res.Metrics, "val_mse")
