@@ -557,8 +557,24 @@ func TestErrors(t *testing.T) {
 		{map[string]string{"hops": "x"}, `param hops="x": want an integer in [0, 16]`},
 		{map[string]string{"hidden": "0"}, `param hidden="0"`},
 		{map[string]string{"gate": "maybe"}, `param gate="maybe": want auto, on or off`},
+		// One past each end of the documented ranges.
+		{map[string]string{"hops": "17"}, `param hops="17": want an integer in [0, 16]`},
+		{map[string]string{"steps": "-1"}, `param steps="-1": want an integer in [0, 64]`},
+		{map[string]string{"steps": "65"}, `param steps="65"`},
+		{map[string]string{"hidden": "4097"}, `param hidden="4097": want an integer in [1, 4096]`},
+		{map[string]string{"layers": "9"}, `param layers="9": want an integer in [0, 8]`},
+		{map[string]string{"patience": "0"}, `param patience="0": want an integer in [1, 1048576]`},
+		{map[string]string{"p": "0"}, `param p="0": want a probability in (0, 1] or auto`},
 	} {
 		require.ErrorContains(t, m.Configure(ctx, g, tt.params, nil), tt.msg)
+	}
+	// The ends themselves are taken (a mutation audit: moving any bound of
+	// the ranges by one passed).
+	for _, params := range []map[string]string{
+		{"hops": "0"}, {"hops": "16"}, {"steps": "0"}, {"steps": "64"}, {"hidden": "1"}, {"hidden": "4096"},
+		{"layers": "0"}, {"layers": "8"}, {"patience": "1"}, {"p": "1"}, {"p": "auto"},
+	} {
+		require.NoError(t, New().Configure(ctx, g, params, nil), "%v", params)
 	}
 
 	require.NoError(t, m.Configure(ctx, g, nil, nil))
