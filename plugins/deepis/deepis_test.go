@@ -344,6 +344,49 @@ func TestSourceGateFromTheData(t *testing.T) {
 	require.False(t, m.nt.Gate)
 }
 
+// gate=auto's rule at its threshold: the gate comes with a share of
+// uninfected sources of 1% and not below it (a mutation audit: > instead
+// of >= and a threshold of 2% or 0.5% passed TestSourceGateFromTheData,
+// whose shares are 0 and over 10%). The shares are counted by hand.
+func TestSourceGateAutoThreshold(t *testing.T) {
+	ctx := context.Background()
+	require.InDelta(t, 1.0/3, uninfectedSourceShare([]forward.Pair{
+		{Sources: []int{0, 1}, Infected: []int{0, 2}}, // source 1 uninfected
+		{Sources: []int{2}, Infected: []int{2, 3}},
+		{Sources: nil, Infected: []int{4}},
+	}), 1e-15)
+	require.Zero(t, uninfectedSourceShare([]forward.Pair{{Infected: []int{1}}}))
+
+	g := randomGraph(10, 5, false, false, 41)
+	for _, tc := range []struct {
+		name      string
+		pairs     int // pairs of one source each, the first uninfected
+		wantShare float64
+		wantGate  bool
+	}{
+		{"1 in 100", 100, 0.01, true},
+		{"1 in 101", 101, 1.0 / 101, false},
+		{"1 in 51", 51, 1.0 / 51, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pairs := make([]forward.Pair, tc.pairs)
+			for i := range pairs {
+				s := i % 10
+				pairs[i] = forward.Pair{Sources: []int{s}, Infected: []int{s, (s + 1) % 10}}
+			}
+			pairs[0].Infected = []int{1}
+			require.InDelta(t, tc.wantShare, uninfectedSourceShare(pairs), 1e-15)
+			m := New()
+			require.NoError(t, m.Configure(ctx, g, nil, nil))
+			res, err := m.Fit(ctx, pairs, forward.FitOptions{Epochs: 1, Seed: 3}, nil)
+			require.NoError(t, err)
+			require.Equal(t, tc.wantGate, m.nt.Gate)
+			_, has := res.Metrics["source_gate"]
+			require.Equal(t, tc.wantGate, has)
+		})
+	}
+}
+
 // A version 1 state, from before the source gate, still loads, as a net
 // without it.
 func TestReadVersion1State(t *testing.T) {
