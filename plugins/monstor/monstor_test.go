@@ -1,10 +1,15 @@
 package monstor
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
 	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn/gnntest"
 )
 
@@ -104,4 +109,64 @@ func TestChunkRowsAtDefaultArch(t *testing.T) {
 func TestConfigureRefusesTooWideForGraph(t *testing.T) {
 	gnntest.CheckRefusesTooWide(t, func() forward.Model { return New() }, map[string]string{"stacks": "16", "hidden": "1024"},
 		"monstor: configure: architecture {Stacks:16 Hidden:1024}: one row of this 4941-node graph needs 65924 floats per node")
+}
+
+// The propagation matrix is Â_vu = w_uv / sqrt(din_v dout_u) with the
+// self-loop counted in both degrees (a mutation audit: the degrees, the
+// weights and the normalisation could all change and the finite-
+// difference checks pass, since they hold the network to its own
+// definition). On 0->1 (0.5), 1->2 (2), 0->2 (1), by hand: din = 1, 1.5,
+// 4 and dout = 2.5, 3, 1.
+func TestAdjacencyByHand(t *testing.T) {
+	g := graph.New(3, []graph.Edge{{From: 0, To: 1, W: 0.5}, {From: 1, To: 2, W: 2}, {From: 0, To: 2, W: 1}}, nil, true, true)
+	want := map[[2]int]float64{
+		{0, 0}: 1 / math.Sqrt(2.5), {1, 1}: 1 / math.Sqrt(4.5), {2, 2}: 1 / math.Sqrt(4),
+		{1, 0}: 0.5 / math.Sqrt(1.5*2.5), {2, 1}: 2 / math.Sqrt(4*3), {2, 0}: 1 / math.Sqrt(4*2.5),
+	}
+	rows := newAdjacency(g)
+	got := map[[2]int]float64{}
+	for v := 0; v < 3; v++ {
+		for e := rows.Off[v]; e < rows.Off[v+1]; e++ {
+			got[[2]int{v, rows.Src[e]}] = rows.W[e]
+		}
+	}
+	require.Len(t, got, len(want))
+	for k, w := range want {
+		require.InDelta(t, w, got[k], 1e-15, "Â[%d][%d]", k[0], k[1])
+	}
+	// Unweighted, the arcs count 1 each: a path 0-1 undirected has
+	// degrees 2, 2 and every entry 1/2.
+	rows = newAdjacency(graph.New(2, []graph.Edge{{From: 0, To: 1, W: 7}}, nil, false, false))
+	for _, w := range rows.W {
+		require.InDelta(t, 0.5, w, 1e-15)
+	}
+}
+
+// Each block's input row is [x, the previous block's estimate (x for the
+// first), log(1 + in-degree)], and the output is 1 - (1 - x)(1 - q) (a
+// mutation audit: feeding x twice or dropping the degree passed).
+func TestBlockInputs(t *testing.T) {
+	g := graph.New(3, []graph.Edge{{From: 0, To: 1}, {From: 0, To: 2}, {From: 1, To: 2}}, nil, true, false)
+	net := newNetwork(g, Arch{Stacks: 2, Hidden: 3}, 5)
+	gnntest.Jitter(net.Params(), rand.New(rand.NewPCG(6, 6)))
+	x := mat.NewDense(2, 3, []float64{1, 0, 0, 0, 0.5, 0})
+	y := mat.DenseCopyOf(net.Forward(x))
+	deg := []float64{0, math.Log(2), math.Log(3)} // in-degrees 0, 1, 2
+	first := net.blocks[0].p.RawMatrix().Data
+	for _, tc := range []struct {
+		b    *block
+		prev func(r int) float64
+	}{
+		{net.blocks[0], func(r int) float64 { return x.RawMatrix().Data[r] }},
+		{net.blocks[1], func(r int) float64 { return first[r] }},
+	} {
+		for r := 0; r < 6; r++ {
+			require.Equal(t, []float64{x.RawMatrix().Data[r], tc.prev(r), deg[r%3]}, tc.b.h0.RawRowView(r), "row %d", r)
+		}
+	}
+	for r := 0; r < 6; r++ {
+		xv, q := x.RawMatrix().Data[r], net.blocks[1].q[r]
+		require.InDelta(t, 1-(1-xv)*(1-q), y.At(r/3, r%3), 1e-15)
+	}
+	require.NotEqual(t, first, y.RawMatrix().Data, "the blocks differ, so the second's input is not the first's")
 }
