@@ -1,10 +1,15 @@
 package gat
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+	"gonum.org/v1/gonum/mat"
+
 	"github.com/sourcewatch/sourcewatch/forward"
+	"github.com/sourcewatch/sourcewatch/graph"
 	"github.com/sourcewatch/sourcewatch/plugins/internal/gnn/gnntest"
 )
 
@@ -106,4 +111,28 @@ func TestChunkRowsAtDefaultArch(t *testing.T) {
 func TestConfigureRefusesTooWideForGraph(t *testing.T) {
 	gnntest.CheckRefusesTooWide(t, func() forward.Model { return New() }, map[string]string{"heads": "64", "head_dim": "256", "hops": "16"},
 		"gat: configure: architecture {Heads:64 HeadDim:256 Hops:16}: one row of this 4941-node graph needs")
+}
+
+// A node's input row is [x, slog(u_1), ..., slog(u_hops), log(1 +
+// in-degree)] with u_k = W u_{k-1}, u_0 = x, and W_vu = 1 for v itself and
+// w_uv for an arc u -> v (a mutation audit: the hop counts taken from x
+// every hop, unscaled, or the degree dropped, all passed the finite-
+// difference checks, which hold the network to its own definition). On
+// 0->1 (0.5), 0->2 (1), 1->2 (2), by hand for x = e_0: u_1 = (1, 0.5, 1),
+// u_2 = (1, 1, 3); for x = (0, 0.5, 0): u_1 = (0, 0.5, 1), u_2 = (0, 0.5, 2).
+func TestInputRowsByHand(t *testing.T) {
+	g := graph.New(3, []graph.Edge{{From: 0, To: 1, W: 0.5}, {From: 0, To: 2, W: 1}, {From: 1, To: 2, W: 2}}, nil, true, true)
+	net := newNetwork(g, Arch{Heads: 1, HeadDim: 2, Hops: 2}, 5)
+	x := mat.NewDense(2, 3, []float64{1, 0, 0, 0, 0.5, 0})
+	net.Forward(x)
+	l := math.Log1p
+	deg := []float64{0, math.Log(2), math.Log(3)} // in-degrees 0, 1, 2
+	want := [][]float64{
+		{1, l(1), l(1), deg[0]}, {0, l(0.5), l(1), deg[1]}, {0, l(1), l(3), deg[2]},
+		{0, 0, 0, deg[0]}, {0.5, l(0.5), l(0.5), deg[1]}, {0, l(1), l(2), deg[2]},
+	}
+	for r, w := range want {
+		require.InDeltaSlice(t, w, net.h0.RawRowView(r), 1e-15, "row %d", r)
+	}
+	require.Equal(t, -math.Log1p(0.25), slog(-0.25), "slog is odd")
 }
