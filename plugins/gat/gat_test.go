@@ -136,3 +136,22 @@ func TestInputRowsByHand(t *testing.T) {
 	}
 	require.Equal(t, -math.Log1p(0.25), slog(-0.25), "slog is odd")
 }
+
+// SetOutputBias makes the untrained network predict p: with lin2's weights
+// at zero both of its outputs are its biases, attention averages the
+// constant logit(p) to itself and the skip adds 0, so s = p exactly; p is
+// held within [1e-3, 1 - 1e-3] (a mutation audit: a bias of log p instead
+// of the logit, or a skip bias of 1, passed every test).
+func TestSetOutputBias(t *testing.T) {
+	g := gnntest.RandomGraph(8, 12, false, false, 71)
+	for _, tc := range []struct{ p, want float64 }{{0.2, 0.2}, {0.9, 0.9}, {0, 1e-3}, {1, 1 - 1e-3}} {
+		net := newNetwork(g, Arch{Heads: 2, HeadDim: 2, Hops: 1}, 3)
+		net.lin2.W.Zero()
+		net.lin2.B[1] = 0.7 // SetOutputBias resets the skip's bias too
+		net.SetOutputBias(tc.p)
+		y := net.Forward(mat.NewDense(1, 8, nil))
+		for j := 0; j < 8; j++ {
+			require.InDelta(t, tc.want, y.At(0, j), 1e-12, "p %g node %d", tc.p, j)
+		}
+	}
+}

@@ -170,3 +170,23 @@ func TestBlockInputs(t *testing.T) {
 	}
 	require.NotEqual(t, first, y.RawMatrix().Data, "the blocks differ, so the second's input is not the first's")
 }
+
+// SetOutputBias makes the untrained network predict p: with the output
+// layer's weights at zero every block's q is sigmoid(b2) = p exactly, and
+// p is held within [1e-3, 1 - 1e-3] (a mutation audit: a bias of log p
+// instead of the logit passed every test).
+func TestSetOutputBias(t *testing.T) {
+	g := gnntest.RandomGraph(8, 12, false, false, 71)
+	for _, tc := range []struct{ p, want float64 }{{0.2, 0.2}, {0.9, 0.9}, {0, 1e-3}, {1, 1 - 1e-3}} {
+		net := newNetwork(g, Arch{Stacks: 2, Hidden: 3}, 3)
+		for _, b := range net.blocks {
+			clear(b.w2)
+			clear(b.ws)
+		}
+		net.SetOutputBias(tc.p)
+		y := net.Forward(mat.NewDense(1, 8, nil))
+		for j := 0; j < 8; j++ {
+			require.InDelta(t, tc.want, y.At(0, j), 1e-12, "p %g node %d", tc.p, j)
+		}
+	}
+}
