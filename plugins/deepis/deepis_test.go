@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -473,6 +474,82 @@ func TestFitReducesMSEOnSICascades(t *testing.T) {
 	require.Less(t, fitted, 0.8*untrained)
 	require.Less(t, fitted, 0.8*trivial)
 	require.InDelta(t, res.Metrics["val_mse"], mseOf(t, m, val), 1e-9)
+}
+
+// Early stopping, replayed from the progress reports by the documented
+// rule: an epoch improves when its validation MSE is below the best so far
+// by more than minImprovement of it, and the fit stops after patience
+// epochs without one. The metrics name the best epoch and its MSE, and
+// the model left behind is that epoch's (a mutation audit: best_epoch
+// reported as the last epoch, a stale count not reset or compared with >,
+// and the best weights not restored all passed). With patience 4 epochs
+// improve by less than minImprovement, which a plain val < best would
+// count, and a real improvement follows them (seed and rate chosen so).
+func TestFitStopsEarlyAndKeepsTheBestEpoch(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(30, 40, false, false, 3)
+	train, val := cascades(t, g, 40, 4), cascades(t, g, 20, 6)
+	for _, patience := range []int{1, 4} {
+		m := New()
+		require.NoError(t, m.Configure(ctx, g, map[string]string{"patience": strconv.Itoa(patience)}, nil))
+		var reports []forward.Progress
+		res, err := m.Fit(ctx, train, forward.FitOptions{Epochs: 60, LearningRate: 0.01, Seed: 5, Validation: val},
+			func(p forward.Progress) { reports = append(reports, p) })
+		require.NoError(t, err)
+
+		best, bestEpoch, stale, stop, small, resumed := math.Inf(1), 0, 0, 0, 0, 0
+		for i, p := range reports {
+			if p.ValLoss < best*(1-1e-3) {
+				if stale > 0 {
+					resumed++
+				}
+				best, bestEpoch, stale = p.ValLoss, i+1, 0
+				continue
+			}
+			if p.ValLoss < best {
+				small++
+			}
+			if stale++; stale == patience {
+				stop = i + 1
+				break
+			}
+		}
+		require.NotZero(t, stop, "patience %d: the fit must stop early for the test to see it", patience)
+		require.Len(t, reports, stop, "patience %d", patience)
+		require.Equal(t, float64(stop), res.Metrics["epochs"])
+		require.Equal(t, float64(bestEpoch), res.Metrics["best_epoch"])
+		require.Equal(t, best, res.Metrics["val_mse"])
+		require.Less(t, bestEpoch, stop)
+		if patience == 4 {
+			require.NotZero(t, small, "an epoch improved by less than minImprovement: it must not count")
+			require.NotZero(t, resumed, "an epoch improved after stale ones: the count starts again")
+		}
+		require.NotEqual(t, best, reports[stop-1].ValLoss, "the last epoch is not the best, so restoring it shows")
+		require.InDelta(t, best, mseOf(t, m, val), 1e-12, "patience %d: the model left behind is the best epoch's", patience)
+	}
+}
+
+// With a learning rate too small to move a weight, the epoch's training
+// loss, the train_mse metric and the validation loss are the fixed net's
+// MSEs on the pairs, as Predict gives them (a mutation audit: the epoch's
+// loss summed over pairs only, or train_mse as a mean of errors or over
+// pairs only, passed).
+func TestFitReportsMSEs(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(30, 40, false, false, 3)
+	train, val := cascades(t, g, 12, 4), cascades(t, g, 5, 6)
+	m := New()
+	require.NoError(t, m.Configure(ctx, g, nil, nil))
+	var reports []forward.Progress
+	res, err := m.Fit(ctx, train, forward.FitOptions{Epochs: 1, LearningRate: 1e-300, Seed: 5, Validation: val},
+		func(p forward.Progress) { reports = append(reports, p) })
+	require.NoError(t, err)
+	require.Len(t, reports, 1)
+	want := mseOf(t, m, train)
+	require.InDelta(t, want, reports[0].TrainLoss, 1e-12)
+	require.InDelta(t, want, res.Metrics["train_mse"], 1e-12)
+	require.InDelta(t, mseOf(t, m, val), reports[0].ValLoss, 1e-12)
+	require.InDelta(t, mseOf(t, m, val), res.Metrics["val_mse"], 1e-12)
 }
 
 func pairMatrices(n int, pairs []forward.Pair) (x, y *mat.Dense) {
