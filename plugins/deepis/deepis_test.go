@@ -266,6 +266,88 @@ func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 	}
 }
 
+// trainer.step accumulates the gradient of the documented training loss
+//
+//	[ Σ_i Σ_v (f(x_i)_v - y_iv)² + λ Σ_i Σ_v max(0, f(x_sub,i)_v - f(x_i)_v)² ] / (|batch| n)
+//
+// and returns its squared-error sum. Both are computed here from the net's
+// forward pass and the gradient checked by central differences, with λ =
+// 0.7, subsets that predict more than their sets somewhere (the penalty is
+// live), the batch in two parts and a step before it (a mutation audit:
+// the factor 2 of the squared error, λ, the penalty's sign or its half on
+// x_sub, the parts' sum and the reset of the edge scale's and the gate's
+// gradients could each change and no test fail:
+// TestParamGradientMatchesFiniteDifferences checks the net's backward
+// pass, not the loss built on it).
+func TestTrainingStepGradient(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		g    *graph.Graph
+		gate string
+	}{
+		{"unweighted", randomGraph(13, 18, false, false, 11), "off"},
+		{"weighted directed, source gate", randomGraph(12, 25, true, true, 2), "on"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, n := tc.g, tc.g.N()
+			m := New()
+			require.NoError(t, m.Configure(context.Background(), g, map[string]string{"hidden": "4", "gate": tc.gate}, nil))
+			randomize(m, 13)
+			nt := m.nt
+			pairs := []forward.Pair{
+				{Sources: []int{0, 3, 7}, Infected: []int{0, 1, 3, 7, 8}},
+				{Sources: []int{2, 5}, Infected: []int{2, 5, 6}},
+				{Sources: []int{4, 9, 10}, Infected: []int{4, 9, 10, 11}},
+			}
+			idx := []int{2, 0, 1}
+			subs := [][]int{{4}, {0, 7}, {}} // of pairs 2, 0 and 1
+			const lambda = 0.7
+			rows := len(idx)
+			loss := func() (total, sse, pen float64) {
+				x := make([]float64, 2*rows*n)
+				for i, k := range idx {
+					for _, v := range pairs[k].Sources {
+						x[i*n+v] = 1
+					}
+					for _, v := range subs[i] {
+						x[(rows+i)*n+v] = 1
+					}
+				}
+				f := make([]float64, len(x))
+				nt.forward(nt.worker(0), x, 2*rows, f)
+				for i, k := range idx {
+					y := make([]float64, n)
+					for _, v := range pairs[k].Infected {
+						y[v] = 1
+					}
+					for v := 0; v < n; v++ {
+						d := f[i*n+v] - y[v]
+						sse += d * d
+						if r := f[(rows+i)*n+v] - f[i*n+v]; r > 0 {
+							pen += r * r
+						}
+					}
+				}
+				return (sse + lambda*pen) / float64(rows*n), sse, pen
+			}
+			tr := newTrainer(nt, 1, 1)
+			// The checked step must start from zero gradients, not add to
+			// what an earlier step left.
+			tr.step(pairs, []int{1, 2}, [][]int{{5}, {9}}, lambda)
+			got := tr.step(pairs, idx, subs, lambda)
+			_, sse, pen := loss()
+			require.Greater(t, pen, 0.0, "the penalty must be live for the check to see it")
+			require.InDelta(t, sse, got, 1e-12)
+			require.Equal(t, 2, tr.parallel(rows, func(int, int, int) {}), "the batch goes in two parts")
+			for _, p := range nt.params {
+				grad := append([]float64(nil), p.Grad...)
+				e, i := nn.CheckGradient(func() float64 { l, _, _ := loss(); return l }, p.Value, grad, 1e-5)
+				require.Lessf(t, e, 1e-4, "%s: worst relative error %g at %d", p.Name, e, i)
+			}
+		})
+	}
+}
+
 // Without the gate a source's own output is 1: the propagation keeps it
 // infected. With it, 1 - rho: the gate says how often a source is
 // observed uninfected.
@@ -550,6 +632,58 @@ func TestFitReportsMSEs(t *testing.T) {
 	require.InDelta(t, want, res.Metrics["train_mse"], 1e-12)
 	require.InDelta(t, mseOf(t, m, val), reports[0].ValLoss, 1e-12)
 	require.InDelta(t, mseOf(t, m, val), res.Metrics["val_mse"], 1e-12)
+}
+
+// A Lambda of zero takes DefaultLambda, not zero: the monotonicity
+// penalty stays on (a mutation audit: lambda < 0 for lambda <= 0, which
+// turned the penalty off, passed). That the fit depends on λ at all is
+// shown by 0.5 (with two hidden layers: with one, the net stayed monotone
+// on these pairs and the penalty was never live).
+func TestFitLambdaZeroIsTheDefault(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(30, 40, false, false, 3)
+	train := cascades(t, g, 16, 4)
+	fit := func(lambda float64) []byte {
+		m := New()
+		require.NoError(t, m.Configure(ctx, g, map[string]string{"layers": "2"}, nil))
+		res, err := m.Fit(ctx, train, forward.FitOptions{Epochs: 2, Seed: 5, Lambda: lambda}, nil)
+		require.NoError(t, err)
+		return res.State
+	}
+	def := fit(DefaultLambda)
+	require.Equal(t, def, fit(0))
+	require.NotEqual(t, def, fit(0.5))
+}
+
+// dropSome, the penalty's x_sub, drops each source with probability 1/2
+// and at least one, keeping the rest in order. Kept, a source of k is
+// 1/2 - 2^-k/k of the time: the all-kept draws lose one at random (a
+// mutation audit: keeping none, or allowing all, passed every test).
+func TestDropSome(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	require.Nil(t, dropSome(nil, rng))
+	for k := 1; k <= 4; k++ {
+		sources := []int{40, 10, 30, 20}[:k]
+		kept := map[int]int{}
+		const draws = 4000
+		for d := 0; d < draws; d++ {
+			keep := dropSome(sources, rng)
+			require.Less(t, len(keep), k, "at least one dropped")
+			j := 0
+			for _, s := range keep {
+				for j < k && sources[j] != s {
+					j++
+				}
+				require.Less(t, j, k, "%v is not an ordered subset of %v", keep, sources)
+				j++
+				kept[s]++
+			}
+		}
+		want := 0.5 - math.Pow(2, -float64(k))/float64(k)
+		for _, s := range sources {
+			require.InDelta(t, want, float64(kept[s])/draws, 0.03, "k %d source %d", k, s)
+		}
+	}
 }
 
 func pairMatrices(n int, pairs []forward.Pair) (x, y *mat.Dense) {
