@@ -1,6 +1,7 @@
 package gnn_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math"
@@ -128,6 +129,11 @@ func TestConfigureErrors(t *testing.T) {
 		{"patience", g, map[string]string{"patience": "0"}, nil, "param patience=0: want >= 1"},
 		{"disagrees", g, map[string]string{"extra": "6"}, state, "fake: configure: param extra=6 disagrees with the state's architecture"},
 		{"other model", g, nil, append([]byte("sourcewatch-forward-gat\n"), state[len(spec.StateMagic()):]...), "not a fake state (missing magic)"},
+		// Behind the right magic, a header naming another model or an
+		// architecture that cannot be built (a mutation audit: dropping
+		// either check passed).
+		{"other model in the header", g, nil, bytes.Replace(state, []byte(`"model":"fake"`), []byte(`"model":"fakx"`), 1), `state of model "fakx", want "fake"`},
+		{"invalid arch in the header", g, nil, bytes.Replace(state, []byte(`"scale":2`), []byte(`"scale":0`), 1), "architecture: scale 0: want 1..9"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			require.ErrorContains(t, gnn.NewModel(spec).Configure(ctx, tt.g, tt.params, tt.state), tt.want)
