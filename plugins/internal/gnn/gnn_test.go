@@ -222,3 +222,54 @@ func TestChunkRows(t *testing.T) {
 	require.PanicsWithValue(t, "gnn: ChunkRows(4941, 0): want positive sizes", func() { gnn.ChunkRows(n, 0) })
 	require.PanicsWithValue(t, "gnn: ChunkRows(0, 10): want positive sizes", func() { gnn.ChunkRows(0, 10) })
 }
+
+// Early stopping, replayed from the progress reports by the documented
+// rule: an epoch improves on a lower validation MSE, and Fit stops after
+// patience epochs without one. The metrics name the best epoch and its
+// MSE, and the model left behind is that epoch's (a mutation audit:
+// best_epoch reported as the last epoch, the stale count not kept or
+// compared with >, and the best weights not restored passed the suite).
+func TestFitStopsEarlyAndKeepsTheBestEpoch(t *testing.T) {
+	ctx := context.Background()
+	g := gnntest.RandomGraph(10, 20, true, false, 5)
+	pairs := gnntest.SimulateSI(g, 16, 2, 0.5, 6)
+	train, val := pairs[:8], pairs[8:]
+	for _, patience := range []int{1, 2} {
+		m := gnn.NewModel(fakeSpec())
+		require.NoError(t, m.Configure(ctx, g, map[string]string{"patience": fmt.Sprint(patience)}, nil))
+		var reports []forward.Progress
+		res, err := m.Fit(ctx, train, forward.FitOptions{Epochs: 200, LearningRate: 0.2, Seed: 9, Validation: val},
+			func(p forward.Progress) { reports = append(reports, p) })
+		require.NoError(t, err)
+
+		best, bestEpoch, stale, stop := math.Inf(1), 0, 0, 0
+		for i, p := range reports {
+			if p.ValLoss < best {
+				best, bestEpoch, stale = p.ValLoss, i+1, 0
+			} else if stale++; stale == patience {
+				stop = i + 1
+				break
+			}
+		}
+		require.NotZero(t, stop, "patience %d: the fit must stop early for the test to see it", patience)
+		require.Len(t, reports, stop, "patience %d", patience)
+		require.Equal(t, float64(stop), res.Metrics["epochs"])
+		require.Equal(t, float64(bestEpoch), res.Metrics["best_epoch"])
+		require.Equal(t, best, res.Metrics["val_mse"])
+		require.Less(t, bestEpoch, stop)
+
+		x := mat.NewDense(len(val), g.N(), nil)
+		for i, p := range val {
+			x.SetRow(i, gnntest.Indicator(g.N(), p.Sources))
+		}
+		y, err := m.Predict(ctx, x)
+		require.NoError(t, err)
+		var sum float64
+		for i, p := range val {
+			for j, o := range gnntest.Indicator(g.N(), p.Infected, p.Sources) {
+				sum += (y.At(i, j) - o) * (y.At(i, j) - o)
+			}
+		}
+		require.InDelta(t, best, sum/float64(len(val)*g.N()), 1e-12, "patience %d: the model left behind is the best epoch's", patience)
+	}
+}
