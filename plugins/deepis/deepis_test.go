@@ -841,6 +841,12 @@ func TestErrors(t *testing.T) {
 	require.ErrorContains(t, err, "no training pairs")
 	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{1}, Infected: []int{1, 12}}}, forward.FitOptions{}, nil)
 	require.ErrorContains(t, err, "training pair 0: infected node 12 out of range for 10 nodes")
+	// n itself is the first index out of range (a mutation audit: s > n
+	// passed, and the fit then indexed past its buffers).
+	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{10}, Infected: []int{1}}}, forward.FitOptions{}, nil)
+	require.ErrorContains(t, err, "training pair 0: source 10 out of range for 10 nodes")
+	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{1}, Infected: []int{10}}}, forward.FitOptions{}, nil)
+	require.ErrorContains(t, err, "training pair 0: infected node 10 out of range for 10 nodes")
 	_, err = m.Fit(ctx, []forward.Pair{{Sources: []int{1}}}, forward.FitOptions{Validation: []forward.Pair{{}, {Sources: []int{-1}}}}, nil)
 	require.ErrorContains(t, err, "validation pair 1: source -1 out of range")
 
