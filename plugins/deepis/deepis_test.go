@@ -632,6 +632,10 @@ func TestFitReportsMSEs(t *testing.T) {
 	require.InDelta(t, want, res.Metrics["train_mse"], 1e-12)
 	require.InDelta(t, mseOf(t, m, val), reports[0].ValLoss, 1e-12)
 	require.InDelta(t, mseOf(t, m, val), res.Metrics["val_mse"], 1e-12)
+	// The edge scale s starts at 1 (its log at 0) and such a rate cannot
+	// move it; edge_scale reports s, not its log (a mutation audit).
+	require.Equal(t, 1.0, res.Metrics["edge_scale"])
+	require.NotContains(t, res.Metrics, "source_gate", "SI pairs: gate=auto gives none")
 }
 
 // A Lambda of zero takes DefaultLambda, not zero: the monotonicity
@@ -743,6 +747,17 @@ func TestStateRoundTrip(t *testing.T) {
 		edges[i], edges[j] = edges[j], edges[i]
 	}
 	require.NoError(t, New().Configure(ctx, graph.New(g.N(), edges, nil, false, false), nil, state))
+
+	// p=auto given with a state defers to the state's p, whatever 1/mean
+	// in-degree says, as an omitted p does; an explicit p must agree (a
+	// mutation audit: refusing an explicit auto passed).
+	_, s03 := fitted(t, g, map[string]string{"p": "0.3"})
+	require.NotEqual(t, 0.3, autoP(g))
+	for _, p := range []map[string]string{{"p": "auto"}, {"p": "0.3"}, nil} {
+		other := New()
+		require.NoError(t, other.Configure(ctx, g, p, s03), "%v", p)
+		require.Equal(t, 0.3, other.nt.P)
+	}
 }
 
 func TestBadState(t *testing.T) {
