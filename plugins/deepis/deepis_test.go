@@ -808,6 +808,62 @@ func TestBadState(t *testing.T) {
 	}
 }
 
+// A state's header is checked field by field against the ranges the
+// params allow: one past each end is refused as implausible, or as its
+// version or gate flag, and each end itself passes those checks (it is
+// refused next, for the parameter bytes this header-only state lacks).
+// (A mutation audit: moving any of these bounds by one, accepting version
+// 0 or gate flag 2, passed.)
+func TestStateHeaderBounds(t *testing.T) {
+	g := randomGraph(10, 8, false, false, 3)
+	header := func(version, hops, steps, hidden, layers int, p float64, gate int) []byte {
+		var b bytes.Buffer
+		b.WriteString(stateMagic)
+		u32 := func(v int) { b.Write(binary.LittleEndian.AppendUint32(nil, uint32(v))) }
+		u32(version)
+		u32(len(g.Fingerprint()))
+		b.WriteString(g.Fingerprint())
+		for _, v := range []int{g.N(), hops, steps, hidden, layers} {
+			u32(v)
+		}
+		b.Write(binary.LittleEndian.AppendUint64(nil, math.Float64bits(p)))
+		u32(gate)
+		return b.Bytes()
+	}
+	const bytesMsg = "bytes of parameters for an architecture"
+	for _, tc := range []struct {
+		name  string
+		state []byte
+		want  string
+	}{
+		{"defaults", header(2, 3, 4, 8, 1, 0.5, 0), bytesMsg},
+		{"version 0", header(0, 3, 4, 8, 1, 0.5, 0), "state version 0, this build reads 1 to 2"},
+		{"gate flag 1", header(2, 3, 4, 8, 1, 0.5, 1), bytesMsg},
+		{"gate flag 2", header(2, 3, 4, 8, 1, 0.5, 2), "gate flag 2"},
+		{"hops 16", header(2, 16, 4, 8, 1, 0.5, 0), bytesMsg},
+		{"hops 17", header(2, 17, 4, 8, 1, 0.5, 0), "implausible architecture"},
+		{"steps 0", header(2, 3, 0, 8, 1, 0.5, 0), bytesMsg},
+		{"steps 64", header(2, 3, 64, 8, 1, 0.5, 0), bytesMsg},
+		{"steps 65", header(2, 3, 65, 8, 1, 0.5, 0), "implausible architecture"},
+		{"hidden 1", header(2, 3, 4, 1, 1, 0.5, 0), bytesMsg},
+		{"hidden 0", header(2, 3, 4, 0, 1, 0.5, 0), "implausible architecture"},
+		{"hidden 4096", header(2, 3, 4, 4096, 1, 0.5, 0), bytesMsg},
+		{"hidden 4097", header(2, 3, 4, 4097, 1, 0.5, 0), "implausible architecture"},
+		{"layers 8", header(2, 3, 4, 8, 8, 0.5, 0), bytesMsg},
+		{"layers 9", header(2, 3, 4, 8, 9, 0.5, 0), "implausible architecture"},
+		{"p 1", header(2, 3, 4, 8, 1, 1, 0), bytesMsg},
+		{"p above 1", header(2, 3, 4, 8, 1, 1.5, 0), "implausible architecture"},
+		{"p 0", header(2, 3, 4, 8, 1, 0, 0), "implausible architecture"},
+		{"p NaN", header(2, 3, 4, 8, 1, math.NaN(), 0), "implausible architecture"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := New().Configure(t.Context(), g, nil, tc.state)
+			require.ErrorIs(t, err, forward.ErrBadState)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
 func TestErrors(t *testing.T) {
 	ctx := context.Background()
 	g := randomGraph(10, 5, false, false, 41)
