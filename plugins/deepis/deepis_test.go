@@ -864,6 +864,20 @@ func TestStateHeaderBounds(t *testing.T) {
 	}
 }
 
+// Configure with a state takes the state's architecture over (decodeState
+// sets it), so a Fit after it trains that architecture, not the defaults
+// (a mutation audit: leaving the config's passed).
+func TestFitAfterAStateKeepsItsArchitecture(t *testing.T) {
+	ctx := context.Background()
+	g := randomGraph(30, 30, false, false, 31)
+	_, state := fitted(t, g, map[string]string{"hops": "2", "hidden": "6", "p": "0.3"})
+	m := New()
+	require.NoError(t, m.Configure(ctx, g, nil, state))
+	_, err := m.Fit(ctx, cascades(t, g, 10, 4), forward.FitOptions{Epochs: 1, Seed: 9}, nil)
+	require.NoError(t, err)
+	require.Equal(t, arch{Hops: 2, Steps: DefaultSteps, Hidden: 6, Layers: DefaultLayers, P: 0.3}, m.nt.arch)
+}
+
 func TestErrors(t *testing.T) {
 	ctx := context.Background()
 	g := randomGraph(10, 5, false, false, 41)
