@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -217,25 +218,40 @@ func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 	// edge scale, on both propagation paths: one P for every arc
 	// (unweighted, with 3 rows and with the 8-wide kernels of 11 = 8 + 3)
 	// and a P per arc (weighted).
-	// With the source gate, its logit b is checked too.
+	// With the source gate, its logit b is checked too. Past the clamp
+	// (s P0 > 1, P = 1) the scale's gradient is 0 on the arcs clamped: P
+	// no longer moves with it (a mutation audit: the scale's gradient
+	// taken there too passed; TestEdgeScaleGradientPastTheClamp has the
+	// uniform path).
 	for _, tc := range []struct {
-		name string
-		g    *graph.Graph
-		rows int
-		gate string
+		name     string
+		g        *graph.Graph
+		rows     int
+		gate     string
+		p        string
+		logScale float64
 	}{
-		{"unweighted", randomGraph(13, 18, false, false, 11), 3, "off"},
-		{"unweighted directed 11 rows", randomGraph(13, 18, true, false, 11), 11, "off"},
-		{"weighted directed", randomGraph(12, 25, true, true, 2), 3, "off"},
-		{"unweighted, source gate", randomGraph(13, 18, false, false, 11), 3, "on"},
-		{"weighted directed, source gate", randomGraph(12, 25, true, true, 2), 3, "on"},
+		{"unweighted", randomGraph(13, 18, false, false, 11), 3, "off", "auto", 0.3},
+		{"unweighted directed 11 rows", randomGraph(13, 18, true, false, 11), 11, "off", "auto", 0.3},
+		{"weighted directed", randomGraph(12, 25, true, true, 2), 3, "off", "auto", 0.3},
+		{"unweighted, source gate", randomGraph(13, 18, false, false, 11), 3, "on", "auto", 0.3},
+		{"weighted directed, source gate", randomGraph(12, 25, true, true, 2), 3, "on", "auto", 0.3},
+		{"weighted directed, some P clamped", randomGraph(12, 25, true, true, 2), 3, "off", "auto", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := tc.g
 			m := New()
-			require.NoError(t, m.Configure(context.Background(), g, map[string]string{"hidden": "4", "layers": "2", "gate": tc.gate}, nil))
+			require.NoError(t, m.Configure(context.Background(), g, map[string]string{"hidden": "4", "layers": "2", "gate": tc.gate, "p": tc.p}, nil))
 			randomize(m, 12)
 			nt := m.nt
+			nt.logScale.Value[0] = tc.logScale
+			clamped := 0
+			for _, w := range nt.p0w {
+				if math.Exp(tc.logScale)*w > 1 {
+					clamped++
+				}
+			}
+			require.Equal(t, strings.Contains(tc.name, "clamped"), clamped > 0, "%d arcs clamped", clamped)
 			require.Equal(t, !g.Weighted(), nt.uniform)
 			rng := rand.New(rand.NewPCG(9, 9))
 			x := randDense(rng, tc.rows, g.N(), 0.05, 0.95).RawMatrix().Data
@@ -263,6 +279,42 @@ func TestParamGradientMatchesFiniteDifferences(t *testing.T) {
 				require.Lessf(t, e, 1e-4, "%s: worst relative error %g at %d", p.Name, e, i)
 			}
 		})
+	}
+}
+
+// With one P for every arc past the clamp (s P0 > 1, so P = 1 whatever s
+// does nearby) the loss is flat in the scale and its gradient exactly 0
+// (a mutation audit: the scale's gradient taken there too passed). A
+// directed ring: on denser graphs P = 1 saturates y within the steps and
+// every gradient vanishes anyway; the full central-difference check of
+// the other parameters is left to the unclamped cases, as on this ring
+// their entries are small enough for round-off to dominate.
+func TestEdgeScaleGradientPastTheClamp(t *testing.T) {
+	g := randomGraph(13, 0, true, false, 12)
+	m := New()
+	require.NoError(t, m.Configure(context.Background(), g, map[string]string{"p": "0.9"}, nil))
+	randomize(m, 12)
+	nt := m.nt
+	nt.logScale.Value[0] = 0.2 // s P0 = 1.1
+	require.True(t, nt.uniform)
+	rng := rand.New(rand.NewPCG(9, 9))
+	x := randDense(rng, 3, g.N(), 0.05, 0.95).RawMatrix().Data
+	c := randDense(rng, 3, g.N(), -1, 1).RawMatrix().Data
+	out := make([]float64, len(x))
+	loss := func() float64 {
+		nt.forward(nt.worker(0), x, 3, out)
+		var l float64
+		for i, v := range out {
+			l += c[i] * v
+		}
+		return l
+	}
+	l0 := loss()
+	require.Equal(t, []float64{1}, nt.worker(0).tp.pe[:1])
+	require.Zero(t, nt.backward(nt.worker(0), c, nil))
+	for _, d := range []float64{-1e-3, 1e-3} {
+		nt.logScale.Value[0] = 0.2 + d
+		require.Equal(t, l0, loss())
 	}
 }
 
