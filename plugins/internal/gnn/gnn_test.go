@@ -273,3 +273,24 @@ func TestFitStopsEarlyAndKeepsTheBestEpoch(t *testing.T) {
 		require.InDelta(t, best, sum/float64(len(val)*g.N()), 1e-12, "patience %d: the model left behind is the best epoch's", patience)
 	}
 }
+
+// A Lambda of zero takes the spec's default, not zero: the monotonicity
+// penalty stays on; a negative one turns it off (a mutation audit:
+// lambda == 0 left at zero passed). That the fit depends on λ at all is
+// shown by 0.5.
+func TestFitLambdaZeroIsTheDefault(t *testing.T) {
+	ctx := context.Background()
+	g := gnntest.RandomGraph(10, 20, true, false, 5)
+	pairs := gnntest.SimulateSI(g, 12, 3, 0.5, 6)
+	fit := func(lambda float64) []byte {
+		m := gnn.NewModel(fakeSpec())
+		require.NoError(t, m.Configure(ctx, g, nil, nil))
+		res, err := m.Fit(ctx, pairs, forward.FitOptions{Epochs: 2, Seed: 7, Lambda: lambda}, nil)
+		require.NoError(t, err)
+		return res.State
+	}
+	def := fit(fakeSpec().Defaults.Lambda)
+	require.Equal(t, def, fit(0))
+	require.NotEqual(t, def, fit(0.5))
+	require.NotEqual(t, def, fit(-1))
+}
