@@ -294,3 +294,35 @@ func TestFitLambdaZeroIsTheDefault(t *testing.T) {
 	require.NotEqual(t, def, fit(0.5))
 	require.NotEqual(t, def, fit(-1))
 }
+
+// BackgroundRate is the share of non-source nodes infected, counted by
+// hand: pair 0 has 2 of its 4 non-sources infected, pair 1 one of 4 (node
+// 0, a source only in pair 0); no non-source at all gives 0.5 (a mutation
+// audit: counting sources, not clearing a pair's marks, or a NaN for no
+// non-source passed: only the output bias's start depends on it, and
+// nothing checked that).
+func TestBackgroundRate(t *testing.T) {
+	require.Equal(t, 3.0/8, gnn.BackgroundRate([]forward.Pair{
+		{Sources: []int{0}, Infected: []int{0, 1, 2}},
+		{Sources: []int{3}, Infected: []int{0, 3}},
+	}, 5))
+	require.Equal(t, 0.5, gnn.BackgroundRate([]forward.Pair{{Sources: []int{0, 1}, Infected: []int{0, 1}}}, 2))
+
+	// Fit starts the output bias from it: the fake's SetOutputBias sets
+	// b = p/2, and a rate of 1e-300 leaves it there (a mutation audit:
+	// Fit not calling SetOutputBias passed).
+	g := gnntest.RandomGraph(5, 6, false, false, 5)
+	spec := fakeSpec()
+	m := gnn.NewModel(spec)
+	require.NoError(t, m.Configure(context.Background(), g, nil, nil))
+	res, err := m.Fit(context.Background(), []forward.Pair{
+		{Sources: []int{0}, Infected: []int{0, 1, 2}},
+		{Sources: []int{3}, Infected: []int{0, 3}},
+	}, forward.FitOptions{Epochs: 1, LearningRate: 1e-300, Seed: 3}, nil)
+	require.NoError(t, err)
+	net, err := spec.DecodeState(res.State, g)
+	require.NoError(t, err)
+	for _, b := range net.b.Value {
+		require.InDelta(t, 3.0/16, b, 1e-15)
+	}
+}
