@@ -326,3 +326,69 @@ func TestBackgroundRate(t *testing.T) {
 		require.InDelta(t, 3.0/16, b, 1e-15)
 	}
 }
+
+// Trainer.Loss is mean (f(x) - y)^2 + λ mean max(0, f(x_sub) - f(x))^2,
+// computed here from the network's own forward pass on the X and XS that
+// Fill drew, where y marks the infected and the sources; each x_sub drops
+// at least one source and keeps each of the others about half the time
+// (a mutation audit: a penalty counting f(x_sub) < f(x) too, and subsets
+// that kept nothing, passed: the gradient check holds the loss to its own
+// definition).
+func TestTrainerLossByDefinition(t *testing.T) {
+	g := gnntest.RandomGraph(10, 20, true, false, 5)
+	n := g.N()
+	net := newFake(g, fakeArch{Scale: 3}, 8)
+	batch := []forward.Pair{
+		{Sources: []int{0, 3, 7, 9}, Infected: []int{1, 2}},
+		{Sources: []int{2, 5}, Infected: []int{6}},
+		{Sources: []int{4, 6, 8}},
+	}
+	const lambda = 0.7
+	tr := &gnn.Trainer[fakeArch, *fakeNet]{Net: net, Lambda: lambda}
+	rng := rand.New(rand.NewPCG(12, 13))
+	kept := 0
+	for rep := 0; rep < 200; rep++ {
+		tr.Fill(batch, rng)
+		for i, p := range batch {
+			var in, sub int
+			for v := 0; v < n; v++ {
+				if tr.XS[i*n+v] == 1 {
+					require.Equal(t, 1.0, tr.X[i*n+v], "x_sub is a subset of x")
+					sub++
+				}
+				if tr.X[i*n+v] == 1 {
+					in++
+				}
+			}
+			require.Equal(t, len(p.Sources), in)
+			require.Less(t, sub, in, "at least one source dropped")
+			kept += sub
+		}
+	}
+	// Of 4, 2 and 3 sources one is dropped and the others kept half the
+	// time: 1.5 + 0.5 + 1 = 3 kept per fill.
+	require.InDelta(t, 3, float64(kept)/200, 0.3)
+
+	loss, mse := tr.Loss(false)
+	x := mat.NewDense(len(batch), n, tr.X)
+	xs := mat.NewDense(len(batch), n, tr.XS)
+	f := mat.DenseCopyOf(net.Forward(x))
+	fs := mat.DenseCopyOf(net.Forward(xs))
+	var sq, pen float64
+	live := false
+	for i, p := range batch {
+		y := gnntest.Indicator(n, p.Infected, p.Sources)
+		for v := 0; v < n; v++ {
+			d := f.At(i, v) - y[v]
+			sq += d * d
+			if r := fs.At(i, v) - f.At(i, v); r > 0 {
+				pen += r * r
+				live = true
+			}
+		}
+	}
+	require.True(t, live, "the penalty must be live for the check to see it")
+	cells := float64(len(batch) * n)
+	require.InDelta(t, sq/cells, mse, 1e-12)
+	require.InDelta(t, (sq+lambda*pen)/cells, loss, 1e-12)
+}
