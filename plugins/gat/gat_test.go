@@ -48,6 +48,11 @@ func TestErrors(t *testing.T) {
 	suite.CheckErrors(t, []gnntest.ParamCase{
 		{Name: "not a number", Params: map[string]string{"heads": "many"}, Want: `param heads="many": not an integer`},
 		{Name: "range", Params: map[string]string{"head_dim": "0"}, Want: "head_dim 0"},
+		{Name: "heads 0", Params: map[string]string{"heads": "0"}, Want: "heads 0: want 1..64"},
+		{Name: "heads 65", Params: map[string]string{"heads": "65"}, Want: "heads 65: want 1..64"},
+		{Name: "head_dim 257", Params: map[string]string{"head_dim": "257"}, Want: "head_dim 257: want 1..256"},
+		{Name: "hops -1", Params: map[string]string{"hops": "-1"}, Want: "hops -1: want 0..16"},
+		{Name: "hops 17", Params: map[string]string{"hops": "17"}, Want: "hops 17: want 0..16"},
 	}, Arch{Heads: 2, HeadDim: 2, Hops: 1}, map[string]string{"heads": "8"}, "param heads=8 disagrees")
 }
 
@@ -153,5 +158,14 @@ func TestSetOutputBias(t *testing.T) {
 		for j := 0; j < 8; j++ {
 			require.InDelta(t, tc.want, y.At(0, j), 1e-12, "p %g node %d", tc.p, j)
 		}
+	}
+}
+
+// The ends of the architecture's ranges are taken, one past them refused
+// in TestErrors (a mutation audit: moving an upper bound by one passed).
+func TestArchRangeEnds(t *testing.T) {
+	g := gnntest.RandomGraph(8, 12, false, false, 51)
+	for _, params := range []map[string]string{{"heads": "1"}, {"heads": "64"}, {"head_dim": "1"}, {"head_dim": "256"}, {"hops": "0"}, {"hops": "16"}} {
+		require.NoError(t, New().Configure(t.Context(), g, params, nil), "%v", params)
 	}
 }

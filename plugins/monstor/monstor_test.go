@@ -48,6 +48,9 @@ func TestErrors(t *testing.T) {
 	suite.CheckErrors(t, []gnntest.ParamCase{
 		{Name: "not a number", Params: map[string]string{"stacks": "many"}, Want: `param stacks="many": not an integer`},
 		{Name: "range", Params: map[string]string{"hidden": "0"}, Want: "hidden 0"},
+		{Name: "stacks 0", Params: map[string]string{"stacks": "0"}, Want: "stacks 0: want 1..16"},
+		{Name: "stacks 17", Params: map[string]string{"stacks": "17"}, Want: "stacks 17: want 1..16"},
+		{Name: "hidden 1025", Params: map[string]string{"hidden": "1025"}, Want: "hidden 1025: want 1..1024"},
 	}, Arch{Stacks: 2, Hidden: 3}, map[string]string{"stacks": "3"}, "param stacks=3 disagrees")
 }
 
@@ -188,5 +191,14 @@ func TestSetOutputBias(t *testing.T) {
 		for j := 0; j < 8; j++ {
 			require.InDelta(t, tc.want, y.At(0, j), 1e-12, "p %g node %d", tc.p, j)
 		}
+	}
+}
+
+// The ends of the architecture's ranges are taken, one past them refused
+// in TestErrors (a mutation audit: moving an upper bound by one passed).
+func TestArchRangeEnds(t *testing.T) {
+	g := gnntest.RandomGraph(8, 12, false, false, 51)
+	for _, params := range []map[string]string{{"stacks": "1"}, {"stacks": "16"}, {"hidden": "1"}, {"hidden": "1024"}} {
+		require.NoError(t, New().Configure(t.Context(), g, params, nil), "%v", params)
 	}
 }
