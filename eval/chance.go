@@ -19,7 +19,9 @@ type ChanceScore struct {
 	sumChance float64
 	sources   float64
 	cascades  int
-	bins      [chanceBins]struct{ nodes, chance, sources float64 }
+	// bins sum each bin's chances and sources; ECE needs no count of
+	// its nodes, which cancels out.
+	bins [chanceBins]struct{ chance, sources float64 }
 }
 
 // Add adds one cascade: chance holds every node's chance, sources the
@@ -31,9 +33,7 @@ func (s *ChanceScore) Add(chance []float64, sources []int) {
 		// (p-1)^2 = p^2 + (1 - 2p).
 		s.squared += p * p
 		s.sumChance += p
-		b := &s.bins[chanceBin(p)]
-		b.nodes++
-		b.chance += p
+		s.bins[chanceBin(p)].chance += p
 	}
 	seen := make(map[int]struct{}, len(sources))
 	for _, v := range sources {
