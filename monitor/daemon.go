@@ -657,7 +657,7 @@ func (d *Daemon) Run(ctx context.Context) (err error) {
 		}
 	}
 	nc, err := connect(cfg, d.srv, d.log, func() {}, func(err error) {
-		msg := redactedError{err, cfg.NATS.URL}.Error() + tlsHint(cfg.NATS, err) + ExpiredCredsHint("nats.creds", cfg.NATS.Creds, err, time.Now())
+		msg := redactedError{err, cfg.NATS.URL}.Error() + tlsHint(cfg.NATS, err) + CredsValidityHint("nats.creds", cfg.NATS.Creds, err, d.now())
 		d.lastConnErr.Store(&msg)
 	}, func(err error) {
 		// A publish the account may not make fails only by its timeout

@@ -188,7 +188,7 @@ func mustNkey(t *testing.T, seedFile string) nats.Option {
 // JWTs, as NGS or a Synadia-managed cluster issue them) with one account
 // that may use JetStream; creds writes a .creds file of a new user of
 // that account whose JWT expires at exp (Unix seconds; 0: never).
-func operatorServer(t *testing.T) (s *server.Server, creds func(exp int64) string) {
+func operatorServer(t *testing.T) (s *server.Server, creds func(exp int64, notBefore ...int64) string) {
 	t.Helper()
 	operator, err := nkeys.CreateOperator()
 	require.NoError(t, err)
@@ -221,7 +221,7 @@ func operatorServer(t *testing.T) (s *server.Server, creds func(exp int64) strin
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
 		TrustedOperators: []*jwt.OperatorClaims{oclaims}, AccountResolver: resolver, SystemAccount: sysPub,
 	})
-	return s, func(exp int64) string { return writeUserCreds(t, acct, exp) }
+	return s, func(exp int64, notBefore ...int64) string { return writeUserCreds(t, acct, exp, notBefore...) }
 }
 
 // TestDaemonWithCredsInOperatorMode runs the daemon against a server in
@@ -253,21 +253,31 @@ func TestDaemonWithCredsInOperatorMode(t *testing.T) {
 	require.ErrorContains(t, d.Run(t.Context()), "no nkey seed")
 }
 
-// A creds file whose user JWT has expired is refused by the server as
-// "Authorization Violation" and nothing more; /readyz (and the waiting
-// log, from the same text) says it expired, and when.
+// A creds file whose user JWT has expired, or is not valid yet, is
+// refused by the server as "Authorization Violation" and nothing more;
+// /readyz (and the waiting log, from the same text) says which, and when.
 func TestExpiredCredsAreNamedWhenRefused(t *testing.T) {
 	s, creds := operatorServer(t)
 	expired := time.Now().Add(-time.Hour).Truncate(time.Second)
-	cfg := testConfig(t, "p")
-	cfg.NATS.URL, cfg.NATS.Creds = s.ClientURL(), creds(expired.Unix())
-	d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
-	require.NoError(t, err)
-	_, stop := runInBackground(t, d)
-	defer stop()
-	body := readyzRefusal(t, d)
-	require.Contains(t, strings.ToLower(body), "authorization violation")
-	require.Contains(t, body, "(the user JWT in nats.creds "+cfg.NATS.Creds+" expired at "+expired.UTC().Format(time.RFC3339)+", 1h0m")
+	early := time.Now().Add(2 * time.Hour).Truncate(time.Second)
+	for _, tc := range []struct {
+		name, creds, want string
+	}{
+		{"expired", creds(expired.Unix()), " expired at " + expired.UTC().Format(time.RFC3339) + ", 1h0m"},
+		{"not valid yet", creds(0, early.Unix()), " is not valid before " + early.UTC().Format(time.RFC3339) + ", 1h59m"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "p")
+			cfg.NATS.URL, cfg.NATS.Creds = s.ClientURL(), tc.creds
+			d, err := New(cfg, preload(t, 4, "p"), WithLocalizerFactory((&factoryOf{}).factory))
+			require.NoError(t, err)
+			_, stop := runInBackground(t, d)
+			defer stop()
+			body := readyzRefusal(t, d)
+			require.Contains(t, strings.ToLower(body), "authorization violation")
+			require.Contains(t, body, "(the user JWT in nats.creds "+cfg.NATS.Creds+tc.want)
+		})
+	}
 }
 
 // TestDaemonWithUserPassword runs the daemon against a server that wants
@@ -542,9 +552,9 @@ func TestDaemonWithLeastPrivilegeUser(t *testing.T) {
 }
 
 // writeUserCreds writes a .creds file (mode 0600) for a new user of the
-// account acct signs, whose JWT expires at exp (Unix seconds; 0: never),
-// and returns its path.
-func writeUserCreds(t *testing.T, acct nkeys.KeyPair, exp int64) string {
+// account acct signs, whose JWT expires at exp (Unix seconds; 0: never)
+// and is valid from notBefore if one is given, and returns its path.
+func writeUserCreds(t *testing.T, acct nkeys.KeyPair, exp int64, notBefore ...int64) string {
 	t.Helper()
 	user, err := nkeys.CreateUser()
 	require.NoError(t, err)
@@ -552,6 +562,9 @@ func writeUserCreds(t *testing.T, acct nkeys.KeyPair, exp int64) string {
 	require.NoError(t, err)
 	uc := jwt.NewUserClaims(upub)
 	uc.Expires = exp
+	if len(notBefore) > 0 {
+		uc.NotBefore = notBefore[0]
+	}
 	ujwt, err := uc.Encode(acct)
 	require.NoError(t, err)
 	seed, err := user.Seed()

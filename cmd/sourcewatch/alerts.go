@@ -106,7 +106,7 @@ func (a *app) alertsTail(cmd *cobra.Command) error {
 	nc, err := nats.Connect(url, copts...)
 	if err != nil {
 		return fmt.Errorf("connecting to NATS at %s: %w%s", monitor.RedactURLs(url), monitor.RedactError(err, url),
-			monitor.ExpiredCredsHint(creds.Key, creds.Path, err, time.Now()))
+			monitor.CredsValidityHint(creds.Key, creds.Path, err, time.Now()))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
@@ -218,7 +218,7 @@ func natsSection(v *viper.Viper) (*viper.Viper, error) {
 // an explicit --nats, else nats.url (file or SOURCEWATCH_NATS_URL), else
 // the embedded server's nats.listen, else the default address. --creds, or
 // nats.creds / nkey / user / password / tls from the config, authenticate;
-// creds is the creds file used and its key, for ExpiredCredsHint.
+// creds is the creds file used and its key, for CredsValidityHint.
 func tailConnection(cmd *cobra.Command, v *viper.Viper, log *zap.Logger) (string, []nats.Option, monitor.SecretFile, error) {
 	nv, err := natsSection(v)
 	if err != nil {

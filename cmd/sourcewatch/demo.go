@@ -185,7 +185,7 @@ func runDemo(cmd *cobra.Command, a *app) error {
 		cancel()
 		wg.Wait()
 		return fmt.Errorf("connecting to %s: %w%s", monitor.RedactURLs(url), monitor.RedactError(err, url),
-			monitor.ExpiredCredsHint("nats.creds", cfg.NATS.Creds, err, time.Now()))
+			monitor.CredsValidityHint("nats.creds", cfg.NATS.Creds, err, time.Now()))
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
