@@ -180,18 +180,12 @@ func TestBlockInputs(t *testing.T) {
 // instead of the logit passed every test).
 func TestSetOutputBias(t *testing.T) {
 	g := gnntest.RandomGraph(8, 12, false, false, 71)
-	for _, tc := range []struct{ p, want float64 }{{0.2, 0.2}, {0.9, 0.9}, {0, 1e-3}, {1, 1 - 1e-3}} {
-		net := newNetwork(g, Arch{Stacks: 2, Hidden: 3}, 3)
+	gnntest.CheckOutputBias(t, func() *network { return newNetwork(g, Arch{Stacks: 2, Hidden: 3}, 3) }, func(net *network) {
 		for _, b := range net.blocks {
 			clear(b.w2)
 			clear(b.ws)
 		}
-		net.SetOutputBias(tc.p)
-		y := net.Forward(mat.NewDense(1, 8, nil))
-		for j := 0; j < 8; j++ {
-			require.InDelta(t, tc.want, y.At(0, j), 1e-12, "p %g node %d", tc.p, j)
-		}
-	}
+	})
 }
 
 // The ends of the architecture's ranges are taken, one past them refused

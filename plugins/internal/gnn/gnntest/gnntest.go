@@ -289,3 +289,20 @@ func CheckRefusesTooWide(t *testing.T, newModel func() forward.Model, widest map
 	require.NoError(t, newModel().Configure(t.Context(), large, nil, nil))
 	require.NoError(t, newModel().Configure(t.Context(), RandomGraph(60, 120, false, false, 97), widest, nil))
 }
+
+// CheckOutputBias holds SetOutputBias to its promise on networks from
+// newNet whose output weights zeroOutputs has cleared, so the output is
+// the bias alone: every node of an all-zero x is predicted p exactly, and
+// p is held within [1e-3, 1 - 1e-3].
+func CheckOutputBias[A gnn.Arch, N gnn.Network[A]](t *testing.T, newNet func() N, zeroOutputs func(N)) {
+	t.Helper()
+	for _, tc := range []struct{ p, want float64 }{{0.2, 0.2}, {0.9, 0.9}, {0, 1e-3}, {1, 1 - 1e-3}} {
+		net := newNet()
+		zeroOutputs(net)
+		net.SetOutputBias(tc.p)
+		y := net.Forward(mat.NewDense(1, net.Nodes(), nil))
+		for j := range net.Nodes() {
+			require.InDelta(t, tc.want, y.At(0, j), 1e-12, "p %g node %d", tc.p, j)
+		}
+	}
+}
